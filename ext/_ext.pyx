@@ -1,0 +1,262 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
+"""Native kernels: simhash accumulation, popcount, hashing, halo columns,
+permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
+
+from array import array
+
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.string cimport memset
+
+from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
+
+cdef extern from *:
+    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+
+MAX_FINGERPRINT = 0xFFFFFFFFFFFFFFFF
+_U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
+
+
+def check_fingerprint(x):
+    """Return ``x`` as an int if it is a valid 64-bit fingerprint, else raise."""
+    try:
+        value = x.__index__()
+    except (AttributeError, TypeError):
+        raise InvalidFingerprintError(
+            "expected a fingerprint as an int in [0, 2**64), got %s %r" % (type(x).__name__, x)
+        ) from None
+    if value < 0 or value > MAX_FINGERPRINT:
+        raise InvalidFingerprintError(
+            "expected a fingerprint in [0, 2**64), got %d" % value)
+    return value
+
+
+def as_fingerprints(hashes):
+    """Return ``hashes`` as a C-contiguous uint64 memoryview.
+
+    Accepts an unsigned 64-bit buffer (``array('Q')``, numpy uint64), used
+    without copying, or any iterable of ints, validated one by one.
+    """
+    try:
+        view = memoryview(hashes)
+    except TypeError:
+        view = None
+    if view is not None:
+        if view.ndim != 1 or view.itemsize != 8 or view.format not in _U64_FORMATS:
+            raise InvalidFingerprintError(
+                "expected a 1-d buffer of unsigned 64-bit ints (array('Q') or numpy "
+                "uint64), got format %r with %d-byte items and %d dimension(s)"
+                % (view.format, view.itemsize, view.ndim))
+        if not view.c_contiguous:
+            raise InvalidFingerprintError("expected a contiguous buffer of fingerprints")
+        return view.cast("B").cast("Q")
+    items = hashes if isinstance(hashes, (list, tuple)) else list(hashes)
+    try:
+        return memoryview(array("Q", items))
+    except (TypeError, OverflowError):
+        for i, x in enumerate(items):
+            try:
+                check_fingerprint(x)
+            except InvalidFingerprintError as exc:
+                raise InvalidFingerprintError("item %d: %s" % (i, exc)) from None
+        raise
+
+
+cdef inline uint64_t rotl(uint64_t x, int r) nogil:
+    return (x << r) | (x >> (64 - r))
+
+
+cdef inline uint64_t fmix64(uint64_t h) nogil:
+    h ^= h >> 33
+    h *= 0xff51afd7ed558ccdULL
+    h ^= h >> 33
+    h *= 0xc4ceb9fe1a85ec53ULL
+    h ^= h >> 33
+    return h
+
+
+cdef inline uint64_t read_le64(const uint8_t* p) nogil:
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+            | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
+            | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
+
+
+cdef uint64_t hash_bytes(const uint8_t* p, Py_ssize_t n) nogil:
+    """A fast, well-mixed 64-bit hash: word-at-a-time mixing, avalanche finish."""
+    cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ (<uint64_t>n * 0xC2B2AE3D27D4EB4FULL)
+    cdef uint64_t w
+    cdef Py_ssize_t i = 0, j
+    while i + 8 <= n:
+        w = read_le64(p + i) * 0x87c37b91114253d5ULL
+        h ^= rotl(w, 31) * 0x4cf5ad432745937fULL
+        h = rotl(h, 27) * 5 + 0x52dce729
+        i += 8
+    w = 0
+    j = 0
+    while i < n:
+        w |= (<uint64_t>p[i]) << (8 * j)
+        i += 1
+        j += 1
+    h ^= rotl(w * 0x87c37b91114253d5ULL, 31) * 0x4cf5ad432745937fULL
+    return fmix64(h)
+
+
+def fast_hash(const unsigned char[::1] data):
+    """The 64-bit hash ``fingerprint`` uses by default, for bytes."""
+    if data.shape[0] == 0:
+        return hash_bytes(NULL, 0)
+    return hash_bytes(&data[0], data.shape[0])
+
+
+cdef uint64_t simhash_of(const uint64_t* hashes, Py_ssize_t n) nogil:
+    cdef int64_t ones[64]
+    cdef Py_ssize_t i
+    cdef int j
+    cdef uint64_t x, result = 0
+    memset(ones, 0, sizeof(ones))
+    for i in range(n):
+        x = hashes[i]
+        for j in range(64):
+            ones[j] += (x >> j) & 1
+    for j in range(64):
+        if 2 * ones[j] > n:
+            result |= (<uint64_t>1) << j
+    return result
+
+
+def compute(hashes):
+    """Simhash of 64-bit feature hashes: bit j is 1 where more hashes have it set
+    than not (a tie gives 0). Same output as simhash-py's ``compute``."""
+    cdef const uint64_t[::1] hs = as_fingerprints(hashes)
+    if hs.shape[0] == 0:
+        return 0
+    with nogil:
+        result = simhash_of(&hs[0], hs.shape[0])
+    return result
+
+
+def compute_weighted(pairs):
+    """Weighted simhash of ``(hash, weight)`` pairs: each hash adds +weight to the
+    columns of its 1 bits and -weight to its 0 bits; a positive column gives 1."""
+    cdef double sums[64]
+    cdef double w
+    cdef uint64_t h, result = 0
+    cdef int j
+    memset(sums, 0, sizeof(sums))
+    for i, pair in enumerate(pairs):
+        try:
+            hash_value, weight = pair
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                "item %d: expected a (hash, weight) pair, got %r" % (i, pair)) from None
+        h = check_fingerprint(hash_value)
+        try:
+            w = weight
+        except TypeError:
+            raise InvalidArgumentError(
+                "item %d: expected a real number as weight, got %r" % (i, weight)) from None
+        if w != w or w in (float("inf"), float("-inf")):
+            raise InvalidArgumentError("item %d: weight must be finite, got %r" % (i, weight))
+        for j in range(64):
+            if (h >> j) & 1:
+                sums[j] += w
+            else:
+                sums[j] -= w
+    for j in range(64):
+        if sums[j] > 0:
+            result |= (<uint64_t>1) << j
+    return result
+
+
+def num_differing_bits(a, b):
+    """Hamming distance between two 64-bit fingerprints."""
+    cdef uint64_t x = check_fingerprint(a)
+    cdef uint64_t y = check_fingerprint(b)
+    return popcount64(x ^ y)
+
+
+def num_differing_bits_many(hashes, other):
+    """Hamming distances, as ``array('B')``, between each of ``hashes`` and
+    ``other``: one fingerprint, or a buffer of the same length (pairwise)."""
+    cdef const uint64_t[::1] hs = as_fingerprints(hashes)
+    cdef const uint64_t[::1] os
+    cdef Py_ssize_t i, n = hs.shape[0]
+    cdef uint64_t probe
+    out = array("B", bytes(n))
+    cdef unsigned char[::1] res = out
+    if isinstance(other, int) or not hasattr(other, "__len__"):
+        probe = check_fingerprint(other)
+        with nogil:
+            for i in range(n):
+                res[i] = popcount64(hs[i] ^ probe)
+        return out
+    os = as_fingerprints(other)
+    if os.shape[0] != n:
+        raise InvalidArgumentError(
+            "expected two sequences of equal length, got %d and %d" % (n, os.shape[0]))
+    with nogil:
+        for i in range(n):
+            res[i] = popcount64(hs[i] ^ os[i])
+    return out
+
+
+def fingerprint_tokens(list tokens, Py_ssize_t window):
+    """Simhash of the shingles of ``window`` consecutive tokens (bytes), each
+    shingle hashed by combining the tokens' ``fast_hash``. Fewer tokens than
+    ``window`` make one shingle; no token gives 0."""
+    cdef Py_ssize_t n = len(tokens), i, j, count
+    cdef uint64_t h
+    cdef int64_t ones[64]
+    cdef uint64_t result = 0
+    cdef int b
+    cdef bytes tok
+    if n == 0:
+        return 0
+    token_hashes = array("Q", bytes(8 * n))
+    cdef uint64_t[::1] th = token_hashes
+    for i in range(n):
+        tok = tokens[i]
+        th[i] = hash_bytes(<const uint8_t*><char*>tok, len(tok))
+    if window > n:
+        window = n
+    count = n - window + 1
+    memset(ones, 0, sizeof(ones))
+    with nogil:
+        for i in range(count):
+            h = 0
+            for j in range(window):
+                h = rotl(h, 23) ^ th[i + j]
+                h *= 0x9E3779B97F4A7C15ULL
+            h = fmix64(h)
+            for b in range(64):
+                ones[b] += (h >> b) & 1
+        for b in range(64):
+            if 2 * ones[b] > count:
+                result |= (<uint64_t>1) << b
+    return result
+
+
+def halo_add(long long[::1] columns, const unsigned char[::1] digest):
+    """Add one hash digest to bit-average halo columns: -1 for a 1 bit, +1 for a
+    0 bit, bits read most significant first (samecode's convention)."""
+    cdef Py_ssize_t i, nbits = columns.shape[0]
+    if digest.shape[0] * 8 < nbits:
+        raise InvalidArgumentError(
+            "digest of %d bytes is too short for %d columns" % (digest.shape[0], nbits))
+    with nogil:
+        for i in range(nbits):
+            if (digest[i >> 3] >> (7 - (i & 7))) & 1:
+                columns[i] -= 1
+            else:
+                columns[i] += 1
+
+
+def halo_digest(const long long[::1] columns):
+    """Bytes of a halo hash: bit i (most significant first) is 1 where column i > 0."""
+    cdef Py_ssize_t i, nbits = columns.shape[0]
+    out = bytearray((nbits + 7) // 8)
+    cdef unsigned char[::1] res = out
+    with nogil:
+        for i in range(nbits):
+            if columns[i] > 0:
+                res[i >> 3] |= 1 << (7 - (i & 7))
+    return bytes(out)

@@ -1,0 +1,32 @@
+"""simhashdb: a persistent near-duplicate fingerprint database.
+
+Fingerprints: :func:`fingerprint` (text), :func:`compute` (simhash of feature
+hashes), :func:`compute_weighted`, :func:`num_differing_bits`; halo hashes in
+:mod:`simhashdb.halohash`, n-grams in :mod:`simhashdb.chunking`.
+"""
+
+from ._ext import (
+    compute,
+    compute_weighted,
+    fast_hash,
+    num_differing_bits,
+    num_differing_bits_many,
+)
+from .errors import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
+from .fingerprint import fingerprint, normalize, shingle, tokenize, unsigned_hash
+
+__all__ = [
+    "InvalidArgumentError",
+    "InvalidFingerprintError",
+    "SimhashDBError",
+    "compute",
+    "compute_weighted",
+    "fast_hash",
+    "fingerprint",
+    "normalize",
+    "num_differing_bits",
+    "num_differing_bits_many",
+    "shingle",
+    "tokenize",
+    "unsigned_hash",
+]

@@ -1,0 +1,198 @@
+from array import array
+
+import numpy as np
+import pytest
+import simhash as simhash_py  # simhash-pybind: simhash-py's C++ core
+from hypothesis import given
+from hypothesis import strategies as st
+
+import simhashdb
+from simhashdb import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
+
+MAX = 2**64 - 1
+fingerprints = st.one_of(st.integers(0, MAX), st.sampled_from([0, 1, MAX, MAX - 1, 2**63]))
+
+
+def reference_compute(hashes):
+    ones = [sum((h >> j) & 1 for h in hashes) for j in range(64)]
+    return sum(1 << j for j in range(64) if 2 * ones[j] > len(hashes))
+
+
+def reference_weighted(pairs):
+    sums = [sum(w if (h >> j) & 1 else -w for h, w in pairs) for j in range(64)]
+    return sum(1 << j for j in range(64) if sums[j] > 0)
+
+
+@given(st.lists(fingerprints, max_size=50))
+def test_compute_matches_reference_and_simhash_py(hashes):
+    expected = reference_compute(hashes)
+    assert simhashdb.compute(hashes) == expected
+    assert simhash_py.compute(hashes) == expected
+    assert simhashdb.compute(array("Q", hashes)) == expected
+    assert simhashdb.compute(np.array(hashes, dtype=np.uint64)) == expected
+    assert simhashdb.compute(iter(hashes)) == expected
+
+
+def test_compute_ties_and_edges():
+    assert simhashdb.compute([]) == 0
+    assert simhashdb.compute([1, 0]) == 0  # a tie gives 0
+    assert simhashdb.compute([1, 1, 0]) == 1
+    assert simhashdb.compute([MAX]) == MAX
+    assert simhashdb.compute([MAX, 0, MAX]) == MAX
+
+
+@given(st.lists(st.tuples(fingerprints, st.integers(-1000, 1000)), max_size=30))
+def test_compute_weighted_matches_reference(pairs):
+    assert simhashdb.compute_weighted(pairs) == reference_weighted(pairs)
+
+
+def test_compute_weighted_unit_weights_equal_compute():
+    hashes = [3, 5, 6, MAX, 0]
+    assert simhashdb.compute_weighted((h, 1) for h in hashes) == simhashdb.compute(hashes)
+    assert simhashdb.compute_weighted([(0b1011, 2.5)]) == 0b1011
+    assert simhashdb.compute_weighted([(0b1011, -1)]) == MAX ^ 0b1011
+
+
+@given(fingerprints, fingerprints)
+def test_num_differing_bits(a, b):
+    expected = bin(a ^ b).count("1")
+    assert simhashdb.num_differing_bits(a, b) == expected
+    assert simhash_py.num_differing_bits(a, b) == expected
+
+
+@given(st.lists(st.tuples(fingerprints, fingerprints), max_size=40))
+def test_num_differing_bits_many(pairs):
+    a = [x for x, _ in pairs]
+    b = [y for _, y in pairs]
+    assert list(simhashdb.num_differing_bits_many(a, b)) == [bin(x ^ y).count("1") for x, y in pairs]
+    if pairs:
+        probe = b[0]
+        got = simhashdb.num_differing_bits_many(np.array(a, dtype=np.uint64), probe)
+        assert list(got) == [bin(x ^ probe).count("1") for x in a]
+
+
+def test_seed_examples_of_hamming_distance():
+    # seed 004: A = 100111, B = 101010 differ in 3 bits
+    assert simhashdb.num_differing_bits(0b100111, 0b101010) == 3
+    # seed 000/001: a corpus fingerprint and a query three bits away (blocks B, D, E)
+    corpus = int("0100101110111011001000101111101110111100001010011101100110110101", 2)
+    query = int("0100101110111011011000101111101110011100001010011100100110110101", 2)
+    diff = int("0000000000000000010000000000000000100000000000000001000000000000", 2)
+    assert corpus ^ query == diff
+    assert simhashdb.num_differing_bits(corpus, query) == 3
+
+
+@pytest.mark.parametrize("bad", [-1, 2**64, 1.5, "12", None, b"\x01"])
+def test_bad_fingerprints_raise_clear_errors(bad):
+    with pytest.raises(InvalidFingerprintError) as info:
+        simhashdb.num_differing_bits(bad, 0)
+    assert "[0, 2**64)" in str(info.value)
+    with pytest.raises(InvalidFingerprintError):
+        simhashdb.compute([1, bad])
+    assert issubclass(InvalidFingerprintError, (SimhashDBError, ValueError, TypeError))
+
+
+def test_bad_buffers_raise_clear_errors():
+    with pytest.raises(InvalidFingerprintError, match="format 'q'"):
+        simhashdb.compute(array("q", [1, 2]))
+    with pytest.raises(InvalidFingerprintError, match="unsigned 64-bit"):
+        simhashdb.compute(b"abcdefgh")
+    with pytest.raises(InvalidArgumentError, match="equal length"):
+        simhashdb.num_differing_bits_many([1, 2], [1])
+    with pytest.raises(InvalidArgumentError, match="pair"):
+        simhashdb.compute_weighted([5])
+    with pytest.raises(InvalidArgumentError, match="finite"):
+        simhashdb.compute_weighted([(5, float("nan"))])
+
+
+@given(st.binary(max_size=64))
+def test_unsigned_hash_matches_simhash_py(data):
+    assert simhashdb.unsigned_hash(data) == simhash_py.unsigned_hash(data)
+
+
+@given(st.lists(st.text(max_size=3), max_size=12), st.integers(1, 6))
+def test_shingle_matches_simhash_py(tokens, window):
+    assert list(simhashdb.shingle(tokens, window)) == list(simhash_py.shingle(tokens, window))
+
+
+def test_shingle_is_a_generator_that_stops_cleanly():
+    assert list(simhashdb.shingle("abcdef", 4)) == [list("abcd"), list("bcde"), list("cdef")]
+    assert list(simhashdb.shingle(iter("ab"), 4)) == []
+    for bad in (0, -2, 1.5):
+        with pytest.raises(InvalidArgumentError, match="window"):
+            list(simhashdb.shingle("abc", bad))
+
+
+def test_fingerprint_with_md5_reproduces_the_seed_000_recipe():
+    text = "the cat sat on the mat and then the dog sat on the cat"
+    tokens = text.split()
+    expected = simhash_py.compute(
+        [simhash_py.unsigned_hash(" ".join(s).encode()) for s in simhash_py.shingle(tokens, 4)])
+    assert simhashdb.fingerprint(text, hasher=simhashdb.unsigned_hash) == expected
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=200))
+def test_fingerprint_is_deterministic_and_str_equals_utf8_bytes(text):
+    fp = simhashdb.fingerprint(text)
+    assert 0 <= fp <= MAX
+    assert simhashdb.fingerprint(text) == fp
+    assert simhashdb.fingerprint(text.encode("utf-8")) == fp
+
+
+def test_fingerprint_normalises_case_width_and_punctuation():
+    assert simhashdb.fingerprint("Hello, World!  Again") == simhashdb.fingerprint("hello world again")
+    assert simhashdb.fingerprint("ＨＥＬＬＯ world") == simhashdb.fingerprint("hello world")
+    assert simhashdb.fingerprint("") == 0
+    assert simhashdb.fingerprint("...") == 0
+
+
+def test_tokenize_splits_cjk_into_characters_and_keeps_words():
+    assert simhashdb.tokenize("你好world 123 カタカナ 한국") == [
+        "你", "好", "world", "123", "カ", "タ", "カ", "ナ", "한", "국"]
+
+
+def _words(n, seed):
+    import random
+    rng = random.Random(seed)
+    return [rng.choice(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
+            + str(rng.randrange(50)) for _ in range(n)]
+
+
+def test_fingerprint_keeps_near_duplicates_closer_than_unrelated_text():
+    doc = _words(400, 1)
+    edited = list(doc)
+    edited[100] = "changed"
+    other = _words(400, 2)
+    same = simhashdb.num_differing_bits(simhashdb.fingerprint(" ".join(doc)),
+                                        simhashdb.fingerprint(" ".join(edited)))
+    far = simhashdb.num_differing_bits(simhashdb.fingerprint(" ".join(doc)),
+                                       simhashdb.fingerprint(" ".join(other)))
+    assert same <= 3 < 16 <= far
+
+
+def test_fingerprint_of_chinese_text_is_meaningful():
+    base = "近重复网页检测是搜索引擎爬虫系统中的重要问题，镜像网站和内容复制都会造成资源浪费。" * 3
+    edited = base.replace("资源", "存储", 1)
+    unrelated = "今天天气很好，我们一起去公园散步，然后吃了一顿非常美味的午饭，大家都很开心。" * 3
+    fp = simhashdb.fingerprint(base)
+    assert simhashdb.num_differing_bits(fp, simhashdb.fingerprint(edited)) <= 6
+    assert simhashdb.num_differing_bits(fp, simhashdb.fingerprint(unrelated)) >= 16
+
+
+def test_fingerprint_steps_are_replaceable():
+    text = "one two three four five"
+    constant = simhashdb.fingerprint(text, tokenizer=lambda t: ["x", "y"])
+    assert constant == simhashdb.fingerprint("other words", tokenizer=lambda t: ["x", "y"])
+    assert constant != simhashdb.fingerprint(text)
+    custom = simhashdb.fingerprint(text, window=2, hasher=lambda b: len(b))
+    assert custom == simhashdb.compute(len(" ".join(p).encode()) for p in
+                                       simhashdb.shingle(text.split(), 2))
+
+
+def test_fingerprint_rejects_bad_input():
+    with pytest.raises(InvalidArgumentError, match="str or bytes"):
+        simhashdb.fingerprint(12)
+    with pytest.raises(InvalidArgumentError, match="window"):
+        simhashdb.fingerprint("abc", window=0)
+    with pytest.raises(InvalidArgumentError, match="bytes"):
+        simhashdb.unsigned_hash("text")

@@ -260,3 +260,95 @@ def halo_digest(const long long[::1] columns):
             if columns[i] > 0:
                 res[i >> 3] |= 1 << (7 - (i & 7))
     return bytes(out)
+
+
+# Permutation tables. A layout is a flat int array of (source shift, width,
+# destination shift) triples, ``blocks`` triples per table; ``prefixes`` holds
+# each table's leading-block mask.
+
+cdef inline uint64_t permute_one(uint64_t fp, const long* spec, Py_ssize_t blocks) nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((fp >> spec[3 * b]) & mask) << spec[3 * b + 2]
+    return out
+
+
+cdef inline uint64_t unpermute_one(uint64_t perm, const long* spec, Py_ssize_t blocks) nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((perm >> spec[3 * b + 2]) & mask) << spec[3 * b]
+    return out
+
+
+cdef inline bytes be_key(uint64_t x):
+    cdef unsigned char buf[8]
+    cdef int i
+    for i in range(8):
+        buf[i] = (x >> (56 - 8 * i)) & 0xFF
+    return (<char*>buf)[:8]
+
+
+cdef inline uint64_t read_be64(const unsigned char* p) nogil:
+    return ((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
+            | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
+            | (<uint64_t>p[6] << 8) | <uint64_t>p[7])
+
+
+def pack_key(fp):
+    """A fingerprint as an 8-byte big-endian key."""
+    return be_key(check_fingerprint(fp))
+
+
+def unpack_key(const unsigned char[::1] key):
+    """The fingerprint of an 8-byte big-endian key."""
+    return read_be64(&key[0])
+
+
+def scan_bounds(fp, const long[::1] spec, const uint64_t[::1] prefixes):
+    """For each table, (permuted fingerprint, first key, last key) of the range
+    of keys that share the fingerprint's leading blocks."""
+    cdef Py_ssize_t t, tables = prefixes.shape[0], blocks = spec.shape[0] // (3 * tables)
+    cdef uint64_t value = check_fingerprint(fp), perm, lo
+    out = []
+    for t in range(tables):
+        perm = permute_one(value, &spec[3 * blocks * t], blocks)
+        lo = perm & prefixes[t]
+        out.append((perm, be_key(lo), be_key(lo | ~prefixes[t])))
+    return out
+
+
+def permuted_keys(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
+    """Sorted 8-byte keys of ``fps`` permuted for ``table``, ready to store."""
+    cdef const uint64_t[::1] hs = as_fingerprints(fps)
+    cdef Py_ssize_t i, n = hs.shape[0], blocks = spec.shape[0] // (3 * tables)
+    perms = array("Q", bytes(8 * n))
+    cdef uint64_t[::1] ps = perms
+    with nogil:
+        for i in range(n):
+            ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
+    return [be_key(p) for p in sorted(perms)]
+
+
+def unpermute(perm, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
+    """The fingerprint whose permutation for ``table`` is ``perm``."""
+    cdef Py_ssize_t blocks = spec.shape[0] // (3 * tables)
+    return unpermute_one(check_fingerprint(perm), &spec[3 * blocks * table], blocks)
+
+
+def verify(probe, const unsigned char[::1] keys, int distance):
+    """The Hamming verifier: (candidate, distance) for each 8-byte big-endian
+    key in ``keys`` within ``distance`` bits of ``probe``."""
+    cdef uint64_t p = check_fingerprint(probe), c
+    cdef Py_ssize_t i, n = keys.shape[0] // 8
+    cdef int d
+    out = []
+    for i in range(n):
+        c = read_be64(&keys[8 * i])
+        d = popcount64(c ^ p)
+        if d <= distance:
+            out.append((c, d))
+    return out

@@ -12,10 +12,30 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .errors import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
+from .db import DB, Match, Record
+from .errors import (
+    DatabaseBusyError,
+    DatabaseError,
+    FormatVersionError,
+    InvalidArgumentError,
+    InvalidFingerprintError,
+    InvalidKeyError,
+    InvalidMetadataError,
+    ParameterMismatchError,
+    SimhashDBError,
+)
 from .fingerprint import fingerprint, normalize, shingle, tokenize, unsigned_hash
 
 __all__ = [
+    "DB",
+    "DatabaseBusyError",
+    "DatabaseError",
+    "FormatVersionError",
+    "InvalidKeyError",
+    "InvalidMetadataError",
+    "Match",
+    "ParameterMismatchError",
+    "Record",
     "InvalidArgumentError",
     "InvalidFingerprintError",
     "SimhashDBError",

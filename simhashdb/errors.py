@@ -11,3 +11,27 @@ class InvalidFingerprintError(SimhashDBError, ValueError, TypeError):
 
 class InvalidArgumentError(SimhashDBError, ValueError, TypeError):
     """An argument has the wrong type or an unsupported value."""
+
+
+class InvalidKeyError(SimhashDBError, ValueError, TypeError):
+    """A document key is not str, bytes or int, or is too long."""
+
+
+class InvalidMetadataError(SimhashDBError, ValueError, TypeError):
+    """Document metadata cannot be encoded with msgpack."""
+
+
+class DatabaseError(SimhashDBError):
+    """The database cannot be opened or used as asked."""
+
+
+class ParameterMismatchError(DatabaseError, ValueError):
+    """Explicit parameters disagree with those stored in the database."""
+
+
+class FormatVersionError(DatabaseError):
+    """The database was written by a newer simhashdb."""
+
+
+class DatabaseBusyError(DatabaseError):
+    """Another handle has the database open, so it cannot be compacted now."""

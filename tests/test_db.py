@@ -1,0 +1,299 @@
+import os
+import random
+
+import msgpack
+import numpy as np
+import pytest
+from conftest import brute_force
+from hypothesis import given
+from hypothesis import strategies as st
+
+import simhashdb
+from simhashdb import (
+    DB,
+    DatabaseBusyError,
+    DatabaseError,
+    FormatVersionError,
+    InvalidArgumentError,
+    InvalidFingerprintError,
+    InvalidKeyError,
+    InvalidMetadataError,
+    Match,
+    ParameterMismatchError,
+    Record,
+    SimhashDBError,
+)
+from simhashdb.tables import Layout
+
+MAX = 2**64 - 1
+
+
+def as_tuples(matches):
+    return [(m.key, m.fingerprint, m.distance) for m in matches]
+
+
+def flip(fp, bits):
+    for b in bits:
+        fp ^= 1 << b
+    return fp
+
+
+def test_insert_get_query_delete(db):
+    db.insert("a", 0b1011, {"url": "https://a"})
+    db.insert(b"b", 0b1000)
+    db.insert(7, MAX)
+    assert len(db) == 3 and "a" in db and b"b" in db and 7 in db and "zz" not in db
+    assert db.get("a") == Record("a", 0b1011, {"url": "https://a"})
+    assert db.get(b"b") == Record(b"b", 0b1000, None)
+    assert db.get("missing") is None
+    assert db.query(0b1010) == [Match("a", 0b1011, 1), Match(b"b", 0b1000, 1)]
+    assert db.query(0b1010, distance=0) == []
+    assert db.delete("a") is True and db.delete("a") is False
+    assert db.query(0b1010) == [Match(b"b", 0b1000, 1)]
+    assert sorted(r.key for r in db if not isinstance(r.key, int)) == [b"b"]
+    assert db.check() == []
+
+
+def test_upsert_replaces_the_document(db):
+    db.insert("doc", 100, "v1")
+    db.insert("doc", 100, "v2")
+    assert db.get("doc") == Record("doc", 100, "v2") and len(db) == 1
+    db.insert("doc", 2**40)
+    assert db.query(100) == [] and db.query(2**40) == [Match("doc", 2**40, 0)]
+    assert db.check() == []
+
+
+def test_identical_fingerprints_under_many_keys(db):
+    db.insert_many([(k, 42) for k in ("x", "y", "z")])
+    assert as_tuples(db.query(42)) == [("x", 42, 0), ("y", 42, 0), ("z", 42, 0)]
+    db.delete("y")
+    assert [m.key for m in db.query(43)] == ["x", "z"]
+    db.delete_many(["x", "z"])
+    assert db.query(42) == [] and db.check() == []
+
+
+def test_keys_round_trip_with_their_types(db):
+    keys = ["1", b"1", 1, -5, 2**64 - 1, "", b"", "ключ"]
+    db.insert_many((k, i) for i, k in enumerate(keys))
+    assert len(db) == len(keys)
+    for i, k in enumerate(keys):
+        got = db.get(k)
+        assert got.key == k and type(got.key) is type(k) and got.fingerprint == i
+
+
+@pytest.mark.parametrize("blocks,distance", [(1, 0), (2, 1), (4, 3), (5, 3), (6, 3), (8, 2),
+                                             (8, 7), (10, 4)])
+def test_oracle_random_and_adversarial(tmp_path, blocks, distance):
+    rng = random.Random(blocks * 100 + distance)
+    layout = Layout(blocks, distance)
+    with DB(str(tmp_path / "o.db"), distance=distance, blocks=blocks) as db:
+        docs = {}
+        base = [rng.getrandbits(64) for _ in range(30)] + [0, MAX]
+        for i, fp in enumerate(base):
+            docs["base%d" % i] = fp
+            # k and k+1 flips, spread and packed into one block
+            start = 64 - sum(layout.widths[:1 + i % blocks])
+            width = layout.widths[i % blocks]
+            packed = list(range(start, start + min(width, distance + 1)))
+            spread = rng.sample(range(64), distance + 1)
+            docs["spread%d" % i] = flip(fp, spread[:distance])
+            docs["spread+1_%d" % i] = flip(fp, spread)
+            docs["packed%d" % i] = flip(fp, packed[:distance])
+            docs["packed+1_%d" % i] = flip(fp, packed)
+            docs["dup%d" % i] = fp
+        docs.update(("rand%d" % i, rng.getrandbits(64)) for i in range(300))
+        db.insert_many(docs.items(), batch_size=97)
+        for q in base + [rng.getrandbits(64) for _ in range(30)]:
+            for d in range(distance + 1):
+                assert as_tuples(db.query(q, d)) == brute_force(docs, q, d)
+        assert db.check() == []
+
+
+@given(st.lists(st.integers(0, MAX), min_size=1, max_size=40),
+       st.lists(st.integers(0, 63), max_size=4), st.sampled_from([(4, 3), (5, 2), (7, 3)]))
+def test_property_queries_equal_brute_force(tmp_path_factory, fps, bits, params):
+    blocks, distance = params
+    path = str(tmp_path_factory.mktemp("p") / "db")
+    docs = {i: fp for i, fp in enumerate(fps)}
+    with DB(path, distance=distance, blocks=blocks) as db:
+        db.insert_many(docs.items())
+        probe = flip(fps[0], set(bits))
+        assert as_tuples(db.query(probe)) == brute_force(docs, probe, distance)
+
+
+def test_query_many_accepts_buffers(db):
+    rng = random.Random(3)
+    fps = [rng.getrandbits(64) for _ in range(50)]
+    db.insert_many(enumerate(fps))
+    probes = np.array([flip(fp, [1, 30]) for fp in fps], dtype=np.uint64)
+    results = db.query_many(probes)
+    assert [r[0].key for r in results] == list(range(50))
+    assert results == db.query_many([int(p) for p in probes])
+
+
+def test_insert_if_new_is_the_dedupe_step(db):
+    assert db.insert_if_new("first", 0b1111) == []
+    assert db.insert_if_new("second", 0b0111) == [Match("first", 0b1111, 1)]
+    assert "second" not in db
+    assert db.insert_if_new("far", 0b1111 << 40) == []
+    results = db.insert_if_new_many([("n1", 2**50), ("n2", 2**50 + 1), ("n3", 7 << 60)])
+    assert results == [[], [Match("n1", 2**50, 1)], []]
+    assert "n1" in db and "n2" not in db and "n3" in db
+    assert db.insert_if_new("close", 0b1110, distance=0) == []
+    assert db.check() == []
+
+
+def test_batches_land_whole_or_not_at_all(db):
+    db.insert("keep", 1)
+    with pytest.raises(InvalidFingerprintError):
+        db.insert_many([("a", 2), ("b", -1)])
+    with pytest.raises(InvalidMetadataError, match="cannot be stored"):
+        db.insert_many([("a", 2), ("b", 3, {1, 2})])
+    with pytest.raises(InvalidKeyError):
+        db.insert_many([("a", 2), (1.5, 3)])
+    assert len(db) == 1 and db.check() == []
+    assert db.insert_many([("x%d" % i, i) for i in range(10)], batch_size=3) == 10
+    assert len(db) == 11
+
+
+@pytest.mark.parametrize("key", [1.5, None, ("t",), True, 2**64, "k" * 600])
+def test_bad_keys(db, key):
+    with pytest.raises(InvalidKeyError):
+        db.insert(key, 1)
+
+
+def test_bad_arguments(db):
+    with pytest.raises(InvalidArgumentError, match="database's distance"):
+        db.query(1, distance=4)
+    with pytest.raises(InvalidArgumentError, match="record"):
+        db.insert_many([("only-key",)])
+    with pytest.raises(InvalidArgumentError, match="batch_size"):
+        db.insert_many([("a", 1)], batch_size=0)
+    with pytest.raises(InvalidFingerprintError):
+        db.query("12")
+    assert issubclass(DatabaseError, SimhashDBError)
+
+
+def test_parameters_are_stored_and_checked(tmp_path):
+    path = str(tmp_path / "params.db")
+    with DB(path, distance=2, blocks=6) as db:
+        db.insert("a", 5)
+    with DB(path) as db:
+        assert (db.distance, db.blocks, len(db)) == (2, 6, 1)
+    with pytest.raises(ParameterMismatchError, match="distance=2"):
+        DB(path, distance=3)
+    with pytest.raises(ParameterMismatchError, match="blocks=6"):
+        DB(path, blocks=5)
+    with pytest.raises(InvalidArgumentError, match="blocks"):
+        DB(str(tmp_path / "bad.db"), distance=3, blocks=3)
+    with DB(path, distance=2, blocks=6):
+        pass
+
+
+def test_blocks_are_chosen_from_distance_and_size(tmp_path):
+    assert Layout.choose_blocks(3, 10**6) == 5
+    assert Layout.choose_blocks(3, 10**9) == 6
+    assert Layout.choose_blocks(0, 10**6) == 1
+    with DB(str(tmp_path / "auto.db"), distance=3, expected_size=10**6) as db:
+        assert db.blocks == 5
+
+
+def test_newer_format_is_refused(db_path):
+    with DB(db_path) as db:
+        db.insert("a", 1)
+        raw = db._store.write(lambda w: w.get(b"meta", b"params"))
+        params = msgpack.unpackb(raw)
+        params["format"] = 99
+        db._store.write(lambda w: w.put(b"meta", b"params", msgpack.packb(params)))
+    with pytest.raises(FormatVersionError, match="upgrade"):
+        DB(db_path)
+
+
+def test_paths_that_are_not_databases(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(DatabaseError, match="is a file"):
+        DB(str(not_a_dir))
+    with pytest.raises(DatabaseError, match="read-only"):
+        DB(str(tmp_path / "missing"), readonly=True)
+
+
+def test_readonly_and_closed(db_path):
+    with DB(db_path) as db:
+        db.insert("a", 1)
+    with DB(db_path, readonly=True) as db:
+        assert db.query(1) == [Match("a", 1, 0)]
+        with pytest.raises(DatabaseError, match="read-only"):
+            db.insert("b", 2)
+    with pytest.raises(DatabaseError, match="closed"):
+        db.query(1)
+
+
+def test_one_handle_per_process(db):
+    with pytest.raises(DatabaseError, match="already open"):
+        DB(db.path)
+
+
+def test_compact_reclaims_space_and_keeps_every_record(db):
+    rng = random.Random(5)
+    docs = {i: rng.getrandbits(64) for i in range(20000)}
+    db.insert_many(docs.items())
+    db.delete_many(range(0, 20000, 2))
+    before = db.stats()["disk_bytes"]
+    db.compact()
+    assert db.stats()["disk_bytes"] < before
+    kept = {k: v for k, v in docs.items() if k % 2}
+    assert len(db) == len(kept) and db.check() == []
+    probe = kept[1] ^ 0b111
+    assert as_tuples(db.query(probe)) == brute_force(kept, probe, 3)
+
+
+def test_compact_refuses_while_another_process_has_it_open(db):
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, simhashdb; db = simhashdb.DB(sys.argv[1]); print('open', flush=True);"
+        "sys.stdin.read()"), db.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "open"
+        with pytest.raises(DatabaseBusyError, match="another process"):
+            db.compact()
+    finally:
+        child.communicate("")
+    db.compact()
+
+
+def test_map_grows_by_itself(db_path, monkeypatch):
+    monkeypatch.setattr("simhashdb.tables._INITIAL_MAP_SIZE", 1 << 20)
+    with DB(db_path, distance=3, blocks=6) as db:
+        rng = random.Random(9)
+        db.insert_many((i, rng.getrandbits(64), "m" * 50) for i in range(30000))
+        assert len(db) == 30000 and db.stats()["map_size"] > 1 << 20
+        assert db.check() == []
+
+
+def test_stats(db):
+    db.insert_many([("a", 1), ("b", 1), ("c", 2)])
+    stats = db.stats()
+    assert stats["count"] == 3 and stats["distinct_fingerprints"] == 2
+    assert stats["tables"] == 10 and stats["blocks"] == 5 and stats["distance"] == 3
+    assert stats["disk_bytes"] == os.path.getsize(os.path.join(db.path, "data.mdb"))
+
+
+def test_check_reports_a_damaged_table(db):
+    db.insert_many([("a", 1), ("b", 2)])
+    db._store.write(lambda w: w.delete(b"table:003", db._layout.table_keys([2], 3)[0]))
+    problems = db.check()
+    assert len(problems) == 1 and "table 3" in problems[0] and "1 missing" in problems[0]
+
+
+def test_use_after_fork_is_refused(db):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            db.query(1)
+            code = 1
+        except DatabaseError:
+            code = 0
+        os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0

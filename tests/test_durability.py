@@ -1,0 +1,147 @@
+"""Crash and concurrency tests: writers killed with SIGKILL, readers beside a writer."""
+
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import brute_force
+
+from simhashdb import DB
+
+BATCH = 1500
+WRITER = """
+import sys, simhashdb
+path, start = sys.argv[1], int(sys.argv[2])
+sys.path.insert(0, sys.argv[3])
+from test_durability import batch_records, batch_deletes
+db = simhashdb.DB(path, distance=3, blocks=6)
+db.delete_many(batch_deletes(start - 1))  # the killed writer's last deletes may not have landed
+for i in range(start, start + 10000):
+    db.insert_many(batch_records(i), batch_size=10**9)
+    db.delete_many(batch_deletes(i))
+    print(i, flush=True)
+"""
+COMPACTOR = """
+import sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+while True:
+    db.compact()
+    print("compacted", flush=True)
+"""
+
+
+def fingerprint_of(i, j):
+    return random.Random(i * 100003 + j).getrandbits(64)
+
+
+def batch_records(i):
+    return [("b%d-%d" % (i, j), fingerprint_of(i, j), [i, j]) for j in range(BATCH)]
+
+
+def batch_deletes(i):
+    """After batch i, the even records of batch i - 2 go (a transaction of their own)."""
+    return ["b%d-%d" % (i - 2, j) for j in range(0, BATCH, 2)] if i >= 2 else []
+
+
+def expected_docs(inserted, evens_gone):
+    return {"b%d-%d" % (i, j): fingerprint_of(i, j) for i in range(inserted)
+            for j in range(BATCH) if j % 2 or i >= evens_gone}
+
+
+def committed_state(db):
+    """(batches inserted, leading batches whose even records are deleted)."""
+    inserted = 0
+    while ("b%d-1" % inserted) in db:
+        inserted += 1
+    evens_gone = 0
+    while evens_gone < inserted and ("b%d-0" % evens_gone) not in db:
+        evens_gone += 1
+    return inserted, evens_gone
+
+
+def run_and_kill(script, args, min_lines, seconds):
+    child = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+                             text=True)
+    lines = []
+    deadline = time.monotonic() + 60
+    while len(lines) < min_lines and time.monotonic() < deadline:
+        lines.append(child.stdout.readline().strip())
+    time.sleep(seconds)
+    child.send_signal(signal.SIGKILL)
+    rest = child.communicate()[0].split()
+    return lines + rest
+
+
+def test_sigkill_during_writes_loses_no_committed_batch(db_path):
+    rng = random.Random(7)
+    tests_dir = __file__.rsplit("/", 1)[0]
+    start = 0
+    for _ in range(6):
+        reported = run_and_kill(WRITER, [db_path, str(start), tests_dir], 1, rng.uniform(0, 0.4))
+        last_committed = int(reported[-1])
+        with DB(db_path) as db:
+            assert db.check() == []
+            inserted, evens_gone = committed_state(db)
+            assert inserted >= last_committed + 1
+            assert evens_gone in (max(0, inserted - 2), max(0, inserted - 3))
+            docs = expected_docs(inserted, evens_gone)
+            assert {r.key: r.fingerprint for r in db} == docs
+            probe = docs["b%d-1" % (inserted - 1)] ^ 0b101
+            assert [(m.key, m.fingerprint, m.distance) for m in db.query(probe)] == \
+                brute_force(docs, probe, 3)
+        start = inserted
+
+
+def test_sigkill_during_compaction_keeps_every_record(db_path):
+    with DB(db_path, distance=3, blocks=6) as db:
+        for i in range(6):
+            db.insert_many(batch_records(i))
+        db.delete_many(k for i in range(0, 6, 2) for k, _, _ in batch_records(i))
+        docs = {r.key: r.fingerprint for r in db}
+    rng = random.Random(11)
+    for _ in range(4):
+        run_and_kill(COMPACTOR, [db_path], 0, rng.uniform(0.05, 0.5))
+        with DB(db_path) as db:
+            assert db.check() == []
+            assert {r.key: r.fingerprint for r in db} == docs
+
+
+READER = """
+import random, sys, simhashdb
+sys.path.insert(0, sys.argv[2])
+from test_durability import fingerprint_of, BATCH
+db = simhashdb.DB(sys.argv[1], readonly=True)
+rng = random.Random(int(sys.argv[3]))
+checked = 0
+while checked < 300:
+    i = rng.randrange(40)
+    probes = [fingerprint_of(i, j) for j in range(0, BATCH, 50)]
+    found = [any(m.key == "b%d-%d" % (i, j) for m in ms)
+             for j, ms in zip(range(0, BATCH, 50), db.query_many(probes))]
+    assert all(found) or not any(found), "batch %d seen half-written" % i
+    checked += 1
+print("ok", checked)
+"""
+
+
+def test_readers_beside_a_writer_see_whole_batches(db_path):
+    tests_dir = __file__.rsplit("/", 1)[0]
+    with DB(db_path, distance=3, blocks=6) as db:
+        db.insert_many(batch_records(0))
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, db_path, "1", tests_dir],
+                              stdout=subprocess.PIPE, text=True)
+    readers = [subprocess.Popen([sys.executable, "-c", READER, db_path, tests_dir, str(s)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for s in range(2)]
+    try:
+        for reader in readers:
+            out, err = reader.communicate(timeout=120)
+            assert reader.returncode == 0, err
+            assert out.strip() == "ok 300"
+    finally:
+        writer.kill()
+        writer.communicate()
+    with DB(db_path) as db:
+        assert db.check() == []

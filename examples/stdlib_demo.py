@@ -1,32 +1,49 @@
-"""Fingerprint the Python standard library's own .py files and print the
-groups of near-identical files (within 3 bits)."""
+"""Import the Python standard library's .py files into ./demo.db (each file
+fingerprinted), then show some files' near-duplicates. Run it twice: the
+second run finds the database already filled."""
 
 import pathlib
+import sys
 import sysconfig
-from array import array
+import time
 
 import simhashdb
 
-DISTANCE = 3
+DB_PATH = sys.argv[1] if len(sys.argv) > 1 else "demo.db"
+SHOWN = 6
+
+
+def stdlib_files():
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    return root, sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
 
 
 def main():
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    paths = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
-    fps = array("Q", (simhashdb.fingerprint(p.read_bytes()) for p in paths))
-    print("fingerprinted %d files under %s" % (len(paths), root))
-    group_of = list(range(len(paths)))
-    for i in range(len(paths)):
-        for j, d in enumerate(simhashdb.num_differing_bits_many(fps, fps[i])):
-            if j > i and d <= DISTANCE and fps[i]:
-                group_of[j] = group_of[i]
-    groups = {}
-    for i, g in enumerate(group_of):
-        groups.setdefault(g, []).append(i)
-    for members in (m for m in groups.values() if len(m) > 1):
-        print("near-identical:")
-        for i in members:
-            print("  %s (%016x)" % (paths[i].relative_to(root), fps[i]))
+    root, paths = stdlib_files()
+    with simhashdb.DB(DB_PATH, distance=3) as db:
+        if len(db):
+            print("%s already holds %d documents (stored by an earlier run)" % (DB_PATH, len(db)))
+        else:
+            start = time.perf_counter()
+            records = ((str(p.relative_to(root)), simhashdb.fingerprint(p.read_bytes()),
+                        {"bytes": p.stat().st_size}) for p in paths)
+            count = db.insert_many(records, batch_size=500)
+            print("imported %d files from %s into %s in %.1f s"
+                  % (count, root, DB_PATH, time.perf_counter() - start))
+        records = list(db)
+        near = [(r, [m for m in matches if m.key != r.key]) for r, matches in
+                zip(records, db.query_many(r.fingerprint for r in records))]
+        shown = [(r, others) for r, others in near if any(m.distance for m in others)]
+        print("%d files have near-duplicates that are not exact copies; the first %d:"
+              % (len(shown), min(SHOWN, len(shown))))
+        for record, others in shown[:SHOWN]:
+            print("  %s (%016x)" % (record.key, record.fingerprint))
+            for match in others[:4]:
+                print("      %d bits  %s" % (match.distance, match.key))
+        stats = db.stats()
+        print("%d documents, %d tables (blocks=%d, distance=%d), %.1f MB on disk"
+              % (stats["count"], stats["tables"], stats["blocks"], stats["distance"],
+                 stats["disk_bytes"] / 1e6))
 
 
 if __name__ == "__main__":

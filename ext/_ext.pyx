@@ -5,6 +5,7 @@ permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
 from array import array
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memset
 
 from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
@@ -309,28 +310,18 @@ def unpack_key(const unsigned char[::1] key):
 
 
 def scan_bounds(fp, const long[::1] spec, const uint64_t[::1] prefixes):
-    """For each table, (permuted fingerprint, first key, last key) of the range
-    of keys that share the fingerprint's leading blocks."""
+    """The permuted fingerprint for each table, and for each table the (first
+    key, last key) of the range of keys that share its leading blocks."""
     cdef Py_ssize_t t, tables = prefixes.shape[0], blocks = spec.shape[0] // (3 * tables)
     cdef uint64_t value = check_fingerprint(fp), perm, lo
-    out = []
+    perms = []
+    bounds = []
     for t in range(tables):
         perm = permute_one(value, &spec[3 * blocks * t], blocks)
         lo = perm & prefixes[t]
-        out.append((perm, be_key(lo), be_key(lo | ~prefixes[t])))
-    return out
-
-
-def permuted_keys(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
-    """Sorted 8-byte keys of ``fps`` permuted for ``table``, ready to store."""
-    cdef const uint64_t[::1] hs = as_fingerprints(fps)
-    cdef Py_ssize_t i, n = hs.shape[0], blocks = spec.shape[0] // (3 * tables)
-    perms = array("Q", bytes(8 * n))
-    cdef uint64_t[::1] ps = perms
-    with nogil:
-        for i in range(n):
-            ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
-    return [be_key(p) for p in sorted(perms)]
+        perms.append(perm)
+        bounds.append((be_key(lo), be_key(lo | ~prefixes[t])))
+    return perms, bounds
 
 
 def unpermute(perm, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
@@ -352,3 +343,59 @@ def verify(probe, const unsigned char[::1] keys, int distance):
         if d <= distance:
             out.append((c, d))
     return out
+
+
+cdef void radix_sort(uint64_t* data, uint64_t* scratch, Py_ssize_t n) noexcept nogil:
+    """Sort ``data`` in place, least significant byte first."""
+    cdef Py_ssize_t counts[256]
+    cdef Py_ssize_t i, total, c
+    cdef int shift
+    cdef uint64_t* src = data
+    cdef uint64_t* dst = scratch
+    cdef uint64_t* tmp
+    for shift in range(0, 64, 8):
+        memset(counts, 0, sizeof(counts))
+        for i in range(n):
+            counts[(src[i] >> shift) & 0xFF] += 1
+        total = 0
+        for i in range(256):
+            c = counts[i]
+            counts[i] = total
+            total += c
+        for i in range(n):
+            c = (src[i] >> shift) & 0xFF
+            dst[counts[c]] = src[i]
+            counts[c] += 1
+        tmp = src
+        src = dst
+        dst = tmp
+    # eight passes: the sorted data is back in ``data``
+
+
+def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
+    """``fps`` permuted for ``table``, sorted, as (2-byte key, 6-byte value)
+    pairs: the big-endian permuted fingerprint split for a dupfixed table."""
+    cdef const uint64_t[::1] hs = as_fingerprints(fps)
+    cdef Py_ssize_t i, n = hs.shape[0], blocks = spec.shape[0] // (3 * tables)
+    perms = array("Q", bytes(8 * n))
+    scratch = array("Q", bytes(8 * n))
+    cdef uint64_t[::1] ps = perms
+    cdef uint64_t[::1] sc = scratch
+    if n == 0:
+        return []
+    with nogil:
+        for i in range(n):
+            ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
+        radix_sort(&ps[0], &sc[0], n)
+    cdef unsigned char buf[8]
+    cdef int b
+    cdef list prefixes = TABLE_KEYS
+    out = [None] * n
+    for i in range(n):
+        for b in range(8):
+            buf[b] = (ps[i] >> (56 - 8 * b)) & 0xFF
+        out[i] = (prefixes[ps[i] >> 48], PyBytes_FromStringAndSize(<char*>buf + 2, 6))
+    return out
+
+
+TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]

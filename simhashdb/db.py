@@ -123,8 +123,8 @@ class DB:
         """
         written = 0
         for batch in _batches(records, batch_size):
-            encoded = [_encode_record(r) for r in batch]
-            self._store.write(lambda w: self._apply(w, encoded))
+            encoded = _encode_records(batch)
+            self._store.write(lambda w: self._insert_batch(w, encoded))
             written += len(encoded)
         return written
 
@@ -167,7 +167,7 @@ class DB:
             return found
 
         for batch in _batches(records, batch_size):
-            encoded = [_encode_record(r) for r in batch]
+            encoded = _encode_records(batch)
             results += self._store.write(lambda w: body(w, encoded))
         return results
 
@@ -253,10 +253,10 @@ class DB:
             if indexed != docs:
                 problems.append("the fingerprint index has %d entries for %d documents"
                                 % (indexed, docs))
-            distinct = sorted({_ext.unpack_key(k) for k in snap.items(FINGERPRINTS, values=False)})
+            distinct = {_ext.unpack_key(k) for k in snap.items(FINGERPRINTS, values=False)}
             for table in range(self._layout.tables):
-                stored = list(snap.items(table_name(table), values=False))
-                expected = self._layout.table_keys(distinct, table)
+                stored = list(snap.table_entries(table))
+                expected = [k + v for k, v in self._layout.table_items(distinct, table)]
                 if stored != expected:
                     missing = len(set(expected) - set(stored))
                     extra = len(set(stored) - set(expected))
@@ -291,8 +291,8 @@ class DB:
 
     def _search(self, snap, fingerprint, distance):
         found = {}
-        for table, (perm, first, last) in enumerate(self._layout.scan_bounds(fingerprint)):
-            keys = snap.scan(table, first, last)
+        perms, bounds = self._layout.scan_bounds(fingerprint)
+        for table, (perm, keys) in enumerate(zip(perms, snap.scan(bounds))):
             if keys:
                 for candidate, d in _ext.verify(perm, keys, distance):
                     found[self._layout.unpermute(candidate, table)] = d
@@ -301,7 +301,15 @@ class DB:
         matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
         return matches
 
+    def _insert_batch(self, w, encoded):
+        """Store a batch; when every key is new, with one bulk put per sub-database."""
+        if not w.put_new(DOCS, [(key_bytes, value) for key_bytes, _, value in encoded]):
+            return self._apply(w, encoded)  # upserts or repeated keys: the general path
+        w.put_many(FINGERPRINTS, [(_ext.pack_key(fp), key_bytes) for key_bytes, fp, _ in encoded])
+        self._update_tables(w, {fp for _, fp, _ in encoded}, ())
+
     def _apply(self, w, encoded):
+        """Store encoded records one by one, replacing existing keys."""
         added, removed = set(), set()
         for key_bytes, fp, value in encoded:
             old = w.get(DOCS, key_bytes)
@@ -344,12 +352,14 @@ class DB:
                 removed.add(fp)
 
     def _update_tables(self, w, added, removed):
+        """Add fingerprints new to the database to every table (adding one that
+        is already there changes nothing); remove those no document has now."""
         for table in range(self._layout.tables):
             name = table_name(table)
             if added:
-                w.put_sorted(name, self._layout.table_keys(added, table))
-            for key in self._layout.table_keys(removed, table) if removed else ():
-                w.delete(name, key)
+                w.put_many(name, self._layout.table_items(added, table))
+            for key, value in self._layout.table_items(removed, table) if removed else ():
+                w.delete(name, key, value)
 
 
 def _batches(items, size):
@@ -365,12 +375,12 @@ def _batches(items, size):
         yield batch
 
 
-def _encode_key(key):
+def _encode_key(key, pack=msgpack.packb):
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise InvalidKeyError("keys must be str, bytes or int, got %s %r"
                               % (type(key).__name__, key))
     try:
-        encoded = msgpack.packb(key)
+        encoded = pack(key)
     except OverflowError:
         raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %d" % key) from None
     if len(encoded) > MAX_KEY_BYTES:
@@ -379,20 +389,24 @@ def _encode_key(key):
     return encoded
 
 
-def _encode_record(record):
-    if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
-        raise InvalidArgumentError(
-            "expected a (key, fingerprint) or (key, fingerprint, meta) record, got %r"
-            % (record,))
-    key, fp = _encode_key(record[0]), _ext.check_fingerprint(record[1])
-    meta = record[2] if len(record) == 3 else None
-    try:
-        value = msgpack.packb([fp, meta])
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidMetadataError("metadata of key %r cannot be stored: %s (use values "
-                                   "msgpack can encode: None, bool, int, float, str, "
-                                   "bytes, lists and dicts)" % (record[0], exc)) from None
-    return key, fp, value
+def _encode_records(records):
+    """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record."""
+    pack = msgpack.Packer().pack
+    encoded = []
+    for record in records:
+        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
+            raise InvalidArgumentError(
+                "expected a (key, fingerprint) or (key, fingerprint, meta) record, got %r"
+                % (record,))
+        key, fp = _encode_key(record[0], pack), _ext.check_fingerprint(record[1])
+        meta = record[2] if len(record) == 3 else None
+        try:
+            encoded.append((key, fp, pack([fp, meta])))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidMetadataError("metadata of key %r cannot be stored: %s (use values "
+                                       "msgpack can encode: None, bool, int, float, str, "
+                                       "bytes, lists and dicts)" % (record[0], exc)) from None
+    return encoded
 
 
 def _unpack(data):

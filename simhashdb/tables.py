@@ -12,9 +12,13 @@ On disk (one LMDB environment, a directory):
 - ``docs``: msgpack(key) -> msgpack([fingerprint, meta]);
 - ``fingerprints`` (sorted duplicates): 8-byte fingerprint -> msgpack(key),
   one entry per document;
-- ``table:NNN``: 8-byte big-endian permuted fingerprint -> empty value, one
-  entry per *distinct* fingerprint, so a table entry costs 18 bytes (8-byte
-  node header, 8-byte key, 2-byte page pointer) before page slack.
+- ``table:NNN`` (sorted, fixed-size duplicates): the 8-byte big-endian
+  permuted fingerprint split into a 2-byte key and a 6-byte value, one entry
+  per *distinct* fingerprint. Key-then-value order is the order of the
+  permuted fingerprint, so a range scan works as on 8-byte keys, while LMDB
+  packs the 6-byte values of one key side by side: about 8 bytes an entry
+  where 8-byte keys with empty values cost 18 (node header and page pointer)
+  before page slack.
 """
 
 import contextlib
@@ -78,12 +82,12 @@ class Layout:
         return len(self.leading)
 
     def scan_bounds(self, fp):
-        """Per table: (permuted fp, first key, last key) of its candidate range."""
+        """Per table, the permuted fp; and per table, (first, last) key of its candidate range."""
         return _ext.scan_bounds(fp, self.spec, self.prefixes)
 
-    def table_keys(self, fps, table):
-        """Sorted keys of ``fps`` in ``table``."""
-        return _ext.permuted_keys(fps, self.spec, table, self.tables)
+    def table_items(self, fps, table):
+        """Sorted (key, value) items of ``fps`` in ``table``."""
+        return _ext.table_items(fps, self.spec, table, self.tables)
 
     def unpermute(self, perm, table):
         """The fingerprint stored as ``perm`` in ``table``."""
@@ -151,9 +155,10 @@ class Store:
         self._dbs[b"fingerprints"] = self._open_db(b"fingerprints", dupsort=True)
         self.open_tables(self._table_count)
 
-    def _open_db(self, name, dupsort=False):
+    def _open_db(self, name, dupsort=False, dupfixed=False):
         try:
-            return self.env.open_db(name, dupsort=dupsort, create=not self.readonly)
+            return self.env.open_db(name, dupsort=dupsort, dupfixed=dupfixed,
+                                    create=not self.readonly)
         except lmdb.NotFoundError:
             raise DatabaseError("%s has no %r sub-database: it is not a simhashdb database"
                                 % (self.path, name.decode())) from None
@@ -163,7 +168,8 @@ class Store:
         self._table_count = count
         for table in range(count):
             if table_name(table) not in self._dbs:
-                self._dbs[table_name(table)] = self._open_db(table_name(table))
+                self._dbs[table_name(table)] = self._open_db(
+                    table_name(table), dupsort=True, dupfixed=True)
 
     def _try_exclusive(self):
         try:
@@ -272,6 +278,7 @@ class Snapshot:
     def __init__(self, store, txn):
         self.store, self.txn = store, txn
         self._cursors = {}
+        self._table_cursors = None
 
     def _cursor(self, name):
         cursor = self._cursors.get(name)
@@ -305,17 +312,18 @@ class Snapshot:
         """Whether ``key`` is in sub-database ``name``."""
         return self._cursor(name).set_key(key)
 
-    def scan(self, table, first, last):
-        """Keys of ``table`` in [first, last], concatenated."""
-        cursor = self._cursor(table_name(table))
-        if not cursor.set_range(first):
-            return b""
-        found = []
-        for key in cursor.iternext(values=False):
-            if key > last:
-                break
-            found.append(key)
-        return b"".join(found)
+    def scan(self, bounds):
+        """Range-scan every table: for each (first, last) of ``bounds``, in table
+        order, the 8-byte entries in [first, last] concatenated (b"" for none)."""
+        cursors = self._table_cursors
+        if cursors is None:
+            cursors = self._table_cursors = [
+                self._cursor(table_name(t)) for t in range(self.store._table_count)]
+        return [_scan(cursor, first, last) for cursor, (first, last) in zip(cursors, bounds)]
+
+    def table_entries(self, table):
+        """Every 8-byte entry of ``table``, in order."""
+        return (key + value for key, value in self.items(table_name(table)))
 
 
 class Writer(Snapshot):
@@ -325,16 +333,47 @@ class Writer(Snapshot):
         """Store ``key`` -> ``value`` (in the fingerprint index: add a duplicate)."""
         self._cursor(name).put(key, value)
 
-    def put_sorted(self, name, keys):
-        """Store sorted ``keys`` with empty values; append mode into an empty table."""
-        cursor = self._cursor(name)
-        cursor.putmulti(((k, b"") for k in keys), append=not cursor.first())
+    def put_new(self, name, items):
+        """Store ``items`` only if none of their keys exists; True if stored.
+
+        Runs in a child transaction, so call it before any other operation
+        of this transaction.
+        """
+        child = self.store.env.begin(write=True, parent=self.txn)
+        try:
+            _, added = child.cursor(self.store._dbs[name]).putmulti(items, overwrite=False)
+        except BaseException:
+            child.abort()
+            raise
+        if added != len(items):
+            child.abort()
+            return False
+        child.commit()
+        return True
+
+    def put_many(self, name, items):
+        """Store (key, value) ``items`` (in a sorted-duplicates sub-database: add them)."""
+        self._cursor(name).putmulti(items)
 
     def delete(self, name, key, value=None):
-        """Remove ``key`` (in the fingerprint index, the pair ``key``, ``value``)."""
+        """Remove ``key`` (in a sorted-duplicates sub-database, the pair ``key``, ``value``)."""
         cursor = self._cursor(name)
         found = cursor.set_key(key) if value is None else cursor.set_key_dup(key, value)
         return found and cursor.delete()
+
+
+def _scan(cursor, first, last):
+    if not cursor.set_range_dup(first[:2], first[2:]):
+        following = (int.from_bytes(first[:2], "big") + 1).to_bytes(3, "big")[1:]
+        if first[:2] == b"\xff\xff" or not cursor.set_range(following):
+            return b""
+    found = []
+    for key, value in cursor.iternext():
+        entry = key + value
+        if entry > last:
+            break
+        found.append(entry)
+    return b"".join(found)
 
 
 def table_name(table):

@@ -282,7 +282,7 @@ def test_stats(db):
 
 def test_check_reports_a_damaged_table(db):
     db.insert_many([("a", 1), ("b", 2)])
-    db._store.write(lambda w: w.delete(b"table:003", db._layout.table_keys([2], 3)[0]))
+    db._store.write(lambda w: w.delete(b"table:003", *db._layout.table_items([2], 3)[0]))
     problems = db.check()
     assert len(problems) == 1 and "table 3" in problems[0] and "1 missing" in problems[0]
 

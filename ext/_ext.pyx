@@ -399,3 +399,6 @@ def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
 
 
 TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]
+
+
+include "_match.pxi"

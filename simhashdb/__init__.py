@@ -24,6 +24,7 @@ from .errors import (
     ParameterMismatchError,
     SimhashDBError,
 )
+from .matching import find_all, find_all_indices, find_clusters
 from .fingerprint import fingerprint, normalize, shingle, tokenize, unsigned_hash
 
 __all__ = [
@@ -42,6 +43,9 @@ __all__ = [
     "compute",
     "compute_weighted",
     "fast_hash",
+    "find_all",
+    "find_all_indices",
+    "find_clusters",
     "fingerprint",
     "normalize",
     "num_differing_bits",

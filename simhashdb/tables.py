@@ -75,6 +75,8 @@ class Layout:
             prefixes.append(((1 << prefix_bits) - 1) << (64 - prefix_bits))
         self.spec = array("l", spec)
         self.prefixes = array("Q", prefixes)
+        self.block_masks = array("Q", [((1 << w) - 1) << s for w, s in zip(self.widths, shifts)])
+        self.leading_masks = array("Q", [sum(1 << b for b in lead) for lead in self.leading])
 
     @property
     def tables(self):

@@ -182,7 +182,7 @@ def num_differing_bits_many(hashes, other):
     cdef const uint64_t[::1] os
     cdef Py_ssize_t i, n = hs.shape[0]
     cdef uint64_t probe
-    out = array("B", bytes(n))
+    out = array("B", [0]) * n
     cdef unsigned char[::1] res = out
     if isinstance(other, int) or not hasattr(other, "__len__"):
         probe = check_fingerprint(other)
@@ -212,7 +212,7 @@ def fingerprint_tokens(list tokens, Py_ssize_t window):
     cdef bytes tok
     if n == 0:
         return 0
-    token_hashes = array("Q", bytes(8 * n))
+    token_hashes = array("Q", [0]) * n
     cdef uint64_t[::1] th = token_hashes
     for i in range(n):
         tok = tokens[i]
@@ -377,8 +377,8 @@ def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
     pairs: the big-endian permuted fingerprint split for a dupfixed table."""
     cdef const uint64_t[::1] hs = as_fingerprints(fps)
     cdef Py_ssize_t i, n = hs.shape[0], blocks = spec.shape[0] // (3 * tables)
-    perms = array("Q", bytes(8 * n))
-    scratch = array("Q", bytes(8 * n))
+    perms = array("Q", [0]) * n
+    scratch = array("Q", [0]) * n
     cdef uint64_t[::1] ps = perms
     cdef uint64_t[::1] sc = scratch
     if n == 0:

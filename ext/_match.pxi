@@ -1,4 +1,4 @@
-# All-pairs matching in memory (included by _ext.pyx).
+# All-pairs matching (included by _ext.pyx).
 #
 # For each permutation table: permute every fingerprint, sort by the leading
 # blocks only (LSD radix on those bits), and compare the fingerprints of each
@@ -6,9 +6,9 @@
 # order) whose leading blocks it shares, so it is reported once, with no set
 # of pairs to deduplicate.
 
+from libc.stdint cimport uint32_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcpy
-from libc.stdint cimport uint32_t
 
 cdef struct PairBuffer:
     uint64_t* data
@@ -78,108 +78,137 @@ cdef void sort_by_prefix(uint64_t* keys, uint32_t* ids, uint64_t* key_tmp, uint3
         dst_i = swap_i
         shift += width
     if src_k != keys:
-        for i in range(n):
-            keys[i] = src_k[i]
-            ids[i] = src_i[i]
+        memcpy(keys, src_k, n * sizeof(uint64_t))
+        memcpy(ids, src_i, n * sizeof(uint32_t))
 
 
-cdef int match_pairs(const uint64_t* values, Py_ssize_t n, const long* spec,
-                     const uint64_t* prefixes, const uint64_t* leading, const uint64_t* block_masks,
-                     Py_ssize_t tables, Py_ssize_t blocks, int distance, int keep,
-                     PairBuffer* out) except -1 nogil:
-    """Append to ``out`` the (i, j), i < j, of every pair of ``values`` within
-    ``distance`` bits; ``keep`` is the number of leading blocks per table."""
-    cdef uint64_t* keys = <uint64_t*>malloc(n * sizeof(uint64_t))
-    cdef uint64_t* key_tmp = <uint64_t*>malloc(n * sizeof(uint64_t))
-    cdef uint32_t* ids = <uint32_t*>malloc(n * sizeof(uint32_t))
-    cdef uint32_t* id_tmp = <uint32_t*>malloc(n * sizeof(uint32_t))
-    cdef Py_ssize_t t, i, start, end, a, b
-    cdef uint64_t prefix, diff, equal, first
-    cdef int prefix_bits, blk, taken
-    if keys == NULL or key_tmp == NULL or ids == NULL or id_tmp == NULL:
-        free(keys); free(key_tmp); free(ids); free(id_tmp)
-        with gil:
-            raise MemoryError("no memory to match %d fingerprints" % n)
-    try:
-        for t in range(tables):
-            prefix = prefixes[t]
-            prefix_bits = popcount64(prefix)
-            for i in range(n):
-                keys[i] = permute_one(values[i], &spec[3 * blocks * t], blocks)
-                ids[i] = <uint32_t>i
-            sort_by_prefix(keys, ids, key_tmp, id_tmp, n, prefix_bits)
-            start = 0
-            while start < n:
-                end = start + 1
-                while end < n and ((keys[end] ^ keys[start]) & prefix) == 0:
-                    end += 1
-                for a in range(start, end):
-                    for b in range(a + 1, end):
-                        if popcount64(keys[a] ^ keys[b]) > distance:
-                            continue
-                        # report only from the first table whose leading blocks the pair shares
-                        diff = values[ids[a]] ^ values[ids[b]]
-                        first = 0
-                        taken = 0
-                        for blk in range(blocks):
-                            if taken < keep and (diff & block_masks[blk]) == 0:
-                                first |= (<uint64_t>1) << blk
-                                taken += 1
-                        if first != leading[t]:
-                            continue
-                        if ids[a] < ids[b]:
-                            push_pair(out, ids[a], ids[b])
-                        else:
-                            push_pair(out, ids[b], ids[a])
-                start = end
-    finally:
-        free(keys); free(key_tmp); free(ids); free(id_tmp)
-    return 0
+cdef class PairScanner:
+    """Pairs of positions (i, j), i < j, of ``values`` within ``distance`` bits,
+    found table by table and handed out in chunks, so that the caller never
+    holds them all (``next_chunk`` splits only between runs of a shared prefix)."""
 
+    cdef object values_ref, spec_ref, prefixes_ref, leading_ref, masks_ref
+    cdef const uint64_t[::1] values
+    cdef const long[::1] spec
+    cdef const uint64_t[::1] prefixes
+    cdef const uint64_t[::1] leading
+    cdef const uint64_t[::1] block_masks
+    cdef uint64_t* keys
+    cdef uint64_t* key_tmp
+    cdef uint32_t* ids
+    cdef uint32_t* id_tmp
+    cdef Py_ssize_t n, tables, blocks, table, start
+    cdef int distance, keep
 
-def match_indices(values, const long[::1] spec, const uint64_t[::1] prefixes,
+    def __cinit__(self, values, const long[::1] spec, const uint64_t[::1] prefixes,
                   const uint64_t[::1] leading, const uint64_t[::1] block_masks, int distance):
-    """Sorted pairs of positions (i, j), i < j, of ``values`` within ``distance``
-    bits, as a flat ``array('Q')`` [i0, j0, i1, j1, ...]."""
-    cdef const uint64_t[::1] vs = as_fingerprints(values)
-    cdef Py_ssize_t n = vs.shape[0], tables = prefixes.shape[0]
-    cdef Py_ssize_t blocks = block_masks.shape[0]
-    cdef int keep = popcount64(leading[0])
-    cdef PairBuffer buf
-    cdef uint64_t[::1] view
-    if n >= 0xFFFFFFFF:
-        raise InvalidArgumentError("at most 2**32 - 1 fingerprints can be matched at once")
-    buf.data = NULL
-    buf.length = 0
-    buf.capacity = 0
-    try:
-        if n > 1:
+        self.values = as_fingerprints(values)
+        self.n = self.values.shape[0]
+        if self.n >= 0xFFFFFFFF:
+            raise InvalidArgumentError("at most 2**32 - 1 fingerprints can be matched at once")
+        self.spec, self.prefixes, self.leading, self.block_masks = spec, prefixes, leading, block_masks
+        self.tables, self.blocks = prefixes.shape[0], block_masks.shape[0]
+        self.distance, self.keep = distance, popcount64(leading[0])
+        self.table, self.start = -1, self.n
+        size = self.n if self.n else 1
+        self.keys = <uint64_t*>malloc(size * sizeof(uint64_t))
+        self.key_tmp = <uint64_t*>malloc(size * sizeof(uint64_t))
+        self.ids = <uint32_t*>malloc(size * sizeof(uint32_t))
+        self.id_tmp = <uint32_t*>malloc(size * sizeof(uint32_t))
+        if not (self.keys and self.key_tmp and self.ids and self.id_tmp):
+            raise MemoryError("no memory to match %d fingerprints" % self.n)
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.key_tmp)
+        free(self.ids)
+        free(self.id_tmp)
+
+    cdef void next_table(self) noexcept nogil:
+        cdef Py_ssize_t i
+        cdef const long* spec = &self.spec[3 * self.blocks * self.table]
+        for i in range(self.n):
+            self.keys[i] = permute_one(self.values[i], spec, self.blocks)
+            self.ids[i] = <uint32_t>i
+        sort_by_prefix(self.keys, self.ids, self.key_tmp, self.id_tmp, self.n,
+                       popcount64(self.prefixes[self.table]))
+        self.start = 0
+
+    cdef int scan(self, PairBuffer* out, Py_ssize_t max_pairs) except -1 nogil:
+        cdef Py_ssize_t end, a, b
+        cdef uint64_t prefix, diff, first, lead
+        cdef int blk, taken
+        while out.length // 2 < max_pairs:
+            if self.start >= self.n:
+                if self.table + 1 >= self.tables:
+                    return 0
+                self.table += 1
+                self.next_table()
+                continue
+            prefix = self.prefixes[self.table]
+            lead = self.leading[self.table]
+            end = self.start + 1
+            while end < self.n and ((self.keys[end] ^ self.keys[self.start]) & prefix) == 0:
+                end += 1
+            for a in range(self.start, end):
+                for b in range(a + 1, end):
+                    if popcount64(self.keys[a] ^ self.keys[b]) > self.distance:
+                        continue
+                    # keep the pair only in the first table whose leading blocks it shares
+                    diff = self.values[self.ids[a]] ^ self.values[self.ids[b]]
+                    first = 0
+                    taken = 0
+                    for blk in range(self.blocks):
+                        if taken < self.keep and (diff & self.block_masks[blk]) == 0:
+                            first |= (<uint64_t>1) << blk
+                            taken += 1
+                    if first != lead:
+                        continue
+                    if self.ids[a] < self.ids[b]:
+                        push_pair(out, self.ids[a], self.ids[b])
+                    else:
+                        push_pair(out, self.ids[b], self.ids[a])
+            self.start = end
+        return 0
+
+    def next_chunk(self, Py_ssize_t max_pairs=1 << 20, bint sort=False):
+        """The next pairs as a flat ``array('Q')`` [i0, j0, i1, j1, ...] (about
+        ``max_pairs`` of them, sorted if asked), or None when all are out."""
+        cdef PairBuffer buf
+        cdef uint64_t[::1] view
+        buf.data, buf.length, buf.capacity = NULL, 0, 0
+        try:
             with nogil:
-                match_pairs(&vs[0], n, &spec[0], &prefixes[0], &leading[0], &block_masks[0],
-                            tables, blocks, distance, keep, &buf)
-                qsort(buf.data, buf.length // 2, 2 * sizeof(uint64_t), compare_pairs)
-        out = array("Q", bytes(8 * buf.length))
-        view = out
-        if buf.length:
+                self.scan(&buf, max_pairs)
+                if sort:
+                    qsort(buf.data, buf.length // 2, 2 * sizeof(uint64_t), compare_pairs)
+            if buf.length == 0:
+                return None
+            out = array("Q", [0]) * buf.length
+            view = out
             memcpy(&view[0], buf.data, buf.length * sizeof(uint64_t))
-        return out
-    finally:
-        free(buf.data)
+            return out
+        finally:
+            free(buf.data)
 
 
 def unique_sorted(values):
     """The distinct fingerprints of ``values``, sorted, and how often each occurs."""
     cdef const uint64_t[::1] vs = as_fingerprints(values)
+    cdef Py_ssize_t n = vs.shape[0]
+    sorted_values = array("Q", [0]) * n
+    counts = array("Q", [0]) * n
+    distinct = sort_and_count(vs, sorted_values, counts) if n else 0
+    del sorted_values[distinct:], counts[distinct:]
+    return sorted_values, counts
+
+
+cdef Py_ssize_t sort_and_count(const uint64_t[::1] vs, uint64_t[::1] sv, uint64_t[::1] cn):
     cdef Py_ssize_t i, n = vs.shape[0], u = 0
-    sorted_values = array("Q", vs)
-    scratch = array("Q", bytes(8 * n))
-    counts = array("Q", bytes(8 * n))
-    cdef uint64_t[::1] sv = sorted_values
+    scratch = array("Q", [0]) * n
     cdef uint64_t[::1] sc = scratch
-    cdef uint64_t[::1] cn = counts
-    if n == 0:
-        return sorted_values, counts
     with nogil:
+        memcpy(&sv[0], &vs[0], n * sizeof(uint64_t))
         radix_sort(&sv[0], &sc[0], n)
         for i in range(n):
             if i == 0 or sv[i] != sv[u - 1]:
@@ -188,15 +217,13 @@ def unique_sorted(values):
                 u += 1
             else:
                 cn[u - 1] += 1
-    return sorted_values[:u], counts[:u]
+    return u
 
 
-def components(Py_ssize_t n, const uint64_t[::1] pairs):
-    """Connected components of ``n`` nodes joined by the flat (i, j) ``pairs``:
-    each node's component label (its smallest member)."""
-    labels = array("Q", range(n))
-    cdef uint64_t[::1] parent = labels
-    cdef Py_ssize_t p, i
+def join_components(uint64_t[::1] parent, const uint64_t[::1] pairs):
+    """Union the (i, j) of flat ``pairs`` in the union-find forest ``parent``
+    (start from ``array('Q', range(n))``); roots are the smallest members."""
+    cdef Py_ssize_t p
     cdef uint64_t a, b
     with nogil:
         for p in range(0, pairs.shape[0], 2):
@@ -206,9 +233,14 @@ def components(Py_ssize_t n, const uint64_t[::1] pairs):
                 parent[b] = a
             elif b < a:
                 parent[a] = b
-        for i in range(n):
+
+
+def component_labels(uint64_t[::1] parent):
+    """Point every node of the forest straight at its root (its component's label)."""
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(parent.shape[0]):
             parent[i] = find_root(&parent[0], i)
-    return labels
 
 
 cdef inline uint64_t find_root(uint64_t* parent, uint64_t x) noexcept nogil:

@@ -1,6 +1,8 @@
 """The fingerprint database."""
 
 import collections
+import itertools
+from array import array
 
 import msgpack
 
@@ -13,6 +15,7 @@ from .errors import (
     InvalidMetadataError,
     ParameterMismatchError,
 )
+from .matching import components, pair_chunks
 from .tables import DEFAULT_EXPECTED_SIZE, Layout, Store, table_name
 
 FORMAT_VERSION = 1
@@ -213,6 +216,51 @@ class DB:
         with self._store.snapshot() as snap:
             for key_bytes, value in snap.items(DOCS):
                 yield Record(_unpack(key_bytes), *_unpack(value))
+
+    def find_all(self, distance=None):
+        """Every pair of stored documents within ``distance`` bits (default: the
+        DB's distance), as ``(key_a, key_b, distance)`` tuples, each pair once.
+
+        A generator over one snapshot: it streams pairs (it never holds them
+        all), sees none of the writes made while it runs, and blocks no writer.
+        """
+        d = self._query_distance(distance)
+        with self._store.snapshot() as snap:
+            values = array("Q")
+            for fp_key, keys in snap.fingerprint_groups():
+                values.append(_ext.unpack_key(fp_key))
+                for key_a, key_b in itertools.combinations(_sorted_keys(keys), 2):
+                    yield key_a, key_b, 0
+            for chunk in pair_chunks(values, self._layout, d):
+                for p in range(0, len(chunk), 2):
+                    a, b = values[chunk[p]], values[chunk[p + 1]]
+                    between = _ext.num_differing_bits(a, b)
+                    for key_a in _sorted_keys(snap.duplicates(_ext.pack_key(a))):
+                        for key_b in _sorted_keys(snap.duplicates(_ext.pack_key(b))):
+                            yield _ordered(key_a, key_b) + (between,)
+
+    def clusters(self, distance=None):
+        """Connected components of the match graph over documents: lists of keys
+        whose fingerprints link within ``distance`` bits, from one snapshot.
+        Each cluster is sorted by key; clusters come in fingerprint order."""
+        d = self._query_distance(distance)
+        with self._store.snapshot() as snap:
+            values, multiple = array("Q"), set()
+            for fp_key, keys in snap.fingerprint_groups():
+                if len(keys) > 1:
+                    multiple.add(len(values))
+                values.append(_ext.unpack_key(fp_key))
+            labels = components(len(values), pair_chunks(values, self._layout, d))
+            members = collections.defaultdict(list)
+            for i, label in enumerate(labels):
+                if label != i or i in multiple:
+                    members[label].append(i)
+            for label in sorted(members):
+                group = members[label]
+                if group[0] != label:
+                    group.insert(0, label)
+                keys = [k for i in group for k in snap.duplicates(_ext.pack_key(values[i]))]
+                yield _sorted_keys(keys)
 
     def stats(self):
         """Counts, parameters and sizes of the database."""
@@ -415,3 +463,11 @@ def _unpack(data):
 
 def _key_order(key):
     return (isinstance(key, bytes), isinstance(key, str), key)
+
+
+def _sorted_keys(encoded_keys):
+    return sorted((_unpack(k) for k in encoded_keys), key=_key_order)
+
+
+def _ordered(a, b):
+    return (a, b) if _key_order(a) <= _key_order(b) else (b, a)

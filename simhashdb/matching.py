@@ -6,6 +6,9 @@ sharing them are compared, and each pair is reported once, by the first table
 that finds it.
 """
 
+import sys
+from array import array
+
 from . import _ext
 from .tables import Layout
 
@@ -49,13 +52,38 @@ def find_clusters(hashes, blocks, distance):
     least one member. Each cluster sorted, clusters sorted, singletons left out."""
     layout = Layout(blocks, distance)
     values, _ = _ext.unique_sorted(hashes)
-    labels = _ext.components(len(values), _match(values, layout))
+    labels = components(len(values), pair_chunks(values, layout))
     clusters = {}
     for value, label in zip(values, labels):
         clusters.setdefault(label, []).append(value)
     return sorted(c for c in clusters.values() if len(c) > 1)
 
 
+def pair_chunks(values, layout, distance=None, chunk=1 << 20):
+    """Yield flat ``array('Q')`` chunks [i, j, ...] of the position pairs of
+    ``values`` within ``distance`` (default: the layout's), each pair once."""
+    scanner = _scanner(values, layout, distance)
+    while True:
+        pairs = scanner.next_chunk(chunk)
+        if pairs is None:
+            return
+        yield pairs
+
+
+def components(n, chunks):
+    """Component label (smallest member) of each of ``n`` nodes joined by pair chunks."""
+    labels = array("Q", range(n))
+    for pairs in chunks:
+        _ext.join_components(labels, pairs)
+    _ext.component_labels(labels)
+    return labels
+
+
 def _match(values, layout):
-    return _ext.match_indices(values, layout.spec, layout.prefixes, layout.leading_masks,
-                              layout.block_masks, layout.distance)
+    """Every position pair of ``values``, sorted, as one flat ``array('Q')``."""
+    return _scanner(values, layout).next_chunk(sys.maxsize, sort=True) or array("Q")
+
+
+def _scanner(values, layout, distance=None):
+    return _ext.PairScanner(values, layout.spec, layout.prefixes, layout.leading_masks,
+                            layout.block_masks, layout.distance if distance is None else distance)

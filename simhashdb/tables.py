@@ -106,9 +106,58 @@ class Layout:
         return min(usable, key=cost)
 
 
+class _Gate:
+    """Lets transactions run together, or one change of the environment itself
+    (growing the map, compacting, closing) run alone, as LMDB requires."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._running = 0
+        self._exclusive = False
+        self._held = threading.local()
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._changed:
+            while self._exclusive:
+                self._changed.wait()
+            self._running += 1
+        self._held.count = getattr(self._held, "count", 0) + 1
+        try:
+            yield
+        finally:
+            self._held.count -= 1
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
+
+    def held_here(self):
+        """Whether this thread is inside a transaction of its own."""
+        return getattr(self._held, "count", 0) > 0
+
+    @contextlib.contextmanager
+    def exclusive(self, what):
+        if self.held_here():
+            raise DatabaseError("cannot %s while this thread holds a read snapshot (an "
+                                "unfinished iteration); finish or close it first" % what)
+        with self._changed:
+            while self._exclusive:
+                self._changed.wait()
+            self._exclusive = True
+            while self._running:
+                self._changed.wait()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._exclusive = False
+                self._changed.notify_all()
+
+
 class Store:
     """The LMDB environment at ``path`` with its documents, fingerprint index
-    and ``tables`` permutation tables. Writers serialise; snapshots never block."""
+    and permutation tables. Snapshots and the writer run side by side; the
+    writers of one process take turns."""
 
     _open_paths = set()
     _open_paths_lock = threading.Lock()
@@ -127,7 +176,8 @@ class Store:
             Store._open_paths.add(self.path)
         self.readonly = readonly
         self._pid = os.getpid()
-        self._lock = threading.RLock()
+        self._write_lock = threading.Lock()
+        self._gate = _Gate()
         self.env = None
         self._table_count = 0
         try:
@@ -190,42 +240,65 @@ class Store:
     @contextlib.contextmanager
     def snapshot(self):
         """A read transaction: a consistent view that blocks no writer."""
-        with self._lock:
-            self._check_usable()
-            while True:
+        while True:
+            with self._gate.shared():
+                self._check_usable()
                 try:
                     txn = self.env.begin()
-                    break
                 except lmdb.MapResizedError:
-                    self.env.set_mapsize(0)  # another process grew the map: adopt its size
-            try:
-                yield Snapshot(self, txn)
-            finally:
-                txn.abort()
+                    txn = None
+                if txn is not None:
+                    try:
+                        yield Snapshot(self, txn)
+                    finally:
+                        txn.abort()  # a read transaction: no wait
+                    return
+            self._resize(0)  # another process grew the map: adopt its size
 
     def write(self, body):
         """Run ``body(writer)`` in one write transaction and commit it; it lands
         whole or not at all. A full map is grown and ``body`` run again."""
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
-        with self._lock:
-            self._check_usable()
+        with self._write_lock:
             while True:
+                failed = None
                 try:
-                    txn = self.env.begin(write=True)
+                    with self._gate.shared():
+                        self._check_usable()
+                        txn = self.env.begin(write=True)
+                        try:
+                            result = body(Writer(self, txn))
+                        except BaseException:
+                            failed = txn
+                            raise
+                        txn.commit()
+                        return result
                 except lmdb.MapResizedError:
-                    self.env.set_mapsize(0)
-                    continue
-                try:
-                    result = body(Writer(self, txn))
-                    txn.commit()
-                    return result
+                    self._resize(0)  # another process grew the map: adopt its size
                 except lmdb.MapFullError:
-                    txn.abort()
-                    self.env.set_mapsize(2 * self.env.info()["map_size"])
+                    self._abort(failed)
+                    self._resize(2 * self.env.info()["map_size"])
                 except BaseException:
-                    txn.abort()
+                    self._abort(failed)
                     raise
+
+    def _abort(self, txn):
+        """Abort a failed write transaction. py-lmdb 3 makes an abort wait until no
+        other thread is inside LMDB, so readers are held off until it is done."""
+        if txn is None:
+            return
+        if self._gate.held_here():
+            txn.abort()
+        else:
+            with self._gate.exclusive("abort a write"):
+                txn.abort()
+
+    def _resize(self, map_size):
+        """Set the map size (0: adopt another process's), with no transaction running."""
+        with self._gate.exclusive("grow the map"):
+            self._check_usable()
+            self.env.set_mapsize(map_size)
 
     def compact(self):
         """Rewrite the data file without free pages, then swap it in atomically.
@@ -234,7 +307,7 @@ class Store:
         """
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
-        with self._lock:
+        with self._write_lock, self._gate.exclusive("compact"):
             self._check_usable()
             if not self._try_exclusive():
                 raise DatabaseBusyError(
@@ -263,7 +336,7 @@ class Store:
 
     def close(self):
         """Close the environment; later calls raise DatabaseError."""
-        with self._lock:
+        with self._write_lock, self._gate.exclusive("close the database"):
             if self.env is not None:
                 self.env.close()
                 self.env = None
@@ -309,6 +382,12 @@ class Snapshot:
         if not cursor.set_key(key):
             return []
         return list(cursor.iternext_dup())
+
+    def fingerprint_groups(self):
+        """(8-byte fingerprint, [encoded keys]) for each distinct fingerprint, in order."""
+        for fp_key, entries in itertools.groupby(self.items(b"fingerprints"),
+                                                 key=lambda item: item[0]):
+            yield fp_key, [key for _, key in entries]
 
     def has(self, name, key):
         """Whether ``key`` is in sub-database ``name``."""

@@ -23,8 +23,13 @@ def db(db_path):
         yield database
 
 
+def key_order(key):
+    """Sort keys of mixed types: ints, then str, then bytes (as the DB does)."""
+    return (isinstance(key, bytes), isinstance(key, str), key)
+
+
 def brute_force(docs, fingerprint, distance):
     """The oracle: every (key, fingerprint, distance) within ``distance``, sorted."""
     hits = [(bin(fp ^ fingerprint).count("1"), key, fp) for key, fp in docs.items()]
     return sorted(((k, fp, d) for d, k, fp in hits if d <= distance),
-                  key=lambda m: (m[2], isinstance(m[0], bytes), isinstance(m[0], str), m[0]))
+                  key=lambda m: (m[2], key_order(m[0])))

@@ -1,10 +1,11 @@
+import itertools
 import os
 import random
 
 import msgpack
 import numpy as np
 import pytest
-from conftest import brute_force
+from conftest import brute_force, key_order
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -297,3 +298,57 @@ def test_use_after_fork_is_refused(db):
             code = 0
         os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
+
+
+def brute_force_pairs(docs, distance):
+    out = []
+    for a, b in itertools.combinations(docs, 2):
+        d = bin(docs[a] ^ docs[b]).count("1")
+        if d <= distance:
+            out.append(tuple(sorted((a, b), key=key_order)) + (d,))
+    return sorted(out, key=pair_order)
+
+
+def pair_order(pair):
+    return key_order(pair[0]), key_order(pair[1])
+
+
+def cluster_order(cluster):
+    return [key_order(k) for k in cluster]
+
+
+def brute_force_clusters(docs, distance):
+    group = {k: {k} for k in docs}
+    for a, b in itertools.combinations(docs, 2):
+        if bin(docs[a] ^ docs[b]).count("1") <= distance and group[a] is not group[b]:
+            merged = group[a] | group[b]
+            for k in merged:
+                group[k] = merged
+    return sorted((sorted(g, key=key_order) for g in {id(g): g for g in group.values()}.values()
+                   if len(g) > 1), key=cluster_order)
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=40), st.integers(0, 3),
+       st.randoms(use_true_random=False))
+def test_db_find_all_and_clusters_equal_brute_force(tmp_path_factory, shape, distance, rnd):
+    bases = [rnd.getrandbits(64) for _ in range(4)] + [0, MAX]
+    docs = {}
+    for i, s in enumerate(shape):
+        fp = bases[s % len(bases)]
+        for bit in rnd.sample(range(64), s % 5):
+            fp ^= 1 << bit
+        docs["k%d" % i if i % 3 else i] = fp
+    with DB(str(tmp_path_factory.mktemp("fa") / "db"), distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+        assert sorted(db.find_all(distance), key=pair_order) == brute_force_pairs(docs, distance)
+        assert sorted(db.clusters(distance), key=cluster_order) == \
+            brute_force_clusters(docs, distance)
+
+
+def test_find_all_reads_one_snapshot_and_blocks_no_writer(db):
+    db.insert_many([("a", 1), ("b", 3), ("c", 7 << 40)])
+    pairs = db.find_all()
+    first = next(pairs)
+    db.insert("d", 1)  # a write while the iteration holds its snapshot
+    assert [first] + list(pairs) == [("a", "b", 1)]
+    assert ("a", "d", 0) in list(db.find_all())

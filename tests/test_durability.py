@@ -145,3 +145,46 @@ def test_readers_beside_a_writer_see_whole_batches(db_path):
         writer.communicate()
     with DB(db_path) as db:
         assert db.check() == []
+
+
+def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
+    import threading
+    monkeypatch.setattr("simhashdb.tables._INITIAL_MAP_SIZE", 1 << 20)
+    errors = []
+    with DB(db_path, distance=3, blocks=6) as db:
+        db.insert_many(batch_records(0))
+        done = threading.Event()
+
+        def reader(seed):
+            rng = random.Random(seed)
+            try:
+                while not done.is_set():
+                    i = rng.randrange(BATCH)
+                    hits = db.query(fingerprint_of(0, i))
+                    assert ("b0-%d" % i) in [m.key for m in hits]
+            except Exception as exc:  # reported by the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+        for t in threads:
+            t.start()
+        for i in range(1, 8):
+            db.insert_many(batch_records(i))
+        done.set()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert db.stats()["map_size"] > 1 << 20 and len(db) == 8 * BATCH
+        assert db.check() == []
+
+
+def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, monkeypatch):
+    import pytest
+    from simhashdb import DatabaseError
+    monkeypatch.setattr("simhashdb.tables._INITIAL_MAP_SIZE", 1 << 20)
+    with DB(db_path, distance=3, blocks=6) as db:
+        db.insert("a", 1)
+        with pytest.raises(DatabaseError, match="holds a read snapshot"):
+            for _ in db:
+                db.insert_many([r for i in range(1, 9) for r in batch_records(i)])
+        assert len(db) == 1 and db.check() == []

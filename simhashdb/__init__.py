@@ -6,13 +6,14 @@ hashes), :func:`compute_weighted`, :func:`num_differing_bits`; halo hashes in
 """
 
 from ._ext import (
+    check_fingerprint,
     compute,
     compute_weighted,
     fast_hash,
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Record
+from .db import DB, Match, Record, check_record
 from .errors import (
     DatabaseBusyError,
     DatabaseError,
@@ -40,6 +41,8 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidFingerprintError",
     "SimhashDBError",
+    "check_fingerprint",
+    "check_record",
     "compute",
     "compute_weighted",
     "fast_hash",

@@ -410,6 +410,12 @@ class DB:
                 w.delete(name, key, value)
 
 
+def check_record(record):
+    """Raise the error :meth:`DB.insert_many` would raise for ``record``, if any:
+    to find the bad record of a batch before writing it."""
+    _encode_records([record])
+
+
 def _batches(items, size):
     if not isinstance(size, int) or size < 1:
         raise InvalidArgumentError("batch_size must be an int >= 1, got %r" % (size,))

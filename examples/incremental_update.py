@@ -1,0 +1,79 @@
+"""Keep a database in sync with a corpus that changes between runs: new files
+are inserted, edited ones upserted, removed ones deleted; then compact.
+
+The corpus is made here, in a temporary folder, from paragraphs of the Python
+standard library's docstrings, and changed a little on every round.
+
+Usage: python examples/incremental_update.py [--rounds 4] [--files 300]
+"""
+
+import argparse
+import inspect
+import pathlib
+import random
+import tempfile
+
+import simhashdb
+
+
+def sync(db, root):
+    """Bring ``db`` in line with the files under ``root``; return what changed."""
+    on_disk = {str(p.relative_to(root)): simhashdb.fingerprint(p.read_bytes())
+               for p in root.rglob("*.txt")}
+    changed = [(key, fp) for key, fp in on_disk.items()
+               if (record := db.get(key)) is None or record.fingerprint != fp]
+    added = sum(1 for key, _ in changed if key not in db)
+    db.insert_many(changed)
+    removed = db.delete_many([r.key for r in db if r.key not in on_disk])
+    return {"added": added, "edited": len(changed) - added, "removed": removed}
+
+
+def paragraphs():
+    texts = [inspect.getdoc(obj) or "" for module in (random, pathlib, inspect, argparse)
+             for obj in vars(module).values()]
+    return [t for t in texts if len(t) > 200]
+
+
+def change(root, rng, texts, round_number):
+    files = sorted(root.glob("*.txt"))
+    for path in rng.sample(files, len(files) // 10):  # edit a few words
+        words = path.read_text().split()
+        for i in rng.sample(range(len(words)), max(1, len(words) // 50)):
+            words[i] = "edited%d" % round_number
+        path.write_text(" ".join(words))
+    for path in rng.sample(files, len(files) // 20):
+        path.unlink()
+    for i in range(len(files) // 10):
+        (root / ("new-%d-%d.txt" % (round_number, i))).write_text(rng.choice(texts) * 2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--files", type=int, default=300)
+    args = parser.parse_args()
+    rng = random.Random(7)
+    texts = paragraphs()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="incremental-"))
+    root = workdir / "corpus"
+    root.mkdir()
+    for i in range(args.files):
+        (root / ("doc-%04d.txt" % i)).write_text(" ".join(rng.sample(texts, 3)))
+    with simhashdb.DB(str(workdir / "corpus.db"), distance=3) as db:
+        for round_number in range(args.rounds):
+            if round_number:
+                change(root, rng, texts, round_number)
+            print("round %d: %s, %d documents" % (round_number, sync(db, root), len(db)))
+        before = db.stats()["disk_bytes"]
+        db.compact()
+        problems = db.check()
+        print("compacted %d -> %d bytes; check: %s"
+              % (before, db.stats()["disk_bytes"], problems or "no problems"))
+        in_sync = sync(db, root) == {"added": 0, "edited": 0, "removed": 0}
+        print("database matches the corpus:", in_sync)
+        if problems or not in_sync:
+            raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

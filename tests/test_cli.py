@@ -1,0 +1,193 @@
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import simhashdb
+from simhashdb import cli
+
+
+def run(capsys, *argv, stdin=None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()], err
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    words = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]
+    text = " ".join(words[i % 10] + str(i % 37) for i in range(600))
+    (root / "a.txt").write_text(text)
+    (root / "sub" / "a_copy.txt").write_text(text.replace("alpha0", "omega0", 1))
+    (root / "b.txt").write_text(" ".join(reversed(text.split())) + " extra words here")
+    (root / "skip.log").write_text("not imported")
+    return root
+
+
+def test_every_command_has_help_with_an_example(capsys):
+    parser = cli.build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert set(commands) == {"init", "import", "query", "delete", "get", "stats", "compact",
+                             "check", "export", "find-all", "clusters", "fingerprint"}
+    for sub in commands.values():
+        assert "Example:\n  simhashdb-cli " in sub.format_help()
+
+
+def test_dec_import_query_get_delete(tmp_path, capsys):
+    db = tmp_path / "x.db"
+    hashes = tmp_path / "h.txt"
+    hashes.write_text("1\n3\n7\n\n1099511627776\n")
+    assert run(capsys, "init", db, "--distance", "3", "--blocks", "5")[0] == 0
+    code, out, _ = run(capsys, "import", db, hashes)
+    assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0}]
+    code, out, _ = run(capsys, "query", db, "2", "0x7", "--distance", "1")
+    assert out == [{"query": 2, "matches": [{"key": 2, "fingerprint": 3, "distance": 1}]},
+                   {"query": 7, "matches": [{"key": 3, "fingerprint": 7, "distance": 0},
+                                            {"key": 2, "fingerprint": 3, "distance": 1}]}]
+    assert run(capsys, "get", db, "5")[1] == [{"key": 5, "fingerprint": 1 << 40, "meta": None}]
+    assert run(capsys, "delete", db, "1", "2", "99")[1] == [{"deleted": 2, "requested": 3}]
+    code, _, err = run(capsys, "get", db, "1")
+    assert code == 1 and "no document with key '1'" in err
+    assert run(capsys, "stats", db)[1][0]["count"] == 2
+    assert run(capsys, "check", db)[1] == [{"problems": []}]
+
+
+def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
+    db = tmp_path / "x.db"
+    code, out, _ = run(capsys, "import", db, "--format", "hex", "--key-prefix", "h",
+                       stdin="ff\n0x10\n", monkeypatch=monkeypatch)
+    assert code == 0
+    assert [r["key"] for r in run(capsys, "export", db)[1]] == ["h1", "h2"]
+    assert run(capsys, "get", db, "h2")[1][0]["fingerprint"] == 16
+
+
+def test_export_then_import_round_trips_keys_and_meta(tmp_path, capsys):
+    with simhashdb.DB(str(tmp_path / "src.db")) as db:
+        db.insert_many([("s", 1, {"url": "https://a", "n": [1, 2]}), (b"\x00bin", 2, b"\xff"),
+                        (-7, 2**64 - 1, None)])
+    code, _, _ = run(capsys, "export", tmp_path / "src.db")
+    dump = tmp_path / "dump.jsonl"
+    cli.main(["export", str(tmp_path / "src.db")])
+    dump.write_text(capsys.readouterr().out)
+    assert run(capsys, "import", tmp_path / "dst.db", dump)[0] == 0
+    with simhashdb.DB(str(tmp_path / "src.db")) as a, simhashdb.DB(str(tmp_path / "dst.db")) as b:
+        assert list(a) == list(b)
+
+
+def test_directory_import_with_globs_query_text_and_clusters(tmp_path, capsys, corpus):
+    db = tmp_path / "c.db"
+    code, out, _ = run(capsys, "import", db, corpus, "--include", "*.txt")
+    assert code == 0 and out[-1]["imported"] == 3
+    code, out, _ = run(capsys, "query", db, "--text", corpus / "a.txt")
+    keys = [m["key"] for m in out[0]["matches"]]
+    assert keys[0] == str(corpus / "a.txt") and str(corpus / "sub" / "a_copy.txt") in keys
+    assert str(corpus / "b.txt") not in keys
+    assert run(capsys, "clusters", db)[1] == [[str(corpus / "a.txt"),
+                                               str(corpus / "sub" / "a_copy.txt")]]
+    pairs = run(capsys, "find-all", db)[1]
+    assert [p[:2] for p in pairs] == [[str(corpus / "a.txt"), str(corpus / "sub" / "a_copy.txt")]]
+
+
+def test_if_new_skips_near_duplicates_also_within_the_input(tmp_path, capsys, corpus):
+    db = tmp_path / "n.db"
+    code, out, _ = run(capsys, "import", db, corpus, "--exclude", "*.log", "--if-new")
+    skipped = [o for o in out if "skipped" in o]
+    assert code == 0 and len(skipped) == 1 and out[-1]["near_duplicates"] == 1
+    assert skipped[0]["skipped"] == str(corpus / "sub" / "a_copy.txt")
+    assert skipped[0]["matches"][0]["key"] == str(corpus / "a.txt")
+    assert run(capsys, "stats", db)[1][0]["count"] == 2
+
+
+@pytest.mark.parametrize("fmt,lines,message", [
+    ("dec", "1\n2\nnot-a-number\n4\n", ":3: line 'not-a-number' is not a decimal"),
+    ("dec", "1\n2\n18446744073709551616\n", ":3: expected a fingerprint in [0, 2**64)"),
+    ("hex", "ff\nxyz\n", ":2: line 'xyz' is not a hex"),
+    ("jsonl", '{"key": "a", "fingerprint": 1}\n{"key": "b", \n', ":2: not JSON"),
+    ("jsonl", '{"key": "a", "fingerprint": 1}\n{"fingerprint": 2}\n', ':2: expected an object'),
+    ("jsonl", '{"key": "a", "fingerprint": 1}\n{"key": 1.5, "fingerprint": 2}\n',
+     ":2: keys must be str, bytes or int"),
+    ("jsonl", '{"key": "a", "fingerprint": -1}\n', ":1: expected a fingerprint in"),
+    ("jsonl", '{"key": "a"}\n', ':1: expected "fingerprint"'),
+])
+def test_bad_lines_stop_the_import_and_leave_the_batch_unwritten(tmp_path, capsys, fmt, lines,
+                                                                  message):
+    db = tmp_path / "bad.db"
+    data = tmp_path / "in.txt"
+    data.write_text(lines)
+    with simhashdb.DB(str(db)) as d:
+        d.insert("existing", 99)
+    code, out, err = run(capsys, "import", db, data, "--format", fmt, "--batch-size", "2")
+    assert code == 1 and out == []
+    assert err.startswith("simhashdb-cli: error: %s" % data) and message in err
+    assert "nothing of that batch was written" in err
+    imported = int(re.search(r"\((\d+) records were imported", err).group(1))
+    with simhashdb.DB(str(db)) as d:
+        assert len(d) == 1 + imported and d.check() == []
+    code, out, _ = run(capsys, "import", db, data, "--format", fmt, "--skip-invalid")
+    assert code == 0 and out[-1]["invalid"] >= 1
+
+
+def test_unreadable_text_file_and_bad_stdin_format(tmp_path, capsys, monkeypatch):
+    code, _, err = run(capsys, "import", tmp_path / "t.db", tmp_path / "missing.txt",
+                       "--format", "text")
+    assert code == 1 and "cannot read" in err and "missing.txt" in err
+    code, _, err = run(capsys, "import", tmp_path / "t.db", stdin="hello world\n",
+                       monkeypatch=monkeypatch)
+    assert code == 1 and "--format" in err
+
+
+def test_errors_exit_codes_and_debug(tmp_path, capsys):
+    assert run(capsys, "stats", tmp_path / "none.db")[0] == 1
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["query"])
+    assert usage.value.code == 2
+    with pytest.raises(cli.CliError):
+        cli.main(["--debug", "stats", str(tmp_path / "none.db")])
+    with simhashdb.DB(str(tmp_path / "d.db"), distance=2):
+        pass
+    code, _, err = run(capsys, "import", tmp_path / "d.db", "--distance", "3")
+    assert code == 1 and "distance=2" in err and "Traceback" not in err
+
+
+def test_fingerprint_command(tmp_path, capsys, corpus):
+    code, out, _ = run(capsys, "fingerprint", corpus / "a.txt")
+    assert out == [{"path": str(corpus / "a.txt"),
+                    "fingerprint": simhashdb.fingerprint((corpus / "a.txt").read_bytes()),
+                    "hex": "%016x" % simhashdb.fingerprint((corpus / "a.txt").read_bytes())}]
+
+
+def test_pipeline_in_subprocesses_matches_the_library(tmp_path, corpus):
+    """fingerprint | import, query --text, find-all as the reference binary, export | import."""
+    exe = [sys.executable, "-m", "simhashdb"]
+    db, copy = str(tmp_path / "p.db"), str(tmp_path / "copy.db")
+    subprocess.run(exe + ["import", db, str(corpus), "--include", "*.txt"], check=True,
+                   capture_output=True)
+    out = subprocess.run(exe + ["query", db, "--text", str(corpus / "a.txt")], check=True,
+                         capture_output=True, text=True).stdout
+    assert json.loads(out)["matches"][0]["distance"] == 0
+    fps = subprocess.run(exe + ["fingerprint", "--format", "dec"] +
+                         [str(p) for p in sorted(corpus.rglob("*.txt"))],
+                         check=True, capture_output=True, text=True).stdout
+    hashes = tmp_path / "hashes.txt"
+    hashes.write_text(fps + "5\n4\n1\n")
+    result = tmp_path / "pairs.txt"
+    subprocess.run(exe + ["find-all", "--input", str(hashes), "--output", str(result),
+                          "--blocks", "6", "--distance", "3"], check=True)
+    values = [int(v) for v in hashes.read_text().split()]
+    assert [tuple(json.loads(line)) for line in result.read_text().splitlines()] == \
+        [(a, b) for a, b in simhashdb.find_all(values, 6, 3) if a != b]  # as the reference
+    clusters = subprocess.run(exe + ["clusters", "--input", str(hashes), "--blocks", "6"],
+                              check=True, capture_output=True, text=True).stdout
+    assert [json.loads(line) for line in clusters.splitlines()] == \
+        simhashdb.find_clusters(values, 6, 3)
+    dump = subprocess.run(exe + ["export", db], check=True, capture_output=True).stdout
+    subprocess.run(exe + ["import", copy, "--format", "jsonl"], input=dump, check=True,
+                   capture_output=True)
+    assert subprocess.run(exe + ["export", copy], check=True, capture_output=True).stdout == dump

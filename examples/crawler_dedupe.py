@@ -61,7 +61,7 @@ def main():
     parser.add_argument("--distance", type=int, default=3)
     args = parser.parse_args()
     path = args.db or tempfile.mkdtemp(prefix="crawl-") + "/crawl.db"
-    with simhashdb.DB(path, distance=args.distance) as db:
+    with simhashdb.DB(path, distance=args.distance, recipe=simhashdb.RECIPE) as db:
         crawl(db, args.limit, args.distance)
         print("%s holds %d documents" % (path, len(db)))
 

@@ -59,7 +59,7 @@ def main():
     root.mkdir()
     for i in range(args.files):
         (root / ("doc-%04d.txt" % i)).write_text(" ".join(rng.sample(texts, 3)))
-    with simhashdb.DB(str(workdir / "corpus.db"), distance=3) as db:
+    with simhashdb.DB(str(workdir / "corpus.db"), distance=3, recipe=simhashdb.RECIPE) as db:
         for round_number in range(args.rounds):
             if round_number:
                 change(root, rng, texts, round_number)

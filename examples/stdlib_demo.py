@@ -20,7 +20,7 @@ def stdlib_files():
 
 def main():
     root, paths = stdlib_files()
-    with simhashdb.DB(DB_PATH, distance=3) as db:
+    with simhashdb.DB(DB_PATH, distance=3, recipe=simhashdb.RECIPE) as db:
         if len(db):
             print("%s already holds %d documents (stored by an earlier run)" % (DB_PATH, len(db)))
         else:

@@ -4,7 +4,8 @@ permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
 
 from array import array
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.string cimport memset
 
@@ -108,20 +109,29 @@ def fast_hash(const unsigned char[::1] data):
     return hash_bytes(&data[0], data.shape[0])
 
 
-cdef uint64_t simhash_of(const uint64_t* hashes, Py_ssize_t n) nogil:
-    cdef int64_t ones[64]
-    cdef Py_ssize_t i
+cdef inline void count_ones(int64_t* ones, uint64_t x) noexcept nogil:
     cdef int j
-    cdef uint64_t x, result = 0
-    memset(ones, 0, sizeof(ones))
-    for i in range(n):
-        x = hashes[i]
-        for j in range(64):
-            ones[j] += (x >> j) & 1
+    for j in range(64):
+        ones[j] += (x >> j) & 1
+
+
+cdef inline uint64_t majority(const int64_t* ones, Py_ssize_t n) noexcept nogil:
+    """Bit j is 1 where more than half of ``n`` hashes have it (a tie gives 0)."""
+    cdef uint64_t result = 0
+    cdef int j
     for j in range(64):
         if 2 * ones[j] > n:
             result |= (<uint64_t>1) << j
     return result
+
+
+cdef uint64_t simhash_of(const uint64_t* hashes, Py_ssize_t n) noexcept nogil:
+    cdef int64_t ones[64]
+    cdef Py_ssize_t i
+    memset(ones, 0, sizeof(ones))
+    for i in range(n):
+        count_ones(ones, hashes[i])
+    return majority(ones, n)
 
 
 def compute(hashes):
@@ -200,40 +210,201 @@ def num_differing_bits_many(hashes, other):
     return out
 
 
-def fingerprint_tokens(list tokens, Py_ssize_t window):
-    """Simhash of the shingles of ``window`` consecutive tokens (bytes), each
-    shingle hashed by combining the tokens' ``fast_hash``. Fewer tokens than
-    ``window`` make one shingle; no token gives 0."""
-    cdef Py_ssize_t n = len(tokens), i, j, count
-    cdef uint64_t h
+cdef uint64_t SPREAD[256]   # bit i of a byte -> byte i of a word
+
+
+cdef void init_spread() noexcept nogil:
+    cdef int b, i
+    for b in range(256):
+        SPREAD[b] = 0
+        for i in range(8):
+            if (b >> i) & 1:
+                SPREAD[b] |= (<uint64_t>1) << (8 * i)
+
+
+init_spread()
+
+
+cdef uint64_t shingle_simhash(const uint64_t* token_hashes, Py_ssize_t n,
+                             Py_ssize_t window) noexcept nogil:
+    """Simhash of every run of ``window`` consecutive token hashes (each run
+    hashed by combining them in order); fewer tokens than ``window`` make one
+    run; no token gives 0. Bits are counted eight at a time in byte lanes,
+    flushed before a lane can overflow."""
     cdef int64_t ones[64]
-    cdef uint64_t result = 0
-    cdef int b
-    cdef bytes tok
+    cdef uint64_t lanes[8]
+    cdef Py_ssize_t i, j, count, pending = 0
+    cdef uint64_t h
+    cdef int b, bit
     if n == 0:
         return 0
+    if window > n:
+        window = n
+    count = n - window + 1
+    memset(ones, 0, sizeof(ones))
+    memset(lanes, 0, sizeof(lanes))
+    for i in range(count):
+        h = 0
+        for j in range(window):
+            h = rotl(h, 23) ^ token_hashes[i + j]
+            h *= 0x9E3779B97F4A7C15ULL
+        h = fmix64(h)
+        for b in range(8):
+            lanes[b] += SPREAD[(h >> (8 * b)) & 0xFF]
+        pending += 1
+        if pending == 255 or i == count - 1:
+            for b in range(8):
+                for bit in range(8):
+                    ones[8 * b + bit] += (lanes[b] >> (8 * bit)) & 0xFF
+                lanes[b] = 0
+            pending = 0
+    return majority(ones, count)
+
+
+def fingerprint_tokens(list tokens, Py_ssize_t window):
+    """Simhash of the shingles of ``window`` consecutive tokens (bytes), from
+    the tokens' ``fast_hash`` (see shingle_simhash)."""
+    cdef Py_ssize_t n = len(tokens), i
+    cdef bytes tok
     token_hashes = array("Q", [0]) * n
     cdef uint64_t[::1] th = token_hashes
     for i in range(n):
         tok = tokens[i]
         th[i] = hash_bytes(<const uint8_t*><char*>tok, len(tok))
-    if window > n:
-        window = n
-    count = n - window + 1
-    memset(ones, 0, sizeof(ones))
+    if n == 0:
+        return 0
     with nogil:
-        for i in range(count):
-            h = 0
-            for j in range(window):
-                h = rotl(h, 23) ^ th[i + j]
-                h *= 0x9E3779B97F4A7C15ULL
-            h = fmix64(h)
-            for b in range(64):
-                ones[b] += (h >> b) & 1
-        for b in range(64):
-            if 2 * ones[b] > count:
-                result |= (<uint64_t>1) << b
+        result = shingle_simhash(&th[0], n, window)
     return result
+
+
+# The native tokenizer over UTF-8: runs of word characters are tokens, and
+# each CJK character is a token of its own.
+
+cdef enum:
+    SEPARATOR = 0
+    WORD = 1
+    CJK = 2
+
+
+cdef inline int char_class(uint32_t cp) noexcept nogil:
+    if cp < 0x80:
+        return WORD if (cp - 48 < 10 or cp - 97 < 26 or cp - 65 < 26) else SEPARATOR
+    if ((0x3040 <= cp <= 0x30FF) or (0x3400 <= cp <= 0x4DBF) or (0x4E00 <= cp <= 0x9FFF)
+            or (0xF900 <= cp <= 0xFAFF) or (0x1100 <= cp <= 0x11FF)
+            or (0x3130 <= cp <= 0x318F) or (0xAC00 <= cp <= 0xD7AF)):
+        return CJK
+    if (cp <= 0xBF or cp == 0xD7 or cp == 0xF7 or (0x2000 <= cp <= 0x2BFF)
+            or (0x3000 <= cp <= 0x303F) or (0xFE10 <= cp <= 0xFE6F)
+            or (0xFF00 <= cp <= 0xFF0F) or (0x1F000 <= cp <= 0x1FAFF)):
+        return SEPARATOR  # punctuation, symbols, spaces, emoji
+    return WORD
+
+
+cdef inline Py_ssize_t decode_utf8(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                                   uint32_t* cp) noexcept nogil:
+    """Decode the code point at ``p[i]`` into ``cp``; return its length in bytes."""
+    cdef uint8_t b = p[i]
+    if b < 0x80 or i + 1 >= n:
+        cp[0] = b
+        return 1
+    if b < 0xE0:
+        cp[0] = ((b & 0x1F) << 6) | (p[i + 1] & 0x3F)
+        return 2
+    if b < 0xF0 or i + 3 >= n:
+        cp[0] = ((b & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6) | (p[i + 2] & 0x3F) \
+            if i + 2 < n else b
+        return 3 if i + 2 < n else 1
+    cp[0] = (((b & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12) | ((p[i + 2] & 0x3F) << 6)
+             | (p[i + 3] & 0x3F))
+    return 4
+
+
+cdef inline bint is_space(uint32_t cp) noexcept nogil:
+    return ((9 <= cp <= 13) or cp == 32 or cp == 0x85 or cp == 0xA0 or cp == 0x1680
+            or (0x2000 <= cp <= 0x200A) or cp == 0x2028 or cp == 0x2029 or cp == 0x202F
+            or cp == 0x205F or cp == 0x3000)
+
+
+cdef inline Py_ssize_t next_token(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                                  Py_ssize_t* start, bint chars) noexcept nogil:
+    """Find the token at or after ``p[i]``: set ``start``, return its end (or -1).
+    With ``chars``, each code point but white space is a token."""
+    cdef uint32_t cp
+    cdef Py_ssize_t length
+    cdef int kind
+    while i < n:
+        length = decode_utf8(p, n, i, &cp)
+        if chars:
+            if not is_space(cp):
+                start[0] = i
+                return i + length
+            i += length
+            continue
+        kind = char_class(cp)
+        if kind == CJK:
+            start[0] = i
+            return i + length
+        if kind == WORD:
+            start[0] = i
+            i += length
+            while i < n:
+                length = decode_utf8(p, n, i, &cp)
+                if char_class(cp) != WORD:
+                    break
+                i += length
+            return i
+        i += length
+    return -1
+
+
+def tokens_utf8(const unsigned char[::1] text, bint chars=False):
+    """The tokens of UTF-8 ``text`` as str: words and single CJK characters, or
+    with ``chars`` every character but white space."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end
+    out = []
+    if n == 0:
+        return out
+    while True:
+        end = next_token(&text[0], n, i, &start, chars)
+        if end < 0:
+            return out
+        out.append(bytes(text[start:end]).decode("utf-8", "surrogatepass"))
+        i = end
+
+
+def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint chars=False):
+    """``fingerprint_tokens`` of the native tokens of UTF-8 ``text`` (see
+    ``tokens_utf8``), with no Python object per token."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
+    cdef uint64_t* hashes
+    cdef uint64_t* grown
+    cdef uint64_t result
+    if n == 0:
+        return 0
+    hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
+    if hashes == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            while True:
+                end = next_token(&text[0], n, i, &start, chars)
+                if end < 0:
+                    break
+                if count == capacity:
+                    capacity *= 2
+                    grown = <uint64_t*>realloc(hashes, capacity * sizeof(uint64_t))
+                    if grown == NULL:
+                        with gil:
+                            raise MemoryError()
+                    hashes = grown
+                hashes[count] = hash_bytes(&text[start], end - start)
+                count += 1
+                i = end
+            result = shingle_simhash(hashes, count, window)
+        return result
+    finally:
+        free(hashes)
 
 
 def halo_add(long long[::1] columns, const unsigned char[::1] digest):

@@ -6,8 +6,7 @@
 # order) whose leading blocks it shares, so it is reported once, with no set
 # of pairs to deduplicate.
 
-from libc.stdint cimport uint32_t
-from libc.stdlib cimport free, malloc, qsort, realloc
+from libc.stdlib cimport qsort
 from libc.string cimport memcpy
 
 cdef struct PairBuffer:

@@ -26,9 +26,19 @@ from .errors import (
     SimhashDBError,
 )
 from .matching import find_all, find_all_indices, find_clusters
-from .fingerprint import fingerprint, normalize, shingle, tokenize, unsigned_hash
+from .fingerprint import (
+    RECIPE,
+    fingerprint,
+    fingerprint_many,
+    html_to_text,
+    normalize,
+    shingle,
+    tokenize,
+    unsigned_hash,
+)
 
 __all__ = [
+    "RECIPE",
     "DB",
     "DatabaseBusyError",
     "DatabaseError",
@@ -50,6 +60,8 @@ __all__ = [
     "find_all_indices",
     "find_clusters",
     "fingerprint",
+    "fingerprint_many",
+    "html_to_text",
     "normalize",
     "num_differing_bits",
     "num_differing_bits_many",

@@ -38,7 +38,12 @@ def cmd_init(args):
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0}
-    with _open(args.path, args) as db, _progress(args, "import", unit="B") as bar:
+    fingerprints_text = args.format == "text" or any(
+        f != "-" and (os.path.isdir(f) or (args.format is None and _detect_format(f) == "text"))
+        for f in args.files)
+    recipe = simhashdb.RECIPE if fingerprints_text else None
+    with _open(args.path, args, recipe=recipe) as db, \
+            _progress(args, "import", unit="B") as bar:
         batch, where = [], []
 
         def flush():
@@ -60,6 +65,10 @@ def cmd_import(args):
             try:
                 if isinstance(record, Exception):
                     raise record
+                if isinstance(record, _TextRecord) and db.recipe not in (None, simhashdb.RECIPE):
+                    raise CliError("this database holds fingerprints made with %r; text "
+                                   "fingerprinted with %r cannot go in it"
+                                   % (db.recipe, simhashdb.RECIPE))
                 simhashdb.check_record(record)
             except (CliError, simhashdb.SimhashDBError) as exc:
                 if not args.skip_invalid:
@@ -78,7 +87,8 @@ def cmd_import(args):
 
 def cmd_query(args):
     """Print the stored documents near each fingerprint (arguments, stdin, or --text files)."""
-    with _open(args.path, args, readonly=True) as db:
+    with _open(args.path, args, readonly=True,
+               recipe=simhashdb.RECIPE if args.text else None) as db:
         if args.text:
             probes = [(path, simhashdb.fingerprint(_read_file(path))) for path in args.text]
         else:
@@ -228,10 +238,14 @@ def _json_record(line):
         value = obj["fingerprint"]
         fp = _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
     elif isinstance(obj.get("text"), str):
-        fp = simhashdb.fingerprint(obj["text"])
+        return _TextRecord((obj["key"], simhashdb.fingerprint(obj["text"]), obj.get("meta")))
     else:
         raise CliError('expected "fingerprint" (an int) or "text" (a string)')
     return obj["key"], fp, obj.get("meta")
+
+
+class _TextRecord(tuple):
+    """A record whose fingerprint this command made from text."""
 
 
 def _text_record(path, args, bar):
@@ -371,10 +385,10 @@ def _record_json(record):
 # Plumbing
 
 
-def _open(path, args, readonly=False):
+def _open(path, args, readonly=False, recipe=None):
     if readonly and not os.path.isdir(path):
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
-    options = {}
+    options = {"recipe": recipe}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)

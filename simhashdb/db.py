@@ -48,21 +48,27 @@ class DB:
     :param bool readonly: open without write access (default: False).
     :param int expected_size: documents you expect, to choose ``blocks``
         (default: 10,000,000).
-    :raises ParameterMismatchError: explicit parameters differ from the stored ones.
+    :param str recipe: the name of the recipe that made the fingerprints, e.g.
+        ``simhashdb.RECIPE`` for :func:`fingerprint`'s defaults; stored, and
+        checked on every later open that names one, so that fingerprints of
+        different recipes are never mixed (default: None, unnamed).
+    :raises ParameterMismatchError: explicit parameters (or recipe) differ from
+        the stored ones.
     :raises FormatVersionError: the database was written by a newer simhashdb.
     :raises DatabaseError: the path is a file, or is not a simhashdb database.
     """
 
-    def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None):
+    def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None,
+                 recipe=None):
         self._store = Store(path, readonly=readonly)
         try:
-            self._layout = self._open_layout(distance, blocks, expected_size)
+            self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
         except BaseException:
             self._store.close()
             raise
         self.path = self._store.path
 
-    def _open_layout(self, distance, blocks, expected_size):
+    def _open_params(self, distance, blocks, expected_size, recipe):
         with self._store.snapshot() as snap:
             raw = snap.get(META, b"params")
         if raw is None:
@@ -75,7 +81,7 @@ class DB:
             layout = Layout(m, k)
             self._store.open_tables(layout.tables)
             params = msgpack.packb({"format": FORMAT_VERSION, "distance": k, "blocks": m,
-                                    "widths": layout.widths})
+                                    "widths": layout.widths, "recipe": recipe})
 
             def store_params(w):  # unless a concurrent creator stored its own first
                 existing = w.get(META, b"params")
@@ -96,7 +102,17 @@ class DB:
                     % (self._store.path, name, params[name], given, name, name, params[name]))
         layout = Layout(params["blocks"], params["distance"])
         self._store.open_tables(layout.tables)
-        return layout
+        stored = params.get("recipe")
+        if recipe is not None and recipe != stored:
+            if stored is not None or self._store.readonly or len(self):
+                raise ParameterMismatchError(
+                    "%s holds fingerprints made %s, not with %r: fingerprints of different "
+                    "recipes cannot be compared; use another database"
+                    % (self._store.path, "with %r" % stored if stored else "by an unnamed "
+                       "recipe", recipe))
+            params["recipe"] = stored = recipe  # an empty database takes the recipe
+            self._store.write(lambda w: w.put(META, b"params", msgpack.packb(params)))
+        return layout, stored
 
     @property
     def distance(self):
@@ -278,6 +294,7 @@ class DB:
             "block_widths": list(self._layout.widths),
             "tables": tables,
             "format": FORMAT_VERSION,
+            "recipe": self.recipe,
             "disk_bytes": disk,
             "bytes_per_fingerprint_per_table": disk / (distinct * tables) if distinct else 0.0,
             "map_size": self._store.env.info()["map_size"],

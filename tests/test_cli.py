@@ -26,7 +26,8 @@ def corpus(tmp_path):
     text = " ".join(words[i % 10] + str(i % 37) for i in range(600))
     (root / "a.txt").write_text(text)
     (root / "sub" / "a_copy.txt").write_text(text.replace("alpha0", "omega0", 1))
-    (root / "b.txt").write_text(" ".join(reversed(text.split())) + " extra words here")
+    other = ["red", "green", "blue", "cyan", "magenta", "yellow", "black", "white"]
+    (root / "b.txt").write_text(" ".join(other[i % 8] + str(i % 23) for i in range(500)))
     (root / "skip.log").write_text("not imported")
     return root
 

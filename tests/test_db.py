@@ -352,3 +352,24 @@ def test_find_all_reads_one_snapshot_and_blocks_no_writer(db):
     db.insert("d", 1)  # a write while the iteration holds its snapshot
     assert [first] + list(pairs) == [("a", "b", 1)]
     assert ("a", "d", 0) in list(db.find_all())
+
+
+def test_recipes_are_stored_and_never_mixed(tmp_path):
+    path = str(tmp_path / "r.db")
+    with DB(path, recipe="recipe-a") as db:
+        db.insert("x", 1)
+        assert db.recipe == "recipe-a" and db.stats()["recipe"] == "recipe-a"
+    with DB(path) as db:
+        assert db.recipe == "recipe-a"
+    with pytest.raises(ParameterMismatchError, match="recipe-a"):
+        DB(path, recipe="recipe-b")
+    empty = str(tmp_path / "empty.db")
+    with DB(empty):
+        pass
+    with DB(empty, recipe="recipe-b") as db:  # an empty database takes a recipe
+        assert db.recipe == "recipe-b"
+    unnamed = str(tmp_path / "unnamed.db")
+    with DB(unnamed) as db:
+        db.insert("x", 1)
+    with pytest.raises(ParameterMismatchError, match="unnamed recipe"):
+        DB(unnamed, recipe=simhashdb.RECIPE)

@@ -128,7 +128,8 @@ def test_fingerprint_with_md5_reproduces_the_seed_000_recipe():
     tokens = text.split()
     expected = simhash_py.compute(
         [simhash_py.unsigned_hash(" ".join(s).encode()) for s in simhash_py.shingle(tokens, 4)])
-    assert simhashdb.fingerprint(text, hasher=simhashdb.unsigned_hash) == expected
+    assert simhashdb.fingerprint(text, unit="words", window=4,
+                                 hasher=simhashdb.unsigned_hash) == expected
 
 
 @given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=200))
@@ -139,30 +140,67 @@ def test_fingerprint_is_deterministic_and_str_equals_utf8_bytes(text):
     assert simhashdb.fingerprint(text.encode("utf-8")) == fp
 
 
-def test_fingerprint_normalises_case_width_and_punctuation():
-    assert simhashdb.fingerprint("Hello, World!  Again") == simhashdb.fingerprint("hello world again")
+def test_fingerprint_normalises_case_width_and_space():
+    assert simhashdb.fingerprint("Hello,  World!\n") == simhashdb.fingerprint("hello, world!")
     assert simhashdb.fingerprint("ＨＥＬＬＯ world") == simhashdb.fingerprint("hello world")
-    assert simhashdb.fingerprint("") == 0
-    assert simhashdb.fingerprint("...") == 0
+    assert simhashdb.fingerprint("Hello, World!", unit="words") == \
+        simhashdb.fingerprint("hello world", unit="words")
+    assert simhashdb.fingerprint("") == 0 and simhashdb.fingerprint(" \t\n") == 0
+    assert simhashdb.fingerprint("...", unit="words") == 0
+
+
+def test_normalize():
+    assert simhashdb.normalize("Straße ＡＢＣ ﬁ") == "strasse abc fi"
+    assert simhashdb.normalize(b"caf\xc3\xa9 \xff") == "café \ufffd"
 
 
 def test_tokenize_splits_cjk_into_characters_and_keeps_words():
     assert simhashdb.tokenize("你好world 123 カタカナ 한국") == [
         "你", "好", "world", "123", "カ", "タ", "カ", "ナ", "한", "국"]
+    assert simhashdb.tokenize("naïve—café, x_y «ok» 3.14 🙂 ok") == [
+        "naïve", "café", "x", "y", "ok", "3", "14", "ok"]
+    assert simhashdb.tokenize("a b,c", unit="chars") == ["a", "b", ",", "c"]
 
 
-def _words(n, seed):
+@given(st.text(max_size=80))
+def test_native_tokens_match_a_python_reading_of_the_rules(text):
+    chars = [c for c in text if not c.isspace() or c in "\x1c\x1d\x1e\x1f"]
+    assert simhashdb.tokenize(text, unit="chars") == chars
+
+
+def test_html_is_stripped_of_markup_scripts_and_styles():
+    page = ("<html><head><style>p {color: red}</style><script>var x = 1;</script>"
+            "<title>Title</title></head><body><p>Fish &amp; chips</p><!-- note -->"
+            "<div>more<br>text</div></body></html>")
+    assert simhashdb.html_to_text(page).split() == ["Title", "Fish", "&", "chips", "more", "text"]
+    assert simhashdb.fingerprint(page, html=True) == \
+        simhashdb.fingerprint("Title Fish & chips more text")
+    assert simhashdb.fingerprint(page.encode(), html=True) == simhashdb.fingerprint(page, html=True)
+
+
+def test_fingerprint_many_and_the_native_path_agree_with_explicit_tokens():
+    texts = ["one two three four", "我们毎日新しい文書", ""]
+    assert simhashdb.fingerprint_many(texts) == [simhashdb.fingerprint(t) for t in texts]
+    for t in texts:
+        norm = simhashdb.normalize(t)
+        assert simhashdb.fingerprint(t) == simhashdb.fingerprint(
+            t, tokenizer=lambda x: simhashdb.tokenize(x, unit="chars"))
+        assert simhashdb.fingerprint(t, unit="words", window=2) == simhashdb.fingerprint(
+            t, window=2, tokenizer=simhashdb.tokenize)
+        assert norm == simhashdb.normalize(norm)
+
+
+def _words(n, seed, vocabulary):
     import random
     rng = random.Random(seed)
-    return [rng.choice(["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
-            + str(rng.randrange(50)) for _ in range(n)]
+    return [rng.choice(vocabulary) + str(rng.randrange(50)) for _ in range(n)]
 
 
 def test_fingerprint_keeps_near_duplicates_closer_than_unrelated_text():
-    doc = _words(400, 1)
+    doc = _words(400, 1, ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"])
     edited = list(doc)
     edited[100] = "changed"
-    other = _words(400, 2)
+    other = _words(400, 2, ["red", "green", "blue", "cyan", "magenta", "yellow", "black"])
     same = simhashdb.num_differing_bits(simhashdb.fingerprint(" ".join(doc)),
                                         simhashdb.fingerprint(" ".join(edited)))
     far = simhashdb.num_differing_bits(simhashdb.fingerprint(" ".join(doc)),
@@ -184,12 +222,14 @@ def test_fingerprint_steps_are_replaceable():
     constant = simhashdb.fingerprint(text, tokenizer=lambda t: ["x", "y"])
     assert constant == simhashdb.fingerprint("other words", tokenizer=lambda t: ["x", "y"])
     assert constant != simhashdb.fingerprint(text)
-    custom = simhashdb.fingerprint(text, window=2, hasher=lambda b: len(b))
+    custom = simhashdb.fingerprint(text, window=2, unit="words", hasher=lambda b: len(b))
     assert custom == simhashdb.compute(len(" ".join(p).encode()) for p in
                                        simhashdb.shingle(text.split(), 2))
 
 
 def test_fingerprint_rejects_bad_input():
+    with pytest.raises(InvalidArgumentError, match="unit"):
+        simhashdb.fingerprint("abc", unit="lines")
     with pytest.raises(InvalidArgumentError, match="str or bytes"):
         simhashdb.fingerprint(12)
     with pytest.raises(InvalidArgumentError, match="window"):

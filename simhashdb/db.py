@@ -368,8 +368,10 @@ class DB:
 
     def _insert_batch(self, w, encoded):
         """Store a batch; when every key is new, with one bulk put per sub-database."""
-        if not w.put_new(DOCS, [(key_bytes, value) for key_bytes, _, value in encoded]):
+        keys = {key_bytes for key_bytes, _, _ in encoded}
+        if len(keys) < len(encoded) or (w.count(DOCS) and any(w.has(DOCS, k) for k in keys)):
             return self._apply(w, encoded)  # upserts or repeated keys: the general path
+        w.put_many(DOCS, [(key_bytes, value) for key_bytes, _, value in encoded])
         w.put_many(FINGERPRINTS, [(_ext.pack_key(fp), key_bytes) for key_bytes, fp, _ in encoded])
         self._update_tables(w, {fp for _, fp, _ in encoded}, ())
 

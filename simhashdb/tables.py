@@ -414,24 +414,6 @@ class Writer(Snapshot):
         """Store ``key`` -> ``value`` (in the fingerprint index: add a duplicate)."""
         self._cursor(name).put(key, value)
 
-    def put_new(self, name, items):
-        """Store ``items`` only if none of their keys exists; True if stored.
-
-        Runs in a child transaction, so call it before any other operation
-        of this transaction.
-        """
-        child = self.store.env.begin(write=True, parent=self.txn)
-        try:
-            _, added = child.cursor(self.store._dbs[name]).putmulti(items, overwrite=False)
-        except BaseException:
-            child.abort()
-            raise
-        if added != len(items):
-            child.abort()
-            return False
-        child.commit()
-        return True
-
     def put_many(self, name, items):
         """Store (key, value) ``items`` (in a sorted-duplicates sub-database: add them)."""
         self._cursor(name).putmulti(items)

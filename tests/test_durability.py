@@ -170,6 +170,9 @@ def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
             t.start()
         for i in range(1, 8):
             db.insert_many(batch_records(i))
+            db.insert_many(batch_records(i)[:100])  # upserts take the general path
+            db.delete_many(["b%d-%d" % (i, j) for j in range(100, 110)])
+            db.insert_many(batch_records(i)[100:110])
         done.set()
         for t in threads:
             t.join()

@@ -90,7 +90,8 @@ def cmd_query(args):
     with _open(args.path, args, readonly=True,
                recipe=simhashdb.RECIPE if args.text else None) as db:
         if args.text:
-            probes = [(path, simhashdb.fingerprint(_read_file(path))) for path in args.text]
+            probes = [(path, simhashdb.fingerprint(_read_file(path), html=args.html))
+                      for path in args.text]
         else:
             values = args.fingerprints or _stdin_lines()
             probes = [(None, _parse_fingerprint(v, args.format, "argument")) for v in values]
@@ -176,7 +177,7 @@ def cmd_clusters(args):
 def cmd_fingerprint(args):
     """Print the fingerprint of each text file (or of stdin)."""
     for path in args.files or ["-"]:
-        fp = simhashdb.fingerprint(_read_file(path))
+        fp = simhashdb.fingerprint(_read_file(path), html=args.html)
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
@@ -199,7 +200,8 @@ def _records(args, bar):
             if given == "-":
                 data = sys.stdin.buffer.read()
                 bar.update(len(data))
-                yield "<stdin>", 1, (args.key_prefix or "-", simhashdb.fingerprint(data))
+                yield "<stdin>", 1, (args.key_prefix or "-",
+                                     simhashdb.fingerprint(data, html=args.html))
             else:
                 yield given, 1, _text_record(given, args, bar)
             continue
@@ -252,7 +254,7 @@ def _text_record(path, args, bar):
     data = _read_file(path)
     bar.update(len(data))
     key = path if args.key_prefix is None else args.key_prefix + path
-    return key, simhashdb.fingerprint(data)
+    return key, simhashdb.fingerprint(data, html=args.html)
 
 
 def _walk(root, include, exclude):
@@ -442,7 +444,8 @@ def build_parser():
 
     creation(command("init", "simhashdb-cli init crawl.db --distance 3"))
 
-    sub = command("import", "simhashdb-cli import crawl.db pages/ --include '*.html' --if-new")
+    sub = command("import",
+                  "simhashdb-cli import crawl.db pages/ --include '*.html' --html --if-new")
     creation(sub)
     sub.add_argument("files", nargs="*", metavar="FILE",
                      help="files or directories (default: stdin)")
@@ -460,6 +463,8 @@ def build_parser():
                           "the input; print the skipped ones")
     sub.add_argument("--skip-invalid", action="store_true",
                      help="skip malformed lines and report their count")
+    sub.add_argument("--html", action="store_true",
+                     help="text documents are HTML: fingerprint their text only")
 
     sub = command("query", "simhashdb-cli query crawl.db 0x1f2e3d4c5b6a7988 --distance 2")
     sub.add_argument("fingerprints", nargs="*", metavar="FP",
@@ -469,6 +474,7 @@ def build_parser():
     sub.add_argument("--format", choices=("dec", "hex"),
                      help="how fingerprints are written (default: decimal if all digits)")
     sub.add_argument("--distance", type=int, help="at most the database's distance")
+    sub.add_argument("--html", action="store_true", help="--text files are HTML")
 
     for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),
                           ("get", "simhashdb-cli get crawl.db https://example.com/a")):
@@ -503,6 +509,7 @@ def build_parser():
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE", help="text files (default: stdin)")
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
+    sub.add_argument("--html", action="store_true", help="the files are HTML")
     return parser
 
 

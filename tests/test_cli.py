@@ -192,3 +192,13 @@ def test_pipeline_in_subprocesses_matches_the_library(tmp_path, corpus):
     subprocess.run(exe + ["import", copy, "--format", "jsonl"], input=dump, check=True,
                    capture_output=True)
     assert subprocess.run(exe + ["export", copy], check=True, capture_output=True).stdout == dump
+
+
+def test_html_documents_are_fingerprinted_by_their_text(tmp_path, capsys):
+    page = tmp_path / "p.html"
+    page.write_text("<html><script>var a = 1;</script><p>Fish &amp; chips</p></html>")
+    code, out, _ = run(capsys, "fingerprint", "--html", page)
+    assert out[0]["fingerprint"] == simhashdb.fingerprint("Fish & chips")
+    db = tmp_path / "h.db"
+    assert run(capsys, "import", db, page, "--html")[0] == 0
+    assert run(capsys, "query", db, "--text", page, "--html")[1][0]["matches"][0]["distance"] == 0

@@ -8,7 +8,7 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`):
 2. tokenise: each character but white space is a token (``unit="chars"``);
    with ``unit="words"``, runs of letters and digits are words and each CJK
    character (Han, Hiragana, Katakana, Hangul) is a token of its own;
-3. shingle: every run of ``window`` (2) consecutive tokens is a feature, each
+3. shingle: every run of ``window`` (3) consecutive tokens is a feature, each
    occurrence counted; a text with fewer tokens than ``window`` is one feature;
 4. hash each feature to 64 bits (a fast native hash) and :func:`compute` the
    simhash. A text with no token gives 0.
@@ -25,10 +25,10 @@ import unicodedata
 from . import _ext
 from .errors import InvalidArgumentError
 
-DEFAULT_WINDOW = 2
+DEFAULT_WINDOW = 3
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
-RECIPE = "simhashdb-1/nfkc-casefold/chars/window-2/counts/fast-hash"
+RECIPE = "simhashdb-1/nfkc-casefold/chars/window-3/counts/fast-hash"
 
 
 def unsigned_hash(data):
@@ -106,7 +106,7 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
     """64-bit simhash fingerprint of a document (see the module docstring).
 
     :param text: the document, str or UTF-8 bytes.
-    :param int window: tokens per shingle (default: 2).
+    :param int window: tokens per shingle (default: 3).
     :param str unit: ``"chars"`` or ``"words"``, the native tokens (default: "chars").
     :param tokenizer: callable from normalised str to a list of str tokens,
         instead of ``unit`` (default: None).

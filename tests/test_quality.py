@@ -8,13 +8,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 
 import eval_quality  # noqa: E402
 
-DEFAULT = "simhashdb default (chars, n=2)"
+DEFAULT = "simhashdb default (chars, n=3)"
 
 
 def test_default_recipe_meets_its_recall_and_false_positive_figures():
     (row,) = eval_quality.run(**eval_quality.QUICK, only=[DEFAULT])
-    assert row["recall"][0.05][3] >= 0.85
-    assert row["recall"][0.01][3] >= 0.95
+    assert row["recall"][0.05][3] >= 0.70
+    assert row["recall"][0.01][3] >= 0.85
     assert row["fpr"][3] <= 1e-4
 
 

@@ -116,11 +116,11 @@ def negatives(docs, count, rng):
 
 def methods(peers_too=True):
     """name -> text-to-fingerprint function, ours first, then the peers found."""
-    out = {"simhashdb default (chars, n=2)": simhashdb.fingerprint}
+    out = {"simhashdb default (chars, n=3)": simhashdb.fingerprint}
     for n in (1, 2, 3, 4):
         out["simhashdb words n=%d" % n] = (
             lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="words"))
-    for n in (1, 3, 4):
+    for n in (1, 2, 4):
         out["simhashdb chars n=%d" % n] = (
             lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="chars"))
     if not peers_too:

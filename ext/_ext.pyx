@@ -225,56 +225,74 @@ cdef void init_spread() noexcept nogil:
 init_spread()
 
 
-cdef uint64_t shingle_simhash(const uint64_t* token_hashes, Py_ssize_t n,
-                             Py_ssize_t window) noexcept nogil:
-    """Simhash of every run of ``window`` consecutive token hashes (each run
-    hashed by combining them in order); fewer tokens than ``window`` make one
-    run; no token gives 0. Bits are counted eight at a time in byte lanes,
-    flushed before a lane can overflow."""
+cdef inline uint64_t shingle_hash(const uint64_t* token_hashes, Py_ssize_t length) noexcept nogil:
+    cdef uint64_t h = 0
+    cdef Py_ssize_t j
+    for j in range(length):
+        h = rotl(h, 23) ^ token_hashes[j]
+        h *= 0x9E3779B97F4A7C15ULL
+    return fmix64(h)
+
+
+cdef uint64_t shingle_simhash(const uint64_t* token_hashes, const uint8_t* cjk, Py_ssize_t n,
+                             Py_ssize_t window, Py_ssize_t cjk_window) noexcept nogil:
+    """Simhash of the shingles of the tokens: the ``window`` tokens from each
+    position (``cjk_window`` from a CJK character, where ``cjk`` flags them),
+    hashed by combining their hashes in order; a text too short for any
+    shingle is one shingle; no token gives 0. Bits are counted eight at a
+    time in byte lanes, flushed before a lane can overflow."""
     cdef int64_t ones[64]
     cdef uint64_t lanes[8]
-    cdef Py_ssize_t i, j, count, pending = 0
-    cdef uint64_t h
+    cdef Py_ssize_t i, width, count = 0
     cdef int b, bit
     if n == 0:
         return 0
-    if window > n:
-        window = n
-    count = n - window + 1
     memset(ones, 0, sizeof(ones))
     memset(lanes, 0, sizeof(lanes))
-    for i in range(count):
-        h = 0
-        for j in range(window):
-            h = rotl(h, 23) ^ token_hashes[i + j]
-            h *= 0x9E3779B97F4A7C15ULL
-        h = fmix64(h)
-        for b in range(8):
-            lanes[b] += SPREAD[(h >> (8 * b)) & 0xFF]
-        pending += 1
-        if pending == 255 or i == count - 1:
+    for i in range(n + 1):
+        if i < n:
+            width = cjk_window if (cjk != NULL and cjk[i]) else window
+            if i + width > n:
+                continue
+            add_to_lanes(lanes, shingle_hash(token_hashes + i, width))
+            count += 1
+        elif count == 0:
+            add_to_lanes(lanes, shingle_hash(token_hashes, n))
+            count = 1
+        if count % 255 == 0 or i == n:
             for b in range(8):
                 for bit in range(8):
                     ones[8 * b + bit] += (lanes[b] >> (8 * bit)) & 0xFF
                 lanes[b] = 0
-            pending = 0
     return majority(ones, count)
 
 
-def fingerprint_tokens(list tokens, Py_ssize_t window):
-    """Simhash of the shingles of ``window`` consecutive tokens (bytes), from
-    the tokens' ``fast_hash`` (see shingle_simhash)."""
+cdef inline void add_to_lanes(uint64_t* lanes, uint64_t h) noexcept nogil:
+    cdef int b
+    for b in range(8):
+        lanes[b] += SPREAD[(h >> (8 * b)) & 0xFF]
+
+
+def fingerprint_tokens(list tokens, Py_ssize_t window, Py_ssize_t cjk_window):
+    """Simhash of the shingles of tokens (UTF-8 bytes), from the tokens'
+    ``fast_hash`` (see shingle_simhash); a token that is one CJK character
+    starts a shingle of ``cjk_window`` tokens."""
     cdef Py_ssize_t n = len(tokens), i
     cdef bytes tok
+    cdef uint32_t cp
     token_hashes = array("Q", [0]) * n
+    flags = array("B", [0]) * n
     cdef uint64_t[::1] th = token_hashes
+    cdef uint8_t[::1] cjk = flags
     for i in range(n):
         tok = tokens[i]
         th[i] = hash_bytes(<const uint8_t*><char*>tok, len(tok))
+        if len(tok) and decode_utf8(<const uint8_t*><char*>tok, len(tok), 0, &cp) == len(tok):
+            cjk[i] = char_class(cp) == CJK
     if n == 0:
         return 0
     with nogil:
-        result = shingle_simhash(&th[0], n, window)
+        result = shingle_simhash(&th[0], &cjk[0], n, window, cjk_window)
     return result
 
 
@@ -373,19 +391,23 @@ def tokens_utf8(const unsigned char[::1] text, bint chars=False):
         i = end
 
 
-def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint chars=False):
+def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint chars,
+                     Py_ssize_t cjk_window):
     """``fingerprint_tokens`` of the native tokens of UTF-8 ``text`` (see
     ``tokens_utf8``), with no Python object per token."""
     cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
     cdef uint64_t* hashes
-    cdef uint64_t* grown
+    cdef uint8_t* cjk
+    cdef void* grown
     cdef uint64_t result
+    cdef uint32_t cp
     if n == 0:
         return 0
     hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
-    if hashes == NULL:
-        raise MemoryError()
+    cjk = <uint8_t*>malloc(capacity)
     try:
+        if hashes == NULL or cjk == NULL:
+            raise MemoryError()
         with nogil:
             while True:
                 end = next_token(&text[0], n, i, &start, chars)
@@ -393,18 +415,26 @@ def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint char
                     break
                 if count == capacity:
                     capacity *= 2
-                    grown = <uint64_t*>realloc(hashes, capacity * sizeof(uint64_t))
+                    grown = realloc(hashes, capacity * sizeof(uint64_t))
                     if grown == NULL:
                         with gil:
                             raise MemoryError()
-                    hashes = grown
+                    hashes = <uint64_t*>grown
+                    grown = realloc(cjk, capacity)
+                    if grown == NULL:
+                        with gil:
+                            raise MemoryError()
+                    cjk = <uint8_t*>grown
                 hashes[count] = hash_bytes(&text[start], end - start)
+                cjk[count] = (decode_utf8(&text[0], n, start, &cp) == end - start
+                              and char_class(cp) == CJK)
                 count += 1
                 i = end
-            result = shingle_simhash(hashes, count, window)
+            result = shingle_simhash(hashes, cjk, count, window, cjk_window)
         return result
     finally:
         free(hashes)
+        free(cjk)
 
 
 def halo_add(long long[::1] columns, const unsigned char[::1] digest):

@@ -8,8 +8,10 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`):
 2. tokenise: each character but white space is a token (``unit="chars"``);
    with ``unit="words"``, runs of letters and digits are words and each CJK
    character (Han, Hiragana, Katakana, Hangul) is a token of its own;
-3. shingle: every run of ``window`` (3) consecutive tokens is a feature, each
-   occurrence counted; a text with fewer tokens than ``window`` is one feature;
+3. shingle: the ``window`` (3) tokens from each position are a feature, each
+   occurrence counted, but from a CJK character only ``cjk_window`` (2):
+   CJK text repeats itself less, so shorter shingles keep near-duplicates
+   close; a text too short for any shingle is one feature;
 4. hash each feature to 64 bits (a fast native hash) and :func:`compute` the
    simhash. A text with no token gives 0.
 
@@ -26,9 +28,10 @@ from . import _ext
 from .errors import InvalidArgumentError
 
 DEFAULT_WINDOW = 3
+DEFAULT_CJK_WINDOW = 2
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
-RECIPE = "simhashdb-1/nfkc-casefold/chars/window-3/counts/fast-hash"
+RECIPE = "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"
 
 
 def unsigned_hash(data):
@@ -102,7 +105,7 @@ class _TextExtractor(html.parser.HTMLParser):
 
 
 def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, hasher=None,
-                html=False):
+                html=False, cjk_window=DEFAULT_CJK_WINDOW):
     """64-bit simhash fingerprint of a document (see the module docstring).
 
     :param text: the document, str or UTF-8 bytes.
@@ -114,18 +117,22 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
         tokens joined by one space (default: None, the native fast hash).
         ``unit="words", window=4, hasher=unsigned_hash`` is simhash-py's recipe.
     :param bool html: strip HTML markup, scripts and styles first (default: False).
+    :param int cjk_window: tokens per shingle that starts with a CJK
+        character (default: 2; None: as ``window``). Not used with ``hasher``.
     :raises InvalidArgumentError: for text that is neither str nor bytes, a
         window below 1 or an unknown unit.
     """
     window = _check_window(window)
+    cjk_window = window if cjk_window is None else _check_window(cjk_window)
     chars = _check_unit(unit) == "chars"
     normalized = normalize(html_to_text(text) if html else text)
     if tokenizer is None and hasher is None:
-        return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"), window, chars)
+        return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"), window, chars,
+                                     cjk_window)
     tokens = tokenizer(normalized) if tokenizer else tokenize(normalized, unit)
     if hasher is None:
         return _ext.fingerprint_tokens([t.encode("utf-8", "surrogatepass") for t in tokens],
-                                       window)
+                                       window, cjk_window)
     if 0 < len(tokens) < window:
         window = len(tokens)
     return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingle(tokens, window))

@@ -236,3 +236,16 @@ def test_fingerprint_rejects_bad_input():
         simhashdb.fingerprint("abc", window=0)
     with pytest.raises(InvalidArgumentError, match="bytes"):
         simhashdb.unsigned_hash("text")
+
+
+def test_cjk_characters_start_shorter_shingles():
+    latin = "the quick brown fox jumps over the lazy dog"
+    chinese = "近重复网页检测是搜索引擎爬虫系统中的重要问题"
+    assert simhashdb.fingerprint(latin) == simhashdb.fingerprint(latin, cjk_window=None)
+    assert simhashdb.fingerprint(chinese) != simhashdb.fingerprint(chinese, cjk_window=None)
+    assert simhashdb.fingerprint(chinese, cjk_window=3) == \
+        simhashdb.fingerprint(chinese, cjk_window=None)
+    # the shingles of a CJK run are its character pairs, as window=2 gives
+    assert simhashdb.fingerprint(chinese) == simhashdb.fingerprint(chinese, window=2)
+    with pytest.raises(InvalidArgumentError, match="window"):
+        simhashdb.fingerprint(chinese, cjk_window=0)

@@ -116,13 +116,14 @@ def negatives(docs, count, rng):
 
 def methods(peers_too=True):
     """name -> text-to-fingerprint function, ours first, then the peers found."""
-    out = {"simhashdb default (chars, n=3)": simhashdb.fingerprint}
+    out = {"simhashdb default (chars, n=3, CJK n=2)": simhashdb.fingerprint,
+           "simhashdb chars n=3 (CJK too)": lambda t: simhashdb.fingerprint(t, cjk_window=None)}
     for n in (1, 2, 3, 4):
         out["simhashdb words n=%d" % n] = (
-            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="words"))
+            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="words", cjk_window=None))
     for n in (1, 2, 4):
         out["simhashdb chars n=%d" % n] = (
-            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="chars"))
+            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="chars", cjk_window=None))
     if not peers_too:
         return out
     try:

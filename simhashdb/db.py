@@ -368,10 +368,12 @@ class DB:
 
     def _insert_batch(self, w, encoded):
         """Store a batch; when every key is new, with one bulk put per sub-database."""
-        keys = {key_bytes for key_bytes, _, _ in encoded}
-        if len(keys) < len(encoded) or (w.count(DOCS) and any(w.has(DOCS, k) for k in keys)):
+        docs = sorted((key_bytes, value) for key_bytes, _, value in encoded)
+        keys = [key_bytes for key_bytes, _ in docs]
+        repeated = any(a == b for a, b in zip(keys, keys[1:]))
+        if repeated or (w.count(DOCS) and w.has_any(DOCS, keys)):
             return self._apply(w, encoded)  # upserts or repeated keys: the general path
-        w.put_many(DOCS, [(key_bytes, value) for key_bytes, _, value in encoded])
+        w.put_many(DOCS, docs)
         w.put_many(FINGERPRINTS, [(_ext.pack_key(fp), key_bytes) for key_bytes, fp, _ in encoded])
         self._update_tables(w, {fp for _, fp, _ in encoded}, ())
 

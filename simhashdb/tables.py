@@ -393,6 +393,11 @@ class Snapshot:
         """Whether ``key`` is in sub-database ``name``."""
         return self._cursor(name).set_key(key)
 
+    def has_any(self, name, keys):
+        """Whether any of ``keys`` is in sub-database ``name`` (one call; sorted
+        keys are looked up fastest)."""
+        return bool(self._cursor(name).getmulti(keys))
+
     def scan(self, bounds):
         """Range-scan every table: for each (first, last) of ``bounds``, in table
         order, the 8-byte entries in [first, last] concatenated (b"" for none)."""

@@ -38,10 +38,8 @@ def cmd_init(args):
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0}
-    fingerprints_text = args.format == "text" or any(
-        f != "-" and (os.path.isdir(f) or (args.format is None and _detect_format(f) == "text"))
-        for f in args.files)
-    recipe = simhashdb.RECIPE if fingerprints_text else None
+    formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
+    recipe = simhashdb.RECIPE if "text" in formats.values() else None
     with _open(args.path, args, recipe=recipe) as db, \
             _progress(args, "import", unit="B") as bar:
         batch, where = [], []
@@ -61,7 +59,7 @@ def cmd_import(args):
             batch.clear()
             where.clear()
 
-        for source, line, record in _records(args, bar):
+        for source, line, record in _records(formats, args, bar):
             try:
                 if isinstance(record, Exception):
                     raise record
@@ -187,15 +185,21 @@ def cmd_fingerprint(args):
 # Reading input
 
 
-def _records(args, bar):
-    """Yield (source, line, record or the error in that line) from the inputs."""
-    inputs = args.files or ["-"]
-    for given in inputs:
+def _input_format(given, fmt):
+    """The format of an input: as given, "text" for a directory, else detected."""
+    if given != "-" and os.path.isdir(given):
+        return "text"
+    return fmt or _detect_format(given)
+
+
+def _records(formats, args, bar):
+    """Yield (source, line, record or the error in that line) from the inputs,
+    ``formats`` mapping each to its format."""
+    for given, fmt in formats.items():
         if given != "-" and os.path.isdir(given):
             for path in _walk(given, args.include, args.exclude):
                 yield path, 1, _text_record(path, args, bar)
             continue
-        fmt = args.format or _detect_format(given)
         if fmt == "text":
             if given == "-":
                 data = sys.stdin.buffer.read()
@@ -205,7 +209,7 @@ def _records(args, bar):
             else:
                 yield given, 1, _text_record(given, args, bar)
             continue
-        yield from _line_records(given, fmt, args, bar, len(inputs) > 1)
+        yield from _line_records(given, fmt, args, bar, len(formats) > 1)
 
 
 def _line_records(given, fmt, args, bar, several):

@@ -153,7 +153,7 @@ def test_errors_exit_codes_and_debug(tmp_path, capsys):
         cli.main(["--debug", "stats", str(tmp_path / "none.db")])
     with simhashdb.DB(str(tmp_path / "d.db"), distance=2):
         pass
-    code, _, err = run(capsys, "import", tmp_path / "d.db", "--distance", "3")
+    code, _, err = run(capsys, "import", tmp_path / "d.db", "--distance", "3", "--format", "dec")
     assert code == 1 and "distance=2" in err and "Traceback" not in err
 
 

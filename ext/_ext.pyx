@@ -109,29 +109,73 @@ def fast_hash(const unsigned char[::1] data):
     return hash_bytes(&data[0], data.shape[0])
 
 
-cdef inline void count_ones(int64_t* ones, uint64_t x) noexcept nogil:
-    cdef int j
-    for j in range(64):
-        ones[j] += (x >> j) & 1
+# Counting the 1 bits of many hashes, column by column: each hash adds its
+# bytes, spread one bit to a byte, into eight 8-lane words, which are
+# emptied into the 64 counts before a lane can overflow.
+
+cdef uint64_t SPREAD[256]   # bit i of a byte -> byte i of a word
 
 
-cdef inline uint64_t majority(const int64_t* ones, Py_ssize_t n) noexcept nogil:
-    """Bit j is 1 where more than half of ``n`` hashes have it (a tie gives 0)."""
+cdef void init_spread() noexcept nogil:
+    cdef int b, i
+    for b in range(256):
+        SPREAD[b] = 0
+        for i in range(8):
+            if (b >> i) & 1:
+                SPREAD[b] |= (<uint64_t>1) << (8 * i)
+
+
+init_spread()
+
+
+cdef struct BitCounter:
+    int64_t ones[64]
+    uint64_t lanes[8]
+    Py_ssize_t pending
+    Py_ssize_t count
+
+
+cdef inline void counter_init(BitCounter* c) noexcept nogil:
+    memset(c, 0, sizeof(BitCounter))
+
+
+cdef inline void counter_flush(BitCounter* c) noexcept nogil:
+    cdef int b, bit
+    for b in range(8):
+        for bit in range(8):
+            c.ones[8 * b + bit] += (c.lanes[b] >> (8 * bit)) & 0xFF
+        c.lanes[b] = 0
+    c.pending = 0
+
+
+cdef inline void counter_add(BitCounter* c, uint64_t h) noexcept nogil:
+    cdef int b
+    for b in range(8):
+        c.lanes[b] += SPREAD[(h >> (8 * b)) & 0xFF]
+    c.count += 1
+    c.pending += 1
+    if c.pending == 255:
+        counter_flush(c)
+
+
+cdef inline uint64_t counter_majority(BitCounter* c) noexcept nogil:
+    """Bit j is 1 where more than half of the hashes have it (a tie gives 0)."""
     cdef uint64_t result = 0
     cdef int j
+    counter_flush(c)
     for j in range(64):
-        if 2 * ones[j] > n:
+        if 2 * c.ones[j] > c.count:
             result |= (<uint64_t>1) << j
     return result
 
 
 cdef uint64_t simhash_of(const uint64_t* hashes, Py_ssize_t n) noexcept nogil:
-    cdef int64_t ones[64]
+    cdef BitCounter counter
     cdef Py_ssize_t i
-    memset(ones, 0, sizeof(ones))
+    counter_init(&counter)
     for i in range(n):
-        count_ones(ones, hashes[i])
-    return majority(ones, n)
+        counter_add(&counter, hashes[i])
+    return counter_majority(&counter)
 
 
 def compute(hashes):
@@ -210,21 +254,6 @@ def num_differing_bits_many(hashes, other):
     return out
 
 
-cdef uint64_t SPREAD[256]   # bit i of a byte -> byte i of a word
-
-
-cdef void init_spread() noexcept nogil:
-    cdef int b, i
-    for b in range(256):
-        SPREAD[b] = 0
-        for i in range(8):
-            if (b >> i) & 1:
-                SPREAD[b] |= (<uint64_t>1) << (8 * i)
-
-
-init_spread()
-
-
 cdef inline uint64_t shingle_hash(const uint64_t* token_hashes, Py_ssize_t length) noexcept nogil:
     cdef uint64_t h = 0
     cdef Py_ssize_t j
@@ -239,38 +268,19 @@ cdef uint64_t shingle_simhash(const uint64_t* token_hashes, const uint8_t* cjk, 
     """Simhash of the shingles of the tokens: the ``window`` tokens from each
     position (``cjk_window`` from a CJK character, where ``cjk`` flags them),
     hashed by combining their hashes in order; a text too short for any
-    shingle is one shingle; no token gives 0. Bits are counted eight at a
-    time in byte lanes, flushed before a lane can overflow."""
-    cdef int64_t ones[64]
-    cdef uint64_t lanes[8]
-    cdef Py_ssize_t i, width, count = 0
-    cdef int b, bit
+    shingle is one shingle; no token gives 0."""
+    cdef BitCounter counter
+    cdef Py_ssize_t i, width
     if n == 0:
         return 0
-    memset(ones, 0, sizeof(ones))
-    memset(lanes, 0, sizeof(lanes))
-    for i in range(n + 1):
-        if i < n:
-            width = cjk_window if (cjk != NULL and cjk[i]) else window
-            if i + width > n:
-                continue
-            add_to_lanes(lanes, shingle_hash(token_hashes + i, width))
-            count += 1
-        elif count == 0:
-            add_to_lanes(lanes, shingle_hash(token_hashes, n))
-            count = 1
-        if count % 255 == 0 or i == n:
-            for b in range(8):
-                for bit in range(8):
-                    ones[8 * b + bit] += (lanes[b] >> (8 * bit)) & 0xFF
-                lanes[b] = 0
-    return majority(ones, count)
-
-
-cdef inline void add_to_lanes(uint64_t* lanes, uint64_t h) noexcept nogil:
-    cdef int b
-    for b in range(8):
-        lanes[b] += SPREAD[(h >> (8 * b)) & 0xFF]
+    counter_init(&counter)
+    for i in range(n):
+        width = cjk_window if (cjk != NULL and cjk[i]) else window
+        if i + width <= n:
+            counter_add(&counter, shingle_hash(token_hashes + i, width))
+    if counter.count == 0:
+        counter_add(&counter, shingle_hash(token_hashes, n))
+    return counter_majority(&counter)
 
 
 def fingerprint_tokens(list tokens, Py_ssize_t window, Py_ssize_t cjk_window):

@@ -299,8 +299,7 @@ def _open_input(given, peek=False):
     if given == "-":
         stream = sys.stdin.buffer
         if peek:
-            data = stream.peek(1 << 16) if hasattr(stream, "peek") else b""
-            yield iter(data.splitlines()[:1])
+            yield iter(stream.peek(1 << 16).splitlines() if hasattr(stream, "peek") else ())
         else:
             yield stream
         return
@@ -312,13 +311,8 @@ def _open_input(given, peek=False):
 
 
 def _read_file(path):
-    if path == "-":
-        return sys.stdin.buffer.read()
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise CliError("cannot read %s: %s" % (path, exc.strerror)) from None
+    with _open_input(path) as stream:
+        return stream.read()
 
 
 def _read_hash_file(args):

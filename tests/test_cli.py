@@ -188,6 +188,10 @@ def test_pipeline_in_subprocesses_matches_the_library(tmp_path, corpus):
                               check=True, capture_output=True, text=True).stdout
     assert [json.loads(line) for line in clusters.splitlines()] == \
         simhashdb.find_clusters(values, 6, 3)
+    stdin_db = str(tmp_path / "stdin.db")
+    out = subprocess.run(exe + ["import", stdin_db], input=b"\n\n12\n13\n", check=True,
+                         capture_output=True).stdout  # the format is read past blank lines
+    assert json.loads(out)["imported"] == 2
     dump = subprocess.run(exe + ["export", db], check=True, capture_output=True).stdout
     subprocess.run(exe + ["import", copy, "--format", "jsonl"], input=dump, check=True,
                    capture_output=True)

@@ -20,7 +20,11 @@ def stdlib_files():
 
 def main():
     root, paths = stdlib_files()
-    with simhashdb.DB(DB_PATH, distance=3, recipe=simhashdb.RECIPE) as db:
+    try:
+        db = simhashdb.DB(DB_PATH, distance=3, recipe=simhashdb.RECIPE)
+    except simhashdb.ParameterMismatchError as exc:  # e.g. filled by an older default recipe
+        sys.exit("%s\nRemove %s to rebuild it." % (exc, DB_PATH))
+    with db:
         if len(db):
             print("%s already holds %d documents (stored by an earlier run)" % (DB_PATH, len(db)))
         else:

@@ -254,39 +254,44 @@ def num_differing_bits_many(hashes, other):
     return out
 
 
-cdef inline uint64_t shingle_hash(const uint64_t* token_hashes, Py_ssize_t length) noexcept nogil:
+cdef inline void add_shingles(BitCounter* counter, const uint64_t* token_hashes,
+                              Py_ssize_t available, uint64_t lengths) noexcept nogil:
+    """Count one shingle of each length in the bit mask ``lengths`` (bit L set:
+    L tokens) starting at ``token_hashes``, of those that fit in ``available``
+    tokens; a shingle's hash combines its tokens' hashes in order."""
     cdef uint64_t h = 0
-    cdef Py_ssize_t j
-    for j in range(length):
+    cdef Py_ssize_t j = 0
+    while (lengths >> (j + 1)) and j < available:
         h = rotl(h, 23) ^ token_hashes[j]
         h *= 0x9E3779B97F4A7C15ULL
-    return fmix64(h)
+        j += 1
+        if (lengths >> j) & 1:
+            counter_add(counter, fmix64(h))
 
 
 cdef uint64_t shingle_simhash(const uint64_t* token_hashes, const uint8_t* cjk, Py_ssize_t n,
-                             Py_ssize_t window, Py_ssize_t cjk_window) noexcept nogil:
-    """Simhash of the shingles of the tokens: the ``window`` tokens from each
-    position (``cjk_window`` from a CJK character, where ``cjk`` flags them),
-    hashed by combining their hashes in order; a text too short for any
-    shingle is one shingle; no token gives 0."""
+                             uint64_t lengths, uint64_t cjk_lengths) noexcept nogil:
+    """Simhash of the shingles of the tokens: from each position, one shingle
+    of each length in the bit mask ``lengths`` (``cjk_lengths`` from a CJK
+    character, where ``cjk`` flags them); a text too short for any shingle is
+    one shingle; no token gives 0."""
     cdef BitCounter counter
-    cdef Py_ssize_t i, width
+    cdef Py_ssize_t i
     if n == 0:
         return 0
     counter_init(&counter)
     for i in range(n):
-        width = cjk_window if (cjk != NULL and cjk[i]) else window
-        if i + width <= n:
-            counter_add(&counter, shingle_hash(token_hashes + i, width))
+        add_shingles(&counter, token_hashes + i, n - i,
+                     cjk_lengths if (cjk != NULL and cjk[i]) else lengths)
     if counter.count == 0:
-        counter_add(&counter, shingle_hash(token_hashes, n))
+        add_shingles(&counter, token_hashes, n, (<uint64_t>1) << n)
     return counter_majority(&counter)
 
 
-def fingerprint_tokens(list tokens, Py_ssize_t window, Py_ssize_t cjk_window):
+def fingerprint_tokens(list tokens, uint64_t lengths, uint64_t cjk_lengths):
     """Simhash of the shingles of tokens (UTF-8 bytes), from the tokens'
     ``fast_hash`` (see shingle_simhash); a token that is one CJK character
-    starts a shingle of ``cjk_window`` tokens."""
+    starts shingles of the lengths in ``cjk_lengths``."""
     cdef Py_ssize_t n = len(tokens), i
     cdef bytes tok
     cdef uint32_t cp
@@ -302,7 +307,7 @@ def fingerprint_tokens(list tokens, Py_ssize_t window, Py_ssize_t cjk_window):
     if n == 0:
         return 0
     with nogil:
-        result = shingle_simhash(&th[0], &cjk[0], n, window, cjk_window)
+        result = shingle_simhash(&th[0], &cjk[0], n, lengths, cjk_lengths)
     return result
 
 
@@ -401,8 +406,8 @@ def tokens_utf8(const unsigned char[::1] text, bint chars=False):
         i = end
 
 
-def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint chars,
-                     Py_ssize_t cjk_window):
+def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars,
+                     uint64_t cjk_lengths):
     """``fingerprint_tokens`` of the native tokens of UTF-8 ``text`` (see
     ``tokens_utf8``), with no Python object per token."""
     cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
@@ -440,7 +445,7 @@ def fingerprint_utf8(const unsigned char[::1] text, Py_ssize_t window, bint char
                               and char_class(cp) == CJK)
                 count += 1
                 i = end
-            result = shingle_simhash(hashes, cjk, count, window, cjk_window)
+            result = shingle_simhash(hashes, cjk, count, lengths, cjk_lengths)
         return result
     finally:
         free(hashes)

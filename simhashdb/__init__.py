@@ -28,6 +28,7 @@ from .errors import (
 from .matching import find_all, find_all_indices, find_clusters
 from .fingerprint import (
     RECIPE,
+    RECIPES,
     fingerprint,
     fingerprint_many,
     html_to_text,

@@ -39,9 +39,9 @@ def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0}
     formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
-    recipe = simhashdb.RECIPE if "text" in formats.values() else None
-    with _open(args.path, args, recipe=recipe) as db, \
+    with _open(args.path, args, text="text" in formats.values()) as db, \
             _progress(args, "import", unit="B") as bar:
+        args.fingerprint = _fingerprinter(db, args)
         batch, where = [], []
 
         def flush():
@@ -63,10 +63,9 @@ def cmd_import(args):
             try:
                 if isinstance(record, Exception):
                     raise record
-                if isinstance(record, _TextRecord) and db.recipe not in (None, simhashdb.RECIPE):
-                    raise CliError("this database holds fingerprints made with %r; text "
-                                   "fingerprinted with %r cannot go in it"
-                                   % (db.recipe, simhashdb.RECIPE))
+                if isinstance(record, _TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
+                    raise CliError("this database holds fingerprints made with %r, a recipe "
+                                   "this simhashdb cannot fingerprint text with" % (db.recipe,))
                 simhashdb.check_record(record)
             except (CliError, simhashdb.SimhashDBError) as exc:
                 if not args.skip_invalid:
@@ -85,11 +84,10 @@ def cmd_import(args):
 
 def cmd_query(args):
     """Print the stored documents near each fingerprint (arguments, stdin, or --text files)."""
-    with _open(args.path, args, readonly=True,
-               recipe=simhashdb.RECIPE if args.text else None) as db:
+    with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
-            probes = [(path, simhashdb.fingerprint(_read_file(path), html=args.html))
-                      for path in args.text]
+            fingerprint = _fingerprinter(db, args)
+            probes = [(path, fingerprint(_read_file(path))) for path in args.text]
         else:
             values = args.fingerprints or _stdin_lines()
             probes = [(None, _parse_fingerprint(v, args.format, "argument")) for v in values]
@@ -174,8 +172,9 @@ def cmd_clusters(args):
 
 def cmd_fingerprint(args):
     """Print the fingerprint of each text file (or of stdin)."""
+    options = simhashdb.RECIPES[args.recipe]
     for path in args.files or ["-"]:
-        fp = simhashdb.fingerprint(_read_file(path), html=args.html)
+        fp = simhashdb.fingerprint(_read_file(path), html=args.html, **options)
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
@@ -204,8 +203,7 @@ def _records(formats, args, bar):
             if given == "-":
                 data = sys.stdin.buffer.read()
                 bar.update(len(data))
-                yield "<stdin>", 1, (args.key_prefix or "-",
-                                     simhashdb.fingerprint(data, html=args.html))
+                yield "<stdin>", 1, (args.key_prefix or "-", args.fingerprint(data))
             else:
                 yield given, 1, _text_record(given, args, bar)
             continue
@@ -222,7 +220,7 @@ def _line_records(given, fmt, args, bar, several):
                 continue
             try:
                 if fmt == "jsonl":
-                    record = _json_record(line)
+                    record = _json_record(line, args.fingerprint)
                 else:
                     fp = _parse_fingerprint(line, fmt, "line")
                     key = "%s:%d" % (given, number) if several else number
@@ -233,7 +231,7 @@ def _line_records(given, fmt, args, bar, several):
             yield source, number, record
 
 
-def _json_record(line):
+def _json_record(line, fingerprint):
     try:
         obj = json.loads(line, object_hook=_from_json)
     except json.JSONDecodeError as exc:
@@ -244,7 +242,7 @@ def _json_record(line):
         value = obj["fingerprint"]
         fp = _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
     elif isinstance(obj.get("text"), str):
-        return _TextRecord((obj["key"], simhashdb.fingerprint(obj["text"]), obj.get("meta")))
+        return _TextRecord((obj["key"], fingerprint(obj["text"]), obj.get("meta")))
     else:
         raise CliError('expected "fingerprint" (an int) or "text" (a string)')
     return obj["key"], fp, obj.get("meta")
@@ -258,7 +256,7 @@ def _text_record(path, args, bar):
     data = _read_file(path)
     bar.update(len(data))
     key = path if args.key_prefix is None else args.key_prefix + path
-    return key, simhashdb.fingerprint(data, html=args.html)
+    return key, args.fingerprint(data)
 
 
 def _walk(root, include, exclude):
@@ -385,14 +383,26 @@ def _record_json(record):
 # Plumbing
 
 
-def _open(path, args, readonly=False, recipe=None):
+def _open(path, args, readonly=False, text=False):
+    """Open the database; with ``text``, one that text will be fingerprinted
+    for: it keeps a recipe it already has, a new or empty one takes the default."""
     if readonly and not os.path.isdir(path):
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
-    options = {"recipe": recipe}
+    options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
-    return simhashdb.DB(path, readonly=readonly, **options)
+    db = simhashdb.DB(path, readonly=readonly, **options)
+    if text and db.recipe not in simhashdb.RECIPES:
+        db.close()  # reopened naming the default: an empty database takes it, others refuse
+        db = simhashdb.DB(path, readonly=readonly, recipe=simhashdb.RECIPE, **options)
+    return db
+
+
+def _fingerprinter(db, args):
+    """Text to fingerprint by the database's recipe (the default if it has none)."""
+    options = simhashdb.RECIPES.get(db.recipe, simhashdb.RECIPES[simhashdb.RECIPE])
+    return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
 
 
 def _distance(args):
@@ -508,6 +518,8 @@ def build_parser():
     sub.add_argument("files", nargs="*", metavar="FILE", help="text files (default: stdin)")
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
     sub.add_argument("--html", action="store_true", help="the files are HTML")
+    sub.add_argument("--recipe", choices=sorted(simhashdb.RECIPES), default=simhashdb.RECIPE,
+                     help="the fingerprint recipe (default: the current one)")
     return parser
 
 

@@ -8,10 +8,11 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`):
 2. tokenise: each character but white space is a token (``unit="chars"``);
    with ``unit="words"``, runs of letters and digits are words and each CJK
    character (Han, Hiragana, Katakana, Hangul) is a token of its own;
-3. shingle: the ``window`` (3) tokens from each position are a feature, each
-   occurrence counted, but from a CJK character only ``cjk_window`` (2):
-   CJK text repeats itself less, so shorter shingles keep near-duplicates
-   close; a text too short for any shingle is one feature;
+3. shingle: from each position, the next 2 and the next 3 tokens are two
+   features (``window=(2, 3)``), each occurrence counted; from a CJK
+   character, the next 1 and 2 (``cjk_window=(1, 2)``): a CJK character
+   carries about what a Latin-script pair of letters does; a text too short
+   for any shingle is one feature;
 4. hash each feature to 64 bits (a fast native hash) and :func:`compute` the
    simhash. A text with no token gives 0.
 
@@ -27,11 +28,17 @@ import unicodedata
 from . import _ext
 from .errors import InvalidArgumentError
 
-DEFAULT_WINDOW = 3
-DEFAULT_CJK_WINDOW = 2
+DEFAULT_WINDOW = (2, 3)
+DEFAULT_CJK_WINDOW = (1, 2)
+MAX_WINDOW = 32
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
-RECIPE = "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"
+RECIPE = "simhashdb-2/nfkc-casefold/chars/shingles-2-3/cjk-shingles-1-2/counts/fast-hash"
+RECIPES = {  # name -> the fingerprint() options that make it; older ones stay usable
+    "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash": {
+        "window": 3, "cjk_window": 2},
+    RECIPE: {"window": DEFAULT_WINDOW, "cjk_window": DEFAULT_CJK_WINDOW},
+}
 
 
 def unsigned_hash(data):
@@ -109,7 +116,8 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
     """64-bit simhash fingerprint of a document (see the module docstring).
 
     :param text: the document, str or UTF-8 bytes.
-    :param int window: tokens per shingle (default: 3).
+    :param window: tokens per shingle, an int, or several ints for one shingle
+        of each length from each position (default: (2, 3)).
     :param str unit: ``"chars"`` or ``"words"``, the native tokens (default: "chars").
     :param tokenizer: callable from normalised str to a list of str tokens,
         instead of ``unit`` (default: None).
@@ -117,25 +125,24 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
         tokens joined by one space (default: None, the native fast hash).
         ``unit="words", window=4, hasher=unsigned_hash`` is simhash-py's recipe.
     :param bool html: strip HTML markup, scripts and styles first (default: False).
-    :param int cjk_window: tokens per shingle that starts with a CJK
-        character (default: 2; None: as ``window``). Not used with ``hasher``.
+    :param cjk_window: as ``window``, for shingles that start with a CJK
+        character (default: (1, 2); None: as ``window``). Not used with ``hasher``.
     :raises InvalidArgumentError: for text that is neither str nor bytes, a
-        window below 1 or an unknown unit.
+        window not an int from 1 to 32 (or a sequence of them), or an unknown unit.
     """
-    window = _check_window(window)
-    cjk_window = window if cjk_window is None else _check_window(cjk_window)
+    lengths = _shingle_lengths(window)
+    cjk_lengths = lengths if cjk_window is None else _shingle_lengths(cjk_window)
     chars = _check_unit(unit) == "chars"
     normalized = normalize(html_to_text(text) if html else text)
     if tokenizer is None and hasher is None:
-        return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"), window, chars,
-                                     cjk_window)
+        return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"),
+                                     _mask(lengths), chars, _mask(cjk_lengths))
     tokens = tokenizer(normalized) if tokenizer else tokenize(normalized, unit)
     if hasher is None:
         return _ext.fingerprint_tokens([t.encode("utf-8", "surrogatepass") for t in tokens],
-                                       window, cjk_window)
-    if 0 < len(tokens) < window:
-        window = len(tokens)
-    return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingle(tokens, window))
+                                       _mask(lengths), _mask(cjk_lengths))
+    shingles = [s for length in lengths for s in shingle(tokens, length)] or [tokens]
+    return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingles if s)
 
 
 def fingerprint_many(texts, **options):
@@ -150,6 +157,25 @@ def _check_unit(unit):
 
 
 def _check_window(window):
-    if not isinstance(window, int) or window < 1:
-        raise InvalidArgumentError("window must be an int >= 1, got %r" % (window,))
+    if not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
+        raise InvalidArgumentError("window must be an int from 1 to %d, got %r"
+                                   % (MAX_WINDOW, window))
     return window
+
+
+def _shingle_lengths(window):
+    """The shingle lengths ``window`` names (an int or a sequence of ints), sorted."""
+    if isinstance(window, int):
+        return (_check_window(window),)
+    try:
+        lengths = tuple(sorted({_check_window(length) for length in window}))
+    except TypeError:
+        lengths = ()
+    if not lengths:
+        raise InvalidArgumentError("window must be an int from 1 to %d or a sequence of them, "
+                                   "got %r" % (MAX_WINDOW, window))
+    return lengths
+
+
+def _mask(lengths):
+    return sum(1 << length for length in lengths)

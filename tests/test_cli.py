@@ -206,3 +206,26 @@ def test_html_documents_are_fingerprinted_by_their_text(tmp_path, capsys):
     db = tmp_path / "h.db"
     assert run(capsys, "import", db, page, "--html")[0] == 0
     assert run(capsys, "query", db, "--text", page, "--html")[1][0]["matches"][0]["distance"] == 0
+
+
+def test_text_goes_in_by_the_recipe_the_database_was_filled_with(tmp_path, capsys, corpus):
+    old = next(name for name in simhashdb.RECIPES if name != simhashdb.RECIPE)
+    text = (corpus / "a.txt").read_bytes()
+    by_old = simhashdb.fingerprint(text, **simhashdb.RECIPES[old])
+    assert by_old != simhashdb.fingerprint(text)
+    db = tmp_path / "old.db"
+    with simhashdb.DB(db, recipe=old) as handle:
+        handle.insert("seed", 1)
+    assert run(capsys, "import", db, corpus / "a.txt")[0] == 0
+    code, out, _ = run(capsys, "query", db, "--text", corpus / "a.txt")
+    assert out[0]["fingerprint"] == by_old and out[0]["matches"][0]["key"] == str(corpus / "a.txt")
+    code, out, _ = run(capsys, "fingerprint", "--recipe", old, corpus / "a.txt")
+    assert out[0]["fingerprint"] == by_old
+    # a new database takes the current recipe; one of an unknown recipe refuses text
+    assert run(capsys, "import", tmp_path / "new.db", corpus / "a.txt")[0] == 0
+    with simhashdb.DB(tmp_path / "new.db") as handle:
+        assert handle.recipe == simhashdb.RECIPE
+    with simhashdb.DB(tmp_path / "custom.db", recipe="my-recipe") as handle:
+        handle.insert("seed", 1)
+    code, _, err = run(capsys, "import", tmp_path / "custom.db", corpus / "a.txt")
+    assert code == 1 and "my-recipe" in err

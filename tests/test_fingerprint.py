@@ -243,9 +243,54 @@ def test_cjk_characters_start_shorter_shingles():
     chinese = "近重复网页检测是搜索引擎爬虫系统中的重要问题"
     assert simhashdb.fingerprint(latin) == simhashdb.fingerprint(latin, cjk_window=None)
     assert simhashdb.fingerprint(chinese) != simhashdb.fingerprint(chinese, cjk_window=None)
-    assert simhashdb.fingerprint(chinese, cjk_window=3) == \
+    assert simhashdb.fingerprint(chinese, cjk_window=(3, 2)) == \
         simhashdb.fingerprint(chinese, cjk_window=None)
-    # the shingles of a CJK run are its character pairs, as window=2 gives
-    assert simhashdb.fingerprint(chinese) == simhashdb.fingerprint(chinese, window=2)
-    with pytest.raises(InvalidArgumentError, match="window"):
-        simhashdb.fingerprint(chinese, cjk_window=0)
+    # the shingles of a CJK run are its characters and character pairs
+    assert simhashdb.fingerprint(chinese) == simhashdb.fingerprint(chinese, window=[2, 1])
+    for bad in (0, 33, (), (2, 0), "2", 2.0):
+        with pytest.raises(InvalidArgumentError, match="window"):
+            simhashdb.fingerprint(chinese, cjk_window=bad)
+        with pytest.raises(InvalidArgumentError, match="window"):
+            simhashdb.fingerprint(chinese, window=bad)
+
+
+def _fmix64(h):
+    for multiplier in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        h = ((h ^ (h >> 33)) * multiplier) & MAX
+    return h ^ (h >> 33)
+
+
+def reference_shingle_fingerprint(tokens, lengths, cjk_lengths):
+    """The default path's shingling, written plainly: from each token, one
+    shingle per length that fits, hashed by folding the tokens' fast hashes."""
+    def shingle_hash(part):
+        h = 0
+        for token in part:
+            h = ((((h << 23) | (h >> 41)) & MAX) ^ simhashdb.fast_hash(token.encode())) \
+                * 0x9E3779B97F4A7C15 & MAX
+        return _fmix64(h)
+
+    def is_cjk(token):
+        return simhashdb.tokenize(token, "words") == [token] and len(token) == 1 and \
+            simhashdb.tokenize(token + token, "words") == [token, token]
+
+    features = [shingle_hash(tokens[i:i + n]) for i in range(len(tokens))
+                for n in (cjk_lengths if is_cjk(tokens[i]) else lengths) if i + n <= len(tokens)]
+    if not features and tokens:
+        features = [shingle_hash(tokens)]
+    return reference_compute(features) if features else 0
+
+
+@given(st.lists(st.sampled_from(["a", "b", "ab", "网", "页", "é", "x1"]), max_size=12),
+       st.sets(st.integers(1, 5), min_size=1), st.sets(st.integers(1, 5), min_size=1))
+def test_shingles_of_several_lengths_match_a_plain_reference(tokens, lengths, cjk_lengths):
+    got = simhashdb.fingerprint(" ".join(tokens), window=lengths, cjk_window=cjk_lengths,
+                                tokenizer=lambda text: text.split())
+    assert got == reference_shingle_fingerprint(tokens, sorted(lengths), sorted(cjk_lengths))
+
+
+def test_the_native_tokenizer_feeds_the_same_shingles():
+    for text in ("Near-duplicate pages, 近重复网页 and 重複ページ.", "ab", "a", ""):
+        tokens = simhashdb.tokenize(simhashdb.normalize(text), "chars")
+        assert simhashdb.fingerprint(text) == reference_shingle_fingerprint(
+            tokens, (2, 3), (1, 2))

@@ -102,6 +102,18 @@ cdef uint64_t hash_bytes(const uint8_t* p, Py_ssize_t n) nogil:
     return fmix64(h)
 
 
+cdef uint64_t ASCII_HASH[128]  # hash_bytes of each one-byte ASCII token
+
+
+cdef void init_ascii_hash() noexcept nogil:
+    cdef uint8_t byte
+    for byte in range(128):
+        ASCII_HASH[byte] = hash_bytes(&byte, 1)
+
+
+init_ascii_hash()
+
+
 def fast_hash(const unsigned char[::1] data):
     """The 64-bit hash ``fingerprint`` uses by default, for bytes."""
     if data.shape[0] == 0:
@@ -414,8 +426,9 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
     cdef uint64_t* hashes
     cdef uint8_t* cjk
     cdef void* grown
-    cdef uint64_t result
+    cdef uint64_t result, token_hash
     cdef uint32_t cp
+    cdef uint8_t byte, flag
     if n == 0:
         return 0
     hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
@@ -424,10 +437,21 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
         if hashes == NULL or cjk == NULL:
             raise MemoryError()
         with nogil:
-            while True:
-                end = next_token(&text[0], n, i, &start, chars)
-                if end < 0:
-                    break
+            while i < n:
+                byte = text[i]
+                if chars and byte < 0x80:  # the common case, from a table
+                    i += 1
+                    if byte == 32 or 9 <= byte <= 13:
+                        continue
+                    token_hash, flag = ASCII_HASH[byte], 0
+                else:
+                    end = next_token(&text[0], n, i, &start, chars)
+                    if end < 0:
+                        break
+                    token_hash = hash_bytes(&text[start], end - start)
+                    flag = (decode_utf8(&text[0], n, start, &cp) == end - start
+                            and char_class(cp) == CJK)
+                    i = end
                 if count == capacity:
                     capacity *= 2
                     grown = realloc(hashes, capacity * sizeof(uint64_t))
@@ -440,11 +464,9 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
                         with gil:
                             raise MemoryError()
                     cjk = <uint8_t*>grown
-                hashes[count] = hash_bytes(&text[start], end - start)
-                cjk[count] = (decode_utf8(&text[0], n, start, &cp) == end - start
-                              and char_class(cp) == CJK)
+                hashes[count] = token_hash
+                cjk[count] = flag
                 count += 1
-                i = end
             result = shingle_simhash(hashes, cjk, count, lengths, cjk_lengths)
         return result
     finally:

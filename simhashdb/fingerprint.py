@@ -8,8 +8,8 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`):
 2. tokenise: each character but white space is a token (``unit="chars"``);
    with ``unit="words"``, runs of letters and digits are words and each CJK
    character (Han, Hiragana, Katakana, Hangul) is a token of its own;
-3. shingle: from each position, the next 2 and the next 3 tokens are two
-   features (``window=(2, 3)``), each occurrence counted; from a CJK
+3. shingle: from each position, the next 2, 3 and 4 tokens are three
+   features (``window=(2, 3, 4)``), each occurrence counted; from a CJK
    character, the next 1 and 2 (``cjk_window=(1, 2)``): a CJK character
    carries about what a Latin-script pair of letters does; a text too short
    for any shingle is one feature;
@@ -28,12 +28,12 @@ import unicodedata
 from . import _ext
 from .errors import InvalidArgumentError
 
-DEFAULT_WINDOW = (2, 3)
+DEFAULT_WINDOW = (2, 3, 4)
 DEFAULT_CJK_WINDOW = (1, 2)
 MAX_WINDOW = 32
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
-RECIPE = "simhashdb-2/nfkc-casefold/chars/shingles-2-3/cjk-shingles-1-2/counts/fast-hash"
+RECIPE = "simhashdb-2/nfkc-casefold/chars/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 RECIPES = {  # name -> the fingerprint() options that make it; older ones stay usable
     "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash": {
         "window": 3, "cjk_window": 2},
@@ -117,7 +117,7 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
 
     :param text: the document, str or UTF-8 bytes.
     :param window: tokens per shingle, an int, or several ints for one shingle
-        of each length from each position (default: (2, 3)).
+        of each length from each position (default: (2, 3, 4)).
     :param str unit: ``"chars"`` or ``"words"``, the native tokens (default: "chars").
     :param tokenizer: callable from normalised str to a list of str tokens,
         instead of ``unit`` (default: None).

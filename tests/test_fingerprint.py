@@ -243,7 +243,7 @@ def test_cjk_characters_start_shorter_shingles():
     chinese = "近重复网页检测是搜索引擎爬虫系统中的重要问题"
     assert simhashdb.fingerprint(latin) == simhashdb.fingerprint(latin, cjk_window=None)
     assert simhashdb.fingerprint(chinese) != simhashdb.fingerprint(chinese, cjk_window=None)
-    assert simhashdb.fingerprint(chinese, cjk_window=(3, 2)) == \
+    assert simhashdb.fingerprint(chinese, cjk_window=(4, 3, 2)) == \
         simhashdb.fingerprint(chinese, cjk_window=None)
     # the shingles of a CJK run are its characters and character pairs
     assert simhashdb.fingerprint(chinese) == simhashdb.fingerprint(chinese, window=[2, 1])
@@ -293,4 +293,14 @@ def test_the_native_tokenizer_feeds_the_same_shingles():
     for text in ("Near-duplicate pages, 近重复网页 and 重複ページ.", "ab", "a", ""):
         tokens = simhashdb.tokenize(simhashdb.normalize(text), "chars")
         assert simhashdb.fingerprint(text) == reference_shingle_fingerprint(
-            tokens, (2, 3), (1, 2))
+            tokens, (2, 3, 4), (1, 2))
+
+
+@given(st.text(alphabet=st.sampled_from("ab \t\n\x0b\x00\x7fé网ページ\u3000\u00a0\u2028,."),
+               max_size=40))
+def test_the_ascii_table_path_agrees_with_the_general_tokenizer(text):
+    def general(t):
+        return simhashdb.tokenize(t, "chars")
+    for options in ({}, {"window": 3, "cjk_window": 2}, {"window": 1}):
+        assert simhashdb.fingerprint(text, **options) == \
+            simhashdb.fingerprint(text, tokenizer=general, **options)

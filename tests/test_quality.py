@@ -9,7 +9,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools")
 
 import eval_quality  # noqa: E402
 
-DEFAULT = "simhashdb default (chars n=2+3, CJK n=1+2)"
+DEFAULT = "simhashdb default (chars n=2+3+4, CJK n=1+2)"
 
 
 def test_default_recipe_meets_its_recall_and_false_positive_figures():

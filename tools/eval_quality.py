@@ -183,10 +183,13 @@ def negatives(docs, count, rng, among=None):
 
 def methods(peers_too=True):
     """name -> text-to-fingerprint function, ours first, then the peers found."""
-    out = {"simhashdb default (chars n=2+3, CJK n=1+2)": simhashdb.fingerprint,
-           "simhashdb chars n=2+3 (CJK too)": lambda t: simhashdb.fingerprint(t, cjk_window=None),
-           "simhashdb chars n=2+3, CJK n=2": (
+    out = {"simhashdb default (chars n=2+3+4, CJK n=1+2)": simhashdb.fingerprint,
+           "simhashdb chars n=2+3+4 (CJK too)": (
+               lambda t: simhashdb.fingerprint(t, cjk_window=None)),
+           "simhashdb chars n=2+3+4, CJK n=2": (
                lambda t: simhashdb.fingerprint(t, cjk_window=2)),
+           "simhashdb chars n=2+3, CJK n=1+2": (
+               lambda t: simhashdb.fingerprint(t, window=(2, 3))),
            "simhashdb chars n=3, CJK n=2 (recipe 1)": (
                lambda t: simhashdb.fingerprint(t, window=3, cjk_window=2))}
     for n in (1, 2, 3, 4):

@@ -37,8 +37,10 @@ def main():
         records = list(db)
         near = [(r, [m for m in matches if m.key != r.key]) for r, matches in
                 zip(records, db.query_many(r.fingerprint for r in records))]
-        shown = [(r, others) for r, others in near if any(m.distance for m in others)]
-        print("%d files have near-duplicates that are not exact copies; the first %d:"
+        shown = sorted(((r, others) for r, others in near if any(m.distance for m in others)),
+                       key=lambda item: (min(m.distance for m in item[1] if m.distance),
+                                         item[0].key))
+        print("%d files have near-duplicates that are not exact copies; the %d closest:"
               % (len(shown), min(SHOWN, len(shown))))
         for record, others in shown[:SHOWN]:
             print("  %s (%016x)" % (record.key, record.fingerprint))

@@ -281,26 +281,45 @@ cdef inline void add_shingles(BitCounter* counter, const uint64_t* token_hashes,
             counter_add(counter, fmix64(h))
 
 
-cdef uint64_t shingle_simhash(const uint64_t* token_hashes, const uint8_t* cjk, Py_ssize_t n,
-                             uint64_t lengths, uint64_t cjk_lengths) noexcept nogil:
-    """Simhash of the shingles of the tokens: from each position, one shingle
-    of each length in the bit mask ``lengths`` (``cjk_lengths`` from a CJK
-    character, where ``cjk`` flags them); a text too short for any shingle is
-    one shingle; no token gives 0."""
+cdef Py_ssize_t cap_runs(uint64_t* token_hashes, uint8_t* cjk, Py_ssize_t n,
+                         Py_ssize_t max_run) noexcept nogil:
+    """Drop, in place, each token that repeats the ``max_run`` tokens before it
+    (0: none); return how many tokens are left."""
+    cdef Py_ssize_t i, kept = 0, run = 0
+    if max_run == 0:
+        return n
+    for i in range(n):
+        run = run + 1 if kept and token_hashes[i] == token_hashes[kept - 1] else 1
+        if run <= max_run:
+            token_hashes[kept] = token_hashes[i]
+            cjk[kept] = cjk[i]
+            kept += 1
+    return kept
+
+
+cdef uint64_t shingle_simhash(uint64_t* token_hashes, uint8_t* cjk, Py_ssize_t n,
+                             uint64_t lengths, uint64_t cjk_lengths,
+                             Py_ssize_t max_run) noexcept nogil:
+    """Simhash of the shingles of the tokens (runs capped at ``max_run``, see
+    cap_runs): from each position, one shingle of each length in the bit mask
+    ``lengths`` (``cjk_lengths`` from a CJK character, where ``cjk`` flags
+    them); a text too short for any shingle is one shingle; no token gives 0."""
     cdef BitCounter counter
     cdef Py_ssize_t i
+    n = cap_runs(token_hashes, cjk, n, max_run)
     if n == 0:
         return 0
     counter_init(&counter)
     for i in range(n):
         add_shingles(&counter, token_hashes + i, n - i,
-                     cjk_lengths if (cjk != NULL and cjk[i]) else lengths)
+                     cjk_lengths if cjk[i] else lengths)
     if counter.count == 0:
         add_shingles(&counter, token_hashes, n, (<uint64_t>1) << n)
     return counter_majority(&counter)
 
 
-def fingerprint_tokens(list tokens, uint64_t lengths, uint64_t cjk_lengths):
+def fingerprint_tokens(list tokens, uint64_t lengths, uint64_t cjk_lengths,
+                       Py_ssize_t max_run):
     """Simhash of the shingles of tokens (UTF-8 bytes), from the tokens'
     ``fast_hash`` (see shingle_simhash); a token that is one CJK character
     starts shingles of the lengths in ``cjk_lengths``."""
@@ -319,7 +338,7 @@ def fingerprint_tokens(list tokens, uint64_t lengths, uint64_t cjk_lengths):
     if n == 0:
         return 0
     with nogil:
-        result = shingle_simhash(&th[0], &cjk[0], n, lengths, cjk_lengths)
+        result = shingle_simhash(&th[0], &cjk[0], n, lengths, cjk_lengths, max_run)
     return result
 
 
@@ -419,7 +438,7 @@ def tokens_utf8(const unsigned char[::1] text, bint chars=False):
 
 
 def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars,
-                     uint64_t cjk_lengths):
+                     uint64_t cjk_lengths, Py_ssize_t max_run):
     """``fingerprint_tokens`` of the native tokens of UTF-8 ``text`` (see
     ``tokens_utf8``), with no Python object per token."""
     cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
@@ -467,7 +486,7 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
                 hashes[count] = token_hash
                 cjk[count] = flag
                 count += 1
-            result = shingle_simhash(hashes, cjk, count, lengths, cjk_lengths)
+            result = shingle_simhash(hashes, cjk, count, lengths, cjk_lengths, max_run)
         return result
     finally:
         free(hashes)

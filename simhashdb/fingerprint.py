@@ -8,16 +8,19 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`):
 2. tokenise: each character but white space is a token (``unit="chars"``);
    with ``unit="words"``, runs of letters and digits are words and each CJK
    character (Han, Hiragana, Katakana, Hangul) is a token of its own;
-3. shingle: from each position, the next 2, 3 and 4 tokens are three
+3. cap runs: a token that repeats the 3 before it is dropped (``max_run``),
+   so rules, underlines and padding (``-----``, ``=====``) weigh no more
+   than three characters of text;
+4. shingle: from each position, the next 2, 3 and 4 tokens are three
    features (``window=(2, 3, 4)``), each occurrence counted; from a CJK
    character, the next 1 and 2 (``cjk_window=(1, 2)``): a CJK character
    carries about what a Latin-script pair of letters does; a text too short
    for any shingle is one feature;
-4. hash each feature to 64 bits (a fast native hash) and :func:`compute` the
+5. hash each feature to 64 bits (a fast native hash) and :func:`compute` the
    simhash. A text with no token gives 0.
 
 The defaults were chosen by measurement (``tools/eval_quality.py``; README).
-Steps 2 to 4 run natively, with no Python object per token.
+Steps 2 to 5 run natively, with no Python object per token.
 """
 
 import hashlib
@@ -30,14 +33,16 @@ from .errors import InvalidArgumentError
 
 DEFAULT_WINDOW = (2, 3, 4)
 DEFAULT_CJK_WINDOW = (1, 2)
+DEFAULT_MAX_RUN = 3
 MAX_WINDOW = 32
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
-RECIPE = "simhashdb-2/nfkc-casefold/chars/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
+RECIPE = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 RECIPES = {  # name -> the fingerprint() options that make it; older ones stay usable
     "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash": {
-        "window": 3, "cjk_window": 2},
-    RECIPE: {"window": DEFAULT_WINDOW, "cjk_window": DEFAULT_CJK_WINDOW},
+        "window": 3, "cjk_window": 2, "max_run": None},
+    RECIPE: {"window": DEFAULT_WINDOW, "cjk_window": DEFAULT_CJK_WINDOW,
+             "max_run": DEFAULT_MAX_RUN},
 }
 
 
@@ -112,7 +117,7 @@ class _TextExtractor(html.parser.HTMLParser):
 
 
 def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, hasher=None,
-                html=False, cjk_window=DEFAULT_CJK_WINDOW):
+                html=False, cjk_window=DEFAULT_CJK_WINDOW, max_run=DEFAULT_MAX_RUN):
     """64-bit simhash fingerprint of a document (see the module docstring).
 
     :param text: the document, str or UTF-8 bytes.
@@ -127,20 +132,24 @@ def fingerprint(text, window=DEFAULT_WINDOW, unit=DEFAULT_UNIT, tokenizer=None, 
     :param bool html: strip HTML markup, scripts and styles first (default: False).
     :param cjk_window: as ``window``, for shingles that start with a CJK
         character (default: (1, 2); None: as ``window``). Not used with ``hasher``.
+    :param max_run: drop each token that repeats the ``max_run`` tokens before
+        it (default: 3; None: keep every token). Not used with ``hasher``.
     :raises InvalidArgumentError: for text that is neither str nor bytes, a
-        window not an int from 1 to 32 (or a sequence of them), or an unknown unit.
+        window not an int from 1 to 32 (or a sequence of them), a bad
+        ``max_run`` or an unknown unit.
     """
     lengths = _shingle_lengths(window)
     cjk_lengths = lengths if cjk_window is None else _shingle_lengths(cjk_window)
     chars = _check_unit(unit) == "chars"
+    run_cap = _check_max_run(max_run)
     normalized = normalize(html_to_text(text) if html else text)
     if tokenizer is None and hasher is None:
         return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"),
-                                     _mask(lengths), chars, _mask(cjk_lengths))
+                                     _mask(lengths), chars, _mask(cjk_lengths), run_cap)
     tokens = tokenizer(normalized) if tokenizer else tokenize(normalized, unit)
     if hasher is None:
         return _ext.fingerprint_tokens([t.encode("utf-8", "surrogatepass") for t in tokens],
-                                       _mask(lengths), _mask(cjk_lengths))
+                                       _mask(lengths), _mask(cjk_lengths), run_cap)
     shingles = [s for length in lengths for s in shingle(tokens, length)] or [tokens]
     return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingles if s)
 
@@ -175,6 +184,15 @@ def _shingle_lengths(window):
         raise InvalidArgumentError("window must be an int from 1 to %d or a sequence of them, "
                                    "got %r" % (MAX_WINDOW, window))
     return lengths
+
+
+def _check_max_run(max_run):
+    """``max_run`` for the native code, where 0 keeps every token."""
+    if max_run is None:
+        return 0
+    if not isinstance(max_run, int) or max_run < 1:
+        raise InvalidArgumentError("max_run must be an int >= 1 or None, got %r" % (max_run,))
+    return max_run
 
 
 def _mask(lengths):

@@ -260,9 +260,13 @@ def _fmix64(h):
     return h ^ (h >> 33)
 
 
-def reference_shingle_fingerprint(tokens, lengths, cjk_lengths):
-    """The default path's shingling, written plainly: from each token, one
-    shingle per length that fits, hashed by folding the tokens' fast hashes."""
+def reference_shingle_fingerprint(tokens, lengths, cjk_lengths, max_run=None):
+    """The default path's shingling, written plainly: runs capped at
+    ``max_run``, then from each token one shingle per length that fits,
+    hashed by folding the tokens' fast hashes."""
+    if max_run:
+        tokens = [t for i, t in enumerate(tokens)
+                  if i < max_run or any(u != t for u in tokens[i - max_run:i])]
     def shingle_hash(part):
         h = 0
         for token in part:
@@ -282,18 +286,21 @@ def reference_shingle_fingerprint(tokens, lengths, cjk_lengths):
 
 
 @given(st.lists(st.sampled_from(["a", "b", "ab", "网", "页", "é", "x1"]), max_size=12),
-       st.sets(st.integers(1, 5), min_size=1), st.sets(st.integers(1, 5), min_size=1))
-def test_shingles_of_several_lengths_match_a_plain_reference(tokens, lengths, cjk_lengths):
+       st.sets(st.integers(1, 5), min_size=1), st.sets(st.integers(1, 5), min_size=1),
+       st.sampled_from([None, 1, 2, 3]))
+def test_shingles_of_several_lengths_match_a_plain_reference(tokens, lengths, cjk_lengths,
+                                                            max_run):
     got = simhashdb.fingerprint(" ".join(tokens), window=lengths, cjk_window=cjk_lengths,
-                                tokenizer=lambda text: text.split())
-    assert got == reference_shingle_fingerprint(tokens, sorted(lengths), sorted(cjk_lengths))
+                                max_run=max_run, tokenizer=lambda text: text.split())
+    assert got == reference_shingle_fingerprint(tokens, sorted(lengths), sorted(cjk_lengths),
+                                                max_run)
 
 
 def test_the_native_tokenizer_feeds_the_same_shingles():
     for text in ("Near-duplicate pages, 近重复网页 and 重複ページ.", "ab", "a", ""):
         tokens = simhashdb.tokenize(simhashdb.normalize(text), "chars")
         assert simhashdb.fingerprint(text) == reference_shingle_fingerprint(
-            tokens, (2, 3, 4), (1, 2))
+            tokens, (2, 3, 4), (1, 2), 3)
 
 
 @given(st.text(alphabet=st.sampled_from("ab \t\n\x0b\x00\x7fé网ページ\u3000\u00a0\u2028,."),
@@ -304,3 +311,35 @@ def test_the_ascii_table_path_agrees_with_the_general_tokenizer(text):
     for options in ({}, {"window": 3, "cjk_window": 2}, {"window": 1}):
         assert simhashdb.fingerprint(text, **options) == \
             simhashdb.fingerprint(text, tokenizer=general, **options)
+
+
+def test_runs_of_one_character_weigh_no_more_than_three():
+    text = "Results\n" + "=" * 7 + "\n\nThe table below compares the methods."
+    assert simhashdb.fingerprint(text) == simhashdb.fingerprint(text.replace("=" * 7, "=" * 3))
+    assert simhashdb.fingerprint(text) != simhashdb.fingerprint(text.replace("=" * 7, "=" * 2))
+    assert simhashdb.fingerprint(text, max_run=None) != \
+        simhashdb.fingerprint(text.replace("=" * 7, "=" * 3), max_run=None)
+    for bad in (0, -1, 2.5, "3"):
+        with pytest.raises(InvalidArgumentError, match="max_run"):
+            simhashdb.fingerprint(text, max_run=bad)
+
+
+# Stored databases hold these exact values: a recipe's output may never change.
+# (Recipe 1's were computed by the release that introduced it.)
+RECIPE_OUTPUTS = {
+    "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash": [
+        6071567857652246280, 11561576039329793828, 521599230246856460, 0,
+        11646731384224751610],
+    "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash": [
+        8145464215248463635, 16174942489462693685, 521599230246856460, 0,
+        14021735727837219826],
+}
+RECIPE_TEXTS = ["The quick brown fox jumps over the lazy dog.", "网页搜索引擎 重複ページ 검색 엔진",
+                "a", "", "Title\n=========\n\nBody text, café."]
+
+
+def test_every_known_recipe_keeps_its_outputs():
+    assert set(simhashdb.RECIPES) == set(RECIPE_OUTPUTS)
+    for name, expected in RECIPE_OUTPUTS.items():
+        got = [simhashdb.fingerprint(t, **simhashdb.RECIPES[name]) for t in RECIPE_TEXTS]
+        assert got == expected, name

@@ -30,6 +30,7 @@ import time
 import simhashdb
 
 RATES = (0.01, 0.02, 0.05, 0.10, 0.20)
+RECIPE_1 = "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"
 KS = range(7)
 
 
@@ -188,10 +189,12 @@ def methods(peers_too=True):
                lambda t: simhashdb.fingerprint(t, cjk_window=None)),
            "simhashdb chars n=2+3+4, CJK n=2": (
                lambda t: simhashdb.fingerprint(t, cjk_window=2)),
+           "simhashdb chars n=2+3+4, CJK n=1+2, runs kept": (
+               lambda t: simhashdb.fingerprint(t, max_run=None)),
            "simhashdb chars n=2+3, CJK n=1+2": (
                lambda t: simhashdb.fingerprint(t, window=(2, 3))),
-           "simhashdb chars n=3, CJK n=2 (recipe 1)": (
-               lambda t: simhashdb.fingerprint(t, window=3, cjk_window=2))}
+           "simhashdb recipe 1 (chars n=3, CJK n=2)": (
+               lambda t: simhashdb.fingerprint(t, **simhashdb.RECIPES[RECIPE_1]))}
     for n in (1, 2, 3, 4):
         out["simhashdb words n=%d" % n] = (
             lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="words", cjk_window=None))

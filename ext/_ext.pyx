@@ -460,7 +460,7 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
                 byte = text[i]
                 if chars and byte < 0x80:  # the common case, from a table
                     i += 1
-                    if byte == 32 or 9 <= byte <= 13:
+                    if is_space(byte):
                         continue
                     token_hash, flag = ASCII_HASH[byte], 0
                 else:

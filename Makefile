@@ -3,10 +3,19 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test bench clean
 
-$(VENV)/.installed: setup.py pyproject.toml ext/_ext.pyx
+# The LMDB C library for the native backend: installed with apt where it is
+# missing and we may (root), else a one-line instruction.
+.lmdb-checked:
+	@pkg-config --exists lmdb 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq liblmdb-dev pkg-config >/dev/null; } \
+		|| { echo "simhashdb: the LMDB C library is missing: install liblmdb-dev (Debian/Ubuntu) or lmdb (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
+	@touch $@
+
+$(VENV)/.installed: .lmdb-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -c "import simhashdb._lmdb" || { echo "simhashdb: the native LMDB backend did not build" >&2; exit 1; }
 	touch $@
 
 run: $(VENV)/.installed
@@ -16,4 +25,4 @@ test: $(VENV)/.installed
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db
+	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked

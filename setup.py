@@ -1,5 +1,31 @@
+import os
+import subprocess
+
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+
+def lmdb_flags():
+    """Compiler and linker flags of the LMDB C library from pkg-config, or None
+    where it is not installed (Debian/Ubuntu: liblmdb-dev; Homebrew: lmdb)."""
+    try:
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", "lmdb"], check=True,
+                             capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {"include_dirs": [f[2:] for f in out if f.startswith("-I")],
+            "library_dirs": [f[2:] for f in out if f.startswith("-L")],
+            "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb"]}
+
+
+extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"], extra_compile_args=["-O3"])]
+flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
+if flags is None:
+    print("simhashdb: the LMDB C library was not found with pkg-config; building without the "
+          "native backend (the py-lmdb backend will be used)")
+else:
+    extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"], depends=["ext/guard.h"],
+                                extra_compile_args=["-O3"], **flags))
 
 setup(
     name="simhashdb",
@@ -19,8 +45,5 @@ setup(
             "simhash-pybind==0.0.3",
         ],
     },
-    ext_modules=cythonize(
-        [Extension("simhashdb._ext", ["ext/_ext.pyx"], extra_compile_args=["-O3"])],
-        language_level=3,
-    ),
+    ext_modules=cythonize(extensions, language_level=3, include_path=["ext"]),
 )

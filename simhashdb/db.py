@@ -15,14 +15,14 @@ from .errors import (
     InvalidMetadataError,
     ParameterMismatchError,
 )
+from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks
-from .tables import DEFAULT_EXPECTED_SIZE, Layout, Store, table_name
+from .storage import open_storage
 
 FORMAT_VERSION = 1
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
-MAX_KEY_BYTES = 511  # LMDB's key size limit; encoded keys are also index values
-META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
+MAX_KEY_BYTES = 511  # the largest encoded key every backend takes
 
 Record = collections.namedtuple("Record", "key fingerprint meta")
 Match = collections.namedtuple("Match", "key fingerprint distance")
@@ -40,8 +40,9 @@ class DB:
     A new database stores its parameters; reopening uses them.
 
     :param path: the database directory; created if missing.
-    :param int distance: the largest distance queries may ask for (default: 3
-        for a new database, the stored value for an existing one).
+    :param int distance: the distance the tables are built for: queries up to
+        it cost one range scan per table, beyond it more (default: 3 for a new
+        database, the stored value for an existing one).
     :param int blocks: blocks per fingerprint, more than ``distance``
         (default: chosen from ``distance`` and ``expected_size``, see
         :meth:`Layout.choose_blocks`).
@@ -52,6 +53,8 @@ class DB:
         ``simhashdb.RECIPE`` for :func:`fingerprint`'s defaults; stored, and
         checked on every later open that names one, so that fingerprints of
         different recipes are never mixed (default: None, unnamed).
+    :param backend: ``"lmdb"`` (native, the default where built), ``"py-lmdb"``,
+        or a :class:`simhashdb.storage.Storage` (default: ``$SIMHASHDB_BACKEND``).
     :raises ParameterMismatchError: explicit parameters (or recipe) differ from
         the stored ones.
     :raises FormatVersionError: the database was written by a newer simhashdb.
@@ -59,70 +62,81 @@ class DB:
     """
 
     def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None,
-                 recipe=None):
-        self._store = Store(path, readonly=readonly)
+                 recipe=None, backend=None):
+        self._storage = open_storage(path, readonly=readonly, backend=backend)
         try:
             self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
         except BaseException:
-            self._store.close()
+            self._storage.close()
             raise
-        self.path = self._store.path
+        self.path = self._storage.path
 
     def _open_params(self, distance, blocks, expected_size, recipe):
-        with self._store.snapshot() as snap:
-            raw = snap.get(META, b"params")
+        storage = self._storage
+        with storage.read() as view:
+            raw = view.params()
         if raw is None:
-            if self._store.readonly:
-                raise DatabaseError("%s is not a simhashdb database" % self._store.path)
+            if storage.readonly:
+                raise DatabaseError("%s is not a simhashdb database" % storage.path)
             k = DEFAULT_DISTANCE if distance is None else distance
             Layout(k + 1, k)  # validates distance before choose_blocks uses it
             m = Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE) \
                 if blocks is None else blocks
             layout = Layout(m, k)
-            self._store.open_tables(layout.tables)
+            storage.open_tables(layout)
             params = msgpack.packb({"format": FORMAT_VERSION, "distance": k, "blocks": m,
                                     "widths": layout.widths, "recipe": recipe})
 
-            def store_params(w):  # unless a concurrent creator stored its own first
-                existing = w.get(META, b"params")
+            def store_params(txn):  # unless a concurrent creator stored its own first
+                existing = txn.params()
                 if existing is None:
-                    w.put(META, b"params", params)
+                    txn.set_params(params)
                 return existing or params
 
-            raw = self._store.write(store_params)
-        params = msgpack.unpackb(raw)
+            raw = storage.write(store_params)
+        try:
+            params = msgpack.unpackb(raw)
+            stored_layout = (params["blocks"], params["distance"])
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+            raise DatabaseError("%s has damaged parameters: restore it from a backup"
+                                % storage.path) from None
         if params["format"] > FORMAT_VERSION:
             raise FormatVersionError(
                 "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
-                % (self._store.path, params["format"], FORMAT_VERSION))
+                % (storage.path, params["format"], FORMAT_VERSION))
         for name, given in (("distance", distance), ("blocks", blocks)):
             if given is not None and given != params[name]:
                 raise ParameterMismatchError(
                     "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
-                    % (self._store.path, name, params[name], given, name, name, params[name]))
-        layout = Layout(params["blocks"], params["distance"])
-        self._store.open_tables(layout.tables)
+                    % (storage.path, name, params[name], given, name, name, params[name]))
+        layout = Layout(*stored_layout)
+        storage.open_tables(layout)
         stored = params.get("recipe")
         if recipe is not None and recipe != stored:
-            if stored is not None or self._store.readonly or len(self):
+            if stored is not None or storage.readonly or len(self):
                 raise ParameterMismatchError(
                     "%s holds fingerprints made %s, not with %r: fingerprints of different "
                     "recipes cannot be compared; use another database"
-                    % (self._store.path, "with %r" % stored if stored else "by an unnamed "
+                    % (storage.path, "with %r" % stored if stored else "by an unnamed "
                        "recipe", recipe))
             params["recipe"] = stored = recipe  # an empty database takes the recipe
-            self._store.write(lambda w: w.put(META, b"params", msgpack.packb(params)))
+            storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
         return layout, stored
 
     @property
     def distance(self):
-        """The largest distance a query may ask for."""
+        """The distance the tables are built for (queries may ask for more, at a cost)."""
         return self._layout.distance
 
     @property
     def blocks(self):
         """Blocks per fingerprint."""
         return self._layout.blocks
+
+    @property
+    def backend(self):
+        """The name of the storage backend."""
+        return self._storage.backend
 
     # Writes
 
@@ -135,6 +149,7 @@ class DB:
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
+        A bulk load into an empty database is fastest in one large batch.
 
         :returns: the number of records written.
         :raises InvalidKeyError, InvalidFingerprintError, InvalidMetadataError:
@@ -142,8 +157,8 @@ class DB:
         """
         written = 0
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch)
-            self._store.write(lambda w: self._insert_batch(w, encoded))
+            encoded = _encode_records(batch, self._storage.max_key_bytes)
+            self._storage.write(lambda txn: txn.upsert(encoded))
             written += len(encoded)
         return written
 
@@ -156,7 +171,7 @@ class DB:
         deleted = 0
         for batch in _batches(keys, batch_size):
             encoded = [_encode_key(k) for k in batch]
-            deleted += self._store.write(lambda w: self._remove(w, encoded))
+            deleted += self._storage.write(lambda txn: txn.remove(encoded))
         return deleted
 
     def insert_if_new(self, key, fingerprint, meta=None, distance=None):
@@ -175,30 +190,21 @@ class DB:
         """
         d = self._query_distance(distance)
         results = []
-
-        def body(w, encoded):
-            found = []
-            for record in encoded:
-                matches = self._search(w, record[1], d)
-                if not matches:
-                    self._apply(w, [record])
-                found.append(matches)
-            return found
-
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch)
-            results += self._store.write(lambda w: body(w, encoded))
+            encoded = _encode_records(batch, self._storage.max_key_bytes)
+            results += map(_matches, self._storage.write(
+                lambda txn: txn.insert_if_new(encoded, d)))
         return results
 
     def compact(self):
-        """Rewrite the database file without the space freed by deletes.
+        """Rewrite the database without the space freed by deletes.
 
-        The new file is written beside the old one, synced, then renamed over
-        it, so a crash at any moment leaves one complete database.
+        The compacted copy is written beside the data, synced, then renamed
+        over it, so a crash at any moment leaves one complete database.
 
         :raises DatabaseBusyError: another process or handle has it open.
         """
-        self._store.compact()
+        self._storage.compact()
 
     # Reads
 
@@ -208,64 +214,70 @@ class DB:
         return self.query_many([fingerprint], distance)[0]
 
     def query_many(self, fingerprints, distance=None):
-        """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot."""
+        """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot.
+
+        Any distance is exact. Up to the database's own, a query scans one
+        range per table; above it, one per prefix within a few bits of the
+        probe's (see README: queries above the built distance)."""
         d = self._query_distance(distance)
-        with self._store.snapshot() as snap:
-            return [self._search(snap, fp, d) for fp in _ext.as_fingerprints(fingerprints)]
+        probes = _ext.as_fingerprints(fingerprints)
+        with self._storage.read() as view:
+            return [_matches(hits) for hits in view.search(probes, d)]
 
     def get(self, key):
         """The Record of ``key``, or None."""
         key_bytes = _encode_key(key)
-        with self._store.snapshot() as snap:
-            value = snap.get(DOCS, key_bytes)
-        return None if value is None else Record(key, *_unpack(value))
+        with self._storage.read() as view:
+            value = view.get(key_bytes)
+        return None if value is None else Record(key, *_unpack(value)[:2])
 
     def __contains__(self, key):
         return self.get(key) is not None
 
     def __len__(self):
-        with self._store.snapshot() as snap:
-            return snap.count(DOCS)
+        with self._storage.read() as view:
+            return view.count()
 
     def __iter__(self):
         """Records in key-encoding order, from one snapshot held until the loop ends."""
-        with self._store.snapshot() as snap:
-            for key_bytes, value in snap.items(DOCS):
-                yield Record(_unpack(key_bytes), *_unpack(value))
+        with self._storage.read() as view:
+            for key_bytes, value in view.documents():
+                yield Record(_unpack(key_bytes), *_unpack(value)[:2])
 
     def find_all(self, distance=None):
         """Every pair of stored documents within ``distance`` bits (default: the
-        DB's distance), as ``(key_a, key_b, distance)`` tuples, each pair once.
+        DB's distance, at most it), as ``(key_a, key_b, distance)`` tuples, each
+        pair once.
 
         A generator over one snapshot: it streams pairs (it never holds them
         all), sees none of the writes made while it runs, and blocks no writer.
         """
-        d = self._query_distance(distance)
-        with self._store.snapshot() as snap:
+        d = self._scan_distance(distance)
+        with self._storage.read() as view:
             values = array("Q")
-            for fp_key, keys in snap.fingerprint_groups():
-                values.append(_ext.unpack_key(fp_key))
+            for fp, keys in view.fingerprint_groups():
+                values.append(fp)
                 for key_a, key_b in itertools.combinations(_sorted_keys(keys), 2):
                     yield key_a, key_b, 0
             for chunk in pair_chunks(values, self._layout, d):
                 for p in range(0, len(chunk), 2):
                     a, b = values[chunk[p]], values[chunk[p + 1]]
                     between = _ext.num_differing_bits(a, b)
-                    for key_a in _sorted_keys(snap.duplicates(_ext.pack_key(a))):
-                        for key_b in _sorted_keys(snap.duplicates(_ext.pack_key(b))):
+                    for key_a in _sorted_keys(view.keys_of(a)):
+                        for key_b in _sorted_keys(view.keys_of(b)):
                             yield _ordered(key_a, key_b) + (between,)
 
     def clusters(self, distance=None):
         """Connected components of the match graph over documents: lists of keys
         whose fingerprints link within ``distance`` bits, from one snapshot.
         Each cluster is sorted by key; clusters come in fingerprint order."""
-        d = self._query_distance(distance)
-        with self._store.snapshot() as snap:
+        d = self._scan_distance(distance)
+        with self._storage.read() as view:
             values, multiple = array("Q"), set()
-            for fp_key, keys in snap.fingerprint_groups():
+            for fp, keys in view.fingerprint_groups():
                 if len(keys) > 1:
                     multiple.add(len(values))
-                values.append(_ext.unpack_key(fp_key))
+                values.append(fp)
             labels = components(len(values), pair_chunks(values, self._layout, d))
             members = collections.defaultdict(list)
             for i, label in enumerate(labels):
@@ -275,17 +287,15 @@ class DB:
                 group = members[label]
                 if group[0] != label:
                     group.insert(0, label)
-                keys = [k for i in group for k in snap.duplicates(_ext.pack_key(values[i]))]
-                yield _sorted_keys(keys)
+                yield _sorted_keys([k for i in group for k in view.keys_of(values[i])])
 
     def stats(self):
         """Counts, parameters and sizes of the database."""
-        with self._store.snapshot() as snap:
-            count = snap.count(DOCS)
-            distinct = snap.count(table_name(0))
-        disk = self._store.disk_bytes()
+        with self._storage.read() as view:
+            count, distinct = view.count(), view.distinct()
+        info = self._storage.info()
         tables = self._layout.tables
-        return {
+        return dict({
             "path": self.path,
             "count": count,
             "distinct_fingerprints": distinct,
@@ -295,10 +305,9 @@ class DB:
             "tables": tables,
             "format": FORMAT_VERSION,
             "recipe": self.recipe,
-            "disk_bytes": disk,
-            "bytes_per_fingerprint_per_table": disk / (distinct * tables) if distinct else 0.0,
-            "map_size": self._store.env.info()["map_size"],
-        }
+            "bytes_per_fingerprint_per_table":
+                info["disk_bytes"] / (distinct * tables) if distinct else 0.0,
+        }, **info)
 
     def check(self):
         """Verify that the index and every table agree with the documents.
@@ -306,33 +315,39 @@ class DB:
         :returns: a list of the disagreements found, empty for a sound database.
         """
         problems = []
-        with self._store.snapshot() as snap:
+        with self._storage.read() as view:
             docs = 0
-            for key_bytes, value in snap.items(DOCS):
+            for key_bytes, value in view.documents():
                 docs += 1
-                fp = _unpack(value)[0]
-                if key_bytes not in snap.duplicates(_ext.pack_key(fp)):
+                try:
+                    fp = _unpack(value)[0]
+                except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                    problems.append("document %r has a damaged record" % (key_bytes,))
+                    continue
+                if key_bytes not in view.keys_of(fp):
                     problems.append("document %r (fingerprint %d) is missing from the "
                                     "fingerprint index" % (_unpack(key_bytes), fp))
-            indexed = snap.count(FINGERPRINTS)
+            distinct, indexed = array("Q"), 0
+            for fp, keys in view.fingerprint_groups():
+                distinct.append(fp)
+                indexed += len(keys)
             if indexed != docs:
                 problems.append("the fingerprint index has %d entries for %d documents"
                                 % (indexed, docs))
-            distinct = {_ext.unpack_key(k) for k in snap.items(FINGERPRINTS, values=False)}
+            expected = set(distinct)
             for table in range(self._layout.tables):
-                stored = list(snap.table_entries(table))
-                expected = [k + v for k, v in self._layout.table_items(distinct, table)]
-                if stored != expected:
-                    missing = len(set(expected) - set(stored))
-                    extra = len(set(stored) - set(expected))
+                stored = view.table_fingerprints(table)
+                if len(stored) != len(expected) or set(stored) != expected:
+                    missing = len(expected - set(stored))
+                    extra = len(set(stored) - expected)
                     problems.append("table %d has %d entries for %d distinct fingerprints "
                                     "(%d missing, %d extra)"
-                                    % (table, len(stored), len(distinct), missing, extra))
+                                    % (table, len(stored), len(expected), missing, extra))
         return problems
 
     def close(self):
         """Close the database; using it afterwards raises DatabaseError."""
-        self._store.close()
+        self._storage.close()
 
     def __enter__(self):
         return self
@@ -343,92 +358,26 @@ class DB:
     def __repr__(self):
         return "DB(%r, distance=%d, blocks=%d)" % (self.path, self.distance, self.blocks)
 
-    # Internals: one transaction's work
-
     def _query_distance(self, distance):
+        """A query's distance: any, where the layout can answer it exactly."""
+        return self.distance if distance is None else self._layout.check_query_distance(distance)
+
+    def _scan_distance(self, distance):
+        """An all-pairs scan's distance: at most the built one."""
         if distance is None:
             return self.distance
         if not isinstance(distance, int) or not 0 <= distance <= self.distance:
             raise InvalidArgumentError(
-                "query distance must be an int in [0, %d] (the database's distance), got %r"
-                % (self.distance, distance))
+                "find_all and clusters take a distance in [0, %d] (the database's distance), "
+                "got %r" % (self.distance, distance))
         return distance
 
-    def _search(self, snap, fingerprint, distance):
-        found = {}
-        perms, bounds = self._layout.scan_bounds(fingerprint)
-        for table, (perm, keys) in enumerate(zip(perms, snap.scan(bounds))):
-            if keys:
-                for candidate, d in _ext.verify(perm, keys, distance):
-                    found[self._layout.unpermute(candidate, table)] = d
-        matches = [Match(_unpack(key_bytes), fp, d) for fp, d in found.items()
-                   for key_bytes in snap.duplicates(_ext.pack_key(fp))]
-        matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
-        return matches
 
-    def _insert_batch(self, w, encoded):
-        """Store a batch; when every key is new, with one bulk put per sub-database."""
-        docs = sorted((key_bytes, value) for key_bytes, _, value in encoded)
-        keys = [key_bytes for key_bytes, _ in docs]
-        repeated = any(a == b for a, b in zip(keys, keys[1:]))
-        if repeated or (w.count(DOCS) and w.has_any(DOCS, keys)):
-            return self._apply(w, encoded)  # upserts or repeated keys: the general path
-        w.put_many(DOCS, docs)
-        w.put_many(FINGERPRINTS, [(_ext.pack_key(fp), key_bytes) for key_bytes, fp, _ in encoded])
-        self._update_tables(w, {fp for _, fp, _ in encoded}, ())
-
-    def _apply(self, w, encoded):
-        """Store encoded records one by one, replacing existing keys."""
-        added, removed = set(), set()
-        for key_bytes, fp, value in encoded:
-            old = w.get(DOCS, key_bytes)
-            if old is not None:
-                old_fp = _unpack(old)[0]
-                if old_fp == fp:
-                    w.put(DOCS, key_bytes, value)
-                    continue
-                self._unlink(w, old_fp, key_bytes, added, removed)
-            w.put(DOCS, key_bytes, value)
-            fp_key = _ext.pack_key(fp)
-            if not w.has(FINGERPRINTS, fp_key):
-                if fp in removed:
-                    removed.discard(fp)  # still in the tables: its removal is undone
-                else:
-                    added.add(fp)
-            w.put(FINGERPRINTS, fp_key, key_bytes)
-        self._update_tables(w, added, removed)
-
-    def _remove(self, w, encoded):
-        added, removed = set(), set()
-        deleted = 0
-        for key_bytes in encoded:
-            old = w.get(DOCS, key_bytes)
-            if old is not None:
-                w.delete(DOCS, key_bytes)
-                self._unlink(w, _unpack(old)[0], key_bytes, added, removed)
-                deleted += 1
-        self._update_tables(w, added, removed)
-        return deleted
-
-    def _unlink(self, w, fp, key_bytes, added, removed):
-        """Drop one document's fingerprint-index entry; its last one leaves the tables."""
-        fp_key = _ext.pack_key(fp)
-        w.delete(FINGERPRINTS, fp_key, key_bytes)
-        if not w.has(FINGERPRINTS, fp_key):
-            if fp in added:
-                added.discard(fp)
-            else:
-                removed.add(fp)
-
-    def _update_tables(self, w, added, removed):
-        """Add fingerprints new to the database to every table (adding one that
-        is already there changes nothing); remove those no document has now."""
-        for table in range(self._layout.tables):
-            name = table_name(table)
-            if added:
-                w.put_many(name, self._layout.table_items(added, table))
-            for key, value in self._layout.table_items(removed, table) if removed else ():
-                w.delete(name, key, value)
+def _matches(hits):
+    """Matches of (key, fingerprint, distance) hits, sorted by (distance, key)."""
+    matches = [Match(_unpack(key), fp, d) for key, fp, d in hits]
+    matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
+    return matches
 
 
 def check_record(record):
@@ -450,7 +399,7 @@ def _batches(items, size):
         yield batch
 
 
-def _encode_key(key, pack=msgpack.packb):
+def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise InvalidKeyError("keys must be str, bytes or int, got %s %r"
                               % (type(key).__name__, key))
@@ -458,13 +407,13 @@ def _encode_key(key, pack=msgpack.packb):
         encoded = pack(key)
     except OverflowError:
         raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %d" % key) from None
-    if len(encoded) > MAX_KEY_BYTES:
+    if len(encoded) > limit:
         raise InvalidKeyError("key is %d bytes encoded; the most is %d"
-                              % (len(encoded), MAX_KEY_BYTES))
+                              % (len(encoded), limit))
     return encoded
 
 
-def _encode_records(records):
+def _encode_records(records, limit=MAX_KEY_BYTES):
     """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record."""
     pack = msgpack.Packer().pack
     encoded = []
@@ -473,7 +422,7 @@ def _encode_records(records):
             raise InvalidArgumentError(
                 "expected a (key, fingerprint) or (key, fingerprint, meta) record, got %r"
                 % (record,))
-        key, fp = _encode_key(record[0], pack), _ext.check_fingerprint(record[1])
+        key, fp = _encode_key(record[0], pack, limit), _ext.check_fingerprint(record[1])
         meta = record[2] if len(record) == 3 else None
         try:
             encoded.append((key, fp, pack([fp, meta])))

@@ -10,7 +10,7 @@ import sys
 from array import array
 
 from . import _ext
-from .tables import Layout
+from .layout import Layout
 
 
 def find_all(hashes, blocks, distance):

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simhashdb import InvalidArgumentError, find_all, find_all_indices, find_clusters
-from simhashdb.tables import Layout
+from simhashdb.layout import Layout
 
 MAX = 2**64 - 1
 PARAMS = [(b, d) for b in range(2, 9) for d in range(1, b)]

@@ -1,0 +1,1219 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
+"""The native LMDB backend's kernels, on the LMDB C API.
+
+One environment: ``meta``, ``docs`` (key -> value), ``fingerprints`` (sorted
+duplicates: 8-byte big-endian fingerprint -> key) and one table per
+permutation (sorted fixed-size duplicates: the big-endian permuted
+fingerprint as a 2-byte key and a 6-byte value). A search permutes, seeks,
+scans and verifies every table for a batch of probes in one call without
+the GIL; upserts and removals keep the index and the tables in step, and
+append to LMDB where the entries come after what is stored. Every LMDB call
+goes through a guard (guard.h) that turns a fault on a damaged file into an
+error; the environment is then marked broken.
+"""
+
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport free, malloc, qsort, realloc
+from libc.string cimport memcmp, memcpy
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+
+from simhashdb.errors import DatabaseError
+
+cdef extern from *:
+    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+
+cdef extern from "lmdb.h" nogil:
+    ctypedef struct MDB_env:
+        pass
+    ctypedef struct MDB_txn:
+        pass
+    ctypedef struct MDB_cursor:
+        pass
+    ctypedef unsigned int MDB_dbi
+    ctypedef struct MDB_val:
+        size_t mv_size
+        void* mv_data
+    ctypedef struct MDB_stat:
+        size_t ms_entries
+    ctypedef struct MDB_envinfo:
+        size_t me_mapsize
+        size_t me_last_pgno
+        size_t me_last_txnid
+        unsigned int me_maxreaders
+        unsigned int me_numreaders
+    ctypedef enum MDB_cursor_op:
+        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_LAST, MDB_NEXT, MDB_NEXT_DUP,
+        MDB_NEXT_NODUP, MDB_SET, MDB_SET_KEY, MDB_SET_RANGE
+    ctypedef void MDB_assert_func(MDB_env* env, const char* msg)
+    enum:
+        MDB_NOSUBDIR, MDB_RDONLY, MDB_NOTLS, MDB_NOLOCK, MDB_NORDAHEAD, MDB_CREATE,
+        MDB_DUPSORT, MDB_DUPFIXED, MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA,
+        MDB_NOTFOUND, MDB_KEYEXIST, MDB_MAP_FULL, MDB_MAP_RESIZED, MDB_READERS_FULL,
+        MDB_TXN_FULL
+    int mdb_env_create(MDB_env** env)
+    int mdb_env_open(MDB_env* env, const char* path, unsigned int flags, unsigned int mode)
+    void mdb_env_close(MDB_env* env)
+    int mdb_env_set_mapsize(MDB_env* env, size_t size)
+    int mdb_env_set_maxreaders(MDB_env* env, unsigned int readers)
+    int mdb_env_set_maxdbs(MDB_env* env, MDB_dbi dbs)
+    int mdb_env_info(MDB_env* env, MDB_envinfo* info)
+    int mdb_env_set_assert(MDB_env* env, MDB_assert_func* func)
+    int mdb_env_sync(MDB_env* env, int force)
+    int mdb_reader_check(MDB_env* env, int* dead)
+    char* mdb_strerror(int err)
+    int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
+    void mdb_txn_abort(MDB_txn* txn)
+    size_t mdb_txn_id(MDB_txn* txn)
+    int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
+    void mdb_cursor_close(MDB_cursor* cursor)
+
+cdef extern from "guard.h" nogil:
+    int GUARD_FAULT
+    void guard_assert(MDB_env* env, const char* msg)
+    int guard_install()
+    int guard_last_signal()
+    int g_get(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v)
+    int g_put(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v, unsigned int f)
+    int g_del(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v)
+    int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
+    int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
+    int g_cursor_del(MDB_cursor* c, unsigned int f)
+    int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
+    int g_txn_commit(MDB_txn* t)
+    int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
+    int g_copy(void* dst, const void* src, size_t n)
+
+cdef enum:
+    MAX_TABLES = 1024
+cdef int NO_MEMORY = -29999
+
+
+class MapFullError(DatabaseError):
+    """The map is full: grow it and run the transaction again."""
+
+
+class MapResizedError(DatabaseError):
+    """Another process grew the map: adopt its size and begin again."""
+
+
+class DamagedError(DatabaseError):
+    """The data file is damaged: LMDB faulted or found it corrupt."""
+
+
+cdef object lmdb_error(int rc, str what):
+    if rc == GUARD_FAULT:
+        return DamagedError("%s: LMDB faulted (signal %d) reading the data file, which is "
+                            "damaged; restore it from a backup, or open it read-only and "
+                            "`export` what is readable" % (what, guard_last_signal()))
+    if rc == NO_MEMORY:
+        return MemoryError("%s: out of memory" % what)
+    if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:
+        return MapFullError("%s: %s" % (what, mdb_strerror(rc).decode()))
+    if rc == MDB_MAP_RESIZED:
+        return MapResizedError("%s: %s" % (what, mdb_strerror(rc).decode()))
+    if rc == MDB_READERS_FULL:
+        return DatabaseError("%s: too many open snapshots (unfinished iterations over the "
+                             "database); finish or close them" % what)
+    return DatabaseError("%s: %s" % (what, mdb_strerror(rc).decode(errors="replace")))
+
+
+if guard_install() != 0:
+    raise ImportError("simhashdb._lmdb could not install its fault handlers")
+
+
+# Fixed-width encodings and the permutations
+
+cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
+    cdef uint64_t x = 0
+    cdef int i
+    for i in range(n):
+        x = (x << 8) | p[i]
+    return x
+
+
+cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        p[n - 1 - i] = x & 0xFF
+        x >>= 8
+
+
+cdef inline uint64_t permute(uint64_t fp, const long* spec, Py_ssize_t blocks) noexcept nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((fp >> spec[3 * b]) & mask) << spec[3 * b + 2]
+    return out
+
+
+cdef inline uint64_t unpermute(uint64_t perm, const long* spec, Py_ssize_t blocks) noexcept nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((perm >> spec[3 * b + 2]) & mask) << spec[3 * b]
+    return out
+
+
+cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
+    """The fingerprint leading a document value (a msgpack array of an uint first)."""
+    cdef const uint8_t* p = <const uint8_t*>value.mv_data
+    cdef size_t n = value.mv_size, at
+    cdef int width
+    if n < 2:
+        return -1
+    at = 3 if p[0] == 0xdc else 5 if p[0] == 0xdd else 1
+    if at >= n:
+        return -1
+    if p[at] < 0x80:
+        fp[0] = p[at]
+        return 0
+    width = 1 if p[at] == 0xcc else 2 if p[at] == 0xcd else 4 if p[at] == 0xce else \
+        8 if p[at] == 0xcf else 0
+    if width == 0 or at + 1 + width > n:
+        return -1
+    fp[0] = read_be(p + at + 1, width)
+    return 0
+
+
+# Growable buffers and sorting
+
+cdef struct U64s:
+    uint64_t* data
+    size_t size, cap
+
+
+cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
+    cdef uint64_t* grown
+    if v.size == v.cap:
+        v.cap = v.cap * 2 if v.cap else 64
+        grown = <uint64_t*>realloc(v.data, v.cap * sizeof(uint64_t))
+        if grown == NULL:
+            return NO_MEMORY
+        v.data = grown
+    v.data[v.size] = x
+    v.size += 1
+    return 0
+
+
+cdef int cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0], y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int cmp_pair(const void* a, const void* b) noexcept nogil:
+    """Order (value, sequence) pairs: by value, then by sequence."""
+    cdef const uint64_t* x = <const uint64_t*>a
+    cdef const uint64_t* y = <const uint64_t*>b
+    if x[0] != y[0]:
+        return (x[0] > y[0]) - (x[0] < y[0])
+    return (x[1] > y[1]) - (x[1] < y[1])
+
+
+cdef struct Doc:
+    const uint8_t* key
+    size_t key_size
+    const uint8_t* value
+    size_t value_size
+    uint64_t fp
+    size_t seq
+
+
+cdef inline int cmp_bytes(const uint8_t* a, size_t na, const uint8_t* b, size_t nb) noexcept nogil:
+    """LMDB's default order: bytes compared, then the shorter first."""
+    cdef int c = memcmp(a, b, na if na < nb else nb)
+    if c:
+        return c
+    return (na > nb) - (na < nb)
+
+
+cdef int cmp_doc_key(const void* a, const void* b) noexcept nogil:
+    cdef const Doc* x = <const Doc*>a
+    cdef const Doc* y = <const Doc*>b
+    cdef int c = cmp_bytes(x.key, x.key_size, y.key, y.key_size)
+    if c:
+        return c
+    return (x.seq > y.seq) - (x.seq < y.seq)
+
+
+cdef int cmp_doc_entry(const void* a, const void* b) noexcept nogil:
+    """Order documents as their fingerprint-index entries: fingerprint, then key."""
+    cdef const Doc* x = <const Doc*>a
+    cdef const Doc* y = <const Doc*>b
+    if x.fp != y.fp:
+        return (x.fp > y.fp) - (x.fp < y.fp)
+    return cmp_bytes(x.key, x.key_size, y.key, y.key_size)
+
+
+# The layout of the tables, and what one transaction works with
+
+cdef struct Layout:
+    Py_ssize_t tables, blocks
+    long* spec              # (source shift, width, destination shift) per block per table
+    uint64_t* prefixes      # each table's leading-block mask
+    int* prefix_bits        # each table's leading-block width
+
+
+cdef struct Work:
+    MDB_txn* txn
+    MDB_dbi docs, fps
+    MDB_dbi* tables
+    Layout* layout
+    MDB_cursor* doc_cursor
+    MDB_cursor* fp_cursor
+    MDB_cursor** table_cursors
+
+
+cdef int open_cursors(Work* w) noexcept nogil:
+    cdef Py_ssize_t t
+    cdef int rc
+    rc = mdb_cursor_open(w.txn, w.docs, &w.doc_cursor)
+    if rc == 0:
+        rc = mdb_cursor_open(w.txn, w.fps, &w.fp_cursor)
+    w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
+    if w.table_cursors == NULL:
+        return NO_MEMORY
+    for t in range(w.layout.tables):
+        w.table_cursors[t] = NULL
+        if rc == 0:
+            rc = mdb_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
+    return rc
+
+
+cdef void close_cursors(Work* w) noexcept nogil:
+    cdef Py_ssize_t t
+    if w.doc_cursor != NULL:
+        mdb_cursor_close(w.doc_cursor)
+    if w.fp_cursor != NULL:
+        mdb_cursor_close(w.fp_cursor)
+    if w.table_cursors != NULL:
+        for t in range(w.layout.tables):
+            if w.table_cursors[t] != NULL:
+                mdb_cursor_close(w.table_cursors[t])
+        free(w.table_cursors)
+
+
+# Search: every stored fingerprint within a distance of each probe
+
+cdef struct Hit:
+    uint64_t probe, fp, distance
+
+
+cdef struct Hits:
+    Hit* data
+    size_t size, cap
+
+
+cdef int hit_push(Hits* h, uint64_t probe, uint64_t fp, uint64_t distance) noexcept nogil:
+    cdef Hit* grown
+    if h.size == h.cap:
+        h.cap = h.cap * 2 if h.cap else 64
+        grown = <Hit*>realloc(h.data, h.cap * sizeof(Hit))
+        if grown == NULL:
+            return NO_MEMORY
+        h.data = grown
+    h.data[h.size].probe = probe
+    h.data[h.size].fp = fp
+    h.data[h.size].distance = distance
+    h.size += 1
+    return 0
+
+
+cdef int cmp_hit(const void* a, const void* b) noexcept nogil:
+    cdef const Hit* x = <const Hit*>a
+    cdef const Hit* y = <const Hit*>b
+    if x.probe != y.probe:
+        return (x.probe > y.probe) - (x.probe < y.probe)
+    return (x.fp > y.fp) - (x.fp < y.fp)
+
+
+cdef int scan_range(MDB_cursor* cursor, uint64_t lo, uint64_t hi, uint64_t perm, int distance,
+                    const long* spec, Py_ssize_t blocks, uint64_t probe, Hits* out) noexcept nogil:
+    """Verify every entry of one table in [lo, hi] against the permuted probe."""
+    cdef uint8_t key_bytes[2]
+    cdef uint8_t value_bytes[6]
+    cdef MDB_val k, v
+    cdef uint64_t entry
+    cdef int rc, d
+    write_be(key_bytes, lo >> 48, 2)
+    write_be(value_bytes, lo, 6)
+    k.mv_size, k.mv_data = 2, key_bytes
+    v.mv_size, v.mv_data = 6, value_bytes
+    rc = g_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
+    if rc == MDB_NOTFOUND:
+        if (lo >> 48) == (hi >> 48):
+            return 0
+        write_be(key_bytes, (lo >> 48) + 1, 2)
+        k.mv_size, k.mv_data = 2, key_bytes
+        rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0:
+        if k.mv_size != 2 or v.mv_size != 6:
+            return -30796  # MDB_CORRUPTED
+        entry = (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6)
+        if entry > hi:
+            return 0
+        d = popcount64(entry ^ perm)
+        if d <= distance:
+            rc = hit_push(out, probe, unpermute(entry, spec, blocks), d)
+            if rc:
+                return rc
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int scan_variants(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int first_bit,
+                       int flips, int distance, uint64_t probe, Hits* out) noexcept nogil:
+    """Scan the prefix ``base`` and every prefix that differs from it in up to
+    ``flips`` more of its bits below ``first_bit``."""
+    cdef uint64_t mask = w.layout.prefixes[t]
+    cdef long* spec = w.layout.spec + 3 * w.layout.blocks * t
+    cdef int rc = scan_range(w.table_cursors[t], base, base | ~mask, perm, distance, spec,
+                             w.layout.blocks, probe, out)
+    cdef int bit
+    if rc or flips == 0:
+        return rc
+    for bit in range(64 - w.layout.prefix_bits[t], first_bit):
+        rc = scan_variants(w, t, base ^ ((<uint64_t>1) << bit), perm, bit, flips - 1, distance,
+                           probe, out)
+        if rc:
+            return rc
+    return 0
+
+
+cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t probe,
+                    Hits* out) noexcept nogil:
+    """Append the distinct stored fingerprints within ``distance`` of ``fp``."""
+    cdef Py_ssize_t t
+    cdef size_t start = out.size, i, kept
+    cdef uint64_t perm
+    cdef int rc
+    for t in range(w.layout.tables):
+        perm = permute(fp, w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+        rc = scan_variants(w, t, perm & w.layout.prefixes[t], perm, 64, flips, distance,
+                           probe, out)
+        if rc:
+            return rc
+    if out.size - start > 1:
+        qsort(out.data + start, out.size - start, sizeof(Hit), cmp_hit)
+        kept = start + 1
+        for i in range(start + 1, out.size):
+            if out.data[i].fp != out.data[kept - 1].fp:
+                out.data[kept] = out.data[i]
+                kept += 1
+        out.size = kept
+    return 0
+
+
+cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
+    """1 if the fingerprint index has ``fp``, 0 if not, or an LMDB error."""
+    cdef uint8_t key_bytes[8]
+    cdef MDB_val k, v
+    cdef int rc
+    write_be(key_bytes, fp, 8)
+    k.mv_size, k.mv_data = 8, key_bytes
+    rc = g_cursor_get(fp_cursor, &k, &v, MDB_SET)
+    if rc == MDB_NOTFOUND:
+        return 0
+    return 1 if rc == 0 else rc
+
+
+# Writes: documents, the fingerprint index and the tables in step
+
+cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
+    """Note ``fp`` as changed, with whether the index had it before this batch
+    (the first note of a fingerprint is taken before any of its changes)."""
+    cdef int had = has_entries(w.fp_cursor, fp)
+    if had < 0:
+        return had
+    cdef int rc = u64_push(touched, fp)
+    if rc == 0:  # (fingerprint, sequence * 2 + had): sorting puts each one's first note first
+        rc = u64_push(touched, (touched.size - 1) // 2 * 2 + <uint64_t>had)
+    return rc
+
+
+cdef int put_table_entries(MDB_cursor* cursor, uint64_t* perms, size_t n) noexcept nogil:
+    """Add sorted permuted fingerprints to a table, appending where they come last."""
+    cdef uint8_t key_bytes[2]
+    cdef uint8_t value_bytes[6]
+    cdef MDB_val k, v
+    cdef uint64_t last = 0
+    cdef bint appending, have_last
+    cdef size_t i
+    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_LAST)
+    if rc and rc != MDB_NOTFOUND:
+        return rc
+    have_last = rc == 0
+    if have_last:
+        last = (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6)
+    appending = not have_last or (n > 0 and perms[0] > last)
+    for i in range(n):
+        write_be(key_bytes, perms[i] >> 48, 2)
+        write_be(value_bytes, perms[i], 6)
+        k.mv_size, k.mv_data = 2, key_bytes
+        v.mv_size, v.mv_data = 6, value_bytes
+        if appending:
+            rc = g_cursor_put(cursor, &k, &v, MDB_APPENDDUP
+                              if have_last and (perms[i] >> 48) == (last >> 48) else MDB_APPEND)
+            last, have_last = perms[i], True
+        else:
+            rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
+            if rc == MDB_KEYEXIST:
+                rc = 0
+        if rc:
+            return rc
+    return 0
+
+
+cdef int delete_table_entries(MDB_cursor* cursor, uint64_t* perms, size_t n) noexcept nogil:
+    cdef uint8_t key_bytes[2]
+    cdef uint8_t value_bytes[6]
+    cdef MDB_val k, v
+    cdef size_t i
+    cdef int rc
+    for i in range(n):
+        write_be(key_bytes, perms[i] >> 48, 2)
+        write_be(value_bytes, perms[i], 6)
+        k.mv_size, k.mv_data = 2, key_bytes
+        v.mv_size, v.mv_data = 6, value_bytes
+        rc = g_cursor_get(cursor, &k, &v, MDB_GET_BOTH)
+        if rc == 0:
+            rc = g_cursor_del(cursor, 0)
+        if rc and rc != MDB_NOTFOUND:
+            return rc
+    return 0
+
+
+cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
+    """Put the touched fingerprints the index has gained into every table, and
+    take out those it has lost."""
+    cdef size_t n = touched.size // 2, i, added = 0, removed = 0
+    cdef uint64_t* pairs = touched.data
+    cdef uint64_t* add
+    cdef uint64_t* rem
+    cdef uint64_t* perms
+    cdef Py_ssize_t t
+    cdef int rc = 0, now
+    cdef bint had
+    if n == 0:
+        return 0
+    qsort(pairs, n, 2 * sizeof(uint64_t), cmp_pair)
+    add = <uint64_t*>malloc(n * sizeof(uint64_t))
+    rem = <uint64_t*>malloc(n * sizeof(uint64_t))
+    perms = <uint64_t*>malloc(n * sizeof(uint64_t))
+    if add == NULL or rem == NULL or perms == NULL:
+        rc = NO_MEMORY
+    i = 0
+    while rc == 0 and i < n:
+        had = pairs[2 * i + 1] & 1
+        now = has_entries(w.fp_cursor, pairs[2 * i])
+        if now < 0:
+            rc = now
+        elif now and not had:
+            add[added] = pairs[2 * i]
+            added += 1
+        elif had and not now:
+            rem[removed] = pairs[2 * i]
+            removed += 1
+        i += 1
+        while i < n and pairs[2 * i] == pairs[2 * i - 2]:
+            i += 1
+    for t in range(w.layout.tables):
+        if rc:
+            break
+        if removed:
+            for i in range(removed):
+                perms[i] = permute(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+            rc = delete_table_entries(w.table_cursors[t], perms, removed)
+        if rc == 0 and added:
+            for i in range(added):
+                perms[i] = permute(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+            qsort(perms, added, sizeof(uint64_t), cmp_u64)
+            rc = put_table_entries(w.table_cursors[t], perms, added)
+    free(add)
+    free(rem)
+    free(perms)
+    touched.size = 0
+    return rc
+
+
+cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t key_size,
+                U64s* touched) noexcept nogil:
+    """Drop a stored document's fingerprint-index entry."""
+    cdef uint64_t old_fp
+    cdef uint8_t fp_bytes[8]
+    cdef MDB_val k, v
+    cdef int rc
+    if value_fingerprint(old_value, &old_fp) != 0:
+        return -30796  # MDB_CORRUPTED
+    rc = touch(w, touched, old_fp)
+    if rc:
+        return rc
+    write_be(fp_bytes, old_fp, 8)
+    k.mv_size, k.mv_data = 8, fp_bytes
+    v.mv_size, v.mv_data = key_size, <void*>key
+    rc = g_del(w.txn, w.fps, &k, &v)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
+    """Store documents (sorted by key, unique), replacing existing keys."""
+    cdef MDB_val k, v, old
+    cdef uint8_t fp_bytes[8]
+    cdef size_t i, fresh = 0
+    cdef int rc
+    cdef uint64_t old_fp
+    cdef bint appending = False, changed
+    cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
+    if added == NULL:
+        return NO_MEMORY
+    rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_LAST)
+    if rc == MDB_NOTFOUND:
+        appending, rc = True, 0
+    elif rc == 0 and n:
+        appending = cmp_bytes(docs[0].key, docs[0].key_size, <uint8_t*>k.mv_data,
+                              k.mv_size) > 0
+    i = 0
+    while rc == 0 and i < n:
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        changed = True  # the document is new, or has another fingerprint now
+        if not appending:
+            rc = g_get(w.txn, w.docs, &k, &old)
+            if rc == 0:
+                if value_fingerprint(&old, &old_fp) != 0:
+                    rc = -30796  # MDB_CORRUPTED
+                elif old_fp == docs[i].fp:
+                    changed = False
+                else:
+                    rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
+            elif rc == MDB_NOTFOUND:
+                rc = 0
+            if rc:
+                break
+        v.mv_size, v.mv_data = docs[i].value_size, <void*>docs[i].value
+        rc = g_cursor_put(w.doc_cursor, &k, &v, MDB_APPEND if appending else 0)
+        if rc == 0 and changed:
+            rc = touch(w, touched, docs[i].fp)
+            added[fresh] = docs[i]
+            fresh += 1
+        i += 1
+    if rc == 0 and fresh:
+        qsort(added, fresh, sizeof(Doc), cmp_doc_entry)
+        appending = False
+        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_LAST)
+        if rc == MDB_NOTFOUND:
+            appending, rc = True, 0
+        elif rc == 0:
+            appending = added[0].fp > read_be(<uint8_t*>k.mv_data, 8)
+        for i in range(fresh):
+            if rc:
+                break
+            write_be(fp_bytes, added[i].fp, 8)
+            k.mv_size, k.mv_data = 8, fp_bytes
+            v.mv_size, v.mv_data = added[i].key_size, <void*>added[i].key
+            if appending and (i == 0 or added[i].fp != added[i - 1].fp):
+                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND)
+            elif appending:
+                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPENDDUP)
+            else:
+                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
+                if rc == MDB_KEYEXIST:
+                    rc = 0
+    free(added)
+    if rc == 0:
+        rc = update_tables(w, touched)
+    return rc
+
+
+cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noexcept nogil:
+    """Remove documents (sorted by key, unique) that are stored."""
+    cdef MDB_val k, old
+    cdef size_t i
+    cdef int rc = 0
+    for i in range(n):
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        rc = g_get(w.txn, w.docs, &k, &old)
+        if rc == MDB_NOTFOUND:
+            rc = 0
+            continue
+        if rc == 0:
+            rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
+        if rc == 0:
+            rc = g_del(w.txn, w.docs, &k, NULL)
+        if rc:
+            return rc
+        count[0] += 1
+    return update_tables(w, touched)
+
+
+cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
+    """Sort documents by key, keeping the last of each key; returns the count kept."""
+    cdef size_t i, kept = 0
+    if n < 2:
+        return n
+    qsort(docs, n, sizeof(Doc), cmp_doc_key)
+    for i in range(n):
+        if i + 1 < n and cmp_bytes(docs[i].key, docs[i].key_size, docs[i + 1].key,
+                                   docs[i + 1].key_size) == 0:
+            continue
+        docs[kept] = docs[i]
+        kept += 1
+    return kept
+
+
+cdef Doc* load_docs(list documents, bint with_values) except NULL:
+    """Point Doc structs at the bytes of (key, fingerprint, value) tuples (or keys)."""
+    cdef size_t i, n = len(documents)
+    cdef Doc* docs = <Doc*>malloc((n + 1) * sizeof(Doc))
+    if docs == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = documents[i]
+            key = item[0] if with_values else item
+            docs[i].key = <const uint8_t*>PyBytes_AS_STRING(key)
+            docs[i].key_size = PyBytes_GET_SIZE(key)
+            docs[i].seq = i
+            if with_values:
+                value = item[2]
+                docs[i].fp = item[1]
+                docs[i].value = <const uint8_t*>PyBytes_AS_STRING(value)
+                docs[i].value_size = PyBytes_GET_SIZE(value)
+    except BaseException:
+        free(docs)
+        raise
+    return docs
+
+
+cdef class Env:
+    """An LMDB environment with the simhashdb sub-databases."""
+
+    cdef MDB_env* env
+    cdef MDB_dbi meta, docs, fps
+    cdef MDB_dbi tables[MAX_TABLES]
+    cdef Layout layout
+    cdef readonly bint broken
+    cdef bytes path
+
+    def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
+                  bint nolock, bint subdir=True):
+        self.path = path
+        cdef int rc = mdb_env_create(&self.env)
+        if rc:
+            raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
+        mdb_env_set_assert(self.env, guard_assert)
+        mdb_env_set_maxdbs(self.env, MAX_TABLES + 3)
+        mdb_env_set_maxreaders(self.env, max_readers)
+        mdb_env_set_mapsize(self.env, map_size)
+        cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
+        if readonly:
+            flags |= MDB_RDONLY
+        if nolock:
+            flags |= MDB_NOLOCK
+        if not subdir:
+            flags |= MDB_NOSUBDIR
+        rc = mdb_env_open(self.env, path, flags, 0o644)
+        if rc:
+            mdb_env_close(self.env)
+            self.env = NULL
+            raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
+        cdef int dead
+        mdb_reader_check(self.env, &dead)
+        self.layout.tables = 0
+
+    def __dealloc__(self):
+        if self.env != NULL and not self.broken:
+            mdb_env_close(self.env)
+        free(self.layout.spec)
+        free(self.layout.prefixes)
+        free(self.layout.prefix_bits)
+
+    cdef int check(self) except -1:
+        if self.env == NULL:
+            raise DatabaseError("the database at %s is closed" % self.path.decode())
+        if self.broken:
+            raise DamagedError("the database at %s faulted on a damaged file earlier; "
+                               "restore it from a backup" % self.path.decode())
+        return 0
+
+    cdef object fail(self, int rc, str what):
+        if rc == GUARD_FAULT:
+            self.broken = True
+        return lmdb_error(rc, what)
+
+    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create):
+        """Open the sub-databases of a layout's tables (and the fixed ones)."""
+        self.check()
+        cdef Py_ssize_t t, tables = prefixes.shape[0]
+        cdef MDB_txn* txn
+        cdef unsigned int create_flag = MDB_CREATE if create else 0
+        cdef int rc = mdb_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
+        if rc:
+            raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
+        rc = g_dbi_open(txn, b"meta", create_flag, &self.meta)
+        if rc == 0:
+            rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
+        if rc == 0:
+            rc = g_dbi_open(txn, b"fingerprints", create_flag | MDB_DUPSORT, &self.fps)
+        for t in range(tables):
+            if rc == 0:
+                name = b"table:%03d" % t
+                rc = g_dbi_open(txn, name, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
+                                &self.tables[t])
+        if rc == 0:
+            rc = g_txn_commit(txn)
+        else:
+            mdb_txn_abort(txn)
+        if rc == MDB_NOTFOUND:
+            raise DatabaseError("%s is not a simhashdb database (a sub-database is missing)"
+                                % self.path.decode())
+        if rc:
+            raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
+        free(self.layout.spec)
+        free(self.layout.prefixes)
+        free(self.layout.prefix_bits)
+        self.layout.tables = tables
+        self.layout.blocks = spec.shape[0] // (3 * tables) if tables else 0
+        self.layout.spec = <long*>malloc((spec.shape[0] + 1) * sizeof(long))
+        self.layout.prefixes = <uint64_t*>malloc((tables + 1) * sizeof(uint64_t))
+        self.layout.prefix_bits = <int*>malloc((tables + 1) * sizeof(int))
+        for t in range(spec.shape[0]):
+            self.layout.spec[t] = spec[t]
+        for t in range(tables):
+            self.layout.prefixes[t] = prefixes[t]
+            self.layout.prefix_bits[t] = prefix_bits[t]
+
+    def info(self):
+        """Map size, last transaction id and reader slots in use."""
+        self.check()
+        cdef MDB_envinfo info
+        mdb_env_info(self.env, &info)
+        return {"map_size": info.me_mapsize, "last_txnid": info.me_last_txnid,
+                "readers": info.me_numreaders, "max_readers": info.me_maxreaders}
+
+    def set_mapsize(self, size_t size):
+        """Set the map size (0: adopt the size another process set); no
+        transaction of this process may be running."""
+        self.check()
+        cdef int rc = mdb_env_set_mapsize(self.env, size)
+        if rc:
+            raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
+
+    def reader_check(self):
+        """Clear the reader slots of dead processes; returns how many."""
+        self.check()
+        cdef int dead = 0
+        mdb_reader_check(self.env, &dead)
+        return dead
+
+    def begin(self, bint write=False):
+        """A transaction: a snapshot, or the one write transaction."""
+        self.check()
+        cdef Txn txn = Txn.__new__(Txn)
+        cdef int rc
+        with nogil:
+            rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
+        if rc:
+            raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
+        txn.env = self
+        txn.write = write
+        return txn
+
+    def close(self):
+        if self.env != NULL and not self.broken:
+            mdb_env_close(self.env)
+        self.env = NULL
+
+
+cdef class Txn:
+    """One LMDB transaction over an Env's sub-databases."""
+
+    cdef Env env
+    cdef MDB_txn* txn
+    cdef bint write
+
+    def __dealloc__(self):
+        if self.txn != NULL and not self.env.broken:
+            mdb_txn_abort(self.txn)
+
+    cdef int check(self) except -1:
+        if self.txn == NULL:
+            raise DatabaseError("the transaction is finished")
+        self.env.check()
+        return 0
+
+    cdef Work work(self):
+        cdef Work w
+        w.txn = self.txn
+        w.docs, w.fps = self.env.docs, self.env.fps
+        w.tables = self.env.tables
+        w.layout = &self.env.layout
+        w.doc_cursor = w.fp_cursor = NULL
+        w.table_cursors = NULL
+        return w
+
+    def abort(self):
+        if self.txn != NULL and not self.env.broken:
+            mdb_txn_abort(self.txn)
+        self.txn = NULL
+
+    def commit(self):
+        self.check()
+        cdef int rc
+        with nogil:
+            rc = g_txn_commit(self.txn)
+        self.txn = NULL
+        if rc:
+            raise self.env.fail(rc, "cannot commit to %s" % self.env.path.decode())
+
+    def get(self, bytes key, bint meta=False):
+        """The value of ``key`` in docs (or meta), or None."""
+        self.check()
+        cdef MDB_val k, v
+        k.mv_size, k.mv_data = len(key), <char*>key
+        cdef int rc = g_get(self.txn, self.env.meta if meta else self.env.docs, &k, &v)
+        if rc == MDB_NOTFOUND:
+            return None
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return self._copy(&v)
+
+    cdef bytes _copy(self, MDB_val* v):
+        out = PyBytes_FromStringAndSize(NULL, v.mv_size)
+        cdef int rc = g_copy(PyBytes_AS_STRING(out), v.mv_data, v.mv_size)
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    def put_meta(self, bytes key, bytes value):
+        self.check()
+        cdef MDB_val k, v
+        k.mv_size, k.mv_data = len(key), <char*>key
+        v.mv_size, v.mv_data = len(value), <char*>value
+        cdef int rc = g_put(self.txn, self.env.meta, &k, &v, 0)
+        if rc:
+            raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+
+    def entries(self, str which):
+        """Entries of ``docs``, ``fingerprints`` or a table (``table:N``)."""
+        self.check()
+        cdef MDB_stat stat
+        cdef MDB_dbi dbi = self._dbi(which)
+        cdef int rc = g_stat(self.txn, dbi, &stat)
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return stat.ms_entries
+
+    cdef MDB_dbi _dbi(self, str which) except? 0:
+        if which == "docs":
+            return self.env.docs
+        if which == "fingerprints":
+            return self.env.fps
+        return self.env.tables[int(which.split(":")[1])]
+
+    def items(self, str which, bytes after=None, Py_ssize_t limit=4096):
+        """Up to ``limit`` (key, value) items of ``docs`` or ``fingerprints`` in
+        order, starting after the item (key) ``after`` (from the first: None)."""
+        self.check()
+        cdef MDB_cursor* cursor
+        cdef MDB_val k, v
+        cdef int rc = mdb_cursor_open(self.txn, self._dbi(which), &cursor)
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        out = []
+        try:
+            if after is None:
+                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+            else:
+                rc = self._seek_after(cursor, after, which == "fingerprints", &k, &v)
+            while rc == 0 and len(out) < limit:
+                out.append((self._copy(&k), self._copy(&v)))
+                rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+        finally:
+            mdb_cursor_close(cursor)
+        if rc and rc != MDB_NOTFOUND:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    cdef int _seek_after(self, MDB_cursor* cursor, bytes after, bint pair, MDB_val* k,
+                         MDB_val* v) except? -1:
+        """Position past ``after``: a key, or an 8-byte key + value pair."""
+        cdef int rc
+        cdef bytes key = after[:8] if pair else after
+        k.mv_size, k.mv_data = len(key), <char*>key
+        if pair:
+            v.mv_size, v.mv_data = len(after) - 8, <char*>after + 8
+            rc = g_cursor_get(cursor, k, v, MDB_GET_BOTH_RANGE)
+            if rc == 0 and v.mv_size == len(after) - 8 and \
+                    memcmp(v.mv_data, <char*>after + 8, v.mv_size) == 0:
+                rc = g_cursor_get(cursor, k, v, MDB_NEXT)
+            elif rc == MDB_NOTFOUND:
+                rc = g_cursor_get(cursor, k, v, MDB_SET_RANGE)
+                while rc == 0 and k.mv_size == 8 and memcmp(k.mv_data, <char*>key, 8) == 0:
+                    rc = g_cursor_get(cursor, k, v, MDB_NEXT_NODUP)
+            return rc
+        rc = g_cursor_get(cursor, k, v, MDB_SET_RANGE)
+        if rc == 0 and k.mv_size == len(key) and memcmp(k.mv_data, <char*>key, k.mv_size) == 0:
+            rc = g_cursor_get(cursor, k, v, MDB_NEXT)
+        return rc
+
+    def keys_of(self, uint64_t fp):
+        """The keys indexed under ``fp``, in order."""
+        self.check()
+        cdef MDB_cursor* cursor
+        cdef MDB_val k, v
+        cdef uint8_t fp_bytes[8]
+        write_be(fp_bytes, fp, 8)
+        k.mv_size, k.mv_data = 8, fp_bytes
+        cdef int rc = mdb_cursor_open(self.txn, self.env.fps, &cursor)
+        out = []
+        try:
+            if rc == 0:
+                rc = g_cursor_get(cursor, &k, &v, MDB_SET)
+            while rc == 0:
+                out.append(self._copy(&v))
+                rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_DUP)
+        finally:
+            mdb_cursor_close(cursor)
+        if rc and rc != MDB_NOTFOUND:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    def table_values(self, Py_ssize_t table):
+        """Every fingerprint in permutation table ``table`` (unpermuted), in table order."""
+        self.check()
+        from array import array
+        out = array("Q")
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef MDB_cursor* cursor
+        cdef MDB_val k, v
+        cdef int rc = mdb_cursor_open(self.txn, self.env.tables[table], &cursor)
+        cdef long* spec = self.env.layout.spec + 3 * self.env.layout.blocks * table
+        if rc == 0:
+            with nogil:
+                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+                while rc == 0:
+                    if k.mv_size != 2 or v.mv_size != 6:
+                        rc = -30796
+                        break
+                    rc = u64_push(&values, unpermute(
+                        (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6),
+                        spec, self.env.layout.blocks))
+                    if rc == 0:
+                        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+                mdb_cursor_close(cursor)
+        try:
+            if rc and rc != MDB_NOTFOUND:
+                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+            out.frombytes((<char*>values.data)[:values.size * 8] if values.size else b"")
+        finally:
+            free(values.data)
+        return out
+
+    def search(self, const uint64_t[::1] probes, int distance, int flips):
+        """For each probe, [(key, fingerprint, distance)] of every document within
+        ``distance``, probing prefixes within ``flips`` bits of the probe's."""
+        self.check()
+        cdef Work w = self.work()
+        cdef Hits hits
+        hits.data, hits.size, hits.cap = NULL, 0, 0
+        cdef Py_ssize_t i, n = probes.shape[0]
+        cdef int rc
+        with nogil:
+            rc = open_cursors(&w)
+            i = 0
+            while rc == 0 and i < n:
+                rc = search_one(&w, probes[i], distance, flips, i, &hits)
+                i += 1
+        try:
+            if rc:
+                raise self.env.fail(rc, "cannot search %s" % self.env.path.decode())
+            return self._hits_with_keys(&w, &hits, n)
+        finally:
+            close_cursors(&w)
+            free(hits.data)
+
+    cdef list _hits_with_keys(self, Work* w, Hits* hits, Py_ssize_t n):
+        cdef list results = [[] for _ in range(n)]
+        cdef size_t i
+        cdef MDB_val k, v
+        cdef uint8_t fp_bytes[8]
+        cdef int rc = 0
+        for i in range(hits.size):
+            write_be(fp_bytes, hits.data[i].fp, 8)
+            k.mv_size, k.mv_data = 8, fp_bytes
+            found = results[hits.data[i].probe]
+            fp, d = hits.data[i].fp, hits.data[i].distance
+            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET)
+            while rc == 0:
+                found.append((self._copy(&v), fp, d))
+                rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT_DUP)
+            if rc != MDB_NOTFOUND:
+                raise self.env.fail(rc, "cannot search %s" % self.env.path.decode())
+        return results
+
+    def upsert(self, list documents):
+        """Store (key, fingerprint, value) documents, replacing existing keys."""
+        self.check()
+        cdef size_t n = len(documents)
+        cdef Doc* docs = load_docs(documents, True)
+        cdef Work w = self.work()
+        cdef U64s touched
+        touched.data, touched.size, touched.cap = NULL, 0, 0
+        cdef int rc
+        try:
+            with nogil:
+                rc = open_cursors(&w)
+                if rc == 0:
+                    n = sort_unique(docs, n)
+                    rc = upsert(&w, docs, n, &touched)
+            if rc:
+                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+        finally:
+            close_cursors(&w)
+            free(docs)
+            free(touched.data)
+
+    def remove(self, list keys):
+        """Remove the documents ``keys``; returns how many were stored."""
+        self.check()
+        cdef size_t n = len(keys), count = 0
+        cdef Doc* docs = load_docs(keys, False)
+        cdef Work w = self.work()
+        cdef U64s touched
+        touched.data, touched.size, touched.cap = NULL, 0, 0
+        cdef int rc
+        try:
+            with nogil:
+                rc = open_cursors(&w)
+                if rc == 0:
+                    n = sort_unique(docs, n)
+                    rc = remove(&w, docs, n, &touched, &count)
+            if rc:
+                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+        finally:
+            close_cursors(&w)
+            free(docs)
+            free(touched.data)
+        return count
+
+    def insert_if_new(self, list documents, int distance, int flips):
+        """For each (key, fingerprint, value) in order: the documents within
+        ``distance`` (as search), storing it when there are none."""
+        self.check()
+        cdef size_t n = len(documents), i
+        cdef Doc* docs = load_docs(documents, True)
+        cdef Work w = self.work()
+        cdef U64s touched
+        touched.data, touched.size, touched.cap = NULL, 0, 0
+        cdef Hits hits
+        hits.data, hits.size, hits.cap = NULL, 0, 0
+        cdef size_t before
+        cdef int rc
+        try:
+            with nogil:
+                rc = open_cursors(&w)
+                i = 0
+                while rc == 0 and i < n:
+                    before = hits.size
+                    rc = search_one(&w, docs[i].fp, distance, flips, i, &hits)
+                    if rc == 0 and hits.size == before:
+                        rc = upsert(&w, &docs[i], 1, &touched)
+                    i += 1
+            if rc:
+                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+            return self._hits_with_keys(&w, &hits, n)
+        finally:
+            close_cursors(&w)
+            free(docs)
+            free(touched.data)
+            free(hits.data)
+
+    def copy_into(self, Txn target):
+        """Write this snapshot's meta, documents and index into ``target``'s empty
+        sub-databases in order (appending), and rebuild its tables."""
+        self.check()
+        target.check()
+        cdef int rc = 0
+        cdef MDB_dbi pairs[3][2]
+        pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta
+        pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
+        pairs[2][0], pairs[2][1] = self.env.fps, target.env.fps
+        cdef int which
+        with nogil:
+            for which in range(3):
+                if rc == 0:
+                    rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1],
+                                  which == 2)
+        if rc:
+            raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
+        cdef Work w = target.work()
+        cdef U64s distinct
+        distinct.data, distinct.size, distinct.cap = NULL, 0, 0
+        cdef Py_ssize_t t
+        cdef size_t i
+        cdef uint64_t* perms = NULL
+        try:
+            with nogil:
+                rc = open_cursors(&w)
+                if rc == 0:
+                    rc = distinct_fingerprints(w.fp_cursor, &distinct)
+                if rc == 0 and distinct.size:
+                    perms = <uint64_t*>malloc(distinct.size * sizeof(uint64_t))
+                    if perms == NULL:
+                        rc = NO_MEMORY
+                for t in range(w.layout.tables):
+                    if rc or distinct.size == 0:
+                        break
+                    for i in range(distinct.size):
+                        perms[i] = permute(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
+                                           w.layout.blocks)
+                    qsort(perms, distinct.size, sizeof(uint64_t), cmp_u64)
+                    rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
+            if rc:
+                raise target.env.fail(rc, "cannot write the compacted copy")
+        finally:
+            close_cursors(&w)
+            free(distinct.data)
+            free(perms)
+
+
+cdef int distinct_fingerprints(MDB_cursor* cursor, U64s* out) noexcept nogil:
+    cdef MDB_val k, v
+    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+    while rc == 0:
+        if k.mv_size != 8:
+            return -30796
+        rc = u64_push(out, read_be(<uint8_t*>k.mv_data, 8))
+        if rc == 0:
+            rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_NODUP)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int copy_dbi(MDB_txn* source, MDB_dbi from_dbi, MDB_txn* target, MDB_dbi to_dbi,
+                  bint dupsort) noexcept nogil:
+    """Append every entry of one sub-database to an empty one."""
+    cdef MDB_cursor* reader
+    cdef MDB_cursor* writer
+    cdef MDB_val k, v
+    cdef int rc = mdb_cursor_open(source, from_dbi, &reader)
+    if rc:
+        return rc
+    rc = mdb_cursor_open(target, to_dbi, &writer)
+    if rc:
+        mdb_cursor_close(reader)
+        return rc
+    cdef int op_rc
+    rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
+    while rc == 0:
+        op_rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
+        if op_rc == MDB_KEYEXIST and dupsort:
+            op_rc = g_cursor_put(writer, &k, &v, MDB_APPENDDUP)
+        if op_rc:
+            rc = op_rc
+            break
+        rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
+    mdb_cursor_close(reader)
+    mdb_cursor_close(writer)
+    return 0 if rc == MDB_NOTFOUND else rc

@@ -1,0 +1,130 @@
+"""Permutation tables: the math shared by every storage backend and by
+in-memory matching.
+
+The 64 bits are split into m blocks (widths differ by at most one, wider
+first); table t puts its choice of m - k leading blocks first. Two
+fingerprints within k bits agree on every leading block of at least one
+table, so a query needs to look only at the entries that share the probe's
+leading blocks in each table.
+"""
+
+import itertools
+import math
+from array import array
+
+from . import _ext
+from .errors import InvalidArgumentError
+
+MAX_TABLES = 1024
+DEFAULT_EXPECTED_SIZE = 10_000_000
+MAX_PROBES_PER_TABLE = 1 << 16
+
+
+class Layout:
+    """Blocks and permutation tables for ``blocks`` blocks and ``distance`` bits.
+
+    Block widths differ by at most one bit, wider blocks first. Table t puts
+    the t-th combination (in lexicographic order) of ``blocks - distance``
+    blocks first, the other blocks after them in their original order.
+    """
+
+    def __init__(self, blocks, distance):
+        if not isinstance(distance, int) or not 0 <= distance < 64:
+            raise InvalidArgumentError("distance must be an int in [0, 64), got %r" % (distance,))
+        if not isinstance(blocks, int) or not distance < blocks <= 64:
+            raise InvalidArgumentError(
+                "blocks must be an int with distance < blocks <= 64 (distance is %d), got %r"
+                % (distance, blocks))
+        count = math.comb(blocks, distance)
+        if count > MAX_TABLES:
+            raise InvalidArgumentError(
+                "blocks=%d, distance=%d needs %d tables, more than %d; use fewer blocks"
+                % (blocks, distance, count, MAX_TABLES))
+        self.blocks, self.distance = blocks, distance
+        self.widths = [64 // blocks + (i < 64 % blocks) for i in range(blocks)]
+        shifts = [64 - sum(self.widths[:i + 1]) for i in range(blocks)]
+        self.leading = list(itertools.combinations(range(blocks), blocks - distance))
+        spec, prefixes = [], []
+        for lead in self.leading:
+            order = list(lead) + [b for b in range(blocks) if b not in lead]
+            position = 64
+            for b in order:
+                position -= self.widths[b]
+                spec += [shifts[b], self.widths[b], position]
+            prefix_bits = sum(self.widths[b] for b in lead)
+            prefixes.append(((1 << prefix_bits) - 1) << (64 - prefix_bits))
+        self.spec = array("l", spec)
+        self.prefixes = array("Q", prefixes)
+        self.block_masks = array("Q", [((1 << w) - 1) << s for w, s in zip(self.widths, shifts)])
+        self.leading_masks = array("Q", [sum(1 << b for b in lead) for lead in self.leading])
+        self.prefix_bits = [sum(self.widths[b] for b in lead) for lead in self.leading]
+
+    @property
+    def tables(self):
+        """Number of permutation tables."""
+        return len(self.leading)
+
+    def prefix_flips(self, distance):
+        """How many bits of its leading blocks a fingerprint within ``distance``
+        bits may differ in, in the table where it differs least: 0 up to the
+        layout's distance; above it, a query probes every prefix within that
+        many bits of its own (spread evenly over the blocks is the worst case)."""
+        whole, rest = divmod(distance, self.blocks)
+        return distance - self.distance * whole - min(rest, self.distance)
+
+    def probes_per_table(self, distance):
+        """The most prefixes one table is probed at for a query at ``distance``."""
+        flips = self.prefix_flips(distance)
+        return max(sum(math.comb(bits, i) for i in range(flips + 1)) for bits in self.prefix_bits)
+
+    def check_query_distance(self, distance):
+        """Raise unless a query at ``distance`` bits is exact and affordable here."""
+        if not isinstance(distance, int) or isinstance(distance, bool) or not 0 <= distance <= 64:
+            raise InvalidArgumentError("query distance must be an int in [0, 64], got %r"
+                                       % (distance,))
+        if self.probes_per_table(distance) > MAX_PROBES_PER_TABLE:
+            raise InvalidArgumentError(
+                "a query at distance %d would probe %d prefixes per table in a database built "
+                "for distance %d; ask for less, or build a database with a larger distance"
+                % (distance, self.probes_per_table(distance), self.distance))
+        return distance
+
+    def probe_ranges(self, fp, distance):
+        """Per table, the permuted ``fp`` and the (first, last) permuted values of
+        every range a query at ``distance`` scans: one range up to the layout's
+        distance, one per prefix within :meth:`prefix_flips` bits above it."""
+        perms, bounds = self.scan_bounds(fp)
+        flips = self.prefix_flips(distance)
+        ranges = []
+        for table, perm in enumerate(perms):
+            mask, bits = self.prefixes[table], self.prefix_bits[table]
+            lo = perm & mask
+            table_ranges = []
+            for count in range(flips + 1):
+                for positions in itertools.combinations(range(64 - bits, 64), count):
+                    start = lo ^ sum(1 << p for p in positions)
+                    table_ranges.append((start, start | (~mask & 0xFFFFFFFFFFFFFFFF)))
+            ranges.append(table_ranges)
+        return perms, ranges
+
+    def scan_bounds(self, fp):
+        """Per table, the permuted fp; and per table, (first, last) key of its candidate range."""
+        return _ext.scan_bounds(fp, self.spec, self.prefixes)
+
+    def table_items(self, fps, table):
+        """Sorted (key, value) items of ``fps`` in ``table``."""
+        return _ext.table_items(fps, self.spec, table, self.tables)
+
+    def unpermute(self, perm, table):
+        """The fingerprint stored as ``perm`` in ``table``."""
+        return _ext.unpermute(perm, self.spec, table, self.tables)
+
+    @staticmethod
+    def choose_blocks(distance, expected_size=DEFAULT_EXPECTED_SIZE):
+        """The block count m minimising C(m, k) * (2 + N / 2**prefix): a seek per
+        table, plus the candidates a random corpus of N puts in its range."""
+        def cost(m):
+            prefix = (m - distance) * (64 // m)
+            return math.comb(m, distance) * (2 + expected_size / 2.0 ** prefix)
+        usable = [m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES]
+        return min(usable, key=cost)

@@ -1,0 +1,354 @@
+"""The portable LMDB backend, on py-lmdb: the same files as the native
+backend, used where that one was not built (or with ``backend="py-lmdb"``).
+
+Sub-databases (one LMDB environment, a directory):
+
+- ``meta``: ``b"params"`` -> msgpack dict of the layout and format version;
+- ``docs``: key -> value (msgpack(key) -> msgpack([fingerprint, meta, ...]));
+- ``fingerprints`` (sorted duplicates): 8-byte big-endian fingerprint -> key,
+  one entry per document;
+- ``table:NNN`` (sorted, fixed-size duplicates): the 8-byte big-endian
+  permuted fingerprint split into a 2-byte key and a 6-byte value, one entry
+  per *distinct* fingerprint. Key-then-value order is the order of the
+  permuted fingerprint, so a range scan works as on 8-byte keys, while LMDB
+  packs the 6-byte values of one key side by side.
+"""
+
+import contextlib
+import itertools
+import os
+import threading
+
+import lmdb
+
+from . import _ext
+from .errors import DatabaseError
+from .layout import MAX_TABLES
+from .lmdb_files import Gate, LmdbDirectory
+from .storage import Storage, Txn, View, value_fingerprint
+
+INITIAL_MAP_SIZE = 1 << 30
+MAX_READERS = 4096
+META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
+
+
+def table_name(table):
+    """The sub-database name of permutation table ``table``."""
+    return b"table:%03d" % table
+
+
+class PyLmdbStorage(Storage):
+    """An LMDB environment in the directory ``path``, through py-lmdb."""
+
+    max_key_bytes = 511
+    backend = "py-lmdb"
+
+    def __init__(self, path, readonly=False):
+        self._dir = LmdbDirectory(path, readonly, self)
+        self.path, self.readonly = self._dir.path, readonly
+        self._pid = os.getpid()
+        self._write_lock = threading.Lock()
+        self._gate = Gate()
+        self._layout = None
+        self.env = None
+        try:
+            self._open_env()
+        except BaseException:
+            self._dir.release()
+            raise
+
+    def _open_env(self):
+        size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
+        try:
+            self.env = lmdb.open(self.path, map_size=max(INITIAL_MAP_SIZE, 2 * size),
+                                 max_dbs=MAX_TABLES + 3, readonly=self.readonly,
+                                 max_readers=MAX_READERS, subdir=True, lock=self._dir.locked)
+            self.env.reader_check()
+        except lmdb.Error as exc:
+            raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
+        self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
+        self._dbs[FINGERPRINTS] = self._open_db(FINGERPRINTS, dupsort=True)
+        if self._layout is not None:
+            self.open_tables(self._layout)
+
+    def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None):
+        try:
+            return (env or self.env).open_db(name, txn=txn, dupsort=dupsort, dupfixed=dupfixed,
+                                             create=not self.readonly)
+        except lmdb.NotFoundError:
+            raise DatabaseError("%s has no %r sub-database: it is not a simhashdb database"
+                                % (self.path, name.decode())) from None
+        except lmdb.Error as exc:
+            raise DatabaseError("cannot open %s: %s" % (self.path, exc)) from None
+
+    def open_tables(self, layout):
+        self._layout = layout
+        for table in range(layout.tables):
+            self._dbs[table_name(table)] = self._open_db(table_name(table), dupsort=True,
+                                                         dupfixed=True)
+
+    def _check_usable(self):
+        if self.env is None:
+            raise DatabaseError("the database at %s is closed" % self.path)
+        if os.getpid() != self._pid:
+            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
+                                "DB in the child process" % self._pid)
+
+    @contextlib.contextmanager
+    def read(self):
+        while True:
+            with self._gate.shared():
+                self._check_usable()
+                try:
+                    txn = self.env.begin()
+                except lmdb.MapResizedError:
+                    txn = None
+                except lmdb.Error as exc:
+                    raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
+                if txn is not None:
+                    try:
+                        yield PyView(self, txn)
+                    except lmdb.Error as exc:
+                        raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
+                    finally:
+                        txn.abort()  # a read transaction: no wait
+                    return
+            self._resize(0)  # another process grew the map: adopt its size
+
+    def write(self, body):
+        if self.readonly:
+            raise DatabaseError("the database at %s is open read-only" % self.path)
+        with self._write_lock:
+            while True:
+                failed = None
+                try:
+                    with self._gate.shared():
+                        self._check_usable()
+                        txn = self.env.begin(write=True)
+                        try:
+                            result = body(PyTxn(self, txn))
+                        except BaseException:
+                            failed = txn
+                            raise
+                        txn.commit()
+                        return result
+                except lmdb.MapResizedError:
+                    self._resize(0)  # another process grew the map: adopt its size
+                except lmdb.MapFullError:
+                    self._abort(failed)
+                    self.env.reader_check()
+                    self._resize(2 * self.env.info()["map_size"])
+                except lmdb.Error as exc:
+                    self._abort(failed)
+                    raise DatabaseError("cannot write to %s: %s" % (self.path, exc)) from None
+                except BaseException:
+                    self._abort(failed)
+                    raise
+
+    def _abort(self, txn):
+        """Abort a failed write transaction. py-lmdb 3 makes an abort wait until no
+        other thread is inside LMDB, so readers are held off until it is done."""
+        if txn is None:
+            return
+        if self._gate.held_here():
+            txn.abort()
+        else:
+            with self._gate.exclusive("abort a write"):
+                txn.abort()
+
+    def _resize(self, map_size):
+        with self._gate.exclusive("grow the map"):
+            self._check_usable()
+            self.env.set_mapsize(map_size)
+
+    def compact(self):
+        if self.readonly:
+            raise DatabaseError("the database at %s is open read-only" % self.path)
+        with self._write_lock, self._gate.exclusive("compact"):
+            self._check_usable()
+            with self._dir.compaction() as copy:
+                self._copy_to(copy)
+                self.env.close()
+                self.env = None
+            self._open_env()
+
+    def _copy_to(self, copy):
+        """Write the database, compacted, into the new file ``copy``: every
+        sub-database appended in order, the tables rebuilt from the index."""
+        target = lmdb.open(copy, map_size=max(INITIAL_MAP_SIZE, 2 * os.path.getsize(self._dir.data)),
+                           max_dbs=MAX_TABLES + 3, subdir=False, lock=False)
+        try:
+            with self.env.begin() as source, target.begin(write=True) as written:
+                for name, dupsort in ((META, False), (DOCS, False), (FINGERPRINTS, True)):
+                    db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
+                    items = source.cursor(self._dbs[name]).iternext()
+                    written.cursor(db).putmulti(items, dupdata=dupsort, append=True)
+                fps = [_ext.unpack_key(k) for k in
+                       source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
+                for table in range(self._layout.tables):
+                    db = self._open_db(table_name(table), dupsort=True, dupfixed=True,
+                                      env=target, txn=written)
+                    written.cursor(db).putmulti(self._layout.table_items(fps, table),
+                                                dupdata=True, append=True)
+        finally:
+            target.close()
+
+    def info(self):
+        self._check_usable()
+        return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
+                "map_size": self.env.info()["map_size"]}
+
+    def close(self):
+        with self._write_lock, self._gate.exclusive("close the database"):
+            if self.env is not None:
+                self.env.close()
+                self.env = None
+            self._dir.release()
+
+
+class PyView(View):
+    """Reads over one py-lmdb transaction."""
+
+    def __init__(self, storage, txn):
+        self._storage, self._txn = storage, txn
+        self._cursors = {}
+
+    def _cursor(self, name):
+        cursor = self._cursors.get(name)
+        if cursor is None:
+            cursor = self._cursors[name] = self._txn.cursor(self._storage._dbs[name])
+        return cursor
+
+    def params(self):
+        return self._cursor(META).get(b"params")
+
+    def count(self):
+        return self._txn.stat(self._storage._dbs[DOCS])["entries"]
+
+    def distinct(self):
+        return self._txn.stat(self._storage._dbs[table_name(0)])["entries"]
+
+    def get(self, key):
+        return self._cursor(DOCS).get(key)
+
+    def documents(self):
+        cursor = self._txn.cursor(self._storage._dbs[DOCS])
+        return cursor.iternext() if cursor.first() else iter(())
+
+    def keys_of(self, fingerprint):
+        cursor = self._cursor(FINGERPRINTS)
+        if not cursor.set_key(_ext.pack_key(fingerprint)):
+            return []
+        return list(cursor.iternext_dup())
+
+    def fingerprint_groups(self):
+        cursor = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
+        if not cursor.first():
+            return
+        for fp_bytes, entries in itertools.groupby(cursor.iternext(), key=lambda item: item[0]):
+            yield _ext.unpack_key(fp_bytes), [key for _, key in entries]
+
+    def search(self, probes, distance):
+        layout = self._storage._layout
+        cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
+        results = []
+        for probe in probes:
+            perms, ranges = layout.probe_ranges(probe, distance)
+            found = {}
+            for table, (perm, table_ranges) in enumerate(zip(perms, ranges)):
+                for first, last in table_ranges:
+                    keys = _scan(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
+                    for candidate, d in _ext.verify(perm, keys, distance) if keys else ():
+                        found[layout.unpermute(candidate, table)] = d
+            results.append([(key, fp, d) for fp, d in found.items()
+                            for key in self.keys_of(fp)])
+        return results
+
+    def table_fingerprints(self, table):
+        layout = self._storage._layout
+        cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
+        return [layout.unpermute(_ext.unpack_key(k + v), table) for k, v in cursor.iternext()] \
+            if cursor.first() else []
+
+
+class PyTxn(PyView, Txn):
+    """Reads and writes over the py-lmdb write transaction."""
+
+    def set_params(self, raw):
+        self._cursor(META).put(b"params", raw)
+
+    def upsert(self, documents):
+        latest = {key: (fp, value) for key, fp, value in documents}
+        touched = {}
+        docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)
+        for key in sorted(latest):
+            fp, value = latest[key]
+            old = docs.get(key)
+            if old is not None:
+                old_fp = value_fingerprint(old)
+                if old_fp == fp:
+                    docs.put(key, value)
+                    continue
+                self._unlink(old_fp, key, touched)
+            docs.put(key, value)
+            self._touch(fp, touched)
+            index.put(_ext.pack_key(fp), key)
+        self._update_tables(touched)
+
+    def remove(self, keys):
+        touched = {}
+        docs = self._cursor(DOCS)
+        removed = 0
+        for key in sorted(set(keys)):
+            old = docs.get(key)
+            if old is not None:
+                docs.delete()
+                self._unlink(value_fingerprint(old), key, touched)
+                removed += 1
+        self._update_tables(touched)
+        return removed
+
+    def _touch(self, fp, touched):
+        """Note ``fp`` as changed, first with whether the index had it before."""
+        if fp not in touched:
+            touched[fp] = self._cursor(FINGERPRINTS).set_key(_ext.pack_key(fp))
+
+    def _unlink(self, fp, key, touched):
+        self._touch(fp, touched)
+        index = self._cursor(FINGERPRINTS)
+        if index.set_key_dup(_ext.pack_key(fp), key):
+            index.delete()
+
+    def _update_tables(self, touched):
+        """Add to every table the fingerprints the index gained; take out those it lost."""
+        index = self._cursor(FINGERPRINTS)
+        added, removed = [], []
+        for fp, had in touched.items():
+            now = index.set_key(_ext.pack_key(fp))
+            if now and not had:
+                added.append(fp)
+            elif had and not now:
+                removed.append(fp)
+        layout = self._storage._layout
+        for table in range(layout.tables):
+            cursor = self._cursor(table_name(table))
+            if added:
+                cursor.putmulti(layout.table_items(added, table), dupdata=True)
+            for key, value in layout.table_items(removed, table) if removed else ():
+                if cursor.set_key_dup(key, value):
+                    cursor.delete()
+
+
+def _scan(cursor, first, last):
+    """The 8-byte entries of a table in [first, last], concatenated."""
+    if not cursor.set_range_dup(first[:2], first[2:]):
+        following = (int.from_bytes(first[:2], "big") + 1).to_bytes(3, "big")[1:]
+        if first[:2] == b"\xff\xff" or first[:2] == last[:2] or not cursor.set_range(following):
+            return b""
+    found = []
+    for key, value in cursor.iternext():
+        entry = key + value
+        if entry > last:
+            break
+        found.append(entry)
+    return b"".join(found)

@@ -1,0 +1,175 @@
+"""The storage interface: what :class:`simhashdb.DB` needs of a backend.
+
+``DB`` speaks to storage in domain terms: documents (an encoded key and an
+encoded value holding the fingerprint), the fingerprints' permutation tables,
+and scans for batches of probes. Keys and values arrive encoded (bytes); the
+backend never decodes a key or a value, except to read the fingerprint that
+leads a document's value (see :func:`value_fingerprint`). Backends:
+
+- ``"lmdb"``: the native LMDB backend (:mod:`simhashdb.lmdb_native`), the
+  default where it was built;
+- ``"py-lmdb"``: the portable py-lmdb backend (:mod:`simhashdb.lmdb_py`), the
+  same files on disk.
+
+A backend implements :class:`Storage`, whose transactions implement
+:class:`View` (reads) and :class:`Txn` (reads and writes).
+"""
+
+import os
+from array import array
+
+from .errors import DatabaseError, InvalidArgumentError
+
+
+class View:
+    """Reads over one consistent snapshot."""
+
+    def params(self):
+        """The stored parameters (bytes), or None for a new database."""
+        raise NotImplementedError
+
+    def count(self):
+        """Number of documents."""
+        raise NotImplementedError
+
+    def distinct(self):
+        """Number of distinct fingerprints."""
+        raise NotImplementedError
+
+    def get(self, key):
+        """The encoded value of document ``key`` (bytes), or None."""
+        raise NotImplementedError
+
+    def documents(self):
+        """Every (key, value), in key order."""
+        raise NotImplementedError
+
+    def keys_of(self, fingerprint):
+        """The keys of the documents whose fingerprint is ``fingerprint``, in order."""
+        raise NotImplementedError
+
+    def fingerprint_groups(self):
+        """(fingerprint, [keys]) for each distinct fingerprint, in fingerprint order."""
+        raise NotImplementedError
+
+    def search(self, probes, distance):
+        """For each fingerprint of ``probes`` (a uint64 buffer), every document
+        within ``distance`` bits as (key, fingerprint, distance), in no order."""
+        raise NotImplementedError
+
+    def table_fingerprints(self, table):
+        """The fingerprints stored in permutation table ``table``, in table order."""
+        raise NotImplementedError
+
+
+class Txn(View):
+    """Reads and writes in one transaction: it lands whole or not at all."""
+
+    def set_params(self, raw):
+        """Store the parameters (bytes)."""
+        raise NotImplementedError
+
+    def upsert(self, documents):
+        """Store (key, fingerprint, value) documents, replacing existing keys; a
+        key repeated in ``documents`` keeps its last one. Each fingerprint is
+        in the tables while a document has it."""
+        raise NotImplementedError
+
+    def remove(self, keys):
+        """Remove the documents ``keys``; returns how many were there."""
+        raise NotImplementedError
+
+    def insert_if_new(self, documents, distance):
+        """For each (key, fingerprint, value) in order: the documents within
+        ``distance`` bits (as :meth:`search`), storing it when there are none."""
+        found = []
+        for document in documents:
+            hits = self.search(_one(document[1]), distance)[0]
+            if not hits:
+                self.upsert([document])
+            found.append(hits)
+        return found
+
+
+class Storage:
+    """A store of documents and permutation tables. ``read()`` snapshots run
+    side by side; ``write()`` transactions of one process take turns.
+
+    Attributes: ``path`` (what it was opened with, for messages), ``readonly``,
+    ``max_key_bytes`` (the largest encoded key).
+    """
+
+    max_key_bytes = None
+
+    def open_tables(self, layout):
+        """Use ``layout``'s permutation tables (creating them where writable)."""
+        raise NotImplementedError
+
+    def read(self):
+        """A context manager giving a :class:`View` of one snapshot."""
+        raise NotImplementedError
+
+    def write(self, body):
+        """Run ``body(txn)`` in one :class:`Txn`, commit, return its result."""
+        raise NotImplementedError
+
+    def compact(self):
+        """Reclaim the space of deleted entries."""
+        raise NotImplementedError
+
+    def info(self):
+        """A dict of backend facts for :meth:`DB.stats` (``backend``, ``disk_bytes``...)."""
+        raise NotImplementedError
+
+    def close(self):
+        """Release the store; later calls raise DatabaseError."""
+        raise NotImplementedError
+
+
+BACKENDS = ("lmdb", "py-lmdb")
+
+
+def open_storage(path, readonly=False, backend=None):
+    """The backend for ``path``: a :class:`Storage` instance as it is, else the
+    named backend (default: ``$SIMHASHDB_BACKEND``, else native LMDB where it
+    was built, else py-lmdb)."""
+    if isinstance(backend, Storage):
+        return backend
+    name = backend or os.environ.get("SIMHASHDB_BACKEND") or default_backend()
+    if name == "lmdb":
+        from .lmdb_native import NativeStorage
+        return NativeStorage(path, readonly=readonly)
+    if name == "py-lmdb":
+        from .lmdb_py import PyLmdbStorage
+        return PyLmdbStorage(path, readonly=readonly)
+    raise InvalidArgumentError("backend must be a Storage or one of %s, got %r"
+                               % (", ".join(BACKENDS), name))
+
+
+def default_backend():
+    """``"lmdb"`` where the native backend was built, else ``"py-lmdb"``."""
+    try:
+        from . import _lmdb  # noqa: F401
+    except ImportError:
+        return "py-lmdb"
+    return "lmdb"
+
+
+def value_fingerprint(value):
+    """The fingerprint that leads an encoded document value: a msgpack array
+    whose first item is an unsigned int."""
+    if value[:1] in (b"\xdc", b"\xdd"):
+        value = value[3:] if value[:1] == b"\xdc" else value[5:]
+    else:
+        value = value[1:]
+    tag = value[0]
+    if tag < 0x80:
+        return tag
+    width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}.get(tag)
+    if width is None:
+        raise DatabaseError("a document record is damaged: its fingerprint is unreadable")
+    return int.from_bytes(value[1:1 + width], "big")
+
+
+def _one(fp):
+    return array("Q", [fp])

@@ -14,7 +14,7 @@ error; the environment is then marked broken.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from simhashdb.errors import DatabaseError
@@ -197,18 +197,41 @@ cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
     return 0
 
 
-cdef int cmp_u64(const void* a, const void* b) noexcept nogil:
-    cdef uint64_t x = (<const uint64_t*>a)[0], y = (<const uint64_t*>b)[0]
-    return (x > y) - (x < y)
-
-
-cdef int cmp_pair(const void* a, const void* b) noexcept nogil:
-    """Order (value, sequence) pairs: by value, then by sequence."""
-    cdef const uint64_t* x = <const uint64_t*>a
-    cdef const uint64_t* y = <const uint64_t*>b
-    if x[0] != y[0]:
-        return (x[0] > y[0]) - (x[0] < y[0])
-    return (x[1] > y[1]) - (x[1] < y[1])
+cdef int radix_sort(uint64_t* data, size_t n, size_t stride) noexcept nogil:
+    """Sort ``n`` records of ``stride`` uint64s by their first, stably (least
+    significant byte first)."""
+    cdef size_t counts[256]
+    cdef size_t i, total, c, j
+    cdef int shift
+    cdef uint64_t* scratch
+    cdef uint64_t* src = data
+    cdef uint64_t* dst
+    cdef uint64_t* tmp
+    if n < 2:
+        return 0
+    scratch = <uint64_t*>malloc(n * stride * sizeof(uint64_t))
+    if scratch == NULL:
+        return NO_MEMORY
+    dst = scratch
+    for shift in range(0, 64, 8):
+        memset(counts, 0, sizeof(counts))
+        for i in range(n):
+            counts[(src[i * stride] >> shift) & 0xFF] += 1
+        total = 0
+        for i in range(256):
+            c = counts[i]
+            counts[i] = total
+            total += c
+        for i in range(n):
+            c = (src[i * stride] >> shift) & 0xFF
+            for j in range(stride):
+                dst[counts[c] * stride + j] = src[i * stride + j]
+            counts[c] += 1
+        tmp = src
+        src = dst
+        dst = tmp
+    free(scratch)  # eight passes: the sorted records are back in ``data``
+    return 0
 
 
 cdef struct Doc:
@@ -263,6 +286,8 @@ cdef struct Work:
     MDB_cursor* doc_cursor
     MDB_cursor* fp_cursor
     MDB_cursor** table_cursors
+    bint index_was_empty    # the fingerprint index was empty when the batch began
+    bint unlinked           # the batch took documents out of the index
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -423,12 +448,12 @@ cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
 cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
     """Note ``fp`` as changed, with whether the index had it before this batch
     (the first note of a fingerprint is taken before any of its changes)."""
-    cdef int had = has_entries(w.fp_cursor, fp)
+    cdef int had = 0 if w.index_was_empty else has_entries(w.fp_cursor, fp)
     if had < 0:
         return had
     cdef int rc = u64_push(touched, fp)
-    if rc == 0:  # (fingerprint, sequence * 2 + had): sorting puts each one's first note first
-        rc = u64_push(touched, (touched.size - 1) // 2 * 2 + <uint64_t>had)
+    if rc == 0:
+        rc = u64_push(touched, <uint64_t>had)
     return rc
 
 
@@ -497,7 +522,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     cdef bint had
     if n == 0:
         return 0
-    qsort(pairs, n, 2 * sizeof(uint64_t), cmp_pair)
+    rc = radix_sort(pairs, n, 2)  # stable: each fingerprint's first note first
     add = <uint64_t*>malloc(n * sizeof(uint64_t))
     rem = <uint64_t*>malloc(n * sizeof(uint64_t))
     perms = <uint64_t*>malloc(n * sizeof(uint64_t))
@@ -505,8 +530,8 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         rc = NO_MEMORY
     i = 0
     while rc == 0 and i < n:
-        had = pairs[2 * i + 1] & 1
-        now = has_entries(w.fp_cursor, pairs[2 * i])
+        had = pairs[2 * i + 1]
+        now = has_entries(w.fp_cursor, pairs[2 * i]) if w.unlinked else 1
         if now < 0:
             rc = now
         elif now and not had:
@@ -528,8 +553,9 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         if rc == 0 and added:
             for i in range(added):
                 perms[i] = permute(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-            qsort(perms, added, sizeof(uint64_t), cmp_u64)
-            rc = put_table_entries(w.table_cursors[t], perms, added)
+            rc = radix_sort(perms, added, 1)
+            if rc == 0:
+                rc = put_table_entries(w.table_cursors[t], perms, added)
     free(add)
     free(rem)
     free(perms)
@@ -546,6 +572,7 @@ cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t ke
     cdef int rc
     if value_fingerprint(old_value, &old_fp) != 0:
         return -30796  # MDB_CORRUPTED
+    w.unlinked = True
     rc = touch(w, touched, old_fp)
     if rc:
         return rc
@@ -567,6 +594,11 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
     if added == NULL:
         return NO_MEMORY
+    rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_FIRST)
+    if rc and rc != MDB_NOTFOUND:
+        free(added)
+        return rc
+    w.index_was_empty, w.unlinked = rc == MDB_NOTFOUND, False
     rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_LAST)
     if rc == MDB_NOTFOUND:
         appending, rc = True, 0
@@ -630,6 +662,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noex
     cdef MDB_val k, old
     cdef size_t i
     cdef int rc = 0
+    w.index_was_empty, w.unlinked = False, True
     for i in range(n):
         k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
         rc = g_get(w.txn, w.docs, &k, &old)
@@ -1169,8 +1202,9 @@ cdef class Txn:
                     for i in range(distinct.size):
                         perms[i] = permute(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                            w.layout.blocks)
-                    qsort(perms, distinct.size, sizeof(uint64_t), cmp_u64)
-                    rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
+                    rc = radix_sort(perms, distinct.size, 1)
+                    if rc == 0:
+                        rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:

@@ -220,9 +220,8 @@ class DB:
         range per table; above it, one per prefix within a few bits of the
         probe's (see README: queries above the built distance)."""
         d = self._query_distance(distance)
-        probes = _ext.as_fingerprints(fingerprints)
-        with self._storage.read() as view:
-            return [_matches(hits) for hits in view.search(probes, d)]
+        return [_matches(hits) for hits in
+                self._storage.search(_ext.as_fingerprints(fingerprints), d)]
 
     def get(self, key):
         """The Record of ``key``, or None."""

@@ -200,25 +200,34 @@ class Gate:
     (growing the map, compacting, closing) run alone, as LMDB requires."""
 
     def __init__(self):
-        self._changed = threading.Condition()
+        self._changed = threading.Condition(threading.Lock())
         self._running = 0
         self._exclusive = False
         self._held = threading.local()
 
-    @contextlib.contextmanager
-    def shared(self):
+    def enter(self):
+        """Begin a transaction's turn (shared with other transactions)."""
         with self._changed:
             while self._exclusive:
                 self._changed.wait()
             self._running += 1
         self._held.count = getattr(self._held, "count", 0) + 1
+
+    def leave(self):
+        """End a transaction's turn."""
+        self._held.count -= 1
+        with self._changed:
+            self._running -= 1
+            if self._exclusive and not self._running:
+                self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def shared(self):
+        self.enter()
         try:
             yield
         finally:
-            self._held.count -= 1
-            with self._changed:
-                self._running -= 1
-                self._changed.notify_all()
+            self.leave()
 
     def held_here(self):
         """Whether this thread is inside a transaction of its own."""

@@ -5,6 +5,7 @@ code without the GIL; a fault on a damaged file becomes DatabaseError. The
 files are the same as the py-lmdb backend's.
 """
 
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -21,6 +22,16 @@ INITIAL_MAP_SIZE = 1 << 30
 MAX_READERS = 4096
 READER_CHECK_SECONDS = 1.0
 ITEMS_PER_READ = 4096
+PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
+THREADS = min(os.cpu_count() or 1, 8)
+_threads = None
+
+
+def _pool():
+    global _threads
+    if _threads is None:
+        _threads = concurrent.futures.ThreadPoolExecutor(THREADS, "simhashdb-search")
+    return _threads
 
 
 class NativeStorage(Storage):
@@ -83,6 +94,35 @@ class NativeStorage(Storage):
                     finally:
                         txn.abort()
                     return
+            self._resize(0)  # another process grew the map: adopt its size
+
+    def search(self, probes, distance):
+        """Search in a snapshot of its own, split over the cores for large batches."""
+        flips = self._layout.prefix_flips(distance)
+        if len(probes) < PARALLEL_PROBES or THREADS < 2:
+            return self._search(probes, distance, flips)
+        step = -(-len(probes) // THREADS)
+        parts = [probes[i:i + step] for i in range(0, len(probes), step)]
+        results = []
+        for part in _pool().map(lambda part: self._search(part, distance, flips), parts):
+            results += part
+        return results
+
+    def _search(self, probes, distance, flips):
+        gate = self._gate
+        while True:
+            gate.enter()
+            try:
+                self._check_usable()
+                txn = self._env.begin()
+                try:
+                    return txn.search(probes, distance, flips)
+                finally:
+                    txn.abort()
+            except _lmdb.MapResizedError:
+                pass
+            finally:
+                gate.leave()
             self._resize(0)  # another process grew the map: adopt its size
 
     def write(self, body):

@@ -113,6 +113,12 @@ class Storage:
         """Run ``body(txn)`` in one :class:`Txn`, commit, return its result."""
         raise NotImplementedError
 
+    def search(self, probes, distance):
+        """:meth:`View.search` over a snapshot of its own (backends may answer
+        it faster than through :meth:`read`)."""
+        with self.read() as view:
+            return view.search(probes, distance)
+
     def compact(self):
         """Reclaim the space of deleted entries."""
         raise NotImplementedError

@@ -779,11 +779,23 @@ cdef class Env:
         self.check()
         cdef Py_ssize_t t, tables = prefixes.shape[0]
         cdef MDB_txn* txn
+        cdef MDB_dbi main
+        cdef MDB_stat stat
         cdef unsigned int create_flag = MDB_CREATE if create else 0
         cdef int rc = mdb_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
-        rc = g_dbi_open(txn, b"meta", create_flag, &self.meta)
+        rc = g_dbi_open(txn, b"meta", 0, &self.meta)
+        if rc == MDB_NOTFOUND and create:  # new, unless the file holds other data
+            rc = g_dbi_open(txn, NULL, 0, &main)
+            if rc == 0:
+                rc = g_stat(txn, main, &stat)
+            if rc == 0 and stat.ms_entries:
+                mdb_txn_abort(txn)
+                raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
+                                    "use another directory" % self.path.decode())
+            if rc == 0:
+                rc = g_dbi_open(txn, b"meta", MDB_CREATE, &self.meta)
         if rc == 0:
             rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
         if rc == 0:

@@ -433,7 +433,11 @@ def _encode_records(records, limit=MAX_KEY_BYTES):
 
 
 def _unpack(data):
-    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
+                            "backup, or `export` what is readable" % exc) from None
 
 
 def _key_order(key):

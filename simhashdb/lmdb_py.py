@@ -66,6 +66,11 @@ class PyLmdbStorage(Storage):
             self.env.reader_check()
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
+        if not self.readonly and self.env.stat()["entries"]:
+            with self.env.begin() as txn:
+                if txn.get(META) is None:
+                    raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
+                                        "use another directory" % self.path)
         self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
         self._dbs[FINGERPRINTS] = self._open_db(FINGERPRINTS, dupsort=True)
         if self._layout is not None:

@@ -12,14 +12,37 @@ import pytest
 import simhashdb
 
 
+def native_built():
+    try:
+        import simhashdb._lmdb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# Every storage test runs on each backend. CI builds the native one, so there
+# it is always tested (and fails if it did not build); elsewhere it is tested
+# where it was built.
+BACKENDS = ["lmdb", "py-lmdb"] if native_built() or os.environ.get("CI") else ["py-lmdb"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    """The backend a test's databases use: also the default of ``DB()`` and of
+    subprocesses (``SIMHASHDB_BACKEND``)."""
+    monkeypatch.setenv("SIMHASHDB_BACKEND", request.param)
+    return request.param
+
+
 @pytest.fixture
 def db_path(tmp_path):
     return str(tmp_path / "test.db")
 
 
 @pytest.fixture
-def db(db_path):
-    with simhashdb.DB(db_path, distance=3, blocks=5) as database:
+def db(db_path, backend):
+    with simhashdb.DB(db_path, distance=3, blocks=5, backend=backend) as database:
+        assert database.backend == backend
         yield database
 
 

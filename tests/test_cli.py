@@ -9,6 +9,8 @@ import pytest
 import simhashdb
 from simhashdb import cli
 
+storage = pytest.mark.usefixtures("backend")  # runs on each backend, subprocesses too
+
 
 def run(capsys, *argv, stdin=None, monkeypatch=None):
     if stdin is not None:
@@ -41,6 +43,7 @@ def test_every_command_has_help_with_an_example(capsys):
         assert "Example:\n  simhashdb-cli " in sub.format_help()
 
 
+@storage
 def test_dec_import_query_get_delete(tmp_path, capsys):
     db = tmp_path / "x.db"
     hashes = tmp_path / "h.txt"
@@ -60,6 +63,7 @@ def test_dec_import_query_get_delete(tmp_path, capsys):
     assert run(capsys, "check", db)[1] == [{"problems": []}]
 
 
+@storage
 def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
     db = tmp_path / "x.db"
     code, out, _ = run(capsys, "import", db, "--format", "hex", "--key-prefix", "h",
@@ -69,6 +73,7 @@ def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
     assert run(capsys, "get", db, "h2")[1][0]["fingerprint"] == 16
 
 
+@storage
 def test_export_then_import_round_trips_keys_and_meta(tmp_path, capsys):
     with simhashdb.DB(str(tmp_path / "src.db")) as db:
         db.insert_many([("s", 1, {"url": "https://a", "n": [1, 2]}), (b"\x00bin", 2, b"\xff"),
@@ -82,6 +87,7 @@ def test_export_then_import_round_trips_keys_and_meta(tmp_path, capsys):
         assert list(a) == list(b)
 
 
+@storage
 def test_directory_import_with_globs_query_text_and_clusters(tmp_path, capsys, corpus):
     db = tmp_path / "c.db"
     code, out, _ = run(capsys, "import", db, corpus, "--include", "*.txt")
@@ -96,6 +102,7 @@ def test_directory_import_with_globs_query_text_and_clusters(tmp_path, capsys, c
     assert [p[:2] for p in pairs] == [[str(corpus / "a.txt"), str(corpus / "sub" / "a_copy.txt")]]
 
 
+@storage
 def test_if_new_skips_near_duplicates_also_within_the_input(tmp_path, capsys, corpus):
     db = tmp_path / "n.db"
     code, out, _ = run(capsys, "import", db, corpus, "--exclude", "*.log", "--if-new")
@@ -117,6 +124,7 @@ def test_if_new_skips_near_duplicates_also_within_the_input(tmp_path, capsys, co
     ("jsonl", '{"key": "a", "fingerprint": -1}\n', ":1: expected a fingerprint in"),
     ("jsonl", '{"key": "a"}\n', ':1: expected "fingerprint"'),
 ])
+@storage
 def test_bad_lines_stop_the_import_and_leave_the_batch_unwritten(tmp_path, capsys, fmt, lines,
                                                                   message):
     db = tmp_path / "bad.db"
@@ -135,6 +143,7 @@ def test_bad_lines_stop_the_import_and_leave_the_batch_unwritten(tmp_path, capsy
     assert code == 0 and out[-1]["invalid"] >= 1
 
 
+@storage
 def test_unreadable_text_file_and_bad_stdin_format(tmp_path, capsys, monkeypatch):
     code, _, err = run(capsys, "import", tmp_path / "t.db", tmp_path / "missing.txt",
                        "--format", "text")
@@ -144,6 +153,7 @@ def test_unreadable_text_file_and_bad_stdin_format(tmp_path, capsys, monkeypatch
     assert code == 1 and "--format" in err
 
 
+@storage
 def test_errors_exit_codes_and_debug(tmp_path, capsys):
     assert run(capsys, "stats", tmp_path / "none.db")[0] == 1
     with pytest.raises(SystemExit) as usage:
@@ -164,6 +174,7 @@ def test_fingerprint_command(tmp_path, capsys, corpus):
                     "hex": "%016x" % simhashdb.fingerprint((corpus / "a.txt").read_bytes())}]
 
 
+@storage
 def test_pipeline_in_subprocesses_matches_the_library(tmp_path, corpus):
     """fingerprint | import, query --text, find-all as the reference binary, export | import."""
     exe = [sys.executable, "-m", "simhashdb"]
@@ -198,6 +209,7 @@ def test_pipeline_in_subprocesses_matches_the_library(tmp_path, corpus):
     assert subprocess.run(exe + ["export", copy], check=True, capture_output=True).stdout == dump
 
 
+@storage
 def test_html_documents_are_fingerprinted_by_their_text(tmp_path, capsys):
     page = tmp_path / "p.html"
     page.write_text("<html><script>var a = 1;</script><p>Fish &amp; chips</p></html>")
@@ -208,6 +220,7 @@ def test_html_documents_are_fingerprinted_by_their_text(tmp_path, capsys):
     assert run(capsys, "query", db, "--text", page, "--html")[1][0]["matches"][0]["distance"] == 0
 
 
+@storage
 def test_text_goes_in_by_the_recipe_the_database_was_filled_with(tmp_path, capsys, corpus):
     old = next(name for name in simhashdb.RECIPES if name != simhashdb.RECIPE)
     text = (corpus / "a.txt").read_bytes()

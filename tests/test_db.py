@@ -27,6 +27,7 @@ from simhashdb import (
 from simhashdb.layout import Layout
 
 MAX = 2**64 - 1
+pytestmark = pytest.mark.usefixtures("backend")  # every test here runs on each backend
 
 
 def as_tuples(matches):

@@ -1,10 +1,11 @@
 """A hypothesis state machine: after any sequence of writes, compactions and
-reopenings, every query equals a brute-force scan of a dict."""
+reopenings, every query (also above the built distance) equals a brute-force
+scan of a dict, on each backend."""
 
 import shutil
 import tempfile
 
-from conftest import brute_force
+from conftest import BACKENDS, brute_force
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -16,12 +17,14 @@ bases = st.one_of(st.sampled_from([0, MAX, 0x5555555555555555]), st.integers(0, 
 
 
 class DatabaseMachine(RuleBasedStateMachine):
+    backend = None  # set by each backend's subclass
+
     @initialize(params=st.sampled_from([(4, 3), (5, 3), (6, 2), (3, 1), (2, 0)]))
     def open(self, params):
         self.blocks, self.distance = params
         self.dir = tempfile.mkdtemp()
         self.path = self.dir + "/db"
-        self.db = DB(self.path, distance=self.distance, blocks=self.blocks)
+        self.db = DB(self.path, distance=self.distance, blocks=self.blocks, backend=self.backend)
         self.docs = {}
         self.seen = [0]
 
@@ -72,12 +75,12 @@ class DatabaseMachine(RuleBasedStateMachine):
     @rule()
     def reopen(self):
         self.db.close()
-        self.db = DB(self.path)
+        self.db = DB(self.path, backend=self.backend)
 
     @rule(data=st.data())
     def query(self, data):
         fp = self.near(data)
-        for d in range(self.distance + 1):
+        for d in list(range(self.distance + 1)) + [self.distance + 1, 2 * self.distance]:
             got = self.db.query(fp, d)
             assert [(m.key, m.fingerprint, m.distance) for m in got] == \
                 brute_force(self.docs, fp, d)
@@ -99,4 +102,14 @@ class DatabaseMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-TestDatabaseMachine = DatabaseMachine.TestCase
+class NativeMachine(DatabaseMachine):
+    backend = "lmdb"
+
+
+class PyLmdbMachine(DatabaseMachine):
+    backend = "py-lmdb"
+
+
+TestPyLmdbMachine = PyLmdbMachine.TestCase
+if "lmdb" in BACKENDS:
+    TestNativeMachine = NativeMachine.TestCase

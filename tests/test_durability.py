@@ -6,9 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import brute_force
 
 from simhashdb import DB
+
+pytestmark = pytest.mark.usefixtures("backend")  # subprocesses inherit SIMHASHDB_BACKEND
 
 BATCH = 1500
 WRITER = """
@@ -183,7 +186,6 @@ def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
 
 
 def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, monkeypatch):
-    import pytest
     from simhashdb import DatabaseError
     monkeypatch.setattr("simhashdb.lmdb_native.INITIAL_MAP_SIZE", 1 << 20)
     monkeypatch.setattr("simhashdb.lmdb_py.INITIAL_MAP_SIZE", 1 << 20)

@@ -16,6 +16,7 @@ replace the file under it.
 """
 
 import contextlib
+import errno
 import fcntl
 import os
 import struct
@@ -76,13 +77,13 @@ class LmdbDirectory:
         change under a reader there)."""
         try:
             handle = open(os.path.join(self.path, name), "a+b")
-        except PermissionError:
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise DatabaseError("cannot open %s: %s" % (self.path, exc.strerror)) from None
             if self.readonly:
                 return None
             raise DatabaseError("cannot write in %s: open it with readonly=True or fix its "
                                 "permissions" % self.path) from None
-        except OSError as exc:
-            raise DatabaseError("cannot open %s: %s" % (self.path, exc.strerror)) from None
         self._locks.append(handle)
         if name == "simhashdb.lock":
             fcntl.flock(handle, fcntl.LOCK_SH)

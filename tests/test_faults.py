@@ -68,6 +68,12 @@ def spawn(script, *args):
                             stderr=subprocess.PIPE, text=True)
 
 
+def failing_on(backend, reason):
+    """The backends, the one with a known bug (see /work/notes/bugs10.md) as xfail."""
+    return [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=reason)]
+                         if name == backend else []) for name in BACKENDS]
+
+
 def template_pages(count, seed=0):
     """``count`` distinct fingerprints that share their top 39 bits, as
     near-identical pages of one site template: blocks 0-2 of a (5, 3) layout
@@ -193,14 +199,10 @@ def churn(db, seconds, rng, base):
         db.delete_many(key for key, _ in records)
 
 
-@pytest.mark.parametrize("backend", [
-    pytest.param(name, marks=[pytest.mark.xfail(
-        strict=True, reason="bug: the py-lmdb writer clears dead readers' slots only when "
-        "the map is full (see /work/notes/bugs10.md)")] if name == "py-lmdb" else [])
-    for name in BACKENDS], indirect=True)
+@pytest.mark.usefixtures("backend")
 def test_a_reader_killed_holding_a_snapshot_does_not_grow_the_file_forever(tmp_path, backend):
-    """The writer clears a dead reader's slot by itself (the native one at
-    most once a second): after that the file stops growing."""
+    """The writer clears a dead reader's slot by itself (at most once a
+    second): after that the file stops growing."""
     path = str(tmp_path / "churn.db")
     data = os.path.join(path, "data.mdb")
     rng = random.Random(4)
@@ -387,3 +389,81 @@ def test_a_damaged_meta_page_transaction_id_is_an_error_not_a_rollback(tmp_path,
 
     assert damage_cases(pristine_db[0], len(flips), flip_txnid, tmp_path, backend,
                         pristine_db) == []
+
+
+# Many snapshots, dropped handles, fork children (defects 4 and 5)
+
+@pytest.mark.usefixtures("backend")
+def test_a_thousand_open_iterators(db):
+    db.insert_many(("k%03d" % i, i) for i in range(100))
+    iterators = [iter(db) for _ in range(1000)]
+    assert [next(it).key for it in iterators] == ["k000"] * 1000
+    db.insert("k999", 999)  # a write beside a thousand snapshots
+    assert [len(list(it)) for it in iterators] == [99] * 1000  # each sees its own snapshot
+    assert len(db) == 101 and db.check() == []
+
+
+@pytest.mark.usefixtures("backend")
+def test_more_snapshots_than_reader_slots_is_a_clear_error(db):
+    db.insert("a", 1)
+    iterators = []
+    with pytest.raises(DatabaseError, match="snapshot|reader"):
+        for _ in range(5000):
+            iterators.append(iter(db))
+            next(iterators[-1])
+    del iterators
+    assert db.query(1)[0].key == "a"
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_db_dropped_without_close_releases_its_path(db_path):
+    db = DB(db_path, distance=3, blocks=5)
+    db.insert("kept", 7)
+    db.self_reference = db  # only the cycle collector frees it
+    del db
+    gc.collect()
+    assert compact_in_another_process(db_path) == "compacted"  # its lock is gone too
+    db = DB(db_path)
+    assert db.get("kept").fingerprint == 7
+    db.insert("more", 8)
+    del db
+    gc.collect()
+    with DB(db_path) as db:
+        assert len(db) == 2 and db.check() == []
+
+
+@pytest.mark.parametrize("backend", failing_on("py-lmdb", "bug: py-lmdb's registry of open "
+                                                 "environments survives fork()"), indirect=True)
+def test_fork_children_open_their_own_db_on_the_parents_path(db):
+    db.insert_many(("k%d" % i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(100))
+
+    def child(number):
+        with DB(db.path) as own:
+            found = [m.key for m in own.query(5 * 0x9E3779B97F4A7C15 % 2**64 ^ 1)] == ["k5"]
+            own.insert("child%d" % number, number)
+            return {"found": found, "count": len(own)}
+
+    for number in range(2):
+        code, result = run_forked(lambda: child(number), timeout=20)
+        assert (code, result) == (0, {"found": True, "count": 101 + number})
+    assert db.get("child1").fingerprint == 1 and len(db) == 102
+    assert db.check() == []
+
+
+@pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
+@pytest.mark.xfail(strict=True, reason="bug: the search threads of the parent do not exist "
+                   "in a fork child, whose parallel query_many waits for them forever")
+def test_a_fork_child_searches_in_parallel_after_its_parent_did(tmp_path):
+    rng = random.Random(6)
+    docs = {i: rng.getrandbits(64) for i in range(3000)}
+    probes = [fp ^ 0b11 for fp in docs.values()] * 2  # enough to be split over threads
+    path = str(tmp_path / "parallel.db")
+    with DB(path, distance=3, blocks=5, backend="lmdb") as db:
+        db.insert_many(docs.items())
+        assert [m[0].key for m in db.query_many(probes)] == list(docs) * 2
+
+        def child():
+            with DB(path, backend="lmdb") as own:
+                return [m[0].key for m in own.query_many(probes)] == list(docs) * 2
+
+        assert run_forked(child, timeout=10) == (0, True)

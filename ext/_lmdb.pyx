@@ -734,6 +734,8 @@ cdef class Env:
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
                   bint nolock, bint subdir=True):
         self.path = path
+        if guard_install() != 0:
+            raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())

@@ -2,9 +2,9 @@
  *
  * LMDB reads its file through a memory map: a damaged or truncated file can
  * make it read past the end of the file (SIGBUS), follow a wild page number
- * (SIGSEGV) or fail one of its assertions (abort). The guard runs a
- * function with a jump target set for this thread; the handlers jump back to
- * it, so the caller gets GUARD_FAULT instead of a dead process. Faults outside
+ * (SIGSEGV) or fail one of its assertions (abort). Each LMDB call runs with a
+ * jump target set for this thread (the g_* wrappers below); the handlers jump
+ * back to it, so the caller gets GUARD_FAULT instead of a dead process. Faults outside
  * a guarded call go to the handler that was there before. After a fault the
  * environment is in an unknown state: the caller must never use it again. */
 #include <setjmp.h>
@@ -30,14 +30,13 @@ static void guard_handler(int sig, siginfo_t *info, void *context) {
     if (guard_target != NULL)
         guard_jump(sig);
     previous = sig == SIGBUS ? &guard_previous_bus : &guard_previous_segv;
-    if (previous->sa_flags & SA_SIGINFO) {
+    if (previous->sa_flags & SA_SIGINFO)
         previous->sa_sigaction(sig, info, context);
-    } else if (previous->sa_handler != SIG_IGN && previous->sa_handler != SIG_DFL) {
+    else if (previous->sa_handler != SIG_IGN && previous->sa_handler != SIG_DFL)
         previous->sa_handler(sig);
-    } else {
-        /* restore the default action; the faulting instruction runs again */
-        sigaction(sig, previous, NULL);
-    }
+    /* the default action from here: the faulting instruction runs again and
+     * ends the process, as it would have without us */
+    signal(sig, SIG_DFL);
 }
 
 static void guard_assert(MDB_env *env, const char *msg) {
@@ -47,6 +46,8 @@ static void guard_assert(MDB_env *env, const char *msg) {
         guard_jump(SIGABRT);
 }
 
+/* Put the handlers in front (again: faulthandler, for one, may have been
+ * enabled since), keeping whatever was there for faults outside a guard. */
 static int guard_install(void) {
     struct sigaction action, current;
     if (sigaction(SIGSEGV, NULL, &current) == 0 && current.sa_sigaction == guard_handler)

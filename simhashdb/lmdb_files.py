@@ -1,6 +1,7 @@
 """What both LMDB backends share: the database directory, its locks, the
-check of the data file before LMDB maps it, compaction's atomic swap, and the
-gate that keeps environment changes apart from running transactions.
+check of the data file before LMDB maps it, compaction's atomic swap, the
+gate that keeps environment changes apart from running transactions, and
+the storage logic around them (:class:`LmdbStorage`).
 
 LMDB allows one environment handle per path per process; opening a path
 twice here raises DatabaseError, and a handle dropped without ``close()`` or
@@ -21,9 +22,12 @@ import fcntl
 import os
 import struct
 import threading
+import time
+import warnings
 import weakref
 
 from .errors import DatabaseBusyError, DatabaseError
+from .storage import Storage
 
 DATA_FILE = "data.mdb"
 COMPACT_SUFFIX = ".compact"
@@ -160,8 +164,7 @@ def check_data_file(data):
     if not os.path.exists(data):
         return
     size = os.path.getsize(data)
-    damaged = ("%s is damaged (%%s): restore it from a backup, or open it read-only and "
-               "`export` what is readable" % data)
+    damaged = "%s is damaged (%%s): LMDB cannot read it safely; restore it from a backup" % data
     with open(data, "rb") as f:
         head = f.read(8192)
     if size == 0 or len(head) < 16 + _META.size + 8:
@@ -182,6 +185,14 @@ def check_data_file(data):
             metas.append((txnid, last_page))
     if not metas:
         raise DatabaseError(damaged % "no valid LMDB meta page")
+    # LMDB writes the meta of transaction t to page t % 2, so after the first
+    # commit the two hold consecutive ids, each on its own page: a damaged id
+    # would otherwise make LMDB open an older commit without a word.
+    txnids = [txnid for txnid, _ in metas]
+    if txnids != [0, 0] and (len(metas) < 2 or txnids[0] % 2 or txnids[1] % 2 != 1
+                             or abs(txnids[0] - txnids[1]) != 1):
+        raise DatabaseError(damaged % ("its meta pages name transactions %s"
+                                       % " and ".join(map(str, txnids))))
     txnid, last_page = max(metas)
     if size < (last_page + 1) * page_size:
         raise DatabaseError(damaged % ("%d bytes, but its last page ends at byte %d"
@@ -251,3 +262,89 @@ class Gate:
             with self._changed:
                 self._exclusive = False
                 self._changed.notify_all()
+
+
+class LmdbStorage(Storage):
+    """What both LMDB backends share: the directory, the gate, one writer at a
+    time, reader-slot sweeps, map growth, compaction and closing. A backend
+    adds how it opens, reads, writes and copies an environment."""
+
+    max_key_bytes = 511
+    initial_map_size = 1 << 30
+    max_readers = 4096
+    reader_check_seconds = 1.0
+
+    def __init__(self, path, readonly=False):
+        self._dir = LmdbDirectory(path, readonly, self)
+        self.path, self.readonly = self._dir.path, readonly
+        self._gate = Gate()
+        self._write_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._layout = None
+        self._env = None
+        self._readers_checked = 0.0
+        try:
+            self._open_env()
+        except BaseException:
+            self._dir.release()
+            raise
+
+    def _map_size_to_open(self):
+        size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
+        return max(self.initial_map_size, 2 * size)
+
+    def _check_usable(self):
+        if self._env is None:
+            raise DatabaseError("the database at %s is closed" % self.path)
+        if os.getpid() != self._pid:
+            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
+                                "DB in the child process" % self._pid)
+
+    def _check_writable(self):
+        if self.readonly:
+            raise DatabaseError("the database at %s is open read-only" % self.path)
+
+    def _clear_stale_readers(self, now=None):
+        """Free the reader slots of dead processes (at most once a second): a
+        dead reader's snapshot would keep every later freed page from reuse."""
+        now = time.monotonic() if now is None else now
+        if now - self._readers_checked >= self.reader_check_seconds:
+            self._readers_checked = now
+            self._reader_check()
+
+    def _grow(self):
+        """Double the map, after freeing dead readers' slots; warn when live
+        snapshots hold pages back."""
+        self._clear_stale_readers(now=float("inf"))
+        size, readers = self._map_size(), self._live_readers()
+        if readers > 1:
+            warnings.warn("%s: growing the map to %d bytes while %d snapshots are open; pages "
+                          "freed since the oldest began cannot be reused until it ends"
+                          % (self.path, 2 * size, readers - 1), ResourceWarning, stacklevel=4)
+        self._resize(2 * size)
+
+    def _resize(self, map_size):
+        """Set the map size (0: adopt another process's), with no transaction running."""
+        with self._gate.exclusive("grow the map"):
+            self._check_usable()
+            self._set_mapsize(map_size)
+
+    def compact(self):
+        self._check_writable()
+        with self._write_lock, self._gate.exclusive("compact"):
+            self._check_usable()
+            with self._dir.compaction() as copy:
+                self._copy_to(copy)
+                self._close_env()
+            self._open_env()
+
+    def info(self):
+        self._check_usable()
+        return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
+                "map_size": self._map_size()}
+
+    def close(self):
+        with self._write_lock, self._gate.exclusive("close the database"):
+            if self._env is not None:
+                self._close_env()
+            self._dir.release()

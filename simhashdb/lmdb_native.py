@@ -8,19 +8,12 @@ files are the same as the py-lmdb backend's.
 import concurrent.futures
 import contextlib
 import os
-import threading
-import time
-import warnings
 from array import array
 
 from . import _ext, _lmdb
-from .errors import DatabaseError
-from .lmdb_files import Gate, LmdbDirectory
-from .storage import Storage, Txn, View
+from .lmdb_files import LmdbStorage
+from .storage import Txn, View
 
-INITIAL_MAP_SIZE = 1 << 30
-MAX_READERS = 4096
-READER_CHECK_SECONDS = 1.0
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(os.cpu_count() or 1, 8)
@@ -34,31 +27,14 @@ def _pool():
     return _threads
 
 
-class NativeStorage(Storage):
+class NativeStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, owned by native code."""
 
-    max_key_bytes = 511
     backend = "lmdb"
 
-    def __init__(self, path, readonly=False):
-        self._dir = LmdbDirectory(path, readonly, self)
-        self.path, self.readonly = self._dir.path, readonly
-        self._gate = Gate()
-        self._write_lock = threading.Lock()
-        self._pid = os.getpid()
-        self._layout = None
-        self._env = None
-        self._readers_checked = 0.0
-        try:
-            self._open_env()
-        except BaseException:
-            self._dir.release()
-            raise
-
     def _open_env(self):
-        size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
-        self._env = _lmdb.Env(self.path.encode(), self.readonly, max(INITIAL_MAP_SIZE, 2 * size),
-                              MAX_READERS, not self._dir.locked)
+        self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
+                              self.max_readers, not self._dir.locked)
         self._open_dbs()
 
     def _open_dbs(self):
@@ -68,16 +44,25 @@ class NativeStorage(Storage):
         else:
             self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, not self.readonly)
 
+    def _close_env(self):
+        self._env.close()
+        self._env = None
+
+    def _reader_check(self):
+        self._env.reader_check()
+
+    def _map_size(self):
+        return self._env.info()["map_size"]
+
+    def _live_readers(self):
+        return self._env.info()["readers"]
+
+    def _set_mapsize(self, map_size):
+        self._env.set_mapsize(map_size)
+
     def open_tables(self, layout):
         self._layout = layout
         self._open_dbs()
-
-    def _check_usable(self):
-        if self._env is None:
-            raise DatabaseError("the database at %s is closed" % self.path)
-        if os.getpid() != self._pid:
-            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
-                                "DB in the child process" % self._pid)
 
     @contextlib.contextmanager
     def read(self):
@@ -126,8 +111,7 @@ class NativeStorage(Storage):
             self._resize(0)  # another process grew the map: adopt its size
 
     def write(self, body):
-        if self.readonly:
-            raise DatabaseError("the database at %s is open read-only" % self.path)
+        self._check_writable()
         with self._write_lock:
             while True:
                 try:
@@ -146,75 +130,28 @@ class NativeStorage(Storage):
                 except _lmdb.MapFullError:
                     self._grow()
 
-    def _clear_stale_readers(self, now=None):
-        """Free the reader slots of dead processes (at most once a second): a
-        dead reader's snapshot would keep every later freed page from reuse."""
-        now = time.monotonic() if now is None else now
-        if now - self._readers_checked >= READER_CHECK_SECONDS:
-            self._readers_checked = now
-            self._env.reader_check()
-
-    def _grow(self):
-        self._clear_stale_readers(now=float("inf"))
-        info = self._env.info()
-        if info["readers"] > 1:
-            warnings.warn("%s: growing the map to %d bytes while %d snapshots are open; pages "
-                          "freed since the oldest began cannot be reused until it ends"
-                          % (self.path, 2 * info["map_size"], info["readers"] - 1),
-                          ResourceWarning, stacklevel=4)
-        self._resize(2 * info["map_size"])
-
-    def _resize(self, map_size):
-        with self._gate.exclusive("grow the map"):
-            self._check_usable()
-            self._env.set_mapsize(map_size)
-
-    def compact(self):
-        if self.readonly:
-            raise DatabaseError("the database at %s is open read-only" % self.path)
-        with self._write_lock, self._gate.exclusive("compact"):
-            self._check_usable()
-            with self._dir.compaction() as copy:
-                map_size = max(INITIAL_MAP_SIZE, 2 * os.path.getsize(self._dir.data))
-                while True:
-                    try:
-                        self._copy_to(copy, map_size)
-                        break
-                    except _lmdb.MapFullError:
-                        map_size *= 2
-                self._env.close()
-                self._env = None
-            self._open_env()
-
-    def _copy_to(self, copy, map_size):
+    def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``."""
-        if os.path.exists(copy):
-            os.unlink(copy)
-        target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False)
-        try:
-            layout = self._layout
-            target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
-            source, written = self._env.begin(), target.begin(write=True)
+        map_size = self._map_size_to_open()
+        while True:
+            if os.path.exists(copy):
+                os.unlink(copy)
+            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False)
             try:
-                source.copy_into(written)
-                written.commit()
+                layout = self._layout
+                target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
+                source, written = self._env.begin(), target.begin(write=True)
+                try:
+                    source.copy_into(written)
+                    written.commit()
+                    return
+                finally:
+                    source.abort()
+                    written.abort()
+            except _lmdb.MapFullError:
+                map_size *= 2
             finally:
-                source.abort()
-                written.abort()
-        finally:
-            target.close()
-
-    def info(self):
-        self._check_usable()
-        return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
-                "map_size": self._env.info()["map_size"]}
-
-    def close(self):
-        with self._write_lock, self._gate.exclusive("close the database"):
-            if self._env is not None:
-                self._env.close()
-                self._env = None
-            self._dir.release()
+                target.close()
 
 
 class NativeView(View):

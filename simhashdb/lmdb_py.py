@@ -16,19 +16,15 @@ Sub-databases (one LMDB environment, a directory):
 
 import contextlib
 import itertools
-import os
-import threading
 
 import lmdb
 
 from . import _ext
 from .errors import DatabaseError
 from .layout import MAX_TABLES
-from .lmdb_files import Gate, LmdbDirectory
-from .storage import Storage, Txn, View, value_fingerprint
+from .lmdb_files import LmdbStorage
+from .storage import Txn, View, value_fingerprint
 
-INITIAL_MAP_SIZE = 1 << 30
-MAX_READERS = 4096
 META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
 
 
@@ -37,37 +33,22 @@ def table_name(table):
     return b"table:%03d" % table
 
 
-class PyLmdbStorage(Storage):
+class PyLmdbStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, through py-lmdb."""
 
-    max_key_bytes = 511
     backend = "py-lmdb"
 
-    def __init__(self, path, readonly=False):
-        self._dir = LmdbDirectory(path, readonly, self)
-        self.path, self.readonly = self._dir.path, readonly
-        self._pid = os.getpid()
-        self._write_lock = threading.Lock()
-        self._gate = Gate()
-        self._layout = None
-        self.env = None
-        try:
-            self._open_env()
-        except BaseException:
-            self._dir.release()
-            raise
-
     def _open_env(self):
-        size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         try:
-            self.env = lmdb.open(self.path, map_size=max(INITIAL_MAP_SIZE, 2 * size),
-                                 max_dbs=MAX_TABLES + 3, readonly=self.readonly,
-                                 max_readers=MAX_READERS, subdir=True, lock=self._dir.locked)
-            self.env.reader_check()
+            self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
+                                  max_dbs=MAX_TABLES + 3, readonly=self.readonly,
+                                  max_readers=self.max_readers, subdir=True,
+                                  lock=self._dir.locked)
+            self._env.reader_check()
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
-        if not self.readonly and self.env.stat()["entries"]:
-            with self.env.begin() as txn:
+        if not self.readonly and self._env.stat()["entries"]:
+            with self._env.begin() as txn:
                 if txn.get(META) is None:
                     raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
                                         "use another directory" % self.path)
@@ -78,13 +59,29 @@ class PyLmdbStorage(Storage):
 
     def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None):
         try:
-            return (env or self.env).open_db(name, txn=txn, dupsort=dupsort, dupfixed=dupfixed,
-                                             create=not self.readonly)
+            return (env or self._env).open_db(name, txn=txn, dupsort=dupsort, dupfixed=dupfixed,
+                                              create=not self.readonly)
         except lmdb.NotFoundError:
             raise DatabaseError("%s has no %r sub-database: it is not a simhashdb database"
                                 % (self.path, name.decode())) from None
         except lmdb.Error as exc:
             raise DatabaseError("cannot open %s: %s" % (self.path, exc)) from None
+
+    def _close_env(self):
+        self._env.close()
+        self._env = None
+
+    def _reader_check(self):
+        self._env.reader_check()
+
+    def _map_size(self):
+        return self._env.info()["map_size"]
+
+    def _live_readers(self):
+        return self._env.info()["num_readers"]
+
+    def _set_mapsize(self, map_size):
+        self._env.set_mapsize(map_size)
 
     def open_tables(self, layout):
         self._layout = layout
@@ -92,20 +89,13 @@ class PyLmdbStorage(Storage):
             self._dbs[table_name(table)] = self._open_db(table_name(table), dupsort=True,
                                                          dupfixed=True)
 
-    def _check_usable(self):
-        if self.env is None:
-            raise DatabaseError("the database at %s is closed" % self.path)
-        if os.getpid() != self._pid:
-            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
-                                "DB in the child process" % self._pid)
-
     @contextlib.contextmanager
     def read(self):
         while True:
             with self._gate.shared():
                 self._check_usable()
                 try:
-                    txn = self.env.begin()
+                    txn = self._env.begin()
                 except lmdb.MapResizedError:
                     txn = None
                 except lmdb.Error as exc:
@@ -121,15 +111,15 @@ class PyLmdbStorage(Storage):
             self._resize(0)  # another process grew the map: adopt its size
 
     def write(self, body):
-        if self.readonly:
-            raise DatabaseError("the database at %s is open read-only" % self.path)
+        self._check_writable()
         with self._write_lock:
             while True:
                 failed = None
                 try:
                     with self._gate.shared():
                         self._check_usable()
-                        txn = self.env.begin(write=True)
+                        self._clear_stale_readers()
+                        txn = self._env.begin(write=True)
                         try:
                             result = body(PyTxn(self, txn))
                         except BaseException:
@@ -141,8 +131,7 @@ class PyLmdbStorage(Storage):
                     self._resize(0)  # another process grew the map: adopt its size
                 except lmdb.MapFullError:
                     self._abort(failed)
-                    self.env.reader_check()
-                    self._resize(2 * self.env.info()["map_size"])
+                    self._grow()
                 except lmdb.Error as exc:
                     self._abort(failed)
                     raise DatabaseError("cannot write to %s: %s" % (self.path, exc)) from None
@@ -161,29 +150,13 @@ class PyLmdbStorage(Storage):
             with self._gate.exclusive("abort a write"):
                 txn.abort()
 
-    def _resize(self, map_size):
-        with self._gate.exclusive("grow the map"):
-            self._check_usable()
-            self.env.set_mapsize(map_size)
-
-    def compact(self):
-        if self.readonly:
-            raise DatabaseError("the database at %s is open read-only" % self.path)
-        with self._write_lock, self._gate.exclusive("compact"):
-            self._check_usable()
-            with self._dir.compaction() as copy:
-                self._copy_to(copy)
-                self.env.close()
-                self.env = None
-            self._open_env()
-
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index."""
-        target = lmdb.open(copy, map_size=max(INITIAL_MAP_SIZE, 2 * os.path.getsize(self._dir.data)),
-                           max_dbs=MAX_TABLES + 3, subdir=False, lock=False)
+        target = lmdb.open(copy, map_size=self._map_size_to_open(), max_dbs=MAX_TABLES + 3,
+                           subdir=False, lock=False)
         try:
-            with self.env.begin() as source, target.begin(write=True) as written:
+            with self._env.begin() as source, target.begin(write=True) as written:
                 for name, dupsort in ((META, False), (DOCS, False), (FINGERPRINTS, True)):
                     db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
                     items = source.cursor(self._dbs[name]).iternext()
@@ -192,23 +165,11 @@ class PyLmdbStorage(Storage):
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 for table in range(self._layout.tables):
                     db = self._open_db(table_name(table), dupsort=True, dupfixed=True,
-                                      env=target, txn=written)
+                                       env=target, txn=written)
                     written.cursor(db).putmulti(self._layout.table_items(fps, table),
                                                 dupdata=True, append=True)
         finally:
             target.close()
-
-    def info(self):
-        self._check_usable()
-        return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
-                "map_size": self.env.info()["map_size"]}
-
-    def close(self):
-        with self._write_lock, self._gate.exclusive("close the database"):
-            if self.env is not None:
-                self.env.close()
-                self.env = None
-            self._dir.release()
 
 
 class PyView(View):

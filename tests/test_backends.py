@@ -80,8 +80,7 @@ def test_a_reader_of_one_backend_beside_a_writer_of_the_other(tmp_path, monkeypa
                                                               reader):
     """One lock file, one map: the reader sees each committed batch whole,
     also after the writer grew the map."""
-    monkeypatch.setattr("simhashdb.lmdb_native.INITIAL_MAP_SIZE", 1 << 20)
-    monkeypatch.setattr("simhashdb.lmdb_py.INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
     path = str(tmp_path / "shared.db")
     rng = random.Random(1)
     docs = {}

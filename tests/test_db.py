@@ -268,8 +268,7 @@ def test_compact_refuses_while_another_process_has_it_open(db):
 
 
 def test_map_grows_by_itself(db_path, monkeypatch):
-    monkeypatch.setattr("simhashdb.lmdb_native.INITIAL_MAP_SIZE", 1 << 20)
-    monkeypatch.setattr("simhashdb.lmdb_py.INITIAL_MAP_SIZE", 1 << 20)
+    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
     with DB(db_path, distance=3, blocks=6) as db:
         rng = random.Random(9)
         db.insert_many((i, rng.getrandbits(64), "m" * 50) for i in range(30000))

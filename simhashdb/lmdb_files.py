@@ -35,6 +35,7 @@ _META_MAGIC = 0xBEEFC0DE
 _META = struct.Struct("<IIQQ")  # magic, version, address, map size
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
+_open_storages = weakref.WeakSet()
 
 
 class LmdbDirectory:
@@ -288,17 +289,22 @@ class LmdbStorage(Storage):
         except BaseException:
             self._dir.release()
             raise
+        _open_storages.add(self)
 
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)
 
     def _check_usable(self):
-        if self._env is None:
-            raise DatabaseError("the database at %s is closed" % self.path)
         if os.getpid() != self._pid:
             raise DatabaseError("this DB was opened in process %d before a fork; open a new "
                                 "DB in the child process" % self._pid)
+        if self._env is None:
+            raise DatabaseError("the database at %s is closed" % self.path)
+
+    def _forget_after_fork(self):
+        """In a fork child: let go of the parent's environment (never used here),
+        so that the child can open its own."""
 
     def _check_writable(self):
         if self.readonly:
@@ -348,3 +354,11 @@ class LmdbStorage(Storage):
             if self._env is not None:
                 self._close_env()
             self._dir.release()
+
+
+def _forget_inherited_storages():
+    for storage in list(_open_storages):
+        storage._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_storages)

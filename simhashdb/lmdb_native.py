@@ -27,6 +27,15 @@ def _pool():
     return _threads
 
 
+def _forget_pool():
+    """A fork child has none of the parent's threads: it starts its own pool."""
+    global _threads
+    _threads = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 class NativeStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, owned by native code."""
 

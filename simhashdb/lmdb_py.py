@@ -16,6 +16,7 @@ Sub-databases (one LMDB environment, a directory):
 
 import contextlib
 import itertools
+import os
 
 import lmdb
 
@@ -70,6 +71,13 @@ class PyLmdbStorage(LmdbStorage):
     def _close_env(self):
         self._env.close()
         self._env = None
+
+    def _forget_after_fork(self):
+        """py-lmdb refuses a second environment on a path it has open in this
+        process, and a fork child inherits that record: close the parent's here
+        (which releases nothing the parent holds)."""
+        if self._env is not None and os.getpid() != self._pid:
+            self._env.close()
 
     def _reader_check(self):
         self._env.reader_check()

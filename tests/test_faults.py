@@ -68,12 +68,6 @@ def spawn(script, *args):
                             stderr=subprocess.PIPE, text=True)
 
 
-def failing_on(backend, reason):
-    """The backends, the one with a known bug (see /work/notes/bugs10.md) as xfail."""
-    return [pytest.param(name, marks=[pytest.mark.xfail(strict=True, reason=reason)]
-                         if name == backend else []) for name in BACKENDS]
-
-
 def template_pages(count, seed=0):
     """``count`` distinct fingerprints that share their top 39 bits, as
     near-identical pages of one site template: blocks 0-2 of a (5, 3) layout
@@ -432,8 +426,7 @@ def test_a_db_dropped_without_close_releases_its_path(db_path):
         assert len(db) == 2 and db.check() == []
 
 
-@pytest.mark.parametrize("backend", failing_on("py-lmdb", "bug: py-lmdb's registry of open "
-                                                 "environments survives fork()"), indirect=True)
+@pytest.mark.usefixtures("backend")
 def test_fork_children_open_their_own_db_on_the_parents_path(db):
     db.insert_many(("k%d" % i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(100))
 
@@ -451,8 +444,6 @@ def test_fork_children_open_their_own_db_on_the_parents_path(db):
 
 
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
-@pytest.mark.xfail(strict=True, reason="bug: the search threads of the parent do not exist "
-                   "in a fork child, whose parallel query_many waits for them forever")
 def test_a_fork_child_searches_in_parallel_after_its_parent_did(tmp_path):
     rng = random.Random(6)
     docs = {i: rng.getrandbits(64) for i in range(3000)}
@@ -467,3 +458,90 @@ def test_a_fork_child_searches_in_parallel_after_its_parent_did(tmp_path):
                 return [m[0].key for m in own.query_many(probes)] == list(docs) * 2
 
         assert run_forked(child, timeout=10) == (0, True)
+
+
+# SIGKILL during a bulk load and during compaction
+
+BULK_LOADER = """
+import sys, simhashdb
+sys.path.insert(0, sys.argv[1])
+from test_faults import bulk_batch
+path, size, batches = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+db = simhashdb.DB(path, distance=3, blocks=5)
+print("open", flush=True)
+for i in range(len(db) // size, batches):
+    db.insert_many(bulk_batch(i, size), batch_size=size)
+    print(i, flush=True)
+"""
+
+
+def bulk_batch(i, size):
+    """Batch i of a bulk load: int keys i * size .. (i + 1) * size - 1."""
+    rng = random.Random(i)
+    return [(i * size + j, rng.getrandbits(64)) for j in range(size)]
+
+
+def kill_after(script, args, seconds):
+    """Run ``script``, SIGKILL it ``seconds`` after it printed "open"; the
+    lines it printed after that."""
+    child = spawn(script, *args)
+    assert child.stdout.readline().strip() == "open", child.communicate()[1]
+    time.sleep(seconds)
+    child.send_signal(signal.SIGKILL)
+    out, err = child.communicate()
+    assert child.returncode == -signal.SIGKILL or child.returncode == 0, err
+    return out.split()
+
+
+@pytest.mark.usefixtures("backend")
+def test_sigkill_during_bulk_loads_leaves_every_committed_batch_whole(db_path, backend):
+    import numpy as np
+    size = 25000 if backend == "lmdb" else 10000
+    batches, rng = 5, random.Random(2)
+    for _ in range(4):
+        printed = kill_after(BULK_LOADER, [TESTS, db_path, size, batches], rng.uniform(0, 0.4))
+        with DB(db_path) as db:
+            count = len(db)
+            assert count % size == 0, "a batch landed in part"
+            loaded = count // size
+            assert loaded >= (int(printed[-1]) + 1 if printed else 0)
+            docs = [record for i in range(loaded) for record in bulk_batch(i, size)]
+            for key, fp in docs[::size // 4] + docs[-1:]:
+                assert db.get(key).fingerprint == fp
+            assert db.get(count) is None
+            assert db.check() == []
+            if docs:
+                fps = np.array([fp for _, fp in docs], dtype=np.uint64)
+                for key, fp in docs[::len(docs) // 5 + 1]:
+                    probe = fp ^ 0b1000000001
+                    bits = np.unpackbits((fps ^ np.uint64(probe)).view(np.uint8))
+                    distances = bits.reshape(-1, 64).sum(axis=1)
+                    near = sorted((int(distances[i]), docs[i][0])
+                                  for i in np.nonzero(distances <= 3)[0])
+                    assert sorted((m.distance, m.key) for m in db.query(probe)) == near
+
+
+COMPACTOR = """
+import sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+print("open", flush=True)
+while True:
+    db.compact()
+    print("compacted", flush=True)
+"""
+
+
+@pytest.mark.usefixtures("backend")
+def test_sigkill_during_compaction_of_template_pages_keeps_every_record(db_path):
+    docs = {"page%d" % i: fp for i, fp in enumerate(template_pages(10000, 3))}
+    with DB(db_path, distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+        db.delete_many("page%d" % i for i in range(0, 10000, 4))
+    docs = {key: fp for key, fp in docs.items() if int(key[4:]) % 4}
+    rng = random.Random(12)
+    for _ in range(4):
+        kill_after(COMPACTOR, [db_path], rng.uniform(0, 0.4))
+        with DB(db_path) as db:
+            assert not os.path.exists(os.path.join(db_path, "data.mdb.compact"))
+            assert db.check() == []
+            assert {r.key: r.fingerprint for r in db} == docs

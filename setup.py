@@ -18,13 +18,15 @@ def lmdb_flags():
             "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb"]}
 
 
-extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"], extra_compile_args=["-O3"])]
+extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
+                        depends=["ext/_match.pxi", "ext/_permute.pxi"], extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
     print("simhashdb: the LMDB C library was not found with pkg-config; building without the "
           "native backend (the py-lmdb backend will be used)")
 else:
-    extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"], depends=["ext/guard.h"],
+    extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
+                                depends=["ext/guard.h", "ext/_permute.pxi"],
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

@@ -138,22 +138,7 @@ cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
         x >>= 8
 
 
-cdef inline uint64_t permute(uint64_t fp, const long* spec, Py_ssize_t blocks) noexcept nogil:
-    cdef uint64_t out = 0, mask
-    cdef Py_ssize_t b
-    for b in range(blocks):
-        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
-        out |= ((fp >> spec[3 * b]) & mask) << spec[3 * b + 2]
-    return out
-
-
-cdef inline uint64_t unpermute(uint64_t perm, const long* spec, Py_ssize_t blocks) noexcept nogil:
-    cdef uint64_t out = 0, mask
-    cdef Py_ssize_t b
-    for b in range(blocks):
-        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
-        out |= ((perm >> spec[3 * b + 2]) & mask) << spec[3 * b]
-    return out
+include "_permute.pxi"
 
 
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
@@ -380,7 +365,7 @@ cdef int scan_range(MDB_cursor* cursor, uint64_t lo, uint64_t hi, uint64_t perm,
             return 0
         d = popcount64(entry ^ perm)
         if d <= distance:
-            rc = hit_push(out, probe, unpermute(entry, spec, blocks), d)
+            rc = hit_push(out, probe, unpermute_one(entry, spec, blocks), d)
             if rc:
                 return rc
         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
@@ -414,7 +399,7 @@ cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t prob
     cdef uint64_t perm
     cdef int rc
     for t in range(w.layout.tables):
-        perm = permute(fp, w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+        perm = permute_one(fp, w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
         rc = scan_variants(w, t, perm & w.layout.prefixes[t], perm, 64, flips, distance,
                            probe, out)
         if rc:
@@ -548,11 +533,11 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
             break
         if removed:
             for i in range(removed):
-                perms[i] = permute(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+                perms[i] = permute_one(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
             rc = delete_table_entries(w.table_cursors[t], perms, removed)
         if rc == 0 and added:
             for i in range(added):
-                perms[i] = permute(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+                perms[i] = permute_one(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
             rc = radix_sort(perms, added, 1)
             if rc == 0:
                 rc = put_table_entries(w.table_cursors[t], perms, added)
@@ -1047,7 +1032,7 @@ cdef class Txn:
                     if k.mv_size != 2 or v.mv_size != 6:
                         rc = -30796
                         break
-                    rc = u64_push(&values, unpermute(
+                    rc = u64_push(&values, unpermute_one(
                         (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6),
                         spec, self.env.layout.blocks))
                     if rc == 0:
@@ -1217,7 +1202,7 @@ cdef class Txn:
                     if rc or distinct.size == 0:
                         break
                     for i in range(distinct.size):
-                        perms[i] = permute(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
+                        perms[i] = permute_one(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                            w.layout.blocks)
                     rc = radix_sort(perms, distinct.size, 1)
                     if rc == 0:

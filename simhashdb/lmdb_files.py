@@ -291,6 +291,25 @@ class LmdbStorage(Storage):
             raise
         _open_storages.add(self)
 
+    @contextlib.contextmanager
+    def read(self):
+        while True:
+            with self._gate.shared():
+                self._check_usable()
+                txn = self._begin_read()
+                if txn is not None:
+                    try:
+                        with self._errors():
+                            yield self._view(txn)
+                    finally:
+                        txn.abort()  # a read transaction: no wait
+                    return
+            self._resize(0)  # another process grew the map: adopt its size
+
+    def _errors(self):
+        """A context that turns the backend's own errors into DatabaseError."""
+        return contextlib.nullcontext()
+
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)

@@ -6,7 +6,6 @@ files are the same as the py-lmdb backend's.
 """
 
 import concurrent.futures
-import contextlib
 import os
 from array import array
 
@@ -73,22 +72,14 @@ class NativeStorage(LmdbStorage):
         self._layout = layout
         self._open_dbs()
 
-    @contextlib.contextmanager
-    def read(self):
-        while True:
-            with self._gate.shared():
-                self._check_usable()
-                try:
-                    txn = self._env.begin()
-                except _lmdb.MapResizedError:
-                    txn = None
-                if txn is not None:
-                    try:
-                        yield NativeView(self, txn)
-                    finally:
-                        txn.abort()
-                    return
-            self._resize(0)  # another process grew the map: adopt its size
+    def _begin_read(self):
+        try:
+            return self._env.begin()
+        except _lmdb.MapResizedError:
+            return None
+
+    def _view(self, txn):
+        return NativeView(self, txn)
 
     def search(self, probes, distance):
         """Search in a snapshot of its own, split over the cores for large batches."""

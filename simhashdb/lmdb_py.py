@@ -97,26 +97,23 @@ class PyLmdbStorage(LmdbStorage):
             self._dbs[table_name(table)] = self._open_db(table_name(table), dupsort=True,
                                                          dupfixed=True)
 
+    def _begin_read(self):
+        try:
+            return self._env.begin()
+        except lmdb.MapResizedError:
+            return None
+        except lmdb.Error as exc:
+            raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
+
+    def _view(self, txn):
+        return PyView(self, txn)
+
     @contextlib.contextmanager
-    def read(self):
-        while True:
-            with self._gate.shared():
-                self._check_usable()
-                try:
-                    txn = self._env.begin()
-                except lmdb.MapResizedError:
-                    txn = None
-                except lmdb.Error as exc:
-                    raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
-                if txn is not None:
-                    try:
-                        yield PyView(self, txn)
-                    except lmdb.Error as exc:
-                        raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
-                    finally:
-                        txn.abort()  # a read transaction: no wait
-                    return
-            self._resize(0)  # another process grew the map: adopt its size
+    def _errors(self):
+        try:
+            yield
+        except lmdb.Error as exc:
+            raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
 
     def write(self, body):
         self._check_writable()

@@ -296,17 +296,52 @@ class LmdbStorage(Storage):
         while True:
             with self._gate.shared():
                 self._check_usable()
-                txn = self._begin_read()
+                try:
+                    txn = self._begin_read()
+                except self.map_resized:
+                    txn = None
                 if txn is not None:
                     try:
-                        with self._errors():
+                        with self._errors("read"):
                             yield self._view(txn)
                     finally:
                         txn.abort()  # a read transaction: no wait
                     return
             self._resize(0)  # another process grew the map: adopt its size
 
-    def _errors(self):
+    def write(self, body):
+        self._check_writable()
+        with self._write_lock:
+            while True:
+                failed = None
+                try:
+                    with self._gate.shared():
+                        self._check_usable()
+                        self._clear_stale_readers()
+                        with self._errors("write to"):
+                            txn = self._env.begin(write=True)
+                            try:
+                                result = body(self._writer(txn))
+                            except BaseException:
+                                failed = txn
+                                raise
+                            txn.commit()
+                        return result
+                except self.map_resized:
+                    self._resize(0)  # another process grew the map: adopt its size
+                except self.map_full:
+                    self._abort(failed)
+                    self._grow()
+                except BaseException:
+                    self._abort(failed)
+                    raise
+
+    def _abort(self, txn):
+        """Abort a failed write transaction."""
+        if txn is not None:
+            txn.abort()
+
+    def _errors(self, doing):
         """A context that turns the backend's own errors into DatabaseError."""
         return contextlib.nullcontext()
 

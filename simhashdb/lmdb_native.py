@@ -73,10 +73,7 @@ class NativeStorage(LmdbStorage):
         self._open_dbs()
 
     def _begin_read(self):
-        try:
-            return self._env.begin()
-        except _lmdb.MapResizedError:
-            return None
+        return self._env.begin()
 
     def _view(self, txn):
         return NativeView(self, txn)
@@ -104,31 +101,16 @@ class NativeStorage(LmdbStorage):
                     return txn.search(probes, distance, flips)
                 finally:
                     txn.abort()
-            except _lmdb.MapResizedError:
+            except self.map_resized:
                 pass
             finally:
                 gate.leave()
             self._resize(0)  # another process grew the map: adopt its size
 
-    def write(self, body):
-        self._check_writable()
-        with self._write_lock:
-            while True:
-                try:
-                    with self._gate.shared():
-                        self._check_usable()
-                        self._clear_stale_readers()
-                        txn = self._env.begin(write=True)
-                        try:
-                            result = body(NativeTxn(self, txn))
-                            txn.commit()
-                            return result
-                        finally:
-                            txn.abort()  # after a commit: nothing to do
-                except _lmdb.MapResizedError:
-                    self._resize(0)
-                except _lmdb.MapFullError:
-                    self._grow()
+    map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError
+
+    def _writer(self, txn):
+        return NativeTxn(self, txn)
 
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``."""

@@ -98,51 +98,25 @@ class PyLmdbStorage(LmdbStorage):
                                                          dupfixed=True)
 
     def _begin_read(self):
-        try:
+        with self._errors("read"):
             return self._env.begin()
-        except lmdb.MapResizedError:
-            return None
-        except lmdb.Error as exc:
-            raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
 
     def _view(self, txn):
         return PyView(self, txn)
 
     @contextlib.contextmanager
-    def _errors(self):
+    def _errors(self, doing):
         try:
             yield
+        except (self.map_resized, self.map_full):
+            raise
         except lmdb.Error as exc:
-            raise DatabaseError("cannot read %s: %s" % (self.path, exc)) from None
+            raise DatabaseError("cannot %s %s: %s" % (doing, self.path, exc)) from None
 
-    def write(self, body):
-        self._check_writable()
-        with self._write_lock:
-            while True:
-                failed = None
-                try:
-                    with self._gate.shared():
-                        self._check_usable()
-                        self._clear_stale_readers()
-                        txn = self._env.begin(write=True)
-                        try:
-                            result = body(PyTxn(self, txn))
-                        except BaseException:
-                            failed = txn
-                            raise
-                        txn.commit()
-                        return result
-                except lmdb.MapResizedError:
-                    self._resize(0)  # another process grew the map: adopt its size
-                except lmdb.MapFullError:
-                    self._abort(failed)
-                    self._grow()
-                except lmdb.Error as exc:
-                    self._abort(failed)
-                    raise DatabaseError("cannot write to %s: %s" % (self.path, exc)) from None
-                except BaseException:
-                    self._abort(failed)
-                    raise
+    map_resized, map_full = lmdb.MapResizedError, lmdb.MapFullError
+
+    def _writer(self, txn):
+        return PyTxn(self, txn)
 
     def _abort(self, txn):
         """Abort a failed write transaction. py-lmdb 3 makes an abort wait until no

@@ -11,7 +11,7 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: the LMDB C library is missing: install liblmdb-dev (Debian/Ubuntu) or lmdb (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
 	@touch $@
 
-$(VENV)/.installed: .lmdb-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_permute.pxi
+$(VENV)/.installed: .lmdb-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

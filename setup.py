@@ -19,14 +19,14 @@ def lmdb_flags():
 
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_permute.pxi"], extra_compile_args=["-O3"])]
+                        depends=["ext/_match.pxi", "ext/_tables.pxi"], extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
     print("simhashdb: the LMDB C library was not found with pkg-config; building without the "
           "native backend (the py-lmdb backend will be used)")
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/_permute.pxi"],
+                                depends=["ext/guard.h", "ext/_tables.pxi"],
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

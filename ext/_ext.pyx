@@ -524,7 +524,7 @@ def halo_digest(const long long[::1] columns):
 # destination shift) triples, ``blocks`` triples per table; ``prefixes`` holds
 # each table's leading-block mask.
 
-include "_permute.pxi"
+include "_tables.pxi"
 
 
 cdef inline bytes be_key(uint64_t x):
@@ -587,33 +587,6 @@ def verify(probe, const unsigned char[::1] keys, int distance):
     return out
 
 
-cdef void radix_sort(uint64_t* data, uint64_t* scratch, Py_ssize_t n) noexcept nogil:
-    """Sort ``data`` in place, least significant byte first."""
-    cdef Py_ssize_t counts[256]
-    cdef Py_ssize_t i, total, c
-    cdef int shift
-    cdef uint64_t* src = data
-    cdef uint64_t* dst = scratch
-    cdef uint64_t* tmp
-    for shift in range(0, 64, 8):
-        memset(counts, 0, sizeof(counts))
-        for i in range(n):
-            counts[(src[i] >> shift) & 0xFF] += 1
-        total = 0
-        for i in range(256):
-            c = counts[i]
-            counts[i] = total
-            total += c
-        for i in range(n):
-            c = (src[i] >> shift) & 0xFF
-            dst[counts[c]] = src[i]
-            counts[c] += 1
-        tmp = src
-        src = dst
-        dst = tmp
-    # eight passes: the sorted data is back in ``data``
-
-
 def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
     """``fps`` permuted for ``table``, sorted, as (2-byte key, 6-byte value)
     pairs: the big-endian permuted fingerprint split for a dupfixed table."""
@@ -628,7 +601,7 @@ def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
     with nogil:
         for i in range(n):
             ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
-        radix_sort(&ps[0], &sc[0], n)
+        radix_sort(&ps[0], &sc[0], n, 1)
     cdef unsigned char buf[8]
     cdef int b
     cdef list prefixes = TABLE_KEYS

@@ -138,7 +138,7 @@ cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
         x >>= 8
 
 
-include "_permute.pxi"
+include "_tables.pxi"
 
 
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
@@ -182,40 +182,16 @@ cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
     return 0
 
 
-cdef int radix_sort(uint64_t* data, size_t n, size_t stride) noexcept nogil:
-    """Sort ``n`` records of ``stride`` uint64s by their first, stably (least
-    significant byte first)."""
-    cdef size_t counts[256]
-    cdef size_t i, total, c, j
-    cdef int shift
+cdef int sort_records(uint64_t* data, size_t n, size_t stride) noexcept nogil:
+    """Sort ``n`` records of ``stride`` uint64s by their first, stably."""
     cdef uint64_t* scratch
-    cdef uint64_t* src = data
-    cdef uint64_t* dst
-    cdef uint64_t* tmp
     if n < 2:
         return 0
     scratch = <uint64_t*>malloc(n * stride * sizeof(uint64_t))
     if scratch == NULL:
         return NO_MEMORY
-    dst = scratch
-    for shift in range(0, 64, 8):
-        memset(counts, 0, sizeof(counts))
-        for i in range(n):
-            counts[(src[i * stride] >> shift) & 0xFF] += 1
-        total = 0
-        for i in range(256):
-            c = counts[i]
-            counts[i] = total
-            total += c
-        for i in range(n):
-            c = (src[i * stride] >> shift) & 0xFF
-            for j in range(stride):
-                dst[counts[c] * stride + j] = src[i * stride + j]
-            counts[c] += 1
-        tmp = src
-        src = dst
-        dst = tmp
-    free(scratch)  # eight passes: the sorted records are back in ``data``
+    radix_sort(data, scratch, n, stride)
+    free(scratch)
     return 0
 
 
@@ -507,7 +483,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     cdef bint had
     if n == 0:
         return 0
-    rc = radix_sort(pairs, n, 2)  # stable: each fingerprint's first note first
+    rc = sort_records(pairs, n, 2)  # stable: each fingerprint's first note first
     add = <uint64_t*>malloc(n * sizeof(uint64_t))
     rem = <uint64_t*>malloc(n * sizeof(uint64_t))
     perms = <uint64_t*>malloc(n * sizeof(uint64_t))
@@ -538,7 +514,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         if rc == 0 and added:
             for i in range(added):
                 perms[i] = permute_one(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-            rc = radix_sort(perms, added, 1)
+            rc = sort_records(perms, added, 1)
             if rc == 0:
                 rc = put_table_entries(w.table_cursors[t], perms, added)
     free(add)
@@ -1204,7 +1180,7 @@ cdef class Txn:
                     for i in range(distinct.size):
                         perms[i] = permute_one(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                            w.layout.blocks)
-                    rc = radix_sort(perms, distinct.size, 1)
+                    rc = sort_records(perms, distinct.size, 1)
                     if rc == 0:
                         rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
             if rc:

@@ -208,7 +208,7 @@ cdef Py_ssize_t sort_and_count(const uint64_t[::1] vs, uint64_t[::1] sv, uint64_
     cdef uint64_t[::1] sc = scratch
     with nogil:
         memcpy(&sv[0], &vs[0], n * sizeof(uint64_t))
-        radix_sort(&sv[0], &sc[0], n)
+        radix_sort(&sv[0], &sc[0], n, 1)
         for i in range(n):
             if i == 0 or sv[i] != sv[u - 1]:
                 sv[u] = sv[i]

@@ -1,0 +1,50 @@
+# The permutations of the tables and the sort of their entries, shared by
+# _ext (in-memory matching) and _lmdb (the native backend). A layout is a flat
+# int array of (source shift, width, destination shift) triples, ``blocks``
+# triples per table.
+
+cdef inline uint64_t permute_one(uint64_t fp, const long* spec, Py_ssize_t blocks) noexcept nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((fp >> spec[3 * b]) & mask) << spec[3 * b + 2]
+    return out
+
+
+cdef inline uint64_t unpermute_one(uint64_t perm, const long* spec, Py_ssize_t blocks) noexcept nogil:
+    cdef uint64_t out = 0, mask
+    cdef Py_ssize_t b
+    for b in range(blocks):
+        mask = ((<uint64_t>1) << spec[3 * b + 1]) - 1 if spec[3 * b + 1] < 64 else ~(<uint64_t>0)
+        out |= ((perm >> spec[3 * b + 2]) & mask) << spec[3 * b]
+    return out
+
+
+cdef void radix_sort(uint64_t* data, uint64_t* scratch, size_t n, size_t stride) noexcept nogil:
+    """Sort ``n`` records of ``stride`` uint64s by their first, stably (least
+    significant byte first); ``scratch`` holds as many."""
+    cdef size_t counts[256]
+    cdef size_t i, total, c, j
+    cdef int shift
+    cdef uint64_t* src = data
+    cdef uint64_t* dst = scratch
+    cdef uint64_t* tmp
+    for shift in range(0, 64, 8):
+        memset(counts, 0, sizeof(counts))
+        for i in range(n):
+            counts[(src[i * stride] >> shift) & 0xFF] += 1
+        total = 0
+        for i in range(256):
+            c = counts[i]
+            counts[i] = total
+            total += c
+        for i in range(n):
+            c = (src[i * stride] >> shift) & 0xFF
+            for j in range(stride):
+                dst[counts[c] * stride + j] = src[i * stride + j]
+            counts[c] += 1
+        tmp = src
+        src = dst
+        dst = tmp
+    # eight passes: the sorted records are back in ``data``

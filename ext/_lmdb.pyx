@@ -682,6 +682,22 @@ cdef Doc* load_docs(list documents, bint with_values) except NULL:
     return docs
 
 
+cdef class Job:
+    """One batch call's cursors, documents and results, freed when it ends."""
+
+    cdef Work w
+    cdef Doc* docs
+    cdef size_t n
+    cdef U64s touched
+    cdef Hits hits
+
+    def __dealloc__(self):
+        close_cursors(&self.w)
+        free(self.docs)
+        free(self.touched.data)
+        free(self.hits.data)
+
+
 cdef class Env:
     """An LMDB environment with the simhashdb sub-databases."""
 
@@ -1022,124 +1038,95 @@ cdef class Txn:
             free(values.data)
         return out
 
+    cdef Job job(self, list items=None, bint with_values=False):
+        """The working state of one batch call, freed with it."""
+        self.check()
+        cdef Job job = Job.__new__(Job)
+        job.w = self.work()
+        if items is not None:
+            job.n = len(items)
+            job.docs = load_docs(items, with_values)
+        return job
+
+    cdef int done(self, int rc, str doing) except -1:
+        if rc:
+            raise self.env.fail(rc, "cannot %s %s" % (doing, self.env.path.decode()))
+        return 0
+
     def search(self, const uint64_t[::1] probes, int distance, int flips):
         """For each probe, [(key, fingerprint, distance)] of every document within
         ``distance``, probing prefixes within ``flips`` bits of the probe's."""
-        self.check()
-        cdef Work w = self.work()
-        cdef Hits hits
-        hits.data, hits.size, hits.cap = NULL, 0, 0
+        cdef Job job = self.job()
         cdef Py_ssize_t i, n = probes.shape[0]
         cdef int rc
         with nogil:
-            rc = open_cursors(&w)
+            rc = open_cursors(&job.w)
             i = 0
             while rc == 0 and i < n:
-                rc = search_one(&w, probes[i], distance, flips, i, &hits)
+                rc = search_one(&job.w, probes[i], distance, flips, i, &job.hits)
                 i += 1
-        try:
-            if rc:
-                raise self.env.fail(rc, "cannot search %s" % self.env.path.decode())
-            return self._hits_with_keys(&w, &hits, n)
-        finally:
-            close_cursors(&w)
-            free(hits.data)
+        self.done(rc, "search")
+        return self.hits_with_keys(job, n)
 
-    cdef list _hits_with_keys(self, Work* w, Hits* hits, Py_ssize_t n):
+    cdef list hits_with_keys(self, Job job, Py_ssize_t n):
         cdef list results = [[] for _ in range(n)]
         cdef size_t i
         cdef MDB_val k, v
         cdef uint8_t fp_bytes[8]
         cdef int rc = 0
-        for i in range(hits.size):
-            write_be(fp_bytes, hits.data[i].fp, 8)
+        for i in range(job.hits.size):
+            write_be(fp_bytes, job.hits.data[i].fp, 8)
             k.mv_size, k.mv_data = 8, fp_bytes
-            found = results[hits.data[i].probe]
-            fp, d = hits.data[i].fp, hits.data[i].distance
-            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET)
+            found = results[job.hits.data[i].probe]
+            fp, d = job.hits.data[i].fp, job.hits.data[i].distance
+            rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_SET)
             while rc == 0:
                 found.append((self._copy(&v), fp, d))
-                rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT_DUP)
-            if rc != MDB_NOTFOUND:
-                raise self.env.fail(rc, "cannot search %s" % self.env.path.decode())
+                rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_NEXT_DUP)
+            self.done(0 if rc == MDB_NOTFOUND else rc, "search")
         return results
 
     def upsert(self, list documents):
         """Store (key, fingerprint, value) documents, replacing existing keys."""
-        self.check()
-        cdef size_t n = len(documents)
-        cdef Doc* docs = load_docs(documents, True)
-        cdef Work w = self.work()
-        cdef U64s touched
-        touched.data, touched.size, touched.cap = NULL, 0, 0
+        cdef Job job = self.job(documents, True)
         cdef int rc
-        try:
-            with nogil:
-                rc = open_cursors(&w)
-                if rc == 0:
-                    n = sort_unique(docs, n)
-                    rc = upsert(&w, docs, n, &touched)
-            if rc:
-                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
-        finally:
-            close_cursors(&w)
-            free(docs)
-            free(touched.data)
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                job.n = sort_unique(job.docs, job.n)
+                rc = upsert(&job.w, job.docs, job.n, &job.touched)
+        self.done(rc, "write to")
 
     def remove(self, list keys):
         """Remove the documents ``keys``; returns how many were stored."""
-        self.check()
-        cdef size_t n = len(keys), count = 0
-        cdef Doc* docs = load_docs(keys, False)
-        cdef Work w = self.work()
-        cdef U64s touched
-        touched.data, touched.size, touched.cap = NULL, 0, 0
+        cdef Job job = self.job(keys, False)
+        cdef size_t count = 0
         cdef int rc
-        try:
-            with nogil:
-                rc = open_cursors(&w)
-                if rc == 0:
-                    n = sort_unique(docs, n)
-                    rc = remove(&w, docs, n, &touched, &count)
-            if rc:
-                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
-        finally:
-            close_cursors(&w)
-            free(docs)
-            free(touched.data)
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                job.n = sort_unique(job.docs, job.n)
+                rc = remove(&job.w, job.docs, job.n, &job.touched, &count)
+        self.done(rc, "write to")
         return count
 
     def insert_if_new(self, list documents, int distance, int flips):
         """For each (key, fingerprint, value) in order: the documents within
         ``distance`` (as search), storing it when there are none."""
-        self.check()
-        cdef size_t n = len(documents), i
-        cdef Doc* docs = load_docs(documents, True)
-        cdef Work w = self.work()
-        cdef U64s touched
-        touched.data, touched.size, touched.cap = NULL, 0, 0
-        cdef Hits hits
-        hits.data, hits.size, hits.cap = NULL, 0, 0
-        cdef size_t before
+        cdef Job job = self.job(documents, True)
+        cdef size_t i, before
         cdef int rc
-        try:
-            with nogil:
-                rc = open_cursors(&w)
-                i = 0
-                while rc == 0 and i < n:
-                    before = hits.size
-                    rc = search_one(&w, docs[i].fp, distance, flips, i, &hits)
-                    if rc == 0 and hits.size == before:
-                        rc = upsert(&w, &docs[i], 1, &touched)
-                    i += 1
-            if rc:
-                raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
-            return self._hits_with_keys(&w, &hits, n)
-        finally:
-            close_cursors(&w)
-            free(docs)
-            free(touched.data)
-            free(hits.data)
+        with nogil:
+            rc = open_cursors(&job.w)
+            i = 0
+            while rc == 0 and i < job.n:
+                before = job.hits.size
+                rc = search_one(&job.w, job.docs[i].fp, distance, flips, i, &job.hits)
+                if rc == 0 and job.hits.size == before:
+                    rc = upsert(&job.w, &job.docs[i], 1, &job.touched)
+                i += 1
+        self.done(rc, "write to")
+        return self.hits_with_keys(job, job.n)
 
     def copy_into(self, Txn target):
         """Write this snapshot's meta, documents and index into ``target``'s empty

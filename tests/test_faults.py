@@ -33,15 +33,17 @@ def run_forked(body, timeout=60):
     A signal shows as a negative status, a hang as a failed test."""
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        code = 0
+    if pid == 0:  # the child never returns into pytest
+        code = 3
         try:
-            result = body()
-        except BaseException as exc:  # reported to the parent, which fails on it
-            result, code = {"unexpected": "%s: %s" % (type(exc).__name__, exc)}, 3
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(code)
+            os.close(read_end)
+            try:
+                result, code = body(), 0
+            except BaseException as exc:  # reported to the parent, which fails on it
+                result = {"unexpected": "%s: %s" % (type(exc).__name__, exc)}
+            os.write(write_end, json.dumps(result).encode())
+        finally:
+            os._exit(code)
     os.close(write_end)
     out, deadline = b"", time.monotonic() + timeout
     try:
@@ -194,7 +196,7 @@ def churn(db, seconds, rng, base):
 
 
 @pytest.mark.usefixtures("backend")
-def test_a_reader_killed_holding_a_snapshot_does_not_grow_the_file_forever(tmp_path, backend):
+def test_a_reader_killed_holding_a_snapshot_does_not_grow_the_file_forever(tmp_path):
     """The writer clears a dead reader's slot by itself (at most once a
     second): after that the file stops growing."""
     path = str(tmp_path / "churn.db")
@@ -289,12 +291,12 @@ def sound(code, result):
         state["problems"] or (state["same"] and state["right"]) for state in result["states"]))
 
 
-def damage_cases(pristine_path, cases, damage, tmp_path, backend, pristine_db):
+def damage_cases(pristine_db, cases, damage, tmp_path):
     """Damage a copy of the database per case (``damage(f, size, page, rng)``
     on data.mdb), use it in a forked child; returns the cases that crashed,
     raised a foreign error, or silently answered wrong."""
-    _, docs, probes, answers = pristine_db
-    page = 4096
+    pristine_path, docs, probes, answers = pristine_db
+    page = 4096  # LMDB's page size: the OS page size
     failures = []
     for case in range(cases):
         path = str(tmp_path / ("case%d" % case))
@@ -345,11 +347,8 @@ def overwrite_page(f, size, page, rng):
     return "page %d overwritten with %s" % (number, "zeros" if not any(garbage) else "noise")
 
 
-@pytest.mark.usefixtures("backend")
 def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pristine):
-    pristine_db = pristine(backend)
-    assert damage_cases(pristine_db[0], 40 if CI else 15, truncate, tmp_path, backend,
-                        pristine_db) == []
+    assert damage_cases(pristine(backend), 40 if CI else 15, truncate, tmp_path) == []
 
 
 # py-lmdb has no fault guard: a damaged page it reads kills the process, so
@@ -357,19 +356,16 @@ def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pri
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
 @pytest.mark.parametrize("damage", [flip_bit, overwrite_page])
 def test_damage_inside_the_data_file_is_an_error_never_a_signal(tmp_path, pristine, damage):
-    pristine_db = pristine("lmdb")
     cases = {flip_bit: 400 if CI else 120, overwrite_page: 100 if CI else 30}[damage]
-    assert damage_cases(pristine_db[0], cases, damage, tmp_path, "lmdb", pristine_db) == []
+    assert damage_cases(pristine("lmdb"), cases, damage, tmp_path) == []
 
 
 @pytest.mark.xfail(strict=True, reason="bug: a flipped bit in a meta page's transaction id "
                    "silently rolls back the last commit (see /work/notes/bugs10.md)")
-@pytest.mark.usefixtures("backend")
 def test_a_damaged_meta_page_transaction_id_is_an_error_not_a_rollback(tmp_path, backend,
                                                                        pristine):
     """LMDB takes the meta page with the larger transaction id: one flipped bit
     there must not bring back the previous commit as if it were the last."""
-    pristine_db = pristine(backend)
     flips = [(meta, bit) for meta in (0, 1) for bit in range(16)]
     order = iter(flips)
 
@@ -381,13 +377,11 @@ def test_a_damaged_meta_page_transaction_id_is_an_error_not_a_rollback(tmp_path,
         f.write(bytes([byte ^ (1 << bit % 8)]))
         return "bit %d of meta page %d's transaction id flipped" % (bit, meta)
 
-    assert damage_cases(pristine_db[0], len(flips), flip_txnid, tmp_path, backend,
-                        pristine_db) == []
+    assert damage_cases(pristine(backend), len(flips), flip_txnid, tmp_path) == []
 
 
 # Many snapshots, dropped handles, fork children (defects 4 and 5)
 
-@pytest.mark.usefixtures("backend")
 def test_a_thousand_open_iterators(db):
     db.insert_many(("k%03d" % i, i) for i in range(100))
     iterators = [iter(db) for _ in range(1000)]
@@ -397,7 +391,6 @@ def test_a_thousand_open_iterators(db):
     assert len(db) == 101 and db.check() == []
 
 
-@pytest.mark.usefixtures("backend")
 def test_more_snapshots_than_reader_slots_is_a_clear_error(db):
     db.insert("a", 1)
     iterators = []
@@ -426,7 +419,6 @@ def test_a_db_dropped_without_close_releases_its_path(db_path):
         assert len(db) == 2 and db.check() == []
 
 
-@pytest.mark.usefixtures("backend")
 def test_fork_children_open_their_own_db_on_the_parents_path(db):
     db.insert_many(("k%d" % i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(100))
 
@@ -493,7 +485,6 @@ def kill_after(script, args, seconds):
     return out.split()
 
 
-@pytest.mark.usefixtures("backend")
 def test_sigkill_during_bulk_loads_leaves_every_committed_batch_whole(db_path, backend):
     import numpy as np
     size = 25000 if backend == "lmdb" else 10000

@@ -2,7 +2,10 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+pytestmark = pytest.mark.usefixtures("backend")  # the examples inherit SIMHASHDB_BACKEND
 
 
 def run(*argv):

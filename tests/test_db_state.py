@@ -61,8 +61,9 @@ class DatabaseMachine(RuleBasedStateMachine):
     @rule(key=keys, data=st.data())
     def insert_if_new(self, key, data):
         fp = self.near(data)
-        expected = brute_force(self.docs, fp, self.distance)
-        got = self.db.insert_if_new(key, fp)
+        distance = data.draw(st.sampled_from([None, self.distance + 1, 2 * self.distance]))
+        expected = brute_force(self.docs, fp, self.distance if distance is None else distance)
+        got = self.db.insert_if_new(key, fp, distance=distance)
         assert [(m.key, m.fingerprint, m.distance) for m in got] == expected
         if not expected:
             self.docs[key] = fp

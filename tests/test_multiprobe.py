@@ -7,7 +7,7 @@ import random
 import pytest
 from conftest import BACKENDS, brute_force
 
-from simhashdb import DB
+from simhashdb import DB, InvalidArgumentError
 from simhashdb.layout import Layout
 
 MAX = 2**64 - 1
@@ -148,3 +148,23 @@ def test_insert_if_new_above_the_built_distance_equals_brute_force(tmp_path, bac
             assert any(expected) and not all(expected)
         assert {r.key: r.fingerprint for r in db} == stored
         assert db.check() == []
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_a_database_built_for_exact_matches_answers_at_a_few_bits(tmp_path, backend, blocks):
+    """k = 0: every table's prefix is the whole fingerprint, so a query at k2
+    probes every fingerprint within k2 bits of its own."""
+    layout = Layout(blocks, 0)
+    bases, docs = adversarial_docs(layout, blocks, crowd=300)
+    for k2, base in itertools.product((1, 2), bases):
+        docs["exact%d-%d" % (k2, base % 1000)] = flip(base, spread_bits(layout, k2))
+    probes = probes_near(layout, bases, 9)[:20]
+    with DB(str(tmp_path / "k0.db"), distance=0, blocks=blocks) as db:
+        db.insert_many(docs.items())
+        for k2 in (1, 2):
+            assert [as_tuples(m) for m in db.query_many(probes, distance=k2)] == \
+                [brute_force(docs, p, k2) for p in probes]
+        with pytest.raises(InvalidArgumentError, match="would probe"):
+            db.query(0, distance=4)
+        with pytest.raises(InvalidArgumentError, match="database's distance"):
+            list(db.clusters(distance=1))

@@ -46,6 +46,18 @@ def db(db_path, backend):
         yield database
 
 
+def as_tuples(matches):
+    """Matches as (key, fingerprint, distance) tuples, as brute_force gives them."""
+    return [(m.key, m.fingerprint, m.distance) for m in matches]
+
+
+def flip(fp, bits):
+    """``fp`` with ``bits`` flipped."""
+    for b in bits:
+        fp ^= 1 << b
+    return fp
+
+
 def key_order(key):
     """Sort keys of mixed types: ints, then str, then bytes (as the DB does)."""
     return (isinstance(key, bytes), isinstance(key, str), key)

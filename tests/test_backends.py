@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BACKENDS, brute_force, native_built
-from test_multiprobe import adversarial_docs, as_tuples, probes_near
+from conftest import BACKENDS, as_tuples, brute_force, native_built
+from test_multiprobe import adversarial_docs, probes_near
 
 from simhashdb import DB
 from simhashdb.layout import Layout

@@ -5,7 +5,7 @@ import random
 import msgpack
 import numpy as np
 import pytest
-from conftest import brute_force, key_order
+from conftest import as_tuples, brute_force, flip, key_order
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,16 +28,6 @@ from simhashdb.layout import Layout
 
 MAX = 2**64 - 1
 pytestmark = pytest.mark.usefixtures("backend")  # every test here runs on each backend
-
-
-def as_tuples(matches):
-    return [(m.key, m.fingerprint, m.distance) for m in matches]
-
-
-def flip(fp, bits):
-    for b in bits:
-        fp ^= 1 << b
-    return fp
 
 
 def test_insert_get_query_delete(db):

@@ -15,17 +15,13 @@ import sys
 import time
 
 import pytest
-from conftest import BACKENDS, brute_force
+from conftest import BACKENDS, as_tuples, brute_force
 
-from simhashdb import DB, DatabaseBusyError, DatabaseError, SimhashDBError
+from simhashdb import DB, DatabaseError, SimhashDBError
 
 MAX = 2**64 - 1
 CI = bool(os.environ.get("CI"))
 TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
-def as_tuples(matches):
-    return [(m.key, m.fingerprint, m.distance) for m in matches]
 
 
 def run_forked(body, timeout=60):

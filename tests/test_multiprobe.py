@@ -5,7 +5,7 @@ import itertools
 import random
 
 import pytest
-from conftest import BACKENDS, brute_force
+from conftest import BACKENDS, as_tuples, brute_force, flip
 
 from simhashdb import DB, InvalidArgumentError
 from simhashdb.layout import Layout
@@ -13,12 +13,6 @@ from simhashdb.layout import Layout
 MAX = 2**64 - 1
 # (blocks, distance): k = 1, 2, 3, each queried at k + 1 .. 2k
 LAYOUTS = [(2, 1), (4, 1), (4, 2), (5, 2), (4, 3), (5, 3)]
-
-
-def flip(fp, bits):
-    for b in bits:
-        fp ^= 1 << b
-    return fp
 
 
 def block_starts(layout):
@@ -73,10 +67,6 @@ def probes_near(layout, bases, seed):
         probes.append(flip(base, spread_bits(layout, layout.distance, i + 1)))
         probes.append(flip(base, rng.sample(range(64), 1 + i % 3)))
     return probes + [rng.getrandbits(64) for _ in range(4)]
-
-
-def as_tuples(matches):
-    return [(m.key, m.fingerprint, m.distance) for m in matches]
 
 
 def test_prefix_flips_is_the_exact_worst_case():

@@ -124,10 +124,10 @@ def test_insert_if_new_above_the_built_distance_equals_brute_force(tmp_path, bac
     with DB(str(tmp_path / "in.db"), distance=distance, blocks=blocks) as db:
         db.insert_many(stored.items())
         for k2 in range(distance + 1, 2 * distance + 1):
-            offered = [("new%d-%d" % (k2, j), fp) for j, fp in
-                       enumerate(list(docs.values())[1::2][:60] +
-                                 [flip(b, spread_bits(layout, k2, s)) for s, b in enumerate(bases)] +
-                                 [flip(b, rng.sample(range(64), k2 + 1)) for b in bases])]
+            fps = (list(docs.values())[1::2][:60] +
+                   [flip(b, spread_bits(layout, k2, s)) for s, b in enumerate(bases)] +
+                   [flip(b, rng.sample(range(64), k2 + 1)) for b in bases])
+            offered = [("new%d-%d" % (k2, j), fp) for j, fp in enumerate(fps)]
             expected = []
             for key, fp in offered:  # each record also meets those stored before it
                 expected.append(brute_force(stored, fp, k2))

@@ -189,10 +189,12 @@ def check_data_file(data):
     # LMDB writes the meta of transaction t to page t % 2, so after the first
     # commit the two hold consecutive ids, each on its own page: a damaged id
     # would otherwise make LMDB open an older commit without a word.
+    # The newer one never names a smaller file than the older.
     txnids = [txnid for txnid, _ in metas]
     if txnids != [0, 0] and (len(metas) < 2 or txnids[0] % 2 or txnids[1] % 2 != 1
-                             or abs(txnids[0] - txnids[1]) != 1):
-        raise DatabaseError(damaged % ("its meta pages name transactions %s"
+                             or abs(txnids[0] - txnids[1]) != 1
+                             or max(metas)[1] < min(metas)[1]):
+        raise DatabaseError(damaged % ("its meta pages disagree (transactions %s)"
                                        % " and ".join(map(str, txnids))))
     txnid, last_page = max(metas)
     if size < (last_page + 1) * page_size:

@@ -413,7 +413,11 @@ def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
 
 
 def _encode_records(records, limit=MAX_KEY_BYTES):
-    """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record."""
+    """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record
+    (natively where every record is plain: see ``_ext.encode_plain_documents``)."""
+    plain = _ext.encode_plain_documents(records, limit) if isinstance(records, list) else None
+    if plain is not None:
+        return plain
     pack = msgpack.Packer().pack
     encoded = []
     for record in records:

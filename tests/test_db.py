@@ -373,3 +373,25 @@ def test_recipes_are_stored_and_never_mixed(tmp_path):
         db.insert("x", 1)
     with pytest.raises(ParameterMismatchError, match="unnamed recipe"):
         DB(unnamed, recipe=simhashdb.RECIPE)
+
+
+@given(st.lists(st.tuples(
+    st.one_of(st.integers(-2**63, 2**64 - 1), st.binary(max_size=600),
+              st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)),
+    st.integers(0, 2**64 - 1)), max_size=20))
+def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records):
+    """The native encoder of plain records gives msgpack's bytes, or declines
+    (None) where a key is too long, so that the general path explains why."""
+    from simhashdb.db import MAX_KEY_BYTES
+    native = simhashdb._ext.encode_plain_documents(list(records), MAX_KEY_BYTES)
+    expected = [(msgpack.packb(k), fp, msgpack.packb([fp, None])) for k, fp in records]
+    if all(len(key) <= MAX_KEY_BYTES for key, _, _ in expected):
+        assert native == expected
+    else:
+        assert native is None
+
+
+@pytest.mark.parametrize("record", [("k", 1, {"m": 1}), (True, 1), ("\ud800", 1), ("k", 2**64),
+                                    ("k", True), ["k", 1], (2**64, 1)])
+def test_records_that_are_not_plain_take_the_general_path(record):
+    assert simhashdb._ext.encode_plain_documents([("a", 1), record], 511) is None

@@ -221,15 +221,6 @@ cdef int cmp_doc_key(const void* a, const void* b) noexcept nogil:
     return (x.seq > y.seq) - (x.seq < y.seq)
 
 
-cdef int cmp_doc_entry(const void* a, const void* b) noexcept nogil:
-    """Order documents as their fingerprint-index entries: fingerprint, then key."""
-    cdef const Doc* x = <const Doc*>a
-    cdef const Doc* y = <const Doc*>b
-    if x.fp != y.fp:
-        return (x.fp > y.fp) - (x.fp < y.fp)
-    return cmp_bytes(x.key, x.key_size, y.key, y.key_size)
-
-
 # The layout of the tables, and what one transaction works with
 
 cdef struct Layout:
@@ -552,6 +543,8 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef int rc
     cdef uint64_t old_fp
     cdef bint appending = False, changed
+    cdef uint64_t* order = NULL
+    cdef Doc* doc
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
     if added == NULL:
         return NO_MEMORY
@@ -591,20 +584,29 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             fresh += 1
         i += 1
     if rc == 0 and fresh:
-        qsort(added, fresh, sizeof(Doc), cmp_doc_entry)
-        appending = False
-        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_LAST)
+        # the index entries in (fingerprint, key) order: the documents came in
+        # key order, and the radix sort by fingerprint is stable
+        order = <uint64_t*>malloc(2 * fresh * sizeof(uint64_t))
+        if order == NULL:
+            rc = NO_MEMORY
+        else:
+            for i in range(fresh):
+                order[2 * i], order[2 * i + 1] = added[i].fp, i
+            rc = sort_records(order, fresh, 2)
+        if rc == 0:
+            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_LAST)
         if rc == MDB_NOTFOUND:
             appending, rc = True, 0
         elif rc == 0:
-            appending = added[0].fp > read_be(<uint8_t*>k.mv_data, 8)
+            appending = order[0] > read_be(<uint8_t*>k.mv_data, 8)
         for i in range(fresh):
             if rc:
                 break
-            write_be(fp_bytes, added[i].fp, 8)
+            doc = &added[order[2 * i + 1]]
+            write_be(fp_bytes, doc.fp, 8)
             k.mv_size, k.mv_data = 8, fp_bytes
-            v.mv_size, v.mv_data = added[i].key_size, <void*>added[i].key
-            if appending and (i == 0 or added[i].fp != added[i - 1].fp):
+            v.mv_size, v.mv_data = doc.key_size, <void*>doc.key
+            if appending and (i == 0 or order[2 * i] != order[2 * i - 2]):
                 rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND)
             elif appending:
                 rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPENDDUP)
@@ -612,6 +614,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                 rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
                 if rc == MDB_KEYEXIST:
                     rc = 0
+        free(order)
     free(added)
     if rc == 0:
         rc = update_tables(w, touched)

@@ -47,7 +47,7 @@ cdef extern from "lmdb.h" nogil:
     ctypedef void MDB_assert_func(MDB_env* env, const char* msg)
     enum:
         MDB_NOSUBDIR, MDB_RDONLY, MDB_NOTLS, MDB_NOLOCK, MDB_NORDAHEAD, MDB_CREATE,
-        MDB_DUPSORT, MDB_DUPFIXED, MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA,
+        MDB_DUPSORT, MDB_DUPFIXED, MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_MULTIPLE,
         MDB_NOTFOUND, MDB_KEYEXIST, MDB_MAP_FULL, MDB_MAP_RESIZED, MDB_READERS_FULL,
         MDB_TXN_FULL
     int mdb_env_create(MDB_env** env)
@@ -410,34 +410,49 @@ cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
 
 
 cdef int put_table_entries(MDB_cursor* cursor, uint64_t* perms, size_t n) noexcept nogil:
-    """Add sorted permuted fingerprints to a table, appending where they come last."""
+    """Add sorted permuted fingerprints to a table: where they come after what
+    is stored, all the values of one key in one append (MDB_MULTIPLE)."""
     cdef uint8_t key_bytes[2]
     cdef uint8_t value_bytes[6]
     cdef MDB_val k, v
+    cdef MDB_val run[2]
     cdef uint64_t last = 0
-    cdef bint appending, have_last
-    cdef size_t i
+    cdef bint have_last
+    cdef size_t i, j, end
+    cdef uint8_t* values
     cdef int rc = g_cursor_get(cursor, &k, &v, MDB_LAST)
     if rc and rc != MDB_NOTFOUND:
         return rc
     have_last = rc == 0
     if have_last:
         last = (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6)
-    appending = not have_last or (n > 0 and perms[0] > last)
+    if n == 0 or not have_last or perms[0] > last:
+        values = <uint8_t*>malloc(6 * n)
+        if values == NULL:
+            return NO_MEMORY
+        i = rc = 0
+        while rc == 0 and i < n:
+            end = i + 1
+            while end < n and (perms[end] >> 48) == (perms[i] >> 48):
+                end += 1
+            for j in range(i, end):
+                write_be(values + 6 * (j - i), perms[j], 6)
+            write_be(key_bytes, perms[i] >> 48, 2)
+            k.mv_size, k.mv_data = 2, key_bytes
+            run[0].mv_size, run[0].mv_data = 6, values
+            run[1].mv_size, run[1].mv_data = end - i, NULL
+            rc = g_cursor_put(cursor, &k, run, MDB_MULTIPLE | (
+                MDB_APPENDDUP if have_last and (perms[i] >> 48) == (last >> 48) else MDB_APPEND))
+            i = end
+        free(values)
+        return rc
     for i in range(n):
         write_be(key_bytes, perms[i] >> 48, 2)
         write_be(value_bytes, perms[i], 6)
         k.mv_size, k.mv_data = 2, key_bytes
         v.mv_size, v.mv_data = 6, value_bytes
-        if appending:
-            rc = g_cursor_put(cursor, &k, &v, MDB_APPENDDUP
-                              if have_last and (perms[i] >> 48) == (last >> 48) else MDB_APPEND)
-            last, have_last = perms[i], True
-        else:
-            rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
-            if rc == MDB_KEYEXIST:
-                rc = 0
-        if rc:
+        rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
+        if rc and rc != MDB_KEYEXIST:
             return rc
     return 0
 

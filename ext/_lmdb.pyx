@@ -358,11 +358,25 @@ cdef int scan_variants(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int 
     return 0
 
 
+cdef void dedupe_hits(Hits* hits, size_t start) noexcept nogil:
+    """Sort the hits from ``start`` by (probe, fingerprint), keeping each once."""
+    cdef size_t i, kept
+    if hits.size - start > 1:
+        qsort(hits.data + start, hits.size - start, sizeof(Hit), cmp_hit)
+        kept = start + 1
+        for i in range(start + 1, hits.size):
+            if hits.data[i].probe != hits.data[kept - 1].probe or \
+                    hits.data[i].fp != hits.data[kept - 1].fp:
+                hits.data[kept] = hits.data[i]
+                kept += 1
+        hits.size = kept
+
+
 cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t probe,
                     Hits* out) noexcept nogil:
     """Append the distinct stored fingerprints within ``distance`` of ``fp``."""
     cdef Py_ssize_t t
-    cdef size_t start = out.size, i, kept
+    cdef size_t start = out.size
     cdef uint64_t perm
     cdef int rc
     for t in range(w.layout.tables):
@@ -371,15 +385,37 @@ cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t prob
                            probe, out)
         if rc:
             return rc
-    if out.size - start > 1:
-        qsort(out.data + start, out.size - start, sizeof(Hit), cmp_hit)
-        kept = start + 1
-        for i in range(start + 1, out.size):
-            if out.data[i].fp != out.data[kept - 1].fp:
-                out.data[kept] = out.data[i]
-                kept += 1
-        out.size = kept
+    dedupe_hits(out, start)
     return 0
+
+
+cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
+                     Hits* out) noexcept nogil:
+    """search_one for every probe, table by table in the order of the permuted
+    probes, so that neighbouring seeks share the pages on their way down."""
+    cdef uint64_t* order = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
+    cdef Py_ssize_t t
+    cdef size_t i
+    cdef int rc = 0
+    cdef long* spec
+    if order == NULL:
+        return NO_MEMORY
+    for t in range(w.layout.tables):
+        spec = w.layout.spec + 3 * w.layout.blocks * t
+        for i in range(n):
+            order[2 * i], order[2 * i + 1] = permute_one(probes[i], spec, w.layout.blocks), i
+        rc = sort_records(order, n, 2)
+        i = 0
+        while rc == 0 and i < n:
+            rc = scan_variants(w, t, order[2 * i] & w.layout.prefixes[t], order[2 * i], 64,
+                               flips, distance, order[2 * i + 1], out)
+            i += 1
+        if rc:
+            break
+    free(order)
+    if rc == 0:
+        dedupe_hits(out, 0)
+    return rc
 
 
 cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
@@ -1075,14 +1111,12 @@ cdef class Txn:
         """For each probe, [(key, fingerprint, distance)] of every document within
         ``distance``, probing prefixes within ``flips`` bits of the probe's."""
         cdef Job job = self.job()
-        cdef Py_ssize_t i, n = probes.shape[0]
+        cdef Py_ssize_t n = probes.shape[0]
         cdef int rc
         with nogil:
             rc = open_cursors(&job.w)
-            i = 0
-            while rc == 0 and i < n:
-                rc = search_one(&job.w, probes[i], distance, flips, i, &job.hits)
-                i += 1
+            if rc == 0 and n:
+                rc = search_many(&job.w, &probes[0], n, distance, flips, &job.hits)
         self.done(rc, "search")
         return self.hits_with_keys(job, n)
 

@@ -1,14 +1,17 @@
-"""simhashdb.DB side by side with faiss IndexBinaryMultiHash and numpy brute force.
+"""simhashdb.DB (native and py-lmdb backends) side by side with faiss
+IndexBinaryMultiHash and numpy brute force.
 
 N random fingerprints, 10% of them planted near-duplicates (1 to 5 bits from
 another), k = 3. Probes: half near a stored fingerprint (0 to 3 bits flipped),
-half random. Recall of every method is checked against brute force.
+half random. Recall of every method is checked against brute force. A second
+table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
 
-Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000]
+Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
 Needs: pip install numpy faiss-cpu   (see tools/requirements.txt)
 """
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -60,44 +63,73 @@ def latencies(fn, items):
     return np.percentile(times, 50), np.percentile(times, 99), len(items) / (times.sum() / 1e6)
 
 
-def bench_ours(fps, qs, truth, workdir):
-    path = os.path.join(workdir, "bench.db")
-    row = {"method": "simhashdb.DB"}
-    db = simhashdb.DB(path, distance=K, expected_size=fps.size)
+def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None):
+    """Import into an empty database in one transaction, query, insert-if-new,
+    compact; and the import in batches of the default size into another."""
+    path = os.path.join(workdir, backend + ".db")
+    row = {"method": "simhashdb.DB, backend %r" % backend}
+    db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
+    records = list(zip(range(fps.size), fps.tolist()))
     start = time.perf_counter()
-    db.insert_many(zip(range(fps.size), fps.tolist()))
-    row["build_s"] = time.perf_counter() - start
+    db.insert_many(records, batch_size=len(records))
+    row["import_one_txn_s"] = time.perf_counter() - start
+    stats = db.stats()
+    row["bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
     single = qs[:min(len(qs), 5000)].tolist()
+    db.query_many(qs)  # the same pages for every method: warm
     row["p50_us"], row["p99_us"], row["single_qps"] = latencies(db.query, single)
     start = time.perf_counter()
     results = db.query_many(qs)
     row["batch_qps"] = len(qs) / (time.perf_counter() - start)
     row["recall"] = recall([{m.key for m in r} for r in results], truth)
+    if k2_rows is not None:
+        k2_rows += bench_above(db, fps, qs[:2000], backend)
     new = np.arange(fps.size, fps.size + 20000)
     batch = [(int(k), int(fp)) for k, fp in zip(new, probes(fps, new.size, np.random.default_rng(1)))]
     start = time.perf_counter()
     for i in range(0, len(batch), 1000):
         db.insert_if_new_many(batch[i:i + 1000])
     row["if_new_per_s"] = len(batch) / (time.perf_counter() - start)
-    stats = db.stats()
-    row["bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
     db.compact()
-    row["compacted_bytes_per_fp_table"] = db.stats()["disk_bytes"] / (len(db) * stats["tables"])
+    stats = db.stats()
+    row["compacted_bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
     row["note"] = "blocks=%d, %d tables" % (stats["blocks"], stats["tables"])
     db.close()
+    batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size, backend=backend)
+    start = time.perf_counter()
+    batched.insert_many(records)
+    row["import_batches_s"] = time.perf_counter() - start
+    stats = batched.stats()
+    row["batched_bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
+    batched.close()
     return row
 
 
-def bench_faiss(fps, qs, truth):
+def bench_above(db, fps, qs, backend):
+    """query_many at distances above the built one, recall against brute force."""
+    rows = []
+    for k2 in range(K, 2 * K + 1):
+        start = time.perf_counter()
+        results = db.query_many(qs, distance=k2)
+        elapsed = time.perf_counter() - start
+        checked = range(min(50, len(qs)))
+        truth = {i: set(np.nonzero(np.bitwise_count(fps ^ qs[i]) <= k2)[0].tolist())
+                 for i in checked}
+        rows.append({"backend": backend, "k2": k2, "qps": len(qs) / elapsed,
+                     "recall": recall([{m.key for m in r} for r in results], truth)})
+    return rows
+
+
+def bench_faiss(fps, qs, truth, nhash, b, nflip):
     import faiss
-    faiss.omp_set_num_threads(1)
-    row = {"method": "faiss IndexBinaryMultiHash(64, 4, 16)"}
+    row = {"method": "faiss IndexBinaryMultiHash(64, %d, %d), nflip %d" % (nhash, b, nflip)}
     as_bytes = fps.view(np.uint8).reshape(-1, 8)
     q_bytes = qs.view(np.uint8).reshape(-1, 8)
     start = time.perf_counter()
-    index = faiss.IndexBinaryMultiHash(64, 4, 16)
+    index = faiss.IndexBinaryMultiHash(64, nhash, b)
+    index.nflip = nflip
     index.add(as_bytes)
-    row["build_s"] = time.perf_counter() - start
+    row["import_one_txn_s"] = time.perf_counter() - start
     single = q_bytes[:min(len(qs), 5000)]
     row["p50_us"], row["p99_us"], row["single_qps"] = latencies(
         lambda q: index.range_search(q.reshape(1, 8), K + 1), single)  # keeps distance < radius
@@ -105,7 +137,7 @@ def bench_faiss(fps, qs, truth):
     lims, _, ids = index.range_search(q_bytes, K + 1)
     row["batch_qps"] = len(qs) / (time.perf_counter() - start)
     row["recall"] = recall([set(ids[lims[i]:lims[i + 1]].tolist()) for i in range(len(qs))], truth)
-    row["note"] = "in memory, one thread"
+    row["note"] = "in memory, %d threads" % faiss.omp_get_max_threads()
     return row
 
 
@@ -133,6 +165,9 @@ def main():
     parser.add_argument("--big", action="store_true", help="N = 10,000,000")
     parser.add_argument("--queries", type=int, default=10000)
     parser.add_argument("--oracle", type=int, default=200, help="probes checked by brute force")
+    parser.add_argument("--fallback-n", type=int, default=1_000_000,
+                        help="fingerprints for the py-lmdb backend (0: skip it)")
+    parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     n = 10_000_000 if args.big else args.n
     rng = np.random.default_rng(0)
@@ -140,21 +175,41 @@ def main():
     qs = probes(fps, args.queries, rng)
     truth = {i: brute_force(fps, qs[i]) for i in range(min(args.oracle, len(qs)))}
     workdir = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
-    rows = []
+    rows, k2_rows = [], []
     try:
-        rows.append(bench_ours(fps, qs, truth, workdir))
+        rows.append(bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows))
+        if args.fallback_n:
+            small = fps[:min(n, args.fallback_n)]
+            small_truth = {i: brute_force(small, qs[i]) for i in truth}
+            row = bench_ours(small, qs, small_truth, workdir, "py-lmdb", k2_rows)
+            row["note"] += "; N = %d" % small.size
+            rows.append(row)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     try:
-        rows.append(bench_faiss(fps, qs, truth))
+        rows.append(bench_faiss(fps, qs, truth, 2, 32, 1))
+        rows.append(bench_faiss(fps, qs, truth, 4, 16, 0))
     except ImportError:
         print("faiss not installed: pip install faiss-cpu")
     rows.append(bench_numpy(fps, qs, truth))
-    print("N = %d fingerprints (10%% planted near-duplicates), k = %d, %d probes"
-          % (n, K, len(qs)))
-    columns = ["method", "build_s", "p50_us", "p99_us", "single_qps", "batch_qps",
-               "if_new_per_s", "bytes_per_fp_table", "compacted_bytes_per_fp_table",
-               "recall", "note"]
+    faiss_qps = next((r["batch_qps"] for r in rows if "(64, 2, 32)" in r["method"]), None)
+    for row in rows:
+        if faiss_qps and "batch_qps" in row:
+            row["batch_vs_faiss_2x32"] = "%.2fx" % (row["batch_qps"] / faiss_qps)
+    print("N = %d fingerprints (10%% planted near-duplicates), k = %d, %d probes, %d cores"
+          % (n, K, len(qs), os.cpu_count()))
+    table(rows, ["method", "import_one_txn_s", "import_batches_s", "p50_us", "p99_us",
+                 "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
+                 "bytes_per_fp_table", "batched_bytes_per_fp_table",
+                 "compacted_bytes_per_fp_table", "recall", "note"])
+    print("\nquery_many above the built distance (k = %d database, %d probes)" % (K, 2000))
+    table(k2_rows, ["backend", "k2", "qps", "recall"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"n": n, "rows": rows, "above": k2_rows}, f, indent=1)
+
+
+def table(rows, columns):
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:

@@ -11,7 +11,16 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: the LMDB C library is missing: install liblmdb-dev (Debian/Ubuntu) or lmdb (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
 	@touch $@
 
-$(VENV)/.installed: .lmdb-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi
+# The Redis server the tests run a cluster of (Debian redis-server): installed
+# with apt where it is missing and we may, else the Redis tests do not run.
+.redis-checked:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { [ "$$(id -u)" = 0 ] \
+		&& command -v apt-get >/dev/null && apt-get update -qq \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } \
+		|| echo "simhashdb: redis-server is missing, so the Redis backend is not tested: install redis-server (Debian/Ubuntu) or redis (Homebrew)" >&2
+	@touch $@
+
+$(VENV)/.installed: .lmdb-checked .redis-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -25,4 +34,4 @@ test: $(VENV)/.installed
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked
+	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked

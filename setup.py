@@ -38,7 +38,11 @@ setup(
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
+        # the Redis backend (simhashdb.redis_store); hiredis parses its replies in C
+        "redis": ["redis>=5.0", "hiredis>=2.0"],
         "test": [
+            "redis>=5.0",
+            "hiredis>=2.0",
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

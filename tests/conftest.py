@@ -8,6 +8,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 import pytest
+import redis_cluster
 
 import simhashdb
 
@@ -24,6 +25,19 @@ def native_built():
 # it is always tested (and fails if it did not build); elsewhere it is tested
 # where it was built.
 BACKENDS = ["lmdb", "py-lmdb"] if native_built() or os.environ.get("CI") else ["py-lmdb"]
+# CI installs redis-server (make test does), so there the Redis backend is always tested.
+REDIS = redis_cluster.available() or bool(os.environ.get("CI"))
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory):
+    """The URL of a 3-primary, 3-replica Redis Cluster on loopback, started
+    once for the session (in ~6 s) when a test first asks for it."""
+    cluster = redis_cluster.LocalCluster(tmp_path_factory.mktemp("redis-cluster")).start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -1,0 +1,162 @@
+"""A Redis Cluster of 3 primaries and 3 replicas on loopback, in a directory
+of its own: for the tests (a session fixture) and tools/bench_redis.py.
+
+Debian's ``redis-server`` and ``redis-cli``; nothing is persisted (a killed
+primary is restarted only after its replica took over, and then resyncs from
+it as the new replica).
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import redis
+
+NODE_TIMEOUT_MS = 1000  # how long a silent primary lives before its replica takes over
+
+
+def available():
+    """Whether redis-server and redis-cli are installed."""
+    return bool(shutil.which("redis-server") and shutil.which("redis-cli"))
+
+
+def free_ports(count):
+    """``count`` loopback ports that are free, as are their cluster bus ports (+10000)."""
+    ports = []
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 < 65536 and port not in ports and _free(port + 10000):
+            ports.append(port)
+    return ports
+
+
+def _free(port):
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class LocalCluster:
+    """Start with :meth:`start`, end with :meth:`stop`; ``url`` names a node."""
+
+    def __init__(self, root, primaries=3, replicas=1):
+        self.root = str(root)
+        self.ports = free_ports(primaries * (1 + replicas))
+        self.replicas = replicas
+        self.processes = {}
+
+    @property
+    def url(self):
+        return "redis://127.0.0.1:%d" % self.ports[0]
+
+    def start(self, timeout=60):
+        for port in self.ports:
+            self.start_node(port)
+        for port in self.ports:
+            self._wait_pinging(port, timeout)
+        subprocess.run(["redis-cli", "--cluster", "create",
+                        *["127.0.0.1:%d" % p for p in self.ports],
+                        "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                       check=True, capture_output=True, timeout=timeout)
+        self.wait_healthy(timeout)
+        return self
+
+    def start_node(self, port):
+        """Start (or restart) the node of ``port``; its cluster config is kept."""
+        directory = os.path.join(self.root, str(port))
+        os.makedirs(directory, exist_ok=True)
+        self.processes[port] = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
+             "--logfile", "redis.log", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _wait_pinging(self, port, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with redis.Redis(port=port, socket_timeout=1) as client:
+                    if client.ping():
+                        return
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+    def client(self, port):
+        return redis.Redis(port=port, socket_timeout=2)
+
+    def roles(self):
+        """{port: "master" or "slave"} of the running nodes."""
+        out = {}
+        for port, process in self.processes.items():
+            if process.poll() is None:
+                with self.client(port) as c:
+                    out[port] = c.info("replication")["role"]
+        return out
+
+    def primaries(self):
+        return sorted(p for p, role in self.roles().items() if role == "master")
+
+    def wait_healthy(self, timeout=60):
+        """Until every running node sees the cluster ok, every slot has a primary
+        and every primary has its replicas linked."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self._healthy():
+                    return
+            except redis.RedisError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("the Redis cluster in %s did not become healthy" % self.root)
+            time.sleep(0.1)
+
+    def _healthy(self):
+        running = [p for p, proc in self.processes.items() if proc.poll() is None]
+        for port in running:
+            with self.client(port) as c:
+                if c.execute_command("CLUSTER INFO")["cluster_state"] != "ok":
+                    return False
+                nodes = c.execute_command("CLUSTER NODES")  # {address: {flags, connected...}}
+                live = [n for n in nodes.values() if "fail" not in n["flags"]
+                        and "fail?" not in n["flags"] and n["connected"]]
+                if len(live) < len(running):
+                    return False
+                replication = c.info("replication")
+                if replication["role"] == "master":
+                    if replication["connected_slaves"] < self.replicas:
+                        return False
+                    if any(replication["slave%d" % i]["state"] != "online"
+                           for i in range(replication["connected_slaves"])):
+                        return False
+                elif replication["master_link_status"] != "up":
+                    return False
+        return True
+
+    def kill(self, port):
+        """SIGKILL the node of ``port``."""
+        process = self.processes[port]
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+
+    def stop(self):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -587,21 +587,27 @@ def verify(probe, const unsigned char[::1] keys, int distance):
     return out
 
 
-def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
-    """``fps`` permuted for ``table``, sorted, as (2-byte key, 6-byte value)
-    pairs: the big-endian permuted fingerprint split for a dupfixed table."""
+def table_values(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
+    """``fps`` permuted for ``table``, sorted: an array of uint64."""
     cdef const uint64_t[::1] hs = as_fingerprints(fps)
     cdef Py_ssize_t i, n = hs.shape[0], blocks = spec.shape[0] // (3 * tables)
     perms = array("Q", [0]) * n
     scratch = array("Q", [0]) * n
     cdef uint64_t[::1] ps = perms
     cdef uint64_t[::1] sc = scratch
-    if n == 0:
-        return []
-    with nogil:
-        for i in range(n):
-            ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
-        radix_sort(&ps[0], &sc[0], n, 1)
+    if n:
+        with nogil:
+            for i in range(n):
+                ps[i] = permute_one(hs[i], &spec[3 * blocks * table], blocks)
+            radix_sort(&ps[0], &sc[0], n, 1)
+    return perms
+
+
+def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
+    """``fps`` permuted for ``table``, sorted, as (2-byte key, 6-byte value)
+    pairs: the big-endian permuted fingerprint split for a dupfixed table."""
+    cdef uint64_t[::1] ps = table_values(fps, spec, table, tables)
+    cdef Py_ssize_t i, n = ps.shape[0]
     cdef unsigned char buf[8]
     cdef int b
     cdef list prefixes = TABLE_KEYS

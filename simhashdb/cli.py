@@ -386,7 +386,7 @@ def _record_json(record):
 def _open(path, args, readonly=False, text=False):
     """Open the database; with ``text``, one that text will be fingerprinted
     for: it keeps a recipe it already has, a new or empty one takes the default."""
-    if readonly and not os.path.isdir(path):
+    if readonly and not os.path.isdir(path) and simhashdb.storage.is_local(path):
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
     options = {}
     for name in ("distance", "blocks", "expected_size"):

@@ -111,6 +111,10 @@ class Layout:
         """Per table, the permuted fp; and per table, (first, last) key of its candidate range."""
         return _ext.scan_bounds(fp, self.spec, self.prefixes)
 
+    def table_values(self, fps, table):
+        """``fps`` permuted for ``table``, sorted (an array of uint64)."""
+        return _ext.table_values(fps, self.spec, table, self.tables)
+
     def table_items(self, fps, table):
         """Sorted (key, value) items of ``fps`` in ``table``."""
         return _ext.table_items(fps, self.spec, table, self.tables)

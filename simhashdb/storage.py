@@ -9,7 +9,9 @@ leads a document's value (see :func:`value_fingerprint`). Backends:
 - ``"lmdb"``: the native LMDB backend (:mod:`simhashdb.lmdb_native`), the
   default where it was built;
 - ``"py-lmdb"``: the portable py-lmdb backend (:mod:`simhashdb.lmdb_py`), the
-  same files on disk.
+  same files on disk;
+- ``"redis"``: a database on a Redis Cluster or server (:mod:`simhashdb.redis_store`),
+  for a ``redis://`` or ``rediss://`` URL.
 
 A backend implements :class:`Storage`, whose transactions implement
 :class:`View` (reads) and :class:`Txn` (reads and writes).
@@ -124,7 +126,8 @@ class Storage:
         raise NotImplementedError
 
     def info(self):
-        """A dict of backend facts for :meth:`DB.stats` (``backend``, ``disk_bytes``...)."""
+        """A dict of backend facts for :meth:`DB.stats` (``backend``, ``disk_bytes``:
+        the bytes the database takes where the backend keeps it...)."""
         raise NotImplementedError
 
     def close(self):
@@ -132,24 +135,37 @@ class Storage:
         raise NotImplementedError
 
 
-BACKENDS = ("lmdb", "py-lmdb")
+BACKENDS = ("lmdb", "py-lmdb", "redis")
 
 
 def open_storage(path, readonly=False, backend=None):
-    """The backend for ``path``: a :class:`Storage` instance as it is, else the
-    named backend (default: ``$SIMHASHDB_BACKEND``, else native LMDB where it
-    was built, else py-lmdb)."""
+    """The backend for ``path``: a :class:`Storage` instance as it is, redis
+    for a redis:// or rediss:// URL, else the named backend (default:
+    ``$SIMHASHDB_BACKEND``, else native LMDB where it was built, else py-lmdb)."""
     if isinstance(backend, Storage):
         return backend
-    name = backend or os.environ.get("SIMHASHDB_BACKEND") or default_backend()
+    url = str(path).startswith(("redis://", "rediss://"))
+    if url and backend not in (None, "redis"):
+        raise InvalidArgumentError("%s is a Redis URL, which the %s backend cannot open"
+                                   % (path, backend))
+    name = "redis" if url else backend or os.environ.get("SIMHASHDB_BACKEND") or default_backend()
     if name == "lmdb":
         from .lmdb_native import NativeStorage
         return NativeStorage(path, readonly=readonly)
     if name == "py-lmdb":
         from .lmdb_py import PyLmdbStorage
         return PyLmdbStorage(path, readonly=readonly)
+    if name == "redis":
+        from .redis_store import RedisStorage
+        return RedisStorage(path, readonly=readonly)
     raise InvalidArgumentError("backend must be a Storage or one of %s, got %r"
                                % (", ".join(BACKENDS), name))
+
+
+def is_local(path):
+    """Whether ``path`` names a directory here (not a Redis database)."""
+    return not (str(path).startswith(("redis://", "rediss://"))
+                or os.environ.get("SIMHASHDB_BACKEND") == "redis")
 
 
 def default_backend():

@@ -8,7 +8,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 import pytest
-import redis_cluster
+from redis_cluster import LocalCluster, available as redis_available
 
 import simhashdb
 
@@ -26,16 +26,32 @@ def native_built():
 # where it was built.
 BACKENDS = ["lmdb", "py-lmdb"] if native_built() or os.environ.get("CI") else ["py-lmdb"]
 # CI installs redis-server (make test does), so there the Redis backend is always tested.
-REDIS = redis_cluster.available() or bool(os.environ.get("CI"))
+REDIS = redis_available() or bool(os.environ.get("CI"))
+if REDIS:
+    BACKENDS.append("redis")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lmdb_only: tests what only the LMDB backends have "
+                            "(files, directories, the map, compaction, one handle per process)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """An lmdb_only test runs on the LMDB backends, not on Redis."""
+    other = [item for item in items if item.get_closest_marker("lmdb_only")
+             and getattr(item, "callspec", None) and item.callspec.params.get("backend") == "redis"]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [item for item in items if item not in other]
 
 
 @pytest.fixture(scope="session")
-def redis_cluster_url(tmp_path_factory):
-    """The URL of a 3-primary, 3-replica Redis Cluster on loopback, started
-    once for the session (in ~6 s) when a test first asks for it."""
-    cluster = redis_cluster.LocalCluster(tmp_path_factory.mktemp("redis-cluster")).start()
+def redis_cluster(tmp_path_factory):
+    """A 3-primary, 3-replica Redis Cluster on loopback (a LocalCluster),
+    started once for the session (in ~6 s) when a test first asks for it."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("redis-cluster")).start()
     try:
-        yield cluster.url
+        yield cluster
     finally:
         cluster.stop()
 
@@ -45,7 +61,17 @@ def backend(request, monkeypatch):
     """The backend a test's databases use: also the default of ``DB()`` and of
     subprocesses (``SIMHASHDB_BACKEND``)."""
     monkeypatch.setenv("SIMHASHDB_BACKEND", request.param)
+    if request.param == "redis":
+        request.getfixturevalue("redis_names")
     return request.param
+
+
+@pytest.fixture
+def redis_names(redis_cluster, monkeypatch):
+    """A path names a database on the session's cluster ($SIMHASHDB_REDIS_URL)."""
+    monkeypatch.setenv("SIMHASHDB_REDIS_URL", redis_cluster.url)
+    yield redis_cluster
+    redis_cluster.flush()  # keeps scans of the cluster short
 
 
 @pytest.fixture

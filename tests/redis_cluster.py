@@ -143,6 +143,12 @@ class LocalCluster:
                     return False
         return True
 
+    def flush(self):
+        """Delete every key (on the primaries; the replicas follow)."""
+        for port in self.primaries():
+            with self.client(port) as c:
+                c.flushall()
+
     def kill(self, port):
         """SIGKILL the node of ``port``."""
         process = self.processes[port]

@@ -5,6 +5,7 @@ scan of a dict, on each backend."""
 import shutil
 import tempfile
 
+import pytest
 from conftest import BACKENDS, brute_force
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -111,6 +112,12 @@ class PyLmdbMachine(DatabaseMachine):
     backend = "py-lmdb"
 
 
+class RedisMachine(DatabaseMachine):
+    backend = "redis"
+
+
 TestPyLmdbMachine = PyLmdbMachine.TestCase
 if "lmdb" in BACKENDS:
     TestNativeMachine = NativeMachine.TestCase
+if "redis" in BACKENDS:
+    TestRedisMachine = pytest.mark.usefixtures("redis_names")(RedisMachine.TestCase)

@@ -150,6 +150,7 @@ def test_readers_beside_a_writer_see_whole_batches(db_path):
         assert db.check() == []
 
 
+@pytest.mark.lmdb_only
 def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
     import threading
     monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
@@ -184,6 +185,7 @@ def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
         assert db.check() == []
 
 
+@pytest.mark.lmdb_only
 def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, monkeypatch):
     from simhashdb import DatabaseError
     monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)

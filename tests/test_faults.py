@@ -135,6 +135,7 @@ def compact_in_another_process(path):
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.lmdb_only
 def test_a_leftover_compaction_file_never_unlocks_a_writer(tmp_path):
     """With a dead compaction's file left behind and another handle open, a
     writer keeps its lock: a later compaction is refused while it is open, and
@@ -192,6 +193,7 @@ def churn(db, seconds, rng, base):
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.lmdb_only
 def test_a_reader_killed_holding_a_snapshot_does_not_grow_the_file_forever(tmp_path):
     """The writer clears a dead reader's slot by itself (at most once a
     second): after that the file stops growing."""
@@ -342,6 +344,7 @@ def overwrite_page(f, size, page, rng):
     return "page %d overwritten with %s" % (number, "zeros" if not any(garbage) else "noise")
 
 
+@pytest.mark.lmdb_only
 def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pristine):
     assert damage_cases(pristine(backend), 40 if CI else 15, truncate, tmp_path) == []
 
@@ -356,6 +359,7 @@ def test_damage_inside_the_data_file_is_an_error_never_a_signal(tmp_path, pristi
     assert damage_cases(pristine("lmdb"), cases, damage, tmp_path) == []
 
 
+@pytest.mark.lmdb_only
 def test_a_damaged_meta_page_transaction_id_is_an_error_not_a_rollback(tmp_path, backend,
                                                                        pristine):
     """LMDB takes the meta page with the larger transaction id: one flipped bit
@@ -385,6 +389,7 @@ def test_a_thousand_open_iterators(db):
     assert len(db) == 101 and db.check() == []
 
 
+@pytest.mark.lmdb_only
 def test_more_snapshots_than_reader_slots_is_a_clear_error(db):
     db.insert("a", 1)
     iterators = []
@@ -397,6 +402,7 @@ def test_more_snapshots_than_reader_slots_is_a_clear_error(db):
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.lmdb_only
 def test_a_db_dropped_without_close_releases_its_path(db_path):
     db = DB(db_path, distance=3, blocks=5)
     db.insert("kept", 7)
@@ -517,6 +523,7 @@ while True:
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.lmdb_only
 def test_sigkill_during_compaction_of_template_pages_keeps_every_record(db_path):
     docs = {"page%d" % i: fp for i, fp in enumerate(template_pages(10000, 3))}
     with DB(db_path, distance=3, blocks=5) as db:

@@ -7,8 +7,8 @@ from conftest import REDIS
 pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
 
 
-def test_the_local_cluster_serves_every_slot_with_a_replica(redis_cluster_url):
-    nodes = redis.Redis.from_url(redis_cluster_url).execute_command("CLUSTER NODES").values()
+def test_the_local_cluster_serves_every_slot_with_a_replica(redis_cluster):
+    nodes = redis.Redis.from_url(redis_cluster.url).execute_command("CLUSTER NODES").values()
     primaries = {n["node_id"]: n for n in nodes if "master" in n["flags"]}
     assert sum(int(end) - int(start) + 1 for n in primaries.values()
                for start, end in n["slots"]) == 16384

@@ -1,0 +1,1046 @@
+"""The Redis backend: one database on a Redis Cluster (or a single Redis),
+shared by many clients on many machines.
+
+``redis://[user:password@]host:port/name[?options]`` (``rediss://`` for TLS)
+names database ``name`` on the cluster (detected) or server at host:port;
+several databases share a cluster. Options: ``replicas`` (how many replicas
+a batch must reach before it is acknowledged; default 1 where the primaries
+have replicas, else 0), ``retry`` (seconds to retry through a failover before
+DatabaseError, default 20), ``lease`` (seconds a dead writer's lock lives,
+default 10), ``timeout`` (socket timeout, default 10). With
+``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
+``$SIMHASHDB_REDIS_URL``.
+
+Keys of database N (a table's bucket holds the fingerprints whose permuted
+value starts with the bucket's B bits, B a multiple of 8 chosen from the
+layout, as one string of the remaining bytes, sorted):
+
+- ``{N}:params``, ``{N}:layout``, ``{N}:count``, ``{N}:distinct``, ``{N}:lock``,
+  ``{N}:pending``, ``{N}:epoch``: one slot;
+- ``N:<table><bucket>``: a table's bucket (3 + B/4 hex digits);
+- ``N:d:<shard>``: a hash of documents (encoded key -> encoded value), sharded
+  by a CRC of the key;
+- ``N:f:<shard>``: a hash of fingerprints (8 bytes -> their keys, each after
+  its 2-byte length), sharded by the fingerprint's first B bits.
+
+Writers take turns under one lock with a lease (``{N}:lock``). A batch is
+planned under it, stored as ``{N}:pending`` (which makes ``{N}:epoch`` odd)
+and acknowledged by a replica, applied with idempotent commands (buckets are
+merged by a server-side script, one call per node), acknowledged by a
+replica on every node, and cleared (the epoch is even again). A writer that
+finds a pending batch (its writer died) applies it first, so a batch never
+lands half; a reader retries while the epoch is odd or changed under it, so
+it sees whole batches. A query costs one round trip per node for the tables
+(the script scans the buckets' ranges on the server), one more for the keys
+of what matched, and two reads of the epoch.
+"""
+
+import binascii
+import bisect
+import collections
+import contextlib
+import os
+import struct
+import sys
+import threading
+import time
+import urllib.parse
+import uuid
+from array import array
+
+import msgpack
+
+from .errors import DatabaseError, InvalidArgumentError
+from .storage import Storage, Txn, View, value_fingerprint
+
+SLOTS = 16384
+ROUND_BYTES = 4 << 20  # about the most one round sends to a node
+SCRIPT_BYTES = 64 << 10  # about the most one script call takes: a node that runs a
+# script answers nothing else, and the cluster fails a node silent for its node timeout
+DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None}
+
+# Entries are compared as two numbers (Lua's are doubles): the first W - 4
+# bytes and the last 4.
+_LUA_COMMON = """
+local W = tonumber(ARGV[1])
+local KL = tonumber(ARGV[2])
+local blob = ARGV[3]
+local fmt = '>I' .. (W - 4) .. 'I4'
+local function lower_bound(s, n, a, b, i)
+  local j = n
+  while i < j do
+    local m = math.floor((i + j) / 2)
+    local x, y = struct.unpack(fmt, s, m * W + 1)
+    if x < a or (x == a and y < b) then i = m + 1 else j = m end
+  end
+  return i
+end
+"""
+
+# ARGV[3]: records of key, 4-byte add count, 4-byte delete count, the adds
+# and the deletes (entries of W bytes, each list sorted). Each bucket becomes
+# (bucket | adds) - deletes; an emptied bucket is deleted.
+MERGE = "#!lua flags=allow-cross-slot-keys\n" + _LUA_COMMON + """
+local pos = 1
+while pos <= #blob do
+  local key = string.sub(blob, pos, pos + KL - 1)
+  local nadd, ndel = struct.unpack('>I4I4', blob, pos + KL)
+  local adds = pos + KL + 8
+  local dels = adds + nadd * W
+  pos = dels + ndel * W
+  local s = redis.call('GET', key) or ''
+  local n = #s / W
+  local pieces, copied, at, i, j = {}, 0, 0, 0, 0
+  while i < nadd or j < ndel do
+    local off, adding
+    if j >= ndel then
+      off, adding = adds + i * W, true
+    elseif i >= nadd then
+      off, adding = dels + j * W, false
+    else
+      local a1, b1 = struct.unpack(fmt, blob, adds + i * W)
+      local a2, b2 = struct.unpack(fmt, blob, dels + j * W)
+      adding = a1 < a2 or (a1 == a2 and b1 < b2)
+      off = adding and adds + i * W or dels + j * W
+    end
+    if adding then i = i + 1 else j = j + 1 end
+    local a, b = struct.unpack(fmt, blob, off)
+    at = lower_bound(s, n, a, b, at)
+    local found = false
+    if at < n then
+      local x, y = struct.unpack(fmt, s, at * W + 1)
+      found = x == a and y == b
+    end
+    if adding and not found then
+      pieces[#pieces + 1] = string.sub(s, copied * W + 1, at * W)
+      pieces[#pieces + 1] = string.sub(blob, off, off + W - 1)
+      copied = at
+    elseif found and not adding then
+      pieces[#pieces + 1] = string.sub(s, copied * W + 1, at * W)
+      copied = at + 1
+      at = at + 1
+    end
+  end
+  if #pieces > 0 then
+    pieces[#pieces + 1] = string.sub(s, copied * W + 1)
+    local merged = table.concat(pieces)
+    if #merged == 0 then redis.call('DEL', key) else redis.call('SET', key, merged) end
+  end
+end
+return 1
+"""
+
+# ARGV[3]: ranges of key, first entry, last entry. Returns {range number,
+# entries, ...} for the ranges that hold entries (numbered from 1).
+SCAN = "#!lua flags=allow-cross-slot-keys,no-writes\n" + _LUA_COMMON + """
+local out, last, s, n = {}, nil, '', 0
+local size = KL + 2 * W
+for r = 0, #blob / size - 1 do
+  local pos = r * size + 1
+  local key = string.sub(blob, pos, pos + KL - 1)
+  if key ~= last then
+    s, last = redis.call('GET', key) or '', key
+    n = #s / W
+  end
+  if n > 0 then
+    local a, b = struct.unpack(fmt, blob, pos + KL)
+    local i = lower_bound(s, n, a, b, 0)
+    local ha, hb = struct.unpack(fmt, blob, pos + KL + W)
+    local j = i
+    while j < n do
+      local x, y = struct.unpack(fmt, s, j * W + 1)
+      if x > ha or (x == ha and y > hb) then break end
+      j = j + 1
+    end
+    if j > i then
+      out[#out + 1] = r + 1
+      out[#out + 1] = string.sub(s, i * W + 1, j * W)
+    end
+  end
+end
+return out
+"""
+
+# KEYS: lock, pending, count, distinct; ARGV: token, lease ms. The holder of
+# the token may take the lock again (after a failover interrupted it).
+ACQUIRE = """
+local holder = redis.call('GET', KEYS[1])
+if not holder or holder == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '0',
+          redis.call('GET', KEYS[4]) or '0'}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"""
+# KEYS: lock; ARGV: token, lease ms.
+RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+# KEYS: lock, pending, epoch; ARGV: token, plan. The epoch is odd while a plan is pending.
+BEGIN = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if not redis.call('GET', KEYS[2]) then redis.call('INCR', KEYS[3]) end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+# KEYS: lock, pending, epoch; ARGV: token.
+FINISH = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('DEL', KEYS[2]) == 1 then redis.call('INCR', KEYS[3]) end
+return 1
+"""
+# KEYS: lock; ARGV: token.
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_RETRYABLE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN",
+              "NOREPLICAS")
+
+
+def redis_url(path):
+    """The URL of ``path``: itself if a redis:// or rediss:// URL, else the
+    database ``path`` on the server of ``$SIMHASHDB_REDIS_URL``."""
+    path = os.fspath(path)
+    if is_url(path):
+        return path
+    server = os.environ.get("SIMHASHDB_REDIS_URL")
+    if not server:
+        raise InvalidArgumentError(
+            "the redis backend takes a redis://host:port/name URL, or a name with "
+            "$SIMHASHDB_REDIS_URL naming the server; got %r" % path)
+    parts = urllib.parse.urlsplit(server)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(path, safe="")))
+
+
+def is_url(path):
+    return isinstance(path, str) and path.startswith(("redis://", "rediss://"))
+
+
+class _Unavailable(Exception):
+    """A node did not answer, or the cluster is changing: retry after a refresh."""
+
+
+class _Nodes:
+    """The primaries of a cluster (or one server) and which owns each slot."""
+
+    def __init__(self, host, port, options):
+        import redis
+        self._redis = redis
+        self.errors = (redis.RedisError, OSError)
+        self._options = options
+        self._clients = {}
+        self._seeds = [(host, port)]
+        client = self.client((host, port))
+        try:
+            self.cluster = bool(client.info("cluster").get("cluster_enabled"))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise _Unavailable(exc) from None
+        except redis.RedisError as exc:
+            raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
+        self.owners = [(host, port)] * SLOTS
+        self.replicas = 0
+        self.refresh()
+
+    def client(self, address):
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self._redis.Redis(
+                host=address[0], port=address[1], protocol=2, **self._options)
+        return client
+
+    def refresh(self):
+        """Learn which primary owns each slot (and how many replicas each has)."""
+        redis = self._redis
+        if not self.cluster:
+            try:
+                info = self.client(self._seeds[0]).info("replication")
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise _Unavailable(exc) from None
+            self.replicas = info.get("connected_slaves", 0)
+            return
+        failure = None
+        for address in self._seeds + sorted(set(self.owners) - set(self._seeds)):
+            try:
+                shards = self.client(address).execute_command("CLUSTER SLOTS")
+                nodes = self.client(address).execute_command("CLUSTER NODES")
+            except (redis.RedisError, OSError) as exc:
+                failure = exc
+                continue
+            owners = [None] * SLOTS
+            for start, end, primary, *_ in shards:
+                owner = (primary[0].decode() or address[0], int(primary[1]))
+                owners[start:end + 1] = [owner] * (end - start + 1)
+            if None in owners:
+                failure = "not every slot has a primary"
+                continue
+            self.owners = owners
+            by_primary = collections.Counter(n["master_id"] for n in nodes.values()
+                                             if "slave" in n["flags"])
+            self.replicas = min((by_primary[n["node_id"]] for n in nodes.values()
+                                 if "master" in n["flags"] and n["slots"]), default=0)
+            self._seeds = sorted(set(owners))
+            return
+        raise _Unavailable(failure)
+
+    def owner(self, key):
+        return self.owners[key_slot(key)] if self.cluster else self._seeds[0]
+
+    def primaries(self):
+        return sorted(set(self.owners)) if self.cluster else [self._seeds[0]]
+
+    def round(self, requests):
+        """Send each node its commands (lists of args) at once, then read every
+        reply: {address: [reply or ResponseError, ...]}."""
+        redis = self._redis
+        taken, replies = [], {}
+        try:
+            for address, commands in requests.items():
+                pool = self.client(address).connection_pool
+                connection = pool.get_connection()
+                taken.append((pool, connection, address, commands))
+                connection.send_packed_command(connection.pack_commands(commands), False)
+            for pool, connection, address, commands in taken:
+                out = replies[address] = []
+                for _ in commands:
+                    try:
+                        out.append(connection.read_response())
+                    except redis.ResponseError as exc:
+                        out.append(exc)
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            for _, connection, _, _ in taken:
+                connection.disconnect()
+            raise _Unavailable(exc) from None
+        finally:
+            for pool, connection, _, _ in taken:
+                pool.release(connection)
+        for out in replies.values():
+            for reply in out:
+                if isinstance(reply, redis.ResponseError):
+                    message = str(reply)
+                    if message.startswith(_RETRYABLE) or "non local key" in message:
+                        raise _Unavailable(message)
+                    raise DatabaseError("Redis refused a command: %s" % message)
+        return replies
+
+    def close(self):
+        for client in self._clients.values():
+            client.close()
+        self._clients = {}
+
+
+def key_slot(key):
+    """The cluster slot of ``key`` (bytes), its hash tag respected."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return binascii.crc_hqx(key, 0) % SLOTS
+
+
+class RedisStorage(Storage):
+    """Database ``name`` on the Redis (Cluster) of a URL (see the module)."""
+
+    backend = "redis"
+    max_key_bytes = 511
+
+    def __init__(self, path, readonly=False):
+        url = redis_url(path)
+        parts = urllib.parse.urlsplit(url)
+        name = urllib.parse.unquote(parts.path[1:])
+        if not name or "{" in name or "}" in name:
+            raise InvalidArgumentError("a Redis database URL ends with /name, a name without "
+                                       "{ or }; got %r" % url)
+        options = dict(DEFAULTS)
+        for key, values in urllib.parse.parse_qs(parts.query).items():
+            if key not in options:
+                raise InvalidArgumentError("unknown option %r in %s (known: %s)"
+                                           % (key, url, ", ".join(sorted(DEFAULTS))))
+            try:
+                options[key] = int(values[-1]) if key == "replicas" else float(values[-1])
+            except ValueError:
+                raise InvalidArgumentError("option %s=%r in %s is not a number"
+                                           % (key, values[-1], url)) from None
+        try:
+            import redis  # noqa: F401
+        except ImportError:
+            raise DatabaseError("the redis backend needs redis-py: pip install "
+                                "'simhashdb[redis]'") from None
+        host, port = parts.hostname or "localhost", parts.port or 6379
+        self.path = "%s://%s:%d/%s" % (parts.scheme, host, port, name)
+        self.readonly = readonly
+        self.retry_seconds, self.lease_seconds = options["retry"], options["lease"]
+        self._name = name.encode()
+        meta = b"{" + self._name + b"}:"
+        (self._params, self._layout_key, self._count, self._distinct, self._lock,
+         self._pending, self._epoch) = (meta + k for k in (
+             b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch"))
+        self._layout = None
+        self._pid = os.getpid()
+        self._write_lock = threading.Lock()
+        self._nodes = None
+        connection = {"socket_timeout": options["timeout"],
+                      "socket_connect_timeout": options["timeout"],
+                      "username": urllib.parse.unquote(parts.username or "") or None,
+                      "password": urllib.parse.unquote(parts.password or "") or None,
+                      "ssl": parts.scheme == "rediss"}
+        self._nodes = self._retrying(lambda: _Nodes(host, port, connection), "connect to")
+        self._replicas = options["replicas"]
+        if self._replicas is None:
+            self._replicas = min(1, self._nodes.replicas)
+
+    # Plumbing
+
+    def _check_usable(self):
+        if os.getpid() != self._pid:
+            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
+                                "DB in the child process" % self._pid)
+        if self._nodes is None:
+            raise DatabaseError("the database at %s is closed" % self.path)
+
+    def _retrying(self, step, doing="read from"):
+        """``step()``, retried while the cluster is unavailable (a failover),
+        for at most ``retry_seconds``; then DatabaseError."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.02
+        while True:
+            try:
+                return step()
+            except _Unavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise DatabaseError(
+                        "could not %s the Redis database %s within %g s (%s): check that the "
+                        "cluster is up and its replicas linked, or raise ?retry="
+                        % (doing, self.path, self.retry_seconds, exc)) from None
+                time.sleep(delay)
+                delay = min(2 * delay, 0.5)
+                if self._nodes is not None:
+                    try:
+                        self._nodes.refresh()
+                    except _Unavailable:
+                        pass
+
+    def _meta(self, *command):
+        """One command on the node of the database's own slot."""
+        address = self._nodes.owner(self._params)
+        return self._nodes.round({address: [command]})[address][0]
+
+    def _run(self, commands):
+        """(routing key, command) pairs in one round: their replies, in order."""
+        requests, where = collections.defaultdict(list), []
+        for key, command in commands:
+            address = self._nodes.owner(key)
+            where.append((address, len(requests[address])))
+            requests[address].append(command)
+        replies = self._nodes.round(requests) if requests else {}
+        return [replies[address][i] for address, i in where]
+
+    def _lease_ms(self):
+        return int(self.lease_seconds * 1000)
+
+    # Layout of the keys
+
+    def open_tables(self, layout):
+        self._check_usable()
+        raw = self._retrying(lambda: self._meta("GET", self._layout_key))
+        bits = min(24, 8 * max(0, (min(layout.prefix_bits) - 6) // 8))
+        if raw is None and not self.readonly:
+            record = msgpack.packb({"bucket_bits": bits})
+            self._retrying(lambda: self._meta("SET", self._layout_key, record, "NX"), "write to")
+            raw = self._retrying(lambda: self._meta("GET", self._layout_key))
+        if raw is not None:
+            bits = msgpack.unpackb(raw)["bucket_bits"]
+        self._layout, self._bits, self._width = layout, bits, 8 - bits // 8
+        self._table_keys = [self._name + b":%03x" % t for t in range(layout.tables)]
+        self._key_length = len(self._table_keys[0]) + bits // 4
+
+    def _bucket_key(self, table, perm):
+        if not self._bits:
+            return self._table_keys[table]
+        return self._table_keys[table] + b"%0*x" % (self._bits // 4, perm >> (64 - self._bits))
+
+    def _doc_shard(self, key):
+        return self._name + b":d:%x" % (binascii.crc32(key) >> (32 - self._bits))
+
+    def _fp_shard(self, fp):
+        return self._name + b":f:%x" % (fp >> (64 - self._bits))
+
+    def _scan(self, pattern):
+        """Every key of the database matching the glob ``pattern`` (after ``N:``)."""
+        name = b"".join(b"\\" + bytes([c]) if c in b"*?[]\\" else bytes([c]) for c in self._name)
+        found = []
+        for address in self._nodes.primaries():
+            client, cursor = self._nodes.client(address), 0
+            while True:
+                try:
+                    cursor, keys = client.scan(cursor, match=name + b":" + pattern, count=1000)
+                except self._nodes.errors as exc:
+                    raise _Unavailable(exc) from None
+                found += keys
+                if not cursor:
+                    break
+        return found
+
+    def _hashes(self, keys):
+        """{field: value} of every hash ``keys``, read in one round."""
+        out = {}
+        for fields in self._run([(key, ("HGETALL", key)) for key in keys]):
+            out.update(zip(fields[::2], fields[1::2]))
+        return out
+
+    # Reads
+
+    def read(self):
+        self._check_usable()
+        return contextlib.nullcontext(RedisView(self))
+
+    def search(self, probes, distance):
+        """:meth:`View.search` seeing whole batches (retried while one lands)."""
+        return self._consistent(lambda: self._search(probes, distance))
+
+    def _consistent(self, read):
+        """``read()`` seeing whole batches: retried while a batch lands under it."""
+        self._check_usable()
+
+        def step():
+            while True:
+                before = self._even_epoch()
+                result = read()
+                if int(self._meta("GET", self._epoch) or 0) == before:
+                    return result
+        return self._retrying(step)
+
+    def _even_epoch(self):
+        """The epoch once it is even (no batch applying), finishing the batch of
+        a writer that died (its lock gone) first."""
+        pause = 0.001
+        while True:
+            epoch, ttl = self._nodes.round({self._nodes.owner(self._params): [
+                ("GET", self._epoch), ("PTTL", self._lock)]}).popitem()[1]
+            if int(epoch or 0) % 2 == 0:
+                return int(epoch or 0)
+            if ttl == -2:
+                self._recover()
+            else:
+                time.sleep(pause)
+                pause = min(2 * pause, 0.1)
+
+    def _search(self, probes, distance):
+        """For each probe, its (key, fingerprint, distance) hits: one round for
+        the tables (a SCAN script per node), one for the keys of the matches."""
+        layout, head = self._layout, 8 - self._width
+        blobs, where = collections.defaultdict(list), collections.defaultdict(list)
+        owner = self._nodes.owner
+        for i, fp in enumerate(probes):
+            for table, ranges in enumerate(layout.probe_ranges(fp, distance)[1]):
+                for start, end in ranges:
+                    key = self._bucket_key(table, start)
+                    lo, hi = start.to_bytes(8, "big"), end.to_bytes(8, "big")
+                    address = owner(key)
+                    blobs[address].append(key + lo[head:] + hi[head:])
+                    where[address].append((i, table, lo[:head]))
+        step = SCRIPT_BYTES // (self._key_length + 2 * self._width)
+        replies = self._nodes.round({
+            address: [("EVAL", SCAN, 0, self._width, self._key_length,
+                       b"".join(records[start:start + step]))
+                      for start in range(0, len(records), step)]
+            for address, records in blobs.items()})
+        found = [{} for _ in range(len(probes))]
+        width = self._width
+        for address, calls in replies.items():
+            ranges = where[address]
+            reply = [x for start, call in zip(range(0, len(ranges), step), calls)
+                     for x in _offset(call, start)]
+            for r in range(0, len(reply), 2):
+                i, table, prefix = ranges[reply[r] - 1]
+                entries = reply[r + 1]
+                for e in range(0, len(entries), width):
+                    fp = layout.unpermute(int.from_bytes(prefix + entries[e:e + width], "big"),
+                                          table)
+                    bits = (fp ^ probes[i]).bit_count()
+                    if bits <= distance:
+                        found[i][fp] = bits
+        keys = self._keys_of(set().union(*found))
+        return [[(key, fp, bits) for fp, bits in hits.items() for key in keys[fp]]
+                for hits in found]
+
+    def _keys_of(self, fps):
+        """{fp: its keys} of the fingerprints ``fps``, read in one round."""
+        fields = self._fields({fp: (self._fp_shard(fp), fp.to_bytes(8, "big")) for fp in fps})
+        return {fp: _split_keys(value) for fp, value in fields.items()}
+
+    def _fields(self, wanted):
+        """{name: value or None} of hash fields ``wanted`` ({name: (hash, field)}),
+        read in one round (an HMGET per hash)."""
+        by_hash = collections.defaultdict(list)
+        for name, (key, field) in wanted.items():
+            by_hash[key].append((name, field))
+        replies = self._run([(key, ("HMGET", key, *[f for _, f in fields]))
+                             for key, fields in by_hash.items()])
+        return {name: value for fields, values in zip(by_hash.values(), replies)
+                for (name, _), value in zip(fields, values)}
+
+    def _documents(self):
+        return sorted(self._hashes(self._scan(b"d:*")).items())
+
+    def _fingerprint_groups(self):
+        return sorted((int.from_bytes(fp, "big"), _split_keys(keys))
+                      for fp, keys in self._hashes(self._scan(b"f:*")).items())
+
+    def _table_fingerprints(self, table):
+        prefix = self._table_keys[table]
+        keys = self._scan(prefix[len(self._name) + 1:] + b"*")
+        perms, width = [], self._width
+        for key, entries in zip(keys, self._run([(key, ("GET", key)) for key in keys])):
+            head = int(key[len(prefix):] or b"0", 16) << (64 - self._bits) if self._bits else 0
+            perms += [head | int.from_bytes(entries[e:e + width], "big")
+                      for e in range(0, len(entries or b""), width)]
+        return [self._layout.unpermute(perm, table) for perm in sorted(perms)]
+
+    # Writes
+
+    def write(self, body):
+        """Run ``body(txn)`` under the database's write lock; its changes land
+        whole, acknowledged once a replica of every node they touch has them."""
+        self._check_usable()
+        if self.readonly:
+            raise DatabaseError("the database at %s is open read-only" % self.path)
+        with self._write_lock:
+            token = uuid.uuid4().hex.encode()
+            count, distinct = self._acquire(token)
+            try:
+                txn = RedisTxn(self, count, distinct)
+                result = body(txn)
+                plan = txn.plan()
+                if plan is not None:
+                    self._commit(plan, token)
+            finally:
+                self._release(token)
+            return result
+
+    def _acquire(self, token):
+        """Take the write lock (waiting for another writer, at most its lease
+        and ``retry_seconds``); finish a dead writer's pending batch; returns
+        the (count, distinct) of the database."""
+        def take():
+            deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
+            pause = 0.001
+            while True:
+                reply = self._meta("EVAL", ACQUIRE, 4, self._lock, self._pending, self._count,
+                                   self._distinct, token, self._lease_ms())
+                if reply[0] == 1:
+                    return reply[1:]
+                if time.monotonic() > deadline:
+                    raise DatabaseError("another writer held the lock of %s for %g s: retry "
+                                        "later" % (self.path, self.retry_seconds))
+                time.sleep(pause)
+                pause = min(2 * pause, 0.05)
+        pending, count, distinct = self._retrying(take, "lock")
+        if pending:
+            plan = msgpack.unpackb(pending)
+            self._retrying(lambda: self._apply(plan, token), "write to")
+            self._retrying(lambda: self._finish(token), "write to")
+            count, distinct = plan["count"], plan["distinct"]
+        return int(count), int(distinct)
+
+    def _recover(self):
+        """Finish a dead writer's pending batch (also from a reader)."""
+        token = uuid.uuid4().hex.encode()
+        try:
+            self._acquire(token)
+        finally:
+            self._release(token)
+
+    def _release(self, token):
+        try:
+            self._meta("EVAL", RELEASE, 1, self._lock, token)
+        except (_Unavailable, DatabaseError):
+            pass  # its lease ends it
+
+    def _commit(self, plan, token):
+        """Store ``plan`` as pending (acknowledged by a replica), apply it,
+        clear it."""
+        packed = msgpack.packb(plan)
+
+        def begin():
+            meta = self._nodes.owner(self._params)
+            commands = [("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token,
+                         packed)]
+            if self._replicas:
+                commands.append(("WAIT", self._replicas, 5000))
+            replies = self._nodes.round({meta: commands})[meta]
+            if replies[0] != 1:
+                raise DatabaseError("the write lock of %s expired before the batch began: "
+                                    "nothing was written; retry" % self.path)
+            if self._replicas and replies[1] < self._replicas:
+                raise _Unavailable("the batch record reached %d of %d replicas"
+                                   % (replies[1], self._replicas))
+        self._retrying(begin, "write to")
+        self._retrying(lambda: self._apply(plan, token), "write to")
+        self._retrying(lambda: self._finish(token), "write to")
+
+    def _finish(self, token):
+        if self._meta("EVAL", FINISH, 3, self._lock, self._pending, self._epoch, token) != 1:
+            raise DatabaseError("the write lock of %s expired while a batch was applied; the "
+                                "next writer finishes the batch" % self.path)
+
+    def _apply(self, plan, token):
+        """Write ``plan`` (idempotent: any part may already have landed) in
+        rounds of bounded size, each renewing the lock and waiting until a
+        replica of every node has it."""
+        commands = self._plan_commands(plan)
+        meta = self._nodes.owner(self._params)
+        renew = ("EVAL", RENEW, 1, self._lock, token, self._lease_ms())
+        start = 0
+        while start < len(commands):
+            requests, size, end = collections.defaultdict(list), 0, start
+            while end < len(commands) and size < ROUND_BYTES:
+                key, command = commands[end]
+                requests[self._nodes.owner(key)].append(command)
+                size += sum(len(a) for a in command if isinstance(a, bytes))
+                end += 1
+            requests[meta].append(renew)
+            if self._replicas:
+                for address in requests:
+                    requests[address].append(("WAIT", self._replicas, 5000))
+            replies = self._nodes.round(requests)
+            if replies[meta][-2 if self._replicas else -1] != 1:
+                raise DatabaseError("the write lock of %s expired while a batch was applied; "
+                                    "the next writer finishes the batch" % self.path)
+            for address, out in replies.items():
+                if self._replicas and out[-1] < self._replicas:
+                    raise _Unavailable("%s:%d reached %d of %d replicas"
+                                       % (address + (out[-1], self._replicas)))
+            start = end
+
+    def _plan_commands(self, plan):
+        """(routing key, command) for every write of ``plan``."""
+        groups = collections.defaultdict(list)
+        for key, value in plan["docs"]:
+            groups[self._doc_shard(key)].append((key, value))
+        for fp, keys in plan["fps"]:
+            groups[self._fp_shard(fp)].append((fp.to_bytes(8, "big"), keys))
+        commands = []
+        for shard, fields in groups.items():
+            sets = [x for field, value in fields if value is not None for x in (field, value)]
+            gone = [field for field, value in fields if value is None]
+            if sets:
+                commands.append((shard, ("HSET", shard, *sets)))
+            if gone:
+                commands.append((shard, ("HDEL", shard, *gone)))
+        commands += self._merge_commands(array("Q", plan["add"]), array("Q", plan["del"]))
+        commands += [(self._params, ("SET", self._count, plan["count"])),
+                     (self._params, ("SET", self._distinct, plan["distinct"]))]
+        if plan["params"] is not None:
+            commands.append((self._params, ("SET", self._params, plan["params"])))
+        return commands
+
+    def _merge_commands(self, adds, deletes):
+        """MERGE calls (one per node and ~ROUND_BYTES) that add the fingerprints
+        ``adds`` to every table and remove ``deletes``."""
+        layout, width = self._layout, self._width
+        records = collections.defaultdict(list)
+        for table in range(layout.tables):
+            buckets = collections.defaultdict(lambda: ([], []))
+            for side, fps in enumerate((adds, deletes)):
+                for key, entries in self._buckets(layout.table_values(fps, table), table):
+                    buckets[key][side].append(entries)
+            for key, (add, delete) in buckets.items():
+                add, delete = b"".join(add), b"".join(delete)
+                records[self._nodes.owner(key)].append(
+                    key + struct.pack(">II", len(add) // width, len(delete) // width)
+                    + add + delete)
+        commands = []
+        for node_records in records.values():
+            start = 0
+            while start < len(node_records):
+                end, size = start, 0
+                while end < len(node_records) and size < SCRIPT_BYTES:
+                    size += len(node_records[end])
+                    end += 1
+                commands.append((node_records[start][:self._key_length],
+                                 ("EVAL", MERGE, 0, width, self._key_length,
+                                  b"".join(node_records[start:end]))))
+                start = end
+        return commands
+
+    def _buckets(self, values, table):
+        """(bucket key, its entries) of the sorted permuted ``values`` of ``table``."""
+        width, bits = self._width, self._bits
+        if not values:
+            return []
+        big = array("Q", values)
+        if sys.byteorder == "little":
+            big.byteswap()
+        raw = big.tobytes()
+        entries = bytearray(len(values) * width)
+        for b in range(width):
+            entries[b::width] = raw[8 - width + b::8]
+        if not bits:
+            return [(self._table_keys[table], bytes(entries))]
+        out, i, n, shift = [], 0, len(values), 64 - bits
+        while i < n:
+            bucket = values[i] >> shift
+            j = bisect.bisect_left(values, (bucket + 1) << shift, i)
+            out.append((self._bucket_key(table, values[i]), bytes(entries[i * width:j * width])))
+            i = j
+        return out
+
+    # The rest of Storage
+
+    def compact(self):
+        """Nothing to do: a bucket's string shrinks as entries go, and Redis
+        frees an emptied key."""
+        self._check_usable()
+
+    def info(self):
+        """Backend facts; ``disk_bytes`` is what the database's keys take in RAM
+        on the primaries (their MEMORY USAGE)."""
+        self._check_usable()
+
+        def memory():
+            keys = self._scan(b"*") + [self._params, self._layout_key, self._count,
+                                       self._distinct, self._epoch]
+            usage = self._run([(key, ("MEMORY", "USAGE", key, "SAMPLES", "0")) for key in keys])
+            return sum(m or 0 for m in usage), sum(m is not None for m in usage)
+        memory_bytes, keys = self._retrying(memory)
+        return {"backend": self.backend, "disk_bytes": memory_bytes, "keys": keys,
+                "primaries": len(self._nodes.primaries()), "bucket_bits": self._bits,
+                "replicas": self._replicas}
+
+    def close(self):
+        if self._nodes is not None:
+            self._nodes.close()
+            self._nodes = None
+
+
+def _offset(reply, start):
+    """A SCAN reply with its range numbers counted from ``start``."""
+    for r in range(0, len(reply), 2):
+        yield reply[r] + start
+        yield reply[r + 1]
+
+
+def _split_keys(blob):
+    """The keys of a fingerprint index entry (each after its 2-byte length)."""
+    keys, i = [], 0
+    while blob and i < len(blob):
+        size = int.from_bytes(blob[i:i + 2], "big")
+        keys.append(blob[i + 2:i + 2 + size])
+        i += 2 + size
+    return keys
+
+
+def _join_keys(keys):
+    return b"".join(len(k).to_bytes(2, "big") + k for k in keys)
+
+
+class RedisView(View):
+    """Reads of committed data; each call sees whole batches (a batch may land
+    between two calls: Redis keeps no snapshots)."""
+
+    def __init__(self, storage):
+        self._storage = storage
+
+    def _read(self, read):
+        return self._storage._retrying(read)
+
+    def params(self):
+        return self._read(lambda: self._storage._meta("GET", self._storage._params))
+
+    def count(self):
+        return int(self._read(lambda: self._storage._meta("GET", self._storage._count)) or 0)
+
+    def distinct(self):
+        return int(self._read(lambda: self._storage._meta("GET", self._storage._distinct)) or 0)
+
+    def get(self, key):
+        shard = self._storage._doc_shard(key)
+        return self._read(lambda: self._storage._run([(shard, ("HGET", shard, key))])[0])
+
+    def keys_of(self, fingerprint):
+        return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
+
+    def documents(self):
+        return iter(self._storage._consistent(self._storage._documents))
+
+    def fingerprint_groups(self):
+        return iter(self._storage._consistent(self._storage._fingerprint_groups))
+
+    def search(self, probes, distance):
+        return self._storage.search(probes, distance)
+
+    def table_fingerprints(self, table):
+        return self._storage._consistent(lambda: self._storage._table_fingerprints(table))
+
+
+class RedisTxn(RedisView, Txn):
+    """A batch being planned under the write lock: reads see the committed
+    data and this batch's own changes; :meth:`plan` says what to write."""
+
+    def __init__(self, storage, count, distinct):
+        super().__init__(storage)
+        self._count_before, self._distinct_before = count, distinct
+        self._docs = {}       # key -> value (None: removed) set by this batch
+        self._committed = {}  # key -> committed value (None: absent), for keys read
+        self._fps = {}        # fp -> its keys (sorted) after this batch, for fps read
+        self._fps_committed = {}
+        self._new_params = None
+        self._near = _NearIndex(storage._layout)  # fps given a key by this batch
+
+    def _load(self, keys, fps):
+        """Read the committed values of ``keys`` and keys of ``fps`` (and of the
+        fingerprints those values hold) not read yet."""
+        storage = self._storage
+        keys = [k for k in dict.fromkeys(keys) if k not in self._committed]
+        if keys:
+            values = self._read(lambda: storage._fields({k: (storage._doc_shard(k), k)
+                                                          for k in keys}))
+            self._committed.update(values)
+            fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
+        fps = [fp for fp in dict.fromkeys(fps) if fp not in self._fps]
+        if fps:
+            for fp, keys_of in self._read(lambda: storage._keys_of(fps)).items():
+                self._fps[fp] = keys_of
+                self._fps_committed[fp] = tuple(keys_of)
+
+    def _value(self, key):
+        return self._docs[key] if key in self._docs else self._committed[key]
+
+    def _put(self, key, fp, value):
+        old = self._value(key)
+        old_fp = None if old is None else value_fingerprint(old)
+        self._docs[key] = value
+        if old_fp != fp:
+            if old_fp is not None:
+                self._fps[old_fp].remove(key)
+            bisect.insort(self._fps[fp], key)
+            self._near.add(fp)
+
+    # Reads with this batch's changes
+
+    def params(self):
+        return self._new_params if self._new_params is not None else super().params()
+
+    def count(self):
+        return self._count_before + sum((value is not None) - (self._committed[key] is not None)
+                                        for key, value in self._docs.items())
+
+    def distinct(self):
+        return self._distinct_before + sum(bool(keys) - bool(self._fps_committed[fp])
+                                           for fp, keys in self._fps.items())
+
+    def get(self, key):
+        return self._docs[key] if key in self._docs else super().get(key)
+
+    def keys_of(self, fingerprint):
+        self._load([], [fingerprint])
+        return list(self._fps[fingerprint])
+
+    def documents(self):
+        docs = dict(self._storage._documents())
+        docs.update(self._docs)
+        return iter(sorted((k, v) for k, v in docs.items() if v is not None))
+
+    def fingerprint_groups(self):
+        groups = dict(self._storage._fingerprint_groups())
+        groups.update(self._fps)
+        return iter(sorted((fp, keys) for fp, keys in groups.items() if keys))
+
+    def table_fingerprints(self, table):
+        present = set(self._storage._table_fingerprints(table))
+        present |= {fp for fp, keys in self._fps.items() if keys}
+        present -= {fp for fp, keys in self._fps.items() if not keys}
+        perms = self._storage._layout.table_values(array("Q", sorted(present)), table)
+        return [self._storage._layout.unpermute(p, table) for p in perms]
+
+    def search(self, probes, distance):
+        committed = self._read(lambda: self._storage._search(probes, distance))
+        return [[hit for hit in hits if hit[0] not in self._docs]
+                + self._own_hits(fp, distance) for fp, hits in zip(probes, committed)]
+
+    def _own_hits(self, fp, distance):
+        """Hits among the documents this batch stored."""
+        return [(key, other, bits) for other, bits in self._near.search(fp, distance)
+                for key in self._fps[other] if key in self._docs]
+
+    # Writes
+
+    def set_params(self, raw):
+        self._new_params = raw
+
+    def upsert(self, documents):
+        self._load([d[0] for d in documents], [d[1] for d in documents])
+        for key, fp, value in documents:
+            self._put(key, fp, value)
+
+    def remove(self, keys):
+        self._load(keys, [])
+        removed = 0
+        for key in keys:
+            old = self._value(key)
+            if old is not None:
+                self._docs[key] = None
+                self._fps[value_fingerprint(old)].remove(key)
+                removed += 1
+        return removed
+
+    def insert_if_new(self, documents, distance):
+        self._load([d[0] for d in documents], [d[1] for d in documents])
+        probes = array("Q", [d[1] for d in documents])
+        committed = self._read(lambda: self._storage._search(probes, distance))
+        found = []
+        for (key, fp, value), hits in zip(documents, committed):
+            hits = [hit for hit in hits if hit[0] not in self._docs] + \
+                self._own_hits(fp, distance)
+            if not hits:
+                self._put(key, fp, value)
+            found.append(hits)
+        return found
+
+    def plan(self):
+        """What this batch writes (final values, so that writing it twice
+        is writing it once), or None if nothing."""
+        docs = [[k, v] for k, v in self._docs.items() if v != self._committed[k]]
+        fps = [[fp, _join_keys(keys) if keys else None] for fp, keys in self._fps.items()
+               if tuple(keys) != self._fps_committed[fp]]
+        if not docs and not fps and self._new_params is None:
+            return None
+        return {"docs": docs, "fps": fps, "count": self.count(), "distinct": self.distinct(),
+                "params": self._new_params,
+                "add": array("Q", [fp for fp, keys in self._fps.items()
+                                   if keys and not self._fps_committed[fp]]).tobytes(),
+                "del": array("Q", [fp for fp, keys in self._fps.items()
+                                   if not keys and self._fps_committed[fp]]).tobytes()}
+
+
+class _NearIndex:
+    """Fingerprints in memory by the leading blocks of each table: the
+    near-duplicates among a batch's own documents."""
+
+    def __init__(self, layout):
+        self._layout = layout
+        self._tables = [collections.defaultdict(set) for _ in range(layout.tables)]
+
+    def add(self, fp):
+        perms, _ = self._layout.scan_bounds(fp)
+        for table, perm, prefix in zip(self._tables, perms, self._layout.prefixes):
+            table[perm & prefix].add(fp)
+
+    def search(self, fp, distance):
+        """(fingerprint, distance) of each one within ``distance`` of ``fp``."""
+        if not any(self._tables):
+            return []
+        found = {}
+        for table, ranges in zip(self._tables, self._layout.probe_ranges(fp, distance)[1]):
+            for start, _ in ranges:
+                for other in table.get(start, ()):
+                    bits = (other ^ fp).bit_count()
+                    if bits <= distance:
+                        found[other] = bits
+        return list(found.items())

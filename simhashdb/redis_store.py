@@ -161,14 +161,14 @@ end
 return out
 """
 
-# KEYS: lock, pending, count, distinct; ARGV: token, lease ms. The holder of
+# KEYS: lock, pending, count, distinct, epoch; ARGV: token, lease ms. The holder of
 # the token may take the lock again (after a failover interrupted it).
 ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if not holder or holder == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '0',
-          redis.call('GET', KEYS[4]) or '0'}
+          redis.call('GET', KEYS[4]) or '0', redis.call('GET', KEYS[5]) or '0'}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 """
@@ -179,9 +179,16 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-# KEYS: lock, pending, epoch; ARGV: token, plan. The epoch is odd while a plan is pending.
+# KEYS: lock, pending, epoch; ARGV: token, plan, lease ms, the epoch the
+# batch was planned at. The epoch is odd while a plan is pending. A lock
+# that expired while the batch was planned is taken back if no batch was
+# written since (the epoch did not move).
 BEGIN = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] and (holder or (redis.call('GET', KEYS[3]) or '0') ~= ARGV[4]) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 if not redis.call('GET', KEYS[2]) then redis.call('INCR', KEYS[3]) end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
@@ -381,6 +388,7 @@ class RedisStorage(Storage):
          self._pending, self._epoch) = (meta + k for k in (
              b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch"))
         self._layout = None
+        self._bucket_keys = (None, {})  # (epoch, {table: keys}) of the last scan
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
         self._nodes = None
@@ -501,7 +509,7 @@ class RedisStorage(Storage):
 
     def search(self, probes, distance):
         """:meth:`View.search` seeing whole batches (retried while one lands)."""
-        return self._consistent(lambda: self._search(probes, distance))
+        return self._consistent(lambda epoch: self._search(probes, distance))
 
     def _consistent(self, read):
         """``read()`` seeing whole batches: retried while a batch lands under it."""
@@ -510,7 +518,7 @@ class RedisStorage(Storage):
         def step():
             while True:
                 before = self._even_epoch()
-                result = read()
+                result = read(before)
                 if int(self._meta("GET", self._epoch) or 0) == before:
                     return result
         return self._retrying(step)
@@ -518,7 +526,6 @@ class RedisStorage(Storage):
     def _even_epoch(self):
         """The epoch once it is even (no batch applying), finishing the batch of
         a writer that died (its lock gone) first."""
-        pause = 0.001
         while True:
             epoch, ttl = self._nodes.round({self._nodes.owner(self._params): [
                 ("GET", self._epoch), ("PTTL", self._lock)]}).popitem()[1]
@@ -527,8 +534,7 @@ class RedisStorage(Storage):
             if ttl == -2:
                 self._recover()
             else:
-                time.sleep(pause)
-                pause = min(2 * pause, 0.1)
+                time.sleep(0.001)
 
     def _search(self, probes, distance):
         """For each probe, its (key, fingerprint, distance) hits: one round for
@@ -592,9 +598,16 @@ class RedisStorage(Storage):
         return sorted((int.from_bytes(fp, "big"), _split_keys(keys))
                       for fp, keys in self._hashes(self._scan(b"f:*")).items())
 
-    def _table_fingerprints(self, table):
-        prefix = self._table_keys[table]
-        keys = self._scan(prefix[len(self._name) + 1:] + b"*")
+    def _table_fingerprints(self, table, epoch=None):
+        """The fingerprints of ``table`` in table order; the keys of every table
+        are scanned once for all tables while ``epoch`` stays."""
+        if epoch is None or self._bucket_keys[0] != epoch:
+            by_table = collections.defaultdict(list)
+            start = len(self._name) + 1
+            for key in self._scan(b"[0-9a-f][0-9a-f][0-9a-f]*"):
+                by_table[int(key[start:start + 3], 16)].append(key)
+            self._bucket_keys = (epoch, by_table)
+        keys, prefix = self._bucket_keys[1][table], self._table_keys[table]
         perms, width = [], self._width
         for key, entries in zip(keys, self._run([(key, ("GET", key)) for key in keys])):
             head = int(key[len(prefix):] or b"0", 16) << (64 - self._bits) if self._bits else 0
@@ -612,27 +625,32 @@ class RedisStorage(Storage):
             raise DatabaseError("the database at %s is open read-only" % self.path)
         with self._write_lock:
             token = uuid.uuid4().hex.encode()
-            count, distinct = self._acquire(token)
+            deadline = time.monotonic() + self.retry_seconds
             try:
-                txn = RedisTxn(self, count, distinct)
-                result = body(txn)
-                plan = txn.plan()
-                if plan is not None:
-                    self._commit(plan, token)
+                while True:
+                    count, distinct, epoch = self._acquire(token)
+                    txn = RedisTxn(self, count, distinct)
+                    result = body(txn)
+                    plan = txn.plan()
+                    if plan is None or self._commit(plan, token, epoch):
+                        return result
+                    if time.monotonic() > deadline:  # another writer took the lock each time
+                        raise DatabaseError("could not keep the write lock of %s for a whole "
+                                            "batch: raise ?lease= or make batches smaller"
+                                            % self.path)
             finally:
                 self._release(token)
-            return result
 
     def _acquire(self, token):
         """Take the write lock (waiting for another writer, at most its lease
         and ``retry_seconds``); finish a dead writer's pending batch; returns
-        the (count, distinct) of the database."""
+        the (count, distinct, epoch) of the database."""
         def take():
             deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
             pause = 0.001
             while True:
-                reply = self._meta("EVAL", ACQUIRE, 4, self._lock, self._pending, self._count,
-                                   self._distinct, token, self._lease_ms())
+                reply = self._meta("EVAL", ACQUIRE, 5, self._lock, self._pending, self._count,
+                                   self._distinct, self._epoch, token, self._lease_ms())
                 if reply[0] == 1:
                     return reply[1:]
                 if time.monotonic() > deadline:
@@ -640,16 +658,16 @@ class RedisStorage(Storage):
                                         "later" % (self.path, self.retry_seconds))
                 time.sleep(pause)
                 pause = min(2 * pause, 0.05)
-        pending, count, distinct = self._retrying(take, "lock")
+        pending, count, distinct, epoch = self._retrying(take, "lock")
         if pending:
             plan = msgpack.unpackb(pending)
             self._retrying(lambda: self._apply(plan, token), "write to")
             self._retrying(lambda: self._finish(token), "write to")
-            count, distinct = plan["count"], plan["distinct"]
-        return int(count), int(distinct)
+            return plan["count"], plan["distinct"], int(epoch) + 1
+        return int(count), int(distinct), int(epoch)
 
     def _recover(self):
-        """Finish a dead writer's pending batch (also from a reader)."""
+        """Finish a dead writer's pending batch (from a reader)."""
         token = uuid.uuid4().hex.encode()
         try:
             self._acquire(token)
@@ -662,27 +680,30 @@ class RedisStorage(Storage):
         except (_Unavailable, DatabaseError):
             pass  # its lease ends it
 
-    def _commit(self, plan, token):
+    def _commit(self, plan, token, epoch):
         """Store ``plan`` as pending (acknowledged by a replica), apply it,
-        clear it."""
+        clear it; False (nothing written) if another writer took the lock
+        since the batch was planned at ``epoch``."""
         packed = msgpack.packb(plan)
 
         def begin():
             meta = self._nodes.owner(self._params)
             commands = [("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token,
-                         packed)]
+                         packed, self._lease_ms(), epoch)]
             if self._replicas:
                 commands.append(("WAIT", self._replicas, 5000))
             replies = self._nodes.round({meta: commands})[meta]
             if replies[0] != 1:
-                raise DatabaseError("the write lock of %s expired before the batch began: "
-                                    "nothing was written; retry" % self.path)
+                return False
             if self._replicas and replies[1] < self._replicas:
                 raise _Unavailable("the batch record reached %d of %d replicas"
                                    % (replies[1], self._replicas))
-        self._retrying(begin, "write to")
+            return True
+        if not self._retrying(begin, "write to"):
+            return False
         self._retrying(lambda: self._apply(plan, token), "write to")
         self._retrying(lambda: self._finish(token), "write to")
+        return True
 
     def _finish(self, token):
         if self._meta("EVAL", FINISH, 3, self._lock, self._pending, self._epoch, token) != 1:
@@ -867,16 +888,18 @@ class RedisView(View):
         return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
 
     def documents(self):
-        return iter(self._storage._consistent(self._storage._documents))
+        return iter(self._storage._consistent(lambda epoch: self._storage._documents()))
 
     def fingerprint_groups(self):
-        return iter(self._storage._consistent(self._storage._fingerprint_groups))
+        return iter(self._storage._consistent(
+            lambda epoch: self._storage._fingerprint_groups()))
 
     def search(self, probes, distance):
         return self._storage.search(probes, distance)
 
     def table_fingerprints(self, table):
-        return self._storage._consistent(lambda: self._storage._table_fingerprints(table))
+        return self._storage._consistent(
+            lambda epoch: self._storage._table_fingerprints(table, epoch))
 
 
 class RedisTxn(RedisView, Txn):

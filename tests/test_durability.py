@@ -97,6 +97,7 @@ def test_sigkill_during_writes_loses_no_committed_batch(db_path):
         start = inserted
 
 
+@pytest.mark.lmdb_only
 def test_sigkill_during_compaction_keeps_every_record(db_path):
     with DB(db_path, distance=3, blocks=6) as db:
         for i in range(6):

@@ -4,10 +4,12 @@ shared by many clients on many machines.
 ``redis://[user:password@]host:port/name[?options]`` (``rediss://`` for TLS)
 names database ``name`` on the cluster (detected) or server at host:port;
 several databases share a cluster. Options: ``replicas`` (how many replicas
-a batch must reach before it is acknowledged; default 1 where the primaries
-have replicas, else 0), ``retry`` (seconds to retry through a failover before
-DatabaseError, default 20), ``lease`` (seconds a dead writer's lock lives,
-default 10), ``timeout`` (socket timeout, default 10). With
+of each node a batch must reach before it is acknowledged, default 1 where
+the primaries have replicas, else 0; a primary that a failover left without
+any replica writes alone until one is back), ``retry`` (seconds to retry
+through a failover before DatabaseError, default 20), ``lease`` (seconds a
+dead writer's lock lives, default 10), ``timeout`` (socket timeout, default
+10). With
 ``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
 ``$SIMHASHDB_REDIS_URL``.
 
@@ -51,6 +53,7 @@ from array import array
 import msgpack
 
 from .errors import DatabaseError, InvalidArgumentError
+from .layout import Layout
 from .storage import Storage, Txn, View, value_fingerprint
 
 SLOTS = 16384
@@ -172,10 +175,14 @@ if not holder or holder == ARGV[1] then
 end
 return {0, redis.call('PTTL', KEYS[1])}
 """
-# KEYS: lock; ARGV: token, lease ms.
+# KEYS: lock, epoch; ARGV: token, lease ms, the (odd) epoch of the batch
+# being applied. A lock that expired meanwhile is taken back if no other
+# writer finished the batch (the epoch did not move).
 RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or (not holder and (redis.call('GET', KEYS[2]) or '0') == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
 end
 return 0
 """
@@ -193,9 +200,12 @@ if not redis.call('GET', KEYS[2]) then redis.call('INCR', KEYS[3]) end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """
-# KEYS: lock, pending, epoch; ARGV: token.
+# KEYS: lock, pending, epoch; ARGV: token, the (odd) epoch of the batch.
 FINISH = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] and (holder or (redis.call('GET', KEYS[3]) or '0') ~= ARGV[2]) then
+  return 0
+end
 if redis.call('DEL', KEYS[2]) == 1 then redis.call('INCR', KEYS[3]) end
 return 1
 """
@@ -205,8 +215,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-_RETRYABLE = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "READONLY", "MASTERDOWN",
-              "NOREPLICAS")
+# Replies that a failover or a moving slot gives for a while: retried.
+_RETRYABLE_MESSAGES = ("NOREPLICAS", "non local key", "cluster is down", "CLUSTERDOWN")
 
 
 def redis_url(path):
@@ -239,6 +249,9 @@ class _Nodes:
         import redis
         self._redis = redis
         self.errors = (redis.RedisError, OSError)
+        self._retryable = (redis.exceptions.MovedError, redis.exceptions.AskError,
+                           redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
+                           redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
         self._options = options
         self._clients = {}
         self._seeds = [(host, port)]
@@ -328,8 +341,9 @@ class _Nodes:
         for out in replies.values():
             for reply in out:
                 if isinstance(reply, redis.ResponseError):
-                    message = str(reply)
-                    if message.startswith(_RETRYABLE) or "non local key" in message:
+                    message = "%s %s" % (type(reply).__name__, reply)
+                    if isinstance(reply, self._retryable) or any(
+                            m in message for m in _RETRYABLE_MESSAGES):
                         raise _Unavailable(message)
                     raise DatabaseError("Redis refused a command: %s" % message)
         return replies
@@ -426,7 +440,7 @@ class RedisStorage(Storage):
                         "cluster is up and its replicas linked, or raise ?retry="
                         % (doing, self.path, self.retry_seconds, exc)) from None
                 time.sleep(delay)
-                delay = min(2 * delay, 0.5)
+                delay = min(2 * delay, 0.2)
                 if self._nodes is not None:
                     try:
                         self._nodes.refresh()
@@ -451,6 +465,11 @@ class RedisStorage(Storage):
     def _lease_ms(self):
         return int(self.lease_seconds * 1000)
 
+    def _wait_ms(self):
+        """How long a WAIT waits for replicas: well within the lease, which the
+        next round renews."""
+        return max(1, min(5000, self._lease_ms() // 4))
+
     # Layout of the keys
 
     def open_tables(self, layout):
@@ -458,14 +477,21 @@ class RedisStorage(Storage):
         raw = self._retrying(lambda: self._meta("GET", self._layout_key))
         bits = min(24, 8 * max(0, (min(layout.prefix_bits) - 6) // 8))
         if raw is None and not self.readonly:
-            record = msgpack.packb({"bucket_bits": bits})
+            record = msgpack.packb({"bucket_bits": bits, "blocks": layout.blocks,
+                                    "distance": layout.distance})
             self._retrying(lambda: self._meta("SET", self._layout_key, record, "NX"), "write to")
             raw = self._retrying(lambda: self._meta("GET", self._layout_key))
-        if raw is not None:
-            bits = msgpack.unpackb(raw)["bucket_bits"]
+        self._use_layout(layout, msgpack.unpackb(raw)["bucket_bits"] if raw else bits)
+
+    def _use_layout(self, layout, bits):
         self._layout, self._bits, self._width = layout, bits, 8 - bits // 8
         self._table_keys = [self._name + b":%03x" % t for t in range(layout.tables)]
         self._key_length = len(self._table_keys[0]) + bits // 4
+
+    def _stored_layout(self):
+        """Use the stored layout (to finish a pending batch before open_tables)."""
+        record = msgpack.unpackb(self._meta("GET", self._layout_key))
+        self._use_layout(Layout(record["blocks"], record["distance"]), record["bucket_bits"])
 
     def _bucket_key(self, table, perm):
         if not self._bits:
@@ -526,6 +552,7 @@ class RedisStorage(Storage):
     def _even_epoch(self):
         """The epoch once it is even (no batch applying), finishing the batch of
         a writer that died (its lock gone) first."""
+        deadline = time.monotonic() + 1
         while True:
             epoch, ttl = self._nodes.round({self._nodes.owner(self._params): [
                 ("GET", self._epoch), ("PTTL", self._lock)]}).popitem()[1]
@@ -533,6 +560,8 @@ class RedisStorage(Storage):
                 return int(epoch or 0)
             if ttl == -2:
                 self._recover()
+            elif time.monotonic() > deadline:
+                raise _Unavailable("a batch has been landing for a second")
             else:
                 time.sleep(0.001)
 
@@ -661,8 +690,10 @@ class RedisStorage(Storage):
         pending, count, distinct, epoch = self._retrying(take, "lock")
         if pending:
             plan = msgpack.unpackb(pending)
-            self._retrying(lambda: self._apply(plan, token), "write to")
-            self._retrying(lambda: self._finish(token), "write to")
+            if self._layout is None:
+                self._retrying(self._stored_layout)
+            self._retrying(lambda: self._apply(plan, token, int(epoch)), "write to")
+            self._retrying(lambda: self._finish(token, int(epoch)), "write to")
             return plan["count"], plan["distinct"], int(epoch) + 1
         return int(count), int(distinct), int(epoch)
 
@@ -688,35 +719,47 @@ class RedisStorage(Storage):
 
         def begin():
             meta = self._nodes.owner(self._params)
-            commands = [("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token,
-                         packed, self._lease_ms(), epoch)]
-            if self._replicas:
-                commands.append(("WAIT", self._replicas, 5000))
-            replies = self._nodes.round({meta: commands})[meta]
+            replies = self._nodes.round({meta: [
+                ("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token, packed,
+                 self._lease_ms(), epoch)] + self._wait_commands()})[meta]
             if replies[0] != 1:
                 return False
-            if self._replicas and replies[1] < self._replicas:
-                raise _Unavailable("the batch record reached %d of %d replicas"
-                                   % (replies[1], self._replicas))
+            self._check_replicated(meta, replies)
             return True
         if not self._retrying(begin, "write to"):
             return False
-        self._retrying(lambda: self._apply(plan, token), "write to")
-        self._retrying(lambda: self._finish(token), "write to")
+        self._retrying(lambda: self._apply(plan, token, epoch + 1), "write to")
+        self._retrying(lambda: self._finish(token, epoch + 1), "write to")
         return True
 
-    def _finish(self, token):
-        if self._meta("EVAL", FINISH, 3, self._lock, self._pending, self._epoch, token) != 1:
+    def _wait_commands(self):
+        """What ends a round of writes to a node: WAIT for its replicas, and ROLE."""
+        return [("WAIT", self._replicas, self._wait_ms()), ("ROLE",)] if self._replicas else []
+
+    def _check_replicated(self, address, replies):
+        """Raise _Unavailable unless the writes before :meth:`_wait_commands`
+        reached ``replicas`` replicas, or every replica the node has (a
+        primary left without replicas by a failover writes alone until one
+        is back)."""
+        if self._replicas:
+            acknowledged, role = replies[-2], replies[-1]
+            if acknowledged < min(self._replicas, len(role[2])):
+                raise _Unavailable("%s:%d reached %d of %d replicas"
+                                   % (address + (acknowledged, self._replicas)))
+
+    def _finish(self, token, epoch):
+        if self._meta("EVAL", FINISH, 3, self._lock, self._pending, self._epoch, token,
+                      epoch) != 1:
             raise DatabaseError("the write lock of %s expired while a batch was applied; the "
                                 "next writer finishes the batch" % self.path)
 
-    def _apply(self, plan, token):
-        """Write ``plan`` (idempotent: any part may already have landed) in
-        rounds of bounded size, each renewing the lock and waiting until a
-        replica of every node has it."""
+    def _apply(self, plan, token, epoch):
+        """Write ``plan``, pending at ``epoch`` (idempotent: any part may already
+        have landed), in rounds of bounded size, each renewing the lock and
+        waiting until a replica of every node has it."""
         commands = self._plan_commands(plan)
         meta = self._nodes.owner(self._params)
-        renew = ("EVAL", RENEW, 1, self._lock, token, self._lease_ms())
+        renew = ("EVAL", RENEW, 2, self._lock, self._epoch, token, self._lease_ms(), epoch)
         start = 0
         while start < len(commands):
             requests, size, end = collections.defaultdict(list), 0, start
@@ -726,17 +769,14 @@ class RedisStorage(Storage):
                 size += sum(len(a) for a in command if isinstance(a, bytes))
                 end += 1
             requests[meta].append(renew)
-            if self._replicas:
-                for address in requests:
-                    requests[address].append(("WAIT", self._replicas, 5000))
+            for address in requests:
+                requests[address] += self._wait_commands()
             replies = self._nodes.round(requests)
-            if replies[meta][-2 if self._replicas else -1] != 1:
+            if replies[meta][-1 - len(self._wait_commands())] != 1:
                 raise DatabaseError("the write lock of %s expired while a batch was applied; "
                                     "the next writer finishes the batch" % self.path)
             for address, out in replies.items():
-                if self._replicas and out[-1] < self._replicas:
-                    raise _Unavailable("%s:%d reached %d of %d replicas"
-                                       % (address + (out[-1], self._replicas)))
+                self._check_replicated(address, out)
             start = end
 
     def _plan_commands(self, plan):
@@ -869,7 +909,7 @@ class RedisView(View):
         self._storage = storage
 
     def _read(self, read):
-        return self._storage._retrying(read)
+        return self._storage._consistent(lambda epoch: read())
 
     def params(self):
         return self._read(lambda: self._storage._meta("GET", self._storage._params))
@@ -888,11 +928,10 @@ class RedisView(View):
         return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
 
     def documents(self):
-        return iter(self._storage._consistent(lambda epoch: self._storage._documents()))
+        return iter(self._read(self._storage._documents))
 
     def fingerprint_groups(self):
-        return iter(self._storage._consistent(
-            lambda epoch: self._storage._fingerprint_groups()))
+        return iter(self._read(self._storage._fingerprint_groups))
 
     def search(self, probes, distance):
         return self._storage.search(probes, distance)
@@ -915,6 +954,9 @@ class RedisTxn(RedisView, Txn):
         self._fps_committed = {}
         self._new_params = None
         self._near = _NearIndex(storage._layout)  # fps given a key by this batch
+
+    def _read(self, read):
+        return self._storage._retrying(read)  # under the lock, no batch lands meanwhile
 
     def _load(self, keys, fps):
         """Read the committed values of ``keys`` and keys of ``fps`` (and of the

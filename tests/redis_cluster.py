@@ -58,10 +58,15 @@ class LocalCluster:
         return "redis://127.0.0.1:%d" % self.ports[0]
 
     def start(self, timeout=60):
-        for port in self.ports:
-            self.start_node(port)
-        for port in self.ports:
-            self._wait_pinging(port, timeout)
+        for i, port in enumerate(self.ports):
+            for _ in range(5):  # a port taken since it was found free: another one
+                self.start_node(port)
+                if self._wait_pinging(port, timeout):
+                    break
+                del self.processes[port]
+                port = self.ports[i] = free_ports(1)[0]
+            else:
+                raise RuntimeError("redis-server did not start (see %s)" % self.root)
         subprocess.run(["redis-cli", "--cluster", "create",
                         *["127.0.0.1:%d" % p for p in self.ports],
                         "--cluster-replicas", str(self.replicas), "--cluster-yes"],
@@ -81,16 +86,18 @@ class LocalCluster:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _wait_pinging(self, port, timeout):
+        """Whether the node of ``port`` answers (False: its process ended)."""
         deadline = time.monotonic() + timeout
-        while True:
+        while self.processes[port].poll() is None:
             try:
                 with redis.Redis(port=port, socket_timeout=1) as client:
                     if client.ping():
-                        return
+                        return True
             except redis.RedisError:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.05)
+        return False
 
     def client(self, port):
         return redis.Redis(port=port, socket_timeout=2)

@@ -1,10 +1,29 @@
-"""The Redis backend on a local 3-primary, 3-replica cluster."""
+"""The Redis backend on local clusters: concurrent crawlers, killed writers,
+a killed primary, a single server. (The storage tests of the other files
+also run on Redis, through the ``backend`` fixture.)"""
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import redis
-from conftest import REDIS
+from conftest import REDIS, as_tuples, brute_force, flip
+from redis_cluster import LocalCluster, free_ports
+
+from simhashdb import DB, DatabaseError
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
+TESTS = __file__.rsplit("/", 1)[0]
+
+
+def spawn(script, *args):
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def test_the_local_cluster_serves_every_slot_with_a_replica(redis_cluster):
@@ -14,3 +33,253 @@ def test_the_local_cluster_serves_every_slot_with_a_replica(redis_cluster):
                for start, end in n["slots"]) == 16384
     replicas = [n["master_id"] for n in nodes if "slave" in n["flags"] and n["connected"]]
     assert len(primaries) == 3 and sorted(replicas) == sorted(primaries)
+
+
+def test_a_url_opens_the_database_and_names_keep_databases_apart(redis_names):
+    url = redis_names.url + "/crawl?replicas=1"
+    with DB(url, distance=3, blocks=5) as a, DB(redis_names.url + "/other", distance=2) as b:
+        assert a.backend == "redis" and a.path == redis_names.url + "/crawl"
+        a.insert_many([("x", 1), ("y", 3)])
+        b.insert("x", 1 << 60)
+        assert as_tuples(a.query(1)) == [("x", 1, 0), ("y", 3, 1)]
+        assert as_tuples(b.query(1 << 60)) == [("x", 1 << 60, 0)] and len(b) == 1
+        assert a.stats()["replicas"] == 1 and a.stats()["primaries"] == 3
+    with pytest.raises(simhashdb_errors().InvalidArgumentError, match="unknown option"):
+        DB(redis_names.url + "/crawl?leese=3")
+    with pytest.raises(simhashdb_errors().InvalidArgumentError, match="lmdb backend"):
+        DB(redis_names.url + "/crawl", backend="lmdb")
+
+
+def simhashdb_errors():
+    import simhashdb.errors
+    return simhashdb.errors
+
+
+def test_check_finds_a_bucket_damaged_behind_its_back(redis_names):
+    url = redis_names.url + "/damaged"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert_many([("a", 1), ("b", 2 << 60)])
+        key = db._storage._bucket_key(3, db._storage._layout.table_values([2 << 60], 3)[0])
+        cluster = redis.RedisCluster.from_url(redis_names.url)
+        assert len(cluster.get(key)) == 6  # one entry: 6 bytes
+        cluster.delete(key)
+        cluster.close()
+        problems = db.check()
+        assert len(problems) == 1 and "table 3" in problems[0] and "1 missing" in problems[0]
+
+
+CRAWLER = """
+import json, sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+records = json.loads(sys.stdin.readline())
+print("ready", flush=True)
+sys.stdin.readline()  # all start at once
+stored = []
+for start in range(0, len(records), 3):
+    batch = [tuple(r) for r in records[start:start + 3]]
+    for record, found in zip(batch, db.insert_if_new_many(batch)):
+        if not found:
+            stored.append(record[0])
+print(json.dumps(stored), flush=True)
+"""
+
+
+def test_concurrent_crawlers_never_store_two_near_duplicates(redis_names):
+    """Four processes insert_if_new members of the same planted groups of
+    near-duplicates at the same moment: each group ends with exactly one
+    member, the one its crawler was told it stored."""
+    rng = random.Random(13)
+    url = redis_names.url + "/crawlers"
+    groups = 60
+    bases = [rng.getrandbits(64) for _ in range(groups)]
+    assert min(bin(a ^ b).count("1") for i, a in enumerate(bases) for b in bases[i + 1:]) > 6
+    with DB(url, distance=3, blocks=5):
+        pass
+    crawlers, records = [], {}
+    for c in range(4):
+        mine = []
+        for g, base in enumerate(bases):  # each member within 3 bits of every other
+            fp = flip(base, rng.sample(range(64), 1)) if c else base
+            mine += [("g%d-c%d-%d" % (g, c, i), flip(fp, [i]) if i else fp) for i in range(2)]
+        rng.shuffle(mine)
+        records.update((key, fp) for key, fp in mine)
+        crawler = spawn(CRAWLER, url)
+        crawler.stdin.write(json.dumps(mine) + "\n")
+        crawler.stdin.flush()
+        assert crawler.stdout.readline().strip() == "ready", crawler.stderr.read()
+        crawlers.append(crawler)
+    for crawler in crawlers:
+        crawler.stdin.write("go\n")
+        crawler.stdin.flush()
+    told = []
+    for crawler in crawlers:
+        out, err = crawler.communicate(timeout=120)
+        assert crawler.returncode == 0, err
+        told += json.loads(out)
+    with DB(url) as db:
+        stored = {r.key: r.fingerprint for r in db}
+        assert sorted(stored) == sorted(told)
+        by_group = {}
+        for key in stored:
+            by_group.setdefault(key.split("-")[0], []).append(key)
+        assert sorted(by_group) == sorted("g%d" % g for g in range(groups))
+        assert all(len(keys) == 1 for keys in by_group.values()), by_group
+        assert db.check() == []
+    for key, fp in records.items():  # the groups were near-duplicates indeed
+        g = key.split("-")[0]
+        assert bin(fp ^ stored[by_group[g][0]]).count("1") <= 3
+
+
+HALF_WRITER = """
+import os, signal, sys, simhashdb
+from simhashdb import redis_store
+redis_store.ROUND_BYTES = 1 << 14  # many small rounds
+rounds = []
+apply_round = redis_store._Nodes.round
+def round_then_die(self, requests):
+    replies = apply_round(self, requests)
+    if any(c[0] == "EVAL" and c[1] == redis_store.MERGE for cs in requests.values() for c in cs):
+        rounds.append(1)
+        if len(rounds) == int(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-batch: some buckets merged, not all
+    return replies
+db = simhashdb.DB(sys.argv[1])
+redis_store._Nodes.round = round_then_die
+db.insert_many([("new%d" % i, (i * 0x9E3779B97F4A7C15) % 2**64) for i in range(3000)])
+"""
+
+
+@pytest.mark.parametrize("rounds", [1, 4])
+def test_a_writer_killed_mid_batch_leaves_a_batch_the_next_one_finishes(redis_names, rounds):
+    url = redis_names.url + "/half?lease=1"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert_many([("old%d" % i, i << 20) for i in range(100)])
+    child = spawn(HALF_WRITER, url, rounds)
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    meta = redis.RedisCluster.from_url(redis_names.url)
+    assert meta.get("{half}:pending") is not None
+    assert int(meta.get("{half}:epoch")) % 2 == 1  # readers wait; the next lock holder finishes
+    meta.close()
+    docs = dict([("old%d" % i, i << 20) for i in range(100)]
+                + [("new%d" % i, (i * 0x9E3779B97F4A7C15) % 2**64) for i in range(3000)])
+    with DB(url) as db:  # its first read waits out the dead writer's lease, then finishes
+        assert len(db) == 3100 and db.check() == []
+        assert {r.key: r.fingerprint for r in db} == docs
+        for probe in (docs["old7"] ^ 0b11, docs["new7"] ^ (1 << 63)):
+            assert as_tuples(db.query(probe)) == brute_force(docs, probe, 3)
+
+
+FAILOVER_WRITER = """
+import sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+print("open", flush=True)
+i = 0
+while True:
+    db.insert_many([("w%d-%d" % (i, j), (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64)
+                    for j in range(300)])
+    print(i, flush=True)
+    i += 1
+"""
+FAILOVER_READER = """
+import sys, time, simhashdb
+db = simhashdb.DB(sys.argv[1], readonly=True)
+probes = [int(p) for p in sys.argv[2:]]
+print("open", flush=True)
+while True:  # the monotonic clock is the machine's: the test compares it with its own
+    begin = time.monotonic()
+    hits = db.query_many(probes)
+    assert [[m.key for m in ms] for ms in hits] == [["seed%d" % i] for i in range(len(probes))]
+    print("%.3f %.3f" % (begin, time.monotonic()), flush=True)
+"""
+
+
+def test_a_primary_killed_during_writes_and_queries_loses_no_acknowledged_batch(tmp_path):
+    """SIGKILL the primary of the database's own slot (lock, pending batch,
+    epoch) while a writer and a reader run: its replica takes over, queries
+    answer again within 10 s and stay exact, every acknowledged batch is there."""
+    cluster = LocalCluster(tmp_path).start()
+    try:
+        url = cluster.url + "/failover?lease=2&retry=30"
+        rng = random.Random(3)
+        seeds = {"seed%d" % i: rng.getrandbits(64) for i in range(200)}
+        with DB(url, distance=3, blocks=5) as db:
+            db.insert_many(seeds.items())
+            meta = db._storage._nodes.owner(db._storage._params)[1]
+        writer = spawn(FAILOVER_WRITER, url)
+        reader = spawn(FAILOVER_READER, url, *seeds.values())
+        assert writer.stdout.readline().strip() == "open"
+        assert reader.stdout.readline().strip() == "open"
+        time.sleep(1.5)
+        killed_at = time.monotonic()
+        cluster.kill(meta)
+        while meta in cluster.primaries() or len(cluster.primaries()) < 3:
+            assert time.monotonic() - killed_at < 20, "no replica took over"
+            time.sleep(0.2)
+        cluster.start_node(meta)  # back as the replica of its replica
+        cluster.wait_healthy()
+        time.sleep(1.5)
+        for child in (writer, reader):
+            child.send_signal(signal.SIGKILL)
+        out, err = writer.communicate()
+        acknowledged = [int(line) for line in out.split()[1:]]
+        out, err = reader.communicate()
+        lines = out.split("\n")[1:]
+        assert reader.returncode == -signal.SIGKILL, err
+        times = [tuple(map(float, line.split())) for line in lines if line]
+        after = [end for begin, end in times if begin > killed_at]
+        assert after and after[0] - killed_at < 10  # answered again within 10 s
+        assert [i for i in acknowledged if i > 0], (out, err, times[:3], times[-3:], killed_at)
+        with DB(url) as db:
+            docs = {r.key: r.fingerprint for r in db}
+            for i in acknowledged:
+                for j in range(0, 300, 7):
+                    assert docs["w%d-%d" % (i, j)] == (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64
+            assert len(docs) % 300 == 200 % 300 and db.check() == []
+            probes = [fp ^ 0b1011 for fp in list(docs.values())[::50]]
+            assert [as_tuples(m) for m in db.query_many(probes, 4)] == \
+                [brute_force(docs, p, 4) for p in probes]
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def lone_server(tmp_path):
+    """A single Redis server (not a cluster, no replicas): (port, process)."""
+    port = free_ports(1)[0]
+    process = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                "--save", "", "--dir", str(tmp_path)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            redis.Redis(port=port).ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    yield port, process
+    if process.poll() is None:
+        process.terminate()
+        process.wait()
+
+
+def test_a_single_server_holds_a_database_and_a_dead_one_is_a_clear_error(lone_server):
+    port, process = lone_server
+    url = "redis://127.0.0.1:%d/lone?retry=1" % port
+    rng = random.Random(8)
+    docs = {i: rng.getrandbits(64) for i in range(2000)}
+    with DB(url, distance=3, blocks=6) as db:
+        assert db.stats()["replicas"] == 0 and db.stats()["primaries"] == 1
+        db.insert_many(docs.items())
+        probes = [fp ^ 0b111 for fp in list(docs.values())[:100]]
+        assert [as_tuples(m) for m in db.query_many(probes)] == \
+            [brute_force(docs, p, 3) for p in probes]
+        process.kill()
+        process.wait()
+        start = time.monotonic()
+        with pytest.raises(DatabaseError, match="within 1 s"):
+            db.query(1)
+        with pytest.raises(DatabaseError, match="within 1 s"):
+            db.insert("late", 1)
+        assert time.monotonic() - start < 15

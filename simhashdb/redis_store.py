@@ -41,6 +41,7 @@ import binascii
 import bisect
 import collections
 import contextlib
+import gc
 import os
 import struct
 import sys
@@ -254,6 +255,11 @@ class _Nodes:
                            redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
         self._options = options
         self._clients = {}
+        try:
+            from hiredis import pack_command
+        except ImportError:
+            pack_command = None
+        self._pack_command = pack_command
         self._seeds = [(host, port)]
         client = self.client((host, port))
         try:
@@ -323,7 +329,7 @@ class _Nodes:
                 pool = self.client(address).connection_pool
                 connection = pool.get_connection()
                 taken.append((pool, connection, address, commands))
-                connection.send_packed_command(connection.pack_commands(commands), False)
+                connection.send_packed_command(self._pack(connection, commands), False)
             for pool, connection, address, commands in taken:
                 out = replies[address] = []
                 for _ in commands:
@@ -347,6 +353,13 @@ class _Nodes:
                         raise _Unavailable(message)
                     raise DatabaseError("Redis refused a command: %s" % message)
         return replies
+
+    def _pack(self, connection, commands):
+        """The commands in the protocol: by hiredis in C where installed (redis-py
+        would first look at each argument in Python)."""
+        if self._pack_command is None:
+            return connection.pack_commands(commands)
+        return [b"".join(map(self._pack_command, commands))]
 
     def close(self):
         for client in self._clients.values():
@@ -485,6 +498,9 @@ class RedisStorage(Storage):
 
     def _use_layout(self, layout, bits):
         self._layout, self._bits, self._width = layout, bits, 8 - bits // 8
+        # an eighth as many hashes of documents as buckets a table: most stay under
+        # Redis's 128 fields, kept compact (a listpack), when the buckets hold ~16
+        self._shard_bits = max(0, bits - 3)
         self._table_keys = [self._name + b":%03x" % t for t in range(layout.tables)]
         self._key_length = len(self._table_keys[0]) + bits // 4
 
@@ -499,10 +515,10 @@ class RedisStorage(Storage):
         return self._table_keys[table] + b"%0*x" % (self._bits // 4, perm >> (64 - self._bits))
 
     def _doc_shard(self, key):
-        return self._name + b":d:%x" % (binascii.crc32(key) >> (32 - self._bits))
+        return self._name + b":d:%x" % (binascii.crc32(key) >> (32 - self._shard_bits))
 
     def _fp_shard(self, fp):
-        return self._name + b":f:%x" % (fp >> (64 - self._bits))
+        return self._name + b":f:%x" % (fp >> (64 - self._shard_bits))
 
     def _scan(self, pattern):
         """Every key of the database matching the glob ``pattern`` (after ``N:``)."""
@@ -571,14 +587,19 @@ class RedisStorage(Storage):
         layout, head = self._layout, 8 - self._width
         blobs, where = collections.defaultdict(list), collections.defaultdict(list)
         owner = self._nodes.owner
+        table_keys = self._table_keys
         for i, fp in enumerate(probes):
-            for table, ranges in enumerate(layout.probe_ranges(fp, distance)[1]):
-                for start, end in ranges:
-                    key = self._bucket_key(table, start)
-                    lo, hi = start.to_bytes(8, "big"), end.to_bytes(8, "big")
-                    address = owner(key)
-                    blobs[address].append(key + lo[head:] + hi[head:])
-                    where[address].append((i, table, lo[:head]))
+            if distance <= layout.distance:  # one range a table, from native code
+                ranges = enumerate(layout.scan_bounds(fp)[1])
+            else:
+                ranges = ((table, (start.to_bytes(8, "big"), end.to_bytes(8, "big")))
+                          for table, table_ranges in enumerate(layout.probe_ranges(fp, distance)[1])
+                          for start, end in table_ranges)
+            for table, (lo, hi) in ranges:
+                key = table_keys[table] + lo[:head].hex().encode()
+                address = owner(key)
+                blobs[address].append(key + lo[head:] + hi[head:])
+                where[address].append((i, table, lo[:head]))
         step = SCRIPT_BYTES // (self._key_length + 2 * self._width)
         replies = self._nodes.round({
             address: [("EVAL", SCAN, 0, self._width, self._key_length,
@@ -652,7 +673,7 @@ class RedisStorage(Storage):
         self._check_usable()
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
-        with self._write_lock:
+        with self._write_lock, _no_cyclic_gc():
             token = uuid.uuid4().hex.encode()
             deadline = time.monotonic() + self.retry_seconds
             try:
@@ -766,7 +787,7 @@ class RedisStorage(Storage):
             while end < len(commands) and size < ROUND_BYTES:
                 key, command = commands[end]
                 requests[self._nodes.owner(key)].append(command)
-                size += sum(len(a) for a in command if isinstance(a, bytes))
+                size += 16 * len(command) + (len(command[-1]) if command[0] == "EVAL" else 0)
                 end += 1
             requests[meta].append(renew)
             for address in requests:
@@ -802,20 +823,20 @@ class RedisStorage(Storage):
         return commands
 
     def _merge_commands(self, adds, deletes):
-        """MERGE calls (one per node and ~ROUND_BYTES) that add the fingerprints
+        """MERGE calls (one per node and ~SCRIPT_BYTES) that add the fingerprints
         ``adds`` to every table and remove ``deletes``."""
-        layout, width = self._layout, self._width
+        layout, width, owner = self._layout, self._width, self._nodes.owner
         records = collections.defaultdict(list)
         for table in range(layout.tables):
-            buckets = collections.defaultdict(lambda: ([], []))
-            for side, fps in enumerate((adds, deletes)):
-                for key, entries in self._buckets(layout.table_values(fps, table), table):
-                    buckets[key][side].append(entries)
-            for key, (add, delete) in buckets.items():
-                add, delete = b"".join(add), b"".join(delete)
-                records[self._nodes.owner(key)].append(
-                    key + struct.pack(">II", len(add) // width, len(delete) // width)
-                    + add + delete)
+            added = self._buckets(layout.table_values(adds, table), table)
+            deleted = dict(self._buckets(layout.table_values(deletes, table), table))
+            for key, entries in added:
+                gone = deleted.pop(key, b"")
+                records[owner(key)].append(b"".join((
+                    key, struct.pack(">II", len(entries) // width, len(gone) // width),
+                    entries, gone)))
+            for key, gone in deleted.items():
+                records[owner(key)].append(key + struct.pack(">II", 0, len(gone) // width) + gone)
         commands = []
         for node_records in records.values():
             start = 0
@@ -845,10 +866,11 @@ class RedisStorage(Storage):
         if not bits:
             return [(self._table_keys[table], bytes(entries))]
         out, i, n, shift = [], 0, len(values), 64 - bits
+        key, digits, entries = self._table_keys[table], bits // 4, bytes(entries)
         while i < n:
             bucket = values[i] >> shift
             j = bisect.bisect_left(values, (bucket + 1) << shift, i)
-            out.append((self._bucket_key(table, values[i]), bytes(entries[i * width:j * width])))
+            out.append((key + b"%0*x" % (digits, bucket), entries[i * width:j * width]))
             i = j
         return out
 
@@ -880,6 +902,20 @@ class RedisStorage(Storage):
             self._nodes = None
 
 
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Pause Python's cyclic garbage collector: a batch allocates millions of
+    small objects, none in cycles, and the collections it would set off walk
+    them all again and again (a third of a 1M-record bulk load)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _offset(reply, start):
     """A SCAN reply with its range numbers counted from ``start``."""
     for r in range(0, len(reply), 2):
@@ -889,8 +925,12 @@ def _offset(reply, start):
 
 def _split_keys(blob):
     """The keys of a fingerprint index entry (each after its 2-byte length)."""
+    if not blob:
+        return []
+    if int.from_bytes(blob[:2], "big") + 2 == len(blob):
+        return [blob[2:]]
     keys, i = [], 0
-    while blob and i < len(blob):
+    while i < len(blob):
         size = int.from_bytes(blob[i:i + 2], "big")
         keys.append(blob[i + 2:i + 2 + size])
         i += 2 + size
@@ -898,6 +938,8 @@ def _split_keys(blob):
 
 
 def _join_keys(keys):
+    if len(keys) == 1:
+        return len(keys[0]).to_bytes(2, "big") + keys[0]
     return b"".join(len(k).to_bytes(2, "big") + k for k in keys)
 
 
@@ -953,7 +995,7 @@ class RedisTxn(RedisView, Txn):
         self._fps = {}        # fp -> its keys (sorted) after this batch, for fps read
         self._fps_committed = {}
         self._new_params = None
-        self._near = _NearIndex(storage._layout)  # fps given a key by this batch
+        self._near = None  # a _NearIndex of the fps this batch gave keys, once searched
 
     def _read(self, read):
         return self._storage._retrying(read)  # under the lock, no batch lands meanwhile
@@ -985,7 +1027,8 @@ class RedisTxn(RedisView, Txn):
             if old_fp is not None:
                 self._fps[old_fp].remove(key)
             bisect.insort(self._fps[fp], key)
-            self._near.add(fp)
+            if self._near is not None:
+                self._near.add(fp)
 
     # Reads with this batch's changes
 
@@ -1031,6 +1074,11 @@ class RedisTxn(RedisView, Txn):
 
     def _own_hits(self, fp, distance):
         """Hits among the documents this batch stored."""
+        if self._near is None:
+            self._near = _NearIndex(self._storage._layout)
+            for other, keys in self._fps.items():
+                if any(key in self._docs for key in keys):
+                    self._near.add(other)
         return [(key, other, bits) for other, bits in self._near.search(fp, distance)
                 for key in self._fps[other] if key in self._docs]
 
@@ -1071,9 +1119,11 @@ class RedisTxn(RedisView, Txn):
     def plan(self):
         """What this batch writes (final values, so that writing it twice
         is writing it once), or None if nothing."""
-        docs = [[k, v] for k, v in self._docs.items() if v != self._committed[k]]
-        fps = [[fp, _join_keys(keys) if keys else None] for fp, keys in self._fps.items()
-               if tuple(keys) != self._fps_committed[fp]]
+        committed = self._committed
+        docs = [(k, v) for k, v in self._docs.items() if v != committed[k]]
+        before = self._fps_committed
+        fps = [(fp, _join_keys(keys) if keys else None) for fp, keys in self._fps.items()
+               if len(keys) != len(before[fp]) or tuple(keys) != before[fp]]
         if not docs and not fps and self._new_params is None:
             return None
         return {"docs": docs, "fps": fps, "count": self.count(), "distinct": self.distinct(),

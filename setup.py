@@ -34,6 +34,7 @@ setup(
     version="0.1.0",
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
     packages=["simhashdb"],
+    package_data={"simhashdb": ["words-idf.bin"]},
     python_requires=">=3.9",
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},

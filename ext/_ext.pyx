@@ -5,8 +5,9 @@ permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
 from array import array
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.math cimport sqrt
 from libc.string cimport memset
 
 from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
@@ -525,6 +526,125 @@ def halo_digest(const long long[::1] columns):
 # each table's leading-block mask.
 
 include "_tables.pxi"
+
+
+# Distinct words weighted by a table (recipe 3).
+
+cdef inline uint8_t table_weight(const uint64_t* hashes, const uint8_t* weights,
+                                 Py_ssize_t n, uint64_t h, uint8_t absent) noexcept nogil:
+    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if hashes[mid] < h:
+            lo = mid + 1
+        else:
+            hi = mid
+    return weights[lo] if lo < n and hashes[lo] == h else absent
+
+
+cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                                 Py_ssize_t* start) noexcept nogil:
+    """``next_token`` in words, with ASCII letters, digits and separators read
+    from a table."""
+    cdef uint32_t cp
+    cdef Py_ssize_t length
+    while i < n and p[i] < 0x80 and char_class(p[i]) == SEPARATOR:
+        i += 1
+    if i >= n:
+        return -1
+    if p[i] >= 0x80:
+        return next_token(p, n, i, start, False)
+    start[0] = i
+    while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+        i += 1
+    while i < n and p[i] >= 0x80:  # the word may go on in other letters
+        length = decode_utf8(p, n, i, &cp)
+        if char_class(cp) != WORD:
+            break
+        i += length
+        while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+            i += 1
+    return i
+
+
+cdef inline void add_weighted(int64_t* sums, uint64_t h, int64_t w) noexcept nogil:
+    cdef int bit
+    for bit in range(64):
+        sums[bit] += (<int64_t>((h >> bit) & 1) * 2 - 1) * w
+
+
+def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1] table,
+                               const uint8_t[::1] weights, uint8_t absent):
+    """Weighted simhash of the distinct words of UTF-8 ``text`` (words and
+    single CJK characters, as ``tokens_utf8``): a word seen ``c`` times weighs
+    sqrt(c) times its weight in ``table`` (sorted ``fast_hash`` values of
+    words, with ``weights``), or times ``absent`` for a word not in it.
+    Integer sums, so the result is the same on every platform; no word: 0."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
+    cdef Py_ssize_t j, slot, slots, entries = table.shape[0]
+    cdef uint64_t* hashes
+    cdef uint64_t* keys = NULL
+    cdef uint32_t* counts = NULL
+    cdef void* grown
+    cdef uint64_t h, result = 0
+    cdef int64_t sums[64]
+    cdef int bit
+    if entries != weights.shape[0] or entries == 0:
+        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
+    if n == 0:
+        return 0
+    hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
+    try:
+        if hashes == NULL:
+            raise MemoryError()
+        with nogil:
+            while True:
+                end = next_word(&text[0], n, i, &start)
+                if end < 0:
+                    break
+                i = end
+                if count == capacity:
+                    capacity *= 2
+                    grown = realloc(hashes, capacity * sizeof(uint64_t))
+                    if grown == NULL:
+                        with gil:
+                            raise MemoryError()
+                    hashes = <uint64_t*>grown
+                hashes[count] = hash_bytes(&text[start], end - start)
+                count += 1
+            # count each distinct word in an open-addressing table (hash 0 is
+            # stored as a key of its own: slots are empty where counts is 0)
+            slots = 64
+            while slots < 2 * count:
+                slots *= 2
+            keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
+            counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
+            if keys == NULL or counts == NULL:
+                with gil:
+                    raise MemoryError()
+            for j in range(count):
+                h = hashes[j]
+                slot = <Py_ssize_t>(h >> 7) & (slots - 1)
+                while counts[slot] and keys[slot] != h:
+                    slot = (slot + 1) & (slots - 1)
+                keys[slot] = h
+                counts[slot] += 1
+            memset(sums, 0, sizeof(sums))
+            for slot in range(slots):
+                if counts[slot]:
+                    h = keys[slot]
+                    add_weighted(sums, h, <int64_t>(
+                        sqrt(<double>counts[slot])
+                        * table_weight(&table[0], &weights[0], entries, h, absent) + 0.5))
+            for bit in range(64):
+                if sums[bit] > 0:
+                    result |= (<uint64_t>1) << bit
+        return result
+    finally:
+        free(hashes)
+        free(keys)
+        free(counts)
 
 
 cdef inline bytes be_key(uint64_t x):

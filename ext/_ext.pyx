@@ -647,6 +647,76 @@ def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1
         free(counts)
 
 
+DEF MINHASH_BINS = 128
+DEF SHINGLE_WORDS = 5
+
+
+def word_minhash(const unsigned char[::1] text):
+    """The resemblance signature of UTF-8 ``text``: a one-permutation MinHash
+    of its word 5-shingles (words as ``next_word`` reads them; a text of fewer
+    words is one shingle), 128 bins of 16 bits, as 256 bytes. A shingle goes
+    to the bin its hash's top 7 bits name; a bin keeps the 16-bit image
+    (1 to 65535) of its least hash below them; 0 marks an empty bin."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, seen = 0, j
+    cdef uint64_t words[SHINGLE_WORDS]
+    cdef uint64_t least[MINHASH_BINS]
+    cdef uint64_t h, rest
+    cdef int b
+    out = bytearray(2 * MINHASH_BINS)
+    cdef unsigned char[::1] res = out
+    for b in range(MINHASH_BINS):
+        least[b] = 0xFFFFFFFFFFFFFFFFULL
+    with nogil:
+        while n:
+            end = next_word(&text[0], n, i, &start)
+            if end < 0:
+                break
+            i = end
+            words[seen % SHINGLE_WORDS] = hash_bytes(&text[start], end - start)
+            seen += 1
+            if seen >= SHINGLE_WORDS:
+                add_minhash(least, words, seen, SHINGLE_WORDS)
+        if 0 < seen < SHINGLE_WORDS:
+            add_minhash(least, words, seen, seen)
+        for b in range(MINHASH_BINS):
+            if least[b] != 0xFFFFFFFFFFFFFFFFULL:
+                rest = least[b] % 65535 + 1
+                res[2 * b] = rest >> 8
+                res[2 * b + 1] = rest & 0xFF
+    return bytes(out)
+
+
+cdef inline void add_minhash(uint64_t* least, const uint64_t* words, Py_ssize_t seen,
+                             Py_ssize_t length) noexcept nogil:
+    """Put the shingle of the last ``length`` words (a ring of SHINGLE_WORDS
+    after ``seen`` words) into its bin."""
+    cdef uint64_t h = 0, rest
+    cdef Py_ssize_t j
+    for j in range(seen - length, seen):
+        h = rotl(h, 23) ^ words[j % SHINGLE_WORDS]
+        h *= 0x9E3779B97F4A7C15ULL
+    h = fmix64(h)
+    rest = h & 0x01FFFFFFFFFFFFFFULL
+    if rest < least[h >> 57]:
+        least[h >> 57] = rest
+
+
+def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):
+    """Estimated word 5-shingle Jaccard similarity of two ``word_minhash``
+    signatures: equal bins over bins that are not empty in both."""
+    cdef Py_ssize_t i, used = 0, equal = 0
+    cdef unsigned int x, y
+    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    for i in range(MINHASH_BINS):
+        x = (a[2 * i] << 8) | a[2 * i + 1]
+        y = (b[2 * i] << 8) | b[2 * i + 1]
+        if x or y:
+            used += 1
+            equal += x == y
+    return <double>equal / used if used else 1.0
+
+
 cdef inline bytes be_key(uint64_t x):
     cdef unsigned char buf[8]
     cdef int i

@@ -1,8 +1,10 @@
 """simhashdb: a persistent near-duplicate fingerprint database.
 
 Fingerprints: :func:`fingerprint` (text), :func:`compute` (simhash of feature
-hashes), :func:`compute_weighted`, :func:`num_differing_bits`; halo hashes in
-:mod:`simhashdb.halohash`, n-grams in :mod:`simhashdb.chunking`.
+hashes), :func:`compute_weighted`, :func:`num_differing_bits`;
+:func:`fingerprint_with_signature` and :func:`resemblance` behind the text
+methods of :class:`DB`; halo hashes in :mod:`simhashdb.halohash`, n-grams in
+:mod:`simhashdb.chunking`.
 """
 
 from ._ext import (
@@ -31,8 +33,10 @@ from .fingerprint import (
     RECIPES,
     fingerprint,
     fingerprint_many,
+    fingerprint_with_signature,
     html_to_text,
     normalize,
+    resemblance,
     shingle,
     tokenize,
     unsigned_hash,
@@ -62,10 +66,12 @@ __all__ = [
     "find_clusters",
     "fingerprint",
     "fingerprint_many",
+    "fingerprint_with_signature",
     "html_to_text",
     "normalize",
     "num_differing_bits",
     "num_differing_bits_many",
+    "resemblance",
     "shingle",
     "tokenize",
     "unsigned_hash",

@@ -15,7 +15,8 @@ from .errors import (
     InvalidMetadataError,
     ParameterMismatchError,
 )
-from .layout import DEFAULT_EXPECTED_SIZE, Layout
+from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
+from .layout import DEFAULT_EXPECTED_SIZE, MAX_PROBES_PER_TABLE, Layout
 from .matching import components, pair_chunks
 from .storage import open_storage
 
@@ -23,6 +24,7 @@ FORMAT_VERSION = 1
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes
+RESEMBLANCE = 0.4  # text methods: a copy with 1 word in 10 edited keeps about this (README)
 
 Record = collections.namedtuple("Record", "key fingerprint meta")
 Match = collections.namedtuple("Match", "key fingerprint distance")
@@ -195,6 +197,106 @@ class DB:
             results += map(_matches, self._storage.write(
                 lambda txn: txn.insert_if_new(encoded, d)))
         return results
+
+    # Text in, decisions out
+
+    def insert_text(self, key, text, meta=None, *, html=False):
+        """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
+        stripped) by the database's recipe and store it under ``key`` (upsert),
+        with its resemblance signature (see :meth:`insert_text_if_new`)."""
+        document, _ = self._text_document(key, text, meta, html)
+        self._storage.write(lambda txn: txn.upsert([document]))
+
+    def insert_text_if_new(self, key, text, meta=None, *, html=False):
+        """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
+        document is a near-duplicate of it.
+
+        A near-duplicate: a document whose fingerprint is within one bit more
+        than the database's distance and whose word 5-shingles resemble the
+        text's (estimated :func:`resemblance` at least 0.4; a document stored
+        without a signature, by :meth:`insert`, only within the distance).
+
+        :returns: the near-duplicates, as Matches sorted by (distance, key);
+            empty when the text was stored.
+        """
+        return self.insert_text_if_new_many([(key, text, meta)], html=html)[0]
+
+    def insert_text_if_new_many(self, records, *, html=False, batch_size=DEFAULT_BATCH_SIZE):
+        """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
+        meta)`` record, in order, one transaction per batch; a record is also
+        checked against the records stored before it.
+
+        :returns: one list of matches per record.
+        """
+        results = []
+        for batch in _batches(records, batch_size):
+            documents = [self._text_document(*_text_record(r), html) for r in batch]
+
+            def body(txn):
+                found = []
+                for document, signature in documents:
+                    matches = self._text_matches(txn, document[1], signature)
+                    if not matches:
+                        txn.upsert([document])
+                    found.append(matches)
+                return found
+
+            results += self._storage.write(body)
+        return results
+
+    def query_text(self, text, *, html=False):
+        """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
+        decides), as Matches sorted by (distance, key)."""
+        fp, signature = self._text_fingerprint(text, html)
+        with self._storage.read() as view:
+            return self._text_matches(view, fp, signature)
+
+    def _text_fingerprint(self, text, html):
+        """(fingerprint by the database's recipe, resemblance signature)."""
+        recipe = self.recipe or self._adopt_recipe()
+        if recipe not in RECIPES:
+            raise ParameterMismatchError(
+                "%s holds fingerprints made with %r, a recipe this simhashdb cannot "
+                "fingerprint text with" % (self.path, recipe))
+        return fingerprint_with_signature(text, html=html, **RECIPES[recipe])
+
+    def _adopt_recipe(self):
+        """An unnamed database takes the default recipe while empty and writable."""
+        if self._storage.readonly or len(self):
+            raise ParameterMismatchError(
+                "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
+                "with them; use a database opened with recipe=simhashdb.RECIPE" % self.path)
+
+        def store(txn):
+            params = msgpack.unpackb(txn.params())
+            params["recipe"] = RECIPE
+            txn.set_params(msgpack.packb(params))
+
+        self._storage.write(store)
+        self.recipe = RECIPE
+        return RECIPE
+
+    def _text_document(self, key, text, meta, html):
+        """(the encoded (key, fingerprint, value), the signature) of a text: the
+        value holds the signature after the metadata."""
+        fp, signature = self._text_fingerprint(text, html)
+        key_bytes, fp, _ = _encode_records([(key, fp, meta)], self._storage.max_key_bytes)[0]
+        return (key_bytes, fp, msgpack.packb([fp, meta, None, signature])), signature
+
+    def _text_matches(self, view, fp, signature):
+        """Stored near-duplicates of a text (see :meth:`insert_text_if_new`):
+        candidates one bit past the distance, confirmed by their signatures."""
+        reach = self.distance + 1
+        if self._layout.probes_per_table(reach) > MAX_PROBES_PER_TABLE:
+            reach = self.distance
+        confirmed = []
+        for hit in view.search(_ext.as_fingerprints([fp]), reach)[0]:
+            stored = _unpack(view.get(hit[0]))
+            theirs = stored[3] if len(stored) > 3 else None
+            if (hit[2] <= self.distance if theirs is None
+                    else resemblance(signature, theirs) >= RESEMBLANCE):
+                confirmed.append(hit)
+        return _matches(confirmed)
 
     def compact(self):
         """Rewrite the database without the space freed by deletes.
@@ -377,6 +479,13 @@ def _matches(hits):
     matches = [Match(_unpack(key), fp, d) for key, fp, d in hits]
     matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
     return matches
+
+
+def _text_record(record):
+    if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
+        raise InvalidArgumentError("expected a (key, text) or (key, text, meta) record, got %r"
+                                   % (record,))
+    return record[0], record[1], record[2] if len(record) == 3 else None
 
 
 def check_record(record):

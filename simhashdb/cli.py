@@ -41,21 +41,25 @@ def cmd_import(args):
     formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
     with _open(args.path, args, text="text" in formats.values()) as db, \
             _progress(args, "import", unit="B") as bar:
-        args.fingerprint = _fingerprinter(db, args)
         batch, where = [], []
 
         def flush():
+            size = len(batch) or 1
+            text = bool(batch) and isinstance(batch[0], _TextRecord)
             if args.if_new:
-                for (source, line), record, found in zip(
-                        where, batch, db.insert_if_new_many(batch, batch_size=len(batch) or 1)):
+                found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size)
+                             if text else db.insert_if_new_many(batch, batch_size=size))
+                for (source, line), record, found in zip(where, batch, found_all):
                     if found:
                         counts["near_duplicates"] += 1
                         _emit({"skipped": record[0], "source": source, "line": line,
                                "matches": [_match_json(m) for m in found]})
                     else:
                         counts["imported"] += 1
+            elif text:
+                counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
             else:
-                counts["imported"] += db.insert_many(batch, batch_size=len(batch) or 1)
+                counts["imported"] += db.insert_many(batch, batch_size=size)
             batch.clear()
             where.clear()
 
@@ -66,7 +70,8 @@ def cmd_import(args):
                 if isinstance(record, _TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
                     raise CliError("this database holds fingerprints made with %r, a recipe "
                                    "this simhashdb cannot fingerprint text with" % (db.recipe,))
-                simhashdb.check_record(record)
+                simhashdb.check_record((record[0], 0, *record[2:])
+                                       if isinstance(record, _TextRecord) else record)
             except (CliError, simhashdb.SimhashDBError) as exc:
                 if not args.skip_invalid:
                     raise CliError("%s:%s: %s (%d records were imported before the batch that "
@@ -74,6 +79,8 @@ def cmd_import(args):
                                    % (source, line, exc, counts["imported"])) from None
                 counts["invalid"] += 1
                 continue
+            if batch and isinstance(batch[0], _TextRecord) != isinstance(record, _TextRecord):
+                flush()  # a batch goes whole through the text methods or the fingerprint ones
             batch.append(record)
             where.append((source, line))
             if len(batch) >= args.batch_size:
@@ -86,12 +93,17 @@ def cmd_query(args):
     """Print the stored documents near each fingerprint (arguments, stdin, or --text files)."""
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
+            if args.distance is not None:
+                raise CliError("--distance is for fingerprints: --text finds near-duplicates "
+                               "by the database's distance and the texts' resemblance")
             fingerprint = _fingerprinter(db, args)
-            probes = [(path, fingerprint(_read_file(path))) for path in args.text]
+            texts = [(path, _read_file(path)) for path in args.text]
+            probes = [(path, fingerprint(data)) for path, data in texts]
+            results = [db.query_text(data, html=args.html) for _, data in texts]
         else:
             values = args.fingerprints or _stdin_lines()
             probes = [(None, _parse_fingerprint(v, args.format, "argument")) for v in values]
-        results = db.query_many([fp for _, fp in probes], args.distance)
+            results = db.query_many([fp for _, fp in probes], args.distance)
         for (path, fp), matches in zip(probes, results):
             out = {"query": fp} if path is None else {"query": path, "fingerprint": fp}
             out["matches"] = [_match_json(m) for m in matches]
@@ -203,7 +215,7 @@ def _records(formats, args, bar):
             if given == "-":
                 data = sys.stdin.buffer.read()
                 bar.update(len(data))
-                yield "<stdin>", 1, (args.key_prefix or "-", args.fingerprint(data))
+                yield "<stdin>", 1, _TextRecord((args.key_prefix or "-", data))
             else:
                 yield given, 1, _text_record(given, args, bar)
             continue
@@ -220,7 +232,7 @@ def _line_records(given, fmt, args, bar, several):
                 continue
             try:
                 if fmt == "jsonl":
-                    record = _json_record(line, args.fingerprint)
+                    record = _json_record(line)
                 else:
                     fp = _parse_fingerprint(line, fmt, "line")
                     key = "%s:%d" % (given, number) if several else number
@@ -231,7 +243,7 @@ def _line_records(given, fmt, args, bar, several):
             yield source, number, record
 
 
-def _json_record(line, fingerprint):
+def _json_record(line):
     try:
         obj = json.loads(line, object_hook=_from_json)
     except json.JSONDecodeError as exc:
@@ -242,21 +254,21 @@ def _json_record(line, fingerprint):
         value = obj["fingerprint"]
         fp = _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
     elif isinstance(obj.get("text"), str):
-        return _TextRecord((obj["key"], fingerprint(obj["text"]), obj.get("meta")))
+        return _TextRecord((obj["key"], obj["text"], obj.get("meta")))
     else:
         raise CliError('expected "fingerprint" (an int) or "text" (a string)')
     return obj["key"], fp, obj.get("meta")
 
 
 class _TextRecord(tuple):
-    """A record whose fingerprint this command made from text."""
+    """A (key, text[, meta]) record, for the database's text methods."""
 
 
 def _text_record(path, args, bar):
     data = _read_file(path)
     bar.update(len(data))
     key = path if args.key_prefix is None else args.key_prefix + path
-    return key, args.fingerprint(data)
+    return _TextRecord((key, data))
 
 
 def _walk(root, include, exclude):

@@ -204,8 +204,17 @@ class DB:
         """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
         stripped) by the database's recipe and store it under ``key`` (upsert),
         with its resemblance signature (see :meth:`insert_text_if_new`)."""
-        document, _ = self._text_document(key, text, meta, html)
-        self._storage.write(lambda txn: txn.upsert([document]))
+        self.insert_text_many([(key, text, meta)], html=html)
+
+    def insert_text_many(self, records, *, html=False, batch_size=DEFAULT_BATCH_SIZE):
+        """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
+        record, one transaction per batch; returns the number written."""
+        written = 0
+        for batch in _batches(records, batch_size):
+            documents = [self._text_document(*_text_record(r), html)[0] for r in batch]
+            self._storage.write(lambda txn: txn.upsert(documents))
+            written += len(documents)
+        return written
 
     def insert_text_if_new(self, key, text, meta=None, *, html=False):
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
@@ -258,7 +267,11 @@ class DB:
             raise ParameterMismatchError(
                 "%s holds fingerprints made with %r, a recipe this simhashdb cannot "
                 "fingerprint text with" % (self.path, recipe))
-        return fingerprint_with_signature(text, html=html, **RECIPES[recipe])
+        fp, signature = fingerprint_with_signature(text, html=html, **RECIPES[recipe])
+        if not any(signature):
+            raise InvalidArgumentError("the text has no words, so nothing to compare it by; "
+                                       "leave empty documents out")
+        return fp, signature
 
     def _adopt_recipe(self):
         """An unnamed database takes the default recipe while empty and writable."""

@@ -31,7 +31,7 @@ else:
 
 setup(
     name="simhashdb",
-    version="0.1.0",
+    version="0.2.0",
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
     packages=["simhashdb"],
     python_requires=">=3.9",

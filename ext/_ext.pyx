@@ -689,12 +689,12 @@ cdef bytes pack_key_plain(object key, Py_ssize_t limit):
     return (<char*>head)[:n] + raw
 
 
-def encode_plain_documents(list records, Py_ssize_t limit):
-    """(msgpack(key), fingerprint, msgpack([fingerprint, None])) for each
-    record, or None if any record is not plain (the caller then encodes them
-    all the general way, which also explains what is wrong)."""
+def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
+    """(msgpack(key), fingerprint, msgpack([fingerprint, None, stored_at])) for
+    each record, or None if any record is not plain (the caller then encodes
+    them all the general way, which also explains what is wrong)."""
     cdef Py_ssize_t i, n = len(records)
-    cdef unsigned char value[10]
+    cdef unsigned char value[20]
     cdef Py_ssize_t size
     cdef list out = [None] * n
     cdef object record, key_bytes, fp
@@ -709,8 +709,9 @@ def encode_plain_documents(list records, Py_ssize_t limit):
         key_bytes = pack_key_plain(record[0], limit)
         if key_bytes is None:
             return None
-        value[0] = 0x92
+        value[0] = 0x93
         size = 1 + pack_uint(value + 1, fp)
         value[size] = 0xc0
-        out[i] = (key_bytes, fp, (<char*>value)[:size + 1])
+        size += 1 + pack_uint(value + size + 1, stored_at)
+        out[i] = (key_bytes, fp, (<char*>value)[:size])
     return out

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -20,6 +21,7 @@ import simhashdb
 
 DEFAULT_BATCH = 10_000
 FORMATS = ("dec", "hex", "jsonl", "text")
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class CliError(Exception):
@@ -46,8 +48,8 @@ def cmd_import(args):
 
         def flush():
             if args.if_new:
-                for (source, line), record, found in zip(
-                        where, batch, db.insert_if_new_many(batch, batch_size=len(batch) or 1)):
+                for (source, line), record, found in zip(where, batch, db.insert_if_new_many(
+                        batch, batch_size=len(batch) or 1, refresh=args.refresh)):
                     if found:
                         counts["near_duplicates"] += 1
                         _emit({"skipped": record[0], "source": source, "line": line,
@@ -118,6 +120,12 @@ def cmd_stats(args):
     """Print counts, parameters and sizes."""
     with _open(args.path, args, readonly=True) as db:
         _emit(db.stats())
+
+
+def cmd_expire(args):
+    """Remove the documents stored more than --older-than ago."""
+    with _open(args.path, args) as db:
+        _emit({"expired": db.expire(time.time() - args.older_than)})
 
 
 def cmd_compact(args):
@@ -245,7 +253,7 @@ def _json_record(line, fingerprint):
         return _TextRecord((obj["key"], fingerprint(obj["text"]), obj.get("meta")))
     else:
         raise CliError('expected "fingerprint" (an int) or "text" (a string)')
-    return obj["key"], fp, obj.get("meta")
+    return obj["key"], fp, obj.get("meta"), obj.get("stored_at")
 
 
 class _TextRecord(tuple):
@@ -377,7 +385,8 @@ def _match_json(match):
 
 
 def _record_json(record):
-    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta}
+    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta,
+            "stored_at": record.stored_at}
 
 
 # Plumbing
@@ -403,6 +412,15 @@ def _fingerprinter(db, args):
     """Text to fingerprint by the database's recipe (the default if it has none)."""
     options = simhashdb.RECIPES.get(db.recipe, simhashdb.RECIPES[simhashdb.RECIPE])
     return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
+
+
+def _duration(text):
+    """Seconds of a duration such as 90s, 45m, 12h, 30d or 2w."""
+    match = re.fullmatch(r"([0-9]+)([smhdw])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
+                                         "h, d or w (e.g. 30d)" % text)
+    return int(match.group(1)) * SECONDS[match.group(2)]
 
 
 def _distance(args):
@@ -471,6 +489,9 @@ def build_parser():
                           "the input; print the skipped ones")
     sub.add_argument("--skip-invalid", action="store_true",
                      help="skip malformed lines and report their count")
+    sub.add_argument("--refresh", action="store_true",
+                     help="with --if-new, record the near-duplicates found as stored now "
+                          "(see expire)")
     sub.add_argument("--html", action="store_true",
                      help="text documents are HTML: fingerprint their text only")
 
@@ -495,6 +516,10 @@ def build_parser():
                          help="keys made of digits are strings, not ints")
 
     command("stats", "simhashdb-cli stats crawl.db")
+    sub = command("expire", "simhashdb-cli expire crawl.db --older-than 30d")
+    sub.add_argument("--older-than", type=_duration, required=True, metavar="AGE",
+                     help="remove documents stored longer ago than AGE: a number and a unit, "
+                          "s, m, h, d or w (e.g. 30d)")
     command("compact", "simhashdb-cli compact crawl.db")
     command("check", "simhashdb-cli check crawl.db")
     command("export", "simhashdb-cli export crawl.db > crawl.jsonl")

@@ -1,7 +1,10 @@
 """The fingerprint database."""
 
 import collections
+import datetime
 import itertools
+import math
+import time
 from array import array
 
 import msgpack
@@ -24,7 +27,9 @@ DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes
 
-Record = collections.namedtuple("Record", "key fingerprint meta")
+Record = collections.namedtuple("Record", "key fingerprint meta stored_at", defaults=(None, None))
+Record.__doc__ = """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
+stored, or None for one stored by a simhashdb that did not record it."""
 Match = collections.namedtuple("Match", "key fingerprint distance")
 
 
@@ -145,7 +150,9 @@ class DB:
         self.insert_many([(key, fingerprint, meta)])
 
     def insert_many(self, records, batch_size=DEFAULT_BATCH_SIZE):
-        """Store ``(key, fingerprint)`` or ``(key, fingerprint, meta)`` records.
+        """Store ``(key, fingerprint)``, ``(key, fingerprint, meta)`` or
+        ``(key, fingerprint, meta, stored_at)`` records (``stored_at``: a UNIX
+        time or datetime, as :class:`Record` gives it; default: now).
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
@@ -157,7 +164,7 @@ class DB:
         """
         written = 0
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch, self._storage.max_key_bytes)
+            encoded = _encode_records(batch, self._storage.max_key_bytes, _now())
             self._storage.write(lambda txn: txn.upsert(encoded))
             written += len(encoded)
         return written
@@ -174,15 +181,19 @@ class DB:
             deleted += self._storage.write(lambda txn: txn.remove(encoded))
         return deleted
 
-    def insert_if_new(self, key, fingerprint, meta=None, distance=None):
+    def insert_if_new(self, key, fingerprint, meta=None, distance=None, refresh=False):
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
+        :param bool refresh: when near-duplicates are found, record them as
+            stored now (so that :meth:`expire` keeps what is still being seen).
         :returns: the near-duplicates found (empty when the document was stored).
         """
-        return self.insert_if_new_many([(key, fingerprint, meta)], distance)[0]
+        return self.insert_if_new_many([(key, fingerprint, meta)], distance,
+                                       refresh=refresh)[0]
 
-    def insert_if_new_many(self, records, distance=None, batch_size=DEFAULT_BATCH_SIZE):
+    def insert_if_new_many(self, records, distance=None, batch_size=DEFAULT_BATCH_SIZE,
+                           refresh=False):
         """:meth:`insert_if_new` for each record, in order, one transaction per
         batch; a record is also checked against the records stored before it.
 
@@ -191,10 +202,48 @@ class DB:
         d = self._query_distance(distance)
         results = []
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch, self._storage.max_key_bytes)
-            results += map(_matches, self._storage.write(
-                lambda txn: txn.insert_if_new(encoded, d)))
+            now = _now()
+            encoded = _encode_records(batch, self._storage.max_key_bytes, now)
+
+            def insert(txn):
+                found = txn.insert_if_new(encoded, d)
+                if refresh:
+                    _restamp(txn, {key: fp for hits in found for key, fp, _ in hits}, now)
+                return found
+
+            results += map(_matches, self._storage.write(insert))
         return results
+
+    def expire(self, before, batch_size=DEFAULT_BATCH_SIZE):
+        """Remove every document stored before ``before`` (a datetime, naive
+        ones in local time, or a UNIX time). Times are whole seconds, so a
+        document stored in the second just before ``before`` may stay; one
+        stored at or after it never goes. Documents stored by a simhashdb that
+        did not record the time are kept.
+
+        Each transaction looks at ``batch_size`` documents, so writers and
+        readers get their turns during a long expiry.
+
+        :returns: the number of documents removed.
+        """
+        cutoff = math.floor(_unix_time(before, "before"))
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InvalidArgumentError("batch_size must be an int >= 1, got %r" % (batch_size,))
+
+        def expire_batch(txn):
+            old, last = [], None
+            for last, value in itertools.islice(txn.documents(after), batch_size):
+                stored_at = _stored_at(value)
+                if stored_at is not None and stored_at < cutoff:
+                    old.append(last)
+            return (txn.remove(old) if old else 0), last
+
+        removed, after = 0, None
+        while True:
+            count, after = self._storage.write(expire_batch)
+            removed += count
+            if after is None:
+                return removed
 
     def compact(self):
         """Rewrite the database without the space freed by deletes.
@@ -228,7 +277,7 @@ class DB:
         key_bytes = _encode_key(key)
         with self._storage.read() as view:
             value = view.get(key_bytes)
-        return None if value is None else Record(key, *_unpack(value)[:2])
+        return None if value is None else _record(key, value)
 
     def __contains__(self, key):
         return self.get(key) is not None
@@ -241,7 +290,7 @@ class DB:
         """Records in key-encoding order, from one snapshot held until the loop ends."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
-                yield Record(_unpack(key_bytes), *_unpack(value)[:2])
+                yield _record(_unpack(key_bytes), value)
 
     def find_all(self, distance=None):
         """Every pair of stored documents within ``distance`` bits (default: the
@@ -412,28 +461,94 @@ def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
     return encoded
 
 
-def _encode_records(records, limit=MAX_KEY_BYTES):
-    """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record
-    (natively where every record is plain: see ``_ext.encode_plain_documents``)."""
-    plain = _ext.encode_plain_documents(records, limit) if isinstance(records, list) else None
+def _encode_records(records, limit=MAX_KEY_BYTES, now=None):
+    """(encoded key, fingerprint, encoded [fingerprint, meta, stored_at]) for
+    each record, stored ``now`` unless it says when (natively where every
+    record is plain: see ``_ext.encode_plain_documents``)."""
+    now = _now() if now is None else now
+    plain = _ext.encode_plain_documents(records, limit, now) \
+        if isinstance(records, list) else None
     if plain is not None:
         return plain
     pack = msgpack.Packer().pack
     encoded = []
     for record in records:
-        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
+        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
             raise InvalidArgumentError(
-                "expected a (key, fingerprint) or (key, fingerprint, meta) record, got %r"
-                % (record,))
+                "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
+                "meta, stored_at) record, got %r" % (record,))
         key, fp = _encode_key(record[0], pack, limit), _ext.check_fingerprint(record[1])
-        meta = record[2] if len(record) == 3 else None
+        meta = record[2] if len(record) > 2 else None
+        stored_at = _stored_time(record[3]) if len(record) > 3 and record[3] is not None else now
         try:
-            encoded.append((key, fp, pack([fp, meta])))
+            encoded.append((key, fp, pack([fp, meta, stored_at])))
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidMetadataError("metadata of key %r cannot be stored: %s (use values "
                                        "msgpack can encode: None, bool, int, float, str, "
                                        "bytes, lists and dicts)" % (record[0], exc)) from None
     return encoded
+
+
+def _now():
+    return int(time.time())
+
+
+def _unix_time(when, what):
+    """A datetime or a UNIX time as a UNIX time (float or int)."""
+    if isinstance(when, datetime.datetime):
+        return when.timestamp()
+    if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+        return when
+    raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got %s %r"
+                               % (what, type(when).__name__, when))
+
+
+def _stored_time(when):
+    """A record's stored time as whole seconds since the epoch."""
+    seconds = math.floor(_unix_time(when, "stored_at"))
+    if not 0 <= seconds < 2**64:
+        raise InvalidArgumentError("stored_at must be at or after 1970-01-01, got %r" % (when,))
+    return seconds
+
+
+def _record(key, value):
+    """The Record of ``key`` from its stored value: [fingerprint, meta] or
+    [fingerprint, meta, stored_at] (older values have no time)."""
+    items = _unpack(value)
+    return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
+
+
+def _value_items(value):
+    """An unpacker positioned after a document value's fingerprint and meta,
+    and the number of items the value holds."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(value)
+    try:
+        count = unpacker.read_array_header()
+        unpacker.skip()
+        unpacker.skip()
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
+                            "backup, or `export` what is readable" % exc) from None
+    return unpacker, count
+
+
+def _stored_at(value):
+    """The stored time a document value records, or None."""
+    unpacker, count = _value_items(value)
+    return unpacker.unpack() if count > 2 else None
+
+
+def _restamp(txn, fingerprints, now):
+    """Record the documents ``fingerprints`` ({encoded key: fingerprint}) as
+    stored ``now``, leaving the bytes of their fingerprint and meta as they are."""
+    documents = []
+    for key, fp in fingerprints.items():
+        value = txn.get(key)
+        unpacker, _ = _value_items(value)
+        documents.append((key, fp, b"\x93" + value[1:unpacker.tell()] + msgpack.packb(now)))
+    if documents:
+        txn.upsert(documents)
 
 
 def _unpack(data):

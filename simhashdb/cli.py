@@ -12,6 +12,7 @@ import fnmatch
 import json
 import os
 import re
+import stat
 import sys
 import time
 
@@ -28,6 +29,13 @@ class CliError(Exception):
     """An error in the command's input: one line on stderr, exit status 1."""
 
 
+class Skipped:
+    """An input left out, and why (counted and noted, not an error)."""
+
+    def __init__(self, why):
+        self.why = why
+
+
 # Commands
 
 
@@ -39,7 +47,7 @@ def cmd_init(args):
 
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
-    counts = {"imported": 0, "invalid": 0, "near_duplicates": 0}
+    counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
     with _open(args.path, args, text="text" in formats.values()) as db, \
             _progress(args, "import", unit="B") as bar:
@@ -62,6 +70,11 @@ def cmd_import(args):
             where.clear()
 
         for source, line, record in _records(formats, args, bar):
+            if isinstance(record, Skipped):
+                skipped = counts["skipped_files"]
+                skipped[record.why] = skipped.get(record.why, 0) + 1
+                _note(args, "skipped %s: %s" % (source, record.why))
+                continue
             try:
                 if isinstance(record, Exception):
                     raise record
@@ -205,11 +218,12 @@ def _records(formats, args, bar):
     for given, fmt in formats.items():
         if given != "-" and os.path.isdir(given):
             for path in _walk(given, args.include, args.exclude):
-                yield path, 1, _text_record(path, args, bar)
+                yield path, 1, _text_record(path, args, bar) if _is_regular(path) \
+                    else Skipped("not a regular file")
             continue
         if fmt == "text":
             if given == "-":
-                data = sys.stdin.buffer.read()
+                data = _stdin().read()
                 bar.update(len(data))
                 yield "<stdin>", 1, (args.key_prefix or "-", args.fingerprint(data))
             else:
@@ -223,10 +237,10 @@ def _line_records(given, fmt, args, bar, several):
     with _open_input(given) as stream:
         for number, raw in enumerate(stream, 1):
             bar.update(len(raw))
-            line = raw.decode("utf-8", "replace").strip()
-            if not line:
-                continue
             try:
+                line = _decode(raw, "line").strip()
+                if not line:
+                    continue
                 if fmt == "jsonl":
                     record = _json_record(line, args.fingerprint)
                 else:
@@ -244,6 +258,10 @@ def _json_record(line, fingerprint):
         obj = json.loads(line, object_hook=_from_json)
     except json.JSONDecodeError as exc:
         raise CliError("not JSON: %s" % exc.msg) from None
+    except RecursionError:
+        raise CliError("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an int of more digits than Python converts
+        raise CliError("not usable JSON: %s" % exc) from None
     if not isinstance(obj, dict) or "key" not in obj:
         raise CliError('expected an object with "key" and "fingerprint" or "text"')
     if "fingerprint" in obj:
@@ -265,6 +283,15 @@ def _text_record(path, args, bar):
     bar.update(len(data))
     key = path if args.key_prefix is None else args.key_prefix + path
     return key, args.fingerprint(data)
+
+
+def _is_regular(path):
+    """Whether ``path`` is a regular file (or a link to one): FIFOs, sockets and
+    devices met in a directory walk are skipped, as reading them may never end."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # reading it reports why it cannot be read
 
 
 def _walk(root, include, exclude):
@@ -303,7 +330,7 @@ def _detect_format(given):
 @contextlib.contextmanager
 def _open_input(given, peek=False):
     if given == "-":
-        stream = sys.stdin.buffer
+        stream = _stdin()
         if peek:
             yield iter(stream.peek(1 << 16).splitlines() if hasattr(stream, "peek") else ())
         else:
@@ -330,27 +357,48 @@ def _read_hash_file(args):
             line = raw.strip()
             if line:
                 try:
-                    hashes.append(_parse_fingerprint(line.decode("ascii", "replace"), "dec", "line"))
-                except simhashdb.SimhashDBError as exc:
+                    hashes.append(_parse_fingerprint(_decode(line, "line"), "dec", "line"))
+                except (CliError, simhashdb.SimhashDBError) as exc:
                     raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
     return hashes
 
 
+def _stdin():
+    if sys.stdin is None:
+        raise CliError("standard input is closed: give the input as arguments or files, or "
+                       "pipe it in")
+    return sys.stdin.buffer
+
+
 def _stdin_lines():
-    return [line.strip() for line in sys.stdin if line.strip()]
+    lines = (_decode(raw, "stdin line").strip() for raw in _stdin())
+    return [line for line in lines if line]
+
+
+def _decode(raw, what):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError("%s is not valid UTF-8 (byte %d): keys and fingerprints must be UTF-8 "
+                       "text" % (what, exc.start)) from None
+
+
+DEC = re.compile(r"[0-9]{1,40}")
+HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 
 
 def _parse_fingerprint(text, fmt, what):
+    """A fingerprint written as plain decimal or hex digits (hex may start with
+    0x); ``fmt`` None takes all-digit text as decimal. No signs, underscores,
+    spaces inside or non-ASCII digits."""
     text = text.strip()
-    try:
-        if fmt == "dec" or (fmt is None and text.isdigit()):
-            value = int(text, 10)
-        else:
-            value = int(text[2:] if text[:2].lower() == "0x" else text, 16)
-    except ValueError:
-        raise CliError("%s %r is not a %s fingerprint"
-                       % (what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or "
-                                                                                  "hex"))) from None
+    if fmt != "hex" and DEC.fullmatch(text):
+        value = int(text, 10)
+    elif fmt != "dec" and HEX.fullmatch(text):
+        value = int(HEX.fullmatch(text).group(2), 16)
+    else:
+        raise CliError("%s %r is not a %s fingerprint" % (
+            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex")))
     return simhashdb.check_fingerprint(value)
 
 
@@ -423,6 +471,19 @@ def _duration(text):
     return int(match.group(1)) * SECONDS[match.group(2)]
 
 
+def _positive(text):
+    """An int >= 1 (for --batch-size)."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError("%r is not a positive whole number" % text)
+    return int(text)
+
+
+def _note(args, message):
+    """A remark on stderr (unless --quiet) that is not an error."""
+    if not args.quiet:
+        print("simhashdb-cli: note: %s" % message, file=sys.stderr)
+
+
 def _distance(args):
     return 3 if args.distance is None else args.distance
 
@@ -482,7 +543,7 @@ def build_parser():
                      help="in directories, only files matching GLOB (repeatable)")
     sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                      help="in directories, skip files matching GLOB (repeatable)")
-    sub.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
+    sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
                      help="records per transaction (default: %d)" % DEFAULT_BATCH)
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
@@ -556,14 +617,39 @@ def main(argv=None):
     try:
         with _output_file(output) as args.output_file:
             args.handler(args)
+            sys.stdout.flush()  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
+        _silence_stdout()
         return 0
-    except (CliError, simhashdb.SimhashDBError, OSError) as exc:
+    except KeyboardInterrupt:
         if args.debug:
             raise
-        print("simhashdb-cli: error: %s" % exc, file=sys.stderr)
+        _silence_stdout()
+        print("simhashdb-cli: interrupted: every batch committed before stays in the database; "
+              "the rest was not written", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        _silence_stdout()
+        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError))
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print("simhashdb-cli: error: %s%s" % (message, "" if known else " (%s; run with --debug "
+              "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
         return 1
     return 0
+
+
+def _silence_stdout():
+    """Drop what stdout still buffers for a pipe that is closed or a disk that
+    is full, so that exiting does not print a second error."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 @contextlib.contextmanager

@@ -68,6 +68,15 @@ class DB:
 
     def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None,
                  recipe=None, backend=None):
+        for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
+                                       ("expected_size", expected_size, 1, 2**64)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not low <= value <= high):
+                raise InvalidArgumentError("%s must be an int in [%d, %d], got %s"
+                                           % (name, low, high, _ext.shown(value)))
+        if recipe is not None and not isinstance(recipe, str):
+            raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
+                                       % _ext.shown(recipe))
         self._storage = open_storage(path, readonly=readonly, backend=backend)
         try:
             self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
@@ -227,8 +236,7 @@ class DB:
         :returns: the number of documents removed.
         """
         cutoff = math.floor(_unix_time(before, "before"))
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InvalidArgumentError("batch_size must be an int >= 1, got %r" % (batch_size,))
+        _check_batch_size(batch_size)
 
         def expire_batch(txn):
             old, last = [], None
@@ -414,10 +422,11 @@ class DB:
         """An all-pairs scan's distance: at most the built one."""
         if distance is None:
             return self.distance
-        if not isinstance(distance, int) or not 0 <= distance <= self.distance:
+        if not isinstance(distance, int) or isinstance(distance, bool) or \
+                not 0 <= distance <= self.distance:
             raise InvalidArgumentError(
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
-                "got %r" % (self.distance, distance))
+                "got %s" % (self.distance, _ext.shown(distance)))
         return distance
 
 
@@ -434,9 +443,21 @@ def check_record(record):
     _encode_records([record])
 
 
+def _check_batch_size(size):
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise InvalidArgumentError("batch_size must be an int >= 1, got %s" % _ext.shown(size))
+
+
 def _batches(items, size):
-    if not isinstance(size, int) or size < 1:
-        raise InvalidArgumentError("batch_size must be an int >= 1, got %r" % (size,))
+    """Lists of ``size`` items (the last may be shorter); arguments checked now."""
+    _check_batch_size(size)
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise InvalidArgumentError("expected an iterable of records or keys, got %s"
+                                   % _ext.shown(items))
+    return _chunks(items, size)
+
+
+def _chunks(items, size):
     batch = []
     for item in items:
         batch.append(item)
@@ -449,12 +470,16 @@ def _batches(items, size):
 
 def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
-        raise InvalidKeyError("keys must be str, bytes or int, got %s %r"
-                              % (type(key).__name__, key))
+        raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
+                              % (type(key).__name__, _ext.shown(key)))
     try:
         encoded = pack(key)
     except OverflowError:
-        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %d" % key) from None
+        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %s"
+                              % _ext.shown(key)) from None
+    except UnicodeEncodeError:
+        raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
+                              "encode as UTF-8" % _ext.shown(key)) from None
     if len(encoded) > limit:
         raise InvalidKeyError("key is %d bytes encoded; the most is %d"
                               % (len(encoded), limit))
@@ -476,16 +501,20 @@ def _encode_records(records, limit=MAX_KEY_BYTES, now=None):
         if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
             raise InvalidArgumentError(
                 "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
-                "meta, stored_at) record, got %r" % (record,))
+                "meta, stored_at) record, got %s" % _ext.shown(record))
         key, fp = _encode_key(record[0], pack, limit), _ext.check_fingerprint(record[1])
         meta = record[2] if len(record) > 2 else None
         stored_at = _stored_time(record[3]) if len(record) > 3 and record[3] is not None else now
         try:
-            encoded.append((key, fp, pack([fp, meta, stored_at])))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InvalidMetadataError("metadata of key %r cannot be stored: %s (use values "
-                                       "msgpack can encode: None, bool, int, float, str, "
-                                       "bytes, lists and dicts)" % (record[0], exc)) from None
+            value = pack([fp, meta, stored_at])
+            msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
+        except (TypeError, ValueError, OverflowError, RecursionError,
+                msgpack.UnpackException) as exc:
+            raise InvalidMetadataError(
+                "metadata of key %s cannot be stored: %s (use values that msgpack writes and "
+                "reads back: None, bool, int, float, str, bytes, lists, and dicts whose keys "
+                "are not lists or tuples)" % (_ext.shown(record[0]), exc)) from None
+        encoded.append((key, fp, value))
     return encoded
 
 
@@ -497,17 +526,19 @@ def _unix_time(when, what):
     """A datetime or a UNIX time as a UNIX time (float or int)."""
     if isinstance(when, datetime.datetime):
         return when.timestamp()
-    if isinstance(when, (int, float)) and not isinstance(when, bool) and math.isfinite(when):
+    if isinstance(when, int) and not isinstance(when, bool) or \
+            isinstance(when, float) and math.isfinite(when):
         return when
-    raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got %s %r"
-                               % (what, type(when).__name__, when))
+    raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got %s %s"
+                               % (what, type(when).__name__, _ext.shown(when)))
 
 
 def _stored_time(when):
     """A record's stored time as whole seconds since the epoch."""
     seconds = math.floor(_unix_time(when, "stored_at"))
     if not 0 <= seconds < 2**64:
-        raise InvalidArgumentError("stored_at must be at or after 1970-01-01, got %r" % (when,))
+        raise InvalidArgumentError("stored_at must be a time from 1970-01-01 on, got %s"
+                                   % _ext.shown(when))
     return seconds
 
 

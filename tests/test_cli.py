@@ -52,7 +52,7 @@ def test_dec_import_query_get_delete(tmp_path, capsys):
     hashes.write_text("1\n3\n7\n\n1099511627776\n")
     assert run(capsys, "init", db, "--distance", "3", "--blocks", "5")[0] == 0
     code, out, _ = run(capsys, "import", db, hashes)
-    assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0}]
+    assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}]
     code, out, _ = run(capsys, "query", db, "2", "0x7", "--distance", "1")
     assert out == [{"query": 2, "matches": [{"key": 2, "fingerprint": 3, "distance": 1}]},
                    {"query": 7, "matches": [{"key": 3, "fingerprint": 7, "distance": 0},

@@ -13,7 +13,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Record, check_record
+from .db import DB, Match, Matches, Record, check_record
 from .errors import (
     DatabaseBusyError,
     DatabaseError,
@@ -47,6 +47,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidMetadataError",
     "Match",
+    "Matches",
     "ParameterMismatchError",
     "Record",
     "InvalidArgumentError",

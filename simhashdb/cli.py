@@ -64,6 +64,9 @@ def cmd_import(args):
                                "matches": [_match_json(m) for m in found]})
                     else:
                         counts["imported"] += 1
+                        if found.replaced:
+                            _emit({"replaced": record[0], "source": source, "line": line,
+                                   "fingerprint_before": found.replaced.fingerprint})
             else:
                 counts["imported"] += db.insert_many(batch, batch_size=len(batch) or 1)
             batch.clear()

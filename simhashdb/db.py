@@ -33,6 +33,16 @@ stored, or None for one stored by a simhashdb that did not record it."""
 Match = collections.namedtuple("Match", "key fingerprint distance")
 
 
+class Matches(list):
+    """What :meth:`DB.insert_if_new` found: a list of Matches (empty when the
+    document was stored) whose ``replaced`` is the Record the stored document
+    replaced under the same key, or None."""
+
+    def __init__(self, matches=(), replaced=None):
+        super().__init__(matches)
+        self.replaced = replaced
+
+
 class DB:
     """A persistent store of documents' 64-bit fingerprints, queried by Hamming distance.
 
@@ -194,9 +204,16 @@ class DB:
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
+        A document already stored under ``key`` is a candidate like any other:
+        if it is within ``distance`` (unchanged, or changed a little), it is
+        among the matches and nothing is written (use :meth:`insert` to update
+        it anyway); if no document is near, the new one is stored and replaces
+        it, and the result's ``replaced`` is the Record it replaced.
+
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
-        :returns: the near-duplicates found (empty when the document was stored).
+        :returns: :class:`Matches`, the near-duplicates found sorted by
+            (distance, key): empty when the document was stored.
         """
         return self.insert_if_new_many([(key, fingerprint, meta)], distance,
                                        refresh=refresh)[0]
@@ -215,12 +232,20 @@ class DB:
             encoded = _encode_records(batch, self._storage.max_key_bytes, now)
 
             def insert(txn):
+                stored = {key: txn.get(key) for key, _, _ in encoded}  # before the batch
                 found = txn.insert_if_new(encoded, d)
                 if refresh:
                     _restamp(txn, {key: fp for hits in found for key, fp, _ in hits}, now)
-                return found
+                replaced = []
+                for (key, _, value), hits in zip(encoded, found):
+                    replaced.append(None if hits else stored[key])
+                    if not hits:
+                        stored[key] = value
+                return found, replaced
 
-            results += map(_matches, self._storage.write(insert))
+            found, replaced = self._storage.write(insert)
+            results += [Matches(_matches(hits), old and _record(_unpack(key), old))
+                        for (key, _, _), hits, old in zip(encoded, found, replaced)]
         return results
 
     def expire(self, before, batch_size=DEFAULT_BATCH_SIZE):

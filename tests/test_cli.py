@@ -127,6 +127,20 @@ def test_import_if_new_refresh_keeps_what_is_seen_again(tmp_path, capsys, monkey
 
 
 @storage
+def test_import_if_new_reports_a_key_whose_far_version_replaced_the_stored_one(tmp_path, capsys):
+    db = tmp_path / "v.db"
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"key": "u", "fingerprint": 255}\n')
+    assert run(capsys, "import", db, data)[0] == 0
+    data.write_text('{"key": "u", "fingerprint": 254}\n{"key": "u", "fingerprint": "0xff00"}\n')
+    code, out, _ = run(capsys, "import", db, data, "--if-new", "--batch-size", "1")
+    assert out[0]["skipped"] == "u" and out[0]["matches"][0]["distance"] == 1
+    assert out[1] == {"replaced": "u", "source": str(data), "line": 2, "fingerprint_before": 255}
+    assert out[2]["imported"] == 1 and out[2]["near_duplicates"] == 1
+    assert run(capsys, "get", db, "u")[1][0]["fingerprint"] == 0xff00
+
+
+@storage
 def test_directory_import_with_globs_query_text_and_clusters(tmp_path, capsys, corpus):
     db = tmp_path / "c.db"
     code, out, _ = run(capsys, "import", db, corpus, "--include", "*.txt")

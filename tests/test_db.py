@@ -396,3 +396,23 @@ def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, sto
                                     ("k", True), ["k", 1], (2**64, 1)])
 def test_records_that_are_not_plain_take_the_general_path(record):
     assert simhashdb._ext.encode_plain_documents([("a", 1), record], 511, 0) is None
+
+
+def test_insert_if_new_treats_the_stored_version_of_a_key_as_any_other_document(db):
+    """Unchanged or a little changed: found, nothing written; far: replaced, and said so."""
+    far = [0xFFFF << s for s in (48, 32, 16, 4)]  # 16+ bits from each other and from 0b1111
+    db.insert("page", 0b1111, {"v": 1})
+    found = db.insert_if_new("page", 0b1111, {"v": 2})
+    assert found == [Match("page", 0b1111, 0)] and found.replaced is None
+    found = db.insert_if_new("page", 0b0011, {"v": 3})
+    assert found == [Match("page", 0b1111, 2)] and db.get("page").meta == {"v": 1}
+    found = db.insert_if_new("page", far[0], {"v": 4})
+    assert found == [] and found.replaced[:3] == ("page", 0b1111, {"v": 1})
+    assert db.get("page")[:3] == ("page", far[0], {"v": 4}) and db.query(0b1111) == []
+    new = db.insert_if_new("other", far[1])
+    assert new == [] and new.replaced is None
+    # in one batch, a later record of a key replaces the earlier one stored
+    results = db.insert_if_new_many([("k", far[2]), ("k", far[3], "second"), ("k", far[3] ^ 1)])
+    assert [r.replaced and r.replaced[:3] for r in results] == [None, ("k", far[2], None), None]
+    assert results[2] == [Match("k", far[3], 1)] and db.get("k").meta == "second"
+    assert len(db) == 3 and db.check() == []

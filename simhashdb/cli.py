@@ -11,9 +11,11 @@ import contextlib
 import fnmatch
 import json
 import os
+import math
 import re
 import stat
 import sys
+import threading
 import time
 
 from tqdm import tqdm
@@ -22,6 +24,7 @@ import simhashdb
 
 DEFAULT_BATCH = 10_000
 FORMATS = ("dec", "hex", "jsonl", "text")
+MANY_TABLES = 100
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -41,7 +44,10 @@ class Skipped:
 
 def cmd_init(args):
     """Create a database (or show an existing one's parameters)."""
-    with _open(args.path, args) as db:
+    with _open(args.path, args, recipe=args.recipe) as db:
+        if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
+            _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
+                  % args.recipe)
         _emit(db.stats())
 
 
@@ -49,7 +55,16 @@ def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
-    with _open(args.path, args, text="text" in formats.values()) as db, \
+    if args.key is not None and list(formats.items()) != [("-", "text")]:
+        raise CliError("--key names the one text document read from stdin; other inputs are "
+                       "keyed by their path or line")
+    header = _export_header(formats)
+    if header and not os.path.exists(os.path.join(args.path, "data.mdb")):
+        for name in ("distance", "blocks"):  # a new database is made as the exported one
+            if getattr(args, "create_" + name) is None:
+                setattr(args, "create_" + name, header.get(name))
+    with _open(args.path, args, text="text" in formats.values(),
+               recipe=header.get("recipe")) as db, \
             _progress(args, "import", unit="B") as bar:
         args.fingerprint = _fingerprinter(db, args)
         batch, where = [], []
@@ -101,32 +116,40 @@ def cmd_import(args):
 
 
 def cmd_query(args):
-    """Print the stored documents near each fingerprint (arguments, stdin, or --text files)."""
+    """Print the stored documents near each fingerprint: arguments, stdin lines
+    (fingerprints, or JSON lines with "fingerprint" as `fingerprint` prints),
+    or the text of --text files and directories."""
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db, args)
-            probes = [(path, fingerprint(_read_file(path))) for path in args.text]
+            probes = []
+            for path, data in _documents(args.text, args):
+                if isinstance(data, Skipped):
+                    _note(args, "skipped %s: %s" % (path, data.why))
+                else:
+                    probes.append((_path_key(path, args), fingerprint(data)))
         else:
-            values = args.fingerprints or _stdin_lines()
-            probes = [(None, _parse_fingerprint(v, args.format, "argument")) for v in values]
+            probes = _probes(args.fingerprints or _stdin_lines(), args.format)
         results = db.query_many([fp for _, fp in probes], args.distance)
-        for (path, fp), matches in zip(probes, results):
-            out = {"query": fp} if path is None else {"query": path, "fingerprint": fp}
+        for (label, fp), matches in zip(probes, results):
+            out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}
             out["matches"] = [_match_json(m) for m in matches]
             _emit(out)
 
 
 def cmd_delete(args):
-    """Delete documents by key (arguments or stdin lines)."""
-    keys = [_parse_key(k, args.str_keys) for k in (args.keys or _stdin_lines())]
+    """Delete documents by key (arguments or stdin lines); a key of digits is
+    the int key if there is one, else the str key."""
+    texts = args.keys or _stdin_lines()
     with _open(args.path, args) as db:
+        keys = [_stored_key(db, text, args) for text in texts]
         _emit({"deleted": db.delete_many(keys), "requested": len(keys)})
 
 
 def cmd_get(args):
-    """Print one document."""
+    """Print one document; a key of digits is the int key if there is one, else the str key."""
     with _open(args.path, args, readonly=True) as db:
-        record = db.get(_parse_key(args.key, args.str_keys))
+        record = db.get(_stored_key(db, args.key, args))
     if record is None:
         raise CliError("no document with key %r in %s" % (args.key, args.path))
     _emit(_record_json(record))
@@ -148,13 +171,14 @@ def cmd_compact(args):
     """Rewrite the database without the space freed by deletes."""
     with _open(args.path, args) as db:
         before = db.stats()["disk_bytes"]
-        db.compact()
+        with _working(args, "compact"):
+            db.compact()
         _emit({"disk_bytes_before": before, "disk_bytes_after": db.stats()["disk_bytes"]})
 
 
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
-    with _open(args.path, args, readonly=True) as db:
+    with _open(args.path, args, readonly=True) as db, _working(args, "check"):
         problems = db.check()
     _emit({"problems": problems})
     if problems:
@@ -162,14 +186,18 @@ def cmd_check(args):
 
 
 def cmd_export(args):
-    """Print every document as a JSON line that `import --format jsonl` reads back."""
-    with _open(args.path, args, readonly=True) as db:
+    """Print every document as a JSON line that `import` reads back, after a
+    first line with the database's recipe, distance and blocks."""
+    with _open(args.path, args, readonly=True) as db, \
+            _progress(args, "export", total=len(db)) as bar:
+        _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
         for record in db:
             _emit(_record_json(record))
+            bar.update()
 
 
 def cmd_find_all(args):
-    """Every matching pair: of a database's documents, or of a file of decimal hashes."""
+    """Every matching pair: of a database's documents, or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar:
             for key_a, key_b, distance in db.find_all(args.distance):
@@ -183,7 +211,7 @@ def cmd_find_all(args):
 
 
 def cmd_clusters(args):
-    """Clusters of matching documents (keys), or of a file of decimal hashes."""
+    """Clusters of matching documents (keys), or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar:
             for cluster in db.clusters(args.distance):
@@ -195,10 +223,13 @@ def cmd_clusters(args):
 
 
 def cmd_fingerprint(args):
-    """Print the fingerprint of each text file (or of stdin)."""
+    """Print the fingerprint of each text file (directories walked; default: stdin)."""
     options = simhashdb.RECIPES[args.recipe]
-    for path in args.files or ["-"]:
-        fp = simhashdb.fingerprint(_read_file(path), html=args.html, **options)
+    for path, data in _documents(args.files or ["-"], args):
+        if isinstance(data, Skipped):
+            _note(args, "skipped %s: %s" % (path, data.why))
+            continue
+        fp = simhashdb.fingerprint(data, html=args.html, **options)
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
@@ -216,23 +247,52 @@ def _input_format(given, fmt):
 
 
 def _records(formats, args, bar):
-    """Yield (source, line, record or the error in that line) from the inputs,
-    ``formats`` mapping each to its format."""
+    """Yield (source, line, record, Skipped or the error in that line) from
+    the inputs, ``formats`` mapping each to its format."""
     for given, fmt in formats.items():
+        if fmt != "text":
+            yield from _line_records(given, fmt, args, bar, len(formats) > 1)
+            continue
+        for path, data in _documents([given], args):
+            source = "<stdin>" if path == "-" else path
+            if isinstance(data, Skipped):
+                yield source, 1, data
+                continue
+            bar.update(len(data))
+            try:
+                yield source, 1, (_path_key(path, args), args.fingerprint(data))
+            except CliError as exc:
+                yield source, 1, exc
+
+
+def _documents(inputs, args):
+    """(path, contents or Skipped) of each text input: a named file, stdin
+    ("-"), or every file under a directory (walked with --include/--exclude)."""
+    for given in inputs:
         if given != "-" and os.path.isdir(given):
             for path in _walk(given, args.include, args.exclude):
-                yield path, 1, _text_record(path, args, bar) if _is_regular(path) \
+                yield path, _read_file(path) if _is_regular(path) \
                     else Skipped("not a regular file")
-            continue
-        if fmt == "text":
-            if given == "-":
-                data = _stdin().read()
-                bar.update(len(data))
-                yield "<stdin>", 1, (args.key_prefix or "-", args.fingerprint(data))
-            else:
-                yield given, 1, _text_record(given, args, bar)
-            continue
-        yield from _line_records(given, fmt, args, bar, len(formats) > 1)
+        else:
+            yield given, _read_file(given)
+
+
+def _path_key(path, args):
+    """The key of the text document at ``path``: its absolute path, or its path
+    relative to --root; stdin's is --key. Both after --key-prefix."""
+    if path == "-":
+        key = getattr(args, "key", None)
+        if key is None:
+            if not hasattr(args, "key"):
+                return "<stdin>"
+            raise CliError("text from stdin needs --key KEY, the key to store it under")
+    else:
+        key = os.path.abspath(path)
+        if args.root is not None:
+            key = os.path.relpath(key, os.path.abspath(args.root))
+            if key == os.pardir or key.startswith(os.pardir + os.sep):
+                raise CliError("%s is not under --root %s" % (path, args.root))
+    return (getattr(args, "key_prefix", None) or "") + key
 
 
 def _line_records(given, fmt, args, bar, several):
@@ -245,7 +305,9 @@ def _line_records(given, fmt, args, bar, several):
                 if not line:
                     continue
                 if fmt == "jsonl":
-                    record = _json_record(line, args.fingerprint)
+                    record = _json_record(line, args)
+                    if record is None:
+                        continue  # the header of an export
                 else:
                     fp = _parse_fingerprint(line, fmt, "line")
                     key = "%s:%d" % (given, number) if several else number
@@ -256,7 +318,29 @@ def _line_records(given, fmt, args, bar, several):
             yield source, number, record
 
 
-def _json_record(line, fingerprint):
+def _json_record(line, args):
+    """The record of a JSON line: "key" (or "path", a text key as --root
+    makes it), "fingerprint" or "text", optional "meta" and "stored_at"; None
+    for the header line of an export."""
+    obj = _json_object(line)
+    if list(obj) == ["simhashdb"]:
+        return None
+    if "key" in obj:
+        key = obj["key"]
+    elif isinstance(obj.get("path"), str) and obj["path"] != "-":
+        key = _path_key(obj["path"], args)
+    else:
+        raise CliError('expected an object with "key" (or "path") and "fingerprint" or "text"')
+    if "fingerprint" in obj:
+        fp = _json_fingerprint(obj["fingerprint"])
+    elif isinstance(obj.get("text"), str):
+        return _TextRecord((key, args.fingerprint(obj["text"]), obj.get("meta")))
+    else:
+        raise CliError('expected "fingerprint" (an int) or "text" (a string)')
+    return key, fp, obj.get("meta"), obj.get("stored_at")
+
+
+def _json_object(line):
     try:
         obj = json.loads(line, object_hook=_from_json)
     except json.JSONDecodeError as exc:
@@ -265,27 +349,33 @@ def _json_record(line, fingerprint):
         raise CliError("JSON nested too deeply") from None
     except ValueError as exc:  # e.g. an int of more digits than Python converts
         raise CliError("not usable JSON: %s" % exc) from None
-    if not isinstance(obj, dict) or "key" not in obj:
-        raise CliError('expected an object with "key" and "fingerprint" or "text"')
-    if "fingerprint" in obj:
-        value = obj["fingerprint"]
-        fp = _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
-    elif isinstance(obj.get("text"), str):
-        return _TextRecord((obj["key"], fingerprint(obj["text"]), obj.get("meta")))
-    else:
-        raise CliError('expected "fingerprint" (an int) or "text" (a string)')
-    return obj["key"], fp, obj.get("meta"), obj.get("stored_at")
+    if not isinstance(obj, dict):
+        raise CliError("expected a JSON object, got %s" % type(obj).__name__)
+    return obj
+
+
+def _json_fingerprint(value):
+    """A JSON "fingerprint": an int, or a string of decimal or hex digits."""
+    return _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
+
+
+def _export_header(formats):
+    """The parameters in the first line of the first JSON lines input, where
+    it is the header `export` writes ({"simhashdb": {...}}), else {}."""
+    given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
+    if given is None:
+        return {}
+    with _open_input(given, peek=True) as lines:
+        first = next((line for line in lines if line.strip()), b"")
+    try:
+        header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
+    except (ValueError, RecursionError):
+        return {}  # reported with its line number when the records are read
+    return header if isinstance(header, dict) else {}
 
 
 class _TextRecord(tuple):
     """A record whose fingerprint this command made from text."""
-
-
-def _text_record(path, args, bar):
-    data = _read_file(path)
-    bar.update(len(data))
-    key = path if args.key_prefix is None else args.key_prefix + path
-    return key, args.fingerprint(data)
 
 
 def _is_regular(path):
@@ -312,38 +402,48 @@ def _walk(root, include, exclude):
 
 
 def _detect_format(given):
-    """jsonl for .jsonl files or a first line starting with "{", hex for 0x or
-    a-f digits, dec for digits only; any other named file is one text document."""
+    """Where --format is not given: jsonl for a .jsonl file; else, from every
+    line of the first 64 KiB, jsonl if each starts with "{", dec if each is
+    decimal digits, fingerprints read as :func:`_values_format` says if each
+    is decimal or hex; any other named file is one text document, while stdin
+    must be given a --format."""
     if given.endswith(".jsonl"):
         return "jsonl"
     with _open_input(given, peek=True) as stream:
-        first = next((line.strip() for line in stream if line.strip()), b"")
-    if first.startswith(b"{"):
+        lines = [line.strip() for line in stream if line.strip()]
+    if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
-    if re.fullmatch(rb"\d+", first):
+    if lines and all(DEC_BYTES.fullmatch(line) for line in lines):
         return "dec"
-    if re.fullmatch(rb"(0[xX])?[0-9a-fA-F]+", first):
-        return "hex"
+    if lines and all(DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line) for line in lines):
+        return _values_format(lines) or "dec or hex"
     if given == "-":
-        raise CliError("cannot tell the format of stdin from its first line %r; pass --format"
-                       % first[:40].decode("utf-8", "replace"))
+        raise CliError("cannot tell the format of stdin from its first lines; pass --format")
     return "text"
 
 
 @contextlib.contextmanager
 def _open_input(given, peek=False):
+    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
+    lines of its first 64 KiB, leaving stdin unread."""
     if given == "-":
         stream = _stdin()
         if peek:
-            yield iter(stream.peek(1 << 16).splitlines() if hasattr(stream, "peek") else ())
+            yield _complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b"")
         else:
             yield stream
         return
     try:
         with open(given, "rb") as stream:
-            yield stream
+            yield _complete_lines(stream.read(PEEK)) if peek else stream
     except OSError as exc:
         raise CliError("cannot read %s: %s" % (given, exc.strerror)) from None
+
+
+def _complete_lines(head):
+    """The lines of ``head``, less a last one a 64 KiB read may have cut."""
+    lines = head[:PEEK].splitlines()
+    return lines[:-1] if len(head) >= PEEK and len(lines) > 1 else lines
 
 
 def _read_file(path):
@@ -354,15 +454,15 @@ def _read_file(path):
 def _read_hash_file(args):
     if args.blocks is None:
         raise CliError("without a database PATH, give --blocks (and --distance) for the hashes")
-    hashes = []
     with _open_input(args.input) as stream:
-        for number, raw in enumerate(stream, 1):
-            line = raw.strip()
-            if line:
-                try:
-                    hashes.append(_parse_fingerprint(_decode(line, "line"), "dec", "line"))
-                except (CliError, simhashdb.SimhashDBError) as exc:
-                    raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
+        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
+    fmt = _values_format([line for _, line in lines], args.format)
+    hashes = []
+    for number, line in lines:
+        try:
+            hashes.append(_parse_fingerprint(_decode(line, "line"), fmt, "line"))
+        except (CliError, simhashdb.SimhashDBError) as exc:
+            raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
     return hashes
 
 
@@ -388,12 +488,48 @@ def _decode(raw, what):
 
 DEC = re.compile(r"[0-9]{1,40}")
 HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
+DEC_BYTES = re.compile(DEC.pattern.encode())
+HEX_BYTES = re.compile(HEX.pattern.encode())
+PEEK = 1 << 16
+
+
+def _values_format(values, fmt=None):
+    """How to read a list of fingerprints (str or bytes): ``fmt`` where given;
+    else hex where a value has hex letters and no 0x (as `fingerprint --format
+    hex` prints them), so that its values of digits only are hex too; else
+    None: digits only are decimal, 0x or letters hex."""
+    if fmt:
+        return fmt
+    for value in values:
+        value = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        value = value.strip()
+        if HEX.fullmatch(value) and not DEC.fullmatch(value) and value[:2].lower() != "0x":
+            return "hex"
+    return None
+
+
+def _probes(lines, fmt):
+    """(label or None, fingerprint) of query input: fingerprints, or JSON lines
+    with "fingerprint" (and "path" or "key" as the label)."""
+    plain = [line for line in lines if not line.startswith("{")]
+    fmt = _values_format(plain, fmt)
+    probes = []
+    for line in lines:
+        if line.startswith("{"):
+            obj = _json_object(line)
+            if "fingerprint" not in obj:
+                raise CliError('a JSON query line needs "fingerprint", as `fingerprint` '
+                               'prints: %s' % line[:60])
+            probes.append((obj.get("path", obj.get("key")), _json_fingerprint(obj["fingerprint"])))
+        else:
+            probes.append((None, _parse_fingerprint(line, fmt, "argument")))
+    return probes
 
 
 def _parse_fingerprint(text, fmt, what):
     """A fingerprint written as plain decimal or hex digits (hex may start with
-    0x); ``fmt`` None takes all-digit text as decimal. No signs, underscores,
-    spaces inside or non-ASCII digits."""
+    0x); where ``fmt`` is neither "dec" nor "hex", digits only are decimal. No
+    signs, underscores, spaces inside or non-ASCII digits."""
     text = text.strip()
     if fmt != "hex" and DEC.fullmatch(text):
         value = int(text, 10)
@@ -405,8 +541,20 @@ def _parse_fingerprint(text, fmt, what):
     return simhashdb.check_fingerprint(value)
 
 
-def _parse_key(text, as_str):
-    return int(text) if not as_str and re.fullmatch(r"-?\d+", text) else text
+def _stored_key(db, text, args):
+    """The key ``text`` names: a str with --str-keys; else for digits, the int
+    key where one is stored, the str key where only that is (noted if both)."""
+    if args.str_keys or not re.fullmatch(r"-?[0-9]{1,20}", text):
+        return text
+    number = int(text)
+    try:
+        has_int = number in db
+    except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
+        return text
+    if has_int and text in db:
+        _note(args, "both the int key %s and the str key %r are stored; this is the int one "
+              "(--str-keys for the other)" % (text, text))
+    return number if has_int or text not in db else text
 
 
 # Output
@@ -443,19 +591,28 @@ def _record_json(record):
 # Plumbing
 
 
-def _open(path, args, readonly=False, text=False):
-    """Open the database; with ``text``, one that text will be fingerprinted
-    for: it keeps a recipe it already has, a new or empty one takes the default."""
+def _open(path, args, readonly=False, text=False, recipe=None):
+    """Open the database (with ``recipe``, one of that recipe); with ``text``,
+    one that text will be fingerprinted for: it keeps a recipe it already has,
+    a new or empty one takes the default. Warns when it makes a database of
+    more than MANY_TABLES tables."""
     if readonly and not os.path.isdir(path):
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
     options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
-    db = simhashdb.DB(path, readonly=readonly, **options)
+    new = not os.path.exists(os.path.join(path, "data.mdb"))
+    db = simhashdb.DB(path, readonly=readonly, recipe=recipe, **options)
     if text and db.recipe not in simhashdb.RECIPES:
         db.close()  # reopened naming the default: an empty database takes it, others refuse
         db = simhashdb.DB(path, readonly=readonly, recipe=simhashdb.RECIPE, **options)
+    tables = math.comb(db.blocks, db.distance)
+    if new and tables > MANY_TABLES:
+        print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
+              "fingerprint is stored in each, so inserts are slow and the file large; a "
+              "smaller --distance (queries above it are still exact) keeps it small"
+              % (db.distance, db.blocks, tables), file=sys.stderr)
     return db
 
 
@@ -491,9 +648,31 @@ def _distance(args):
     return 3 if args.distance is None else args.distance
 
 
-def _progress(args, what, unit="it"):
+def _progress(args, what, unit="it", total=None):
     return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
-                disable=args.quiet or not sys.stderr.isatty())
+                total=total, disable=args.quiet or not sys.stderr.isatty())
+
+
+@contextlib.contextmanager
+def _working(args, what):
+    """A progress line that shows the time spent while one long call runs."""
+    with _progress(args, what) as bar:
+        if bar.disable:
+            yield
+            return
+        done = threading.Event()
+
+        def tick():
+            while not done.wait(0.5):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
 
 
 def build_parser():
@@ -532,7 +711,22 @@ def build_parser():
         sub.add_argument("--expected-size", dest="create_expected_size", type=int,
                          help="documents expected, to choose blocks (default: 10,000,000)")
 
-    creation(command("init", "simhashdb-cli init crawl.db --distance 3"))
+    sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe " + simhashdb.RECIPE)
+    creation(sub)
+    sub.add_argument("--recipe", metavar="NAME",
+                     help="the recipe of the fingerprints it will hold (one of: %s; or a name "
+                          "of your own)" % ", ".join(sorted(simhashdb.RECIPES)))
+
+    def walking(sub):
+        sub.add_argument("--include", action="append", default=[], metavar="GLOB",
+                         help="in directories, only files matching GLOB (repeatable)")
+        sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                         help="in directories, skip files matching GLOB (repeatable)")
+
+    def rooting(sub):
+        sub.add_argument("--root", metavar="DIR",
+                         help="text documents are keyed by their path relative to DIR "
+                              "(default: their absolute path)")
 
     sub = command("import",
                   "simhashdb-cli import crawl.db pages/ --include '*.html' --html --if-new")
@@ -542,10 +736,9 @@ def build_parser():
     sub.add_argument("--format", choices=FORMATS,
                      help="dec, hex, jsonl or text (default: detected)")
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
-    sub.add_argument("--include", action="append", default=[], metavar="GLOB",
-                     help="in directories, only files matching GLOB (repeatable)")
-    sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                     help="in directories, skip files matching GLOB (repeatable)")
+    sub.add_argument("--key", help="the key of a text document read from stdin")
+    walking(sub)
+    rooting(sub)
     sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
                      help="records per transaction (default: %d)" % DEFAULT_BATCH)
     sub.add_argument("--if-new", action="store_true",
@@ -562,10 +755,13 @@ def build_parser():
     sub = command("query", "simhashdb-cli query crawl.db 0x1f2e3d4c5b6a7988 --distance 2")
     sub.add_argument("fingerprints", nargs="*", metavar="FP",
                      help="fingerprints, decimal or hex (default: stdin lines)")
-    sub.add_argument("--text", action="append", metavar="FILE",
-                     help="fingerprint this document and query it (repeatable)")
+    sub.add_argument("--text", action="extend", nargs="+", metavar="FILE",
+                     help="fingerprint these documents (files, directories) and query them")
+    walking(sub)
+    rooting(sub)
     sub.add_argument("--format", choices=("dec", "hex"),
-                     help="how fingerprints are written (default: decimal if all digits)")
+                     help="how fingerprints are written (default: decimal if all are digits "
+                          "only, else hex)")
     sub.add_argument("--distance", type=int, help="at most the database's distance")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
 
@@ -594,7 +790,11 @@ def build_parser():
         sub = command(name, example, path=False)
         sub.add_argument("path", nargs="?", metavar="PATH",
                          help="a database (default: read hashes from --input)")
-        sub.add_argument("--input", default="-", help="file of decimal hashes (default: stdin)")
+        sub.add_argument("--input", default="-",
+                         help="file of hashes, one a line (default: stdin)")
+        sub.add_argument("--format", choices=("dec", "hex"),
+                         help="how --input hashes are written (default: decimal if all are "
+                              "digits only, else hex)")
         sub.add_argument("--output", default="-", help="output file (default: stdout)")
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
         sub.add_argument("--distance", type=int,
@@ -604,7 +804,9 @@ def build_parser():
                              help="with --input, also print [a, a] for a repeated hash")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
-    sub.add_argument("files", nargs="*", metavar="FILE", help="text files (default: stdin)")
+    sub.add_argument("files", nargs="*", metavar="FILE",
+                     help="text files or directories (default: stdin)")
+    walking(sub)
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
     sub.add_argument("--html", action="store_true", help="the files are HTML")
     sub.add_argument("--recipe", choices=sorted(simhashdb.RECIPES), default=simhashdb.RECIPE,

@@ -7,9 +7,12 @@ usage error. ``--debug`` shows the traceback of an error.
 
 import argparse
 import base64
+import bz2
 import contextlib
 import fnmatch
+import gzip
 import json
+import lzma
 import os
 import math
 import re
@@ -89,9 +92,7 @@ def cmd_import(args):
 
         for source, line, record in _records(formats, args, bar):
             if isinstance(record, Skipped):
-                skipped = counts["skipped_files"]
-                skipped[record.why] = skipped.get(record.why, 0) + 1
-                _note(args, "skipped %s: %s" % (source, record.why))
+                _skip(args, counts["skipped_files"], source, record)
                 continue
             try:
                 if isinstance(record, Exception):
@@ -122,12 +123,14 @@ def cmd_query(args):
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db, args)
-            probes = []
+            probes, skipped = [], {}
             for path, data in _documents(args.text, args):
-                if isinstance(data, Skipped):
-                    _note(args, "skipped %s: %s" % (path, data.why))
+                fp = data if isinstance(data, Skipped) else _text_fingerprint(fingerprint, data)
+                if isinstance(fp, Skipped):
+                    _skip(args, skipped, path, fp)
                 else:
-                    probes.append((_path_key(path, args), fingerprint(data)))
+                    probes.append((_path_key(path, args), fp))
+            _note_skipped(args, skipped)
         else:
             probes = _probes(args.fingerprints or _stdin_lines(), args.format)
         results = db.query_many([fp for _, fp in probes], args.distance)
@@ -225,15 +228,18 @@ def cmd_clusters(args):
 def cmd_fingerprint(args):
     """Print the fingerprint of each text file (directories walked; default: stdin)."""
     options = simhashdb.RECIPES[args.recipe]
+    skipped = {}
     for path, data in _documents(args.files or ["-"], args):
-        if isinstance(data, Skipped):
-            _note(args, "skipped %s: %s" % (path, data.why))
+        fp = data if isinstance(data, Skipped) else _text_fingerprint(
+            lambda text: simhashdb.fingerprint(text, html=args.html, **options), data)
+        if isinstance(fp, Skipped):
+            _skip(args, skipped, path, fp)
             continue
-        fp = simhashdb.fingerprint(data, html=args.html, **options)
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
             print(fp if args.format == "dec" else "%016x" % fp)
+    _note_skipped(args, skipped)
 
 
 # Reading input
@@ -255,26 +261,66 @@ def _records(formats, args, bar):
             continue
         for path, data in _documents([given], args):
             source = "<stdin>" if path == "-" else path
+            if not isinstance(data, Skipped):
+                bar.update(len(data))
+                data = _text_fingerprint(args.fingerprint, data)
             if isinstance(data, Skipped):
                 yield source, 1, data
                 continue
-            bar.update(len(data))
             try:
-                yield source, 1, (_path_key(path, args), args.fingerprint(data))
+                yield source, 1, (_path_key(path, args), data)
             except CliError as exc:
                 yield source, 1, exc
 
 
 def _documents(inputs, args):
-    """(path, contents or Skipped) of each text input: a named file, stdin
-    ("-"), or every file under a directory (walked with --include/--exclude)."""
+    """(path, text or Skipped) of each text input: a named file, stdin ("-"),
+    or every file under a directory (walked with --include/--exclude)."""
     for given in inputs:
         if given != "-" and os.path.isdir(given):
             for path in _walk(given, args.include, args.exclude):
-                yield path, _read_file(path) if _is_regular(path) \
+                yield path, _read_text(path) if _is_regular(path) \
                     else Skipped("not a regular file")
         else:
-            yield given, _read_file(given)
+            yield given, _read_text(given)
+
+
+DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
+                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
+                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
+BINARY_SAMPLE = 1 << 16
+
+
+def _read_text(path):
+    """The text of a document file, decompressed where it is gzip, bzip2 or
+    xz; Skipped where it is binary (like grep -I: NUL bytes in its first
+    64 KiB, or more than a tenth of them not UTF-8)."""
+    data = _read_file(path)
+    for magic, name, decompress, errors in DECOMPRESSORS:
+        if data.startswith(magic):
+            try:
+                data = decompress(data)
+            except errors:
+                return Skipped("damaged %s data" % name)
+            break
+    sample = data[:BINARY_SAMPLE]
+    if b"\0" in sample:
+        return Skipped("binary (NUL bytes)")
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError:
+        invalid = sample.decode("utf-8", "replace").count("\ufffd")
+        if invalid * 10 > len(sample):
+            return Skipped("binary (not UTF-8 text)")
+    return data
+
+
+def _text_fingerprint(fingerprint, data):
+    """The fingerprint of a document's text, or Skipped where it has no text
+    to fingerprint (empty, white space, markup only): 0, the fingerprint of
+    nothing, would match every other empty document."""
+    fp = fingerprint(data)
+    return Skipped("empty (no text to fingerprint)") if fp == 0 else fp
 
 
 def _path_key(path, args):
@@ -636,6 +682,18 @@ def _positive(text):
     if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
         raise argparse.ArgumentTypeError("%r is not a positive whole number" % text)
     return int(text)
+
+
+def _skip(args, counts, path, skipped):
+    """Count a document left out by why, and note it."""
+    counts[skipped.why] = counts.get(skipped.why, 0) + 1
+    _note(args, "skipped %s: %s" % (path, skipped.why))
+
+
+def _note_skipped(args, counts):
+    if counts:
+        _note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
+            "%d %s" % (n, why) for why, n in sorted(counts.items()))))
 
 
 def _note(args, message):

@@ -5,6 +5,8 @@ hashes), :func:`compute_weighted`, :func:`num_differing_bits`; halo hashes in
 :mod:`simhashdb.halohash`, n-grams in :mod:`simhashdb.chunking`.
 """
 
+__version__ = "0.2.0"
+
 from ._ext import (
     check_fingerprint,
     compute,
@@ -22,6 +24,7 @@ from .errors import (
     InvalidFingerprintError,
     InvalidKeyError,
     InvalidMetadataError,
+    KeyNotFoundError,
     ParameterMismatchError,
     SimhashDBError,
 )
@@ -46,6 +49,7 @@ __all__ = [
     "FormatVersionError",
     "InvalidKeyError",
     "InvalidMetadataError",
+    "KeyNotFoundError",
     "Match",
     "Matches",
     "ParameterMismatchError",

@@ -1,11 +1,15 @@
 """The fingerprint database."""
 
+from __future__ import annotations
+
 import collections
 import datetime
 import itertools
 import math
+import os
 import time
 from array import array
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import msgpack
 
@@ -16,6 +20,7 @@ from .errors import (
     InvalidArgumentError,
     InvalidKeyError,
     InvalidMetadataError,
+    KeyNotFoundError,
     ParameterMismatchError,
 )
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
@@ -43,8 +48,16 @@ class Matches(list):
         self.replaced = replaced
 
 
+Key = Union[str, bytes, int]
+When = Union[datetime.datetime, int, float]
+RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
+
+
 class DB:
     """A persistent store of documents' 64-bit fingerprints, queried by Hamming distance.
+
+    Dict-like where it reads like a dict: ``db[key]`` (a :class:`Record`, or
+    KeyNotFoundError), ``key in db``, ``len(db)``; iterating gives Records.
 
     Usage::
 
@@ -76,8 +89,10 @@ class DB:
     :raises DatabaseError: the path is a file, or is not a simhashdb database.
     """
 
-    def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None,
-                 recipe=None, backend=None):
+    def __init__(self, path: Union[str, os.PathLike], distance: Optional[int] = None,
+                 blocks: Optional[int] = None, readonly: bool = False,
+                 expected_size: Optional[int] = None, recipe: Optional[str] = None,
+                 backend: Any = None) -> None:
         for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
                                        ("expected_size", expected_size, 1, 2**64)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
@@ -148,27 +163,28 @@ class DB:
         return layout, stored
 
     @property
-    def distance(self):
+    def distance(self) -> int:
         """The distance the tables are built for (queries may ask for more, at a cost)."""
         return self._layout.distance
 
     @property
-    def blocks(self):
+    def blocks(self) -> int:
         """Blocks per fingerprint."""
         return self._layout.blocks
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """The name of the storage backend."""
         return self._storage.backend
 
     # Writes
 
-    def insert(self, key, fingerprint, meta=None):
+    def insert(self, key: Key, fingerprint: int, meta: Any = None) -> None:
         """Store a document; an existing ``key`` is replaced (upsert)."""
         self.insert_many([(key, fingerprint, meta)])
 
-    def insert_many(self, records, batch_size=DEFAULT_BATCH_SIZE):
+    def insert_many(self, records: Iterable[RecordLike], batch_size: int = DEFAULT_BATCH_SIZE
+                    ) -> int:
         """Store ``(key, fingerprint)``, ``(key, fingerprint, meta)`` or
         ``(key, fingerprint, meta, stored_at)`` records (``stored_at``: a UNIX
         time or datetime, as :class:`Record` gives it; default: now).
@@ -188,11 +204,11 @@ class DB:
             written += len(encoded)
         return written
 
-    def delete(self, key):
+    def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
         return self.delete_many([key]) == 1
 
-    def delete_many(self, keys, batch_size=DEFAULT_BATCH_SIZE):
+    def delete_many(self, keys: Iterable[Key], batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove documents by key, one transaction per batch; returns how many were there."""
         deleted = 0
         for batch in _batches(keys, batch_size):
@@ -200,7 +216,8 @@ class DB:
             deleted += self._storage.write(lambda txn: txn.remove(encoded))
         return deleted
 
-    def insert_if_new(self, key, fingerprint, meta=None, distance=None, refresh=False):
+    def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
+                      distance: Optional[int] = None, refresh: bool = False) -> Matches:
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
@@ -218,8 +235,9 @@ class DB:
         return self.insert_if_new_many([(key, fingerprint, meta)], distance,
                                        refresh=refresh)[0]
 
-    def insert_if_new_many(self, records, distance=None, batch_size=DEFAULT_BATCH_SIZE,
-                           refresh=False):
+    def insert_if_new_many(self, records: Iterable[RecordLike], distance: Optional[int] = None,
+                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False
+                           ) -> list[Matches]:
         """:meth:`insert_if_new` for each record, in order, one transaction per
         batch; a record is also checked against the records stored before it.
 
@@ -248,7 +266,7 @@ class DB:
                         for (key, _, _), hits, old in zip(encoded, found, replaced)]
         return results
 
-    def expire(self, before, batch_size=DEFAULT_BATCH_SIZE):
+    def expire(self, before: When, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove every document stored before ``before`` (a datetime, naive
         ones in local time, or a UNIX time). Times are whole seconds, so a
         document stored in the second just before ``before`` may stay; one
@@ -278,7 +296,7 @@ class DB:
             if after is None:
                 return removed
 
-    def compact(self):
+    def compact(self) -> None:
         """Rewrite the database without the space freed by deletes.
 
         The compacted copy is written beside the data, synced, then renamed
@@ -290,12 +308,13 @@ class DB:
 
     # Reads
 
-    def query(self, fingerprint, distance=None):
+    def query(self, fingerprint: int, distance: Optional[int] = None) -> list[Match]:
         """Stored documents within ``distance`` bits (default: the DB's distance)
         of ``fingerprint``, as Matches sorted by (distance, key)."""
         return self.query_many([fingerprint], distance)[0]
 
-    def query_many(self, fingerprints, distance=None):
+    def query_many(self, fingerprints: Any, distance: Optional[int] = None
+                   ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot.
 
         Any distance is exact. Up to the database's own, a query scans one
@@ -305,27 +324,36 @@ class DB:
         return [_matches(hits) for hits in
                 self._storage.search(_ext.as_fingerprints(fingerprints), d)]
 
-    def get(self, key):
+    def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
         key_bytes = _encode_key(key)
         with self._storage.read() as view:
             value = view.get(key_bytes)
         return None if value is None else _record(key, value)
 
-    def __contains__(self, key):
+    def __getitem__(self, key: Key) -> Record:
+        """The Record of ``key``; KeyNotFoundError (a KeyError) if there is none."""
+        record = self.get(key)
+        if record is None:
+            raise KeyNotFoundError("no document with key %s" % _ext.shown(key))
+        return record
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a document is stored under ``key``."""
         return self.get(key) is not None
 
-    def __len__(self):
+    def __len__(self) -> int:
         with self._storage.read() as view:
             return view.count()
 
-    def __iter__(self):
-        """Records in key-encoding order, from one snapshot held until the loop ends."""
+    def __iter__(self) -> Iterator[Record]:
+        """Records (not keys: a DB is a store of documents, as a table is of
+        rows) in key-encoding order, from one snapshot held until the loop ends."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
                 yield _record(_unpack(key_bytes), value)
 
-    def find_all(self, distance=None):
+    def find_all(self, distance: Optional[int] = None) -> Iterator[tuple[Key, Key, int]]:
         """Every pair of stored documents within ``distance`` bits (default: the
         DB's distance, at most it), as ``(key_a, key_b, distance)`` tuples, each
         pair once.
@@ -348,7 +376,7 @@ class DB:
                         for key_b in _sorted_keys(view.keys_of(b)):
                             yield _ordered(key_a, key_b) + (between,)
 
-    def clusters(self, distance=None):
+    def clusters(self, distance: Optional[int] = None) -> Iterator[list[Key]]:
         """Connected components of the match graph over documents: lists of keys
         whose fingerprints link within ``distance`` bits, from one snapshot.
         Each cluster is sorted by key; clusters come in fingerprint order."""
@@ -370,7 +398,7 @@ class DB:
                     group.insert(0, label)
                 yield _sorted_keys([k for i in group for k in view.keys_of(values[i])])
 
-    def stats(self):
+    def stats(self) -> dict:
         """Counts, parameters and sizes of the database."""
         with self._storage.read() as view:
             count, distinct = view.count(), view.distinct()
@@ -390,7 +418,7 @@ class DB:
                 info["disk_bytes"] / (distinct * tables) if distinct else 0.0,
         }, **info)
 
-    def check(self):
+    def check(self) -> list[str]:
         """Verify that the index and every table agree with the documents.
 
         :returns: a list of the disagreements found, empty for a sound database.
@@ -426,11 +454,11 @@ class DB:
                                     % (table, len(stored), len(expected), missing, extra))
         return problems
 
-    def close(self):
+    def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""
         self._storage.close()
 
-    def __enter__(self):
+    def __enter__(self) -> DB:
         return self
 
     def __exit__(self, *exc):

@@ -1,5 +1,6 @@
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -295,3 +296,10 @@ def test_text_goes_in_by_the_recipe_the_database_was_filled_with(tmp_path, capsy
         handle.insert("seed", 1)
     code, _, err = run(capsys, "import", tmp_path / "custom.db", corpus / "a.txt")
     assert code == 1 and "my-recipe" in err
+
+
+def test_the_console_script_is_where_the_readme_says():
+    """After `make`, .venv/bin/simhashdb-cli (beside the venv's python) runs."""
+    script = os.path.join(os.path.dirname(sys.executable), "simhashdb-cli")
+    done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "expire" in done.stdout and "fingerprint" in done.stdout

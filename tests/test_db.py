@@ -416,3 +416,31 @@ def test_insert_if_new_treats_the_stored_version_of_a_key_as_any_other_document(
     assert [r.replaced and r.replaced[:3] for r in results] == [None, ("k", far[2], None), None]
     assert results[2] == [Match("k", far[3], 1)] and db.get("k").meta == "second"
     assert len(db) == 3 and db.check() == []
+
+
+def test_db_reads_like_a_mapping(db):
+    db.insert_many([("a", 1, {"m": 1}), (2, 3)])
+    assert db["a"][:3] == ("a", 1, {"m": 1}) and db[2].fingerprint == 3
+    assert "a" in db and 2 in db and "2" not in db
+    with pytest.raises(KeyError) as missing:
+        db["zz"]
+    assert isinstance(missing.value, simhashdb.KeyNotFoundError)
+    assert isinstance(missing.value, simhashdb.SimhashDBError)
+    assert str(missing.value) == "no document with key 'zz'"
+    with pytest.raises(simhashdb.InvalidKeyError):
+        db[1.5]
+    assert [r.key for r in db] == [2, "a"]  # iteration gives Records, documented
+
+
+def test_version_and_type_information_ship_with_the_package():
+    import importlib.metadata
+    import importlib.resources
+    import re as regex
+    assert simhashdb.__version__ == importlib.metadata.version("simhashdb")
+    package = importlib.resources.files("simhashdb")
+    assert package.joinpath("py.typed").is_file()
+    stub = package.joinpath("_ext.pyi").read_text()
+    init = package.joinpath("__init__.py").read_text()
+    imported = regex.search(r"from \._ext import \(([^)]*)\)", init).group(1).split(",")
+    for name in filter(None, (n.strip() for n in imported)):
+        assert regex.search(r"^def %s\(" % name, stub, regex.M), name

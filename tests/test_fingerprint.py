@@ -343,3 +343,13 @@ def test_every_known_recipe_keeps_its_outputs():
     for name, expected in RECIPE_OUTPUTS.items():
         got = [simhashdb.fingerprint(t, **simhashdb.RECIPES[name]) for t in RECIPE_TEXTS]
         assert got == expected, name
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=120))
+def test_the_readme_pipeline_is_simhash_pys_bit_for_bit(text):
+    tokens = text.split()
+    ours = simhashdb.compute([simhashdb.unsigned_hash(" ".join(s).encode("utf-8"))
+                              for s in simhashdb.shingle(tokens, 4)])
+    theirs = simhash_py.compute([simhash_py.unsigned_hash(" ".join(s).encode("utf-8"))
+                                 for s in simhash_py.shingle(tokens, 4)])
+    assert ours == theirs

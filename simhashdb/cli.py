@@ -2,7 +2,8 @@
 
 Data goes to stdout as JSON lines; progress (on a terminal) and errors go to
 stderr. Exit status: 0 success, 1 an error in the input or the data, 2 a
-usage error. ``--debug`` shows the traceback of an error.
+usage error, 130 interrupted. Every error is one line; ``--debug`` shows its
+traceback.
 """
 
 import argparse
@@ -57,7 +58,9 @@ def cmd_init(args):
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
-    formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
+    stdin_text = "text" if args.key is not None else None  # --key names a text document
+    formats = {given: _input_format(given, args.format or (stdin_text if given == "-" else None))
+               for given in args.files or ["-"]}
     if args.key is not None and list(formats.items()) != [("-", "text")]:
         raise CliError("--key names the one text document read from stdin; other inputs are "
                        "keyed by their path or line")
@@ -487,9 +490,9 @@ def _open_input(given, peek=False):
 
 
 def _complete_lines(head):
-    """The lines of ``head``, less a last one a 64 KiB read may have cut."""
+    """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
     lines = head[:PEEK].splitlines()
-    return lines[:-1] if len(head) >= PEEK and len(lines) > 1 else lines
+    return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
 
 
 def _read_file(path):

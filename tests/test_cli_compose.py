@@ -217,3 +217,13 @@ def test_long_commands_show_progress_on_a_terminal(tmp_path, command):
     assert command.encode() in shown and (b"it/s" in shown or b"s]" in shown), shown
     quiet = subprocess.run(EXE + [command, db, "--quiet"], capture_output=True, timeout=60)
     assert quiet.returncode == 0 and quiet.stderr == b""
+
+
+@storage
+def test_key_alone_makes_stdin_one_text_document(tmp_path, capsys, monkeypatch):
+    page = "12\n13\n"  # digits, but --key says it is a document
+    code, out, _ = run(capsys, "import", tmp_path / "k.db", "--key", "page", stdin=page,
+                       monkeypatch=monkeypatch)
+    assert code == 0 and out[-1]["imported"] == 1
+    with simhashdb.DB(str(tmp_path / "k.db")) as handle:
+        assert handle["page"].fingerprint == simhashdb.fingerprint(page)

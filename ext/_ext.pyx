@@ -20,17 +20,32 @@ _U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
 
 
 def check_fingerprint(x):
-    """Return ``x`` as an int if it is a valid 64-bit fingerprint, else raise."""
+    """Return ``x`` as an int if it is a valid 64-bit fingerprint, else raise
+    (a bool is not a fingerprint)."""
     try:
+        if isinstance(x, bool):
+            raise TypeError
         value = x.__index__()
     except (AttributeError, TypeError):
         raise InvalidFingerprintError(
-            "expected a fingerprint as an int in [0, 2**64), got %s %r" % (type(x).__name__, x)
-        ) from None
+            "expected a fingerprint as an int in [0, 2**64), got %s %s"
+            % (type(x).__name__, shown(x))) from None
     if value < 0 or value > MAX_FINGERPRINT:
         raise InvalidFingerprintError(
-            "expected a fingerprint in [0, 2**64), got %d" % value)
+            "expected a fingerprint in [0, 2**64), got %s" % shown(value))
     return value
+
+
+def shown(value):
+    """``value`` for an error message: its repr, shortened; an int too large
+    to print in full as its size."""
+    if isinstance(value, int) and not -10**40 < value < 10**40:
+        return "an int of %d bits" % value.bit_length()
+    try:
+        text = repr(value)
+    except Exception:
+        return "a %s" % type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_fingerprints(hashes):
@@ -52,8 +67,14 @@ def as_fingerprints(hashes):
         if not view.c_contiguous:
             raise InvalidFingerprintError("expected a contiguous buffer of fingerprints")
         return view.cast("B").cast("Q")
-    items = hashes if isinstance(hashes, (list, tuple)) else list(hashes)
     try:
+        items = hashes if isinstance(hashes, (list, tuple)) else list(hashes)
+    except TypeError:
+        raise InvalidFingerprintError("expected fingerprints (an iterable of ints or a uint64 "
+                                      "buffer), got %s" % shown(hashes)) from None
+    try:
+        if any(type(x) is bool for x in items):
+            raise TypeError
         return memoryview(array("Q", items))
     except (TypeError, OverflowError):
         for i, x in enumerate(items):
@@ -879,12 +900,12 @@ cdef bytes pack_key_plain(object key, Py_ssize_t limit):
     return (<char*>head)[:n] + raw
 
 
-def encode_plain_documents(list records, Py_ssize_t limit):
-    """(msgpack(key), fingerprint, msgpack([fingerprint, None])) for each
-    record, or None if any record is not plain (the caller then encodes them
-    all the general way, which also explains what is wrong)."""
+def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
+    """(msgpack(key), fingerprint, msgpack([fingerprint, None, stored_at])) for
+    each record, or None if any record is not plain (the caller then encodes
+    them all the general way, which also explains what is wrong)."""
     cdef Py_ssize_t i, n = len(records)
-    cdef unsigned char value[10]
+    cdef unsigned char value[20]
     cdef Py_ssize_t size
     cdef list out = [None] * n
     cdef object record, key_bytes, fp
@@ -899,8 +920,9 @@ def encode_plain_documents(list records, Py_ssize_t limit):
         key_bytes = pack_key_plain(record[0], limit)
         if key_bytes is None:
             return None
-        value[0] = 0x92
+        value[0] = 0x93
         size = 1 + pack_uint(value + 1, fp)
         value[size] = 0xc0
-        out[i] = (key_bytes, fp, (<char*>value)[:size + 1])
+        size += 1 + pack_uint(value + size + 1, stored_at)
+        out[i] = (key_bytes, fp, (<char*>value)[:size])
     return out

@@ -7,6 +7,8 @@ methods of :class:`DB`; halo hashes in :mod:`simhashdb.halohash`, n-grams in
 :mod:`simhashdb.chunking`.
 """
 
+__version__ = "0.2.0"
+
 from ._ext import (
     check_fingerprint,
     compute,
@@ -15,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Record, check_record
+from .db import DB, Match, Matches, Record, check_record
 from .errors import (
     DatabaseBusyError,
     DatabaseError,
@@ -24,6 +26,7 @@ from .errors import (
     InvalidFingerprintError,
     InvalidKeyError,
     InvalidMetadataError,
+    KeyNotFoundError,
     ParameterMismatchError,
     SimhashDBError,
 )
@@ -50,7 +53,9 @@ __all__ = [
     "FormatVersionError",
     "InvalidKeyError",
     "InvalidMetadataError",
+    "KeyNotFoundError",
     "Match",
+    "Matches",
     "ParameterMismatchError",
     "Record",
     "InvalidArgumentError",

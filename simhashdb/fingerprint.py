@@ -251,14 +251,14 @@ def fingerprint_many(texts, **options):
 
 def _check_unit(unit):
     if unit not in UNITS:
-        raise InvalidArgumentError("unit must be one of %s, got %r" % (UNITS, unit))
+        raise InvalidArgumentError("unit must be one of %s, got %s" % (UNITS, _ext.shown(unit)))
     return unit
 
 
 def _check_window(window):
-    if not isinstance(window, int) or not 1 <= window <= MAX_WINDOW:
-        raise InvalidArgumentError("window must be an int from 1 to %d, got %r"
-                                   % (MAX_WINDOW, window))
+    if not isinstance(window, int) or isinstance(window, bool) or not 1 <= window <= MAX_WINDOW:
+        raise InvalidArgumentError("window must be an int from 1 to %d, got %s"
+                                   % (MAX_WINDOW, _ext.shown(window)))
     return window
 
 
@@ -272,7 +272,7 @@ def _shingle_lengths(window):
         lengths = ()
     if not lengths:
         raise InvalidArgumentError("window must be an int from 1 to %d or a sequence of them, "
-                                   "got %r" % (MAX_WINDOW, window))
+                                   "got %s" % (MAX_WINDOW, _ext.shown(window)))
     return lengths
 
 
@@ -280,8 +280,9 @@ def _check_max_run(max_run):
     """``max_run`` for the native code, where 0 keeps every token."""
     if max_run is None:
         return 0
-    if not isinstance(max_run, int) or max_run < 1:
-        raise InvalidArgumentError("max_run must be an int >= 1 or None, got %r" % (max_run,))
+    if not isinstance(max_run, int) or isinstance(max_run, bool) or max_run < 1:
+        raise InvalidArgumentError("max_run must be an int >= 1 or None, got %s"
+                                   % _ext.shown(max_run))
     return max_run
 
 

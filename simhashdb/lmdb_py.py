@@ -176,9 +176,15 @@ class PyView(View):
     def get(self, key):
         return self._cursor(DOCS).get(key)
 
-    def documents(self):
+    def documents(self, after=None):
         cursor = self._txn.cursor(self._storage._dbs[DOCS])
-        return cursor.iternext() if cursor.first() else iter(())
+        if after is None:
+            return cursor.iternext() if cursor.first() else iter(())
+        if not cursor.set_range(after):
+            return iter(())
+        if cursor.key() == after and not cursor.next():
+            return iter(())
+        return cursor.iternext()
 
     def keys_of(self, fingerprint):
         cursor = self._cursor(FINGERPRINTS)

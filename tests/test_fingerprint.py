@@ -424,3 +424,13 @@ def test_a_damaged_weight_table_is_refused(tmp_path, monkeypatch):
         monkeypatch.undo()
         module._word_weights.cache_clear()
     assert simhashdb.fingerprint("some text") == reference_weighted_words("some text")
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=120))
+def test_the_readme_pipeline_is_simhash_pys_bit_for_bit(text):
+    tokens = text.split()
+    ours = simhashdb.compute([simhashdb.unsigned_hash(" ".join(s).encode("utf-8"))
+                              for s in simhashdb.shingle(tokens, 4)])
+    theirs = simhash_py.compute([simhash_py.unsigned_hash(" ".join(s).encode("utf-8"))
+                                 for s in simhash_py.shingle(tokens, 4)])
+    assert ours == theirs

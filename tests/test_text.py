@@ -130,6 +130,8 @@ def test_texts_without_words_and_bad_records_are_refused(tmp_path):
         for empty in ("", "  \n", "... --- !!!"):
             with pytest.raises(InvalidArgumentError, match="no words"):
                 db.insert_text_if_new("e", empty)
+        with pytest.raises(InvalidArgumentError, match="no words"):
+            db.insert_text("e", b"<p> <script>var x;</script></p>", html=True)
         with pytest.raises(InvalidArgumentError, match="record"):
             db.insert_text_if_new_many(["just a text"])
         with pytest.raises(InvalidArgumentError, match="str or bytes"):

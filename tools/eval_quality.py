@@ -319,7 +319,7 @@ def evaluate(name, method, c, ks=(K,)):
     size = collections.Counter(kind_of)
     for k in ks:
         false = collections.Counter()
-        for a, b in simhashdb.find_all_indices(fps, k + 2, k).tolist():
+        for a, b in simhashdb.find_all_indices(fps, k + 2, k):
             if c.unrelated(a, b):
                 false[kind_of[a]] += 1
                 false[kind_of[b]] += 1

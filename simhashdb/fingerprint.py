@@ -90,7 +90,9 @@ def normalize(text):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         raise InvalidArgumentError("expected text as str or bytes, got %s" % type(text).__name__)
-    return unicodedata.normalize("NFKC", text).casefold()
+    if not unicodedata.is_normalized("NFKC", text):  # the quick check is ~20x faster
+        text = unicodedata.normalize("NFKC", text)
+    return text.casefold()
 
 
 def tokenize(text, unit="words"):

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
 
+import eval_dedupe  # noqa: E402
 import eval_quality  # noqa: E402
 
 import simhashdb  # noqa: E402
@@ -19,11 +20,17 @@ OLD = "simhashdb recipe 2 (chars 2+3+4, counts)"
 
 
 @pytest.fixture(scope="module")
-def rows():
-    rows, kinds = eval_quality.run(eval_quality.python_corpus(), only=[DEFAULT, OLD],
-                                   recall_per_kind=60, pairs_per_kind=1000)
-    assert kinds == ["cjk", "code", "html", "prose"]
-    return {row["method"]: row for row in rows}
+def quick():
+    c = eval_quality.Corpus(eval_quality.python_corpus(), recall_per_kind=60,
+                            pairs_per_kind=1000)
+    assert c.kinds == ["cjk", "code", "html", "prose"]
+    return c
+
+
+@pytest.fixture(scope="module")
+def rows(quick):
+    methods = eval_quality.methods(peers_too=False)
+    return {name: eval_quality.evaluate(name, methods[name], quick) for name in (DEFAULT, OLD)}
 
 
 def test_default_recipe_keeps_unrelated_documents_apart_and_finds_edited_ones(rows):
@@ -41,6 +48,12 @@ def test_default_recipe_keeps_unrelated_documents_apart_and_finds_edited_ones(ro
 def test_the_old_default_drew_unrelated_pages_of_one_template_together(rows):
     # what recipe 3 was made for: pydoc's pages of different modules
     assert rows[OLD]["distance"]["html"] < 20 < 28 <= rows[DEFAULT]["distance"]["html"]
+
+
+def test_the_text_methods_dedupe_a_corpus_without_false_duplicates(quick):
+    row = eval_dedupe.run_method("insert_text_if_new", quick, 0, text_path=True)
+    assert row["flagged"] <= 0.001  # documents taken for copies of unrelated ones
+    assert row["found"][0.01] >= 0.97 and row["found"][0.05] >= 0.85
 
 
 def test_edits_change_the_requested_share_of_words_and_keep_separators():

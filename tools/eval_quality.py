@@ -151,7 +151,11 @@ def python_corpus(seed=0, code=150, cjk=60):
     docs += [{"kind": "prose", "html": False, "text": t}
              for _, t in sorted(topics.items()) if len(t) >= 500]
     for name in PYDOC_MODULES:
-        page = pydoc.html.page(name, pydoc.html.document(importlib.import_module(name), name))
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a Python built without it
+            continue
+        page = pydoc.html.page(name, pydoc.html.document(module, name))
         docs.append({"kind": "html", "html": True, "text": page})
     docs += [{"kind": "cjk", "html": False, "text": d}
              for d in cjk_documents(texts[code:], cjk, rng)]

@@ -205,6 +205,9 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
         if shingle_options:
             raise InvalidArgumentError("%s shape counted shingles, not weighted words: pass "
                                        "idf=None with them" % ", ".join(shingle_options))
+        if not isinstance(idf, str) or idf not in WEIGHT_TABLES:
+            raise InvalidArgumentError("unknown word weight table %r; known: %s"
+                                       % (idf, ", ".join(sorted(WEIGHT_TABLES))))
         hashes, weights, absent = _word_weights(idf)
         return lambda normalized: _ext.fingerprint_words_weighted(
             normalized.encode("utf-8", "surrogatepass"), hashes, weights, absent)
@@ -231,9 +234,6 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
 @functools.lru_cache(maxsize=None)
 def _word_weights(name):
     """(sorted word hashes, weights, weight of an absent word) of a shipped table."""
-    if name not in WEIGHT_TABLES:
-        raise InvalidArgumentError("unknown word weight table %r; known: %s"
-                                   % (name, ", ".join(sorted(WEIGHT_TABLES))))
     filename, digest = WEIGHT_TABLES[name]
     data = (_TABLE_DIR / filename).read_bytes()
     if hashlib.sha256(data).hexdigest() != digest:

@@ -404,8 +404,9 @@ def test_words_every_document_has_weigh_little():
 def test_shingle_options_need_counted_shingles():
     with pytest.raises(InvalidArgumentError, match="idf=None"):
         simhashdb.fingerprint("abc", idf="words-idf-5000", window=3)
-    with pytest.raises(InvalidArgumentError, match="unknown word weight table"):
-        simhashdb.fingerprint("abc", idf="no-such-table")
+    for bad in ("no-such-table", ["words-idf-5000"], 5):
+        with pytest.raises(InvalidArgumentError, match="unknown word weight table"):
+            simhashdb.fingerprint("abc", idf=bad)
     assert simhashdb.fingerprint("abc def", window=3) == \
         simhashdb.fingerprint("abc def", window=3, idf=None)
 

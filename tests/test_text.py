@@ -152,3 +152,21 @@ def test_resemblance_estimates_word_shingle_overlap():
     assert sum(1 for byte in short if byte) <= 2  # one shingle, one bin
     with pytest.raises(InvalidArgumentError):
         simhashdb.resemblance(a, a[:100])
+
+
+def test_a_refreshed_text_document_keeps_its_signature(tmp_path):
+    text = texts(1, seed=8)[0]
+    with simhashdb.DB(tmp_path / "db") as db:
+        db.insert_text("a", text, {"m": 1})
+        before = db.get("a")
+        found = db.insert_if_new("b", before.fingerprint ^ 1, refresh=True)
+        assert [m.key for m in found] == ["a"]
+        value = msgpack.unpackb(_raw_value(db, "a"))
+        assert value[:2] == [before.fingerprint, {"m": 1}] and len(value[3]) == 256
+        assert db.get("a").meta == {"m": 1}
+        assert [m.key for m in db.query_text(edited(text, 0.03))] == ["a"]
+
+
+def _raw_value(db, key):
+    with db._storage.read() as view:
+        return view.get(msgpack.packb(key))

@@ -834,13 +834,15 @@ def build_parser():
     sub.add_argument("fingerprints", nargs="*", metavar="FP",
                      help="fingerprints, decimal or hex (default: stdin lines)")
     sub.add_argument("--text", action="extend", nargs="+", metavar="FILE",
-                     help="fingerprint these documents (files, directories) and query them")
+                     help="the near-duplicates of these documents (files, directories), as "
+                          "DB.query_text decides: fingerprint and word-shingle resemblance")
     walking(sub)
     rooting(sub)
     sub.add_argument("--format", choices=("dec", "hex"),
                      help="how fingerprints are written (default: decimal if all are digits "
                           "only, else hex)")
-    sub.add_argument("--distance", type=int, help="at most the database's distance")
+    sub.add_argument("--distance", type=int,
+                     help="at most the database's distance (fingerprints, not --text)")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
 
     for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),

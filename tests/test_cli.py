@@ -303,3 +303,23 @@ def test_the_console_script_is_where_the_readme_says():
     script = os.path.join(os.path.dirname(sys.executable), "simhashdb-cli")
     done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "expire" in done.stdout and "fingerprint" in done.stdout
+
+
+def test_text_goes_through_the_databases_text_methods(tmp_path, capsys):
+    db = str(tmp_path / "db")
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    text = " ".join("word%d topic%d" % (i % 53, i % 7) for i in range(800))
+    (pages / "a.txt").write_text(text)
+    (pages / "a_copy.txt").write_text(text.replace("word5 ", "word6 ", 3))
+    code, out, _ = run(capsys, "import", db, str(pages), "--if-new")
+    assert code == 0 and out[-1]["imported"] == 1 and out[-1]["near_duplicates"] == 1
+    with simhashdb.DB(db, readonly=True) as opened:
+        stored = opened.get(str(pages / "a.txt"))
+        assert [m.key for m in opened.query_text(text)] == [stored.key]
+        with opened._storage.read() as view:  # the signature rides in the stored value
+            assert len(simhashdb.db._unpack(view.get(simhashdb.db._encode_key(stored.key)))) == 4
+    code, out, _ = run(capsys, "query", db, "--text", str(pages / "a_copy.txt"))
+    assert out[0]["matches"][0]["key"] == stored.key
+    code, _, err = run(capsys, "query", db, "--text", str(pages / "a.txt"), "--distance", "2")
+    assert code == 1 and "--distance is for fingerprints" in err

@@ -139,14 +139,13 @@ class PyLmdbStorage(LmdbStorage):
                 for name, dupsort in ((META, False), (DOCS, False), (FINGERPRINTS, True)):
                     db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
                     items = source.cursor(self._dbs[name]).iternext()
-                    written.cursor(db).putmulti(items, dupdata=dupsort, append=True)
+                    _fill(written.cursor(db), items, dupsort)
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 for table in range(self._layout.tables):
                     db = self._open_db(table_name(table), dupsort=True, dupfixed=True,
                                        env=target, txn=written)
-                    written.cursor(db).putmulti(self._layout.table_items(fps, table),
-                                                dupdata=True, append=True)
+                    _fill(written.cursor(db), self._layout.table_items(fps, table), True)
         finally:
             target.close()
 
@@ -288,6 +287,17 @@ class PyTxn(PyView, Txn):
             for key, value in layout.table_items(removed, table) if removed else ():
                 if cursor.set_key_dup(key, value):
                     cursor.delete()
+
+
+def _fill(cursor, items, dupsort):
+    """Put sorted ``items`` into an empty sub-database, every one of them.
+    Appends only where there are no duplicates: py-lmdb before 3.0 appends
+    duplicates with MDB_APPEND, which refuses each value after a key's first
+    and putmulti counts it as not added instead of failing."""
+    consumed, added = cursor.putmulti(items, dupdata=dupsort, append=not dupsort)
+    if added != consumed:
+        raise DatabaseError("compaction wrote %d of %d entries; the database is unchanged"
+                            % (added, consumed))
 
 
 def _scan(cursor, first, last):

@@ -29,6 +29,9 @@ from .storage import Txn, View, value_fingerprint
 META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
 
 
+_INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
+
+
 def table_name(table):
     """The sub-database name of permutation table ``table``."""
     return b"table:%03d" % table
@@ -73,11 +76,16 @@ class PyLmdbStorage(LmdbStorage):
         self._env = None
 
     def _forget_after_fork(self):
-        """py-lmdb refuses a second environment on a path it has open in this
-        process, and a fork child inherits that record: close the parent's here
-        (which releases nothing the parent holds)."""
+        """py-lmdb (3.0 on) refuses a second environment on a path it has open
+        in this process, and a fork child inherits that record: close the
+        parent's here. LMDB before 0.9.33 frees the reader slots of the process
+        that opened the environment when it is closed, the parent's: there the
+        child keeps it open, unused, instead."""
         if self._env is not None and os.getpid() != self._pid:
-            self._env.close()
+            if lmdb.version() >= (0, 9, 33):
+                self._env.close()
+            else:
+                _INHERITED_ENVS.append(self._env)
 
     def _reader_check(self):
         self._env.reader_check()

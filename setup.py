@@ -38,7 +38,7 @@ setup(
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
     packages=["simhashdb"],
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={

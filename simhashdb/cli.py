@@ -65,7 +65,7 @@ def cmd_import(args):
         raise CliError("--key names the one text document read from stdin; other inputs are "
                        "keyed by their path or line")
     header = _export_header(formats)
-    if header and not os.path.exists(os.path.join(args.path, "data.mdb")):
+    if header and not simhashdb.storage.database_exists(args.path):
         for name in ("distance", "blocks"):  # a new database is made as the exported one
             if getattr(args, "create_" + name) is None:
                 setattr(args, "create_" + name, header.get(name))
@@ -662,13 +662,13 @@ def _open(path, args, readonly=False, text=False, recipe=None):
     one that text will be fingerprinted for: it keeps a recipe it already has,
     a new or empty one takes the default. Warns when it makes a database of
     more than MANY_TABLES tables."""
-    if readonly and not os.path.isdir(path) and simhashdb.storage.is_local(path):
+    new = not simhashdb.storage.database_exists(path)
+    if readonly and new:
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
     options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
-    new = not os.path.exists(os.path.join(path, "data.mdb"))
     db = simhashdb.DB(path, readonly=readonly, recipe=recipe, **options)
     if text and db.recipe not in simhashdb.RECIPES:
         db.close()  # reopened naming the default: an empty database takes it, others refuse

@@ -55,7 +55,7 @@ import msgpack
 
 from .errors import DatabaseError, InvalidArgumentError
 from .layout import Layout
-from .storage import Storage, Txn, View, value_fingerprint
+from .storage import Storage, Txn, View, is_url, value_fingerprint
 
 SLOTS = 16384
 ROUND_BYTES = 4 << 20  # about the most one round sends to a node
@@ -233,10 +233,6 @@ def redis_url(path):
             "$SIMHASHDB_REDIS_URL naming the server; got %r" % path)
     parts = urllib.parse.urlsplit(server)
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(path, safe="")))
-
-
-def is_url(path):
-    return isinstance(path, str) and path.startswith(("redis://", "rediss://"))
 
 
 class _Unavailable(Exception):
@@ -916,6 +912,11 @@ def _no_cyclic_gc():
             gc.enable()
 
 
+def _after(items, after):
+    """The (key, value) ``items`` (sorted) whose key is after ``after`` (None: all)."""
+    return items if after is None else items[bisect.bisect_right(items, (after, b"\xff" * 600)):]
+
+
 def _offset(reply, start):
     """A SCAN reply with its range numbers counted from ``start``."""
     for r in range(0, len(reply), 2):
@@ -969,8 +970,8 @@ class RedisView(View):
     def keys_of(self, fingerprint):
         return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
 
-    def documents(self):
-        return iter(self._read(self._storage._documents))
+    def documents(self, after=None):
+        return iter(_after(self._read(self._storage._documents), after))
 
     def fingerprint_groups(self):
         return iter(self._read(self._storage._fingerprint_groups))
@@ -1050,10 +1051,10 @@ class RedisTxn(RedisView, Txn):
         self._load([], [fingerprint])
         return list(self._fps[fingerprint])
 
-    def documents(self):
+    def documents(self, after=None):
         docs = dict(self._storage._documents())
         docs.update(self._docs)
-        return iter(sorted((k, v) for k, v in docs.items() if v is not None))
+        return iter(_after(sorted((k, v) for k, v in docs.items() if v is not None), after))
 
     def fingerprint_groups(self):
         groups = dict(self._storage._fingerprint_groups())

@@ -145,7 +145,7 @@ def open_storage(path, readonly=False, backend=None):
     ``$SIMHASHDB_BACKEND``, else native LMDB where it was built, else py-lmdb)."""
     if isinstance(backend, Storage):
         return backend
-    url = str(path).startswith(("redis://", "rediss://"))
+    url = is_url(path)
     if url and backend not in (None, "redis"):
         raise InvalidArgumentError("%s is a Redis URL, which the %s backend cannot open"
                                    % (path, backend))
@@ -163,10 +163,24 @@ def open_storage(path, readonly=False, backend=None):
                                % (", ".join(BACKENDS), name))
 
 
-def is_local(path):
-    """Whether ``path`` names a directory here (not a Redis database)."""
-    return not (str(path).startswith(("redis://", "rediss://"))
-                or os.environ.get("SIMHASHDB_BACKEND") == "redis")
+def is_url(path):
+    """Whether ``path`` is a redis:// or rediss:// URL."""
+    return str(path).startswith(("redis://", "rediss://"))
+
+
+def database_exists(path, backend=None):
+    """Whether a database is at ``path`` (with ``backend``, default
+    ``$SIMHASHDB_BACKEND``): for messages that name what to do."""
+    if is_url(path) or (backend or os.environ.get("SIMHASHDB_BACKEND")) == "redis":
+        from .redis_store import RedisStorage
+        storage = RedisStorage(path, readonly=True)
+        try:
+            with storage.read() as view:
+                return view.params() is not None
+        finally:
+            storage.close()
+    from .lmdb_files import DATA_FILE
+    return os.path.exists(os.path.join(os.fspath(path), DATA_FILE))
 
 
 def default_backend():

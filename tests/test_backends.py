@@ -109,9 +109,11 @@ def test_a_reader_of_one_backend_beside_a_writer_of_the_other(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
-def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_name):
+def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_name, request):
     """View.documents(after): what expire() walks in batches."""
     import msgpack
+    if backend_name == "redis":
+        request.getfixturevalue("redis_names")
     with DB(str(tmp_path / "d.db"), backend=backend_name) as db:
         db.insert_many([(k, i) for i, k in enumerate([1, 5, 9, "a", "c"])])
         with db._storage.read() as view:

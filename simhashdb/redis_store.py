@@ -271,8 +271,11 @@ class _Nodes:
     def client(self, address):
         client = self._clients.get(address)
         if client is None:
-            client = self._clients[address] = self._redis.Redis(
-                host=address[0], port=address[1], protocol=2, **self._options)
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+            client = self._clients[address] = self._redis.Redis(  # retried by us, not redis-py
+                host=address[0], port=address[1], protocol=2, retry=Retry(NoBackoff(), 0),
+                **self._options)
         return client
 
     def refresh(self):
@@ -772,27 +775,24 @@ class RedisStorage(Storage):
 
     def _apply(self, plan, token, epoch):
         """Write ``plan``, pending at ``epoch`` (idempotent: any part may already
-        have landed), in rounds of bounded size, each renewing the lock and
-        waiting until a replica of every node has it."""
+        have landed), in rounds of bounded size, each after renewing the lock
+        and ending when a replica of every node has it."""
         commands = self._plan_commands(plan)
-        meta = self._nodes.owner(self._params)
         renew = ("EVAL", RENEW, 2, self._lock, self._epoch, token, self._lease_ms(), epoch)
         start = 0
         while start < len(commands):
+            if self._meta(*renew) != 1:  # before each round: a lost lock writes no more
+                raise DatabaseError("the write lock of %s expired while a batch was applied; "
+                                    "the next writer finishes the batch" % self.path)
             requests, size, end = collections.defaultdict(list), 0, start
             while end < len(commands) and size < ROUND_BYTES:
                 key, command = commands[end]
                 requests[self._nodes.owner(key)].append(command)
                 size += 16 * len(command) + (len(command[-1]) if command[0] == "EVAL" else 0)
                 end += 1
-            requests[meta].append(renew)
             for address in requests:
                 requests[address] += self._wait_commands()
-            replies = self._nodes.round(requests)
-            if replies[meta][-1 - len(self._wait_commands())] != 1:
-                raise DatabaseError("the write lock of %s expired while a batch was applied; "
-                                    "the next writer finishes the batch" % self.path)
-            for address, out in replies.items():
+            for address, out in self._nodes.round(requests).items():
                 self._check_replicated(address, out)
             start = end
 

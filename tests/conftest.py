@@ -69,8 +69,8 @@ def backend(request, monkeypatch):
 @pytest.fixture
 def redis_names(redis_cluster, monkeypatch):
     """A path names a database on the session's cluster ($SIMHASHDB_REDIS_URL)."""
-    # a writer killed holding the lock holds it for 2 s (not the default 10)
-    monkeypatch.setenv("SIMHASHDB_REDIS_URL", redis_cluster.url + "?lease=2")
+    # a writer killed holding the lock holds it for 1 s (not the default 10)
+    monkeypatch.setenv("SIMHASHDB_REDIS_URL", redis_cluster.url + "?lease=1")
     yield redis_cluster
     redis_cluster.flush()  # keeps scans of the cluster short
 

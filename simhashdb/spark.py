@@ -32,7 +32,7 @@ from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyErr
 from .layout import Layout
 
 try:
-    from pyspark.sql import DataFrame, functions as F
+    from pyspark.sql import DataFrame, Window, functions as F
     from pyspark.sql.types import BinaryType, DecimalType, IntegralType, LongType, StringType
 except ImportError as exc:  # pragma: no cover - the spark extra is not installed
     raise ImportError("simhashdb.spark needs pyspark: pip install 'simhashdb[spark]'") from exc
@@ -121,7 +121,7 @@ def _prepare(df, key, fingerprint, distance, blocks, split):
         raise InvalidArgumentError("expected a pyspark DataFrame, got %s" % type(df).__name__)
     if not isinstance(split, int) or isinstance(split, bool) or split < 2:
         raise InvalidArgumentError("split must be an int >= 2, got %r" % (split,))
-    Layout(distance + 1 if isinstance(distance, int) else distance, distance)  # checks distance
+    Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
     fields = {f.name: f.dataType for f in df.schema.fields}
     for name, what in ((key, "key"), (fingerprint, "fingerprint")):
         if name not in fields:
@@ -287,17 +287,16 @@ def _components(edges):
 def _large_star(edges):
     """Join every node's larger neighbours to its smallest neighbour (or itself)."""
     both = edges.unionByName(edges.select(F.col("v").alias("u"), F.col("u").alias("v")))
-    smallest = both.groupBy("u").agg(F.least(F.min("v"), F.col("u")).alias("m"))
-    return both.where(F.col("v") > F.col("u")).join(smallest, "u") \
-        .select(F.col("v").alias("u"), F.col("m").alias("v")).distinct()
+    smallest = F.least(F.min("v").over(Window.partitionBy("u")), F.col("u"))
+    return both.withColumn("m", smallest).where(F.col("v") > F.col("u")) \
+        .select(F.col("v").alias("u"), F.col("m").alias("v"))
 
 
 def _small_star(edges):
     """Join every node and its smaller neighbours to the smallest of them."""
-    smallest = edges.groupBy("u").agg(F.min("v").alias("m"))
-    moved = edges.join(smallest, "u").where(F.col("v") != F.col("m")) \
-        .select(F.col("v").alias("u"), F.col("m").alias("v"))
-    return moved.unionByName(smallest.select("u", F.col("m").alias("v"))).distinct()
+    linked = edges.withColumn("m", F.min("v").over(Window.partitionBy("u")))
+    return linked.select(F.explode(F.array("u", "v")).alias("u"), F.col("m").alias("v")) \
+        .where(F.col("u") != F.col("v")).distinct()
 
 
 def _stars(edges):

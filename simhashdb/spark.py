@@ -29,17 +29,21 @@ from decimal import Decimal
 
 from . import _ext
 from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
-from .layout import Layout
+from .layout import MAX_TABLES, Layout
 
 try:
     from pyspark.sql import DataFrame, Window, functions as F
-    from pyspark.sql.types import BinaryType, DecimalType, IntegralType, LongType, StringType
+    import pyarrow
+    from pyspark.sql.types import (
+        BinaryType, DecimalType, IntegerType, IntegralType, LongType, StringType, StructField,
+        StructType)
 except ImportError as exc:  # pragma: no cover - the spark extra is not installed
     raise ImportError("simhashdb.spark needs pyspark: pip install 'simhashdb[spark]'") from exc
 
 DEFAULT_SPLIT = 20_000
 ROWS_PER_TASK = 2_000_000   # (table, fingerprint) rows one scan task holds, about 50 bytes each
 SAMPLE_PER_SPLIT = 16       # sampled rows expected from a group of ``split`` fingerprints
+SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (measured)
 MAX_ROUNDS = 64             # large-star / small-star rounds before giving up
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
 
@@ -71,15 +75,9 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         fingerprint (null, out of range, not 8 bytes) or a null key.
     """
     docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    near = _fingerprint_pairs(docs, layout, split, rows)
-    a = docs.select(F.col("key").alias("key_a"), F.col("fp").alias("a"))
-    b = docs.select(F.col("key").alias("key_b"), F.col("fp").alias("b"))
-    expanded = near.join(a, "a").join(b, "b").select(
-        F.least("key_a", "key_b").alias("key_a"), F.greatest("key_a", "key_b").alias("key_b"),
-        "distance")
-    identical = a.join(b, F.col("a") == F.col("b")).where(F.col("key_a") < F.col("key_b")) \
-        .select("key_a", "key_b", F.lit(0).alias("distance"))
-    return expanded.unionByName(identical)
+    pairs = _scan(docs, layout, split, rows, "pairs")
+    return pairs.select(F.least("key_a", "key_b").alias("key_a"),
+                        F.greatest("key_a", "key_b").alias("key_b"), "distance")
 
 
 def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
@@ -92,13 +90,11 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     is a DataFrame over them. Parameters and errors as :func:`find_all`.
     """
     docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    edges = _materialize(_fingerprint_pairs(docs, layout, split, rows).select(
-        F.greatest("a", "b").alias("u"), F.least("a", "b").alias("v")))
+    edges = _materialize(_scan(docs, layout, split, rows, "edges").select(
+        F.greatest("key_a", "key_b").alias("u"), F.least("key_a", "key_b").alias("v")))
     labels = _components(edges)
-    labelled = docs.join(labels, "fp", "left").select(
-        "key", F.coalesce("label", "fp").alias("label"))
-    smallest = labelled.groupBy("label").agg(F.min("key").alias("cluster"))
-    return labelled.join(smallest, "label").select("key", "cluster")
+    return docs.join(labels, "key", "left").select(
+        "key", F.coalesce("cluster", "key").alias("cluster"))
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
@@ -109,6 +105,18 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     kept = clusters(df, distance, blocks, key, fingerprint, split) \
         .where(F.col("key") == F.col("cluster")).select(F.col("key").alias(key))
     return df.join(kept, key, "left_semi")
+
+
+def choose_blocks(distance, documents):
+    """The block count m minimising C(m, k) * (SHUFFLE_COST + N / 2**prefix / 2):
+    each table sends every fingerprint through a shuffle, then compares the
+    pairs of each group. Fewer tables than the database's choice, as a row
+    through a shuffle costs about as much as SHUFFLE_COST pair comparisons."""
+    def cost(m):
+        prefix = (m - distance) * (64 // m)
+        return math.comb(m, distance) * (SHUFFLE_COST + documents / 2.0 ** prefix / 2)
+    return min((m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES),
+               key=cost)
 
 
 # Documents
@@ -142,7 +150,7 @@ def _prepare(df, key, fingerprint, distance, blocks, split):
             "decimal in [0, 2**64) or 8 bytes), e.g. the row of key %s"
             % (bad_rows, fingerprint, example))
     if blocks is None:
-        blocks = Layout.choose_blocks(distance, max(rows, 1))
+        blocks = choose_blocks(distance, rows)
     layout = Layout(blocks, distance)
     return df.select(F.col(key).alias("key"), fp.alias("fp")), layout, rows
 
@@ -162,16 +170,18 @@ def _fingerprint_column(col, dtype, name):
         "decimal(20,0) or 8-byte binary" % (name, dtype.simpleString()))
 
 
-# Pairs of fingerprints
+# The scan
 
 
-def _fingerprint_pairs(docs, layout, split, documents):
-    """Every pair (a, b, distance) of distinct fingerprints of ``docs`` (that
-    many ``documents``) within the layout's distance, once, as signed longs."""
+def _scan(docs, layout, split, documents, mode):
+    """Pairs of keys within the layout's distance, as ``(key_a, key_b,
+    distance)`` in no order: every pair (``mode="pairs"``), or (``"edges"``)
+    enough of them to connect what the pairs connect: one pair of keys for
+    each pair of fingerprints, and the keys of a fingerprint joined to one of
+    them. ``docs`` has ``documents`` rows."""
     session = docs.sparkSession
     tables = layout.tables
-    rows = docs.select("fp").distinct().select(
-        F.explode(F.sequence(F.lit(0), F.lit(tables - 1))).alias("t"), "fp")
+    rows = docs.select(F.explode(F.sequence(F.lit(0), F.lit(tables - 1))).alias("t"), "fp", "key")
     prefix_masks = F.array(*[F.lit(_signed(m)) for m in _lead_masks(layout)])
     hot = _hot_groups(docs, layout, split, prefix_masks, documents)
     tag = F.col("t").cast("long")
@@ -182,7 +192,7 @@ def _fingerprint_pairs(docs, layout, split, documents):
         groups = session.createDataFrame([row[:3] for row in hot], "t int, g long, parts int")
         rows = rows.join(F.broadcast(groups), (rows.t == groups.t) & (
             rows.fp.bitwiseAND(F.element_at(prefix_masks, rows.t + 1)) == groups.g), "left") \
-            .select(rows.t, "fp", "parts")
+            .select(rows.t, "fp", "key", "parts")
         part = F.pmod(F.xxhash64("fp"), F.col("parts"))
         rows = rows.withColumn("part", part).withColumn("q", F.explode(
             F.when(F.col("parts").isNull(), F.array(F.lit(0)))
@@ -193,28 +203,31 @@ def _fingerprint_pairs(docs, layout, split, documents):
         cell = F.when(F.col("parts").isNull(), 0).otherwise(1 + lo * F.col("parts") + hi)
         tag = tag.bitwiseOR(F.shiftleft(side.cast("long"), SIDE_SHIFT)) \
             .bitwiseOR(F.shiftleft(cell.cast("long"), CELL_SHIFT))
-    rows = rows.select(tag.alias("tag"), "fp")
+    rows = rows.select(tag.alias("tag"), "fp", "key")
     group = F.col("tag").bitwiseAND(F.lit(~SIDE_BITS))
     prefix = F.col("fp").bitwiseAND(
         F.element_at(prefix_masks, F.col("tag").bitwiseAND(F.lit(TABLE_BITS)).cast("int") + 1))
     estimate = documents * tables + replicated
     partitions = max(session.sparkContext.defaultParallelism,
                      math.ceil(estimate / ROWS_PER_TASK))
-    scan = functools.partial(_scan_partition, _LayoutArrays(layout))
-    return rows.repartition(partitions, group, prefix).mapInArrow(
-        scan, "a long, b long, distance int")
+    key_type = docs.schema["key"].dataType
+    schema = StructType([StructField("key_a", key_type), StructField("key_b", key_type),
+                         StructField("distance", IntegerType())])
+    scan = functools.partial(_scan_partition, _LayoutArrays(layout), mode == "pairs")
+    return rows.repartition(partitions, group, prefix).mapInArrow(scan, schema)
 
 
 def _hot_groups(docs, layout, split, prefix_masks, documents):
     """(table, prefix, parts, estimated size) of each group a sample of the
-    documents says holds more than ``split`` fingerprints."""
+    documents says holds more than ``split`` distinct fingerprints."""
     if documents <= split:
         return []
     fraction = min(1.0, SAMPLE_PER_SPLIT / split)
     sample = docs.select("fp").sample(fraction=fraction, seed=0).select(
         F.explode(F.sequence(F.lit(0), F.lit(layout.tables - 1))).alias("t"), "fp")
     counts = sample.groupBy("t", sample.fp.bitwiseAND(
-        F.element_at(prefix_masks, sample.t + 1)).alias("g")).count() \
+        F.element_at(prefix_masks, sample.t + 1)).alias("g")) \
+        .agg(F.count_distinct("fp").alias("count")) \
         .where(F.col("count") > SAMPLE_PER_SPLIT).collect()
     hot = []
     for t, g, count in counts:
@@ -233,53 +246,97 @@ class _LayoutArrays:
                         layout.leading_masks[t:t + 1]) for t in range(layout.tables)]
 
 
-def _scan_partition(layout, batches):
-    """mapInArrow: the pairs of each group (table and cell) of a partition's rows."""
+def _scan_partition(layout, every_pair, batches):
+    """mapInArrow: the key pairs of each group (table and cell) of a
+    partition's (tag, fp, key) rows."""
     import numpy
-    import pyarrow
 
-    tags, fps = [], []
+    tags, fps, keys = [], [], []
     for batch in batches:
         tags.append(batch.column(0).to_numpy())
         fps.append(batch.column(1).to_numpy().view(numpy.uint64))
+        keys.append(batch.column(2))
     if not tags:
         return
-    tag, fp = numpy.concatenate(tags), numpy.concatenate(fps)
+    tag, fp, key = numpy.concatenate(tags), numpy.concatenate(fps), pyarrow.concat_arrays(keys)
     group = tag & ~SIDE_BITS
     order = numpy.argsort(group, kind="stable")
-    group = group[order]
-    starts = numpy.flatnonzero(numpy.diff(group)) + 1
-    for start, end in zip([0, *starts], [*starts, len(group)]):
-        rows = order[start:end]
-        values = fp[rows]
-        spec, prefixes, leading = layout.tables[int(group[start]) & TABLE_BITS]
-        sides = ((tag[rows] >> SIDE_SHIFT) & 3).astype(numpy.uint8)
+    starts = numpy.flatnonzero(numpy.diff(group[order])) + 1
+    for rows in numpy.split(order, starts):
+        table = int(group[rows[0]]) & TABLE_BITS
+        values, first, inverse, counts = numpy.unique(
+            fp[rows], return_index=True, return_inverse=True, return_counts=True)
+        by_value = rows[numpy.argsort(inverse, kind="stable")]   # rows of value 0, 1, ...
+        offsets = numpy.cumsum(counts) - counts
+        sides = ((tag[rows[first]] >> SIDE_SHIFT) & 3).astype(numpy.uint8)
+        across = bool(sides[0])
+        spec, prefixes, leading = layout.tables[table]
         scanner = _ext.PairScanner(values, spec, prefixes, leading, layout.block_masks,
-                                   layout.distance, sides if sides[0] else None)
+                                   layout.distance, sides if across else None)
         while True:
             pairs = scanner.next_chunk(PAIR_CHUNK)
             if pairs is None:
                 break
-            positions = numpy.frombuffer(pairs, dtype=numpy.uint64)
-            a, b = values[positions[0::2]], values[positions[1::2]]
-            between = numpy.frombuffer(_ext.num_differing_bits_many(a, b), dtype=numpy.uint8)
-            yield pyarrow.RecordBatch.from_arrays(
-                [pyarrow.array(a.view(numpy.int64)), pyarrow.array(b.view(numpy.int64)),
-                 pyarrow.array(between.astype(numpy.int32))], names=["a", "b", "distance"])
+            positions = numpy.frombuffer(pairs, dtype=numpy.uint64).astype(numpy.intp)
+            a, b = positions[0::2], positions[1::2]
+            if every_pair:
+                a, b = _expand(a, b, counts, offsets)
+            else:
+                a, b = offsets[a], offsets[b]
+            between = numpy.frombuffer(
+                _ext.num_differing_bits_many(fp[by_value[a]], fp[by_value[b]]), numpy.uint8)
+            yield _key_pairs(key, by_value[a], by_value[b], between)
+        if table == 0 and not across:  # identical fingerprints, once: in table 0
+            a, b = _identical(counts, offsets, every_pair)
+            if len(a):
+                yield _key_pairs(key, by_value[a], by_value[b], numpy.zeros(len(a), numpy.uint8))
+
+
+def _expand(a, b, counts, offsets):
+    """Every pair of rows of the value pairs (a, b): rows sorted by value, value
+    v in rows offsets[v] to offsets[v] + counts[v]."""
+    import numpy
+
+    across = counts[a] * counts[b]
+    if (across == 1).all():
+        return offsets[a], offsets[b]
+    pair = numpy.repeat(numpy.arange(len(a)), across)
+    nth = numpy.arange(len(pair)) - numpy.repeat(numpy.cumsum(across) - across, across)
+    width = counts[b][pair]
+    return offsets[a][pair] + nth // width, offsets[b][pair] + nth % width
+
+
+def _identical(counts, offsets, every_pair):
+    """Pairs of rows of one value: all of them, or each row with the value's first."""
+    import numpy
+
+    n = int(counts.sum())
+    nth = numpy.arange(n) - numpy.repeat(offsets, counts)   # a row's place among its value's
+    if not every_pair:
+        later = numpy.flatnonzero(nth > 0)
+        return later - nth[later], later
+    after = numpy.repeat(counts, counts) - 1 - nth           # rows after it of the same value
+    a = numpy.repeat(numpy.arange(n), after)
+    b = a + 1 + numpy.arange(len(a)) - numpy.repeat(numpy.cumsum(after) - after, after)
+    return a, b
+
+
+def _key_pairs(key, a, b, between):
+    return pyarrow.RecordBatch.from_arrays(
+        [key.take(a), key.take(b), pyarrow.array(between.astype("int32"))],
+        names=["key_a", "key_b", "distance"])
 
 
 # Connected components
 
 
 def _components(edges):
-    """(fp, label) of every fingerprint in an edge (u, v), u > v; the label is
-    the component's smallest fingerprint. Alternates large-star and
+    """(key, cluster) of every node of an edge (u, v), u > v, but the smallest
+    of each component, which is the cluster. Alternates large-star and
     small-star until every component is a star around its smallest node."""
     for _ in range(MAX_ROUNDS):
         if _stars(edges):
-            centres = edges.select(F.col("v").alias("fp"), F.col("v").alias("label")).distinct()
-            return edges.select(F.col("u").alias("fp"), F.col("v").alias("label")) \
-                .unionByName(centres)
+            return edges.select(F.col("u").alias("key"), F.col("v").alias("cluster"))
         edges = _materialize(_small_star(_large_star(edges)))
     raise SimhashDBError("connected components did not settle in %d rounds" % MAX_ROUNDS)
 

@@ -207,9 +207,8 @@ def _scan(docs, layout, split, documents, mode):
     group = F.col("tag").bitwiseAND(F.lit(~SIDE_BITS))
     prefix = F.col("fp").bitwiseAND(
         F.element_at(prefix_masks, F.col("tag").bitwiseAND(F.lit(TABLE_BITS)).cast("int") + 1))
-    estimate = documents * tables + replicated
-    partitions = max(session.sparkContext.defaultParallelism,
-                     math.ceil(estimate / ROWS_PER_TASK))
+    cores = session.sparkContext.defaultParallelism   # tasks in a wave: whole waves only
+    partitions = cores * math.ceil((documents * tables + replicated) / ROWS_PER_TASK / cores)
     key_type = docs.schema["key"].dataType
     schema = StructType([StructField("key_a", key_type), StructField("key_b", key_type),
                          StructField("distance", IntegerType())])

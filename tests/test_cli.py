@@ -38,7 +38,8 @@ def test_every_command_has_help_with_an_example(capsys):
     parser = cli.build_parser()
     commands = parser._subparsers._group_actions[0].choices
     assert set(commands) == {"init", "import", "query", "delete", "get", "stats", "compact",
-                             "check", "export", "find-all", "clusters", "fingerprint"}
+                             "check", "export", "find-all", "clusters", "fingerprint",
+                             "spark", "export-parquet", "import-parquet"}
     for sub in commands.values():
         assert "Example:\n  simhashdb-cli " in sub.format_help()
 

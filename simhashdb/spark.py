@@ -48,10 +48,13 @@ MAX_ROUNDS = 64             # large-star / small-star rounds before giving up
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
 
 # The tag of a scanned row: table in bits 0-15, side in 16-17 (0: a whole
-# group or the diagonal cell of a split one; 1 and 2: the two parts of an
-# off-diagonal cell), cell (0 for a group not split) from bit 18.
+# group or the diagonal cell of a split one; 2 and 3: the two parts of an
+# off-diagonal cell), cell (0 for a group not split) from bit 18. A task scans
+# the rows of one tag but the low side bit together: cells of two hot groups
+# may share a number, but then never a prefix, and one is off-diagonal only
+# if the other is.
 SIDE_SHIFT, CELL_SHIFT = 16, 18
-TABLE_BITS, SIDE_BITS = (1 << SIDE_SHIFT) - 1, 3 << SIDE_SHIFT
+TABLE_BITS, PART_BIT = (1 << SIDE_SHIFT) - 1, 1 << SIDE_SHIFT
 TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 
@@ -199,12 +202,12 @@ def _scan(docs, layout, split, documents, mode):
             .otherwise(F.sequence(F.lit(0), F.col("parts") - 1))))
         lo, hi = F.least("part", "q"), F.greatest("part", "q")
         side = F.when(F.col("parts").isNull() | (lo == hi), 0) \
-            .when(F.col("part") == lo, 1).otherwise(2)
+            .when(F.col("part") == lo, 2).otherwise(3)
         cell = F.when(F.col("parts").isNull(), 0).otherwise(1 + lo * F.col("parts") + hi)
         tag = tag.bitwiseOR(F.shiftleft(side.cast("long"), SIDE_SHIFT)) \
             .bitwiseOR(F.shiftleft(cell.cast("long"), CELL_SHIFT))
     rows = rows.select(tag.alias("tag"), "fp", "key")
-    group = F.col("tag").bitwiseAND(F.lit(~SIDE_BITS))
+    group = F.col("tag").bitwiseAND(F.lit(~PART_BIT))
     prefix = F.col("fp").bitwiseAND(
         F.element_at(prefix_masks, F.col("tag").bitwiseAND(F.lit(TABLE_BITS)).cast("int") + 1))
     cores = session.sparkContext.defaultParallelism   # tasks in a wave: whole waves only
@@ -258,7 +261,7 @@ def _scan_partition(layout, every_pair, batches):
     if not tags:
         return
     tag, fp, key = numpy.concatenate(tags), numpy.concatenate(fps), pyarrow.concat_arrays(keys)
-    group = tag & ~SIDE_BITS
+    group = tag & ~PART_BIT
     order = numpy.argsort(group, kind="stable")
     starts = numpy.flatnonzero(numpy.diff(group[order])) + 1
     for rows in numpy.split(order, starts):

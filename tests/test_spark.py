@@ -165,15 +165,20 @@ def _groups(clusters):
 
 def test_a_hot_prefix_is_split_and_no_pair_across_parts_is_lost(spark, monkeypatch):
     """10,000 fingerprints under one prefix of table 0, a dense template
-    cluster of 742 among them, and near copies across the group."""
+    cluster of 742 among them, and near copies across the group; 3,000 under
+    another prefix (split in fewer parts)."""
     rng = random.Random(3)
-    prefix = rng.getrandbits(26) << 38   # table 0 leads with blocks 0 and 1: 26 bits
-    hot = [prefix | rng.getrandbits(38) for _ in range(10_000)]
-    template = prefix | rng.getrandbits(38)
-    hot += [template] + [flip(template, [a]) for a in range(38)] + \
-        [flip(template, [a, b]) for a in range(38) for b in range(a)]
-    hot += [flip(rng.choice(hot), rng.sample(range(38), rng.randint(1, 4))) for _ in range(2000)]
-    fps = hot + [rng.getrandbits(64) for _ in range(2000)]
+    fps = []
+    for size in (10_000, 3_000):
+        prefix = rng.getrandbits(26) << 38   # table 0 leads with blocks 0 and 1: 26 bits
+        hot = [prefix | rng.getrandbits(38) for _ in range(size)]
+        template = prefix | rng.getrandbits(38)
+        hot += [template] + [flip(template, [a]) for a in range(38)] + \
+            [flip(template, [a, b]) for a in range(38) for b in range(a)]
+        hot += [flip(rng.choice(hot), rng.sample(range(38), rng.randint(1, 4)))
+                for _ in range(size // 5)]
+        fps += hot
+    fps += [rng.getrandbits(64) for _ in range(2000)]
     keys = list(range(len(fps)))
     df = frame(spark, keys, fps)
     found = []
@@ -185,7 +190,8 @@ def test_a_hot_prefix_is_split_and_no_pair_across_parts_is_lost(spark, monkeypat
     real = sspark._hot_groups
     monkeypatch.setattr(sspark, "_hot_groups", recording)
     got = rows(sspark.find_all(df, DISTANCE, BLOCKS, split=500))
-    assert any(t == 0 and parts >= 10 for t, _, parts, _ in found), found
+    parts = sorted(parts for t, _, parts, _ in found if t == 0)
+    assert len(parts) == 2 and 5 <= parts[0] < parts[1], found
     assert len(got) == len(set(got))
     expected = expected_pairs(keys, fps)
     assert len(expected) > 40_000

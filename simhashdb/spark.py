@@ -20,7 +20,9 @@ Fingerprint columns may be ``LongType`` (the 64 bits as a signed long: how
 Arrow's uint64 arrives when cast to int64), ``DecimalType(20, 0)`` (how Spark
 reads a Parquet UINT_64 column, e.g. from :meth:`DB.export_parquet`), or
 8-byte big-endian ``BinaryType``. Keys are strings, binary or integers, and
-identify documents (one row a key).
+identify documents, one row a key (a key on several rows is never paired
+with itself).
+Runs on classic Spark sessions (it uses the SparkContext), not Spark Connect.
 """
 
 import functools
@@ -78,7 +80,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         fingerprint (null, out of range, not 8 bytes) or a null key.
     """
     docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    pairs = _scan(docs, layout, split, rows, "pairs")
+    pairs = _scan(docs, layout, split, rows, "pairs").where(F.col("key_a") != F.col("key_b"))
     return pairs.select(F.least("key_a", "key_b").alias("key_a"),
                         F.greatest("key_a", "key_b").alias("key_b"), "distance")
 
@@ -92,11 +94,8 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     Finds the components when called (a few Spark jobs a round); the result
     is a DataFrame over them. Parameters and errors as :func:`find_all`.
     """
-    docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    edges = _materialize(_scan(docs, layout, split, rows, "edges").select(
-        F.greatest("key_a", "key_b").alias("u"), F.least("key_a", "key_b").alias("v")))
-    labels = _components(edges)
-    return docs.join(labels, "key", "left").select(
+    docs, joined = _joined(df, key, fingerprint, distance, blocks, split)
+    return docs.join(joined, "key", "left").select(
         "key", F.coalesce("cluster", "key").alias("cluster"))
 
 
@@ -105,9 +104,18 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s."""
-    kept = clusters(df, distance, blocks, key, fingerprint, split) \
-        .where(F.col("key") == F.col("cluster")).select(F.col("key").alias(key))
-    return df.join(kept, key, "left_semi")
+    _, joined = _joined(df, key, fingerprint, distance, blocks, split)
+    return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
+
+
+def _joined(df, key, fingerprint, distance, blocks, split):
+    """The documents, and (key, cluster) of each document whose cluster is
+    another's key (the smallest of its component)."""
+    docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
+    found = _scan(docs, layout, split, rows, "edges").where(F.col("key_a") != F.col("key_b"))
+    edges = _materialize(found.select(F.greatest("key_a", "key_b").alias("u"),
+                                      F.least("key_a", "key_b").alias("v")))
+    return docs, _components(edges)
 
 
 def choose_blocks(distance, documents):

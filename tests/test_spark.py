@@ -208,9 +208,11 @@ def test_a_hot_prefix_is_split_and_no_pair_across_parts_is_lost(spark, monkeypat
 def test_fingerprint_column_types(spark, kind, make_key):
     fps = corpus(2_000, seed=4) + [0, MAX, 1 << 63, MAX ^ 1]
     keys = [make_key(i) for i in range(len(fps))]
-    df = frame(spark, keys, fps, kind)
-    assert set(rows(sspark.find_all(df, DISTANCE, BLOCKS))) == expected_pairs(keys, fps)
-    deduped = sspark.dedupe(df, DISTANCE, BLOCKS)
+    df = frame(spark, keys, fps, kind).withColumnsRenamed({"key": "url", "fingerprint": "hash"})
+    options = {"key": "url", "fingerprint": "hash"}
+    assert set(rows(sspark.find_all(df, DISTANCE, BLOCKS, **options))) == \
+        expected_pairs(keys, fps)
+    deduped = sspark.dedupe(df, DISTANCE, BLOCKS, **options)
     assert deduped.schema == df.schema
     clusters = expected_clusters(keys, fps)
     assert sorted(rows(deduped)) == sorted(r for r in rows(df) if clusters[r[0]] == r[0])

@@ -90,13 +90,11 @@ def value_clusters(table, fps):
     cluster = table.column("cluster").to_numpy()
     order = np.lexsort((values, cluster))
     cluster, values = cluster[order], values[order]
-    starts = np.flatnonzero(np.diff(cluster)) + 1
-    out = []
-    for group in np.split(values, starts):
-        distinct = np.unique(group)
-        if len(distinct) > 1:
-            out.append(distinct.tolist())
-    return sorted(out)
+    first = np.ones(len(values), dtype=bool)   # first row of each (cluster, value)
+    first[1:] = (cluster[1:] != cluster[:-1]) | (values[1:] != values[:-1])
+    cluster, values = cluster[first], values[first]
+    groups = np.split(values, np.flatnonzero(np.diff(cluster)) + 1)
+    return sorted(g.tolist() for g in groups if len(g) > 1)
 
 
 def main():

@@ -3,11 +3,12 @@ document kept per cluster, for a DataFrame of (key, fingerprint) documents of
 any size. The answers are those of :meth:`simhashdb.DB.find_all` and
 :meth:`simhashdb.DB.clusters` on the same documents.
 
-The method is the database's. Each distinct fingerprint goes to every
-permutation table, grouped by the table's leading blocks; each group is
-scanned by the native pair scanner over Arrow batches (``mapInArrow``), which
-keeps a pair only in the first table whose leading blocks it shares, so no
-pair is found twice and no global distinct is needed. A group estimated
+The method is the database's. Each document goes to every permutation table,
+grouped by its fingerprint's leading blocks in that table (one shuffle, the
+key along); each group is scanned by the native pair scanner over Arrow
+batches (``mapInArrow``), which keeps a pair only in the first table whose
+leading blocks it shares, so no pair is found twice and no global distinct is
+needed. A group estimated
 (from a sample) to hold more than ``split`` fingerprints is cut into parts,
 and every pair of parts is scanned by a task of its own, so a template page
 with a million near copies does not land on one task. Identical fingerprints
@@ -21,8 +22,8 @@ Arrow's uint64 arrives when cast to int64), ``DecimalType(20, 0)`` (how Spark
 reads a Parquet UINT_64 column, e.g. from :meth:`DB.export_parquet`), or
 8-byte big-endian ``BinaryType``. Keys are strings, binary or integers, and
 identify documents, one row a key (a key on several rows is never paired
-with itself).
-Runs on classic Spark sessions (it uses the SparkContext), not Spark Connect.
+with itself). Runs on classic Spark sessions (it uses the SparkContext), not
+Spark Connect.
 """
 
 import functools
@@ -34,8 +35,9 @@ from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyErr
 from .layout import MAX_TABLES, Layout
 
 try:
-    from pyspark.sql import DataFrame, Window, functions as F
+    import numpy
     import pyarrow
+    from pyspark.sql import DataFrame, Window, functions as F
     from pyspark.sql.types import (
         BinaryType, DecimalType, IntegerType, IntegralType, LongType, StringType, StructField,
         StructType)
@@ -43,9 +45,9 @@ except ImportError as exc:  # pragma: no cover - the spark extra is not installe
     raise ImportError("simhashdb.spark needs pyspark: pip install 'simhashdb[spark]'") from exc
 
 DEFAULT_SPLIT = 20_000
-ROWS_PER_TASK = 2_000_000   # (table, fingerprint) rows one scan task holds, about 50 bytes each
+ROWS_PER_TASK = 2_000_000   # rows one scan task holds, about 50 bytes each and the key
 SAMPLE_PER_SPLIT = 16       # sampled rows expected from a group of ``split`` fingerprints
-SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (measured)
+SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (see README)
 MAX_ROUNDS = 64             # large-star / small-star rounds before giving up
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
 
@@ -72,7 +74,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param df: a DataFrame with a ``key`` and a ``fingerprint`` column.
     :param int distance: the largest Hamming distance of a pair.
     :param int blocks: blocks per fingerprint, more than ``distance``
-        (default: chosen for the number of documents, as the database does).
+        (default: :func:`choose_blocks` for the number of documents).
     :param int split: a group of more fingerprints than this (estimated) is
         scanned in parts of about this size.
     :raises InvalidArgumentError: bad parameters, columns or column types.
@@ -259,8 +261,6 @@ class _LayoutArrays:
 def _scan_partition(layout, every_pair, batches):
     """mapInArrow: the key pairs of each group (table and cell) of a
     partition's (tag, fp, key) rows."""
-    import numpy
-
     tags, fps, keys = [], [], []
     for batch in batches:
         tags.append(batch.column(0).to_numpy())
@@ -305,8 +305,6 @@ def _scan_partition(layout, every_pair, batches):
 def _expand(a, b, counts, offsets):
     """Every pair of rows of the value pairs (a, b): rows sorted by value, value
     v in rows offsets[v] to offsets[v] + counts[v]."""
-    import numpy
-
     across = counts[a] * counts[b]
     if (across == 1).all():
         return offsets[a], offsets[b]
@@ -318,8 +316,6 @@ def _expand(a, b, counts, offsets):
 
 def _identical(counts, offsets, every_pair):
     """Pairs of rows of one value: all of them, or each row with the value's first."""
-    import numpy
-
     n = int(counts.sum())
     nth = numpy.arange(n) - numpy.repeat(offsets, counts)   # a row's place among its value's
     if not every_pair:

@@ -2,6 +2,7 @@
 functions and the database. Data is kept small (tens of thousands of
 fingerprints): tools/bench_spark.py compares at 1M and more."""
 
+import json
 import random
 import sys
 from decimal import Decimal
@@ -312,7 +313,7 @@ def test_cli_spark_commands(spark, tmp_path, capsys):
     keys = list(range(1, len(fps) + 1))   # line numbers
     assert cli.main(["--quiet", "spark", "find-all", str(tmp_path / "in.dec"), "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert {tuple(eval(line)) for line in lines} == expected_pairs(keys, fps)
+    assert {tuple(json.loads(line)) for line in lines} == expected_pairs(keys, fps)
 
     out = str(tmp_path / "kept.parquet")
     assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 0
@@ -326,7 +327,15 @@ def test_cli_spark_commands(spark, tmp_path, capsys):
     assert pq.read_table(str(tmp_path / "again.parquet")).num_rows == kept
 
     assert cli.main(["--quiet", "spark", "clusters", out, "-"]) == 0
-    assert all(eval(line)[0] == eval(line)[1] for line in capsys.readouterr().out.splitlines())
+    clustered = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(clustered) == kept and all(k == c for k, c in clustered)
+    assert cli.main(["--quiet", "spark", "dedupe", out, "-", "--distance", "0"]) == 0
+    written = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    fp_of = dict(zip(keys, fps))
+    assert sorted(written, key=lambda r: r["key"]) == [
+        {"key": k, "fingerprint": fp_of[k]} for k, c in sorted(expected_clusters(keys, fps).items())
+        if k == c]
+    assert any(r["fingerprint"] >= 1 << 63 for r in written)
     assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 1
     error = capsys.readouterr().err
     assert error.startswith("simhashdb-cli: error: spark:") and error.count("\n") == 1

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 
 from Cython.Build import cythonize
@@ -35,10 +36,13 @@ else:
 
 setup(
     name="simhashdb",
-    version="0.1.0",
+    version=re.search(r'__version__ = "([^"]+)"',
+                      open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "simhashdb",
+                                        "__init__.py")).read()).group(1),
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
     packages=["simhashdb"],
-    python_requires=">=3.9",
+    package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
+    python_requires=">=3.10",
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={

@@ -5,8 +5,9 @@ permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
 from array import array
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from libc.math cimport sqrt
 from libc.string cimport memset
 
 from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
@@ -19,17 +20,32 @@ _U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
 
 
 def check_fingerprint(x):
-    """Return ``x`` as an int if it is a valid 64-bit fingerprint, else raise."""
+    """Return ``x`` as an int if it is a valid 64-bit fingerprint, else raise
+    (a bool is not a fingerprint)."""
     try:
+        if isinstance(x, bool):
+            raise TypeError
         value = x.__index__()
     except (AttributeError, TypeError):
         raise InvalidFingerprintError(
-            "expected a fingerprint as an int in [0, 2**64), got %s %r" % (type(x).__name__, x)
-        ) from None
+            "expected a fingerprint as an int in [0, 2**64), got %s %s"
+            % (type(x).__name__, shown(x))) from None
     if value < 0 or value > MAX_FINGERPRINT:
         raise InvalidFingerprintError(
-            "expected a fingerprint in [0, 2**64), got %d" % value)
+            "expected a fingerprint in [0, 2**64), got %s" % shown(value))
     return value
+
+
+def shown(value):
+    """``value`` for an error message: its repr, shortened; an int too large
+    to print in full as its size."""
+    if isinstance(value, int) and not -10**40 < value < 10**40:
+        return "an int of %d bits" % value.bit_length()
+    try:
+        text = repr(value)
+    except Exception:
+        return "a %s" % type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_fingerprints(hashes):
@@ -51,8 +67,14 @@ def as_fingerprints(hashes):
         if not view.c_contiguous:
             raise InvalidFingerprintError("expected a contiguous buffer of fingerprints")
         return view.cast("B").cast("Q")
-    items = hashes if isinstance(hashes, (list, tuple)) else list(hashes)
     try:
+        items = hashes if isinstance(hashes, (list, tuple)) else list(hashes)
+    except TypeError:
+        raise InvalidFingerprintError("expected fingerprints (an iterable of ints or a uint64 "
+                                      "buffer), got %s" % shown(hashes)) from None
+    try:
+        if any(type(x) is bool for x in items):
+            raise TypeError
         return memoryview(array("Q", items))
     except (TypeError, OverflowError):
         for i, x in enumerate(items):
@@ -527,6 +549,195 @@ def halo_digest(const long long[::1] columns):
 include "_tables.pxi"
 
 
+# Distinct words weighted by a table (recipe 3).
+
+cdef inline uint8_t table_weight(const uint64_t* hashes, const uint8_t* weights,
+                                 Py_ssize_t n, uint64_t h, uint8_t absent) noexcept nogil:
+    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if hashes[mid] < h:
+            lo = mid + 1
+        else:
+            hi = mid
+    return weights[lo] if lo < n and hashes[lo] == h else absent
+
+
+cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                                 Py_ssize_t* start) noexcept nogil:
+    """``next_token`` in words, with ASCII letters, digits and separators read
+    from a table."""
+    cdef uint32_t cp
+    cdef Py_ssize_t length
+    while i < n and p[i] < 0x80 and char_class(p[i]) == SEPARATOR:
+        i += 1
+    if i >= n:
+        return -1
+    if p[i] >= 0x80:
+        return next_token(p, n, i, start, False)
+    start[0] = i
+    while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+        i += 1
+    while i < n and p[i] >= 0x80:  # the word may go on in other letters
+        length = decode_utf8(p, n, i, &cp)
+        if char_class(cp) != WORD:
+            break
+        i += length
+        while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+            i += 1
+    return i
+
+
+cdef inline void add_weighted(int64_t* sums, uint64_t h, int64_t w) noexcept nogil:
+    cdef int bit
+    for bit in range(64):
+        sums[bit] += (<int64_t>((h >> bit) & 1) * 2 - 1) * w
+
+
+def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1] table,
+                               const uint8_t[::1] weights, uint8_t absent):
+    """Weighted simhash of the distinct words of UTF-8 ``text`` (words and
+    single CJK characters, as ``tokens_utf8``): a word seen ``c`` times weighs
+    sqrt(c) times its weight in ``table`` (sorted ``fast_hash`` values of
+    words, with ``weights``), or times ``absent`` for a word not in it.
+    Integer sums, so the result is the same on every platform; no word: 0."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
+    cdef Py_ssize_t j, slot, slots, entries = table.shape[0]
+    cdef uint64_t* hashes
+    cdef uint64_t* keys = NULL
+    cdef uint32_t* counts = NULL
+    cdef void* grown
+    cdef uint64_t h, result = 0
+    cdef int64_t sums[64]
+    cdef int bit
+    if entries != weights.shape[0] or entries == 0:
+        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
+    if n == 0:
+        return 0
+    hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
+    try:
+        if hashes == NULL:
+            raise MemoryError()
+        with nogil:
+            while True:
+                end = next_word(&text[0], n, i, &start)
+                if end < 0:
+                    break
+                i = end
+                if count == capacity:
+                    capacity *= 2
+                    grown = realloc(hashes, capacity * sizeof(uint64_t))
+                    if grown == NULL:
+                        with gil:
+                            raise MemoryError()
+                    hashes = <uint64_t*>grown
+                hashes[count] = hash_bytes(&text[start], end - start)
+                count += 1
+            # count each distinct word in an open-addressing table (hash 0 is
+            # stored as a key of its own: slots are empty where counts is 0)
+            slots = 64
+            while slots < 2 * count:
+                slots *= 2
+            keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
+            counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
+            if keys == NULL or counts == NULL:
+                with gil:
+                    raise MemoryError()
+            for j in range(count):
+                h = hashes[j]
+                slot = <Py_ssize_t>(h >> 7) & (slots - 1)
+                while counts[slot] and keys[slot] != h:
+                    slot = (slot + 1) & (slots - 1)
+                keys[slot] = h
+                counts[slot] += 1
+            memset(sums, 0, sizeof(sums))
+            for slot in range(slots):
+                if counts[slot]:
+                    h = keys[slot]
+                    add_weighted(sums, h, <int64_t>(
+                        sqrt(<double>counts[slot])
+                        * table_weight(&table[0], &weights[0], entries, h, absent) + 0.5))
+            for bit in range(64):
+                if sums[bit] > 0:
+                    result |= (<uint64_t>1) << bit
+        return result
+    finally:
+        free(hashes)
+        free(keys)
+        free(counts)
+
+
+DEF MINHASH_BINS = 128
+DEF SHINGLE_WORDS = 5
+
+
+def word_minhash(const unsigned char[::1] text):
+    """The resemblance signature of UTF-8 ``text``: a one-permutation MinHash
+    of its word 5-shingles (words as ``next_word`` reads them; a text of fewer
+    words is one shingle), 128 bins of 16 bits, as 256 bytes. A shingle goes
+    to the bin its hash's top 7 bits name; a bin keeps the 16-bit image
+    (1 to 65535) of its least hash below them; 0 marks an empty bin."""
+    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, seen = 0, j
+    cdef uint64_t words[SHINGLE_WORDS]
+    cdef uint64_t least[MINHASH_BINS]
+    cdef uint64_t h, rest
+    cdef int b
+    out = bytearray(2 * MINHASH_BINS)
+    cdef unsigned char[::1] res = out
+    for b in range(MINHASH_BINS):
+        least[b] = 0xFFFFFFFFFFFFFFFFULL
+    with nogil:
+        while n:
+            end = next_word(&text[0], n, i, &start)
+            if end < 0:
+                break
+            i = end
+            words[seen % SHINGLE_WORDS] = hash_bytes(&text[start], end - start)
+            seen += 1
+            if seen >= SHINGLE_WORDS:
+                add_minhash(least, words, seen, SHINGLE_WORDS)
+        if 0 < seen < SHINGLE_WORDS:
+            add_minhash(least, words, seen, seen)
+        for b in range(MINHASH_BINS):
+            if least[b] != 0xFFFFFFFFFFFFFFFFULL:
+                rest = least[b] % 65535 + 1
+                res[2 * b] = rest >> 8
+                res[2 * b + 1] = rest & 0xFF
+    return bytes(out)
+
+
+cdef inline void add_minhash(uint64_t* least, const uint64_t* words, Py_ssize_t seen,
+                             Py_ssize_t length) noexcept nogil:
+    """Put the shingle of the last ``length`` words (a ring of SHINGLE_WORDS
+    after ``seen`` words) into its bin."""
+    cdef uint64_t h = 0, rest
+    cdef Py_ssize_t j
+    for j in range(seen - length, seen):
+        h = rotl(h, 23) ^ words[j % SHINGLE_WORDS]
+        h *= 0x9E3779B97F4A7C15ULL
+    h = fmix64(h)
+    rest = h & 0x01FFFFFFFFFFFFFFULL
+    if rest < least[h >> 57]:
+        least[h >> 57] = rest
+
+
+def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):
+    """Estimated word 5-shingle Jaccard similarity of two ``word_minhash``
+    signatures: equal bins over bins that are not empty in both."""
+    cdef Py_ssize_t i, used = 0, equal = 0
+    cdef unsigned int x, y
+    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    for i in range(MINHASH_BINS):
+        x = (a[2 * i] << 8) | a[2 * i + 1]
+        y = (b[2 * i] << 8) | b[2 * i + 1]
+        if x or y:
+            used += 1
+            equal += x == y
+    return <double>equal / used if used else 1.0
+
+
 cdef inline bytes be_key(uint64_t x):
     cdef unsigned char buf[8]
     cdef int i
@@ -689,12 +900,12 @@ cdef bytes pack_key_plain(object key, Py_ssize_t limit):
     return (<char*>head)[:n] + raw
 
 
-def encode_plain_documents(list records, Py_ssize_t limit):
-    """(msgpack(key), fingerprint, msgpack([fingerprint, None])) for each
-    record, or None if any record is not plain (the caller then encodes them
-    all the general way, which also explains what is wrong)."""
+def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
+    """(msgpack(key), fingerprint, msgpack([fingerprint, None, stored_at])) for
+    each record, or None if any record is not plain (the caller then encodes
+    them all the general way, which also explains what is wrong)."""
     cdef Py_ssize_t i, n = len(records)
-    cdef unsigned char value[10]
+    cdef unsigned char value[20]
     cdef Py_ssize_t size
     cdef list out = [None] * n
     cdef object record, key_bytes, fp
@@ -709,8 +920,9 @@ def encode_plain_documents(list records, Py_ssize_t limit):
         key_bytes = pack_key_plain(record[0], limit)
         if key_bytes is None:
             return None
-        value[0] = 0x92
+        value[0] = 0x93
         size = 1 + pack_uint(value + 1, fp)
         value[size] = 0xc0
-        out[i] = (key_bytes, fp, (<char*>value)[:size + 1])
+        size += 1 + pack_uint(value + size + 1, stored_at)
+        out[i] = (key_bytes, fp, (<char*>value)[:size])
     return out

@@ -169,14 +169,24 @@ cdef struct U64s:
     size_t size, cap
 
 
+cdef int make_room(void** data, size_t* cap, size_t size, size_t item) noexcept nogil:
+    """Double the capacity of a full growable array (``size == cap``)."""
+    cdef size_t wanted
+    cdef void* grown
+    if size < cap[0]:
+        return 0
+    wanted = cap[0] * 2 if cap[0] else 64
+    grown = realloc(data[0], wanted * item)
+    if grown == NULL:
+        return NO_MEMORY
+    data[0] = grown
+    cap[0] = wanted
+    return 0
+
+
 cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
-    cdef uint64_t* grown
-    if v.size == v.cap:
-        v.cap = v.cap * 2 if v.cap else 64
-        grown = <uint64_t*>realloc(v.data, v.cap * sizeof(uint64_t))
-        if grown == NULL:
-            return NO_MEMORY
-        v.data = grown
+    if make_room(<void**>&v.data, &v.cap, v.size, sizeof(uint64_t)):
+        return NO_MEMORY
     v.data[v.size] = x
     v.size += 1
     return 0
@@ -283,13 +293,8 @@ cdef struct Hits:
 
 
 cdef int hit_push(Hits* h, uint64_t probe, uint64_t fp, uint64_t distance) noexcept nogil:
-    cdef Hit* grown
-    if h.size == h.cap:
-        h.cap = h.cap * 2 if h.cap else 64
-        grown = <Hit*>realloc(h.data, h.cap * sizeof(Hit))
-        if grown == NULL:
-            return NO_MEMORY
-        h.data = grown
+    if make_room(<void**>&h.data, &h.cap, h.size, sizeof(Hit)):
+        return NO_MEMORY
     h.data[h.size].probe = probe
     h.data[h.size].fp = fp
     h.data[h.size].distance = distance

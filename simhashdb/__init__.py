@@ -1,9 +1,13 @@
 """simhashdb: a persistent near-duplicate fingerprint database.
 
 Fingerprints: :func:`fingerprint` (text), :func:`compute` (simhash of feature
-hashes), :func:`compute_weighted`, :func:`num_differing_bits`; halo hashes in
-:mod:`simhashdb.halohash`, n-grams in :mod:`simhashdb.chunking`.
+hashes), :func:`compute_weighted`, :func:`num_differing_bits`;
+:func:`fingerprint_with_signature` and :func:`resemblance` behind the text
+methods of :class:`DB`; halo hashes in :mod:`simhashdb.halohash`, n-grams in
+:mod:`simhashdb.chunking`.
 """
+
+__version__ = "0.2.0"
 
 from ._ext import (
     check_fingerprint,
@@ -13,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Record, check_record
+from .db import DB, Match, Matches, Record, check_record
 from .errors import (
     DatabaseBusyError,
     DatabaseError,
@@ -22,6 +26,7 @@ from .errors import (
     InvalidFingerprintError,
     InvalidKeyError,
     InvalidMetadataError,
+    KeyNotFoundError,
     ParameterMismatchError,
     SimhashDBError,
 )
@@ -31,8 +36,10 @@ from .fingerprint import (
     RECIPES,
     fingerprint,
     fingerprint_many,
+    fingerprint_with_signature,
     html_to_text,
     normalize,
+    resemblance,
     shingle,
     tokenize,
     unsigned_hash,
@@ -46,7 +53,9 @@ __all__ = [
     "FormatVersionError",
     "InvalidKeyError",
     "InvalidMetadataError",
+    "KeyNotFoundError",
     "Match",
+    "Matches",
     "ParameterMismatchError",
     "Record",
     "InvalidArgumentError",
@@ -62,10 +71,12 @@ __all__ = [
     "find_clusters",
     "fingerprint",
     "fingerprint_many",
+    "fingerprint_with_signature",
     "html_to_text",
     "normalize",
     "num_differing_bits",
     "num_differing_bits_many",
+    "resemblance",
     "shingle",
     "tokenize",
     "unsigned_hash",

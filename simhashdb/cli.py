@@ -2,19 +2,27 @@
 
 Data goes to stdout as JSON lines; progress (on a terminal) and errors go to
 stderr. Exit status: 0 success, 1 an error in the input or the data, 2 a
-usage error. ``--debug`` shows the traceback of an error.
+usage error, 130 interrupted. Every error is one line; ``--debug`` shows its
+traceback.
 """
 
 import argparse
 import base64
+import bz2
 import contextlib
 import datetime
 import decimal
 import fnmatch
+import gzip
 import json
+import lzma
 import os
+import math
 import re
+import stat
 import sys
+import threading
+import time
 
 from tqdm import tqdm
 
@@ -22,10 +30,19 @@ import simhashdb
 
 DEFAULT_BATCH = 10_000
 FORMATS = ("dec", "hex", "jsonl", "text")
+MANY_TABLES = 100
+SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class CliError(Exception):
     """An error in the command's input: one line on stderr, exit status 1."""
+
+
+class Skipped:
+    """An input left out, and why (counted and noted, not an error)."""
+
+    def __init__(self, why):
+        self.why = why
 
 
 # Commands
@@ -33,42 +50,69 @@ class CliError(Exception):
 
 def cmd_init(args):
     """Create a database (or show an existing one's parameters)."""
-    with _open(args.path, args) as db:
+    with _open(args.path, args, recipe=args.recipe) as db:
+        if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
+            _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
+                  % args.recipe)
         _emit(db.stats())
 
 
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
-    counts = {"imported": 0, "invalid": 0, "near_duplicates": 0}
-    formats = {given: _input_format(given, args.format) for given in args.files or ["-"]}
-    with _open(args.path, args, text="text" in formats.values()) as db, \
+    counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
+    stdin_text = "text" if args.key is not None else None  # --key names a text document
+    formats = {given: _input_format(given, args.format or (stdin_text if given == "-" else None))
+               for given in args.files or ["-"]}
+    if args.key is not None and list(formats.items()) != [("-", "text")]:
+        raise CliError("--key names the one text document read from stdin; other inputs are "
+                       "keyed by their path or line")
+    header = _export_header(formats)
+    if header and not os.path.exists(os.path.join(args.path, "data.mdb")):
+        for name in ("distance", "blocks"):  # a new database is made as the exported one
+            if getattr(args, "create_" + name) is None:
+                setattr(args, "create_" + name, header.get(name))
+    with _open(args.path, args, text="text" in formats.values(),
+               recipe=header.get("recipe")) as db, \
             _progress(args, "import", unit="B") as bar:
         args.fingerprint = _fingerprinter(db, args)
         batch, where = [], []
 
         def flush():
+            size = len(batch) or 1
+            text = bool(batch) and isinstance(batch[0], _TextRecord)
             if args.if_new:
-                for (source, line), record, found in zip(
-                        where, batch, db.insert_if_new_many(batch, batch_size=len(batch) or 1)):
+                found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size)
+                             if text else db.insert_if_new_many(batch, batch_size=size,
+                                                                refresh=args.refresh))
+                for (source, line), record, found in zip(where, batch, found_all):
                     if found:
                         counts["near_duplicates"] += 1
                         _emit({"skipped": record[0], "source": source, "line": line,
                                "matches": [_match_json(m) for m in found]})
                     else:
                         counts["imported"] += 1
+                        if getattr(found, "replaced", None):
+                            _emit({"replaced": record[0], "source": source, "line": line,
+                                   "fingerprint_before": found.replaced.fingerprint})
+            elif text:
+                counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
             else:
-                counts["imported"] += db.insert_many(batch, batch_size=len(batch) or 1)
+                counts["imported"] += db.insert_many(batch, batch_size=size)
             batch.clear()
             where.clear()
 
         for source, line, record in _records(formats, args, bar):
+            if isinstance(record, Skipped):
+                _skip(args, counts["skipped_files"], source, record)
+                continue
             try:
                 if isinstance(record, Exception):
                     raise record
                 if isinstance(record, _TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
                     raise CliError("this database holds fingerprints made with %r, a recipe "
                                    "this simhashdb cannot fingerprint text with" % (db.recipe,))
-                simhashdb.check_record(record)
+                simhashdb.check_record((record[0], 0, *record[2:])
+                                       if isinstance(record, _TextRecord) else record)
             except (CliError, simhashdb.SimhashDBError) as exc:
                 if not args.skip_invalid:
                     raise CliError("%s:%s: %s (%d records were imported before the batch that "
@@ -76,6 +120,8 @@ def cmd_import(args):
                                    % (source, line, exc, counts["imported"])) from None
                 counts["invalid"] += 1
                 continue
+            if batch and isinstance(batch[0], _TextRecord) != isinstance(record, _TextRecord):
+                flush()  # a batch goes whole through the text methods or the fingerprint ones
             batch.append(record)
             where.append((source, line))
             if len(batch) >= args.batch_size:
@@ -85,32 +131,46 @@ def cmd_import(args):
 
 
 def cmd_query(args):
-    """Print the stored documents near each fingerprint (arguments, stdin, or --text files)."""
+    """Print the stored documents near each fingerprint: arguments, stdin lines
+    (fingerprints, or JSON lines with "fingerprint" as `fingerprint` prints),
+    or the text of --text files and directories."""
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db, args)
-            probes = [(path, fingerprint(_read_file(path))) for path in args.text]
+            if args.distance is not None:
+                raise CliError("--distance is for fingerprints: --text finds near-duplicates "
+                               "by the database's distance and the texts' resemblance")
+            probes, results, skipped = [], [], {}
+            for path, data in _documents(args.text, args):
+                fp = data if isinstance(data, Skipped) else _text_fingerprint(fingerprint, data)
+                if isinstance(fp, Skipped):
+                    _skip(args, skipped, path, fp)
+                else:
+                    probes.append((_path_key(path, args), fp))
+                    results.append(db.query_text(data, html=args.html))
+            _note_skipped(args, skipped)
         else:
-            values = args.fingerprints or _stdin_lines()
-            probes = [(None, _parse_fingerprint(v, args.format, "argument")) for v in values]
-        results = db.query_many([fp for _, fp in probes], args.distance)
-        for (path, fp), matches in zip(probes, results):
-            out = {"query": fp} if path is None else {"query": path, "fingerprint": fp}
+            probes = _probes(args.fingerprints or _stdin_lines(), args.format)
+            results = db.query_many([fp for _, fp in probes], args.distance)
+        for (label, fp), matches in zip(probes, results):
+            out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}
             out["matches"] = [_match_json(m) for m in matches]
             _emit(out)
 
 
 def cmd_delete(args):
-    """Delete documents by key (arguments or stdin lines)."""
-    keys = [_parse_key(k, args.str_keys) for k in (args.keys or _stdin_lines())]
+    """Delete documents by key (arguments or stdin lines); a key of digits is
+    the int key if there is one, else the str key."""
+    texts = args.keys or _stdin_lines()
     with _open(args.path, args) as db:
+        keys = [_stored_key(db, text, args) for text in texts]
         _emit({"deleted": db.delete_many(keys), "requested": len(keys)})
 
 
 def cmd_get(args):
-    """Print one document."""
+    """Print one document; a key of digits is the int key if there is one, else the str key."""
     with _open(args.path, args, readonly=True) as db:
-        record = db.get(_parse_key(args.key, args.str_keys))
+        record = db.get(_stored_key(db, args.key, args))
     if record is None:
         raise CliError("no document with key %r in %s" % (args.key, args.path))
     _emit(_record_json(record))
@@ -122,17 +182,24 @@ def cmd_stats(args):
         _emit(db.stats())
 
 
+def cmd_expire(args):
+    """Remove the documents stored more than --older-than ago."""
+    with _open(args.path, args) as db:
+        _emit({"expired": db.expire(time.time() - args.older_than)})
+
+
 def cmd_compact(args):
     """Rewrite the database without the space freed by deletes."""
     with _open(args.path, args) as db:
         before = db.stats()["disk_bytes"]
-        db.compact()
+        with _working(args, "compact"):
+            db.compact()
         _emit({"disk_bytes_before": before, "disk_bytes_after": db.stats()["disk_bytes"]})
 
 
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
-    with _open(args.path, args, readonly=True) as db:
+    with _open(args.path, args, readonly=True) as db, _working(args, "check"):
         problems = db.check()
     _emit({"problems": problems})
     if problems:
@@ -140,14 +207,18 @@ def cmd_check(args):
 
 
 def cmd_export(args):
-    """Print every document as a JSON line that `import --format jsonl` reads back."""
-    with _open(args.path, args, readonly=True) as db:
+    """Print every document as a JSON line that `import` reads back, after a
+    first line with the database's recipe, distance and blocks."""
+    with _open(args.path, args, readonly=True) as db, \
+            _progress(args, "export", total=len(db)) as bar:
+        _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
         for record in db:
             _emit(_record_json(record))
+            bar.update()
 
 
 def cmd_find_all(args):
-    """Every matching pair: of a database's documents, or of a file of decimal hashes."""
+    """Every matching pair: of a database's documents, or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar:
             for key_a, key_b, distance in db.find_all(args.distance):
@@ -161,7 +232,7 @@ def cmd_find_all(args):
 
 
 def cmd_clusters(args):
-    """Clusters of matching documents (keys), or of a file of decimal hashes."""
+    """Clusters of matching documents (keys), or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar:
             for cluster in db.clusters(args.distance):
@@ -173,14 +244,20 @@ def cmd_clusters(args):
 
 
 def cmd_fingerprint(args):
-    """Print the fingerprint of each text file (or of stdin)."""
+    """Print the fingerprint of each text file (directories walked; default: stdin)."""
     options = simhashdb.RECIPES[args.recipe]
-    for path in args.files or ["-"]:
-        fp = simhashdb.fingerprint(_read_file(path), html=args.html, **options)
+    skipped = {}
+    for path, data in _documents(args.files or ["-"], args):
+        fp = data if isinstance(data, Skipped) else _text_fingerprint(
+            lambda text: simhashdb.fingerprint(text, html=args.html, **options), data)
+        if isinstance(fp, Skipped):
+            _skip(args, skipped, path, fp)
+            continue
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
             print(fp if args.format == "dec" else "%016x" % fp)
+    _note_skipped(args, skipped)
 
 
 # Spark and Parquet (the spark extra: pip install 'simhashdb[spark]')
@@ -255,16 +332,24 @@ def _spark_input(session, args):
         return session.read.parquet(given)
     import pyarrow
 
-    keys, fps = [], []
-    reader = argparse.Namespace(**dict(vars(args), include=[], exclude=[], fingerprint=lambda
-                                       data: simhashdb.fingerprint(data, html=args.html)))
+    def fingerprint(text):
+        return simhashdb.fingerprint(text, html=args.html)
+
+    keys, fps, skipped = [], [], {}
+    reader = argparse.Namespace(**dict(vars(args), include=[], exclude=[], root=None, key=None,
+                                       fingerprint=fingerprint))
     with _progress(args, "read", unit="B") as bar:
         for source, line, record in _records({given: _input_format(given, args.format)},
                                              reader, bar):
+            if isinstance(record, Skipped):
+                _skip(args, skipped, source, record)
+                continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
             keys.append(record[0])
-            fps.append(simhashdb.check_fingerprint(record[1]))
+            fps.append(fingerprint(record[1]) if isinstance(record, _TextRecord)
+                       else simhashdb.check_fingerprint(record[1]))
+    _note_skipped(args, skipped)
     try:
         key_array = pyarrow.array(keys)
     except (pyarrow.ArrowException, OverflowError, TypeError):
@@ -308,22 +393,93 @@ def _input_format(given, fmt):
 
 
 def _records(formats, args, bar):
-    """Yield (source, line, record or the error in that line) from the inputs,
-    ``formats`` mapping each to its format."""
+    """Yield (source, line, record, Skipped or the error in that line) from
+    the inputs, ``formats`` mapping each to its format."""
     for given, fmt in formats.items():
+        if fmt != "text":
+            yield from _line_records(given, fmt, args, bar, len(formats) > 1)
+            continue
+        for path, data in _documents([given], args):
+            source = "<stdin>" if path == "-" else path
+            if not isinstance(data, Skipped):
+                bar.update(len(data))
+                fp = _text_fingerprint(args.fingerprint, data)
+                data = fp if isinstance(fp, Skipped) else data
+            if isinstance(data, Skipped):
+                yield source, 1, data
+                continue
+            try:
+                yield source, 1, _TextRecord((_path_key(path, args), data))
+            except CliError as exc:
+                yield source, 1, exc
+
+
+def _documents(inputs, args):
+    """(path, text or Skipped) of each text input: a named file, stdin ("-"),
+    or every file under a directory (walked with --include/--exclude)."""
+    for given in inputs:
         if given != "-" and os.path.isdir(given):
             for path in _walk(given, args.include, args.exclude):
-                yield path, 1, _text_record(path, args, bar)
-            continue
-        if fmt == "text":
-            if given == "-":
-                data = sys.stdin.buffer.read()
-                bar.update(len(data))
-                yield "<stdin>", 1, (args.key_prefix or "-", args.fingerprint(data))
-            else:
-                yield given, 1, _text_record(given, args, bar)
-            continue
-        yield from _line_records(given, fmt, args, bar, len(formats) > 1)
+                yield path, _read_text(path) if _is_regular(path) \
+                    else Skipped("not a regular file")
+        else:
+            yield given, _read_text(given)
+
+
+DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
+                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
+                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
+BINARY_SAMPLE = 1 << 16
+
+
+def _read_text(path):
+    """The text of a document file, decompressed where it is gzip, bzip2 or
+    xz; Skipped where it is binary (like grep -I: NUL bytes in its first
+    64 KiB, or more than a tenth of them not UTF-8)."""
+    data = _read_file(path)
+    for magic, name, decompress, errors in DECOMPRESSORS:
+        if data.startswith(magic):
+            try:
+                data = decompress(data)
+            except errors:
+                return Skipped("damaged %s data" % name)
+            break
+    sample = data[:BINARY_SAMPLE]
+    if b"\0" in sample:
+        return Skipped("binary (NUL bytes)")
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError:
+        invalid = sample.decode("utf-8", "replace").count("\ufffd")
+        if invalid * 10 > len(sample):
+            return Skipped("binary (not UTF-8 text)")
+    return data
+
+
+def _text_fingerprint(fingerprint, data):
+    """The fingerprint of a document's text, or Skipped where it has no text
+    to fingerprint (empty, white space, markup only): 0, the fingerprint of
+    nothing, would match every other empty document."""
+    fp = fingerprint(data)
+    return Skipped("empty (no text to fingerprint)") if fp == 0 else fp
+
+
+def _path_key(path, args):
+    """The key of the text document at ``path``: its absolute path, or its path
+    relative to --root; stdin's is --key. Both after --key-prefix."""
+    if path == "-":
+        key = getattr(args, "key", None)
+        if key is None:
+            if not hasattr(args, "key"):
+                return "<stdin>"
+            raise CliError("text from stdin needs --key KEY, the key to store it under")
+    else:
+        key = os.path.abspath(path)
+        if args.root is not None:
+            key = os.path.relpath(key, os.path.abspath(args.root))
+            if key == os.pardir or key.startswith(os.pardir + os.sep):
+                raise CliError("%s is not under --root %s" % (path, args.root))
+    return (getattr(args, "key_prefix", None) or "") + key
 
 
 def _line_records(given, fmt, args, bar, several):
@@ -331,12 +487,14 @@ def _line_records(given, fmt, args, bar, several):
     with _open_input(given) as stream:
         for number, raw in enumerate(stream, 1):
             bar.update(len(raw))
-            line = raw.decode("utf-8", "replace").strip()
-            if not line:
-                continue
             try:
+                line = _decode(raw, "line").strip()
+                if not line:
+                    continue
                 if fmt == "jsonl":
-                    record = _json_record(line, args.fingerprint)
+                    record = _json_record(line, args)
+                    if record is None:
+                        continue  # the header of an export
                 else:
                     fp = _parse_fingerprint(line, fmt, "line")
                     key = "%s:%d" % (given, number) if several else number
@@ -347,32 +505,76 @@ def _line_records(given, fmt, args, bar, several):
             yield source, number, record
 
 
-def _json_record(line, fingerprint):
+def _json_record(line, args):
+    """The record of a JSON line: "key" (or "path", a text key as --root
+    makes it), "fingerprint" or "text", optional "meta" and "stored_at"; None
+    for the header line of an export."""
+    obj = _json_object(line)
+    if list(obj) == ["simhashdb"]:
+        return None
+    if "key" in obj:
+        key = obj["key"]
+    elif isinstance(obj.get("path"), str) and obj["path"] != "-":
+        key = _path_key(obj["path"], args)
+    else:
+        raise CliError('expected an object with "key" (or "path") and "fingerprint" or "text"')
+    if "fingerprint" in obj:
+        fp = _json_fingerprint(obj["fingerprint"])
+    elif isinstance(obj.get("text"), str):
+        fp = _text_fingerprint(args.fingerprint, obj["text"])
+        if isinstance(fp, Skipped):
+            raise CliError('"text" is empty (no text to fingerprint)')
+        return _TextRecord((key, obj["text"], obj.get("meta")))
+    else:
+        raise CliError('expected "fingerprint" (an int) or "text" (a string)')
+    return key, fp, obj.get("meta"), obj.get("stored_at")
+
+
+def _json_object(line):
     try:
         obj = json.loads(line, object_hook=_from_json)
     except json.JSONDecodeError as exc:
         raise CliError("not JSON: %s" % exc.msg) from None
-    if not isinstance(obj, dict) or "key" not in obj:
-        raise CliError('expected an object with "key" and "fingerprint" or "text"')
-    if "fingerprint" in obj:
-        value = obj["fingerprint"]
-        fp = _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
-    elif isinstance(obj.get("text"), str):
-        return _TextRecord((obj["key"], fingerprint(obj["text"]), obj.get("meta")))
-    else:
-        raise CliError('expected "fingerprint" (an int) or "text" (a string)')
-    return obj["key"], fp, obj.get("meta")
+    except RecursionError:
+        raise CliError("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an int of more digits than Python converts
+        raise CliError("not usable JSON: %s" % exc) from None
+    if not isinstance(obj, dict):
+        raise CliError("expected a JSON object, got %s" % type(obj).__name__)
+    return obj
+
+
+def _json_fingerprint(value):
+    """A JSON "fingerprint": an int, or a string of decimal or hex digits."""
+    return _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
+
+
+def _export_header(formats):
+    """The parameters in the first line of the first JSON lines input, where
+    it is the header `export` writes ({"simhashdb": {...}}), else {}."""
+    given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
+    if given is None:
+        return {}
+    with _open_input(given, peek=True) as lines:
+        first = next((line for line in lines if line.strip()), b"")
+    try:
+        header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
+    except (ValueError, RecursionError):
+        return {}  # reported with its line number when the records are read
+    return header if isinstance(header, dict) else {}
 
 
 class _TextRecord(tuple):
-    """A record whose fingerprint this command made from text."""
+    """A (key, text[, meta]) record, for the database's text methods."""
 
 
-def _text_record(path, args, bar):
-    data = _read_file(path)
-    bar.update(len(data))
-    key = path if args.key_prefix is None else args.key_prefix + path
-    return key, args.fingerprint(data)
+def _is_regular(path):
+    """Whether ``path`` is a regular file (or a link to one): FIFOs, sockets and
+    devices met in a directory walk are skipped, as reading them may never end."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # reading it reports why it cannot be read
 
 
 def _walk(root, include, exclude):
@@ -390,38 +592,48 @@ def _walk(root, include, exclude):
 
 
 def _detect_format(given):
-    """jsonl for .jsonl files or a first line starting with "{", hex for 0x or
-    a-f digits, dec for digits only; any other named file is one text document."""
+    """Where --format is not given: jsonl for a .jsonl file; else, from every
+    line of the first 64 KiB, jsonl if each starts with "{", dec if each is
+    decimal digits, fingerprints read as :func:`_values_format` says if each
+    is decimal or hex; any other named file is one text document, while stdin
+    must be given a --format."""
     if given.endswith(".jsonl"):
         return "jsonl"
     with _open_input(given, peek=True) as stream:
-        first = next((line.strip() for line in stream if line.strip()), b"")
-    if first.startswith(b"{"):
+        lines = [line.strip() for line in stream if line.strip()]
+    if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
-    if re.fullmatch(rb"\d+", first):
+    if lines and all(DEC_BYTES.fullmatch(line) for line in lines):
         return "dec"
-    if re.fullmatch(rb"(0[xX])?[0-9a-fA-F]+", first):
-        return "hex"
+    if lines and all(DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line) for line in lines):
+        return _values_format(lines) or "dec or hex"
     if given == "-":
-        raise CliError("cannot tell the format of stdin from its first line %r; pass --format"
-                       % first[:40].decode("utf-8", "replace"))
+        raise CliError("cannot tell the format of stdin from its first lines; pass --format")
     return "text"
 
 
 @contextlib.contextmanager
 def _open_input(given, peek=False):
+    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
+    lines of its first 64 KiB, leaving stdin unread."""
     if given == "-":
-        stream = sys.stdin.buffer
+        stream = _stdin()
         if peek:
-            yield iter(stream.peek(1 << 16).splitlines() if hasattr(stream, "peek") else ())
+            yield _complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b"")
         else:
             yield stream
         return
     try:
         with open(given, "rb") as stream:
-            yield stream
+            yield _complete_lines(stream.read(PEEK)) if peek else stream
     except OSError as exc:
         raise CliError("cannot read %s: %s" % (given, exc.strerror)) from None
+
+
+def _complete_lines(head):
+    """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
+    lines = head[:PEEK].splitlines()
+    return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
 
 
 def _read_file(path):
@@ -432,38 +644,107 @@ def _read_file(path):
 def _read_hash_file(args):
     if args.blocks is None:
         raise CliError("without a database PATH, give --blocks (and --distance) for the hashes")
-    hashes = []
     with _open_input(args.input) as stream:
-        for number, raw in enumerate(stream, 1):
-            line = raw.strip()
-            if line:
-                try:
-                    hashes.append(_parse_fingerprint(line.decode("ascii", "replace"), "dec", "line"))
-                except simhashdb.SimhashDBError as exc:
-                    raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
+        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
+    fmt = _values_format([line for _, line in lines], args.format)
+    hashes = []
+    for number, line in lines:
+        try:
+            hashes.append(_parse_fingerprint(_decode(line, "line"), fmt, "line"))
+        except (CliError, simhashdb.SimhashDBError) as exc:
+            raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
     return hashes
 
 
+def _stdin():
+    if sys.stdin is None:
+        raise CliError("standard input is closed: give the input as arguments or files, or "
+                       "pipe it in")
+    return sys.stdin.buffer
+
+
 def _stdin_lines():
-    return [line.strip() for line in sys.stdin if line.strip()]
+    lines = (_decode(raw, "stdin line").strip() for raw in _stdin())
+    return [line for line in lines if line]
+
+
+def _decode(raw, what):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError("%s is not valid UTF-8 (byte %d): keys and fingerprints must be UTF-8 "
+                       "text" % (what, exc.start)) from None
+
+
+DEC = re.compile(r"[0-9]{1,40}")
+HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
+DEC_BYTES = re.compile(DEC.pattern.encode())
+HEX_BYTES = re.compile(HEX.pattern.encode())
+PEEK = 1 << 16
+
+
+def _values_format(values, fmt=None):
+    """How to read a list of fingerprints (str or bytes): ``fmt`` where given;
+    else hex where a value has hex letters and no 0x (as `fingerprint --format
+    hex` prints them), so that its values of digits only are hex too; else
+    None: digits only are decimal, 0x or letters hex."""
+    if fmt:
+        return fmt
+    for value in values:
+        value = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        value = value.strip()
+        if HEX.fullmatch(value) and not DEC.fullmatch(value) and value[:2].lower() != "0x":
+            return "hex"
+    return None
+
+
+def _probes(lines, fmt):
+    """(label or None, fingerprint) of query input: fingerprints, or JSON lines
+    with "fingerprint" (and "path" or "key" as the label)."""
+    plain = [line for line in lines if not line.startswith("{")]
+    fmt = _values_format(plain, fmt)
+    probes = []
+    for line in lines:
+        if line.startswith("{"):
+            obj = _json_object(line)
+            if "fingerprint" not in obj:
+                raise CliError('a JSON query line needs "fingerprint", as `fingerprint` '
+                               'prints: %s' % line[:60])
+            probes.append((obj.get("path", obj.get("key")), _json_fingerprint(obj["fingerprint"])))
+        else:
+            probes.append((None, _parse_fingerprint(line, fmt, "argument")))
+    return probes
 
 
 def _parse_fingerprint(text, fmt, what):
+    """A fingerprint written as plain decimal or hex digits (hex may start with
+    0x); where ``fmt`` is neither "dec" nor "hex", digits only are decimal. No
+    signs, underscores, spaces inside or non-ASCII digits."""
     text = text.strip()
-    try:
-        if fmt == "dec" or (fmt is None and text.isdigit()):
-            value = int(text, 10)
-        else:
-            value = int(text[2:] if text[:2].lower() == "0x" else text, 16)
-    except ValueError:
-        raise CliError("%s %r is not a %s fingerprint"
-                       % (what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or "
-                                                                                  "hex"))) from None
+    if fmt != "hex" and DEC.fullmatch(text):
+        value = int(text, 10)
+    elif fmt != "dec" and HEX.fullmatch(text):
+        value = int(HEX.fullmatch(text).group(2), 16)
+    else:
+        raise CliError("%s %r is not a %s fingerprint" % (
+            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex")))
     return simhashdb.check_fingerprint(value)
 
 
-def _parse_key(text, as_str):
-    return int(text) if not as_str and re.fullmatch(r"-?\d+", text) else text
+def _stored_key(db, text, args):
+    """The key ``text`` names: a str with --str-keys; else for digits, the int
+    key where one is stored, the str key where only that is (noted if both)."""
+    if args.str_keys or not re.fullmatch(r"-?[0-9]{1,20}", text):
+        return text
+    number = int(text)
+    try:
+        has_int = number in db
+    except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
+        return text
+    if has_int and text in db:
+        _note(args, "both the int key %s and the str key %r are stored; this is the int one "
+              "(--str-keys for the other)" % (text, text))
+    return number if has_int or text not in db else text
 
 
 # Output
@@ -493,25 +774,35 @@ def _match_json(match):
 
 
 def _record_json(record):
-    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta}
+    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta,
+            "stored_at": record.stored_at}
 
 
 # Plumbing
 
 
-def _open(path, args, readonly=False, text=False):
-    """Open the database; with ``text``, one that text will be fingerprinted
-    for: it keeps a recipe it already has, a new or empty one takes the default."""
+def _open(path, args, readonly=False, text=False, recipe=None):
+    """Open the database (with ``recipe``, one of that recipe); with ``text``,
+    one that text will be fingerprinted for: it keeps a recipe it already has,
+    a new or empty one takes the default. Warns when it makes a database of
+    more than MANY_TABLES tables."""
     if readonly and not os.path.isdir(path):
         raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
     options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
-    db = simhashdb.DB(path, readonly=readonly, **options)
+    new = not os.path.exists(os.path.join(path, "data.mdb"))
+    db = simhashdb.DB(path, readonly=readonly, recipe=recipe, **options)
     if text and db.recipe not in simhashdb.RECIPES:
         db.close()  # reopened naming the default: an empty database takes it, others refuse
         db = simhashdb.DB(path, readonly=readonly, recipe=simhashdb.RECIPE, **options)
+    tables = math.comb(db.blocks, db.distance)
+    if new and tables > MANY_TABLES:
+        print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
+              "fingerprint is stored in each, so inserts are slow and the file large; a "
+              "smaller --distance (queries above it are still exact) keeps it small"
+              % (db.distance, db.blocks, tables), file=sys.stderr)
     return db
 
 
@@ -521,13 +812,69 @@ def _fingerprinter(db, args):
     return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
 
 
+def _duration(text):
+    """Seconds of a duration such as 90s, 45m, 12h, 30d or 2w."""
+    match = re.fullmatch(r"([0-9]+)([smhdw])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
+                                         "h, d or w (e.g. 30d)" % text)
+    return int(match.group(1)) * SECONDS[match.group(2)]
+
+
+def _positive(text):
+    """An int >= 1 (for --batch-size)."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise argparse.ArgumentTypeError("%r is not a positive whole number" % text)
+    return int(text)
+
+
+def _skip(args, counts, path, skipped):
+    """Count a document left out by why, and note it."""
+    counts[skipped.why] = counts.get(skipped.why, 0) + 1
+    _note(args, "skipped %s: %s" % (path, skipped.why))
+
+
+def _note_skipped(args, counts):
+    if counts:
+        _note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
+            "%d %s" % (n, why) for why, n in sorted(counts.items()))))
+
+
+def _note(args, message):
+    """A remark on stderr (unless --quiet) that is not an error."""
+    if not args.quiet:
+        print("simhashdb-cli: note: %s" % message, file=sys.stderr)
+
+
 def _distance(args):
     return 3 if args.distance is None else args.distance
 
 
-def _progress(args, what, unit="it"):
+def _progress(args, what, unit="it", total=None):
     return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
-                disable=args.quiet or not sys.stderr.isatty())
+                total=total, disable=args.quiet or not sys.stderr.isatty())
+
+
+@contextlib.contextmanager
+def _working(args, what):
+    """A progress line that shows the time spent while one long call runs."""
+    with _progress(args, what) as bar:
+        if bar.disable:
+            yield
+            return
+        done = threading.Event()
+
+        def tick():
+            while not done.wait(0.5):
+                bar.refresh()
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        ticker.start()
+        try:
+            yield
+        finally:
+            done.set()
+            ticker.join()
 
 
 def build_parser():
@@ -566,7 +913,22 @@ def build_parser():
         sub.add_argument("--expected-size", dest="create_expected_size", type=int,
                          help="documents expected, to choose blocks (default: 10,000,000)")
 
-    creation(command("init", "simhashdb-cli init crawl.db --distance 3"))
+    sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe " + simhashdb.RECIPE)
+    creation(sub)
+    sub.add_argument("--recipe", metavar="NAME",
+                     help="the recipe of the fingerprints it will hold (one of: %s; or a name "
+                          "of your own)" % ", ".join(sorted(simhashdb.RECIPES)))
+
+    def walking(sub):
+        sub.add_argument("--include", action="append", default=[], metavar="GLOB",
+                         help="in directories, only files matching GLOB (repeatable)")
+        sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                         help="in directories, skip files matching GLOB (repeatable)")
+
+    def rooting(sub):
+        sub.add_argument("--root", metavar="DIR",
+                         help="text documents are keyed by their path relative to DIR "
+                              "(default: their absolute path)")
 
     sub = command("import",
                   "simhashdb-cli import crawl.db pages/ --include '*.html' --html --if-new")
@@ -576,28 +938,35 @@ def build_parser():
     sub.add_argument("--format", choices=FORMATS,
                      help="dec, hex, jsonl or text (default: detected)")
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
-    sub.add_argument("--include", action="append", default=[], metavar="GLOB",
-                     help="in directories, only files matching GLOB (repeatable)")
-    sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                     help="in directories, skip files matching GLOB (repeatable)")
-    sub.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
+    sub.add_argument("--key", help="the key of a text document read from stdin")
+    walking(sub)
+    rooting(sub)
+    sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
                      help="records per transaction (default: %d)" % DEFAULT_BATCH)
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
                           "the input; print the skipped ones")
     sub.add_argument("--skip-invalid", action="store_true",
                      help="skip malformed lines and report their count")
+    sub.add_argument("--refresh", action="store_true",
+                     help="with --if-new, record the near-duplicates found as stored now "
+                          "(see expire)")
     sub.add_argument("--html", action="store_true",
                      help="text documents are HTML: fingerprint their text only")
 
     sub = command("query", "simhashdb-cli query crawl.db 0x1f2e3d4c5b6a7988 --distance 2")
     sub.add_argument("fingerprints", nargs="*", metavar="FP",
                      help="fingerprints, decimal or hex (default: stdin lines)")
-    sub.add_argument("--text", action="append", metavar="FILE",
-                     help="fingerprint this document and query it (repeatable)")
+    sub.add_argument("--text", action="extend", nargs="+", metavar="FILE",
+                     help="the near-duplicates of these documents (files, directories), as "
+                          "DB.query_text decides: fingerprint and word-shingle resemblance")
+    walking(sub)
+    rooting(sub)
     sub.add_argument("--format", choices=("dec", "hex"),
-                     help="how fingerprints are written (default: decimal if all digits)")
-    sub.add_argument("--distance", type=int, help="at most the database's distance")
+                     help="how fingerprints are written (default: decimal if all are digits "
+                          "only, else hex)")
+    sub.add_argument("--distance", type=int,
+                     help="at most the database's distance (fingerprints, not --text)")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
 
     for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),
@@ -611,6 +980,10 @@ def build_parser():
                          help="keys made of digits are strings, not ints")
 
     command("stats", "simhashdb-cli stats crawl.db")
+    sub = command("expire", "simhashdb-cli expire crawl.db --older-than 30d")
+    sub.add_argument("--older-than", type=_duration, required=True, metavar="AGE",
+                     help="remove documents stored longer ago than AGE: a number and a unit, "
+                          "s, m, h, d or w (e.g. 30d)")
     command("compact", "simhashdb-cli compact crawl.db")
     command("check", "simhashdb-cli check crawl.db")
     command("export", "simhashdb-cli export crawl.db > crawl.jsonl")
@@ -621,7 +994,11 @@ def build_parser():
         sub = command(name, example, path=False)
         sub.add_argument("path", nargs="?", metavar="PATH",
                          help="a database (default: read hashes from --input)")
-        sub.add_argument("--input", default="-", help="file of decimal hashes (default: stdin)")
+        sub.add_argument("--input", default="-",
+                         help="file of hashes, one a line (default: stdin)")
+        sub.add_argument("--format", choices=("dec", "hex"),
+                         help="how --input hashes are written (default: decimal if all are "
+                              "digits only, else hex)")
         sub.add_argument("--output", default="-", help="output file (default: stdout)")
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
         sub.add_argument("--distance", type=int,
@@ -634,7 +1011,8 @@ def build_parser():
                            "--master local[4]", path=False)
     sub.add_argument("action", choices=("find-all", "clusters", "dedupe"))
     sub.add_argument("input", metavar="INPUT", help="Parquet, or what import reads (- for stdin)")
-    sub.add_argument("target", metavar="OUTPUT", help="*.parquet, or a JSON lines file (- for stdout)")
+    sub.add_argument("target", metavar="OUTPUT",
+                     help="*.parquet, or a JSON lines file (- for stdout)")
     sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
     sub.add_argument("--distance", type=int, help="largest distance of a pair (default: 3)")
     sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
@@ -646,10 +1024,12 @@ def build_parser():
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
     sub.add_argument("--html", action="store_true", help="text documents are HTML")
 
-    for name, example in (("export-parquet", "simhashdb-cli export-parquet crawl.db crawl.parquet"),
-                          ("import-parquet", "simhashdb-cli import-parquet new.db deduped.parquet")):
+    for name, example in (
+            ("export-parquet", "simhashdb-cli export-parquet crawl.db crawl.parquet"),
+            ("import-parquet", "simhashdb-cli import-parquet new.db deduped.parquet")):
         sub = command(name, example)
-        sub.add_argument("file", metavar="FILE", help="the Parquet file (or, to import, directory)")
+        sub.add_argument("file", metavar="FILE",
+                         help="the Parquet file (or, to import, directory)")
         if name == "import-parquet":
             creation(sub)
             sub.add_argument("--key", default="key", help="key column (default: key)")
@@ -657,7 +1037,9 @@ def build_parser():
                              help="fingerprint column (default: fingerprint)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
-    sub.add_argument("files", nargs="*", metavar="FILE", help="text files (default: stdin)")
+    sub.add_argument("files", nargs="*", metavar="FILE",
+                     help="text files or directories (default: stdin)")
+    walking(sub)
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
     sub.add_argument("--html", action="store_true", help="the files are HTML")
     sub.add_argument("--recipe", choices=sorted(simhashdb.RECIPES), default=simhashdb.RECIPE,
@@ -673,14 +1055,39 @@ def main(argv=None):
     try:
         with _output_file(output) as args.output_file:
             args.handler(args)
+            sys.stdout.flush()  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
+        _silence_stdout()
         return 0
-    except (CliError, simhashdb.SimhashDBError, OSError) as exc:
+    except KeyboardInterrupt:
         if args.debug:
             raise
-        print("simhashdb-cli: error: %s" % exc, file=sys.stderr)
+        _silence_stdout()
+        print("simhashdb-cli: interrupted: every batch committed before stays in the database; "
+              "the rest was not written", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        _silence_stdout()
+        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError))
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print("simhashdb-cli: error: %s%s" % (message, "" if known else " (%s; run with --debug "
+              "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
         return 1
     return 0
+
+
+def _silence_stdout():
+    """Drop what stdout still buffers for a pipe that is closed or a disk that
+    is full, so that exiting does not print a second error."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 @contextlib.contextmanager

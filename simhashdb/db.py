@@ -1,8 +1,15 @@
 """The fingerprint database."""
 
+from __future__ import annotations
+
 import collections
+import datetime
 import itertools
+import math
+import os
+import time
 from array import array
+from typing import Any, Iterable, Iterator, Optional, Union
 
 import msgpack
 
@@ -13,9 +20,11 @@ from .errors import (
     InvalidArgumentError,
     InvalidKeyError,
     InvalidMetadataError,
+    KeyNotFoundError,
     ParameterMismatchError,
 )
-from .layout import DEFAULT_EXPECTED_SIZE, Layout
+from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
+from .layout import DEFAULT_EXPECTED_SIZE, MAX_PROBES_PER_TABLE, Layout
 from .matching import components, pair_chunks
 from .storage import open_storage
 
@@ -23,13 +32,36 @@ FORMAT_VERSION = 1
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes
+RESEMBLANCE = 0.4  # text methods: a copy with 1 word in 10 edited keeps about this (README)
 
-Record = collections.namedtuple("Record", "key fingerprint meta")
+Record = collections.namedtuple("Record", "key fingerprint meta stored_at", defaults=(None, None))
+Record.__doc__ = """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
+stored, or None for one stored by a simhashdb that did not record it."""
 Match = collections.namedtuple("Match", "key fingerprint distance")
+
+
+class Matches(list):
+    """What :meth:`DB.insert_if_new` found: a list of Matches (empty when the
+    document was stored) whose ``replaced`` is the Record the stored document
+    replaced under the same key, or None."""
+
+    def __init__(self, matches=(), replaced=None):
+        super().__init__(matches)
+        self.replaced = replaced
+
+
+Key = Union[str, bytes, int]
+When = Union[datetime.datetime, int, float]
+RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
+Text = Union[str, bytes]
+TextRecordLike = Union["tuple[Key, Text]", "tuple[Key, Text, Any]"]
 
 
 class DB:
     """A persistent store of documents' 64-bit fingerprints, queried by Hamming distance.
+
+    Dict-like where it reads like a dict: ``db[key]`` (a :class:`Record`, or
+    KeyNotFoundError), ``key in db``, ``len(db)``; iterating gives Records.
 
     Usage::
 
@@ -61,8 +93,19 @@ class DB:
     :raises DatabaseError: the path is a file, or is not a simhashdb database.
     """
 
-    def __init__(self, path, distance=None, blocks=None, readonly=False, expected_size=None,
-                 recipe=None, backend=None):
+    def __init__(self, path: Union[str, os.PathLike], distance: Optional[int] = None,
+                 blocks: Optional[int] = None, readonly: bool = False,
+                 expected_size: Optional[int] = None, recipe: Optional[str] = None,
+                 backend: Any = None) -> None:
+        for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
+                                       ("expected_size", expected_size, 1, 2**64)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not low <= value <= high):
+                raise InvalidArgumentError("%s must be an int in [%d, %d], got %s"
+                                           % (name, low, high, _ext.shown(value)))
+        if recipe is not None and not isinstance(recipe, str):
+            raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
+                                       % _ext.shown(recipe))
         self._storage = open_storage(path, readonly=readonly, backend=backend)
         try:
             self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
@@ -124,28 +167,31 @@ class DB:
         return layout, stored
 
     @property
-    def distance(self):
+    def distance(self) -> int:
         """The distance the tables are built for (queries may ask for more, at a cost)."""
         return self._layout.distance
 
     @property
-    def blocks(self):
+    def blocks(self) -> int:
         """Blocks per fingerprint."""
         return self._layout.blocks
 
     @property
-    def backend(self):
+    def backend(self) -> str:
         """The name of the storage backend."""
         return self._storage.backend
 
     # Writes
 
-    def insert(self, key, fingerprint, meta=None):
+    def insert(self, key: Key, fingerprint: int, meta: Any = None) -> None:
         """Store a document; an existing ``key`` is replaced (upsert)."""
         self.insert_many([(key, fingerprint, meta)])
 
-    def insert_many(self, records, batch_size=DEFAULT_BATCH_SIZE):
-        """Store ``(key, fingerprint)`` or ``(key, fingerprint, meta)`` records.
+    def insert_many(self, records: Iterable[RecordLike], batch_size: int = DEFAULT_BATCH_SIZE
+                    ) -> int:
+        """Store ``(key, fingerprint)``, ``(key, fingerprint, meta)`` or
+        ``(key, fingerprint, meta, stored_at)`` records (``stored_at``: a UNIX
+        time or datetime, as :class:`Record` gives it; default: now).
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
@@ -157,16 +203,16 @@ class DB:
         """
         written = 0
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch, self._storage.max_key_bytes)
+            encoded = _encode_records(batch, self._storage.max_key_bytes, _now())
             self._storage.write(lambda txn: txn.upsert(encoded))
             written += len(encoded)
         return written
 
-    def delete(self, key):
+    def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
         return self.delete_many([key]) == 1
 
-    def delete_many(self, keys, batch_size=DEFAULT_BATCH_SIZE):
+    def delete_many(self, keys: Iterable[Key], batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove documents by key, one transaction per batch; returns how many were there."""
         deleted = 0
         for batch in _batches(keys, batch_size):
@@ -174,15 +220,28 @@ class DB:
             deleted += self._storage.write(lambda txn: txn.remove(encoded))
         return deleted
 
-    def insert_if_new(self, key, fingerprint, meta=None, distance=None):
+    def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
+                      distance: Optional[int] = None, refresh: bool = False) -> Matches:
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
-        :returns: the near-duplicates found (empty when the document was stored).
-        """
-        return self.insert_if_new_many([(key, fingerprint, meta)], distance)[0]
+        A document already stored under ``key`` is a candidate like any other:
+        if it is within ``distance`` (unchanged, or changed a little), it is
+        among the matches and nothing is written (use :meth:`insert` to update
+        it anyway); if no document is near, the new one is stored and replaces
+        it, and the result's ``replaced`` is the Record it replaced.
 
-    def insert_if_new_many(self, records, distance=None, batch_size=DEFAULT_BATCH_SIZE):
+        :param bool refresh: when near-duplicates are found, record them as
+            stored now (so that :meth:`expire` keeps what is still being seen).
+        :returns: :class:`Matches`, the near-duplicates found sorted by
+            (distance, key): empty when the document was stored.
+        """
+        return self.insert_if_new_many([(key, fingerprint, meta)], distance,
+                                       refresh=refresh)[0]
+
+    def insert_if_new_many(self, records: Iterable[RecordLike], distance: Optional[int] = None,
+                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False
+                           ) -> list[Matches]:
         """:meth:`insert_if_new` for each record, in order, one transaction per
         batch; a record is also checked against the records stored before it.
 
@@ -191,12 +250,179 @@ class DB:
         d = self._query_distance(distance)
         results = []
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch, self._storage.max_key_bytes)
-            results += map(_matches, self._storage.write(
-                lambda txn: txn.insert_if_new(encoded, d)))
+            now = _now()
+            encoded = _encode_records(batch, self._storage.max_key_bytes, now)
+
+            def insert(txn):
+                stored = {key: txn.get(key) for key, _, _ in encoded}  # before the batch
+                found = txn.insert_if_new(encoded, d)
+                if refresh:
+                    _restamp(txn, {key: fp for hits in found for key, fp, _ in hits}, now)
+                replaced = []
+                for (key, _, value), hits in zip(encoded, found):
+                    replaced.append(None if hits else stored[key])
+                    if not hits:
+                        stored[key] = value
+                return found, replaced
+
+            found, replaced = self._storage.write(insert)
+            results += [Matches(_matches(hits), old and _record(_unpack(key), old))
+                        for (key, _, _), hits, old in zip(encoded, found, replaced)]
         return results
 
-    def compact(self):
+    # Text in, decisions out
+
+    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: bool = False) -> None:
+        """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
+        stripped) by the database's recipe and store it under ``key`` (upsert),
+        with its resemblance signature (see :meth:`insert_text_if_new`)."""
+        self.insert_text_many([(key, text, meta)], html=html)
+
+    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+                         batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+        """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
+        record, one transaction per batch; returns the number written."""
+        written = 0
+        for batch in _batches(records, batch_size):
+            now = _now()
+            documents = [self._text_document(*_text_record(r), html, now)[0] for r in batch]
+            self._storage.write(lambda txn: txn.upsert(documents))
+            written += len(documents)
+        return written
+
+    def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
+                           html: bool = False) -> list[Match]:
+        """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
+        document is a near-duplicate of it.
+
+        A near-duplicate: a document whose fingerprint is within one bit more
+        than the database's distance and whose word 5-shingles resemble the
+        text's (estimated :func:`resemblance` at least 0.4); where either has
+        no word 5-shingle signature (a document stored by :meth:`insert`, a
+        text of punctuation alone), a fingerprint within the distance.
+
+        :raises InvalidArgumentError: for a text with nothing to fingerprint.
+
+        :returns: the near-duplicates, as Matches sorted by (distance, key);
+            empty when the text was stored.
+        """
+        return self.insert_text_if_new_many([(key, text, meta)], html=html)[0]
+
+    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[Match]]:
+        """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
+        meta)`` record, in order, one transaction per batch; a record is also
+        checked against the records stored before it.
+
+        :returns: one list of matches per record.
+        """
+        results = []
+        for batch in _batches(records, batch_size):
+            now = _now()
+            documents = [self._text_document(*_text_record(r), html, now) for r in batch]
+
+            def body(txn):
+                found = []
+                for document, signature in documents:
+                    matches = self._text_matches(txn, document[1], signature)
+                    if not matches:
+                        txn.upsert([document])
+                    found.append(matches)
+                return found
+
+            results += self._storage.write(body)
+        return results
+
+    def query_text(self, text: Text, *, html: bool = False) -> list[Match]:
+        """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
+        decides), as Matches sorted by (distance, key)."""
+        fp, signature = self._text_fingerprint(text, html)
+        with self._storage.read() as view:
+            return self._text_matches(view, fp, signature)
+
+    def _text_fingerprint(self, text, html):
+        """(fingerprint by the database's recipe, resemblance signature)."""
+        recipe = self.recipe or self._adopt_recipe()
+        if recipe not in RECIPES:
+            raise ParameterMismatchError(
+                "%s holds fingerprints made with %r, a recipe this simhashdb cannot "
+                "fingerprint text with" % (self.path, recipe))
+        fp, signature = fingerprint_with_signature(text, html=html, **RECIPES[recipe])
+        if fp == 0:  # the fingerprint of nothing would match every other empty document
+            raise InvalidArgumentError("the text has no words to fingerprint; leave empty "
+                                       "documents out")
+        return fp, signature
+
+    def _adopt_recipe(self):
+        """An unnamed database takes the default recipe while empty and writable."""
+        if self._storage.readonly or len(self):
+            raise ParameterMismatchError(
+                "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
+                "with them; use a database opened with recipe=simhashdb.RECIPE" % self.path)
+
+        def store(txn):
+            params = msgpack.unpackb(txn.params())
+            params["recipe"] = RECIPE
+            txn.set_params(msgpack.packb(params))
+
+        self._storage.write(store)
+        self.recipe = RECIPE
+        return RECIPE
+
+    def _text_document(self, key, text, meta, html, now):
+        """(the encoded (key, fingerprint, value), the signature) of a text: the
+        value [fingerprint, meta, stored_at, signature]."""
+        fp, signature = self._text_fingerprint(text, html)
+        key_bytes, fp, value = _encode_records([(key, fp, meta)], self._storage.max_key_bytes,
+                                               now)[0]
+        return (key_bytes, fp, b"\x94" + value[1:] + msgpack.packb(signature)), signature
+
+    def _text_matches(self, view, fp, signature):
+        """Stored near-duplicates of a text (see :meth:`insert_text_if_new`):
+        candidates one bit past the distance, confirmed by their signatures."""
+        reach = self.distance + 1
+        if self._layout.probes_per_table(reach) > MAX_PROBES_PER_TABLE:
+            reach = self.distance
+        confirmed = []
+        for hit in view.search(_ext.as_fingerprints([fp]), reach)[0]:
+            stored = _unpack(view.get(hit[0]))
+            theirs = stored[3] if len(stored) > 3 else None
+            if (resemblance(signature, theirs) >= RESEMBLANCE if theirs and any(theirs)
+                    and any(signature) else hit[2] <= self.distance):
+                confirmed.append(hit)
+        return _matches(confirmed)
+
+    def expire(self, before: When, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
+        """Remove every document stored before ``before`` (a datetime, naive
+        ones in local time, or a UNIX time). Times are whole seconds, so a
+        document stored in the second just before ``before`` may stay; one
+        stored at or after it never goes. Documents stored by a simhashdb that
+        did not record the time are kept.
+
+        Each transaction looks at ``batch_size`` documents, so writers and
+        readers get their turns during a long expiry.
+
+        :returns: the number of documents removed.
+        """
+        cutoff = math.floor(_unix_time(before, "before"))
+        _check_batch_size(batch_size)
+
+        def expire_batch(txn):
+            old, last = [], None
+            for last, value in itertools.islice(txn.documents(after), batch_size):
+                stored_at = _stored_at(value)
+                if stored_at is not None and stored_at < cutoff:
+                    old.append(last)
+            return (txn.remove(old) if old else 0), last
+
+        removed, after = 0, None
+        while True:
+            count, after = self._storage.write(expire_batch)
+            removed += count
+            if after is None:
+                return removed
+
+    def compact(self) -> None:
         """Rewrite the database without the space freed by deletes.
 
         The compacted copy is written beside the data, synced, then renamed
@@ -208,12 +434,13 @@ class DB:
 
     # Reads
 
-    def query(self, fingerprint, distance=None):
+    def query(self, fingerprint: int, distance: Optional[int] = None) -> list[Match]:
         """Stored documents within ``distance`` bits (default: the DB's distance)
         of ``fingerprint``, as Matches sorted by (distance, key)."""
         return self.query_many([fingerprint], distance)[0]
 
-    def query_many(self, fingerprints, distance=None):
+    def query_many(self, fingerprints: Any, distance: Optional[int] = None
+                   ) -> list[list[Match]]:
         """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot.
 
         Any distance is exact. Up to the database's own, a query scans one
@@ -223,27 +450,36 @@ class DB:
         return [_matches(hits) for hits in
                 self._storage.search(_ext.as_fingerprints(fingerprints), d)]
 
-    def get(self, key):
+    def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
         key_bytes = _encode_key(key)
         with self._storage.read() as view:
             value = view.get(key_bytes)
-        return None if value is None else Record(key, *_unpack(value)[:2])
+        return None if value is None else _record(key, value)
 
-    def __contains__(self, key):
+    def __getitem__(self, key: Key) -> Record:
+        """The Record of ``key``; KeyNotFoundError (a KeyError) if there is none."""
+        record = self.get(key)
+        if record is None:
+            raise KeyNotFoundError("no document with key %s" % _ext.shown(key))
+        return record
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a document is stored under ``key``."""
         return self.get(key) is not None
 
-    def __len__(self):
+    def __len__(self) -> int:
         with self._storage.read() as view:
             return view.count()
 
-    def __iter__(self):
-        """Records in key-encoding order, from one snapshot held until the loop ends."""
+    def __iter__(self) -> Iterator[Record]:
+        """Records (not keys: a DB is a store of documents, as a table is of
+        rows) in key-encoding order, from one snapshot held until the loop ends."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
-                yield Record(_unpack(key_bytes), *_unpack(value)[:2])
+                yield _record(_unpack(key_bytes), value)
 
-    def find_all(self, distance=None):
+    def find_all(self, distance: Optional[int] = None) -> Iterator[tuple[Key, Key, int]]:
         """Every pair of stored documents within ``distance`` bits (default: the
         DB's distance, at most it), as ``(key_a, key_b, distance)`` tuples, each
         pair once.
@@ -266,7 +502,7 @@ class DB:
                         for key_b in _sorted_keys(view.keys_of(b)):
                             yield _ordered(key_a, key_b) + (between,)
 
-    def clusters(self, distance=None):
+    def clusters(self, distance: Optional[int] = None) -> Iterator[list[Key]]:
         """Connected components of the match graph over documents: lists of keys
         whose fingerprints link within ``distance`` bits, from one snapshot.
         Each cluster is sorted by key; clusters come in fingerprint order."""
@@ -288,7 +524,7 @@ class DB:
                     group.insert(0, label)
                 yield _sorted_keys([k for i in group for k in view.keys_of(values[i])])
 
-    def stats(self):
+    def stats(self) -> dict:
         """Counts, parameters and sizes of the database."""
         with self._storage.read() as view:
             count, distinct = view.count(), view.distinct()
@@ -308,7 +544,7 @@ class DB:
                 info["disk_bytes"] / (distinct * tables) if distinct else 0.0,
         }, **info)
 
-    def check(self):
+    def check(self) -> list[str]:
         """Verify that the index and every table agree with the documents.
 
         :returns: a list of the disagreements found, empty for a sound database.
@@ -359,11 +595,11 @@ class DB:
         from . import parquet
         return self.insert_many(parquet.records(path, key, fingerprint), batch_size)
 
-    def close(self):
+    def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""
         self._storage.close()
 
-    def __enter__(self):
+    def __enter__(self) -> DB:
         return self
 
     def __exit__(self, *exc):
@@ -380,10 +616,11 @@ class DB:
         """An all-pairs scan's distance: at most the built one."""
         if distance is None:
             return self.distance
-        if not isinstance(distance, int) or not 0 <= distance <= self.distance:
+        if not isinstance(distance, int) or isinstance(distance, bool) or \
+                not 0 <= distance <= self.distance:
             raise InvalidArgumentError(
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
-                "got %r" % (self.distance, distance))
+                "got %s" % (self.distance, _ext.shown(distance)))
         return distance
 
 
@@ -394,15 +631,34 @@ def _matches(hits):
     return matches
 
 
+def _text_record(record):
+    if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
+        raise InvalidArgumentError("expected a (key, text) or (key, text, meta) record, got %r"
+                                   % (record,))
+    return record[0], record[1], record[2] if len(record) == 3 else None
+
+
 def check_record(record):
     """Raise the error :meth:`DB.insert_many` would raise for ``record``, if any:
     to find the bad record of a batch before writing it."""
     _encode_records([record])
 
 
+def _check_batch_size(size):
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise InvalidArgumentError("batch_size must be an int >= 1, got %s" % _ext.shown(size))
+
+
 def _batches(items, size):
-    if not isinstance(size, int) or size < 1:
-        raise InvalidArgumentError("batch_size must be an int >= 1, got %r" % (size,))
+    """Lists of ``size`` items (the last may be shorter); arguments checked now."""
+    _check_batch_size(size)
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise InvalidArgumentError("expected an iterable of records or keys, got %s"
+                                   % _ext.shown(items))
+    return _chunks(items, size)
+
+
+def _chunks(items, size):
     batch = []
     for item in items:
         batch.append(item)
@@ -415,40 +671,121 @@ def _batches(items, size):
 
 def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
-        raise InvalidKeyError("keys must be str, bytes or int, got %s %r"
-                              % (type(key).__name__, key))
+        raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
+                              % (type(key).__name__, _ext.shown(key)))
     try:
         encoded = pack(key)
     except OverflowError:
-        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %d" % key) from None
+        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %s"
+                              % _ext.shown(key)) from None
+    except UnicodeEncodeError:
+        raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
+                              "encode as UTF-8" % _ext.shown(key)) from None
     if len(encoded) > limit:
         raise InvalidKeyError("key is %d bytes encoded; the most is %d"
                               % (len(encoded), limit))
     return encoded
 
 
-def _encode_records(records, limit=MAX_KEY_BYTES):
-    """(encoded key, fingerprint, encoded [fingerprint, meta]) for each record
-    (natively where every record is plain: see ``_ext.encode_plain_documents``)."""
-    plain = _ext.encode_plain_documents(records, limit) if isinstance(records, list) else None
+def _encode_records(records, limit=MAX_KEY_BYTES, now=None):
+    """(encoded key, fingerprint, encoded [fingerprint, meta, stored_at]) for
+    each record, stored ``now`` unless it says when (natively where every
+    record is plain: see ``_ext.encode_plain_documents``)."""
+    now = _now() if now is None else now
+    plain = _ext.encode_plain_documents(records, limit, now) \
+        if isinstance(records, list) else None
     if plain is not None:
         return plain
     pack = msgpack.Packer().pack
     encoded = []
     for record in records:
-        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
+        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
             raise InvalidArgumentError(
-                "expected a (key, fingerprint) or (key, fingerprint, meta) record, got %r"
-                % (record,))
+                "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
+                "meta, stored_at) record, got %s" % _ext.shown(record))
         key, fp = _encode_key(record[0], pack, limit), _ext.check_fingerprint(record[1])
-        meta = record[2] if len(record) == 3 else None
+        meta = record[2] if len(record) > 2 else None
+        stored_at = _stored_time(record[3]) if len(record) > 3 and record[3] is not None else now
         try:
-            encoded.append((key, fp, pack([fp, meta])))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InvalidMetadataError("metadata of key %r cannot be stored: %s (use values "
-                                       "msgpack can encode: None, bool, int, float, str, "
-                                       "bytes, lists and dicts)" % (record[0], exc)) from None
+            value = pack([fp, meta, stored_at])
+            msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
+        except (TypeError, ValueError, OverflowError, RecursionError,
+                msgpack.UnpackException) as exc:
+            raise InvalidMetadataError(
+                "metadata of key %s cannot be stored: %s (use values that msgpack writes and "
+                "reads back: None, bool, int, float, str, bytes, lists, and dicts whose keys "
+                "are not lists or tuples)" % (_ext.shown(record[0]), exc)) from None
+        encoded.append((key, fp, value))
     return encoded
+
+
+def _now():
+    return int(time.time())
+
+
+def _unix_time(when, what):
+    """A datetime or a UNIX time as a UNIX time (float or int)."""
+    if isinstance(when, datetime.datetime):
+        return when.timestamp()
+    if isinstance(when, int) and not isinstance(when, bool) or \
+            isinstance(when, float) and math.isfinite(when):
+        return when
+    raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got %s %s"
+                               % (what, type(when).__name__, _ext.shown(when)))
+
+
+def _stored_time(when):
+    """A record's stored time as whole seconds since the epoch."""
+    seconds = math.floor(_unix_time(when, "stored_at"))
+    if not 0 <= seconds < 2**64:
+        raise InvalidArgumentError("stored_at must be a time from 1970-01-01 on, got %s"
+                                   % _ext.shown(when))
+    return seconds
+
+
+def _record(key, value):
+    """The Record of ``key`` from its stored value: [fingerprint, meta] or
+    [fingerprint, meta, stored_at] (older values have no time)."""
+    items = _unpack(value)
+    return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
+
+
+def _value_items(value):
+    """An unpacker positioned after a document value's fingerprint and meta,
+    and the number of items the value holds."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(value)
+    try:
+        count = unpacker.read_array_header()
+        unpacker.skip()
+        unpacker.skip()
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
+                            "backup, or `export` what is readable" % exc) from None
+    return unpacker, count
+
+
+def _stored_at(value):
+    """The stored time a document value records, or None."""
+    unpacker, count = _value_items(value)
+    return unpacker.unpack() if count > 2 else None
+
+
+def _restamp(txn, fingerprints, now):
+    """Record the documents ``fingerprints`` ({encoded key: fingerprint}) as
+    stored ``now``, leaving the bytes of their fingerprint, meta and text
+    signature as they are."""
+    documents = []
+    for key, fp in fingerprints.items():
+        value = txn.get(key)
+        unpacker, count = _value_items(value)
+        head = value[1:unpacker.tell()]
+        if count > 2:
+            unpacker.skip()
+        documents.append((key, fp, bytes([0x90 | max(count, 3)]) + head + msgpack.packb(now)
+                          + value[unpacker.tell():]))
+    if documents:
+        txn.upsert(documents)
 
 
 def _unpack(data):

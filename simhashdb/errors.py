@@ -21,6 +21,13 @@ class InvalidMetadataError(SimhashDBError, ValueError, TypeError):
     """Document metadata cannot be encoded with msgpack."""
 
 
+class KeyNotFoundError(SimhashDBError, KeyError):
+    """``db[key]`` of a key with no document."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
 class DatabaseError(SimhashDBError):
     """The database cannot be opened or used as asked."""
 

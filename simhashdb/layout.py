@@ -29,12 +29,13 @@ class Layout:
     """
 
     def __init__(self, blocks, distance):
-        if not isinstance(distance, int) or not 0 <= distance < 64:
-            raise InvalidArgumentError("distance must be an int in [0, 64), got %r" % (distance,))
-        if not isinstance(blocks, int) or not distance < blocks <= 64:
+        if not isinstance(distance, int) or isinstance(distance, bool) or not 0 <= distance < 64:
+            raise InvalidArgumentError("distance must be an int in [0, 64), got %s"
+                                       % _ext.shown(distance))
+        if not isinstance(blocks, int) or isinstance(blocks, bool) or not distance < blocks <= 64:
             raise InvalidArgumentError(
-                "blocks must be an int with distance < blocks <= 64 (distance is %d), got %r"
-                % (distance, blocks))
+                "blocks must be an int with distance < blocks <= 64 (distance is %d), got %s"
+                % (distance, _ext.shown(blocks)))
         count = math.comb(blocks, distance)
         if count > MAX_TABLES:
             raise InvalidArgumentError(
@@ -80,8 +81,8 @@ class Layout:
     def check_query_distance(self, distance):
         """Raise unless a query at ``distance`` bits is exact and affordable here."""
         if not isinstance(distance, int) or isinstance(distance, bool) or not 0 <= distance <= 64:
-            raise InvalidArgumentError("query distance must be an int in [0, 64], got %r"
-                                       % (distance,))
+            raise InvalidArgumentError("query distance must be an int in [0, 64], got %s"
+                                       % _ext.shown(distance))
         if self.probes_per_table(distance) > MAX_PROBES_PER_TABLE:
             raise InvalidArgumentError(
                 "a query at distance %d would probe %d prefixes per table in a database built "

@@ -154,11 +154,10 @@ class NativeView(View):
     def get(self, key):
         return self._txn.get(key)
 
-    def documents(self):
-        return self._items("docs")
+    def documents(self, after=None):
+        return self._items("docs", after)
 
-    def _items(self, which):
-        after = None
+    def _items(self, which, after=None):
         while True:
             chunk = self._txn.items(which, after, ITEMS_PER_READ)
             yield from chunk

@@ -29,6 +29,9 @@ from .storage import Txn, View, value_fingerprint
 META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
 
 
+_INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
+
+
 def table_name(table):
     """The sub-database name of permutation table ``table``."""
     return b"table:%03d" % table
@@ -73,11 +76,16 @@ class PyLmdbStorage(LmdbStorage):
         self._env = None
 
     def _forget_after_fork(self):
-        """py-lmdb refuses a second environment on a path it has open in this
-        process, and a fork child inherits that record: close the parent's here
-        (which releases nothing the parent holds)."""
+        """py-lmdb (3.0 on) refuses a second environment on a path it has open
+        in this process, and a fork child inherits that record: close the
+        parent's here. LMDB before 0.9.33 frees the reader slots of the process
+        that opened the environment when it is closed, the parent's: there the
+        child keeps it open, unused, instead."""
         if self._env is not None and os.getpid() != self._pid:
-            self._env.close()
+            if lmdb.version() >= (0, 9, 33):
+                self._env.close()
+            else:
+                _INHERITED_ENVS.append(self._env)
 
     def _reader_check(self):
         self._env.reader_check()
@@ -139,14 +147,13 @@ class PyLmdbStorage(LmdbStorage):
                 for name, dupsort in ((META, False), (DOCS, False), (FINGERPRINTS, True)):
                     db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
                     items = source.cursor(self._dbs[name]).iternext()
-                    written.cursor(db).putmulti(items, dupdata=dupsort, append=True)
+                    _fill(written.cursor(db), items, dupsort)
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 for table in range(self._layout.tables):
                     db = self._open_db(table_name(table), dupsort=True, dupfixed=True,
                                        env=target, txn=written)
-                    written.cursor(db).putmulti(self._layout.table_items(fps, table),
-                                                dupdata=True, append=True)
+                    _fill(written.cursor(db), self._layout.table_items(fps, table), True)
         finally:
             target.close()
 
@@ -176,9 +183,15 @@ class PyView(View):
     def get(self, key):
         return self._cursor(DOCS).get(key)
 
-    def documents(self):
+    def documents(self, after=None):
         cursor = self._txn.cursor(self._storage._dbs[DOCS])
-        return cursor.iternext() if cursor.first() else iter(())
+        if after is None:
+            return cursor.iternext() if cursor.first() else iter(())
+        if not cursor.set_range(after):
+            return iter(())
+        if cursor.key() == after and not cursor.next():
+            return iter(())
+        return cursor.iternext()
 
     def keys_of(self, fingerprint):
         cursor = self._cursor(FINGERPRINTS)
@@ -282,6 +295,17 @@ class PyTxn(PyView, Txn):
             for key, value in layout.table_items(removed, table) if removed else ():
                 if cursor.set_key_dup(key, value):
                     cursor.delete()
+
+
+def _fill(cursor, items, dupsort):
+    """Put sorted ``items`` into an empty sub-database, every one of them.
+    Appends only where there are no duplicates: py-lmdb before 3.0 appends
+    duplicates with MDB_APPEND, which refuses each value after a key's first
+    and putmulti counts it as not added instead of failing."""
+    consumed, added = cursor.putmulti(items, dupdata=dupsort, append=not dupsort)
+    if added != consumed:
+        raise DatabaseError("compaction wrote %d of %d entries; the database is unchanged"
+                            % (added, consumed))
 
 
 def _scan(cursor, first, last):

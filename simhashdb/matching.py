@@ -10,10 +10,11 @@ import sys
 from array import array
 
 from . import _ext
+from .errors import InvalidArgumentError
 from .layout import Layout
 
 
-def find_all(hashes, blocks, distance):
+def find_all(hashes, blocks=None, distance=None, *, number_of_blocks=None, different_bits=None):
     """Every pair (a, b), a <= b, of fingerprints within ``distance`` bits, sorted.
 
     Pairs are of distinct values, as in simhash-py; a value that occurs more
@@ -21,11 +22,13 @@ def find_all(hashes, blocks, distance):
     for every pair of positions.
 
     :param hashes: ints, ``array('Q')`` or numpy uint64.
-    :param int blocks: blocks per fingerprint, distance < blocks <= 64.
-    :param int distance: the largest Hamming distance of a pair.
+    :param int blocks: blocks per fingerprint, distance < blocks <= 64
+        (simhash-py's name, ``number_of_blocks``, is accepted too).
+    :param int distance: the largest Hamming distance of a pair (or, as
+        simhash-py names it, ``different_bits``).
     :raises InvalidArgumentError: for blocks or distance out of range.
     """
-    layout = Layout(blocks, distance)
+    layout = _layout(blocks, distance, number_of_blocks, different_bits)
     values, counts = _ext.unique_sorted(hashes)
     flat = _match(values, layout)
     pairs = [(values[flat[p]], values[flat[p + 1]]) for p in range(0, len(flat), 2)]
@@ -34,29 +37,41 @@ def find_all(hashes, blocks, distance):
     return pairs
 
 
-def find_all_indices(hashes, blocks, distance):
+def find_all_indices(hashes, blocks=None, distance=None, *, number_of_blocks=None,
+                     different_bits=None):
     """Every pair of positions (i, j), i < j, whose fingerprints are within
-    ``distance`` bits, sorted: an (M, 2) int64 numpy array where numpy is
-    installed, else a list of tuples."""
-    flat = _match(hashes, Layout(blocks, distance))
-    try:
-        import numpy
-    except ImportError:
-        return [(flat[p], flat[p + 1]) for p in range(0, len(flat), 2)]
-    return numpy.frombuffer(flat, dtype=numpy.uint64).astype(numpy.int64).reshape(-1, 2)
+    ``distance`` bits, as a sorted list of tuples (``numpy.array(pairs)`` makes
+    it an (M, 2) array). Parameters as for :func:`find_all`."""
+    flat = _match(hashes, _layout(blocks, distance, number_of_blocks, different_bits))
+    return list(zip(flat[0::2], flat[1::2]))
 
 
-def find_clusters(hashes, blocks, distance):
+def find_clusters(hashes, blocks=None, distance=None, *, number_of_blocks=None,
+                  different_bits=None):
     """Connected components of the match graph of the distinct fingerprints:
     a fingerprint belongs to a cluster when it is within ``distance`` of at
-    least one member. Each cluster sorted, clusters sorted, singletons left out."""
-    layout = Layout(blocks, distance)
+    least one member. Each cluster sorted, clusters sorted, singletons left out.
+    Parameters as for :func:`find_all`."""
+    layout = _layout(blocks, distance, number_of_blocks, different_bits)
     values, _ = _ext.unique_sorted(hashes)
     labels = components(len(values), pair_chunks(values, layout))
     clusters = {}
     for value, label in zip(values, labels):
         clusters.setdefault(label, []).append(value)
     return sorted(c for c in clusters.values() if len(c) > 1)
+
+
+def _layout(blocks, distance, number_of_blocks, different_bits):
+    """The Layout of ``blocks`` and ``distance``, by our names or simhash-py's."""
+    for ours, alias, theirs, name in ((blocks, number_of_blocks, "number_of_blocks", "blocks"),
+                                      (distance, different_bits, "different_bits", "distance")):
+        if ours is not None and alias is not None:
+            raise InvalidArgumentError("give %s or %s (its simhash-py name), not both"
+                                       % (name, theirs))
+        if ours is None and alias is None:
+            raise InvalidArgumentError("%s is required (simhash-py calls it %s)" % (name, theirs))
+    return Layout(number_of_blocks if blocks is None else blocks,
+                  different_bits if distance is None else distance)
 
 
 def pair_chunks(values, layout, distance=None, chunk=1 << 20):

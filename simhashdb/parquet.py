@@ -2,8 +2,9 @@
 between a database and batch tools such as :mod:`simhashdb.spark`.
 
 A file has a ``key`` column (string, binary or int64: one type for all
-keys), a ``fingerprint`` column, and ``meta``, the metadata as msgpack bytes
-(null for none). Fingerprints are written as uint64, which Spark reads as
+keys), a ``fingerprint`` column, ``meta``, the metadata as msgpack bytes
+(null for none), and ``stored_at``, the UNIX time the document was stored
+(int64, null where unknown). Fingerprints are written as uint64, which Spark reads as
 ``decimal(20,0)``; reading takes uint64, int64 (the 64 bits as a signed
 long), decimal(20,0) and 8-byte binary.
 """
@@ -28,8 +29,9 @@ KEY_TYPES = {str: pyarrow.string(), bytes: pyarrow.binary(), int: pyarrow.int64(
 
 
 def export(records, path):
-    """Write ``(key, fingerprint, meta)`` records to the Parquet file ``path``;
-    returns how many. All keys must be of one type (str, bytes or int)."""
+    """Write ``(key, fingerprint, meta, stored_at)`` records to the Parquet
+    file ``path``; returns how many. All keys must be of one type (str, bytes
+    or int)."""
     records, writer, written = iter(records), None, 0
     try:
         while True:
@@ -66,16 +68,18 @@ def _table(records, key_type):
         "key": key_array,
         "fingerprint": pyarrow.array([r[1] for r in records], pyarrow.uint64()),
         "meta": pyarrow.array([None if r[2] is None else msgpack.packb(r[2]) for r in records],
-                              pyarrow.binary())})
+                              pyarrow.binary()),
+        "stored_at": pyarrow.array([r[3] for r in records], pyarrow.int64())})
 
 
 def _type_name(arrow_type):
     return {pyarrow.string(): "str", pyarrow.binary(): "bytes", pyarrow.int64(): "int"}[arrow_type]
 
 
-def records(path, key="key", fingerprint="fingerprint", meta="meta"):
-    """Yield ``(key, fingerprint, meta)`` from a Parquet file or a directory of
-    them (as Spark writes); ``meta`` is read where the column is there."""
+def records(path, key="key", fingerprint="fingerprint"):
+    """Yield ``(key, fingerprint, meta, stored_at)`` from a Parquet file or a
+    directory of them (as Spark writes); ``meta`` and ``stored_at`` are read
+    where those columns are there, else None."""
     try:
         dataset = pyarrow.dataset.dataset(path, format="parquet")
     except (pyarrow.ArrowException, OSError) as exc:
@@ -85,20 +89,25 @@ def records(path, key="key", fingerprint="fingerprint", meta="meta"):
         if name not in names:
             raise InvalidArgumentError("%s has no column %r (its columns: %s)"
                                        % (path, name, ", ".join(names)))
-    columns = [key, fingerprint] + ([meta] if meta in names else [])
-    for batch in dataset.to_batches(columns=columns):
+    optional = [name for name in ("meta", "stored_at") if name in names]
+    for batch in dataset.to_batches(columns=[key, fingerprint] + optional):
         keys = batch.column(0).to_pylist()
         fps = _unsigned(batch.column(1), fingerprint)
-        metas = [None if m is None else msgpack.unpackb(m, strict_map_key=False)
-                 for m in batch.column(2).to_pylist()] if len(columns) == 3 else [None] * len(keys)
-        yield from zip(keys, fps, metas)
+        metas = [None] * len(keys)
+        if "meta" in optional:
+            metas = [None if m is None else msgpack.unpackb(m, strict_map_key=False)
+                     for m in batch.column("meta").to_pylist()]
+        times = batch.column("stored_at").to_pylist() if "stored_at" in optional \
+            else [None] * len(keys)
+        yield from zip(keys, fps, metas, times)
 
 
 def _unsigned(column, name):
     """Fingerprints as Python ints in [0, 2**64) from any of the column types."""
     kind = column.type
     if column.null_count:
-        raise InvalidFingerprintError("column %r has %d null fingerprints" % (name, column.null_count))
+        raise InvalidFingerprintError("column %r has %d null fingerprints"
+                                      % (name, column.null_count))
     if kind == pyarrow.uint64():
         return column.to_pylist()
     if kind == pyarrow.int64():

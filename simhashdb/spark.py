@@ -173,8 +173,8 @@ def _fingerprint_column(col, dtype, name):
     if isinstance(dtype, LongType):
         return col, col.isNull()
     if isinstance(dtype, DecimalType) and dtype.scale == 0 and dtype.precision <= 20:
-        signed = F.when(col >= F.lit(Decimal(TWO_63)), (col - F.lit(Decimal(TWO_64))).cast("long")) \
-            .otherwise(col.cast("long"))
+        wrapped = (col - F.lit(Decimal(TWO_64))).cast("long")
+        signed = F.when(col >= F.lit(Decimal(TWO_63)), wrapped).otherwise(col.cast("long"))
         return signed, col.isNull() | (col < 0) | (col >= F.lit(Decimal(TWO_64)))
     if isinstance(dtype, BinaryType):
         return F.conv(F.hex(col), 16, -10).cast("long"), col.isNull() | (F.length(col) != 8)

@@ -40,8 +40,9 @@ class View:
         """The encoded value of document ``key`` (bytes), or None."""
         raise NotImplementedError
 
-    def documents(self):
-        """Every (key, value), in key order."""
+    def documents(self, after=None):
+        """Every (key, value) in key order, from the first key after ``after``
+        (from the first: None)."""
         raise NotImplementedError
 
     def keys_of(self, fingerprint):

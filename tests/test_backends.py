@@ -106,3 +106,18 @@ def test_a_reader_of_one_backend_beside_a_writer_of_the_other(tmp_path, monkeypa
             child.stdin.close()
             child.wait(timeout=60)
         assert child.returncode == 0
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_name):
+    """View.documents(after): what expire() walks in batches."""
+    import msgpack
+    with DB(str(tmp_path / "d.db"), backend=backend_name) as db:
+        db.insert_many([(k, i) for i, k in enumerate([1, 5, 9, "a", "c"])])
+        with db._storage.read() as view:
+            keys = [k for k, _ in view.documents()]
+            assert keys == sorted(keys) and len(keys) == 5
+            for after, expected in [(None, keys), (keys[0], keys[1:]), (keys[-1], []),
+                                    (msgpack.packb(6), keys[2:]), (msgpack.packb("b"), keys[4:]),
+                                    (b"\xff" * 10, [])]:
+                assert [k for k, _ in view.documents(after)] == expected, after

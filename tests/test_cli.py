@@ -1,8 +1,10 @@
 import io
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,7 +41,7 @@ def test_every_command_has_help_with_an_example(capsys):
     commands = parser._subparsers._group_actions[0].choices
     assert set(commands) == {"init", "import", "query", "delete", "get", "stats", "compact",
                              "check", "export", "find-all", "clusters", "fingerprint",
-                             "spark", "export-parquet", "import-parquet"}
+                             "expire", "spark", "export-parquet", "import-parquet"}
     for sub in commands.values():
         assert "Example:\n  simhashdb-cli " in sub.format_help()
 
@@ -51,12 +53,15 @@ def test_dec_import_query_get_delete(tmp_path, capsys):
     hashes.write_text("1\n3\n7\n\n1099511627776\n")
     assert run(capsys, "init", db, "--distance", "3", "--blocks", "5")[0] == 0
     code, out, _ = run(capsys, "import", db, hashes)
-    assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0}]
+    assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}]
     code, out, _ = run(capsys, "query", db, "2", "0x7", "--distance", "1")
     assert out == [{"query": 2, "matches": [{"key": 2, "fingerprint": 3, "distance": 1}]},
                    {"query": 7, "matches": [{"key": 3, "fingerprint": 7, "distance": 0},
                                             {"key": 2, "fingerprint": 3, "distance": 1}]}]
-    assert run(capsys, "get", db, "5")[1] == [{"key": 5, "fingerprint": 1 << 40, "meta": None}]
+    got = run(capsys, "get", db, "5")[1]
+    assert [{k: v for k, v in g.items() if k != "stored_at"} for g in got] == \
+        [{"key": 5, "fingerprint": 1 << 40, "meta": None}]
+    assert abs(got[0]["stored_at"] - time.time()) < 60
     assert run(capsys, "delete", db, "1", "2", "99")[1] == [{"deleted": 2, "requested": 3}]
     code, _, err = run(capsys, "get", db, "1")
     assert code == 1 and "no document with key '1'" in err
@@ -70,7 +75,7 @@ def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
     code, out, _ = run(capsys, "import", db, "--format", "hex", "--key-prefix", "h",
                        stdin="ff\n0x10\n", monkeypatch=monkeypatch)
     assert code == 0
-    assert [r["key"] for r in run(capsys, "export", db)[1]] == ["h1", "h2"]
+    assert [r["key"] for r in run(capsys, "export", db)[1][1:]] == ["h1", "h2"]
     assert run(capsys, "get", db, "h2")[1][0]["fingerprint"] == 16
 
 
@@ -86,6 +91,54 @@ def test_export_then_import_round_trips_keys_and_meta(tmp_path, capsys):
     assert run(capsys, "import", tmp_path / "dst.db", dump)[0] == 0
     with simhashdb.DB(str(tmp_path / "src.db")) as a, simhashdb.DB(str(tmp_path / "dst.db")) as b:
         assert list(a) == list(b)
+
+
+@storage
+def test_expire_forgets_what_was_stored_long_ago_and_export_keeps_the_times(tmp_path, capsys):
+    now = int(time.time())
+    dump = tmp_path / "in.jsonl"
+    dump.write_text("".join(json.dumps({"key": k, "fingerprint": fp, "stored_at": t}) + "\n"
+                            for k, fp, t in [("old", 1, now - 40 * 86400), ("recent", 2**40, now - 3600),
+                                             ("older", 2**50, now - 31 * 86400), ("new", 2**60, None)]))
+    db = tmp_path / "r.db"
+    assert run(capsys, "import", db, dump)[0] == 0
+    times = {r["key"]: r["stored_at"] for r in run(capsys, "export", db)[1][1:]}
+    assert times["old"] == now - 40 * 86400 and abs(times["new"] - now) < 60
+    assert run(capsys, "expire", db, "--older-than", "30d")[1] == [{"expired": 2}]
+    assert sorted(r["key"] for r in run(capsys, "export", db)[1][1:]) == ["new", "recent"]
+    assert run(capsys, "expire", db, "--older-than", "30m")[1] == [{"expired": 1}]
+    for bad in ("30", "30 days", "-1d", "\u0663d", "1.5h"):
+        with pytest.raises(SystemExit) as usage:
+            cli.main(["expire", str(db), "--older-than=" + bad])
+        assert usage.value.code == 2 and "is not a duration" in capsys.readouterr().err
+
+
+@storage
+def test_import_if_new_refresh_keeps_what_is_seen_again(tmp_path, capsys, monkeypatch):
+    db = tmp_path / "f.db"
+    dump = tmp_path / "in.jsonl"
+    dump.write_text(json.dumps({"key": "a", "fingerprint": 255, "stored_at": 1000}) + "\n")
+    assert run(capsys, "import", db, dump)[0] == 0
+    code, out, _ = run(capsys, "import", db, "--if-new", "--format", "dec", stdin="254\n",
+                       monkeypatch=monkeypatch)
+    assert out[0]["skipped"] == 1 and run(capsys, "get", db, "a")[1][0]["stored_at"] == 1000
+    code, out, _ = run(capsys, "import", db, "--if-new", "--refresh", "--format", "dec",
+                       stdin="254\n", monkeypatch=monkeypatch)
+    assert out[0]["skipped"] == 1 and run(capsys, "get", db, "a")[1][0]["stored_at"] > 1000
+
+
+@storage
+def test_import_if_new_reports_a_key_whose_far_version_replaced_the_stored_one(tmp_path, capsys):
+    db = tmp_path / "v.db"
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"key": "u", "fingerprint": 255}\n')
+    assert run(capsys, "import", db, data)[0] == 0
+    data.write_text('{"key": "u", "fingerprint": 254}\n{"key": "u", "fingerprint": "0xff00"}\n')
+    code, out, _ = run(capsys, "import", db, data, "--if-new", "--batch-size", "1")
+    assert out[0]["skipped"] == "u" and out[0]["matches"][0]["distance"] == 1
+    assert out[1] == {"replaced": "u", "source": str(data), "line": 2, "fingerprint_before": 255}
+    assert out[2]["imported"] == 1 and out[2]["near_duplicates"] == 1
+    assert run(capsys, "get", db, "u")[1][0]["fingerprint"] == 0xff00
 
 
 @storage
@@ -243,3 +296,30 @@ def test_text_goes_in_by_the_recipe_the_database_was_filled_with(tmp_path, capsy
         handle.insert("seed", 1)
     code, _, err = run(capsys, "import", tmp_path / "custom.db", corpus / "a.txt")
     assert code == 1 and "my-recipe" in err
+
+
+def test_the_console_script_is_where_the_readme_says():
+    """After `make`, .venv/bin/simhashdb-cli (beside the venv's python) runs."""
+    script = os.path.join(os.path.dirname(sys.executable), "simhashdb-cli")
+    done = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "expire" in done.stdout and "fingerprint" in done.stdout
+
+
+def test_text_goes_through_the_databases_text_methods(tmp_path, capsys):
+    db = str(tmp_path / "db")
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    text = " ".join("word%d topic%d" % (i % 53, i % 7) for i in range(800))
+    (pages / "a.txt").write_text(text)
+    (pages / "a_copy.txt").write_text(text.replace("word5 ", "word6 ", 3))
+    code, out, _ = run(capsys, "import", db, str(pages), "--if-new")
+    assert code == 0 and out[-1]["imported"] == 1 and out[-1]["near_duplicates"] == 1
+    with simhashdb.DB(db, readonly=True) as opened:
+        stored = opened.get(str(pages / "a.txt"))
+        assert [m.key for m in opened.query_text(text)] == [stored.key]
+        with opened._storage.read() as view:  # the signature rides in the stored value
+            assert len(simhashdb.db._unpack(view.get(simhashdb.db._encode_key(stored.key)))) == 4
+    code, out, _ = run(capsys, "query", db, "--text", str(pages / "a_copy.txt"))
+    assert out[0]["matches"][0]["key"] == stored.key
+    code, _, err = run(capsys, "query", db, "--text", str(pages / "a.txt"), "--distance", "2")
+    assert code == 1 and "--distance is for fingerprints" in err

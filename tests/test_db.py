@@ -35,8 +35,8 @@ def test_insert_get_query_delete(db):
     db.insert(b"b", 0b1000)
     db.insert(7, MAX)
     assert len(db) == 3 and "a" in db and b"b" in db and 7 in db and "zz" not in db
-    assert db.get("a") == Record("a", 0b1011, {"url": "https://a"})
-    assert db.get(b"b") == Record(b"b", 0b1000, None)
+    assert db.get("a")[:3] == Record("a", 0b1011, {"url": "https://a"})[:3]
+    assert db.get(b"b")[:3] == (b"b", 0b1000, None)
     assert db.get("missing") is None
     assert db.query(0b1010) == [Match("a", 0b1011, 1), Match(b"b", 0b1000, 1)]
     assert db.query(0b1010, distance=0) == []
@@ -49,7 +49,7 @@ def test_insert_get_query_delete(db):
 def test_upsert_replaces_the_document(db):
     db.insert("doc", 100, "v1")
     db.insert("doc", 100, "v2")
-    assert db.get("doc") == Record("doc", 100, "v2") and len(db) == 1
+    assert db.get("doc")[:3] == ("doc", 100, "v2") and len(db) == 1
     db.insert("doc", 2**40)
     assert db.query(100) == [] and db.query(2**40) == [Match("doc", 2**40, 0)]
     assert db.check() == []
@@ -378,15 +378,16 @@ def test_recipes_are_stored_and_never_mixed(tmp_path):
 @given(st.lists(st.tuples(
     st.one_of(st.integers(-2**63, 2**64 - 1), st.binary(max_size=600),
               st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)),
-    st.integers(0, 2**64 - 1)), max_size=20))
-def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records):
+    st.integers(0, 2**64 - 1)), max_size=20), st.integers(0, 2**64 - 1))
+def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, stored_at):
     """The native encoder of plain records gives msgpack's bytes, or declines
     (None) where a key is too long, so that the general path explains why."""
-    from simhashdb.db import MAX_KEY_BYTES
-    native = simhashdb._ext.encode_plain_documents(list(records), MAX_KEY_BYTES)
-    expected = [(msgpack.packb(k), fp, msgpack.packb([fp, None])) for k, fp in records]
+    from simhashdb.db import MAX_KEY_BYTES, _encode_records
+    native = simhashdb._ext.encode_plain_documents(list(records), MAX_KEY_BYTES, stored_at)
+    expected = [(msgpack.packb(k), fp, msgpack.packb([fp, None, stored_at])) for k, fp in records]
     if all(len(key) <= MAX_KEY_BYTES for key, _, _ in expected):
         assert native == expected
+        assert _encode_records(iter(records), MAX_KEY_BYTES, stored_at) == expected
     else:
         assert native is None
 
@@ -394,4 +395,52 @@ def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records):
 @pytest.mark.parametrize("record", [("k", 1, {"m": 1}), (True, 1), ("\ud800", 1), ("k", 2**64),
                                     ("k", True), ["k", 1], (2**64, 1)])
 def test_records_that_are_not_plain_take_the_general_path(record):
-    assert simhashdb._ext.encode_plain_documents([("a", 1), record], 511) is None
+    assert simhashdb._ext.encode_plain_documents([("a", 1), record], 511, 0) is None
+
+
+def test_insert_if_new_treats_the_stored_version_of_a_key_as_any_other_document(db):
+    """Unchanged or a little changed: found, nothing written; far: replaced, and said so."""
+    far = [0xFFFF << s for s in (48, 32, 16, 4)]  # 16+ bits from each other and from 0b1111
+    db.insert("page", 0b1111, {"v": 1})
+    found = db.insert_if_new("page", 0b1111, {"v": 2})
+    assert found == [Match("page", 0b1111, 0)] and found.replaced is None
+    found = db.insert_if_new("page", 0b0011, {"v": 3})
+    assert found == [Match("page", 0b1111, 2)] and db.get("page").meta == {"v": 1}
+    found = db.insert_if_new("page", far[0], {"v": 4})
+    assert found == [] and found.replaced[:3] == ("page", 0b1111, {"v": 1})
+    assert db.get("page")[:3] == ("page", far[0], {"v": 4}) and db.query(0b1111) == []
+    new = db.insert_if_new("other", far[1])
+    assert new == [] and new.replaced is None
+    # in one batch, a later record of a key replaces the earlier one stored
+    results = db.insert_if_new_many([("k", far[2]), ("k", far[3], "second"), ("k", far[3] ^ 1)])
+    assert [r.replaced and r.replaced[:3] for r in results] == [None, ("k", far[2], None), None]
+    assert results[2] == [Match("k", far[3], 1)] and db.get("k").meta == "second"
+    assert len(db) == 3 and db.check() == []
+
+
+def test_db_reads_like_a_mapping(db):
+    db.insert_many([("a", 1, {"m": 1}), (2, 3)])
+    assert db["a"][:3] == ("a", 1, {"m": 1}) and db[2].fingerprint == 3
+    assert "a" in db and 2 in db and "2" not in db
+    with pytest.raises(KeyError) as missing:
+        db["zz"]
+    assert isinstance(missing.value, simhashdb.KeyNotFoundError)
+    assert isinstance(missing.value, simhashdb.SimhashDBError)
+    assert str(missing.value) == "no document with key 'zz'"
+    with pytest.raises(simhashdb.InvalidKeyError):
+        db[1.5]
+    assert [r.key for r in db] == [2, "a"]  # iteration gives Records, documented
+
+
+def test_version_and_type_information_ship_with_the_package():
+    import importlib.metadata
+    import importlib.resources
+    import re as regex
+    assert simhashdb.__version__ == importlib.metadata.version("simhashdb")
+    package = importlib.resources.files("simhashdb")
+    assert package.joinpath("py.typed").is_file()
+    stub = package.joinpath("_ext.pyi").read_text()
+    init = package.joinpath("__init__.py").read_text()
+    imported = regex.search(r"from \._ext import \(([^)]*)\)", init).group(1).split(",")
+    for name in filter(None, (n.strip() for n in imported)):
+        assert regex.search(r"^def %s\(" % name, stub, regex.M), name

@@ -1,3 +1,8 @@
+import collections
+import math
+import pathlib
+import sys
+import sysconfig
 from array import array
 
 import numpy as np
@@ -8,6 +13,7 @@ from hypothesis import strategies as st
 
 import simhashdb
 from simhashdb import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
+from simhashdb.fingerprint import _word_weights
 
 MAX = 2**64 - 1
 fingerprints = st.one_of(st.integers(0, MAX), st.sampled_from([0, 1, MAX, MAX - 1, 2**63]))
@@ -183,7 +189,7 @@ def test_fingerprint_many_and_the_native_path_agree_with_explicit_tokens():
     assert simhashdb.fingerprint_many(texts) == [simhashdb.fingerprint(t) for t in texts]
     for t in texts:
         norm = simhashdb.normalize(t)
-        assert simhashdb.fingerprint(t) == simhashdb.fingerprint(
+        assert simhashdb.fingerprint(t, idf=None) == simhashdb.fingerprint(
             t, tokenizer=lambda x: simhashdb.tokenize(x, unit="chars"))
         assert simhashdb.fingerprint(t, unit="words", window=2) == simhashdb.fingerprint(
             t, window=2, tokenizer=simhashdb.tokenize)
@@ -191,9 +197,10 @@ def test_fingerprint_many_and_the_native_path_agree_with_explicit_tokens():
 
 
 def _words(n, seed, vocabulary):
+    """``n`` words of 10 variants of each of ``vocabulary``: text repeats its words."""
     import random
     rng = random.Random(seed)
-    return [rng.choice(vocabulary) + str(rng.randrange(50)) for _ in range(n)]
+    return [rng.choice(vocabulary) + str(rng.randrange(10)) for _ in range(n)]
 
 
 def test_fingerprint_keeps_near_duplicates_closer_than_unrelated_text():
@@ -241,12 +248,13 @@ def test_fingerprint_rejects_bad_input():
 def test_cjk_characters_start_shorter_shingles():
     latin = "the quick brown fox jumps over the lazy dog"
     chinese = "近重复网页检测是搜索引擎爬虫系统中的重要问题"
-    assert simhashdb.fingerprint(latin) == simhashdb.fingerprint(latin, cjk_window=None)
-    assert simhashdb.fingerprint(chinese) != simhashdb.fingerprint(chinese, cjk_window=None)
+    assert simhashdb.fingerprint(latin, idf=None) == simhashdb.fingerprint(latin, cjk_window=None)
+    assert simhashdb.fingerprint(chinese, idf=None) != \
+        simhashdb.fingerprint(chinese, cjk_window=None)
     assert simhashdb.fingerprint(chinese, cjk_window=(4, 3, 2)) == \
         simhashdb.fingerprint(chinese, cjk_window=None)
     # the shingles of a CJK run are its characters and character pairs
-    assert simhashdb.fingerprint(chinese) == simhashdb.fingerprint(chinese, window=[2, 1])
+    assert simhashdb.fingerprint(chinese, idf=None) == simhashdb.fingerprint(chinese, window=[2, 1])
     for bad in (0, 33, (), (2, 0), "2", 2.0):
         with pytest.raises(InvalidArgumentError, match="window"):
             simhashdb.fingerprint(chinese, cjk_window=bad)
@@ -299,7 +307,7 @@ def test_shingles_of_several_lengths_match_a_plain_reference(tokens, lengths, cj
 def test_the_native_tokenizer_feeds_the_same_shingles():
     for text in ("Near-duplicate pages, 近重复网页 and 重複ページ.", "ab", "a", ""):
         tokens = simhashdb.tokenize(simhashdb.normalize(text), "chars")
-        assert simhashdb.fingerprint(text) == reference_shingle_fingerprint(
+        assert simhashdb.fingerprint(text, idf=None) == reference_shingle_fingerprint(
             tokens, (2, 3, 4), (1, 2), 3)
 
 
@@ -308,15 +316,17 @@ def test_the_native_tokenizer_feeds_the_same_shingles():
 def test_the_ascii_table_path_agrees_with_the_general_tokenizer(text):
     def general(t):
         return simhashdb.tokenize(t, "chars")
-    for options in ({}, {"window": 3, "cjk_window": 2}, {"window": 1}):
+    for options in ({"idf": None}, {"window": 3, "cjk_window": 2}, {"window": 1}):
         assert simhashdb.fingerprint(text, **options) == \
             simhashdb.fingerprint(text, tokenizer=general, **options)
 
 
 def test_runs_of_one_character_weigh_no_more_than_three():
     text = "Results\n" + "=" * 7 + "\n\nThe table below compares the methods."
-    assert simhashdb.fingerprint(text) == simhashdb.fingerprint(text.replace("=" * 7, "=" * 3))
-    assert simhashdb.fingerprint(text) != simhashdb.fingerprint(text.replace("=" * 7, "=" * 2))
+    def shingled(t):
+        return simhashdb.fingerprint(t, idf=None)
+    assert shingled(text) == shingled(text.replace("=" * 7, "=" * 3))
+    assert shingled(text) != shingled(text.replace("=" * 7, "=" * 2))
     assert simhashdb.fingerprint(text, max_run=None) != \
         simhashdb.fingerprint(text.replace("=" * 7, "=" * 3), max_run=None)
     for bad in (0, -1, 2.5, "3"):
@@ -333,6 +343,9 @@ RECIPE_OUTPUTS = {
     "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash": [
         8145464215248463635, 16174942489462693685, 521599230246856460, 0,
         14021735727837219826],
+    "simhashdb-3/nfkc-casefold/words/distinct/sqrt-count-idf-5000/fast-hash": [
+        8835996191050409658, 10490479709361430235, 9890164781396648852, 0,
+        4459044775966391753],
 }
 RECIPE_TEXTS = ["The quick brown fox jumps over the lazy dog.", "网页搜索引擎 重複ページ 검색 엔진",
                 "a", "", "Title\n=========\n\nBody text, café."]
@@ -343,3 +356,82 @@ def test_every_known_recipe_keeps_its_outputs():
     for name, expected in RECIPE_OUTPUTS.items():
         got = [simhashdb.fingerprint(t, **simhashdb.RECIPES[name]) for t in RECIPE_TEXTS]
         assert got == expected, name
+
+
+def reference_weighted_words(text):
+    """Recipe 3 written plainly: each distinct word weighs round(sqrt(count)
+    * its table weight), columns summed, positive columns are 1 bits."""
+    hashes, weights, absent = _word_weights(simhashdb.fingerprint.__globals__["WORD_WEIGHTS"])
+    table = dict(zip(hashes, weights))
+    sums = [0] * 64
+    words = simhashdb.tokenize(simhashdb.normalize(text), "words")
+    for word, count in collections.Counter(words).items():
+        h = simhashdb.fast_hash(word.encode("utf-8", "surrogatepass"))
+        weight = int(math.sqrt(count) * table.get(h, absent) + 0.5)
+        for bit in range(64):
+            sums[bit] += weight if h >> bit & 1 else -weight
+    return sum(1 << bit for bit in range(64) if sums[bit] > 0)
+
+
+@given(st.lists(st.sampled_from(
+    list("ab Z9_-.,\n\té日本語한국어ßΣσ\u0301\u3000\x00") + ["the ", "and ", "return ", "café "]),
+    max_size=60).map("".join))
+def test_weighted_words_match_a_plain_reference(text):
+    assert simhashdb.fingerprint(text) == reference_weighted_words(text)
+
+
+def test_weighted_words_match_the_reference_on_real_files():
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.glob("*.py"))[:40]:
+        text = path.read_text("utf-8", "replace")
+        assert simhashdb.fingerprint(text) == reference_weighted_words(text), path
+
+
+def test_words_every_document_has_weigh_little():
+    hashes, weights, absent = _word_weights(simhashdb.fingerprint.__globals__["WORD_WEIGHTS"])
+    table = dict(zip(hashes, weights))
+    for word in ("the", "and", "return", "of"):
+        assert table[simhashdb.fast_hash(word.encode())] < absent / 4
+    assert simhashdb.fast_hash(b"zanzibar") not in table
+    topic = "lmdb permutation fingerprint hamming "
+    common = "the of and to in is "
+    # the same frequent words around two topics do not make them alike
+    a = simhashdb.fingerprint(common * 20 + topic * 2)
+    b = simhashdb.fingerprint(common * 20 + "kettle teapot saucer biscuit " * 2)
+    assert simhashdb.num_differing_bits(a, b) >= 16
+
+
+def test_shingle_options_need_counted_shingles():
+    with pytest.raises(InvalidArgumentError, match="idf=None"):
+        simhashdb.fingerprint("abc", idf="words-idf-5000", window=3)
+    for bad in ("no-such-table", ["words-idf-5000"], 5):
+        with pytest.raises(InvalidArgumentError, match="unknown word weight table"):
+            simhashdb.fingerprint("abc", idf=bad)
+    assert simhashdb.fingerprint("abc def", window=3) == \
+        simhashdb.fingerprint("abc def", window=3, idf=None)
+
+
+def test_a_damaged_weight_table_is_refused(tmp_path, monkeypatch):
+    module = sys.modules["simhashdb.fingerprint"]
+    data = bytearray((module._TABLE_DIR / "words-idf.bin").read_bytes())
+    data[100] ^= 1
+    (tmp_path / "words-idf.bin").write_bytes(bytes(data))
+    monkeypatch.setattr(module, "_TABLE_DIR", tmp_path)
+    module._word_weights.cache_clear()
+    try:
+        with pytest.raises(simhashdb.SimhashDBError, match="damaged"):
+            simhashdb.fingerprint("some text")
+    finally:
+        monkeypatch.undo()
+        module._word_weights.cache_clear()
+    assert simhashdb.fingerprint("some text") == reference_weighted_words("some text")
+
+
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=120))
+def test_the_readme_pipeline_is_simhash_pys_bit_for_bit(text):
+    tokens = text.split()
+    ours = simhashdb.compute([simhashdb.unsigned_hash(" ".join(s).encode("utf-8"))
+                              for s in simhashdb.shingle(tokens, 4)])
+    theirs = simhash_py.compute([simhash_py.unsigned_hash(" ".join(s).encode("utf-8"))
+                                 for s in simhash_py.shingle(tokens, 4)])
+    assert ours == theirs

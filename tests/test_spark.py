@@ -278,7 +278,7 @@ def test_parquet_between_a_database_and_spark(spark, tmp_path):
     fps = corpus(2_000, seed=6)
     keys = ["url/%d" % i for i in range(len(fps))]
     with simhashdb.DB(str(tmp_path / "crawl.db"), distance=DISTANCE, blocks=BLOCKS) as db:
-        db.insert_many((k, fp, {"n": i} if i % 3 else None)
+        db.insert_many((k, fp, {"n": i} if i % 3 else None, 1_700_000_000 + i)
                        for i, (k, fp) in enumerate(zip(keys, fps)))
         assert db.export_parquet(str(tmp_path / "crawl.parquet")) == len(fps)
     df = spark.read.parquet(str(tmp_path / "crawl.parquet"))
@@ -293,6 +293,7 @@ def test_parquet_between_a_database_and_spark(spark, tmp_path):
             i = position[record.key]
             assert clusters[record.key] == record.key and record.fingerprint == fps[i]
             assert record.meta == ({"n": i} if i % 3 else None)
+            assert record.stored_at == 1_700_000_000 + i
     signed = pa.table({"key": [1, 2, 3], "fingerprint": pa.array([-1, 0, 5], pa.int64()),
                        "fp8": [MAX.to_bytes(8, "big"), bytes(8), (5).to_bytes(8, "big")]})
     pq.write_table(signed, str(tmp_path / "signed.parquet"))
@@ -332,9 +333,9 @@ def test_cli_spark_commands(spark, tmp_path, capsys):
     assert cli.main(["--quiet", "spark", "dedupe", out, "-", "--distance", "0"]) == 0
     written = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     fp_of = dict(zip(keys, fps))
+    clusters = expected_clusters(keys, fps)
     assert sorted(written, key=lambda r: r["key"]) == [
-        {"key": k, "fingerprint": fp_of[k]} for k, c in sorted(expected_clusters(keys, fps).items())
-        if k == c]
+        {"key": k, "fingerprint": fp_of[k]} for k, c in sorted(clusters.items()) if k == c]
     assert any(r["fingerprint"] >= 1 << 63 for r in written)
     assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 1
     error = capsys.readouterr().err

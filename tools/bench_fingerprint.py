@@ -44,10 +44,14 @@ def main():
     hash_lists = [[rng.getrandbits(64) for _ in range(1000)] for _ in range(200)]
     words = [t.encode().split() for t in texts]
 
-    old = simhashdb.RECIPES["simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"]
-    rows = [("simhashdb.fingerprint (text)", simhashdb.fingerprint, texts, megabytes),
+    recipe_1, recipe_2 = (simhashdb.RECIPES[name] for name in sorted(simhashdb.RECIPES)[:2])
+    rows = [("simhashdb.fingerprint (text, recipe 3)", simhashdb.fingerprint, texts, megabytes),
+            ("simhashdb.fingerprint_with_signature (text, recipe 3)",
+             simhashdb.fingerprint_with_signature, texts, megabytes),
+            ("simhashdb.fingerprint (text, recipe 2)",
+             lambda t: simhashdb.fingerprint(t, **recipe_2), texts, megabytes),
             ("simhashdb.fingerprint (text, recipe 1)",
-             lambda t: simhashdb.fingerprint(t, **old), texts, megabytes),
+             lambda t: simhashdb.fingerprint(t, **recipe_1), texts, megabytes),
             ("simhashdb.compute (1000 hashes)", simhashdb.compute, hash_lists, None),
             ("simhashdb BitAverageHaloHash 64 (words)",
              lambda w: BitAverageHaloHash(w, size_in_bits=64).digest(), words, megabytes)]

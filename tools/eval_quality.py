@@ -1,84 +1,173 @@
-"""Near-duplicate detection quality of fingerprint recipes, measured.
+"""Near-duplicate detection quality of fingerprint recipes, as a crawler feels it.
 
-Corpus: the Python standard library's files (>= 500 characters) and CJK
-documents (>= 1,000 characters) composed from other standard-library files by
-writing each word as a generated Chinese, Japanese or Korean word.
-Positives: each sampled document against variants with 1, 2, 5, 10 and 20% of
-its words edited (deletions, insertions, substitutions, swaps; seeded).
-Negatives: pairs of distinct documents whose word 4-shingle Jaccard
-similarity is below 0.3, and a quarter as many again among the CJK documents
-alone.
+Corpus (tools/corpus.py): by default ~8,000 real documents of several kinds
+from Debian's documentation packages (English prose, HTML manuals that share a
+site template, Python source, licences, man pages, Japanese and Chinese man
+pages and Chinese, Japanese and Korean HTML; held out from tuning: Git release
+notes and HTML in European languages); ``--quick``: a small corpus from what
+any Python has (standard library source, pydoc topics, pydoc's HTML pages,
+composed CJK text).
 
-For each method and k in 0..6: recall per edit rate (all documents, and CJK
-apart), false-positive rate (all pairs, and CJK pairs apart), precision at a
-1:100 mix of positives to negatives; speed in MB/s on one core.
+For each method, at k bits:
+- false matches per document: every pair within k over ALL pairs of the
+  corpus (``simhashdb.find_all_indices``), confirmed unrelated by exact word
+  5-shingle Jaccard < 0.3, counted for both documents, divided by the number
+  of documents (the unrelated documents an average document matches);
+- the mean distance of unrelated pairs of one kind (independent
+  fingerprints sit 32 bits apart);
+- recall: a sample of documents against variants with 1, 2, 5 and 10% of
+  their words deleted, inserted, substituted or swapped (seeded; in HTML
+  only the words of the text, not the markup);
+- speed in MB/s of plain text (the documents that are not HTML) on one core.
+Peers (PyPI ``simhash``, the simhash-py recipe, samecode's halo hash) get
+the text of HTML documents, as they have no HTML mode.
 
-Usage: python tools/eval_quality.py [--quick] [--seed N] [--docs N] [--cjk N]
-       [--negatives N] [--only METHOD] [--json out.json]
+Usage: python tools/eval_quality.py [--quick] [--seed N] [--only METHOD]
+       [--ours] [--k K] [--json out.json]
 """
 
 import argparse
 import collections
 import itertools
 import json
-import pathlib
+import pydoc
 import random
 import re
-import sysconfig
+import sys
 import time
+
+import corpus
 
 import simhashdb
 
-RATES = (0.01, 0.02, 0.05, 0.10, 0.20)
+RATES = (0.01, 0.02, 0.05, 0.10)
+K = 3
+UNRELATED = 0.3  # word 5-shingle Jaccard below this: unrelated documents
 RECIPE_1 = "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"
-KS = range(7)
+RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
+CJK_CHAR = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+# Separators of editable words: white space, and in HTML, markup.
+TEXT_SEPARATOR = re.compile(r"(\s+)")
+HTML_SEPARATOR = re.compile(r"(<script.*?</script>|<style.*?</style>|<!--.*?-->|<[^>]*>|\s+)",
+                            re.S | re.I)
+CJK_SPLIT = re.compile("([%s])" % CJK_CHAR)
 
 
 class Document:
-    """A text with its words (``units``), the separators between them, and the
-    joiner an inserted word gets; edits act on the words."""
+    """A text as words (``units``) and the separators between them; each CJK
+    character is a word. Edits act on the words and keep the separators."""
 
-    def __init__(self, units, seps, joiner, cjk):
-        self.units, self.seps, self.joiner, self.cjk = units, seps, joiner, cjk
-        self.text = join(units, seps)
+    def __init__(self, text, kind, html=False):
+        self.text, self.kind, self.html = text, kind, html
+        units, seps = [], []
+        parts = (HTML_SEPARATOR if html else TEXT_SEPARATOR).split(text)
+        for i, part in enumerate(parts):
+            if i % 2:
+                seps.append(part)
+                continue
+            pieces = CJK_SPLIT.split(part) if CJK_SPLIT.search(part) else [part]
+            words = [p for p in pieces if p] or [""]
+            for j, word in enumerate(words):
+                if j:
+                    seps.append("")
+                units.append(word)
+        self.units, self.seps = units, seps
+        self.editable = [i for i, u in enumerate(units) if u]
+
+    def visible_text(self):
+        return simhashdb.html_to_text(self.text) if self.html else self.text
 
 
 def join(units, seps):
     return "".join(u + (seps[j] if j < len(seps) else "") for j, u in enumerate(units))
 
 
-def stdlib_texts(rng):
-    """The standard library's .py files, in a seeded random order."""
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    paths = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
-    for path in rng.sample(paths, len(paths)):
-        yield path.read_text("utf-8", "replace")
+def edit(doc, rate, rng):
+    """The text of ``doc`` with ``rate`` of its words deleted, inserted,
+    substituted or swapped (seeded by ``rng``); separators are kept."""
+    units = list(doc.units)
+    if not doc.editable:
+        return doc.text
+    for _ in range(max(1, round(rate * len(doc.editable)))):
+        i = rng.choice(doc.editable)
+        op = rng.randrange(4)
+        if op == 0:
+            units[i] = ""
+        elif op == 1:
+            other = units[rng.choice(doc.editable)]
+            joiner = "" if CJK_SPLIT.match(other) else " "
+            units[i] = units[i] + joiner + other
+        elif op == 2:
+            units[i] = units[rng.choice(doc.editable)]
+        elif i + 1 < len(units):
+            units[i], units[i + 1] = units[i + 1], units[i]
+    return join(units, doc.seps)
 
 
-def latin_documents(texts, count):
-    """``count`` of ``texts`` of 500 characters or more, split into words."""
-    docs = []
-    for text in texts:
-        if len(text) >= 500:
-            parts = re.split(r"(\s+)", text)
-            docs.append(Document(parts[0::2], parts[1::2], " ", cjk=False))
-            if len(docs) == count:
-                break
-    return docs
+def shingle_set(doc, n=5):
+    """Hashes of the word 5-shingles of a document's text (CJK: characters)."""
+    words = simhashdb.tokenize(simhashdb.normalize(doc.visible_text()), "words")
+    return {hash(tuple(words[i:i + n])) for i in range(max(1, len(words) - n + 1))}
 
+
+def jaccard(a, b):
+    union = len(a | b)
+    return len(a & b) / union if union else 1.0
+
+
+# The quick corpus: what any Python installation has.
 
 WORD = re.compile(r"[^\W_]+|[.:;,!?]")
 MARKS = {".": "。", ":": "。", "!": "！", "?": "？", ",": "，", ";": "，"}
+PYDOC_MODULES = ("argparse asyncio.events base64 bisect calendar collections configparser "
+                 "contextlib csv dataclasses datetime decimal difflib email.message enum "
+                 "fileinput fnmatch fractions ftplib functools getopt gettext glob gzip "
+                 "hashlib heapq hmac html.parser http.client http.server imaplib inspect "
+                 "ipaddress json logging mailbox mimetypes netrc operator optparse pathlib "
+                 "pickle pprint queue random re sched secrets selectors shelve shlex "
+                 "shutil smtplib socket socketserver sqlite3 statistics string struct "
+                 "subprocess tarfile tempfile textwrap threading timeit tokenize trace "
+                 "traceback typing unittest.case urllib.parse uuid warnings wave weakref "
+                 "xml.dom.minidom zipfile zipimport").split()
+
+
+def python_corpus(seed=0, code=150, cjk=60):
+    """A small corpus of four kinds from the standard library: ``code``
+    (.py files), ``prose`` (pydoc topics), ``html`` (pydoc's pages of
+    modules, one template) and ``cjk`` (composed, see cjk_documents)."""
+    import importlib
+    import pathlib
+    import sysconfig
+
+    from pydoc_data.topics import topics
+
+    rng = random.Random(seed)
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    paths = sorted(p for p in root.rglob("*.py")
+                   if "site-packages" not in p.parts and "test" not in p.parts)
+    texts = [p.read_text("utf-8", "replace") for p in rng.sample(paths, len(paths))]
+    docs = [{"kind": "code", "html": False, "text": t}
+            for t in [t for t in texts if len(t) >= 500][:code]]
+    docs += [{"kind": "prose", "html": False, "text": t}
+             for _, t in sorted(topics.items()) if len(t) >= 500]
+    for name in PYDOC_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a Python built without it
+            continue
+        page = pydoc.html.page(name, pydoc.html.document(module, name))
+        docs.append({"kind": "html", "html": True, "text": page})
+    docs += [{"kind": "cjk", "html": False, "text": d}
+             for d in cjk_documents(texts[code:], cjk, rng)]
+    return docs
 
 
 def cjk_documents(texts, count, rng):
-    """``count`` CJK documents of 1,000 characters or more, composed (no copied
+    """``count`` CJK texts of 1,000 characters or more, composed (no copied
     text) by writing each word of a standard-library file as a generated
-    Chinese, Japanese or Korean word: the documents keep real text's word
-    statistics (Zipf frequencies, repetition, topics that differ from file to
-    file) in a CJK script. The more frequent a word, the shorter its CJK word,
-    as in real languages; Chinese and Japanese are written without spaces
-    (Japanese: frequent words in hiragana, some in katakana), Korean with."""
+    Chinese, Japanese or Korean word: real word statistics (Zipf
+    frequencies, repetition, topics) in a CJK script; the more frequent a
+    word, the shorter its CJK word; Chinese and Japanese without spaces."""
     sources = []
     for text in texts:
         words = WORD.findall(text.lower())
@@ -119,7 +208,7 @@ def cjk_documents(texts, count, rng):
             taken.add(new)
             lexicon[word] = new
         lexicons.append(lexicon)
-    docs = []
+    out = []
     for i, words in enumerate(sources):
         (_, space), lexicon = languages[i % 3], lexicons[i % 3]
         units = []
@@ -129,8 +218,10 @@ def cjk_documents(texts, count, rng):
                     units[-1] += word if space else MARKS[word]
             else:
                 units.append(lexicon[word])
-        docs.append(Document(units, [space] * (len(units) - 1), space, cjk=True))
-    return [d for d in docs if len(d.text) >= 1000][:count]
+        text = space.join(units)
+        if len(text) >= 1000:
+            out.append(text)
+    return out[:count]
 
 
 def zipf_sampler(items, rng):
@@ -140,160 +231,178 @@ def zipf_sampler(items, rng):
     return lambda k: rng.choices(items, cum_weights=cumulative, k=k)
 
 
-def edit(doc, rate, rng):
-    """The text of ``doc`` with ``rate`` of its words deleted, inserted,
-    substituted or swapped (seeded by ``rng``); separators are kept."""
-    units = list(doc.units)
-    vocabulary = [u for u in units if u]
-    for _ in range(max(1, round(rate * len(units)))):
-        i = rng.randrange(len(units))
-        op = rng.randrange(4)
-        if op == 0:
-            units[i] = ""
-        elif op == 1:
-            units[i] = units[i] + doc.joiner + rng.choice(vocabulary)
-        elif op == 2:
-            units[i] = rng.choice(vocabulary)
-        elif i + 1 < len(units):
-            units[i], units[i + 1] = units[i + 1], units[i]
-    return join(units, doc.seps)
+# Methods: name -> fingerprint(text, html).
+
+def ours(**options):
+    return lambda text, html: simhashdb.fingerprint(text, html=html, **options)
 
 
-def shingle_set(doc, n=4):
-    words = [u for u in doc.units if u.strip()]
-    return {hash(tuple(words[i:i + n])) for i in range(max(1, len(words) - n + 1))}
-
-
-def negatives(docs, count, rng, among=None):
-    """``count`` pairs of distinct documents (of those indexed by ``among``)
-    whose word 4-shingle Jaccard similarity is below 0.3."""
-    among = range(len(docs)) if among is None else among
-    sets = {}
-    pairs, tries = [], 0
-    while len(pairs) < count and tries < 20 * count:
-        tries += 1
-        a, b = rng.sample(among, 2)
-        for i in (a, b):
-            if i not in sets:
-                sets[i] = shingle_set(docs[i])
-        union = len(sets[a] | sets[b])
-        if union and len(sets[a] & sets[b]) / union < 0.3:
-            pairs.append((a, b))
-    return pairs
+def peer(fn):
+    """A peer's text-to-fingerprint function; HTML is given to it as text."""
+    return lambda text, html: fn(simhashdb.html_to_text(text) if html else text)
 
 
 def methods(peers_too=True):
-    """name -> text-to-fingerprint function, ours first, then the peers found."""
-    out = {"simhashdb default (chars n=2+3+4, CJK n=1+2)": simhashdb.fingerprint,
-           "simhashdb chars n=2+3+4 (CJK too)": (
-               lambda t: simhashdb.fingerprint(t, cjk_window=None)),
-           "simhashdb chars n=2+3+4, CJK n=2": (
-               lambda t: simhashdb.fingerprint(t, cjk_window=2)),
-           "simhashdb chars n=2+3+4, CJK n=1+2, runs kept": (
-               lambda t: simhashdb.fingerprint(t, max_run=None)),
-           "simhashdb chars n=2+3, CJK n=1+2": (
-               lambda t: simhashdb.fingerprint(t, window=(2, 3))),
-           "simhashdb recipe 1 (chars n=3, CJK n=2)": (
-               lambda t: simhashdb.fingerprint(t, **simhashdb.RECIPES[RECIPE_1]))}
-    for n in (1, 2, 3, 4):
-        out["simhashdb words n=%d" % n] = (
-            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="words", cjk_window=None))
-    for n in (1, 2, 4):
-        out["simhashdb chars n=%d" % n] = (
-            lambda t, n=n: simhashdb.fingerprint(t, window=n, unit="chars", cjk_window=None))
+    """name -> fingerprint(text, html), ours first, then the peers found."""
+    out = {
+        "simhashdb default (%s)" % simhashdb.RECIPE.split("/")[0]: ours(),
+        "simhashdb recipe 2 (chars 2+3+4, counts)": ours(**simhashdb.RECIPES[RECIPE_2]),
+        "simhashdb recipe 1 (chars 3, counts)": ours(**simhashdb.RECIPES[RECIPE_1]),
+    }
     if not peers_too:
         return out
     try:
         import peers
         e0ng = peers.load("simhash_1e0ng")
         if e0ng:
-            out["PyPI simhash (1e0ng) defaults"] = lambda t: e0ng.Simhash(t).value
+            out["PyPI simhash (1e0ng) defaults"] = peer(lambda t: e0ng.Simhash(t).value)
         pybind = peers.load("simhash_pybind")
         if pybind:
-            out["seed-000 recipe (md5 word 4-shingles)"] = lambda t: pybind.compute(
-                [pybind.unsigned_hash(" ".join(s).encode()) for s in pybind.shingle(t.split(), 4)])
+            out["simhash-py recipe (md5 word 4-shingles)"] = peer(lambda t: pybind.compute(
+                [pybind.unsigned_hash(" ".join(s).encode())
+                 for s in pybind.shingle(t.split(), 4)]))
     except ImportError:
         pass
     try:
         from samecode.halohash import BitAverageHaloHash
-        out["samecode halo 64 (words)"] = lambda t: int(
-            BitAverageHaloHash(t.encode().split(), size_in_bits=64).hexdigest(), 16)
+        out["samecode halo 64 (words)"] = peer(lambda t: int(
+            BitAverageHaloHash(t.encode().split(), size_in_bits=64).hexdigest(), 16))
     except ImportError:
         pass
     return out
 
 
-def evaluate(name, method, docs, variants, pairs, cjk_pairs):
-    start = time.perf_counter()
-    fps = [method(d.text) for d in docs]
-    seconds = time.perf_counter() - start
-    megabytes = sum(len(d.text.encode()) for d in docs) / 1e6
-    row = {"method": name, "mb_per_s": megabytes / seconds, "recall": {}, "recall_cjk": {}}
-    cjk = [d.cjk for d in docs]
-    for rate, texts in variants.items():
-        dists = [(bin(fps[i] ^ method(t)).count("1"), cjk[i]) for i, t in texts]
-        row["recall"][rate] = {k: sum(d <= k for d, _ in dists) / len(dists) for k in KS}
-        cjk_dists = [d for d, is_c in dists if is_c]
-        row["recall_cjk"][rate] = {k: sum(d <= k for d in cjk_dists) / max(1, len(cjk_dists))
-                                   for k in KS}
-    for key, sample in (("fpr", pairs), ("fpr_cjk", cjk_pairs)):
-        neg = [bin(fps[a] ^ fps[b]).count("1") for a, b in sample]
-        row[key] = {k: sum(d <= k for d in neg) / max(1, len(neg)) for k in KS}
-    recall5 = row["recall"][0.05]
-    row["precision_1_100"] = {k: recall5[k] / (recall5[k] + 100 * row["fpr"][k])
-                              if recall5[k] else 0.0 for k in KS}
+class Corpus:
+    """Documents, their shingle sets, the recall sample and its variants,
+    and the same-kind pairs whose distances are averaged."""
+
+    def __init__(self, raw, seed=0, recall_per_kind=150, pairs_per_kind=3000):
+        rng = random.Random(seed)
+        self.docs = [Document(d["text"], d["kind"], d["html"]) for d in raw]
+        self.kinds = sorted({d.kind for d in self.docs},
+                            key=lambda k: (k in corpus.HELD_OUT, k))
+        self.sets = [shingle_set(d) for d in self.docs]
+        by_kind = collections.defaultdict(list)
+        for i, d in enumerate(self.docs):
+            by_kind[d.kind].append(i)
+        self.sample = [i for kind in self.kinds for i in
+                       rng.sample(by_kind[kind], min(recall_per_kind, len(by_kind[kind])))]
+        self.variants = {rate: [edit(self.docs[i], rate, rng) for i in self.sample]
+                         for rate in RATES}
+        self.kind_pairs = {}
+        for kind in self.kinds:
+            members, pairs = by_kind[kind], []
+            for _ in range(pairs_per_kind):
+                a, b = rng.sample(members, 2)
+                if jaccard(self.sets[a], self.sets[b]) < UNRELATED:
+                    pairs.append((a, b))
+            self.kind_pairs[kind] = pairs
+        self._related = {}
+
+    def unrelated(self, a, b):
+        pair = (a, b) if a < b else (b, a)
+        if pair not in self._related:
+            self._related[pair] = jaccard(self.sets[a], self.sets[b]) >= UNRELATED
+        return not self._related[pair]
+
+
+def evaluate(name, method, c, ks=(K,)):
+    """The row of one method: figures overall, per kind and per k."""
+    docs = c.docs
+    fps, seconds = [None] * len(docs), 0.0
+    for html in (False, True):  # speed: plain text alone, HTML parsing is not timed
+        start = time.perf_counter()
+        for i, d in enumerate(docs):
+            if d.html == html:
+                fps[i] = method(d.text, d.html)
+        seconds = seconds or time.perf_counter() - start
+    megabytes = sum(len(d.text.encode()) for d in docs if not d.html) / 1e6
+    row = {"method": name, "mb_per_s": megabytes / seconds, "kinds": {}, "false": {},
+           "recall": {}}
+    kind_of = [d.kind for d in docs]
+    size = collections.Counter(kind_of)
+    for k in ks:
+        false = collections.Counter()
+        for a, b in simhashdb.find_all_indices(fps, k + 2, k):
+            if c.unrelated(a, b):
+                false[kind_of[a]] += 1
+                false[kind_of[b]] += 1
+        row["false"][k] = {"all": sum(false.values()) / len(docs),
+                           **{kind: false[kind] / size[kind] for kind in c.kinds}}
+    for rate, texts in c.variants.items():
+        dists = [(kind_of[i], bin(fps[i] ^ method(t, docs[i].html)).count("1"))
+                 for i, t in zip(c.sample, texts)]
+        row["recall"][rate] = {k: {"all": sum(d <= k for _, d in dists) / len(dists),
+                                   **{kind: _mean([d <= k for x, d in dists if x == kind])
+                                      for kind in c.kinds}} for k in ks}
+    row["distance"] = {kind: _mean([bin(fps[a] ^ fps[b]).count("1")
+                                    for a, b in c.kind_pairs[kind]]) for kind in c.kinds}
     return row
 
 
-def markdown(rows, k):
-    lines = ["| method (k = %d) | %s | CJK recall 5%% | FPR | CJK FPR | precision 1:100 (5%%) "
-             "| MB/s |" % (k, " | ".join("recall %g%%" % (100 * r) for r in RATES)),
-             "|---|" + "---:|" * (len(RATES) + 5)]
+def _mean(values):
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summary(rows, k, kinds):
+    tuned = [x for x in kinds if x not in corpus.HELD_OUT]
+    lines = ["| method (k = %d) | false matches / doc | min / mean same-kind distance | %s | MB/s |"
+             % (k, " | ".join("recall %g%%" % (100 * r) for r in RATES)),
+             "|---|---:|---:|" + "---:|" * (len(RATES) + 1)]
     for row in rows:
-        lines.append("| %s | %s | %.3f | %.1e | %.1e | %.3f | %.1f |" % (
-            row["method"], " | ".join("%.3f" % row["recall"][r][k] for r in RATES),
-            row["recall_cjk"][0.05][k], row["fpr"][k], row["fpr_cjk"][k],
-            row["precision_1_100"][k], row["mb_per_s"]))
+        dist = [row["distance"][x] for x in tuned]
+        lines.append("| %s | %.4f | %.1f / %.1f | %s | %.1f |" % (
+            row["method"], row["false"][k]["all"], min(dist), _mean(dist),
+            " | ".join("%.3f" % row["recall"][r][k]["all"] for r in RATES), row["mb_per_s"]))
     return "\n".join(lines)
 
 
-QUICK = {"doc_count": 300, "cjk_count": 100, "negative_count": 20000}
+def by_kind(rows, k, kinds):
+    lines = ["| method (k = %d) | figure | %s |" % (k, " | ".join(
+        x + (" (held out)" if x in corpus.HELD_OUT else "") for x in kinds)),
+        "|---|---|" + "---:|" * len(kinds)]
+    for row in rows:
+        for label, values in (("false matches / doc", row["false"][k]),
+                              ("unrelated distance", row["distance"]),
+                              ("recall 1%", row["recall"][0.01][k]),
+                              ("recall 5%", row["recall"][0.05][k])):
+            lines.append("| %s | %s | %s |" % (row["method"], label, " | ".join(
+                "%.1f" % values[x] if label == "unrelated distance" else "%.3f" % values[x]
+                for x in kinds)))
+    return "\n".join(lines)
 
 
-def run(doc_count, cjk_count, negative_count, seed=0, only=None):
-    """Evaluate every method (or those named in ``only``); returns the rows."""
-    rng = random.Random(seed)
-    texts = stdlib_texts(rng)
-    docs = latin_documents(texts, doc_count)
-    latin = len(docs)
-    docs += cjk_documents(texts, cjk_count, rng)
-    variants = {rate: [(i, edit(d, rate, rng)) for i, d in enumerate(docs)] for rate in RATES}
-    pairs = negatives(docs, negative_count, rng)
-    cjk_pairs = negatives(docs, negative_count // 4, rng, among=range(latin, len(docs)))
-    ours_only = only is not None and all(name.startswith("simhashdb") for name in only)
-    return [evaluate(name, fn, docs, variants, pairs, cjk_pairs)
-            for name, fn in methods(peers_too=not ours_only).items()
+def run(raw, seed=0, only=None, ks=(K,), peers_too=True, **sizes):
+    """Evaluate every method (or those named in ``only``) on the documents ``raw``."""
+    c = Corpus(raw, seed, **sizes)
+    table = methods(peers_too and not (only and all(n.startswith("simhashdb") for n in only)))
+    rows = [evaluate(name, fn, c, ks) for name, fn in table.items()
             if only is None or name in only]
+    return rows, c.kinds
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small sample (seconds)")
+    parser.add_argument("--quick", action="store_true", help="the small Python corpus")
     parser.add_argument("--only", action="append", help="evaluate only this method (repeatable)")
-    parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--cjk", type=int, default=200)
-    parser.add_argument("--negatives", type=int, default=100_000)
+    parser.add_argument("--ours", action="store_true", help="leave the peers out")
+    parser.add_argument("--k", type=int, action="append", help="distances (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="draws another sample")
+    parser.add_argument("--rebuild", action="store_true", help="render the corpus anew")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    if args.quick:
-        args.docs, args.cjk, args.negatives = QUICK.values()
-    rows = run(args.docs, args.cjk, args.negatives, seed=args.seed, only=args.only)
-    for k in (2, 3, 4):
-        print(markdown(rows, k) + "\n")
+    raw = python_corpus(args.seed) if args.quick else corpus.debian_corpus(args.rebuild)
+    ks = tuple(args.k or (K,))
+    rows, kinds = run(raw, args.seed, args.only, ks, peers_too=not args.ours)
+    print("%d documents: %s\n" % (len(raw), ", ".join(
+        "%s %d" % kv for kv in sorted(collections.Counter(d["kind"] for d in raw).items()))))
+    for k in ks:
+        print(summary(rows, k, kinds) + "\n")
+        print(by_kind(rows, k, kinds) + "\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"kinds": kinds, "rows": rows}, f, indent=1)
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

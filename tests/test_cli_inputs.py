@@ -1,0 +1,146 @@
+"""The command line on bad input, signals, closed and full streams: one-line
+errors, documented exit statuses, the database as of the last committed batch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import simhashdb
+from simhashdb import cli
+
+from test_cli import run
+
+storage = pytest.mark.usefixtures("backend")
+EXE = [sys.executable, "-m", "simhashdb"]
+
+
+def one_line_error(err):
+    return err.startswith("simhashdb-cli: error: ") and err.count("\n") == 1 and \
+        "Traceback" not in err
+
+
+def test_ctrl_c_exits_130_with_one_line_and_keeps_committed_batches(tmp_path):
+    db = str(tmp_path / "c.db")
+    proc = subprocess.Popen(EXE + ["import", db, "--format", "dec", "--batch-size", "2"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write(b"1\n2\n3\n")  # one batch committed, one record waiting for more input
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with simhashdb.DB(db, readonly=True) as handle:
+                if len(handle) == 2:
+                    break
+        except simhashdb.DatabaseError:
+            pass  # not created yet
+        assert time.monotonic() < deadline, "the first batch was never committed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.decode().count("\n") == 1 and "interrupted" in err.decode()
+    assert b"Traceback" not in err and out == b""
+    with simhashdb.DB(db, readonly=True) as handle:
+        assert sorted(r.key for r in handle) == [1, 2] and handle.check() == []
+
+
+def test_closed_stdin_is_one_line(tmp_path):
+    for argv in (["import", str(tmp_path / "s.db"), "--format", "dec"],
+                 ["query", str(tmp_path / "s.db")], ["fingerprint"]):
+        if argv[0] == "query":
+            simhashdb.DB(str(tmp_path / "s.db")).close()
+        done = subprocess.run(EXE + argv, capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: os.close(0))
+        assert done.returncode == 1 and one_line_error(done.stderr), done.stderr
+        assert "standard input is closed" in done.stderr
+
+
+def test_a_full_disk_on_output_is_one_line(tmp_path):
+    db = str(tmp_path / "f.db")
+    with simhashdb.DB(db) as handle:
+        handle.insert_many((i, i) for i in range(5000))
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(EXE + ["export", db], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert done.returncode == 1 and one_line_error(done.stderr), done.stderr
+    assert "No space left on device" in done.stderr
+
+
+def test_a_fifo_in_a_directory_is_skipped_with_a_note(tmp_path):
+    root = tmp_path / "dir"
+    root.mkdir()
+    (root / "a.txt").write_text("some words of text to fingerprint " * 20)
+    os.mkfifo(root / "pipe")
+    done = subprocess.run(EXE + ["import", str(tmp_path / "d.db"), str(root)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["imported"] == 1 and summary["skipped_files"] == {"not a regular file": 1}
+    assert "note: skipped %s: not a regular file" % (root / "pipe") in done.stderr
+
+
+@pytest.mark.parametrize("fmt,line", [
+    ("dec", "1_000"), ("dec", "+7"), ("dec", "-7"), ("dec", "\u0663\u0664"), ("dec", "\uff17"),
+    ("dec", "7 8"), ("dec", "0x10"), ("hex", "ff_ff"), ("hex", "+ff"), ("hex", "0x"),
+    ("hex", "f" * 4300), ("dec", "9" * 4300), ("hex", "1" + "0" * 16), ("dec", "7.0"),
+    ("jsonl", '{"key": "k", "fingerprint": true}'),
+    ("jsonl", '{"key": "k", "fingerprint": "1_000"}'),
+    ("jsonl", '{"key": "k", "fingerprint": 1e3}'),
+    ("jsonl", '{"key": "k", "fingerprint": %s}' % ("9" * 5000)),
+    ("jsonl", '{"key": "k", "fingerprint": 1, "meta": %s1%s}' % ("[" * 100000, "]" * 100000)),
+    ("jsonl", '{"key": "k\\ud800", "fingerprint": 1}'),
+    ("jsonl", '{"key": true, "fingerprint": 1}'),
+    ("jsonl", '{"key": "k", "fingerprint": 1, "stored_at": "yesterday"}'),
+    ("jsonl", b'{"key": "caf\xe9", "fingerprint": 1}'),
+])
+@storage
+def test_malformed_lines_are_one_line_errors_and_change_nothing(tmp_path, capsys, fmt, line):
+    db = tmp_path / "m.db"
+    with simhashdb.DB(str(db)) as handle:
+        handle.insert("seed", 1)
+    data = tmp_path / "in"
+    data.write_bytes(b"5\n" if fmt != "jsonl" else b'{"key": "first", "fingerprint": 5}\n')
+    with open(data, "ab") as f:
+        f.write(line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass"))
+    code, out, err = run(capsys, "import", db, data, "--format", fmt)
+    assert code == 1 and out == [] and one_line_error(err) and ":2: " in err, err
+    assert len(err) < 600
+    with simhashdb.DB(str(db)) as handle:
+        assert [r.key for r in handle] == ["seed"]
+    code, out, err = run(capsys, "import", db, data, "--format", fmt, "--skip-invalid")
+    assert code == 0 and out[-1]["invalid"] == 1 and out[-1]["imported"] == 1
+
+
+def test_invalid_utf8_keys_are_errors_not_substitutions(tmp_path, capsys):
+    db = tmp_path / "u.db"
+    data = tmp_path / "in.jsonl"
+    data.write_bytes(b'{"key": "a\xff", "fingerprint": 1}\n{"key": "a\xfe", "fingerprint": 2}\n')
+    code, _, err = run(capsys, "import", db, data)
+    assert code == 1 and "not valid UTF-8" in err and one_line_error(err)
+    code, out, _ = run(capsys, "import", db, data, "--skip-invalid")
+    assert out[-1]["invalid"] == 2 and out[-1]["imported"] == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["import", "X", "--batch-size", "0"], ["import", "X", "--batch-size", "-3"],
+    ["import", "X", "--batch-size", "1e3"], ["expire", "X", "--older-than", "soon"],
+])
+def test_bad_options_are_usage_errors(tmp_path, capsys, argv):
+    with pytest.raises(SystemExit) as usage:
+        cli.main([str(tmp_path / "x.db") if a == "X" else a for a in argv])
+    assert usage.value.code == 2
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("value", ["1_000", "+7", "ff_ff", "\u0663", "0x", "-1", "f" * 4300])
+@storage
+def test_query_arguments_are_plain_decimal_or_hex(tmp_path, capsys, value):
+    db = tmp_path / "q.db"
+    simhashdb.DB(str(db)).close()
+    code, out, err = run(capsys, "query", db, value)
+    assert code == 1 and out == [] and one_line_error(err) and "is not a" in err

@@ -1,0 +1,172 @@
+"""Text in, decisions out: DB.insert_text, insert_text_if_new(_many), query_text,
+by the database's own recipe, candidates confirmed by the stored signature."""
+
+import pathlib
+import random
+import sysconfig
+
+import msgpack
+import pytest
+
+import simhashdb
+from simhashdb import InvalidArgumentError, ParameterMismatchError
+
+RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
+STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
+
+
+def texts(n, seed=0):
+    paths = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 5000)
+    return [p.read_text("utf-8") for p in random.Random(seed).sample(paths, n)]
+
+
+def edited(text, rate, seed=0):
+    rng = random.Random(seed)
+    words = text.split(" ")
+    for _ in range(max(1, round(rate * len(words)))):
+        i = rng.randrange(len(words))
+        words[i] = rng.choice(words)
+    return " ".join(words)
+
+
+def test_insert_text_if_new_stores_new_texts_and_reports_edited_copies(tmp_path):
+    docs = texts(20)
+    with simhashdb.DB(tmp_path / "db") as db:
+        for i, text in enumerate(docs):
+            assert db.insert_text_if_new(i, text, {"n": i}) == []
+        assert len(db) == 20 and db.recipe == simhashdb.RECIPE
+        for i, text in enumerate(docs):
+            found = db.insert_text_if_new("copy%d" % i, edited(text, 0.01, i))
+            assert [m.key for m in found] == [i]
+            assert found[0].fingerprint == simhashdb.fingerprint(text)
+        assert len(db) == 20 and db.get(3).meta == {"n": 3}
+        assert db.get(3).fingerprint == simhashdb.fingerprint(docs[3])
+
+
+def test_query_text_answers_from_a_snapshot_and_a_readonly_database(tmp_path):
+    docs = texts(10, seed=1)
+    with simhashdb.DB(tmp_path / "db") as db:
+        db.insert_text_many([("k%d" % i, t) for i, t in enumerate(docs)])
+    with simhashdb.DB(tmp_path / "db", readonly=True) as db:
+        for i, text in enumerate(docs):
+            assert [m.key for m in db.query_text(edited(text, 0.02, i))] == ["k%d" % i]
+        unrelated = " ".join("word%d" % (i % 97) for i in range(3000))
+        assert db.query_text(unrelated) == []
+
+
+def test_html_is_stripped_before_both_signatures(tmp_path):
+    body = texts(1, seed=2)[0].replace("<", " ").replace("&", " ")
+    page = "<html><body><nav>Home Index Next</nav><pre>%s</pre></body></html>" % body
+    with simhashdb.DB(tmp_path / "db") as db:
+        db.insert_text("page", page, html=True)
+        assert db.get("page").fingerprint == simhashdb.fingerprint(page, html=True)
+        assert [m.key for m in db.query_text(body)] == ["page"]
+        assert [m.key for m in db.query_text(page.replace("Home", "Start"), html=True)] == \
+            ["page"]
+
+
+def test_a_batch_checks_each_text_against_those_stored_before_it(tmp_path):
+    a, b = texts(2, seed=3)
+    with simhashdb.DB(tmp_path / "db") as db:
+        found = db.insert_text_if_new_many([("a", a), ("b", b), ("a2", edited(a, 0.01)),
+                                            ("b2", b, {"x": 1})])
+        assert [[m.key for m in f] for f in found] == [[], [], ["a"], ["b"]]
+        assert sorted(r.key for r in db) == ["a", "b"]
+
+
+def _store(db, key, fp, value):
+    key_bytes = msgpack.packb(key)
+    db._storage.write(lambda txn: txn.upsert([(key_bytes, fp, msgpack.packb(value))]))
+
+
+def test_candidates_one_bit_past_the_distance_are_confirmed_by_their_signatures(tmp_path):
+    text, other = texts(2, seed=4)
+    fp, signature = simhashdb.fingerprint_with_signature(text)
+    _, other_signature = simhashdb.fingerprint_with_signature(other)
+    near, far = fp ^ 0b1111, fp ^ 0b11111  # 4 bits (distance + 1) and 5 bits away
+    with simhashdb.DB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+        _store(db, "same words, 4 bits", near, [near, None, None, signature])
+        also_near = fp ^ (0b1111 << 20)
+        _store(db, "other words, 4 bits", also_near, [also_near, None, None, other_signature])
+        _store(db, "same words, 5 bits", far, [far, None, None, signature])
+        # stored by fingerprint alone: the exact Hamming contract, within the distance
+        db.insert("fingerprint, 3 bits", fp ^ 0b111)
+        db.insert("fingerprint, 4 bits", fp ^ 0b1111 << 8)
+        assert [(m.key, m.distance) for m in db.query_text(text)] == [
+            ("fingerprint, 3 bits", 3), ("same words, 4 bits", 4)]
+
+
+def test_a_database_keeps_its_recipe_and_text_uses_it(tmp_path):
+    docs = texts(3, seed=5)
+    with simhashdb.DB(tmp_path / "old", recipe=RECIPE_2) as db:
+        db.insert_many([(i, simhashdb.fingerprint(t, **simhashdb.RECIPES[RECIPE_2]))
+                        for i, t in enumerate(docs)])
+    with simhashdb.DB(tmp_path / "old") as db:  # older databases keep working
+        assert db.recipe == RECIPE_2
+        assert [m.key for m in db.query_text(docs[1])] == [1]
+        db.insert_text("new", edited(docs[2], 0.3))
+        assert db.get("new").fingerprint == simhashdb.fingerprint(
+            edited(docs[2], 0.3), **simhashdb.RECIPES[RECIPE_2])
+    with pytest.raises(ParameterMismatchError, match="recipes cannot be compared"):
+        simhashdb.DB(tmp_path / "old", recipe=simhashdb.RECIPE)
+
+
+def test_an_unnamed_database_takes_the_default_only_while_empty(tmp_path):
+    with simhashdb.DB(tmp_path / "empty") as db:
+        assert db.recipe is None and db.query_text("some words here") == []
+        db.insert_text("a", "some words here")
+    with simhashdb.DB(tmp_path / "empty") as db:
+        assert db.recipe == simhashdb.RECIPE
+    with simhashdb.DB(tmp_path / "raw") as db:
+        db.insert("a", 12345)
+        with pytest.raises(ParameterMismatchError, match="unnamed recipe"):
+            db.insert_text("b", "some words here")
+        with pytest.raises(ParameterMismatchError, match="unnamed recipe"):
+            db.query_text("some words here")
+
+
+def test_texts_without_words_and_bad_records_are_refused(tmp_path):
+    with simhashdb.DB(tmp_path / "db") as db:
+        for empty in ("", "  \n", "... --- !!!"):
+            with pytest.raises(InvalidArgumentError, match="no words"):
+                db.insert_text_if_new("e", empty)
+        with pytest.raises(InvalidArgumentError, match="no words"):
+            db.insert_text("e", b"<p> <script>var x;</script></p>", html=True)
+        with pytest.raises(InvalidArgumentError, match="record"):
+            db.insert_text_if_new_many(["just a text"])
+        with pytest.raises(InvalidArgumentError, match="str or bytes"):
+            db.insert_text("k", 12)
+        assert len(db) == 0
+
+
+def test_resemblance_estimates_word_shingle_overlap():
+    text = texts(1, seed=6)[0]
+    _, a = simhashdb.fingerprint_with_signature(text)
+    assert len(a) == 256 and simhashdb.resemblance(a, a) == 1.0
+    for rate, low in ((0.01, 0.8), (0.05, 0.45)):
+        _, b = simhashdb.fingerprint_with_signature(edited(text, rate))
+        assert low <= simhashdb.resemblance(a, b) < 1.0
+    _, c = simhashdb.fingerprint_with_signature(texts(1, seed=7)[0])
+    assert simhashdb.resemblance(a, c) < 0.2
+    _, short = simhashdb.fingerprint_with_signature("two words")
+    assert sum(1 for byte in short if byte) <= 2  # one shingle, one bin
+    with pytest.raises(InvalidArgumentError):
+        simhashdb.resemblance(a, a[:100])
+
+
+def test_a_refreshed_text_document_keeps_its_signature(tmp_path):
+    text = texts(1, seed=8)[0]
+    with simhashdb.DB(tmp_path / "db") as db:
+        db.insert_text("a", text, {"m": 1})
+        before = db.get("a")
+        found = db.insert_if_new("b", before.fingerprint ^ 1, refresh=True)
+        assert [m.key for m in found] == ["a"]
+        value = msgpack.unpackb(_raw_value(db, "a"))
+        assert value[:2] == [before.fingerprint, {"m": 1}] and len(value[3]) == 256
+        assert db.get("a").meta == {"m": 1}
+        assert [m.key for m in db.query_text(edited(text, 0.03))] == ["a"]
+
+
+def _raw_value(db, key):
+    with db._storage.read() as view:
+        return view.get(msgpack.packb(key))

@@ -318,7 +318,11 @@ def _spark_session(args):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName("simhashdb").config(
         "spark.ui.showConsoleProgress", str(not args.quiet and sys.stderr.isatty()).lower())
-    session = (builder.master(args.master) if args.master else builder).getOrCreate()
+    try:
+        session = (builder.master(args.master) if args.master else builder).getOrCreate()
+    except (PySparkException, Py4JError) as exc:
+        raise CliError("Spark did not start (it needs Java 17 or later): %s"
+                       % str(exc).strip().splitlines()[0]) from None
     if not args.debug:
         session.sparkContext.setLogLevel("ERROR")
     return session, spark, (PySparkException, Py4JError)

@@ -19,6 +19,11 @@ def lmdb_flags():
             "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb"]}
 
 
+# [sql] brings pandas, pyarrow and numpy, which mapInArrow needs; pyspark 4.3 warns that
+# it does not fully support pandas 3 yet
+SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
+REDIS = ["redis>=5.0", "hiredis>=2.0"]
+
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi"], extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
@@ -43,10 +48,10 @@ setup(
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
         # the Redis backend (simhashdb.redis_store); hiredis parses its replies in C
-        "redis": ["redis>=5.0", "hiredis>=2.0"],
-        "test": [
-            "redis>=5.0",
-            "hiredis>=2.0",
+        "redis": REDIS,
+        # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
+        "spark": SPARK,
+        "test": SPARK + REDIS + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

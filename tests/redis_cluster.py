@@ -6,6 +6,7 @@ primary is restarted only after its replica took over, and then resyncs from
 it as the new replica).
 """
 
+import ctypes
 import os
 import shutil
 import signal
@@ -42,6 +43,15 @@ def _free(port):
         except OSError:
             return False
     return True
+
+
+def _die_with_parent():
+    """In a node's process (Linux): SIGTERM when the process that started it
+    ends, so that a test run killed before its teardown leaves no cluster."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class LocalCluster:
@@ -83,7 +93,7 @@ class LocalCluster:
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
              "--logfile", "redis.log", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
 
     def _wait_pinging(self, port, timeout):
         """Whether the node of ``port`` answers (False: its process ended)."""

@@ -122,9 +122,11 @@ def html_to_text(markup):
 _MARKUP = re.compile(r"""
     <!--.*?(?:--\s*>|\Z)                                     # a comment
   | <!\[CDATA\[.*?(?:\]\]>|\Z)                               # a CDATA section
-  | <(script|style|template|noscript)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
-      (?:(?<!/)>.*?(?:</\1\s*>|\Z)|\Z)                       # a hidden element (not <script/>)
-  | </?[a-zA-Z](?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*(?:>|\Z)    # a tag ('>' may sit in quotes)
+  | <(script|style)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
+      (?:(?<!/)>.*?(?:</\s*\1\s*>|\Z)|\Z)                     # a script or style (not <style/>)
+  | <(template|noscript)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
+      (?:(?<!/)>.*?(?:</(?:\s*\2\s*|\2[\t\n\r\f /][^>]*)>|\Z)|\Z)   # a template or noscript
+  | </?[a-zA-Z](?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*(?:>|\Z)  # a tag ('>' may sit in quotes)
   | <[/!?][^>]*(?:>|\Z)                                      # a bogus end tag, declaration, PI
 """, re.ASCII | re.IGNORECASE | re.DOTALL | re.VERBOSE)
 

@@ -123,7 +123,7 @@ _MARKUP = re.compile(r"""
     <!--.*?(?:--\s*>|\Z)                                     # a comment
   | <!\[CDATA\[.*?(?:\]\]>|\Z)                               # a CDATA section
   | <(script|style)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
-      (?:(?<!/)>.*?(?:</\s*\1\s*>|\Z)|\Z)                     # a script or style (not <style/>)
+      (?:(?<!/)>.*?(?:</\1(?=[\t\n\r\f />])[^>]*(?:>|\Z)|\Z)|\Z)  # a script or style (not <style/>)
   | <(template|noscript)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
       (?:(?<!/)>.*?(?:</(?:\s*\2\s*|\2[\t\n\r\f /][^>]*)>|\Z)|\Z)   # a template or noscript
   | </?[a-zA-Z](?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*(?:>|\Z)  # a tag ('>' may sit in quotes)
@@ -136,10 +136,12 @@ def strip_html(markup):
     sections, script, style, template and noscript elements and tags each
     become one space; character references are decoded as :func:`html.unescape`.
     Markup left open (a tag, a quoted value, a comment) runs to the end of the
-    document, as in browsers; one pass, linear in the document's length.
+    document, and ``</script foo>`` ends a script, as in browsers; one pass,
+    linear in the document's length.
 
-    It gives the words of :func:`html_to_text` ten times faster, but for
-    markup left open, which html_to_text shows in part as text (tests/test_html.py)."""
+    It gives the words of :func:`html_to_text` ten times faster, but for those
+    two cases, where html.parser shows some of the markup as text
+    (tests/test_html.py)."""
     if isinstance(markup, (bytes, bytearray, memoryview)):
         markup = bytes(markup).decode("utf-8", errors="replace")
     elif not isinstance(markup, str):

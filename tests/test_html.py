@@ -53,7 +53,7 @@ comment = st.text(alphabet="ab <>-!/", max_size=8).filter(
     lambda s: "--" not in s and not s.startswith((">", "->"))).map("<!--%s-->".__mod__)
 other_markup = st.one_of(
     comment,
-    st.text(alphabet="ab <>&", max_size=6).map("<![CDATA[%s]]>".__mod__),
+    st.text(alphabet="ab <&", max_size=6).map("<![CDATA[%s]]>".__mod__),
     st.sampled_from(["<!DOCTYPE html>", "<!doctype HTML PUBLIC 'x'>", '<?xml version="1.0"?>',
                      "<!bogus comment>", "</>", "</ >", "</1>", "<![if x]>", "<![endif]>"]),
     start_tag())
@@ -64,10 +64,10 @@ def raw_element(draw):
     """A script or style element: its content is text, whatever it looks like."""
     tag = draw(st.sampled_from(["script", "style", "SCRIPT", "Style"]))
     content = draw(st.lists(st.sampled_from([
-        "x", "if (a<b) {}", "<p>", "</p>", "</scriptx>", "</styles>", "</%s foo>" % tag, "<!--",
-        "-->", "'", '"', " ", "&amp;"]), max_size=5))
-    return (draw(start_tag(st.just(tag), empty=False)) + "".join(content)
-            + draw(end_tag(tag.lower())))
+        "x", "if (a<b) {}", "<p>", "</p>", "</scriptx>", "</styles>", "<!--", "-->", "'", '"',
+        " ", "&amp;"]), max_size=5))
+    closer = draw(st.sampled_from(["</%s>", "</%s >", "</%s\n>"])) % tag.lower()
+    return draw(start_tag(st.just(tag), empty=False)) + "".join(content) + closer
 
 
 @st.composite
@@ -107,7 +107,6 @@ def test_strip_html_reads_the_words_html_to_text_reads(markup):
     ("x<1 y < z <", ["x", "1", "y", "z"]),                    # '<' in text
     ("<SCRIPT type=x>p()</Script >q", ["q"]),                 # case of hidden elements
     ("<script/>shown<style/>too", ["shown", "too"]),          # empty hidden elements
-    ("<script>a</script foo>b</script>c", ["c"]),
     ("a<![CDATA[b]]>c<!DOCTYPE d><?e f?>g", ["a", "c", "g"]),
     ("&#0;&#x110000;&#xD800;&bogus;&amp&ampx&lt;b&gt; &#65&#x42;é&eacute",
      ["\ufffd\ufffd\ufffd", "bogus", "x", "b", "abéé"]),
@@ -119,6 +118,7 @@ def test_strip_html_on_malformed_markup_agrees_with_html_to_text(markup, kept):
 
 
 @pytest.mark.parametrize("markup, kept, parser_kept", [
+    ("<script>a</script foo>b</script>c", ["b", "c"], ["c"]),  # an end tag with attributes
     ("a<!-- b <i>c", ["a"], ["a", "b", "i", "c"]),           # an unclosed comment
     ("a<!--> b", ["a"], ["a", "b"]),
     ('a<p title="b>c', ["a"], ["a", "p", "title", "b", "c"]),  # an unclosed quoted value
@@ -126,11 +126,13 @@ def test_strip_html_on_malformed_markup_agrees_with_html_to_text(markup, kept):
     ("a <p", ["a"], ["a", "p"]),                              # an unclosed tag
     ("a<script>b", ["a"], ["a"]),
 ])
-def test_strip_html_drops_markup_left_open_to_the_end(markup, kept, parser_kept):
-    """The difference, documented: markup left open runs to the end, as in
-    browsers; html.parser shows some of it as text."""
+def test_strip_html_reads_markup_as_browsers_where_html_parser_did_not(markup, kept, parser_kept):
+    """The differences, documented: markup left open runs to the end, and
+    ``</script foo>`` ends a script, as in browsers; html.parser shows some of
+    it as text (Python's security releases of 2025 bring html.parser closer
+    to browsers, so it may read these as strip_html does)."""
     assert words(simhashdb.strip_html(markup)) == kept
-    assert words(simhashdb.html_to_text(markup)) == parser_kept
+    assert words(simhashdb.html_to_text(markup)) in (parser_kept, kept)
 
 
 @given(st.one_of(st.text(max_size=200),

@@ -11,7 +11,15 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: the LMDB C library is missing: install liblmdb-dev (Debian/Ubuntu) or lmdb (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
 	@touch $@
 
-$(VENV)/.installed: .lmdb-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi
+# Java for simhashdb.spark (pyspark runs Spark on a JVM; Spark 4 needs Java 17 or
+# later): a headless runtime installed with apt where there is no java, else an instruction.
+.java-checked:
+	@command -v java >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq default-jre-headless >/dev/null; } \
+		|| { echo "simhashdb: Java is missing (the Spark tests need it): install a Java 17+ runtime (Debian/Ubuntu: default-jre-headless), then run make again" >&2; exit 1; }
+	@touch $@
+
+$(VENV)/.installed: .lmdb-checked .java-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -25,4 +33,4 @@ test: $(VENV)/.installed
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked
+	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .java-checked

@@ -19,6 +19,10 @@ def lmdb_flags():
             "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb"]}
 
 
+# [sql] brings pandas, pyarrow and numpy, which mapInArrow needs; pyspark 4.3 warns that
+# it does not fully support pandas 3 yet
+SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
+
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi"], extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
@@ -42,7 +46,9 @@ setup(
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
-        "test": [
+        # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
+        "spark": SPARK,
+        "test": SPARK + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

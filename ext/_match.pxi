@@ -84,10 +84,14 @@ cdef void sort_by_prefix(uint64_t* keys, uint32_t* ids, uint64_t* key_tmp, uint3
 cdef class PairScanner:
     """Pairs of positions (i, j), i < j, of ``values`` within ``distance`` bits,
     found table by table and handed out in chunks, so that the caller never
-    holds them all (``next_chunk`` splits only between runs of a shared prefix)."""
+    holds them all (``next_chunk`` splits only between runs of a shared prefix).
+    With ``sides`` (a byte per value), only pairs whose sides differ: the pairs
+    across two parts of a group too large for one scan."""
 
     cdef object values_ref, spec_ref, prefixes_ref, leading_ref, masks_ref
     cdef const uint64_t[::1] values
+    cdef const uint8_t[::1] sides
+    cdef bint across
     cdef const long[::1] spec
     cdef const uint64_t[::1] prefixes
     cdef const uint64_t[::1] leading
@@ -100,9 +104,16 @@ cdef class PairScanner:
     cdef int distance, keep
 
     def __cinit__(self, values, const long[::1] spec, const uint64_t[::1] prefixes,
-                  const uint64_t[::1] leading, const uint64_t[::1] block_masks, int distance):
+                  const uint64_t[::1] leading, const uint64_t[::1] block_masks, int distance,
+                  sides=None):
         self.values = as_fingerprints(values)
         self.n = self.values.shape[0]
+        self.across = sides is not None
+        if self.across:
+            self.sides = sides
+            if self.sides.shape[0] != self.n:
+                raise InvalidArgumentError("expected a side for each of the %d values, got %d"
+                                           % (self.n, self.sides.shape[0]))
         if self.n >= 0xFFFFFFFF:
             raise InvalidArgumentError("at most 2**32 - 1 fingerprints can be matched at once")
         self.spec, self.prefixes, self.leading, self.block_masks = spec, prefixes, leading, block_masks
@@ -151,6 +162,8 @@ cdef class PairScanner:
                 end += 1
             for a in range(self.start, end):
                 for b in range(a + 1, end):
+                    if self.across and self.sides[self.ids[a]] == self.sides[self.ids[b]]:
+                        continue
                     if popcount64(self.keys[a] ^ self.keys[b]) > self.distance:
                         continue
                     # keep the pair only in the first table whose leading blocks it shares

@@ -10,6 +10,8 @@ import argparse
 import base64
 import bz2
 import contextlib
+import datetime
+import decimal
 import fnmatch
 import gzip
 import json
@@ -256,6 +258,132 @@ def cmd_fingerprint(args):
         else:
             print(fp if args.format == "dec" else "%016x" % fp)
     _note_skipped(args, skipped)
+
+
+# Spark and Parquet (the spark extra: pip install 'simhashdb[spark]')
+
+
+def cmd_spark(args):
+    """Pairs, clusters or dedupe of a whole corpus on Spark (simhashdb.spark).
+
+INPUT is Parquet (a .parquet file or a directory of them; --key and
+--fingerprint name its columns) or any input `import` reads. OUTPUT ending in
+.parquet is written by Spark as Parquet; anything else (or -) gets JSON lines:
+[key_a, key_b, distance] for find-all, [key, cluster] for clusters, the kept
+rows as objects for dedupe (which `import --format jsonl` reads back)."""
+    session, spark, errors = _spark_session(args)
+    try:
+        df = _spark_input(session, args)
+        run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
+        result = run[args.action](df, _distance(args), args.blocks, key=args.key,
+                                  fingerprint=args.fingerprint)
+        if args.target.endswith(".parquet"):
+            result.write.parquet(args.target)
+            _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
+        else:
+            with _output_file(args.target) as out:
+                fingerprint = args.fingerprint if args.action == "dedupe" else None
+                for row in result.toLocalIterator():
+                    _emit(_spark_json(row, fingerprint), out)
+    except errors as exc:
+        raise CliError("spark: %s" % str(exc).strip().splitlines()[0]) from None
+
+
+def cmd_export_parquet(args):
+    """Write every document to a Parquet file (key, fingerprint as uint64, meta as msgpack)."""
+    with _open(args.path, args, readonly=True) as db:
+        _emit({"exported": db.export_parquet(args.file)})
+
+
+def cmd_import_parquet(args):
+    """Import the documents of a Parquet file or directory (e.g. `spark dedupe` output)."""
+    with _open(args.path, args) as db:
+        _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
+
+
+def _spark_session(args):
+    """The active Spark session or a new one (local workers run this Python),
+    the simhashdb.spark module, and the exceptions Spark raises."""
+    try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+        from pyspark.sql import SparkSession
+
+        from simhashdb import spark
+    except ImportError:
+        raise CliError("spark needs pyspark and Java 17 or later: pip install "
+                       "'simhashdb[spark]'") from None
+    local = (args.master or "local").startswith("local")
+    if local and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName("simhashdb").config(
+        "spark.ui.showConsoleProgress", str(not args.quiet and sys.stderr.isatty()).lower())
+    try:
+        session = (builder.master(args.master) if args.master else builder).getOrCreate()
+    except (PySparkException, Py4JError) as exc:
+        raise CliError("Spark did not start (it needs Java 17 or later): %s"
+                       % str(exc).strip().splitlines()[0]) from None
+    if not args.debug:
+        session.sparkContext.setLogLevel("ERROR")
+    return session, spark, (PySparkException, Py4JError)
+
+
+def _spark_input(session, args):
+    """The input as a DataFrame: Parquet read by Spark, other formats parsed here."""
+    given = args.input
+    if args.format == "parquet" or given.endswith(".parquet") or (
+            os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given))):
+        return session.read.parquet(given)
+    import pyarrow
+
+    def fingerprint(text):
+        return simhashdb.fingerprint(text, html=args.html)
+
+    keys, fps, skipped = [], [], {}
+    reader = argparse.Namespace(**dict(vars(args), include=[], exclude=[], root=None, key=None,
+                                       fingerprint=fingerprint))
+    with _progress(args, "read", unit="B") as bar:
+        for source, line, record in _records({given: _input_format(given, args.format)},
+                                             reader, bar):
+            if isinstance(record, Skipped):
+                _skip(args, skipped, source, record)
+                continue
+            if isinstance(record, Exception):
+                raise CliError("%s:%s: %s" % (source, line, record))
+            keys.append(record[0])
+            fps.append(fingerprint(record[1]) if isinstance(record, _TextRecord)
+                       else simhashdb.check_fingerprint(record[1]))
+    _note_skipped(args, skipped)
+    try:
+        key_array = pyarrow.array(keys)
+    except (pyarrow.ArrowException, OverflowError, TypeError):
+        raise CliError("%s: keys must all be strings or all be integers below 2**63" % given) \
+            from None
+    return session.createDataFrame(pyarrow.table({
+        args.key: key_array,
+        args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}))
+
+
+def _spark_json(row, fingerprint):
+    """A result row as JSON: a list of its values, or (with the name of the
+    fingerprint column, for dedupe) an object with the fingerprint unsigned."""
+    if fingerprint is None:
+        return [_spark_value(v) for v in row]
+    out = {name: _spark_value(v) for name, v in row.asDict().items()}
+    value = row[fingerprint]
+    out[fingerprint] = int.from_bytes(value, "big") if isinstance(value, (bytes, bytearray)) \
+        else int(value) & simhashdb._ext.MAX_FINGERPRINT
+    return out
+
+
+def _spark_value(value):
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    return value
 
 
 # Reading input
@@ -882,6 +1010,35 @@ def build_parser():
         if name == "find-all":
             sub.add_argument("--duplicates", action="store_true",
                              help="with --input, also print [a, a] for a repeated hash")
+
+    sub = command("spark", "simhashdb-cli spark dedupe crawl.parquet deduped.parquet "
+                           "--master local[4]", path=False)
+    sub.add_argument("action", choices=("find-all", "clusters", "dedupe"))
+    sub.add_argument("input", metavar="INPUT", help="Parquet, or what import reads (- for stdin)")
+    sub.add_argument("target", metavar="OUTPUT",
+                     help="*.parquet, or a JSON lines file (- for stdout)")
+    sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
+    sub.add_argument("--distance", type=int, help="largest distance of a pair (default: 3)")
+    sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
+    sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")
+    sub.add_argument("--fingerprint", default="fingerprint",
+                     help="fingerprint column of Parquet input (default: fingerprint)")
+    sub.add_argument("--format", choices=FORMATS + ("parquet",),
+                     help="format of INPUT (default: detected)")
+    sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
+    sub.add_argument("--html", action="store_true", help="text documents are HTML")
+
+    for name, example in (
+            ("export-parquet", "simhashdb-cli export-parquet crawl.db crawl.parquet"),
+            ("import-parquet", "simhashdb-cli import-parquet new.db deduped.parquet")):
+        sub = command(name, example)
+        sub.add_argument("file", metavar="FILE",
+                         help="the Parquet file (or, to import, directory)")
+        if name == "import-parquet":
+            creation(sub)
+            sub.add_argument("--key", default="key", help="key column (default: key)")
+            sub.add_argument("--fingerprint", default="fingerprint",
+                             help="fingerprint column (default: fingerprint)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE",

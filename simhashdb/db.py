@@ -580,6 +580,21 @@ class DB:
                                     % (table, len(stored), len(expected), missing, extra))
         return problems
 
+    # Parquet, to and from batch tools (simhashdb.spark); needs pyarrow
+
+    def export_parquet(self, path):
+        """Write every document, from one snapshot, to the Parquet file ``path``
+        (see :mod:`simhashdb.parquet`); returns how many."""
+        from . import parquet
+        return parquet.export(self, path)
+
+    def import_parquet(self, path, key="key", fingerprint="fingerprint",
+                       batch_size=DEFAULT_BATCH_SIZE):
+        """:meth:`insert_many` the documents of a Parquet file or directory;
+        returns how many."""
+        from . import parquet
+        return self.insert_many(parquet.records(path, key, fingerprint), batch_size)
+
     def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""
         self._storage.close()

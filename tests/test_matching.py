@@ -7,7 +7,7 @@ import simhash as simhash_py  # simhash-pybind: the C++ reference
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simhashdb import InvalidArgumentError, find_all, find_all_indices, find_clusters
+from simhashdb import InvalidArgumentError, _ext, find_all, find_all_indices, find_clusters
 from simhashdb.layout import Layout
 
 MAX = 2**64 - 1
@@ -116,6 +116,22 @@ def test_buffers_and_edge_inputs():
 def test_bad_parameters_raise_instead_of_aborting(blocks, distance):
     with pytest.raises(InvalidArgumentError):
         find_all([1, 2], blocks, distance)
+
+
+@given(adversarial(), st.randoms(use_true_random=False))
+def test_scanner_with_sides_gives_exactly_the_pairs_across(case, rng):
+    blocks, distance, hashes = case
+    values = sorted(set(hashes))
+    sides = bytes(rng.choice([1, 2]) for _ in values)
+    layout = Layout(blocks, distance)
+    scanner = _ext.PairScanner(array("Q", values), layout.spec, layout.prefixes,
+                               layout.leading_masks, layout.block_masks, distance, sides)
+    flat = scanner.next_chunk(1 << 30, sort=True) or []
+    across = [(i, j) for i, j in oracle_indices(values, distance) if sides[i] != sides[j]]
+    assert list(zip(flat[0::2], flat[1::2])) == across
+    with pytest.raises(InvalidArgumentError):
+        _ext.PairScanner(array("Q", values), layout.spec, layout.prefixes, layout.leading_masks,
+                         layout.block_masks, distance, sides + b"\x01")
 
 
 def test_simhash_py_keyword_names_are_accepted():

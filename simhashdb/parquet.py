@@ -1,0 +1,128 @@
+"""Documents to and from Parquet (pyarrow, from the ``spark`` extra): the way
+between a database and batch tools such as :mod:`simhashdb.spark`.
+
+A file has a ``key`` column (string, binary or int64: one type for all
+keys), a ``fingerprint`` column, ``meta``, the metadata as msgpack bytes
+(null for none), and ``stored_at``, the UNIX time the document was stored
+(int64, null where unknown). Fingerprints are written as uint64, which Spark reads as
+``decimal(20,0)``; reading takes uint64, int64 (the 64 bits as a signed
+long), decimal(20,0) and 8-byte binary.
+"""
+
+import itertools
+import os
+
+import msgpack
+
+from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError
+
+try:
+    import pyarrow
+    import pyarrow.compute
+    import pyarrow.dataset
+    import pyarrow.parquet
+except ImportError as exc:  # pragma: no cover - the spark extra is not installed
+    raise ImportError("Parquet needs pyarrow: pip install 'simhashdb[spark]'") from exc
+
+BATCH = 100_000
+KEY_TYPES = {str: pyarrow.string(), bytes: pyarrow.binary(), int: pyarrow.int64()}
+
+
+def export(records, path):
+    """Write ``(key, fingerprint, meta, stored_at)`` records to the Parquet
+    file ``path``; returns how many. All keys must be of one type (str, bytes
+    or int)."""
+    records, writer, written = iter(records), None, 0
+    try:
+        while True:
+            batch = list(itertools.islice(records, BATCH))
+            if not batch and writer is not None:
+                writer.close()
+                return written
+            table = _table(batch, writer.schema.field("key").type if writer else None)
+            if writer is None:
+                writer = pyarrow.parquet.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+            written += len(batch)
+    except BaseException:
+        if writer is not None:  # no half-written file is left behind
+            writer.close()
+            os.remove(path)
+        raise
+
+
+def _table(records, key_type):
+    """An Arrow table of records; keys of ``key_type`` (default: the first key's)."""
+    if key_type is None:
+        key_type = KEY_TYPES.get(type(records[0][0]), pyarrow.string()) if records \
+            else pyarrow.string()
+    keys = [r[0] for r in records]
+    try:
+        key_array = pyarrow.array(keys, key_type)
+    except (pyarrow.ArrowException, OverflowError, TypeError):
+        kinds = sorted({type(k).__name__ for k in keys} | {_type_name(key_type)})
+        raise InvalidKeyError(
+            "keys of one Parquet column must share a type and int keys must fit int64; found "
+            "%s" % ", ".join(kinds)) from None
+    return pyarrow.table({
+        "key": key_array,
+        "fingerprint": pyarrow.array([r[1] for r in records], pyarrow.uint64()),
+        "meta": pyarrow.array([None if r[2] is None else msgpack.packb(r[2]) for r in records],
+                              pyarrow.binary()),
+        "stored_at": pyarrow.array([r[3] for r in records], pyarrow.int64())})
+
+
+def _type_name(arrow_type):
+    return {pyarrow.string(): "str", pyarrow.binary(): "bytes", pyarrow.int64(): "int"}[arrow_type]
+
+
+def records(path, key="key", fingerprint="fingerprint"):
+    """Yield ``(key, fingerprint, meta, stored_at)`` from a Parquet file or a
+    directory of them (as Spark writes); ``meta`` and ``stored_at`` are read
+    where those columns are there, else None."""
+    try:
+        dataset = pyarrow.dataset.dataset(path, format="parquet")
+    except (pyarrow.ArrowException, OSError) as exc:
+        raise InvalidArgumentError("cannot read Parquet from %s: %s" % (path, exc)) from None
+    names = dataset.schema.names
+    for name in (key, fingerprint):
+        if name not in names:
+            raise InvalidArgumentError("%s has no column %r (its columns: %s)"
+                                       % (path, name, ", ".join(names)))
+    optional = [name for name in ("meta", "stored_at") if name in names]
+    for batch in dataset.to_batches(columns=[key, fingerprint] + optional):
+        keys = batch.column(0).to_pylist()
+        fps = _unsigned(batch.column(1), fingerprint)
+        metas = [None] * len(keys)
+        if "meta" in optional:
+            metas = [None if m is None else msgpack.unpackb(m, strict_map_key=False)
+                     for m in batch.column("meta").to_pylist()]
+        times = batch.column("stored_at").to_pylist() if "stored_at" in optional \
+            else [None] * len(keys)
+        yield from zip(keys, fps, metas, times)
+
+
+def _unsigned(column, name):
+    """Fingerprints as Python ints in [0, 2**64) from any of the column types."""
+    kind = column.type
+    if column.null_count:
+        raise InvalidFingerprintError("column %r has %d null fingerprints"
+                                      % (name, column.null_count))
+    if kind == pyarrow.uint64():
+        return column.to_pylist()
+    if kind == pyarrow.int64():
+        return column.cast(pyarrow.uint64(), safe=False).to_pylist()
+    if pyarrow.types.is_decimal(kind) and kind.scale == 0:
+        try:
+            return column.cast(pyarrow.uint64()).to_pylist()
+        except pyarrow.ArrowInvalid:
+            raise InvalidFingerprintError("column %r holds a decimal outside [0, 2**64)"
+                                          % name) from None
+    if pyarrow.types.is_binary(kind) or pyarrow.types.is_fixed_size_binary(kind):
+        values = column.to_pylist()
+        if any(len(v) != 8 for v in values):
+            raise InvalidFingerprintError("column %r holds binary fingerprints that are not "
+                                          "8 bytes" % name)
+        return [int.from_bytes(v, "big") for v in values]
+    raise InvalidFingerprintError("column %r is %s; expected uint64, int64, decimal(20,0) or "
+                                  "8-byte binary" % (name, kind))

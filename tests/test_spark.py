@@ -1,0 +1,342 @@
+"""simhashdb.spark on a local[2] session, against brute force, the in-memory
+functions and the database. Data is kept small (tens of thousands of
+fingerprints): tools/bench_spark.py compares at 1M and more."""
+
+import json
+import random
+import sys
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+import simhashdb
+from simhashdb import cli
+from simhashdb import spark as sspark
+from simhashdb.layout import Layout
+
+DISTANCE, BLOCKS = 3, 5
+MAX = 2**64 - 1
+
+
+@pytest.fixture(scope="module")
+def spark():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYSPARK_PYTHON", sys.executable)  # the workers run this Python
+        session = (SparkSession.builder.master("local[2]").appName("simhashdb-tests")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
+
+
+def flip(fp, bits):
+    for b in bits:
+        fp ^= 1 << b
+    return fp
+
+
+def corpus(n, seed):
+    """Random fingerprints and near copies of a tenth of them: 0 to k+1 bits
+    flipped anywhere or packed into one block; 0, 2**64-1 and 2**63 with
+    neighbours; exact copies (under other keys)."""
+    rng = random.Random(seed)
+    layout = Layout(BLOCKS, DISTANCE)
+    fps = [rng.getrandbits(64) for _ in range(n)] + [0, MAX, 1 << 63, (1 << 63) - 1, 7, MAX ^ 7]
+    for _ in range(n // 10):
+        base = rng.choice(fps)
+        for _ in range(rng.randint(1, 3)):
+            count = rng.randint(0, DISTANCE + 1)
+            if rng.random() < 0.5:
+                block = rng.randrange(BLOCKS)
+                low = 64 - sum(layout.widths[:block + 1])
+                bits = rng.sample(range(low, low + layout.widths[block]), count)
+            else:
+                bits = rng.sample(range(64), count)
+            fps.append(flip(base, bits))
+    rng.shuffle(fps)
+    return fps
+
+
+def brute_force(fps, distance=DISTANCE):
+    """Every (i, j, distance), i < j, of positions within ``distance``."""
+    values = np.array(fps, dtype=np.uint64)
+    pairs = set()
+    for i in range(len(values) - 1):
+        between = np.bitwise_count(values[i] ^ values[i + 1:])
+        for j in np.flatnonzero(between <= distance):
+            pairs.add((i, i + 1 + int(j), int(between[j])))
+    return pairs
+
+
+def frame(spark, keys, fps, kind="long"):
+    """A DataFrame of (key, fingerprint), the fingerprint as ``kind``."""
+    column = pa.array(fps, pa.uint64())
+    if kind == "long":
+        column = column.cast(pa.int64(), safe=False)
+    elif kind == "decimal":
+        column = column.cast(pa.decimal128(20, 0))
+    else:
+        column = pa.array([fp.to_bytes(8, "big") for fp in fps], pa.binary())
+    return spark.createDataFrame(pa.table({"key": keys, "fingerprint": column}))
+
+
+def signed(fp):
+    """A fingerprint as Spark's LongType holds it."""
+    return fp - (1 << 64) if fp >> 63 else fp
+
+
+def rows(df):
+    return [tuple(r) for r in df.collect()]
+
+
+def expected_pairs(keys, fps):
+    return {(min(keys[i], keys[j]), max(keys[i], keys[j]), d) for i, j, d in brute_force(fps)}
+
+
+def expected_clusters(keys, fps):
+    """key -> smallest key of its component, by union-find over brute force."""
+    parent = list(range(len(fps)))
+
+    def root(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for i, j, _ in brute_force(fps):
+        parent[max(root(i), root(j))] = min(root(i), root(j))
+    smallest = {}
+    for i, k in enumerate(keys):
+        r = root(i)
+        smallest[r] = min(smallest.get(r, k), k)
+    return {k: smallest[root(i)] for i, k in enumerate(keys)}
+
+
+def test_find_all_equals_brute_force_the_database_and_in_memory(spark, tmp_path):
+    fps = corpus(20_000, seed=1)
+    keys = list(range(len(fps)))
+    got = rows(sspark.find_all(frame(spark, keys, fps), DISTANCE, BLOCKS))
+    assert len(got) == len(set(got)), "a pair was reported twice"
+    expected = expected_pairs(keys, fps)
+    assert any(d == 0 for _, _, d in expected) and any(d == DISTANCE for _, _, d in expected)
+    assert set(got) == expected
+    values = {(min(fps[a], fps[b]), max(fps[a], fps[b])) for a, b, _ in got}
+    assert values == set(simhashdb.find_all(fps, BLOCKS, DISTANCE))
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE, blocks=BLOCKS) as db:
+        db.insert_many(zip(keys, fps))
+        assert set(db.find_all()) == expected
+
+
+def test_clusters_and_dedupe_equal_the_database_whatever_the_partitioning(spark, tmp_path):
+    fps = corpus(20_000, seed=2)
+    keys = ["doc%06d" % i for i in range(len(fps))]
+    df = frame(spark, keys, fps)
+    expected = expected_clusters(keys, fps)
+    got = dict(rows(sspark.clusters(df, DISTANCE, BLOCKS)))
+    assert got == expected
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE, blocks=BLOCKS) as db:
+        db.insert_many(zip(keys, fps))
+        for cluster in db.clusters():
+            assert {got[k] for k in cluster} == {cluster[0]}
+    fp_of = dict(zip(keys, fps))
+    in_memory = {tuple(sorted({fp_of[k] for k in members})) for members in _groups(got).values()}
+    assert {c for c in in_memory if len(c) > 1} == \
+        {tuple(c) for c in simhashdb.find_clusters(fps, BLOCKS, DISTANCE)}
+    kept = sorted((k, signed(fp)) for k, fp in zip(keys, fps) if expected[k] == k)
+    assert len(kept) < len(keys)
+    for parts in (1, 7):
+        shuffled = df.repartition(parts).orderBy("fingerprint")
+        deduped = sspark.dedupe(shuffled, DISTANCE, BLOCKS)
+        assert deduped.columns == df.columns
+        assert sorted(rows(deduped)) == kept
+
+
+def _groups(clusters):
+    groups = {}
+    for key, cluster in clusters.items():
+        groups.setdefault(cluster, []).append(key)
+    return groups
+
+
+def test_a_hot_prefix_is_split_and_no_pair_across_parts_is_lost(spark, monkeypatch):
+    """10,000 fingerprints under one prefix of table 0, a dense template
+    cluster of 742 among them, and near copies across the group; 3,000 under
+    another prefix (split in fewer parts)."""
+    rng = random.Random(3)
+    fps = []
+    for size in (10_000, 3_000):
+        prefix = rng.getrandbits(26) << 38   # table 0 leads with blocks 0 and 1: 26 bits
+        hot = [prefix | rng.getrandbits(38) for _ in range(size)]
+        template = prefix | rng.getrandbits(38)
+        hot += [template] + [flip(template, [a]) for a in range(38)] + \
+            [flip(template, [a, b]) for a in range(38) for b in range(a)]
+        hot += [flip(rng.choice(hot), rng.sample(range(38), rng.randint(1, 4)))
+                for _ in range(size // 5)]
+        fps += hot
+    fps += [rng.getrandbits(64) for _ in range(2000)]
+    keys = list(range(len(fps)))
+    df = frame(spark, keys, fps)
+    found = []
+
+    def recording(*args):
+        groups = real(*args)
+        found.extend(groups)
+        return groups
+    real = sspark._hot_groups
+    monkeypatch.setattr(sspark, "_hot_groups", recording)
+    got = rows(sspark.find_all(df, DISTANCE, BLOCKS, split=500))
+    parts = sorted(parts for t, _, parts, _ in found if t == 0)
+    assert len(parts) == 2 and 5 <= parts[0] < parts[1], found
+    assert len(got) == len(set(got))
+    expected = expected_pairs(keys, fps)
+    assert len(expected) > 40_000
+    assert set(got) == expected
+    assert dict(rows(sspark.clusters(df, DISTANCE, BLOCKS, split=500))) == \
+        expected_clusters(keys, fps)
+
+
+@pytest.mark.parametrize("kind,make_key", [
+    ("long", lambda i: i),
+    ("decimal", lambda i: "k%d" % (i * 7919 % 10007)),
+    ("binary", lambda i: (i * 7919 % 10007).to_bytes(2, "big") + b"\xff"),
+])
+def test_fingerprint_column_types(spark, kind, make_key):
+    fps = corpus(2_000, seed=4) + [0, MAX, 1 << 63, MAX ^ 1]
+    keys = [make_key(i) for i in range(len(fps))]
+    df = frame(spark, keys, fps, kind).withColumnsRenamed({"key": "url", "fingerprint": "hash"})
+    options = {"key": "url", "fingerprint": "hash"}
+    assert set(rows(sspark.find_all(df, DISTANCE, BLOCKS, **options))) == \
+        expected_pairs(keys, fps)
+    deduped = sspark.dedupe(df, DISTANCE, BLOCKS, **options)
+    assert deduped.schema == df.schema
+    clusters = expected_clusters(keys, fps)
+    assert sorted(rows(deduped)) == sorted(r for r in rows(df) if clusters[r[0]] == r[0])
+
+
+def test_long_chains_and_no_pairs(spark):
+    """Two paths of 300 fingerprints, each 2 bits from the next, keys in no
+    order along them: one cluster each, named by its smallest key."""
+    rng = random.Random(5)
+    fps = []
+    for _ in range(2):
+        fp = rng.getrandbits(64)
+        for _ in range(300):
+            fp = flip(fp, rng.sample(range(64), 2))
+            fps.append(fp)
+    keys = rng.sample(range(10**6), len(fps))
+    got = dict(rows(sspark.clusters(frame(spark, keys, fps), DISTANCE, BLOCKS)))
+    assert got == expected_clusters(keys, fps)
+    assert len(set(got.values())) == 2
+    lonely = [0xFF << i for i in range(0, 64, 8)]   # 16 bits apart from each other
+    keys = list(range(len(lonely)))
+    assert dict(rows(sspark.clusters(frame(spark, keys, lonely), DISTANCE))) == \
+        {k: k for k in keys}
+
+
+def test_bad_input_raises_simhashdb_errors_at_the_call(spark):
+    schema = "key string, fingerprint long"
+    good = spark.createDataFrame([("a", 1), ("b", 3)], schema)
+    cases = [
+        (spark.createDataFrame([("a", 1), ("b", None)], schema), {},
+         simhashdb.InvalidFingerprintError),
+        (spark.createDataFrame([(None, 1)], schema), {}, simhashdb.InvalidKeyError),
+        (spark.createDataFrame([("a", Decimal(2**64))], "key string, fingerprint decimal(20,0)"),
+         {}, simhashdb.InvalidFingerprintError),
+        (spark.createDataFrame([("a", Decimal(-1))], "key string, fingerprint decimal(20,0)"),
+         {}, simhashdb.InvalidFingerprintError),
+        (spark.createDataFrame([("a", b"1234567")], "key string, fingerprint binary"), {},
+         simhashdb.InvalidFingerprintError),
+        (spark.createDataFrame([("a", 1.0)], "key string, fingerprint double"), {},
+         simhashdb.InvalidArgumentError),
+        (spark.createDataFrame([([1], 1)], "key array<int>, fingerprint long"), {},
+         simhashdb.InvalidArgumentError),
+        (good, {"fingerprint": "fp"}, simhashdb.InvalidArgumentError),
+        (good, {"distance": 64}, simhashdb.InvalidArgumentError),
+        (good, {"distance": 3, "blocks": 3}, simhashdb.InvalidArgumentError),
+        (good, {"split": 1}, simhashdb.InvalidArgumentError),
+        ([("a", 1)], {}, simhashdb.InvalidArgumentError),
+    ]
+    for df, options, error in cases:
+        with pytest.raises(error) as caught:
+            sspark.find_all(df, **options)
+        assert isinstance(caught.value, simhashdb.SimhashDBError)
+    for function in (sspark.clusters, sspark.dedupe):
+        with pytest.raises(simhashdb.InvalidFingerprintError):
+            function(cases[0][0])
+        with pytest.raises(simhashdb.InvalidArgumentError):
+            function(good, split=1)
+    assert rows(sspark.find_all(good, distance=1)) == [("a", "b", 1)]
+
+
+def test_parquet_between_a_database_and_spark(spark, tmp_path):
+    fps = corpus(2_000, seed=6)
+    keys = ["url/%d" % i for i in range(len(fps))]
+    with simhashdb.DB(str(tmp_path / "crawl.db"), distance=DISTANCE, blocks=BLOCKS) as db:
+        db.insert_many((k, fp, {"n": i} if i % 3 else None, 1_700_000_000 + i)
+                       for i, (k, fp) in enumerate(zip(keys, fps)))
+        assert db.export_parquet(str(tmp_path / "crawl.parquet")) == len(fps)
+    df = spark.read.parquet(str(tmp_path / "crawl.parquet"))
+    assert df.schema["fingerprint"].dataType == T.DecimalType(20, 0)
+    sspark.dedupe(df, DISTANCE, BLOCKS).write.parquet(str(tmp_path / "kept.parquet"))
+    clusters = expected_clusters(keys, fps)
+    with simhashdb.DB(str(tmp_path / "kept.db")) as kept:
+        assert kept.import_parquet(str(tmp_path / "kept.parquet")) == \
+            sum(k == c for k, c in clusters.items())
+        position = {k: i for i, k in enumerate(keys)}
+        for record in kept:
+            i = position[record.key]
+            assert clusters[record.key] == record.key and record.fingerprint == fps[i]
+            assert record.meta == ({"n": i} if i % 3 else None)
+            assert record.stored_at == 1_700_000_000 + i
+    signed = pa.table({"key": [1, 2, 3], "fingerprint": pa.array([-1, 0, 5], pa.int64()),
+                       "fp8": [MAX.to_bytes(8, "big"), bytes(8), (5).to_bytes(8, "big")]})
+    pq.write_table(signed, str(tmp_path / "signed.parquet"))
+    for column in ("fingerprint", "fp8"):
+        with simhashdb.DB(str(tmp_path / column)) as db:
+            db.import_parquet(str(tmp_path / "signed.parquet"), fingerprint=column)
+            assert [(r.key, r.fingerprint) for r in db] == [(1, MAX), (2, 0), (3, 5)]
+    with simhashdb.DB(str(tmp_path / "mixed.db")) as db:
+        db.insert_many([(1, 5), ("one", 6)])
+        with pytest.raises(simhashdb.InvalidKeyError):
+            db.export_parquet(str(tmp_path / "mixed.parquet"))
+    assert not (tmp_path / "mixed.parquet").exists()
+
+
+def test_cli_spark_commands(spark, tmp_path, capsys):
+    fps = corpus(1_000, seed=7)
+    (tmp_path / "in.dec").write_text("".join("%d\n" % fp for fp in fps))
+    keys = list(range(1, len(fps) + 1))   # line numbers
+    assert cli.main(["--quiet", "spark", "find-all", str(tmp_path / "in.dec"), "-"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert {tuple(json.loads(line)) for line in lines} == expected_pairs(keys, fps)
+
+    out = str(tmp_path / "kept.parquet")
+    assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 0
+    kept = sum(k == c for k, c in expected_clusters(keys, fps).items())
+    assert '"rows": %d' % kept in capsys.readouterr().out
+    db = str(tmp_path / "kept.db")
+    assert cli.main(["import-parquet", db, out]) == 0
+    assert cli.main(["export-parquet", db, str(tmp_path / "again.parquet")]) == 0
+    assert capsys.readouterr().out.splitlines() == ['{"imported": %d}' % kept,
+                                                    '{"exported": %d}' % kept]
+    assert pq.read_table(str(tmp_path / "again.parquet")).num_rows == kept
+
+    assert cli.main(["--quiet", "spark", "clusters", out, "-"]) == 0
+    clustered = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(clustered) == kept and all(k == c for k, c in clustered)
+    assert cli.main(["--quiet", "spark", "dedupe", out, "-", "--distance", "0"]) == 0
+    written = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    fp_of = dict(zip(keys, fps))
+    clusters = expected_clusters(keys, fps)
+    assert sorted(written, key=lambda r: r["key"]) == [
+        {"key": k, "fingerprint": fp_of[k]} for k, c in sorted(clusters.items()) if k == c]
+    assert any(r["fingerprint"] >= 1 << 63 for r in written)
+    assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("simhashdb-cli: error: spark:") and error.count("\n") == 1

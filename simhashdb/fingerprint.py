@@ -114,8 +114,12 @@ def html_to_text(markup):
         raise InvalidArgumentError("expected HTML as str or bytes, got %s"
                                    % type(markup).__name__)
     parser = _TextExtractor()
-    parser.feed(markup)
-    parser.close()
+    try:
+        parser.feed(markup)
+        parser.close()
+    except AssertionError as exc:  # html.parser asserts on some malformed declarations
+        raise InvalidArgumentError("the HTML cannot be read (%s); recipe 3 (the default) "
+                                   "reads any markup" % (exc or "malformed markup")) from None
     return " ".join(parser.parts)
 
 

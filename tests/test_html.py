@@ -162,3 +162,10 @@ def test_recipe_3_reads_html_with_strip_html_and_older_recipes_with_html_to_text
                                                                                 **options)
     fp, signature = simhashdb.fingerprint_with_signature(markup, html=True)
     assert (fp, signature) == simhashdb.fingerprint_with_signature("one two")
+
+
+@pytest.mark.parametrize("markup", ["<![foo[", "text <![foo[ more"])
+def test_markup_html_parser_cannot_read_is_a_clear_error_for_the_old_recipes(markup):
+    with pytest.raises(InvalidArgumentError, match="cannot be read"):
+        simhashdb.html_to_text(markup)
+    assert "text" not in markup or "text" in simhashdb.strip_html(markup).split()

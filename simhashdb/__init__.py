@@ -41,6 +41,7 @@ from .fingerprint import (
     normalize,
     resemblance,
     shingle,
+    strip_html,
     tokenize,
     unsigned_hash,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "num_differing_bits_many",
     "resemblance",
     "shingle",
+    "strip_html",
     "tokenize",
     "unsigned_hash",
 ]

@@ -1,0 +1,171 @@
+"""strip_html (recipe 3's HTML reader) against html_to_text (html.parser,
+recipes 1 and 2): the same words on any markup that closes what it opens,
+the documented difference on markup left open, and no error on any input."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import simhashdb
+from simhashdb import InvalidArgumentError
+from simhashdb.fingerprint import normalize, tokenize
+
+
+def words(text):
+    return tokenize(normalize(text))
+
+
+word = st.text(alphabet="abcXYZ019éß中", min_size=1, max_size=6)
+reference = st.sampled_from([
+    "&amp;", "&AMP;", "&lt;", "&gt;", "&eacute;", "&eacute", "&amp", "&ampx", "&nbsp;",
+    "&notin;", "&notit;", "&#65;", "&#65", "&#x42;", "&#X42;", "&#0;", "&#x110000;",
+    "&#xD800;", "&#99999999;", "&#x;", "&#", "&", "&bogus;", "&;"])
+loose = st.sampled_from([" ", "\n", " < ", "<3", "< ", ">", '"', "'", "=", "-->", "]]>",
+                         "/", "]>"])
+text = st.lists(st.one_of(word, reference, loose), max_size=8).map("".join)
+name = st.sampled_from(["p", "div", "a", "b", "br", "img", "span", "title", "h1", "li",
+                        "P", "DiV", "A", "x-y", "svg:rect", "scripts", "styled"])
+attr_name = st.sampled_from(["href", "class", "ALT", "data-x", "title"])
+quoted_value = st.text(alphabet="ab >/<=-!&;'", max_size=6)
+attribute = st.one_of(
+    attr_name,
+    st.tuples(attr_name, st.sampled_from(["=", " = "]), quoted_value).map(
+        lambda t: '%s%s"%s"' % t),
+    st.tuples(attr_name, quoted_value).map(lambda t: "%s='%s'" % (t[0], t[1].replace("'", '"'))),
+    st.tuples(attr_name, st.text(alphabet="ab1&;-.:", min_size=1, max_size=5)).map(
+        lambda t: "%s=%s " % t))
+
+
+@st.composite
+def start_tag(draw, tag=name, empty=True):
+    attributes = draw(st.lists(attribute, max_size=3))
+    closers = [">", " >", "\n>"] + ([" />"] + ([] if attributes else ["/>"])) * empty
+    closer = draw(st.sampled_from(closers))
+    return "<%s%s%s" % (draw(tag), "".join(" " + a for a in attributes), closer)
+
+
+def end_tag(tag):
+    return st.sampled_from(["</%s>", "</%s >", "</%s\n>", "</ %s>", "</%s x=1>"]).map(
+        lambda form: form % tag)
+
+
+comment = st.text(alphabet="ab <>-!/", max_size=8).filter(
+    lambda s: "--" not in s and not s.startswith((">", "->"))).map("<!--%s-->".__mod__)
+other_markup = st.one_of(
+    comment,
+    st.text(alphabet="ab <&", max_size=6).map("<![CDATA[%s]]>".__mod__),
+    st.sampled_from(["<!DOCTYPE html>", "<!doctype HTML PUBLIC 'x'>", '<?xml version="1.0"?>',
+                     "<!bogus comment>", "</>", "</ >", "</1>", "<![if x]>", "<![endif]>"]),
+    start_tag())
+
+
+@st.composite
+def raw_element(draw):
+    """A script or style element: its content is text, whatever it looks like."""
+    tag = draw(st.sampled_from(["script", "style", "SCRIPT", "Style"]))
+    content = draw(st.lists(st.sampled_from([
+        "x", "if (a<b) {}", "<p>", "</p>", "</scriptx>", "</styles>", "<!--", "-->", "'", '"',
+        " ", "&amp;"]), max_size=5))
+    closer = draw(st.sampled_from(["</%s>", "</%s >", "</%s\n>"])) % tag.lower()
+    return draw(start_tag(st.just(tag), empty=False)) + "".join(content) + closer
+
+
+@st.composite
+def element(draw, children):
+    tag = draw(name)
+    return draw(start_tag(st.just(tag))) + "".join(draw(children)) + draw(end_tag(tag))
+
+
+@st.composite
+def hidden_element(draw, children):
+    """template and noscript: markup inside, but none of their text is read."""
+    tag = draw(st.sampled_from(["template", "noscript", "TEMPLATE", "NoScript"]))
+    return draw(start_tag(st.just(tag))) + "".join(draw(children)) + draw(end_tag(tag))
+
+
+fragment = st.recursive(
+    st.one_of(text, other_markup, raw_element()),
+    lambda children: st.one_of(element(st.lists(children, max_size=4)),
+                               st.lists(children, max_size=4).map("".join)),
+    max_leaves=20)
+# a hidden element holds no other hidden element (html.parser counts them
+# all, strip_html skips to the first end tag of the same name)
+document = st.lists(st.one_of(fragment, hidden_element(st.lists(
+    st.one_of(text, other_markup, element(st.lists(text, max_size=3))), max_size=4))),
+    max_size=6).map("".join)
+
+
+@settings(max_examples=500)
+@given(document)
+def test_strip_html_reads_the_words_html_to_text_reads(markup):
+    assert words(simhashdb.strip_html(markup)) == words(simhashdb.html_to_text(markup))
+
+
+@pytest.mark.parametrize("markup, kept", [
+    ('<a title="x>y">z</a><B>w</b>', ["z", "w"]),           # '>' inside quotes
+    ("<p>a<b</p>c", ["a", "c"]),                             # '<b</p>' is one tag
+    ("x<1 y < z <", ["x", "1", "y", "z"]),                    # '<' in text
+    ("<SCRIPT type=x>p()</Script >q", ["q"]),                 # case of hidden elements
+    ("<script/>shown<style/>too", ["shown", "too"]),          # empty hidden elements
+    ("a<![CDATA[b]]>c<!DOCTYPE d><?e f?>g", ["a", "c", "g"]),
+    ("&#0;&#x110000;&#xD800;&bogus;&amp&ampx&lt;b&gt; &#65&#x42;é&eacute",
+     ["\ufffd\ufffd\ufffd", "bogus", "x", "b", "abéé"]),
+    ("<noscript><template>a</template>b</noscript>c", ["c"]),
+    ("<template>a</template x=1>b<noscript>c</noscript\n>d", ["b", "d"]),
+])
+def test_strip_html_on_malformed_markup_agrees_with_html_to_text(markup, kept):
+    assert words(simhashdb.strip_html(markup)) == kept == words(simhashdb.html_to_text(markup))
+
+
+@pytest.mark.parametrize("markup, kept, parser_kept", [
+    ("<script>a</script foo>b</script>c", ["b", "c"], ["c"]),  # an end tag with attributes
+    ("a<!-- b <i>c", ["a"], ["a", "b", "i", "c"]),           # an unclosed comment
+    ("a<!--> b", ["a"], ["a", "b"]),
+    ('a<p title="b>c', ["a"], ["a", "p", "title", "b", "c"]),  # an unclosed quoted value
+    ('<a b="c" "d>e', [], ["e"]),                             # a quote where a name goes
+    ("a <p", ["a"], ["a", "p"]),                              # an unclosed tag
+    ("a<script>b", ["a"], ["a"]),
+])
+def test_strip_html_reads_markup_as_browsers_where_html_parser_did_not(markup, kept, parser_kept):
+    """The differences, documented: markup left open runs to the end, and
+    ``</script foo>`` ends a script, as in browsers; html.parser shows some of
+    it as text (Python's security releases of 2025 bring html.parser closer
+    to browsers, so it may read these as strip_html does)."""
+    assert words(simhashdb.strip_html(markup)) == kept
+    assert words(simhashdb.html_to_text(markup)) in (parser_kept, kept)
+
+
+@given(st.one_of(st.text(max_size=200),
+                 st.lists(st.sampled_from(["<", ">", "</", "<!--", "-->", "<!", "<?", "'", '"',
+                                           "=", "&", "#", ";", "x", " ", "script", "/",
+                                           "]]>", "<![CDATA["]), max_size=40).map("".join)))
+def test_strip_html_reads_any_text(markup):
+    stripped = simhashdb.strip_html(markup)
+    assert isinstance(stripped, str)
+    assert simhashdb.strip_html(markup.encode("utf-8", "surrogatepass")) == simhashdb.strip_html(
+        markup.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+    if "<" not in markup and "&" not in markup:
+        assert stripped == markup
+
+
+def test_strip_html_rejects_what_is_not_text():
+    with pytest.raises(InvalidArgumentError):
+        simhashdb.strip_html(42)
+
+
+def test_recipe_3_reads_html_with_strip_html_and_older_recipes_with_html_to_text():
+    markup = "<p>one two</p><!-- three <b>four five"
+    assert simhashdb.fingerprint(markup, html=True) == simhashdb.fingerprint("one two")
+    for options in list(simhashdb.RECIPES.values())[:2]:
+        assert simhashdb.fingerprint(markup, html=True, **options) == simhashdb.fingerprint(
+            simhashdb.html_to_text(markup), **options) != simhashdb.fingerprint("one two",
+                                                                                **options)
+    fp, signature = simhashdb.fingerprint_with_signature(markup, html=True)
+    assert (fp, signature) == simhashdb.fingerprint_with_signature("one two")
+
+
+@pytest.mark.parametrize("markup", ["<![foo[", "text <![foo[ more"])
+def test_markup_html_parser_cannot_read_is_a_clear_error_for_the_old_recipes(markup):
+    with pytest.raises(InvalidArgumentError, match="cannot be read"):
+        simhashdb.html_to_text(markup)
+    assert "text" not in markup or "text" in simhashdb.strip_html(markup).split()

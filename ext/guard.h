@@ -14,7 +14,9 @@
 
 #define GUARD_FAULT (-30000)
 
-static __thread sigjmp_buf *guard_target = NULL;
+/* volatile: a store before an inlined call the compiler can see into (memcpy
+ * in g_copy) would otherwise be dropped as dead, leaving that call unguarded */
+static __thread sigjmp_buf *volatile guard_target = NULL;
 static __thread int guard_signal = 0;
 static struct sigaction guard_previous_segv, guard_previous_bus;
 

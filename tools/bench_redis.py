@@ -31,33 +31,9 @@ from simhashdb.layout import Layout
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from redis_cluster import LocalCluster  # noqa: E402
 
-K = 3
+from bench_db import K, corpus, probes  # the same corpus, probes and k as bench_db
+
 BATCH = 1_000_000  # a bulk load is fastest in large batches
-
-
-def corpus(n, rng):
-    fps = rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
-    planted = rng.choice(n, size=n // 10, replace=False)
-    sources = rng.integers(0, n, size=planted.size)
-    fps[planted] = flip_random_bits(fps[sources], rng.integers(1, 6, size=planted.size), rng)
-    return fps
-
-
-def flip_random_bits(values, counts, rng):
-    out = values.copy()
-    for i, count in enumerate(counts):
-        for bit in rng.choice(64, size=count, replace=False):
-            out[i] ^= np.uint64(1) << np.uint64(bit)
-    return out
-
-
-def probes(fps, q, rng):
-    near = flip_random_bits(fps[rng.integers(0, fps.size, size=q // 2)],
-                            rng.integers(0, K + 1, size=q // 2), rng)
-    far = rng.integers(0, 2**64, size=q - q // 2, dtype=np.uint64, endpoint=False)
-    out = np.concatenate([near, far])
-    rng.shuffle(out)
-    return out
 
 
 def used_memory(url):

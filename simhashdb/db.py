@@ -474,7 +474,11 @@ class DB:
 
     def __iter__(self) -> Iterator[Record]:
         """Records (not keys: a DB is a store of documents, as a table is of
-        rows) in key-encoding order, from one snapshot held until the loop ends."""
+        rows) in an order fixed by the backend: on LMDB in key-encoding order,
+        from one snapshot held until the loop ends; on Redis, which keeps no
+        snapshots, by a hash of the key, streamed in rounds that each see
+        whole batches (a record not written meanwhile comes once; one written
+        meanwhile may come or not)."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
                 yield _record(_unpack(key_bytes), value)
@@ -486,6 +490,8 @@ class DB:
 
         A generator over one snapshot: it streams pairs (it never holds them
         all), sees none of the writes made while it runs, and blocks no writer.
+        (Redis keeps no snapshots: there each of its reads sees whole batches,
+        but a batch written meanwhile may be seen by later reads only.)
         """
         d = self._scan_distance(distance)
         with self._storage.read() as view:
@@ -504,7 +510,8 @@ class DB:
 
     def clusters(self, distance: Optional[int] = None) -> Iterator[list[Key]]:
         """Connected components of the match graph over documents: lists of keys
-        whose fingerprints link within ``distance`` bits, from one snapshot.
+        whose fingerprints link within ``distance`` bits, from one snapshot
+        (on Redis, reads that each see whole batches, as :meth:`find_all`).
         Each cluster is sorted by key; clusters come in fingerprint order."""
         d = self._scan_distance(distance)
         with self._storage.read() as view:
@@ -545,7 +552,9 @@ class DB:
         }, **info)
 
     def check(self) -> list[str]:
-        """Verify that the index and every table agree with the documents.
+        """Verify that the index and every table agree with the documents
+        (on Redis, check a database no one writes to meanwhile: its reads
+        each see whole batches, but not all the same ones).
 
         :returns: a list of the disagreements found, empty for a sound database.
         """

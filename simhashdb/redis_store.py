@@ -42,6 +42,7 @@ import bisect
 import collections
 import contextlib
 import gc
+import heapq
 import os
 import struct
 import sys
@@ -59,6 +60,8 @@ from .storage import Storage, Txn, View, is_url, value_fingerprint
 
 SLOTS = 16384
 ROUND_BYTES = 4 << 20  # about the most one round sends to a node
+ROUND_FIELDS = 8192  # about the most hash fields one round of an iteration reads
+ROUND_SHARDS = 4096  # the most hashes one round of an iteration reads
 SCRIPT_BYTES = 64 << 10  # about the most one script call takes: a node that runs a
 # script answers nothing else, and the cluster fails a node silent for its node timeout
 DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None}
@@ -514,10 +517,19 @@ class RedisStorage(Storage):
         return self._table_keys[table] + b"%0*x" % (self._bits // 4, perm >> (64 - self._bits))
 
     def _doc_shard(self, key):
-        return self._name + b":d:%x" % (binascii.crc32(key) >> (32 - self._shard_bits))
+        return self._doc_hash(self._doc_shard_number(key))
+
+    def _doc_shard_number(self, key):
+        return binascii.crc32(key) >> (32 - self._shard_bits)
+
+    def _doc_hash(self, shard):
+        return self._name + b":d:%x" % shard
 
     def _fp_shard(self, fp):
-        return self._name + b":f:%x" % (fp >> (64 - self._shard_bits))
+        return self._fp_hash(fp >> (64 - self._shard_bits))
+
+    def _fp_hash(self, shard):
+        return self._name + b":f:%x" % shard
 
     def _scan(self, pattern):
         """Every key of the database matching the glob ``pattern`` (after ``N:``)."""
@@ -535,12 +547,48 @@ class RedisStorage(Storage):
                     break
         return found
 
-    def _hashes(self, keys):
-        """{field: value} of every hash ``keys``, read in one round."""
-        out = {}
-        for fields in self._run([(key, ("HGETALL", key)) for key in keys]):
-            out.update(zip(fields[::2], fields[1::2]))
-        return out
+    def _shards(self, kind, first, whole_batches):
+        """(shard, [(field, value)] sorted) of the hashes of ``kind`` (b"d":
+        documents, b"f": the fingerprint index) from shard ``first`` on, in
+        shard order, a group of hashes a round. A round sees whole batches
+        where ``whole_batches`` (else it runs under the write lock); batches
+        may land between rounds. The group starts at one hash and doubles
+        while a round reads under ROUND_FIELDS fields, so memory stays bounded
+        and a reader that stops early (an expire batch) read about twice what
+        it used."""
+        hash_of = self._doc_hash if kind == b"d" else self._fp_hash
+        shards = self._shard_numbers(kind, first)
+        at, group = 0, 1
+        while at < len(shards):
+            numbers = shards[at:at + group]
+            keys = [hash_of(s) for s in numbers]
+
+            def read():
+                return self._run([(key, ("HGETALL", key)) for key in keys])
+            replies = (self._consistent(lambda epoch: read()) if whole_batches
+                       else self._retrying(read))
+            fields = 0
+            for shard, reply in zip(numbers, replies):
+                fields += len(reply) // 2
+                yield shard, sorted(zip(reply[::2], reply[1::2]))
+            at += len(keys)
+            group = max(1, min(2 * group, ROUND_SHARDS,
+                               ROUND_FIELDS * len(keys) // max(1, fields)))
+
+    def _shard_numbers(self, kind, first):
+        """The shards of ``kind`` from ``first`` on worth reading: all of them
+        where the database fills an eighth of them or more, else (a walk
+        would read mostly empty hashes) those whose hash exists, found by a
+        SCAN of the database's keys."""
+        shards = 1 << self._shard_bits
+        population = self._retrying(
+            lambda: self._meta("GET", self._count if kind == b"d" else self._distinct))
+        if 8 * int(population or 0) >= shards:
+            return range(first, shards)
+        start = len(self._name) + 3
+        found = array("I", sorted({int(key[start:], 16) for key in
+                                   self._retrying(lambda: self._scan(kind + b":*"))}))
+        return found[bisect.bisect_left(found, first):]
 
     # Reads
 
@@ -640,12 +688,21 @@ class RedisStorage(Storage):
         return {name: value for fields, values in zip(by_hash.values(), replies)
                 for (name, _), value in zip(fields, values)}
 
-    def _documents(self):
-        return sorted(self._hashes(self._scan(b"d:*")).items())
+    def _documents(self, after, whole_batches=True):
+        """(shard, key, value) of the documents after ``after`` (None: all) in
+        the order (shard, key), streamed by :meth:`_shards`."""
+        first = 0 if after is None else self._doc_shard_number(after)
+        for shard, docs in self._shards(b"d", first, whole_batches):
+            for key, value in docs:
+                if after is None or shard > first or key > after:
+                    yield shard, key, value
 
-    def _fingerprint_groups(self):
-        return sorted((int.from_bytes(fp, "big"), _split_keys(keys))
-                      for fp, keys in self._hashes(self._scan(b"f:*")).items())
+    def _fingerprint_groups(self, whole_batches=True):
+        """(fingerprint, [keys]) of every fingerprint in order (a fingerprint's
+        shard is its leading bits), streamed by :meth:`_shards`."""
+        for _, fps in self._shards(b"f", 0, whole_batches):
+            for fp, keys in fps:
+                yield int.from_bytes(fp, "big"), _split_keys(keys)
 
     def _table_fingerprints(self, table, epoch=None):
         """The fingerprints of ``table`` in table order; the keys of every table
@@ -912,11 +969,6 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _after(items, after):
-    """The (key, value) ``items`` (sorted) whose key is after ``after`` (None: all)."""
-    return items if after is None else items[bisect.bisect_right(items, (after, b"\xff" * 600)):]
-
-
 def _offset(reply, start):
     """A SCAN reply with its range numbers counted from ``start``."""
     for r in range(0, len(reply), 2):
@@ -971,10 +1023,15 @@ class RedisView(View):
         return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
 
     def documents(self, after=None):
-        return iter(_after(self._read(self._storage._documents), after))
+        """In the order (shard, key), a shard being a CRC of the key: each round
+        of a few thousand documents sees whole batches, but batches may land
+        between rounds (Redis keeps no snapshots): a document not changed
+        meanwhile comes once, one written meanwhile may come or not."""
+        return (doc[1:] for doc in self._storage._documents(after))
 
     def fingerprint_groups(self):
-        return iter(self._read(self._storage._fingerprint_groups))
+        """In fingerprint order, each round seeing whole batches (as :meth:`documents`)."""
+        return self._storage._fingerprint_groups()
 
     def search(self, probes, distance):
         return self._storage.search(probes, distance)
@@ -1052,14 +1109,21 @@ class RedisTxn(RedisView, Txn):
         return list(self._fps[fingerprint])
 
     def documents(self, after=None):
-        docs = dict(self._storage._documents())
-        docs.update(self._docs)
-        return iter(_after(sorted((k, v) for k, v in docs.items() if v is not None), after))
+        """The committed documents streamed with this batch's changes merged in."""
+        storage = self._storage
+        start = None if after is None else (storage._doc_shard_number(after), after)
+        own = sorted((storage._doc_shard_number(key), key, value)
+                     for key, value in self._docs.items() if value is not None)
+        own = [doc for doc in own if start is None or doc[:2] > start]
+        committed = (doc for doc in storage._documents(after, False) if doc[1] not in self._docs)
+        return (doc[1:] for doc in heapq.merge(committed, own))
 
     def fingerprint_groups(self):
-        groups = dict(self._storage._fingerprint_groups())
-        groups.update(self._fps)
-        return iter(sorted((fp, keys) for fp, keys in groups.items() if keys))
+        """The committed groups streamed with this batch's changes merged in."""
+        own = sorted((fp, keys) for fp, keys in self._fps.items() if keys)
+        committed = (group for group in self._storage._fingerprint_groups(False)
+                     if group[0] not in self._fps)
+        return heapq.merge(committed, own)
 
     def table_fingerprints(self, table):
         present = set(self._storage._table_fingerprints(table))

@@ -24,7 +24,8 @@ from .errors import DatabaseError, InvalidArgumentError
 
 
 class View:
-    """Reads over one consistent snapshot."""
+    """Reads over one consistent snapshot (LMDB); a backend without snapshots
+    (Redis) says what each read sees."""
 
     def params(self):
         """The stored parameters (bytes), or None for a new database."""
@@ -43,8 +44,10 @@ class View:
         raise NotImplementedError
 
     def documents(self, after=None):
-        """Every (key, value) in key order, from the first key after ``after``
-        (from the first: None)."""
+        """Every (key, value), streamed in an order fixed by the backend (LMDB:
+        key order; Redis: see :meth:`RedisView.documents`), from the first
+        after key ``after`` in that order (from the first: None); ``after``
+        need not be stored."""
         raise NotImplementedError
 
     def keys_of(self, fingerprint):

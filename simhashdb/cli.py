@@ -191,10 +191,11 @@ def cmd_expire(args):
 def cmd_compact(args):
     """Rewrite the database without the space freed by deletes."""
     with _open(args.path, args) as db:
-        before = db.stats()["disk_bytes"]
+        before = db.stats()
         with _working(args, "compact"):
             db.compact()
-        _emit({"disk_bytes_before": before, "disk_bytes_after": db.stats()["disk_bytes"]})
+        size = "disk_bytes" if "disk_bytes" in before else "memory_bytes"
+        _emit({size + "_before": before[size], size + "_after": db.stats()[size]})
 
 
 def cmd_check(args):

@@ -532,10 +532,13 @@ class DB:
                 yield _sorted_keys([k for i in group for k in view.keys_of(values[i])])
 
     def stats(self) -> dict:
-        """Counts, parameters and sizes of the database."""
+        """Counts, parameters and sizes of the database: ``disk_bytes`` (its
+        files, on LMDB) or ``memory_bytes`` (its RAM on the primaries, on
+        Redis), and ``bytes_per_fingerprint_per_table`` of whichever it is."""
         with self._storage.read() as view:
             count, distinct = view.count(), view.distinct()
         info = self._storage.info()
+        size = info["disk_bytes"] if "disk_bytes" in info else info["memory_bytes"]
         tables = self._layout.tables
         return dict({
             "path": self.path,
@@ -548,7 +551,7 @@ class DB:
             "format": FORMAT_VERSION,
             "recipe": self.recipe,
             "bytes_per_fingerprint_per_table":
-                info["disk_bytes"] / (distinct * tables) if distinct else 0.0,
+                size / (distinct * tables) if distinct else 0.0,
         }, **info)
 
     def check(self) -> list[str]:

@@ -935,8 +935,9 @@ class RedisStorage(Storage):
         self._check_usable()
 
     def info(self):
-        """Backend facts; ``disk_bytes`` is what the database's keys take in RAM
-        on the primaries (their MEMORY USAGE)."""
+        """Backend facts; ``memory_bytes`` is what the database's keys take in
+        RAM on the primaries (their MEMORY USAGE; Redis keeps nothing of it on
+        disk but for its own snapshots, if configured)."""
         self._check_usable()
 
         def memory():
@@ -945,7 +946,7 @@ class RedisStorage(Storage):
             usage = self._run([(key, ("MEMORY", "USAGE", key, "SAMPLES", "0")) for key in keys])
             return sum(m or 0 for m in usage), sum(m is not None for m in usage)
         memory_bytes, keys = self._retrying(memory)
-        return {"backend": self.backend, "disk_bytes": memory_bytes, "keys": keys,
+        return {"backend": self.backend, "memory_bytes": memory_bytes, "keys": keys,
                 "primaries": len(self._nodes.primaries()), "bucket_bits": self._bits,
                 "replicas": self._replicas}
 

@@ -130,8 +130,9 @@ class Storage:
         raise NotImplementedError
 
     def info(self):
-        """A dict of backend facts for :meth:`DB.stats` (``backend``, ``disk_bytes``:
-        the bytes the database takes where the backend keeps it...)."""
+        """A dict of backend facts for :meth:`DB.stats`: ``backend``, the bytes
+        the database takes where the backend keeps it (``disk_bytes``: its
+        files, or ``memory_bytes``: its RAM on the servers), and more."""
         raise NotImplementedError
 
     def close(self):

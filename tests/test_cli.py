@@ -70,6 +70,19 @@ def test_dec_import_query_get_delete(tmp_path, capsys):
 
 
 @storage
+def test_compact_reports_the_size_where_the_backend_keeps_it(tmp_path, capsys, backend):
+    db = tmp_path / "x.db"
+    with simhashdb.DB(str(db)) as handle:
+        handle.insert_many((i, i * 7919) for i in range(500))
+    code, out, err = run(capsys, "compact", db)
+    size = "memory_bytes" if backend == "redis" else "disk_bytes"  # Redis: RAM
+    assert code == 0 and err == "" and set(out[0]) == {size + "_before", size + "_after"}
+    assert 0 < out[0][size + "_after"] <= out[0][size + "_before"]
+    stats = run(capsys, "stats", db)[1][0]
+    assert stats[size] > 0 and stats["bytes_per_fingerprint_per_table"] > 0
+
+
+@storage
 def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
     db = tmp_path / "x.db"
     code, out, _ = run(capsys, "import", db, "--format", "hex", "--key-prefix", "h",

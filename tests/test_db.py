@@ -277,9 +277,14 @@ def test_stats(db):
     assert stats["count"] == 3 and stats["distinct_fingerprints"] == 2
     assert stats["tables"] == 10 and stats["blocks"] == 5 and stats["distance"] == 3
     if db.backend == "redis":  # the RAM of its keys: documents, index, 10 tables, parameters
-        assert stats["keys"] >= 3 + 10 + 1 and 50 < stats["disk_bytes"] / stats["keys"] < 300
+        assert "disk_bytes" not in stats
+        assert stats["keys"] >= 3 + 10 + 1 and 50 < stats["memory_bytes"] / stats["keys"] < 300
+        size = stats["memory_bytes"]
     else:
+        assert "memory_bytes" not in stats
         assert stats["disk_bytes"] >= os.path.getsize(os.path.join(db.path, "data.mdb")) > 0
+        size = stats["disk_bytes"]
+    assert stats["bytes_per_fingerprint_per_table"] == size / (2 * 10)
 
 
 @pytest.mark.lmdb_only

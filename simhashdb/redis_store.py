@@ -9,8 +9,8 @@ the primaries have replicas, else 0; a primary that a failover left without
 any replica writes alone until one is back), ``retry`` (seconds to retry
 through a failover before DatabaseError, default 20), ``lease`` (seconds a
 dead writer's lock lives, default 10), ``timeout`` (socket timeout, default
-10). With
-``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
+10), ``ca`` (a PEM file of the CA certificates that signed a rediss://
+server's, default the system's). With ``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
 ``$SIMHASHDB_REDIS_URL``.
 
 Keys of database N (a table's bucket holds the fingerprints whose permuted
@@ -44,6 +44,7 @@ import contextlib
 import gc
 import heapq
 import os
+import ssl
 import struct
 import sys
 import threading
@@ -64,7 +65,7 @@ ROUND_FIELDS = 8192  # about the most hash fields one round of an iteration read
 ROUND_SHARDS = 4096  # the most hashes one round of an iteration reads
 SCRIPT_BYTES = 64 << 10  # about the most one script call takes: a node that runs a
 # script answers nothing else, and the cluster fails a node silent for its node timeout
-DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None}
+DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None, "ca": None}
 
 # Entries are compared as two numbers (Lua's are doubles): the first W - 4
 # bytes and the last 4.
@@ -223,6 +224,17 @@ return 0
 _RETRYABLE_MESSAGES = ("NOREPLICAS", "non local key", "cluster is down", "CLUSTERDOWN")
 
 
+def _ca_file(path, scheme, url):
+    """The ``ca`` option of ``url``: a readable file of CA certificates, for rediss://."""
+    if scheme != "rediss":
+        raise InvalidArgumentError("option ca= names the CA certificates of a TLS server, "
+                                   "which a rediss:// URL reaches; got %s" % url)
+    if not os.access(path, os.R_OK) or os.path.isdir(path):
+        raise InvalidArgumentError("option ca=%s in %s: no such readable file of CA "
+                                   "certificates (PEM)" % (path, url))
+    return path
+
+
 def redis_url(path):
     """The URL of ``path``: itself if a redis:// or rediss:// URL, else the
     database ``path`` on the server of ``$SIMHASHDB_REDIS_URL``."""
@@ -263,7 +275,15 @@ class _Nodes:
         client = self.client((host, port))
         try:
             self.cluster = bool(client.info("cluster").get("cluster_enabled"))
+        except redis.AuthenticationError as exc:
+            raise DatabaseError("Redis at %s:%d refused the login (%s): give its user and "
+                                "password in the URL, redis://user:password@host:port/name"
+                                % (host, port, exc)) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if isinstance(exc.__context__, ssl.SSLCertVerificationError):
+                raise DatabaseError("Redis at %s:%d has a certificate that no CA known here "
+                                    "signed (%s): name its CA's certificates with "
+                                    "?ca=/path/to/ca.pem" % (host, port, exc.__context__)) from None
             raise _Unavailable(exc) from None
         except redis.RedisError as exc:
             raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
@@ -397,6 +417,9 @@ class RedisStorage(Storage):
             if key not in options:
                 raise InvalidArgumentError("unknown option %r in %s (known: %s)"
                                            % (key, url, ", ".join(sorted(DEFAULTS))))
+            if key == "ca":
+                options[key] = _ca_file(values[-1], parts.scheme, url)
+                continue
             try:
                 options[key] = int(values[-1]) if key == "replicas" else float(values[-1])
             except ValueError:
@@ -426,6 +449,8 @@ class RedisStorage(Storage):
                       "username": urllib.parse.unquote(parts.username or "") or None,
                       "password": urllib.parse.unquote(parts.password or "") or None,
                       "ssl": parts.scheme == "rediss"}
+        if options["ca"]:
+            connection["ssl_ca_certs"] = options["ca"]
         self._nodes = self._retrying(lambda: _Nodes(host, port, connection), "connect to")
         self._replicas = options["replicas"]
         if self._replicas is None:

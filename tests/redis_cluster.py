@@ -54,6 +54,32 @@ def _die_with_parent():
         pass
 
 
+def start_server(directory, *options, tls=False):
+    """A single (non-cluster) redis-server on a free loopback port, with
+    ``options`` (e.g. "--requirepass", "pw"), listening for TLS only where
+    ``tls`` (its certificate files among ``options``): (port, process), once
+    it accepts connections; RuntimeError with what it said if it does not
+    start. It ends with the process that started it."""
+    for _ in range(5):  # a port taken since it was found free: another one
+        port = free_ports(1)[0]
+        ports = ["--port", "0", "--tls-port", str(port)] if tls else ["--port", str(port)]
+        process = subprocess.Popen(
+            ["redis-server", *ports, "--bind", "127.0.0.1", "--dir", str(directory),
+             "--save", "", "--appendonly", "no", "--logfile", "redis.log", *options],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 20
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return port, process
+            except OSError:
+                time.sleep(0.05)
+        if process.poll() is None:
+            process.kill()
+        said = process.communicate()[0].decode(errors="replace")
+    raise RuntimeError("redis-server %s did not start: %s" % (" ".join(options), said))
+
+
 class LocalCluster:
     """Start with :meth:`start`, end with :meth:`stop`; ``url`` names a node."""
 

@@ -564,16 +564,19 @@ class DB:
         problems = []
         with self._storage.read() as view:
             docs = 0
-            for key_bytes, value in view.documents():
-                docs += 1
-                try:
-                    fp = _unpack(value)[0]
-                except (ValueError, TypeError, IndexError, msgpack.UnpackException):
-                    problems.append("document %r has a damaged record" % (key_bytes,))
-                    continue
-                if key_bytes not in view.keys_of(fp):
-                    problems.append("document %r (fingerprint %d) is missing from the "
-                                    "fingerprint index" % (_unpack(key_bytes), fp))
+            for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
+                docs += len(chunk)
+                fps = {}
+                for key_bytes, value in chunk:
+                    try:
+                        fps[key_bytes] = _unpack(value)[0]
+                    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                        problems.append("document %r has a damaged record" % (key_bytes,))
+                indexed = view.keys_of_many(set(fps.values()))
+                for key_bytes, fp in fps.items():
+                    if key_bytes not in indexed[fp]:
+                        problems.append("document %r (fingerprint %d) is missing from the "
+                                        "fingerprint index" % (_unpack(key_bytes), fp))
             distinct, indexed = array("Q"), 0
             for fp, keys in view.fingerprint_groups():
                 distinct.append(fp)

@@ -1048,6 +1048,10 @@ class RedisView(View):
     def keys_of(self, fingerprint):
         return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
 
+    def keys_of_many(self, fingerprints):
+        """In one round (seeing whole batches)."""
+        return self._read(lambda: self._storage._keys_of(fingerprints))
+
     def documents(self, after=None):
         """In the order (shard, key), a shard being a CRC of the key: each round
         of a few thousand documents sees whole batches, but batches may land
@@ -1133,6 +1137,10 @@ class RedisTxn(RedisView, Txn):
     def keys_of(self, fingerprint):
         self._load([], [fingerprint])
         return list(self._fps[fingerprint])
+
+    def keys_of_many(self, fingerprints):
+        self._load([], fingerprints)
+        return {fp: list(self._fps[fp]) for fp in fingerprints}
 
     def documents(self, after=None):
         """The committed documents streamed with this batch's changes merged in."""

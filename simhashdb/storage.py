@@ -54,6 +54,10 @@ class View:
         """The keys of the documents whose fingerprint is ``fingerprint``, in order."""
         raise NotImplementedError
 
+    def keys_of_many(self, fingerprints):
+        """{fingerprint: :meth:`keys_of` it} of each of ``fingerprints``."""
+        return {fp: self.keys_of(fp) for fp in fingerprints}
+
     def fingerprint_groups(self):
         """(fingerprint, [keys]) for each distinct fingerprint, in fingerprint order."""
         raise NotImplementedError

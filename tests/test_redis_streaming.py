@@ -126,6 +126,8 @@ def test_a_batch_iterates_its_own_changes_in_the_backends_order(redis_names):
             middle = sorted(storage._doc_shard_number(encode(k)) for k in range(200))[100]
             after = b"\x00" if middle == 0 else next(
                 encode(k) for k in range(200) if storage._doc_shard_number(encode(k)) == middle)
+            assert txn.keys_of_many([1 << 40, 7 * 7919, 8 * 7919]) == \
+                {1 << 40: [encode(7)], 7 * 7919: [], 8 * 7919: [encode(8)]}
             return (list(txn.documents()), list(txn.documents(after)),
                     list(txn.fingerprint_groups()), after)
         docs, tail, groups, after = storage.write(body)
@@ -140,3 +142,23 @@ def test_a_batch_iterates_its_own_changes_in_the_backends_order(redis_names):
         assert tail == [d for d, o in zip(docs, order) if o > start] and 0 < len(tail) < len(docs)
         assert [(fp, len(ks)) for fp, ks in groups] == sorted(
             collections.Counter(expected.values()).items())
+
+
+def test_check_reads_the_index_a_chunk_of_documents_at_a_time(redis_names, monkeypatch):
+    docs = planted(3000, 5)
+    with DB(redis_names.url + "/checked", distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+        rounds = []
+        send = db._storage._nodes.round
+        monkeypatch.setattr(db._storage._nodes, "round",
+                            lambda requests: rounds.append(requests) or send(requests))
+        assert db.check() == []
+        assert len(rounds) < len(docs) / 2  # not a round (or three) per document
+        encoded = msgpack.packb(17)
+        shard = db._storage._fp_shard(docs[17])
+        db._storage._run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
+        problems = db.check()
+        assert any("document 17 " in p and "missing from the fingerprint index" in p
+                   for p in problems), problems
+        with db._storage.read() as view:
+            assert encoded not in view.keys_of_many([docs[17]])[docs[17]]

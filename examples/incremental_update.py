@@ -64,11 +64,12 @@ def main():
             if round_number:
                 change(root, rng, texts, round_number)
             print("round %d: %s, %d documents" % (round_number, sync(db, root), len(db)))
-        before = db.stats()["disk_bytes"]
+        size = "disk_bytes" if "disk_bytes" in db.stats() else "memory_bytes"  # Redis: RAM
+        before = db.stats()[size]
         db.compact()
         problems = db.check()
         print("compacted %d -> %d bytes; check: %s"
-              % (before, db.stats()["disk_bytes"], problems or "no problems"))
+              % (before, db.stats()[size], problems or "no problems"))
         in_sync = sync(db, root) == {"added": 0, "edited": 0, "removed": 0}
         print("database matches the corpus:", in_sync)
         if problems or not in_sync:

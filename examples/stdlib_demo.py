@@ -47,9 +47,11 @@ def main():
             for match in others[:4]:
                 print("      %d bits  %s" % (match.distance, match.key))
         stats = db.stats()
-        print("%d documents, %d tables (blocks=%d, distance=%d), %.1f MB on disk"
+        on_disk = "disk_bytes" in stats  # else Redis: the RAM of its keys
+        print("%d documents, %d tables (blocks=%d, distance=%d), %.1f MB %s"
               % (stats["count"], stats["tables"], stats["blocks"], stats["distance"],
-                 stats["disk_bytes"] / 1e6))
+                 stats["disk_bytes" if on_disk else "memory_bytes"] / 1e6,
+                 "on disk" if on_disk else "of RAM"))
 
 
 if __name__ == "__main__":

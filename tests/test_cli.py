@@ -88,7 +88,7 @@ def test_key_prefix_and_hex(tmp_path, capsys, monkeypatch):
     code, out, _ = run(capsys, "import", db, "--format", "hex", "--key-prefix", "h",
                        stdin="ff\n0x10\n", monkeypatch=monkeypatch)
     assert code == 0
-    assert [r["key"] for r in run(capsys, "export", db)[1][1:]] == ["h1", "h2"]
+    assert sorted(r["key"] for r in run(capsys, "export", db)[1][1:]) == ["h1", "h2"]
     assert run(capsys, "get", db, "h2")[1][0]["fingerprint"] == 16
 
 

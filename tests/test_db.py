@@ -443,7 +443,8 @@ def test_db_reads_like_a_mapping(db):
     assert str(missing.value) == "no document with key 'zz'"
     with pytest.raises(simhashdb.InvalidKeyError):
         db[1.5]
-    assert [r.key for r in db] == [2, "a"]  # iteration gives Records, documented
+    keys = [r.key for r in db]  # iteration gives Records, documented; on LMDB in key order
+    assert (keys if db.backend != "redis" else sorted(keys, key=str)) == [2, "a"]
 
 
 def test_version_and_type_information_ship_with_the_package():

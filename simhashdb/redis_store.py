@@ -264,9 +264,11 @@ if redis.call('DEL', KEYS[2]) == 1 then
 end
 return 1
 """
-# KEYS: lock; ARGV: token.
+# KEYS: any of lock, queued, hold; ARGV: token. Deletes those the token holds.
 RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
+end
 return 0
 """
 
@@ -821,9 +823,12 @@ class RedisStorage(Storage):
         finally:
             self._release(token)
 
-    def _release(self, token, lock=None):
+    def _release(self, token, *keys):
+        """Delete those of ``keys`` (default: the lock and the queue) that
+        ``token`` holds."""
+        keys = keys or (self._lock, self._queued)
         try:
-            self._meta("EVAL", RELEASE, 1, lock or self._lock, token)
+            self._meta("EVAL", RELEASE, len(keys), *keys, token)
         except (_Unavailable, DatabaseError):
             pass  # its lease ends it
 

@@ -209,6 +209,81 @@ def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_
             assert as_tuples(other.query(probe)) == brute_force(docs, probe, 3)
 
 
+def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
+    """A writer landing batch after batch would starve a reader that retries
+    whenever a batch lands under it; after three tries the reader holds new
+    batches back, reads, and lets them go."""
+    url = redis_names.url + "/starved"
+    with DB(url, distance=3, blocks=5) as reader, DB(url) as writer:
+        seeds = {"seed%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(50)}
+        reader.insert_many(seeds.items())
+        search = reader._storage._search
+
+        def slow_search(probes, distance):
+            time.sleep(0.3)  # far longer than a batch
+            return search(probes, distance)
+        reader._storage._search = slow_search
+        stop, landed = threading.Event(), []
+
+        def write():
+            while not stop.is_set():
+                writer.insert("w%d" % len(landed), random.getrandbits(64))
+                landed.append(1)
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            while len(landed) < 3:
+                time.sleep(0.01)
+            probes, answers = list(seeds.values()), []
+            query = threading.Thread(target=lambda: answers.extend(reader.query_many(probes)),
+                                     daemon=True)
+            query.start()
+            query.join(30)
+            assert answers, "the reader starved"
+            everything = {r.key: r.fingerprint for r in writer}
+            assert [sorted(m.key for m in ms) for ms in answers] == [
+                sorted(k for k, _, _ in brute_force(everything, p, 3)) for p in probes]
+            before = len(landed)
+            time.sleep(0.5)
+            assert len(landed) > before  # the writer was let go again
+        finally:
+            stop.set()
+            thread.join(30)
+
+
+BUSY_WRITER = """
+import random, sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+print("open", flush=True)
+i = 0
+while True:
+    db.insert("busy%d" % i, random.getrandbits(64))
+    i += 1
+"""
+
+
+def test_a_writer_in_a_loop_cannot_keep_the_lock_from_another(redis_names):
+    """A writer releasing the lock and asking again at once would win nearly
+    every time against one polling for it (without the queue the busy writer
+    got no turn at all while this one wrote 20 batches); a waiting writer
+    queues for the next turn instead, so the two take turns."""
+    url = redis_names.url + "/turns"
+    with DB(url, distance=3, blocks=5) as db:
+        busy = spawn(BUSY_WRITER, url)
+        try:
+            assert busy.stdout.readline().strip() == "open"
+            while len(db) < 20:
+                time.sleep(0.01)
+            before = len(db)
+            for i in range(20):
+                db.insert("other%d" % i, random.getrandbits(64))
+            busy_turns = len(db) - before - 20
+        finally:
+            busy.kill()
+            busy.wait()
+        assert 5 <= busy_turns <= 2 * 20  # about one busy turn between two of ours
+        assert sum(r.key.startswith("other") for r in db) == 20
+
 FAILOVER_WRITER = """
 import sys, simhashdb
 db = simhashdb.DB(sys.argv[1])

@@ -148,8 +148,12 @@ return 1
 """
 
 # ARGV[3]: ranges of key, first entry, last entry. Returns {range number,
-# entries, ...} for the ranges that hold entries (numbered from 1).
+# entries, ...} for the ranges that hold entries (numbered from 1): those of
+# the range, or all of a bucket of at most WHOLE (the client checks each
+# entry's distance anyway, and searching a small bucket costs more than
+# sending it).
 SCAN = "#!lua flags=allow-cross-slot-keys,no-writes\n" + _LUA_COMMON + """
+local WHOLE = 32
 local out, last, s, n = {}, nil, '', 0
 local size = KL + 2 * W
 for r = 0, #blob / size - 1 do
@@ -159,7 +163,10 @@ for r = 0, #blob / size - 1 do
     s, last = redis.call('GET', key) or '', key
     n = #s / W
   end
-  if n > 0 then
+  if n > 0 and n <= WHOLE then
+    out[#out + 1] = r + 1
+    out[#out + 1] = s
+  elseif n > 0 then
     local a, b = struct.unpack(fmt, blob, pos + KL)
     local i = lower_bound(s, n, a, b, 0)
     local ha, hb = struct.unpack(fmt, blob, pos + KL + W)
@@ -273,8 +280,8 @@ class _Nodes:
         except redis.RedisError as exc:
             raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
         self.owners = [(host, port)] * SLOTS
-        self.addresses = [(host, port)]  # the primaries, and the index of each slot's
-        self.slot_nodes = array("H", [0]) * SLOTS  # in them (for native code)
+        self.addresses = [(host, port)]  # the primaries
+        self.slot_nodes = array("H", [0]) * SLOTS  # the index in addresses of each slot's
         self.replicas = 0
         self.refresh()
 
@@ -328,7 +335,7 @@ class _Nodes:
         return self.addresses[self.slot_nodes[_ext.key_slot(key)]]
 
     def primaries(self):
-        return sorted(set(self.owners)) if self.cluster else [self._seeds[0]]
+        return list(self.addresses)
 
     def round(self, requests):
         """Send each node its commands (lists of args) at once, then read every

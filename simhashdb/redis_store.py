@@ -91,23 +91,21 @@ while pos <= #blob do
   local adds = pos + KL + 8
   local dels = adds + nadd * W
   pos = dels + ndel * W
-  -- adds without deletes into an empty bucket, or all after its last entry:
-  -- written at once, not entry by entry
-  local done = false
-  if ndel == 0 and nadd > 0 then
-    local added = string.sub(blob, adds, dels - 1)
-    done = redis.call('SET', key, added, 'NX')
-    if not done then
-      local size = redis.call('STRLEN', key)
-      local x, y = struct.unpack(fmt, redis.call('GETRANGE', key, size - W, size - 1))
-      local a, b = struct.unpack(fmt, blob, adds)
-      done = (x < a or (x == a and y < b)) and redis.call('APPEND', key, added)
-    end
-  end
-  local s = done and '' or redis.call('GET', key) or ''
+  -- adds without deletes into an empty bucket, or all after its last entry,
+  -- are written at once, not entry by entry
+  local fresh = ndel == 0 and redis.call('SET', key, string.sub(blob, adds, dels - 1), 'NX')
+  local s = fresh and '' or redis.call('GET', key) or ''
   local n = #s / W
   local pieces, copied, at, i, j = {}, 0, 0, 0, 0
-  if done then i = nadd end
+  if fresh then
+    i = nadd
+  elseif ndel == 0 and n > 0 then
+    local x, y = struct.unpack(fmt, s, (n - 1) * W + 1)
+    local a, b = struct.unpack(fmt, blob, adds)
+    if x < a or (x == a and y < b) then
+      pieces[1], pieces[2], copied, i = s, string.sub(blob, adds, dels - 1), n, nadd
+    end
+  end
   while i < nadd or j < ndel do
     local off, adding
     if j >= ndel then

@@ -48,12 +48,15 @@ def key_slot(const unsigned char[::1] key):
 
 cdef class RecordBuffer:
     """A node's records, cut into blobs of ``limit`` bytes or ``per_blob``
-    records (the one that ends a blob may pass ``limit``)."""
+    records (the one that ends a blob may pass ``limit``); with ``slots``, each
+    blob is a (blob, [slot of its records' keys, ...]) pair."""
     cdef unsigned char* data
     cdef Py_ssize_t size, capacity, limit, records, per_blob
     cdef list blobs
+    cdef list slots  # of the blob being filled (None: not tracked)
+    cdef long last_slot
 
-    def __cinit__(self, Py_ssize_t limit, Py_ssize_t per_blob):
+    def __cinit__(self, Py_ssize_t limit, Py_ssize_t per_blob, bint slots=False):
         self.capacity = 4096
         self.data = <unsigned char*>malloc(self.capacity)
         if self.data == NULL:
@@ -61,6 +64,8 @@ cdef class RecordBuffer:
         self.size = self.records = 0
         self.limit, self.per_blob = limit, per_blob
         self.blobs = []
+        self.slots = [] if slots else None
+        self.last_slot = -1
 
     def __dealloc__(self):
         free(self.data)
@@ -77,7 +82,11 @@ cdef class RecordBuffer:
         self.size += more
         return self.data + self.size - more
 
-    cdef int end_record(self) except -1:
+    cdef int end_record(self, long slot) except -1:
+        """A record ends (its key in ``slot``; the records come slot by slot)."""
+        if self.slots is not None and slot != self.last_slot:
+            self.slots.append(slot)
+            self.last_slot = slot
         self.records += 1
         if self.size >= self.limit or self.records == self.per_blob:
             self.flush()
@@ -85,7 +94,12 @@ cdef class RecordBuffer:
 
     cdef int flush(self) except -1:
         if self.size:
-            self.blobs.append(PyBytes_FromStringAndSize(<char*>self.data, self.size))
+            blob = PyBytes_FromStringAndSize(<char*>self.data, self.size)
+            if self.slots is None:
+                self.blobs.append(blob)
+            else:
+                self.blobs.append((blob, self.slots))
+                self.slots, self.last_slot = [], -1
         self.size = self.records = 0
         return 0
 
@@ -94,6 +108,7 @@ cdef class BucketKeys:
     """The bucket keys of one database and the node (by index) owning each."""
     cdef unsigned char* key
     cdef Py_ssize_t size
+    cdef uint16_t slot  # of the key built last
     cdef list table_keys
     cdef int bits
     cdef const uint16_t[::1] owners
@@ -123,7 +138,8 @@ cdef class BucketKeys:
         for d in range(digits):
             self.key[n + d] = b"0123456789abcdef"[(bucket >> (4 * (digits - 1 - d))) & 0xF]
         self.size = n + digits
-        return self.owners[slot_of(self.key, self.size)]
+        self.slot = slot_of(self.key, self.size)
+        return self.owners[self.slot]
 
     cdef int put(self, RecordBuffer out) except -1:
         memcpy(out.grow(self.size), self.key, self.size)
@@ -155,43 +171,98 @@ cdef inline Py_ssize_t bucket_end(const uint64_t[::1] values, Py_ssize_t i, uint
     return i
 
 
+cdef struct Bucket:
+    # a bucket a batch changes: its node and slot, table, bucket number, and
+    # its adds and deletes (ranges of the table's sorted permuted values)
+    uint32_t node, slot, table
+    uint64_t bucket
+    Py_ssize_t add_start, add_end, delete_start, delete_end
+
+
+cdef int bucket_order(const void* x, const void* y) noexcept nogil:
+    """By node, slot, table and bucket."""
+    cdef const Bucket* a = <const Bucket*>x
+    cdef const Bucket* b = <const Bucket*>y
+    if a.node != b.node:
+        return -1 if a.node < b.node else 1
+    if a.slot != b.slot:
+        return -1 if a.slot < b.slot else 1
+    if a.table != b.table:
+        return -1 if a.table < b.table else 1
+    if a.bucket != b.bucket:
+        return -1 if a.bucket < b.bucket else 1
+    return 0
+
+
 def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits, int width,
                   const uint16_t[::1] owners, Py_ssize_t nodes, Py_ssize_t limit):
     """The MERGE records that add the fingerprints ``adds`` to every table and
-    remove ``deletes``, per node (``owners``: the node of each slot), as
-    blobs of about ``limit`` bytes. A record is a bucket key, the bucket's
-    add count and delete count (4 bytes each), its adds and its deletes,
-    each sorted."""
-    cdef Py_ssize_t tables = len(table_keys), t, i, j, i0, j0
-    cdef list buffers = [RecordBuffer(limit, 0) for _ in range(nodes)]
+    remove ``deletes``, per node (``owners``: the node of each slot): (blob,
+    slots) pairs, a blob of about ``limit`` bytes and the slots of its keys
+    (sorted; the records go slot by slot, so a blob spans few). A record is
+    a bucket key, the bucket's add count and delete count (4 bytes each), its
+    adds and its deletes, each sorted."""
+    cdef Py_ssize_t tables = len(table_keys), t, i, j, n = 0, capacity = 1024, r
+    cdef list buffers = [RecordBuffer(limit, 0, True) for _ in range(nodes)]
     cdef BucketKeys keys = BucketKeys(table_keys, bits, owners, nodes)
-    cdef RecordBuffer out
+    cdef list added = [table_values(adds, spec, t, tables) for t in range(tables)]
+    cdef list deleted = [table_values(deletes, spec, t, tables) for t in range(tables)]
     cdef const uint64_t[::1] a
     cdef const uint64_t[::1] d
-    cdef uint64_t first
+    cdef uint64_t first, bucket
+    cdef RecordBuffer out
     cdef unsigned char* p
-    for t in range(tables):
-        a = table_values(adds, spec, t, tables)
-        d = table_values(deletes, spec, t, tables)
-        i = j = 0
-        while i < a.shape[0] or j < d.shape[0]:
-            if j >= d.shape[0] or (i < a.shape[0] and a[i] <= d[j]):
-                first = a[i]
-            else:
-                first = d[j]
-            i0, j0 = i, j
-            i = bucket_end(a, i, first >> (64 - bits) if bits else 0, bits)
-            j = bucket_end(d, j, first >> (64 - bits) if bits else 0, bits)
-            out = buffers[keys.build(t, first)]
+    cdef Bucket* more
+    cdef Bucket* records = <Bucket*>malloc(capacity * sizeof(Bucket))
+    cdef const uint64_t** add_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
+    cdef const uint64_t** delete_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
+    try:
+        if records == NULL or add_values == NULL or delete_values == NULL:
+            raise MemoryError()
+        for t in range(tables):
+            a, d = added[t], deleted[t]
+            if a.shape[0]:
+                add_values[t] = &a[0]
+            if d.shape[0]:
+                delete_values[t] = &d[0]
+            i = j = 0
+            while i < a.shape[0] or j < d.shape[0]:
+                first = a[i] if j >= d.shape[0] or (i < a.shape[0] and a[i] <= d[j]) else d[j]
+                bucket = first >> (64 - bits) if bits else 0
+                if n == capacity:
+                    capacity *= 2
+                    more = <Bucket*>realloc(records, capacity * sizeof(Bucket))
+                    if more == NULL:
+                        raise MemoryError()
+                    records = more
+                records[n].node = keys.build(t, first)
+                records[n].slot, records[n].table, records[n].bucket = keys.slot, t, bucket
+                records[n].add_start, records[n].delete_start = i, j
+                i = bucket_end(a, i, bucket, bits)
+                j = bucket_end(d, j, bucket, bits)
+                records[n].add_end, records[n].delete_end = i, j
+                n += 1
+        qsort(records, n, sizeof(Bucket), bucket_order)
+        for r in range(n):
+            t = records[r].table
+            keys.build(t, records[r].bucket << (64 - bits) if bits else 0)
+            out = buffers[records[r].node]
             keys.put(out)
-            p = out.grow(8 + (i - i0 + j - j0) * width)
-            put_u32(p, i - i0)
-            put_u32(p + 4, j - j0)
-            if i > i0:
-                put_entries(p + 8, &a[i0], i - i0, width)
-            if j > j0:
-                put_entries(p + 8 + (i - i0) * width, &d[j0], j - j0, width)
-            out.end_record()
+            i = records[r].add_end - records[r].add_start
+            j = records[r].delete_end - records[r].delete_start
+            p = out.grow(8 + (i + j) * width)
+            put_u32(p, i)
+            put_u32(p + 4, j)
+            if i:
+                put_entries(p + 8, add_values[t] + records[r].add_start, i, width)
+            if j:
+                put_entries(p + 8 + i * width, delete_values[t] + records[r].delete_start, j,
+                            width)
+            out.end_record(records[r].slot)
+    finally:
+        free(records)
+        free(add_values)
+        free(delete_values)
     for out in buffers:
         out.flush()
     return [out.blobs for out in buffers]
@@ -241,7 +312,7 @@ def scan_records(const uint64_t[::1] firsts, const uint64_t[::1] table_of,
         keys.put(out)
         bounds[0], bounds[1] = firsts[r], firsts[r] | ~prefixes[table_of[r]]
         put_entries(out.grow(2 * width), bounds, 2, width)
-        out.end_record()
+        out.end_record(keys.slot)
         ranges[node].append(r)
     for out in buffers:
         out.flush()

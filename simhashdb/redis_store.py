@@ -23,13 +23,19 @@ layout, as one string of the remaining bytes, sorted):
 - ``N:d:<shard>``: a hash of documents (encoded key -> encoded value), sharded
   by a CRC of the key;
 - ``N:f:<shard>``: a hash of fingerprints (8 bytes -> their keys, each after
-  its 2-byte length), sharded by the fingerprint's first B bits.
+  its 2-byte length), sharded by the fingerprint's first B bits;
+- ``N:fence{<tag>}``: the epoch of the last batch that wrote in the slot of
+  ``<tag>``, one per slot written.
 
 Writers take turns under one lock with a lease (``{N}:lock``). A batch is
 planned under it, stored as ``{N}:pending`` (which makes ``{N}:epoch`` odd)
 and acknowledged by a replica, applied with idempotent commands (buckets are
 merged by a server-side script, one call per node), acknowledged by a
-replica on every node, and cleared (the epoch is even again). A writer that
+replica on every node, and cleared (the epoch is even again, the counts
+set). Every write raises the fence of its slot to the batch's epoch in the
+same script, and is refused if a later batch raised it further: a writer
+that stalled past its lease cannot land a round it had already sent over a
+later batch (the lock alone cannot stop it). A writer that
 finds a pending batch (its writer died) applies it first, so a batch never
 lands half; a reader retries while the epoch is odd or changed under it, so
 it sees whole batches. A query costs one round trip per node for the tables
@@ -41,6 +47,7 @@ import binascii
 import bisect
 import collections
 import contextlib
+import functools
 import gc
 import os
 import threading
@@ -80,10 +87,26 @@ local function lower_bound(s, n, a, b, i)
 end
 """
 
+# ARGV[first..]: fence keys, each the epoch of the last batch that wrote in
+# its slot. A write of an older batch (its writer stalled past its lease
+# while a later batch was written) is refused; the others raise them.
+_LUA_FENCE = """
+local function fenced(epoch, first)
+  for i = first, #ARGV do
+    if tonumber(redis.call('GET', ARGV[i]) or '0') > epoch then return true end
+  end
+  for i = first, #ARGV do redis.call('SET', ARGV[i], epoch) end
+  return false
+end
+"""
+FENCED = "FENCED a later batch wrote here"
+
 # ARGV[3]: records of key, 4-byte add count, 4-byte delete count, the adds
-# and the deletes (entries of W bytes, each list sorted). Each bucket becomes
+# and the deletes (entries of W bytes, each list sorted); ARGV[4]: the batch's
+# epoch; ARGV[5..]: the fence keys of the records' slots. Each bucket becomes
 # (bucket | adds) - deletes; an emptied bucket is deleted.
-MERGE = "#!lua flags=allow-cross-slot-keys\n" + _LUA_COMMON + """
+MERGE = "#!lua flags=allow-cross-slot-keys\n" + _LUA_COMMON + _LUA_FENCE + """
+if fenced(tonumber(ARGV[4]), 5) then return redis.error_reply('%s') end
 local pos = 1
 while pos <= #blob do
   local key = string.sub(blob, pos, pos + KL - 1)
@@ -143,7 +166,21 @@ while pos <= #blob do
   end
 end
 return 1
-"""
+""" % FENCED
+
+# ARGV: hash key, the batch's epoch, how many fields to set, those fields and
+# their values, the fields to delete, and last the fence key of the hash's slot.
+HWRITE = "#!lua flags=allow-cross-slot-keys\n" + _LUA_FENCE + """
+if fenced(tonumber(ARGV[2]), #ARGV) then return redis.error_reply('%s') end
+local key, sets = ARGV[1], 4 + 2 * tonumber(ARGV[3])
+for i = 4, sets - 1, 1000 do
+  redis.call('HSET', key, unpack(ARGV, i, math.min(i + 999, sets - 1)))
+end
+for i = sets, #ARGV - 1, 1000 do
+  redis.call('HDEL', key, unpack(ARGV, i, math.min(i + 999, #ARGV - 1)))
+end
+return 1
+""" % FENCED
 
 # ARGV[3]: ranges of key, first entry, last entry. Returns {range number,
 # entries, ...} for the ranges that hold entries (numbered from 1): those of
@@ -219,13 +256,19 @@ if not redis.call('GET', KEYS[2]) then redis.call('INCR', KEYS[3]) end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1
 """
-# KEYS: lock, pending, epoch; ARGV: token, the (odd) epoch of the batch.
+# KEYS: lock, pending, epoch, count, distinct, params; ARGV: token, the (odd)
+# epoch of the batch, its count and distinct, and its params if it sets them.
 FINISH = """
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] and (holder or (redis.call('GET', KEYS[3]) or '0') ~= ARGV[2]) then
   return 0
 end
-if redis.call('DEL', KEYS[2]) == 1 then redis.call('INCR', KEYS[3]) end
+if redis.call('DEL', KEYS[2]) == 1 then
+  redis.call('INCR', KEYS[3])
+  redis.call('SET', KEYS[4], ARGV[3])
+  redis.call('SET', KEYS[5], ARGV[4])
+  if ARGV[5] then redis.call('SET', KEYS[6], ARGV[5]) end
+end
 return 1
 """
 # KEYS: lock; ARGV: token.
@@ -255,6 +298,11 @@ def redis_url(path):
 
 class _Unavailable(Exception):
     """A node did not answer, or the cluster is changing: retry after a refresh."""
+
+
+class _Superseded(Exception):
+    """This writer lost its lock while applying a batch: the batch is pending,
+    so the writer that took the lock over finishes it (or already did)."""
 
 
 class _Nodes:
@@ -364,6 +412,8 @@ class _Nodes:
             for reply in out:
                 if isinstance(reply, redis.ResponseError):
                     message = "%s %s" % (type(reply).__name__, reply)
+                    if str(reply).startswith("FENCED"):
+                        raise _Superseded(message)
                     if isinstance(reply, self._retryable) or any(
                             m in message for m in _RETRYABLE_MESSAGES):
                         raise _Unavailable(message)
@@ -374,6 +424,19 @@ class _Nodes:
         for client in self._clients.values():
             client.close()
         self._clients = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _slot_tags():
+    """For each cluster slot, a short hash tag whose keys live in it."""
+    tags, missing, n = [None] * SLOTS, SLOTS, 0
+    while missing:
+        tag = b"%x" % n
+        slot = binascii.crc_hqx(tag, 0) % SLOTS
+        if tags[slot] is None:
+            tags[slot], missing = tag, missing - 1
+        n += 1
+    return tags
 
 
 class RedisStorage(Storage):
@@ -692,15 +755,16 @@ class RedisStorage(Storage):
                                         "later" % (self.path, self.retry_seconds))
                 time.sleep(pause)
                 pause = min(2 * pause, 0.05)
-        pending, count, distinct, epoch = self._retrying(take, "lock")
-        if pending:
+        while True:
+            pending, count, distinct, epoch = self._retrying(take, "lock")
+            if not pending:
+                return int(count), int(distinct), int(epoch)
             plan = msgpack.unpackb(pending)
             if self._layout is None:
                 self._retrying(self._stored_layout)
-            self._retrying(lambda: self._apply(plan, token, int(epoch)), "write to")
-            self._retrying(lambda: self._finish(token, int(epoch)), "write to")
-            return plan["count"], plan["distinct"], int(epoch) + 1
-        return int(count), int(distinct), int(epoch)
+            if self._land(plan, token, int(epoch)):
+                return plan["count"], plan["distinct"], int(epoch) + 1
+            # the lock was lost while landing it: take it again
 
     def _recover(self):
         """Finish a dead writer's pending batch (from a reader)."""
@@ -733,9 +797,19 @@ class RedisStorage(Storage):
             return True
         if not self._retrying(begin, "write to"):
             return False
-        self._retrying(lambda: self._apply(plan, token, epoch + 1), "write to")
-        self._retrying(lambda: self._finish(token, epoch + 1), "write to")
+        self._land(plan, token, epoch + 1)
         return True
+
+    def _land(self, plan, token, epoch):
+        """Apply ``plan``, pending at ``epoch``, and clear it; False if this
+        writer lost the lock meanwhile (the writer that took it lands the
+        batch whole, or did)."""
+        try:
+            self._retrying(lambda: self._apply(plan, token, epoch), "write to")
+            self._retrying(lambda: self._finish(plan, token, epoch), "write to")
+            return True
+        except _Superseded:
+            return False
 
     def _wait_commands(self):
         """What ends a round of writes to a node: WAIT for its replicas, and ROLE."""
@@ -752,23 +826,23 @@ class RedisStorage(Storage):
                 raise _Unavailable("%s:%d reached %d of %d replicas"
                                    % (address + (acknowledged, self._replicas)))
 
-    def _finish(self, token, epoch):
-        if self._meta("EVAL", FINISH, 3, self._lock, self._pending, self._epoch, token,
-                      epoch) != 1:
-            raise DatabaseError("the write lock of %s expired while a batch was applied; the "
-                                "next writer finishes the batch" % self.path)
+    def _finish(self, plan, token, epoch):
+        params = () if plan["params"] is None else (plan["params"],)
+        if self._meta("EVAL", FINISH, 6, self._lock, self._pending, self._epoch, self._count,
+                      self._distinct, self._params, token, epoch, plan["count"],
+                      plan["distinct"], *params) != 1:
+            raise _Superseded("the lock was taken over")
 
     def _apply(self, plan, token, epoch):
         """Write ``plan``, pending at ``epoch`` (idempotent: any part may already
         have landed), in rounds of bounded size, each after renewing the lock
         and ending when a replica of every node has it."""
-        commands = self._plan_commands(plan)
+        commands = self._plan_commands(plan, epoch)
         renew = ("EVAL", RENEW, 2, self._lock, self._epoch, token, self._lease_ms(), epoch)
         start = 0
         while start < len(commands):
             if self._meta(*renew) != 1:  # before each round: a lost lock writes no more
-                raise DatabaseError("the write lock of %s expired while a batch was applied; "
-                                    "the next writer finishes the batch" % self.path)
+                raise _Superseded("the lock was taken over")
             requests, size, end = collections.defaultdict(list), 0, start
             while end < len(commands) and size < ROUND_BYTES:
                 key, command = commands[end]
@@ -781,35 +855,36 @@ class RedisStorage(Storage):
                 self._check_replicated(address, out)
             start = end
 
-    def _plan_commands(self, plan):
-        """(routing key, command) for every write of ``plan``."""
+    def _plan_commands(self, plan, epoch):
+        """(routing key, command) for every write of ``plan``, pending at
+        ``epoch``, each fenced (see :data:`HWRITE`)."""
         commands = []
         for kind, fields, by_fingerprint in ((b":d:", plan["docs"], False),
                                              (b":f:", plan["fps"], True)):
             for shard, (sets, gone) in _ext.hash_writes(fields, self._shard_bits,
                                                         by_fingerprint).items():
                 key = self._name + kind + b"%x" % shard
-                if sets:
-                    commands.append((key, ("HSET", key, *sets)))
-                if gone:
-                    commands.append((key, ("HDEL", key, *gone)))
-        commands += self._merge_commands(array("Q", plan["add"]), array("Q", plan["del"]))
-        commands += [(self._params, ("SET", self._count, plan["count"])),
-                     (self._params, ("SET", self._distinct, plan["distinct"]))]
-        if plan["params"] is not None:
-            commands.append((self._params, ("SET", self._params, plan["params"])))
+                commands.append((key, ("EVAL", HWRITE, 0, key, epoch, len(sets) // 2, *sets,
+                                       *gone, self._fence_key(_ext.key_slot(key)))))
+        return commands + self._merge_commands(array("Q", plan["add"]), array("Q", plan["del"]),
+                                               epoch)
         return commands
 
-    def _merge_commands(self, adds, deletes):
-        """MERGE calls (one per node and ~SCRIPT_BYTES) that add the fingerprints
-        ``adds`` to every table and remove ``deletes``."""
+    def _fence_key(self, slot):
+        return self._name + b":fence{" + _slot_tags()[slot] + b"}"
+
+    def _merge_commands(self, adds, deletes, epoch):
+        """MERGE calls (one per node and ~SCRIPT_BYTES, each fenced by the
+        slots of its buckets) that add the fingerprints ``adds`` to every
+        table and remove ``deletes``."""
         nodes = self._nodes
         blobs = _ext.merge_records(adds, deletes, self._layout.spec, self._table_keys, self._bits,
                                    self._width, nodes.slot_nodes, len(nodes.addresses),
                                    SCRIPT_BYTES)
         return [(blob[:self._key_length],
-                 ("EVAL", MERGE, 0, self._width, self._key_length, blob))
-                for node_blobs in blobs for blob in node_blobs]
+                 ("EVAL", MERGE, 0, self._width, self._key_length, blob, epoch,
+                  *map(self._fence_key, slots)))
+                for node_blobs in blobs for blob, slots in node_blobs]
 
     # The rest of Storage
 

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import redis
 from conftest import REDIS, as_tuples, brute_force, flip
 from redis_cluster import LocalCluster, free_ports
 
-from simhashdb import DB, DatabaseError
+from simhashdb import DB, DatabaseError, redis_store
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
 TESTS = __file__.rsplit("/", 1)[0]
@@ -168,6 +169,44 @@ def test_a_writer_killed_mid_batch_leaves_a_batch_the_next_one_finishes(redis_na
         assert {r.key: r.fingerprint for r in db} == docs
         for probe in (docs["old7"] ^ 0b11, docs["new7"] ^ (1 << 63)):
             assert as_tuples(db.query(probe)) == brute_force(docs, probe, 3)
+
+
+def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_names):
+    """A writer that renewed its lock, then stalled (a pause, a slow network)
+    past its lease before its round arrived: the next writer finished the
+    stalled batch and wrote a later one; the round's fenced writes are refused,
+    so the later batch stands, and the stalled writer's call still returns (its
+    batch did land whole)."""
+    url = redis_names.url + "/fenced?lease=0.5"
+    with DB(url, distance=3, blocks=5) as stalled, DB(url) as other:
+        stalled.insert("base", 7)
+        nodes, stalling, resume = stalled._storage._nodes, threading.Event(), threading.Event()
+        send = nodes.round
+
+        def round_after_a_stall(requests):
+            writes = [c for cs in requests.values() for c in cs
+                      if c[0] == "EVAL" and c[1] in (redis_store.MERGE, redis_store.HWRITE)]
+            if writes and not stalling.is_set():
+                stalling.set()
+                resume.wait(30)
+            return send(requests)
+        nodes.round = round_after_a_stall
+        outcome = []
+        writer = threading.Thread(target=lambda: outcome.append(
+            stalled.insert_many([("gone", 1 << 40), ("moved", 5)])))
+        writer.start()
+        assert stalling.wait(10)
+        time.sleep(1)  # the stalled writer's lease ends
+        other.delete("gone")  # lands the stalled batch first, then this one
+        other.insert("moved", 1 << 50)
+        resume.set()
+        writer.join(30)
+        assert outcome == [2]
+        docs = {"base": 7, "moved": 1 << 50}
+        assert {r.key: r.fingerprint for r in other} == docs and len(other) == 2
+        assert other.check() == []
+        for probe in (1 << 40, 5, (1 << 50) ^ 3):
+            assert as_tuples(other.query(probe)) == brute_force(docs, probe, 3)
 
 
 FAILOVER_WRITER = """

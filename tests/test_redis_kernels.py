@@ -65,8 +65,9 @@ def tail(value, width):
 
 
 def merge_records_oracle(layout, adds, deletes, table_keys, bits, width, owners, limit):
-    """The MERGE blobs per node, from plain Python."""
-    records = [[] for _ in range(max(owners) + 1)]
+    """The MERGE (blob, slots) pairs per node, from plain Python: records by
+    node, slot, table and bucket, cut after the one that reaches ``limit``."""
+    records = []
     for table, table_key in enumerate(table_keys):
         buckets = {}
         for which, fps in ((0, adds), (1, deletes)):
@@ -74,20 +75,23 @@ def merge_records_oracle(layout, adds, deletes, table_keys, bits, width, owners,
                 perm = layout.scan_bounds(fp)[0][table]
                 key = bucket_key(table_key, perm, bits)
                 buckets.setdefault(key, ([], []))[which].append(perm)
-        for key in sorted(buckets, key=lambda k: (len(k), k)):
-            added, gone = (sorted(x) for x in buckets[key])
-            records[owners[slot_oracle(key)]].append(
-                key + struct.pack(">II", len(added), len(gone))
-                + b"".join(tail(v, width) for v in added + gone))
-    blobs = []
-    for node_records in records:
-        node_blobs, blob = [], b""
-        for record in node_records:
+        for key, (added, gone) in buckets.items():
+            added, gone = sorted(added), sorted(gone)
+            slot = slot_oracle(key)
+            records.append((owners[slot], slot, table, key, key + struct.pack(
+                ">II", len(added), len(gone)) + b"".join(tail(v, width) for v in added + gone)))
+    records.sort()
+    blobs = [[] for _ in range(max(owners) + 1)]
+    for node in range(len(blobs)):
+        blob, slots = b"", []
+        for _, slot, _, _, record in (r for r in records if r[0] == node):
             blob += record
+            slots += [slot] if slot not in slots else []
             if len(blob) >= limit:
-                node_blobs.append(blob)
-                blob = b""
-        blobs.append(node_blobs + ([blob] if blob else []))
+                blobs[node].append((blob, slots))
+                blob, slots = b"", []
+        if blob:
+            blobs[node].append((blob, slots))
     return blobs
 
 

@@ -6,7 +6,7 @@ from array import array
 from bisect import insort
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc, qsort, realloc
+from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport sqrt
 from libc.string cimport memcpy, memset

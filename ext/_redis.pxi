@@ -172,26 +172,11 @@ cdef inline Py_ssize_t bucket_end(const uint64_t[::1] values, Py_ssize_t i, uint
 
 
 cdef struct Bucket:
-    # a bucket a batch changes: its node and slot, table, bucket number, and
-    # its adds and deletes (ranges of the table's sorted permuted values)
-    uint32_t node, slot, table
+    # a bucket a batch changes: its slot, table, bucket number, and its adds
+    # and deletes (ranges of the table's sorted permuted values)
+    uint32_t slot, table
     uint64_t bucket
     Py_ssize_t add_start, add_end, delete_start, delete_end
-
-
-cdef int bucket_order(const void* x, const void* y) noexcept nogil:
-    """By node, slot, table and bucket."""
-    cdef const Bucket* a = <const Bucket*>x
-    cdef const Bucket* b = <const Bucket*>y
-    if a.node != b.node:
-        return -1 if a.node < b.node else 1
-    if a.slot != b.slot:
-        return -1 if a.slot < b.slot else 1
-    if a.table != b.table:
-        return -1 if a.table < b.table else 1
-    if a.bucket != b.bucket:
-        return -1 if a.bucket < b.bucket else 1
-    return 0
 
 
 def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits, int width,
@@ -202,7 +187,9 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     (sorted; the records go slot by slot, so a blob spans few). A record is
     a bucket key, the bucket's add count and delete count (4 bytes each), its
     adds and its deletes, each sorted."""
-    cdef Py_ssize_t tables = len(table_keys), t, i, j, n = 0, capacity = 1024, r
+    cdef Py_ssize_t tables = len(table_keys), t, i, j, n = 0, capacity = 1024, r, k, slot
+    cdef Py_ssize_t starts[16385]  # where each slot's records start in ``order``
+    cdef Py_ssize_t* order = NULL
     cdef list buffers = [RecordBuffer(limit, 0, True) for _ in range(nodes)]
     cdef BucketKeys keys = BucketKeys(table_keys, bits, owners, nodes)
     cdef list added = [table_values(adds, spec, t, tables) for t in range(tables)]
@@ -235,18 +222,29 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
                     if more == NULL:
                         raise MemoryError()
                     records = more
-                records[n].node = keys.build(t, first)
+                keys.build(t, first)
                 records[n].slot, records[n].table, records[n].bucket = keys.slot, t, bucket
                 records[n].add_start, records[n].delete_start = i, j
                 i = bucket_end(a, i, bucket, bits)
                 j = bucket_end(d, j, bucket, bits)
                 records[n].add_end, records[n].delete_end = i, j
                 n += 1
-        qsort(records, n, sizeof(Bucket), bucket_order)
+        # the records slot by slot (a counting sort: within a slot, as they came)
+        order = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
+        if order == NULL:
+            raise MemoryError()
+        memset(starts, 0, sizeof(starts))
         for r in range(n):
+            starts[records[r].slot + 1] += 1
+        for slot in range(16384):
+            starts[slot + 1] += starts[slot]
+        for r in range(n):
+            order[starts[records[r].slot]] = r
+            starts[records[r].slot] += 1
+        for k in range(n):
+            r = order[k]
             t = records[r].table
-            keys.build(t, records[r].bucket << (64 - bits) if bits else 0)
-            out = buffers[records[r].node]
+            out = buffers[keys.build(t, records[r].bucket << (64 - bits) if bits else 0)]
             keys.put(out)
             i = records[r].add_end - records[r].add_start
             j = records[r].delete_end - records[r].delete_start
@@ -261,6 +259,7 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
             out.end_record(records[r].slot)
     finally:
         free(records)
+        free(order)
         free(add_values)
         free(delete_values)
     for out in buffers:

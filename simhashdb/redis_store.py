@@ -18,7 +18,7 @@ value starts with the bucket's B bits, B a multiple of 8 chosen from the
 layout, as one string of the remaining bytes, sorted):
 
 - ``{N}:params``, ``{N}:layout``, ``{N}:count``, ``{N}:distinct``, ``{N}:lock``,
-  ``{N}:pending``, ``{N}:epoch``: one slot;
+  ``{N}:pending``, ``{N}:epoch``, ``{N}:hold``: one slot;
 - ``N:<table><bucket>``: a table's bucket (3 + B/4 hex digits);
 - ``N:d:<shard>``: a hash of documents (encoded key -> encoded value), sharded
   by a CRC of the key;
@@ -38,7 +38,8 @@ that stalled past its lease cannot land a round it had already sent over a
 later batch (the lock alone cannot stop it). A writer that
 finds a pending batch (its writer died) applies it first, so a batch never
 lands half; a reader retries while the epoch is odd or changed under it, so
-it sees whole batches. A query costs one round trip per node for the tables
+it sees whole batches (after three tries it holds new batches back until it
+is done, ``{N}:hold``, so that a steady writer cannot starve it). A query costs one round trip per node for the tables
 (the script scans the buckets' ranges on the server), one more for the keys
 of what matched, and two reads of the epoch.
 """
@@ -67,6 +68,7 @@ SLOTS = 16384
 ROUND_BYTES = 4 << 20  # about the most one round sends to a node
 SCRIPT_BYTES = 64 << 10  # about the most one script call takes: a node that runs a
 # script answers nothing else, and the cluster fails a node silent for its node timeout
+READ_ATTEMPTS = 3  # reads retried while batches land before writers are held back
 DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None}
 
 # Entries are compared as two numbers (Lua's are doubles): the first W - 4
@@ -220,11 +222,15 @@ end
 return out
 """
 
-# KEYS: lock, pending, count, distinct, epoch; ARGV: token, lease ms. The holder of
-# the token may take the lock again (after a failover interrupted it).
+# KEYS: lock, pending, count, distinct, epoch, hold; ARGV: token, lease ms. The
+# holder of the token may take the lock again (after a failover interrupted
+# it). While a reader holds new batches back, only a pending one is landed.
 ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
 if not holder or holder == ARGV[1] then
+  if redis.call('EXISTS', KEYS[6]) == 1 and not redis.call('GET', KEYS[2]) then
+    return {0, redis.call('PTTL', KEYS[6])}
+  end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '0',
           redis.call('GET', KEYS[4]) or '0', redis.call('GET', KEYS[5]) or '0'}
@@ -328,7 +334,8 @@ class _Nodes:
         self.owners = [(host, port)] * SLOTS
         self.addresses = [(host, port)]  # the primaries
         self.slot_nodes = array("H", [0]) * SLOTS  # the index in addresses of each slot's
-        self.replicas = 0
+        self.replicas = 0  # the fewest replicas a primary has
+        self.replicas_of = {}  # address of a primary: its replicas, as last seen
         self.refresh()
 
     def client(self, address):
@@ -350,6 +357,7 @@ class _Nodes:
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 raise _Unavailable(exc) from None
             self.replicas = info.get("connected_slaves", 0)
+            self.replicas_of = {self._seeds[0]: self.replicas}
             return
         failure = None
         for address in self._seeds + sorted(set(self.owners) - set(self._seeds)):
@@ -371,7 +379,13 @@ class _Nodes:
             index = {address: i for i, address in enumerate(self.addresses)}
             self.slot_nodes = array("H", [index[owner] for owner in owners])
             by_primary = collections.Counter(n["master_id"] for n in nodes.values()
-                                             if "slave" in n["flags"])
+                                             if "slave" in n["flags"] and "fail" not in n["flags"])
+            self.replicas_of = {}
+            for text, n in nodes.items():  # "host:port@bus port"
+                if "master" in n["flags"]:
+                    host, node_port = text.split("@")[0].rsplit(":", 1)
+                    self.replicas_of[(host or address[0], int(node_port))] = \
+                        by_primary[n["node_id"]]
             self.replicas = min((by_primary[n["node_id"]] for n in nodes.values()
                                  if "master" in n["flags"] and n["slots"]), default=0)
             return
@@ -474,8 +488,9 @@ class RedisStorage(Storage):
         self._name = name.encode()
         meta = b"{" + self._name + b"}:"
         (self._params, self._layout_key, self._count, self._distinct, self._lock,
-         self._pending, self._epoch) = (meta + k for k in (
-             b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch"))
+         self._pending, self._epoch, self._hold) = (meta + k for k in (
+             b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch",
+             b"hold"))
         self._layout = None
         self._bucket_keys = (None, {})  # (epoch, {table: keys}) of the last scan
         self._pid = os.getpid()
@@ -613,16 +628,27 @@ class RedisStorage(Storage):
         return self._consistent(lambda epoch: self._search(probes, distance))
 
     def _consistent(self, read):
-        """``read()`` seeing whole batches: retried while a batch lands under it."""
+        """``read(epoch)`` seeing whole batches: retried while a batch lands
+        under it; if batches keep landing (a read slower than the writers'
+        pace), it holds new batches back (``{N}:hold``, for a lease at most)."""
         self._check_usable()
 
+        token, attempts = uuid.uuid4().hex.encode(), 0
+
         def step():
+            nonlocal attempts
             while True:
+                attempts += 1
+                if attempts > READ_ATTEMPTS:  # new batches wait until this read is done
+                    self._meta("SET", self._hold, token, "PX", self._lease_ms())
                 before = self._even_epoch()
                 result = read(before)
                 if int(self._meta("GET", self._epoch) or 0) == before:
                     return result
-        return self._retrying(step)
+        try:
+            return self._retrying(step)
+        finally:
+            self._release(token, self._hold)
 
     def _even_epoch(self):
         """The epoch once it is even (no batch applying), finishing the batch of
@@ -746,8 +772,9 @@ class RedisStorage(Storage):
             deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
             pause = 0.001
             while True:
-                reply = self._meta("EVAL", ACQUIRE, 5, self._lock, self._pending, self._count,
-                                   self._distinct, self._epoch, token, self._lease_ms())
+                reply = self._meta("EVAL", ACQUIRE, 6, self._lock, self._pending, self._count,
+                                   self._distinct, self._epoch, self._hold, token,
+                                   self._lease_ms())
                 if reply[0] == 1:
                     return reply[1:]
                 if time.monotonic() > deadline:
@@ -774,9 +801,9 @@ class RedisStorage(Storage):
         finally:
             self._release(token)
 
-    def _release(self, token):
+    def _release(self, token, lock=None):
         try:
-            self._meta("EVAL", RELEASE, 1, self._lock, token)
+            self._meta("EVAL", RELEASE, 1, lock or self._lock, token)
         except (_Unavailable, DatabaseError):
             pass  # its lease ends it
 
@@ -788,12 +815,12 @@ class RedisStorage(Storage):
 
         def begin():
             meta = self._nodes.owner(self._params)
-            replies = self._nodes.round({meta: [
-                ("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token, packed,
-                 self._lease_ms(), epoch)] + self._wait_commands()})[meta]
+            sent = [("EVAL", BEGIN, 3, self._lock, self._pending, self._epoch, token, packed,
+                     self._lease_ms(), epoch)] + self._wait_commands(meta)
+            replies = self._nodes.round({meta: sent})[meta]
             if replies[0] != 1:
                 return False
-            self._check_replicated(meta, replies)
+            self._check_replicated(meta, sent, replies)
             return True
         if not self._retrying(begin, "write to"):
             return False
@@ -811,20 +838,29 @@ class RedisStorage(Storage):
         except _Superseded:
             return False
 
-    def _wait_commands(self):
-        """What ends a round of writes to a node: WAIT for its replicas, and ROLE."""
-        return [("WAIT", self._replicas, self._wait_ms()), ("ROLE",)] if self._replicas else []
+    def _wait_commands(self, address):
+        """What ends a round of writes to a node: WAIT for its replicas (unless
+        it had none when last seen: a WAIT there would only time out), and ROLE."""
+        if not self._replicas:
+            return []
+        if not self._nodes.replicas_of.get(address, 1):
+            return [("ROLE",)]
+        return [("WAIT", self._replicas, self._wait_ms()), ("ROLE",)]
 
-    def _check_replicated(self, address, replies):
+    def _check_replicated(self, address, sent, replies):
         """Raise _Unavailable unless the writes before :meth:`_wait_commands`
         reached ``replicas`` replicas, or every replica the node has (a
         primary left without replicas by a failover writes alone until one
-        is back)."""
-        if self._replicas:
-            acknowledged, role = replies[-2], replies[-1]
-            if acknowledged < min(self._replicas, len(role[2])):
-                raise _Unavailable("%s:%d reached %d of %d replicas"
-                                   % (address + (acknowledged, self._replicas)))
+        is back; when one is, the round is written again and waited for)."""
+        if not self._replicas:
+            return
+        role, waited = replies[-1], len(sent) > 1 and sent[-2][0] == "WAIT"
+        linked = self._nodes.replicas_of[address] = len(role[2])
+        if not waited and linked:
+            raise _Unavailable("%s:%d has a replica again" % address)
+        if waited and replies[-2] < min(self._replicas, linked):
+            raise _Unavailable("%s:%d reached %d of %d replicas"
+                               % (address + (replies[-2], self._replicas)))
 
     def _finish(self, plan, token, epoch):
         params = () if plan["params"] is None else (plan["params"],)
@@ -847,12 +883,12 @@ class RedisStorage(Storage):
             while end < len(commands) and size < ROUND_BYTES:
                 key, command = commands[end]
                 requests[self._nodes.owner(key)].append(command)
-                size += 16 * len(command) + (len(command[-1]) if command[0] == "EVAL" else 0)
+                size += sum(len(a) if isinstance(a, bytes) else 16 for a in command)
                 end += 1
             for address in requests:
-                requests[address] += self._wait_commands()
+                requests[address] += self._wait_commands(address)
             for address, out in self._nodes.round(requests).items():
-                self._check_replicated(address, out)
+                self._check_replicated(address, requests[address], out)
             start = end
 
     def _plan_commands(self, plan, epoch):

@@ -1,7 +1,7 @@
 """A Redis Cluster of 3 primaries and 3 replicas on loopback, in a directory
 of its own: for the tests (a session fixture) and tools/bench_redis.py.
 
-Debian's ``redis-server`` and ``redis-cli``; nothing is persisted (a killed
+Debian's ``redis-server`` (or ``$SIMHASHDB_TEST_REDIS_SERVER``) and ``redis-cli``; nothing is persisted (a killed
 primary is restarted only after its replica took over, and then resyncs from
 it as the new replica).
 """
@@ -16,12 +16,14 @@ import time
 
 import redis
 
+# The server binary: a Redis-protocol fork may stand in (e.g. Valkey's valkey-server).
+SERVER = os.environ.get("SIMHASHDB_TEST_REDIS_SERVER", "redis-server")
 NODE_TIMEOUT_MS = 1000  # how long a silent primary lives before its replica takes over
 
 
 def available():
     """Whether redis-server and redis-cli are installed."""
-    return bool(shutil.which("redis-server") and shutil.which("redis-cli"))
+    return bool(shutil.which(SERVER) and shutil.which("redis-cli"))
 
 
 def free_ports(count):
@@ -89,7 +91,7 @@ class LocalCluster:
         directory = os.path.join(self.root, str(port))
         os.makedirs(directory, exist_ok=True)
         self.processes[port] = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
+            [SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
              "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
              "--cluster-node-timeout", str(NODE_TIMEOUT_MS), "--save", "", "--appendonly", "no",
              "--logfile", "redis.log", "--daemonize", "no"],

@@ -209,6 +209,48 @@ def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_
             assert as_tuples(other.query(probe)) == brute_force(docs, probe, 3)
 
 
+def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
+    """A writer landing batch after batch would starve a reader that retries
+    whenever a batch lands under it; after three tries the reader holds new
+    batches back, reads, and lets them go."""
+    url = redis_names.url + "/starved"
+    with DB(url, distance=3, blocks=5) as reader, DB(url) as writer:
+        seeds = {"seed%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(50)}
+        reader.insert_many(seeds.items())
+        search = reader._storage._search
+
+        def slow_search(probes, distance):
+            time.sleep(0.3)  # far longer than a batch
+            return search(probes, distance)
+        reader._storage._search = slow_search
+        stop, landed = threading.Event(), []
+
+        def write():
+            while not stop.is_set():
+                writer.insert("w%d" % len(landed), random.getrandbits(64))
+                landed.append(1)
+        thread = threading.Thread(target=write)
+        thread.start()
+        try:
+            while len(landed) < 3:
+                time.sleep(0.01)
+            probes, answers = list(seeds.values()), []
+            query = threading.Thread(target=lambda: answers.extend(reader.query_many(probes)),
+                                     daemon=True)
+            query.start()
+            query.join(30)
+            assert answers, "the reader starved"
+            everything = {r.key: r.fingerprint for r in writer}
+            assert [sorted(m.key for m in ms) for ms in answers] == [
+                sorted(k for k, _, _ in brute_force(everything, p, 3)) for p in probes]
+            before = len(landed)
+            time.sleep(0.5)
+            assert len(landed) > before  # the writer was let go again
+        finally:
+            stop.set()
+            thread.join(30)
+
+
 FAILOVER_WRITER = """
 import sys, simhashdb
 db = simhashdb.DB(sys.argv[1])

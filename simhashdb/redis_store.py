@@ -18,7 +18,7 @@ value starts with the bucket's B bits, B a multiple of 8 chosen from the
 layout, as one string of the remaining bytes, sorted):
 
 - ``{N}:params``, ``{N}:layout``, ``{N}:count``, ``{N}:distinct``, ``{N}:lock``,
-  ``{N}:pending``, ``{N}:epoch``, ``{N}:hold``: one slot;
+  ``{N}:pending``, ``{N}:epoch``, ``{N}:hold``, ``{N}:queued``: one slot;
 - ``N:<table><bucket>``: a table's bucket (3 + B/4 hex digits);
 - ``N:d:<shard>``: a hash of documents (encoded key -> encoded value), sharded
   by a CRC of the key;
@@ -27,7 +27,8 @@ layout, as one string of the remaining bytes, sorted):
 - ``N:fence{<tag>}``: the epoch of the last batch that wrote in the slot of
   ``<tag>``, one per slot written.
 
-Writers take turns under one lock with a lease (``{N}:lock``). A batch is
+Writers take turns under one lock with a lease (``{N}:lock``; a waiting
+writer queues for the next turn, ``{N}:queued``). A batch is
 planned under it, stored as ``{N}:pending`` (which makes ``{N}:epoch`` odd)
 and acknowledged by a replica, applied with idempotent commands (buckets are
 merged by a server-side script, one call per node), acknowledged by a
@@ -222,19 +223,23 @@ end
 return out
 """
 
-# KEYS: lock, pending, count, distinct, epoch, hold; ARGV: token, lease ms. The
-# holder of the token may take the lock again (after a failover interrupted
-# it). While a reader holds new batches back, only a pending one is landed.
+# KEYS: lock, pending, count, distinct, epoch, hold, queued; ARGV: token, lease
+# ms. The holder of the token may take the lock again (after a failover
+# interrupted it). A writer that finds the lock taken queues for the next turn
+# (one at a time, for a lease), so that a writer in a loop cannot keep it.
+# While a reader holds new batches back, only a pending one is landed.
 ACQUIRE = """
-local holder = redis.call('GET', KEYS[1])
-if not holder or holder == ARGV[1] then
+local holder, queued = redis.call('GET', KEYS[1]), redis.call('GET', KEYS[7])
+if holder == ARGV[1] or (not holder and (not queued or queued == ARGV[1])) then
   if redis.call('EXISTS', KEYS[6]) == 1 and not redis.call('GET', KEYS[2]) then
     return {0, redis.call('PTTL', KEYS[6])}
   end
+  if queued == ARGV[1] then redis.call('DEL', KEYS[7]) end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '0',
           redis.call('GET', KEYS[4]) or '0', redis.call('GET', KEYS[5]) or '0'}
 end
+if not queued then redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2]) end
 return {0, redis.call('PTTL', KEYS[1])}
 """
 # KEYS: lock, epoch; ARGV: token, lease ms, the (odd) epoch of the batch
@@ -277,9 +282,11 @@ if redis.call('DEL', KEYS[2]) == 1 then
 end
 return 1
 """
-# KEYS: lock; ARGV: token.
+# KEYS: any of lock, queued, hold; ARGV: token. Deletes those the token holds.
 RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
+end
 return 0
 """
 
@@ -488,9 +495,9 @@ class RedisStorage(Storage):
         self._name = name.encode()
         meta = b"{" + self._name + b"}:"
         (self._params, self._layout_key, self._count, self._distinct, self._lock,
-         self._pending, self._epoch, self._hold) = (meta + k for k in (
+         self._pending, self._epoch, self._hold, self._queued) = (meta + k for k in (
              b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch",
-             b"hold"))
+             b"hold", b"queued"))
         self._layout = None
         self._bucket_keys = (None, {})  # (epoch, {table: keys}) of the last scan
         self._pid = os.getpid()
@@ -772,9 +779,9 @@ class RedisStorage(Storage):
             deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
             pause = 0.001
             while True:
-                reply = self._meta("EVAL", ACQUIRE, 6, self._lock, self._pending, self._count,
-                                   self._distinct, self._epoch, self._hold, token,
-                                   self._lease_ms())
+                reply = self._meta("EVAL", ACQUIRE, 7, self._lock, self._pending, self._count,
+                                   self._distinct, self._epoch, self._hold, self._queued,
+                                   token, self._lease_ms())
                 if reply[0] == 1:
                     return reply[1:]
                 if time.monotonic() > deadline:
@@ -801,9 +808,12 @@ class RedisStorage(Storage):
         finally:
             self._release(token)
 
-    def _release(self, token, lock=None):
+    def _release(self, token, *keys):
+        """Delete those of ``keys`` (default: the lock and the queue) that
+        ``token`` holds."""
+        keys = keys or (self._lock, self._queued)
         try:
-            self._meta("EVAL", RELEASE, 1, lock or self._lock, token)
+            self._meta("EVAL", RELEASE, len(keys), *keys, token)
         except (_Unavailable, DatabaseError):
             pass  # its lease ends it
 

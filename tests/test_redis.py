@@ -251,6 +251,39 @@ def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
             thread.join(30)
 
 
+BUSY_WRITER = """
+import random, sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+print("open", flush=True)
+i = 0
+while True:
+    db.insert("busy%d" % i, random.getrandbits(64))
+    i += 1
+"""
+
+
+def test_a_writer_in_a_loop_cannot_keep_the_lock_from_another(redis_names):
+    """A writer releasing the lock and asking again at once would win nearly
+    every time against one polling for it (without the queue the busy writer
+    got no turn at all while this one wrote 20 batches); a waiting writer
+    queues for the next turn instead, so the two take turns."""
+    url = redis_names.url + "/turns"
+    with DB(url, distance=3, blocks=5) as db:
+        busy = spawn(BUSY_WRITER, url)
+        try:
+            assert busy.stdout.readline().strip() == "open"
+            while len(db) < 20:
+                time.sleep(0.01)
+            before = len(db)
+            for i in range(20):
+                db.insert("other%d" % i, random.getrandbits(64))
+            busy_turns = len(db) - before - 20
+        finally:
+            busy.kill()
+            busy.wait()
+        assert 5 <= busy_turns <= 2 * 20  # about one busy turn between two of ours
+        assert sum(r.key.startswith("other") for r in db) == 20
+
 FAILOVER_WRITER = """
 import sys, simhashdb
 db = simhashdb.DB(sys.argv[1])

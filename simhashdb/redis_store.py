@@ -914,7 +914,6 @@ class RedisStorage(Storage):
                                        *gone, self._fence_key(_ext.key_slot(key)))))
         return commands + self._merge_commands(array("Q", plan["add"]), array("Q", plan["del"]),
                                                epoch)
-        return commands
 
     def _fence_key(self, slot):
         return self._name + b":fence{" + _slot_tags()[slot] + b"}"

@@ -25,7 +25,8 @@ SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_tables.pxi"], extra_compile_args=["-O3"])]
+                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_redis.pxi"],
+                        extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
     print("simhashdb: the LMDB C library was not found with pkg-config; building without the "

@@ -3,12 +3,13 @@
 permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
 
 from array import array
+from bisect import insort
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport sqrt
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
 
@@ -834,6 +835,7 @@ TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]
 
 
 include "_match.pxi"
+include "_redis.pxi"
 
 
 # Encoding documents for the database, natively where they are plain: a key

@@ -55,7 +55,6 @@ import heapq
 import os
 import ssl
 import struct
-import sys
 import threading
 import time
 import urllib.parse
@@ -64,6 +63,7 @@ from array import array
 
 import msgpack
 
+from . import _ext
 from .errors import DatabaseError, InvalidArgumentError
 from .layout import Layout
 from .storage import Storage, Txn, View, is_url, value_fingerprint
@@ -122,9 +122,21 @@ while pos <= #blob do
   local adds = pos + KL + 8
   local dels = adds + nadd * W
   pos = dels + ndel * W
-  local s = redis.call('GET', key) or ''
+  -- adds without deletes into an empty bucket, or all after its last entry,
+  -- are written at once, not entry by entry
+  local fresh = ndel == 0 and redis.call('SET', key, string.sub(blob, adds, dels - 1), 'NX')
+  local s = fresh and '' or redis.call('GET', key) or ''
   local n = #s / W
   local pieces, copied, at, i, j = {}, 0, 0, 0, 0
+  if fresh then
+    i = nadd
+  elseif ndel == 0 and n > 0 then
+    local x, y = struct.unpack(fmt, s, (n - 1) * W + 1)
+    local a, b = struct.unpack(fmt, blob, adds)
+    if x < a or (x == a and y < b) then
+      pieces[1], pieces[2], copied, i = s, string.sub(blob, adds, dels - 1), n, nadd
+    end
+  end
   while i < nadd or j < ndel do
     local off, adding
     if j >= ndel then
@@ -179,8 +191,12 @@ return 1
 """ % FENCED
 
 # ARGV[3]: ranges of key, first entry, last entry. Returns {range number,
-# entries, ...} for the ranges that hold entries (numbered from 1).
+# entries, ...} for the ranges that hold entries (numbered from 1): those of
+# the range, or all of a bucket of at most WHOLE (the client checks each
+# entry's distance anyway, and searching a small bucket costs more than
+# sending it).
 SCAN = "#!lua flags=allow-cross-slot-keys,no-writes\n" + _LUA_COMMON + """
+local WHOLE = 32
 local out, last, s, n = {}, nil, '', 0
 local size = KL + 2 * W
 for r = 0, #blob / size - 1 do
@@ -190,7 +206,10 @@ for r = 0, #blob / size - 1 do
     s, last = redis.call('GET', key) or '', key
     n = #s / W
   end
-  if n > 0 then
+  if n > 0 and n <= WHOLE then
+    out[#out + 1] = r + 1
+    out[#out + 1] = s
+  elseif n > 0 then
     local a, b = struct.unpack(fmt, blob, pos + KL)
     local i = lower_bound(s, n, a, b, 0)
     local ha, hb = struct.unpack(fmt, blob, pos + KL + W)
@@ -327,11 +346,6 @@ class _Nodes:
                            redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
         self._options = options
         self._clients = {}
-        try:
-            from hiredis import pack_command
-        except ImportError:
-            pack_command = None
-        self._pack_command = pack_command
         self._seeds = [(host, port)]
         client = self.client((host, port))
         try:
@@ -349,6 +363,8 @@ class _Nodes:
         except redis.RedisError as exc:
             raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
         self.owners = [(host, port)] * SLOTS
+        self.addresses = [(host, port)]  # the primaries
+        self.slot_nodes = array("H", [0]) * SLOTS  # the index in addresses of each slot's
         self.replicas = 0  # the fewest replicas a primary has
         self.replicas_of = {}  # address of a primary: its replicas, as last seen
         self.refresh()
@@ -390,6 +406,9 @@ class _Nodes:
                 failure = "not every slot has a primary"
                 continue
             self.owners = owners
+            self._seeds = self.addresses = sorted(set(owners))
+            index = {address: i for i, address in enumerate(self.addresses)}
+            self.slot_nodes = array("H", [index[owner] for owner in owners])
             by_primary = collections.Counter(n["master_id"] for n in nodes.values()
                                              if "slave" in n["flags"] and "fail" not in n["flags"])
             self.replicas_of = {}
@@ -400,15 +419,14 @@ class _Nodes:
                         by_primary[n["node_id"]]
             self.replicas = min((by_primary[n["node_id"]] for n in nodes.values()
                                  if "master" in n["flags"] and n["slots"]), default=0)
-            self._seeds = sorted(set(owners))
             return
         raise _Unavailable(failure)
 
     def owner(self, key):
-        return self.owners[key_slot(key)] if self.cluster else self._seeds[0]
+        return self.addresses[self.slot_nodes[_ext.key_slot(key)]]
 
     def primaries(self):
-        return sorted(set(self.owners)) if self.cluster else [self._seeds[0]]
+        return list(self.addresses)
 
     def round(self, requests):
         """Send each node its commands (lists of args) at once, then read every
@@ -420,7 +438,7 @@ class _Nodes:
                 pool = self.client(address).connection_pool
                 connection = pool.get_connection()
                 taken.append((pool, connection, address, commands))
-                connection.send_packed_command(self._pack(connection, commands), False)
+                connection.send_packed_command([_ext.pack_commands(commands)], False)
             for pool, connection, address, commands in taken:
                 out = replies[address] = []
                 for _ in commands:
@@ -447,13 +465,6 @@ class _Nodes:
                     raise DatabaseError("Redis refused a command: %s" % message)
         return replies
 
-    def _pack(self, connection, commands):
-        """The commands in the protocol: by hiredis in C where installed (redis-py
-        would first look at each argument in Python)."""
-        if self._pack_command is None:
-            return connection.pack_commands(commands)
-        return [b"".join(map(self._pack_command, commands))]
-
     def close(self):
         for client in self._clients.values():
             client.close()
@@ -471,16 +482,6 @@ def _slot_tags():
             tags[slot], missing = tag, missing - 1
         n += 1
     return tags
-
-
-def key_slot(key):
-    """The cluster slot of ``key`` (bytes), its hash tag respected."""
-    start = key.find(b"{")
-    if start >= 0:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1:end]
-    return binascii.crc_hqx(key, 0) % SLOTS
 
 
 class RedisStorage(Storage):
@@ -635,9 +636,6 @@ class RedisStorage(Storage):
     def _doc_hash(self, shard):
         return self._name + b":d:%x" % shard
 
-    def _fp_shard(self, fp):
-        return self._fp_hash(fp >> (64 - self._shard_bits))
-
     def _fp_hash(self, shard):
         return self._name + b":f:%x" % shard
 
@@ -752,62 +750,50 @@ class RedisStorage(Storage):
     def _search(self, probes, distance):
         """For each probe, its (key, fingerprint, distance) hits: one round for
         the tables (a SCAN script per node), one for the keys of the matches."""
-        layout, head = self._layout, 8 - self._width
-        blobs, where = collections.defaultdict(list), collections.defaultdict(list)
-        owner = self._nodes.owner
-        table_keys = self._table_keys
-        for i, fp in enumerate(probes):
-            if distance <= layout.distance:  # one range a table, from native code
-                ranges = enumerate(layout.scan_bounds(fp)[1])
-            else:
-                ranges = ((table, (start.to_bytes(8, "big"), end.to_bytes(8, "big")))
-                          for table, table_ranges in enumerate(layout.probe_ranges(fp, distance)[1])
-                          for start, end in table_ranges)
-            for table, (lo, hi) in ranges:
-                key = table_keys[table] + lo[:head].hex().encode()
-                address = owner(key)
-                blobs[address].append(key + lo[head:] + hi[head:])
-                where[address].append((i, table, lo[:head]))
+        layout, nodes = self._layout, self._nodes
+        if distance <= layout.distance:  # one range a table
+            firsts, probe_of, table_of = _ext.probe_starts(probes, layout.spec, layout.prefixes)
+        else:
+            firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
+            for i, fp in enumerate(probes):
+                for table, ranges in enumerate(layout.probe_ranges(fp, distance)[1]):
+                    for first, _ in ranges:
+                        firsts.append(first)
+                        probe_of.append(i)
+                        table_of.append(table)
         step = SCRIPT_BYTES // (self._key_length + 2 * self._width)
-        replies = self._nodes.round({
-            address: [("EVAL", SCAN, 0, self._width, self._key_length,
-                       b"".join(records[start:start + step]))
-                      for start in range(0, len(records), step)]
-            for address, records in blobs.items()})
+        requests = dict(zip(nodes.addresses, _ext.scan_records(
+            firsts, table_of, layout.prefixes, self._table_keys, self._bits, self._width,
+            nodes.slot_nodes, len(nodes.addresses), step)))
+        replies = nodes.round({
+            address: [("EVAL", SCAN, 0, self._width, self._key_length, blob) for blob in blobs]
+            for address, (blobs, _) in requests.items() if blobs})
         found = [{} for _ in range(len(probes))]
-        width = self._width
         for address, calls in replies.items():
-            ranges = where[address]
-            reply = [x for start, call in zip(range(0, len(ranges), step), calls)
-                     for x in _offset(call, start)]
-            for r in range(0, len(reply), 2):
-                i, table, prefix = ranges[reply[r] - 1]
-                entries = reply[r + 1]
-                for e in range(0, len(entries), width):
-                    fp = layout.unpermute(int.from_bytes(prefix + entries[e:e + width], "big"),
-                                          table)
-                    bits = (fp ^ probes[i]).bit_count()
-                    if bits <= distance:
-                        found[i][fp] = bits
+            _ext.scan_hits(calls, requests[address][1], step, firsts, probe_of, table_of, probes,
+                           layout.spec, layout.tables, self._bits, self._width, distance, found)
         keys = self._keys_of(set().union(*found))
         return [[(key, fp, bits) for fp, bits in hits.items() for key in keys[fp]]
                 for hits in found]
 
     def _keys_of(self, fps):
         """{fp: its keys} of the fingerprints ``fps``, read in one round."""
-        fields = self._fields({fp: (self._fp_shard(fp), fp.to_bytes(8, "big")) for fp in fps})
-        return {fp: _split_keys(value) for fp, value in fields.items()}
+        return {fp: _split_keys(value)
+                for fp, value in self._hash_fields(b":f:", list(fps), True).items()}
 
-    def _fields(self, wanted):
-        """{name: value or None} of hash fields ``wanted`` ({name: (hash, field)}),
-        read in one round (an HMGET per hash)."""
-        by_hash = collections.defaultdict(list)
-        for name, (key, field) in wanted.items():
-            by_hash[key].append((name, field))
-        replies = self._run([(key, ("HMGET", key, *[f for _, f in fields]))
-                             for key, fields in by_hash.items()])
-        return {name: value for fields, values in zip(by_hash.values(), replies)
-                for (name, _), value in zip(fields, values)}
+    def _hash_fields(self, kind, names, by_fingerprint):
+        """{name: value or None} of the documents (``kind`` b":d:", ``names``
+        their keys) or fingerprints (b":f:"), read in one round (an HMGET per
+        hash)."""
+        shards = _ext.hash_reads(names, self._shard_bits, by_fingerprint)
+        commands = []
+        for shard, (_, fields) in shards.items():
+            key = self._name + kind + b"%x" % shard
+            commands.append((key, ("HMGET", key, *fields)))
+        found = {}
+        for (names, _), values in zip(shards.values(), self._run(commands)):
+            found.update(zip(names, values))
+        return found
 
     def _documents(self, after, whole_batches=True):
         """(shard, key, value) of the documents after ``after`` (None: all) in
@@ -1001,85 +987,32 @@ class RedisStorage(Storage):
     def _plan_commands(self, plan, epoch):
         """(routing key, command) for every write of ``plan``, pending at
         ``epoch``, each fenced (see :data:`HWRITE`)."""
-        groups = collections.defaultdict(list)
-        for key, value in plan["docs"]:
-            groups[self._doc_shard(key)].append((key, value))
-        for fp, keys in plan["fps"]:
-            groups[self._fp_shard(fp)].append((fp.to_bytes(8, "big"), keys))
         commands = []
-        for shard, fields in groups.items():
-            sets = [x for field, value in fields if value is not None for x in (field, value)]
-            gone = [field for field, value in fields if value is None]
-            commands.append((shard, ("EVAL", HWRITE, 0, shard, epoch, len(sets) // 2, *sets,
-                                     *gone, self._fence_key(key_slot(shard)))))
-        for key, command in self._merge_commands(array("Q", plan["add"]),
-                                                 array("Q", plan["del"])):
-            commands.append((key, command + (epoch, *self._fence_keys(command[-1]))))
-        return commands
+        for kind, fields, by_fingerprint in ((b":d:", plan["docs"], False),
+                                             (b":f:", plan["fps"], True)):
+            for shard, (sets, gone) in _ext.hash_writes(fields, self._shard_bits,
+                                                        by_fingerprint).items():
+                key = self._name + kind + b"%x" % shard
+                commands.append((key, ("EVAL", HWRITE, 0, key, epoch, len(sets) // 2, *sets,
+                                       *gone, self._fence_key(_ext.key_slot(key)))))
+        return commands + self._merge_commands(array("Q", plan["add"]), array("Q", plan["del"]),
+                                               epoch)
 
     def _fence_key(self, slot):
         return self._name + b":fence{" + _slot_tags()[slot] + b"}"
 
-    def _fence_keys(self, records):
-        """The fence keys of the slots of the buckets of MERGE ``records``."""
-        slots, pos, width, length = set(), 0, self._width, self._key_length
-        while pos < len(records):
-            slots.add(key_slot(records[pos:pos + length]))
-            adds, deletes = struct.unpack_from(">II", records, pos + length)
-            pos += length + 8 + (adds + deletes) * width
-        return [self._fence_key(slot) for slot in sorted(slots)]
-
-    def _merge_commands(self, adds, deletes):
-        """MERGE calls (one per node and ~SCRIPT_BYTES) that add the fingerprints
-        ``adds`` to every table and remove ``deletes``."""
-        layout, width, owner = self._layout, self._width, self._nodes.owner
-        records = collections.defaultdict(list)
-        for table in range(layout.tables):
-            added = self._buckets(layout.table_values(adds, table), table)
-            deleted = dict(self._buckets(layout.table_values(deletes, table), table))
-            for key, entries in added:
-                gone = deleted.pop(key, b"")
-                records[owner(key)].append(b"".join((
-                    key, struct.pack(">II", len(entries) // width, len(gone) // width),
-                    entries, gone)))
-            for key, gone in deleted.items():
-                records[owner(key)].append(key + struct.pack(">II", 0, len(gone) // width) + gone)
-        commands = []
-        for node_records in records.values():
-            start = 0
-            while start < len(node_records):
-                end, size = start, 0
-                while end < len(node_records) and size < SCRIPT_BYTES:
-                    size += len(node_records[end])
-                    end += 1
-                commands.append((node_records[start][:self._key_length],
-                                 ("EVAL", MERGE, 0, width, self._key_length,
-                                  b"".join(node_records[start:end]))))
-                start = end
-        return commands
-
-    def _buckets(self, values, table):
-        """(bucket key, its entries) of the sorted permuted ``values`` of ``table``."""
-        width, bits = self._width, self._bits
-        if not values:
-            return []
-        big = array("Q", values)
-        if sys.byteorder == "little":
-            big.byteswap()
-        raw = big.tobytes()
-        entries = bytearray(len(values) * width)
-        for b in range(width):
-            entries[b::width] = raw[8 - width + b::8]
-        if not bits:
-            return [(self._table_keys[table], bytes(entries))]
-        out, i, n, shift = [], 0, len(values), 64 - bits
-        key, digits, entries = self._table_keys[table], bits // 4, bytes(entries)
-        while i < n:
-            bucket = values[i] >> shift
-            j = bisect.bisect_left(values, (bucket + 1) << shift, i)
-            out.append((key + b"%0*x" % (digits, bucket), entries[i * width:j * width]))
-            i = j
-        return out
+    def _merge_commands(self, adds, deletes, epoch):
+        """MERGE calls (one per node and ~SCRIPT_BYTES, each fenced by the
+        slots of its buckets) that add the fingerprints ``adds`` to every
+        table and remove ``deletes``."""
+        nodes = self._nodes
+        blobs = _ext.merge_records(adds, deletes, self._layout.spec, self._table_keys, self._bits,
+                                   self._width, nodes.slot_nodes, len(nodes.addresses),
+                                   SCRIPT_BYTES)
+        return [(blob[:self._key_length],
+                 ("EVAL", MERGE, 0, self._width, self._key_length, blob, epoch,
+                  *map(self._fence_key, slots)))
+                for node_blobs in blobs for blob, slots in node_blobs]
 
     # The rest of Storage
 
@@ -1124,11 +1057,6 @@ def _no_cyclic_gc():
             gc.enable()
 
 
-def _offset(reply, start):
-    """A SCAN reply with its range numbers counted from ``start``."""
-    for r in range(0, len(reply), 2):
-        yield reply[r] + start
-        yield reply[r + 1]
 
 
 def _split_keys(blob):
@@ -1143,12 +1071,6 @@ def _split_keys(blob):
         keys.append(blob[i + 2:i + 2 + size])
         i += 2 + size
     return keys
-
-
-def _join_keys(keys):
-    if len(keys) == 1:
-        return len(keys[0]).to_bytes(2, "big") + keys[0]
-    return b"".join(len(k).to_bytes(2, "big") + k for k in keys)
 
 
 class RedisView(View):
@@ -1221,13 +1143,16 @@ class RedisTxn(RedisView, Txn):
         """Read the committed values of ``keys`` and keys of ``fps`` (and of the
         fingerprints those values hold) not read yet."""
         storage = self._storage
-        keys = [k for k in dict.fromkeys(keys) if k not in self._committed]
+        if not self._count_before:  # an empty database: nothing to read
+            self._committed.update(dict.fromkeys(keys))
+            _ext.add_absent(fps, self._fps, self._fps_committed)
+            return
+        keys = _ext.unread(keys, self._committed)
         if keys:
-            values = self._read(lambda: storage._fields({k: (storage._doc_shard(k), k)
-                                                          for k in keys}))
+            values = self._read(lambda: storage._hash_fields(b":d:", keys, False))
             self._committed.update(values)
             fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
-        fps = [fp for fp in dict.fromkeys(fps) if fp not in self._fps]
+        fps = _ext.unread(fps, self._fps)
         if fps:
             for fp, keys_of in self._read(lambda: storage._keys_of(fps)).items():
                 self._fps[fp] = keys_of
@@ -1236,15 +1161,13 @@ class RedisTxn(RedisView, Txn):
     def _value(self, key):
         return self._docs[key] if key in self._docs else self._committed[key]
 
-    def _put(self, key, fp, value):
-        old = self._value(key)
-        old_fp = None if old is None else value_fingerprint(old)
-        self._docs[key] = value
-        if old_fp != fp:
-            if old_fp is not None:
-                self._fps[old_fp].remove(key)
-            bisect.insort(self._fps[fp], key)
-            if self._near is not None:
+    def _put(self, documents):
+        """Store the (key, fp, value) ``documents`` in this batch (their keys
+        and fingerprints read)."""
+        moved = _ext.put_documents(documents, self._docs, self._committed, self._fps,
+                                   value_fingerprint)
+        if self._near is not None:
+            for fp in moved:
                 self._near.add(fp)
 
     # Reads with this batch's changes
@@ -1253,12 +1176,11 @@ class RedisTxn(RedisView, Txn):
         return self._new_params if self._new_params is not None else super().params()
 
     def count(self):
-        return self._count_before + sum((value is not None) - (self._committed[key] is not None)
-                                        for key, value in self._docs.items())
+        return self._count_before + _ext.planned_documents(self._docs, self._committed)[1]
 
     def distinct(self):
-        return self._distinct_before + sum(bool(keys) - bool(self._fps_committed[fp])
-                                           for fp, keys in self._fps.items())
+        return self._distinct_before + _ext.planned_fingerprints(self._fps,
+                                                                 self._fps_committed)[3]
 
     def get(self, key):
         return self._docs[key] if key in self._docs else super().get(key)
@@ -1317,8 +1239,7 @@ class RedisTxn(RedisView, Txn):
 
     def upsert(self, documents):
         self._load([d[0] for d in documents], [d[1] for d in documents])
-        for key, fp, value in documents:
-            self._put(key, fp, value)
+        self._put(documents)
 
     def remove(self, keys):
         self._load(keys, [])
@@ -1340,26 +1261,20 @@ class RedisTxn(RedisView, Txn):
             hits = [hit for hit in hits if hit[0] not in self._docs] + \
                 self._own_hits(fp, distance)
             if not hits:
-                self._put(key, fp, value)
+                self._put([(key, fp, value)])
             found.append(hits)
         return found
 
     def plan(self):
         """What this batch writes (final values, so that writing it twice
         is writing it once), or None if nothing."""
-        committed = self._committed
-        docs = [(k, v) for k, v in self._docs.items() if v != committed[k]]
-        before = self._fps_committed
-        fps = [(fp, _join_keys(keys) if keys else None) for fp, keys in self._fps.items()
-               if len(keys) != len(before[fp]) or tuple(keys) != before[fp]]
+        docs, added = _ext.planned_documents(self._docs, self._committed)
+        fps, adds, deletes, distinct = _ext.planned_fingerprints(self._fps, self._fps_committed)
         if not docs and not fps and self._new_params is None:
             return None
-        return {"docs": docs, "fps": fps, "count": self.count(), "distinct": self.distinct(),
-                "params": self._new_params,
-                "add": array("Q", [fp for fp, keys in self._fps.items()
-                                   if keys and not self._fps_committed[fp]]).tobytes(),
-                "del": array("Q", [fp for fp, keys in self._fps.items()
-                                   if not keys and self._fps_committed[fp]]).tobytes()}
+        return {"docs": docs, "fps": fps, "count": self._count_before + added,
+                "distinct": self._distinct_before + distinct, "params": self._new_params,
+                "add": adds.tobytes(), "del": deletes.tobytes()}
 
 
 class _NearIndex:

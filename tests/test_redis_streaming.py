@@ -155,7 +155,7 @@ def test_check_reads_the_index_a_chunk_of_documents_at_a_time(redis_names, monke
         assert db.check() == []
         assert len(rounds) < len(docs) / 2  # not a round (or three) per document
         encoded = msgpack.packb(17)
-        shard = db._storage._fp_shard(docs[17])
+        shard = db._storage._fp_hash(docs[17] >> (64 - db._storage._shard_bits))
         db._storage._run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
         problems = db.check()
         assert any("document 17 " in p and "missing from the fingerprint index" in p

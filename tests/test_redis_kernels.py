@@ -1,0 +1,267 @@
+"""The native kernels of the Redis backend against plain Python: the cluster
+slot of a key, the MERGE records of a batch, the SCAN records of probes and
+the hits decoded from SCAN replies (checked against brute force). No server
+needed: the scripts' side is simulated here."""
+
+import binascii
+import random
+import struct
+from array import array
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_multiprobe import adversarial_docs, probes_near
+
+from simhashdb import _ext
+from simhashdb.layout import Layout
+
+MAX = (1 << 64) - 1
+
+
+def slot_oracle(key):
+    """The Redis Cluster spec: CRC-16/XMODEM of the hash tag (between the first
+    { and the next }, if not empty) or of the key, mod 16384."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    return binascii.crc_hqx(key, 0) % 16384
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=40), st.sampled_from([b"", b"{", b"}", b"{}", b"{a}", b"}{", b"{x{y}"]),
+       st.binary(max_size=8))
+def test_native_slot_is_the_cluster_slot_hash_tags_included(head, tag, tail):
+    key = head + tag + tail
+    assert _ext.key_slot(key) == slot_oracle(key)
+
+
+def test_native_slot_of_known_keys():
+    # from the Redis Cluster specification: 12739 is the slot of "123456789"'s CRC
+    assert _ext.key_slot(b"123456789") == 0x31C3 % 16384
+    assert _ext.key_slot(b"{user1000}.following") == _ext.key_slot(b"user1000")
+    assert _ext.key_slot(b"foo{}{bar}") == slot_oracle(b"foo{}{bar}")
+
+
+def random_owners(rng, nodes):
+    """A node for each slot, in runs as a cluster hands them out, shuffled."""
+    cuts = sorted(rng.sample(range(1, 16384), nodes - 1)) if nodes > 1 else []
+    order = list(range(nodes))
+    rng.shuffle(order)
+    owners = array("H")
+    for node, (lo, hi) in zip(order, zip([0] + cuts, cuts + [16384])):
+        owners += array("H", [node]) * (hi - lo)
+    return owners
+
+
+def bucket_key(table_key, value, bits):
+    return table_key + (b"%0*x" % (bits // 4, value >> (64 - bits)) if bits else b"")
+
+
+def tail(value, width):
+    return (value & ((1 << (8 * width)) - 1)).to_bytes(width, "big")
+
+
+def merge_records_oracle(layout, adds, deletes, table_keys, bits, width, owners, limit):
+    """The MERGE (blob, slots) pairs per node, from plain Python: records by
+    node, slot, table and bucket, cut after the one that reaches ``limit``."""
+    records = []
+    for table, table_key in enumerate(table_keys):
+        buckets = {}
+        for which, fps in ((0, adds), (1, deletes)):
+            for fp in fps:
+                perm = layout.scan_bounds(fp)[0][table]
+                key = bucket_key(table_key, perm, bits)
+                buckets.setdefault(key, ([], []))[which].append(perm)
+        for key, (added, gone) in buckets.items():
+            added, gone = sorted(added), sorted(gone)
+            slot = slot_oracle(key)
+            records.append((owners[slot], slot, table, key, key + struct.pack(
+                ">II", len(added), len(gone)) + b"".join(tail(v, width) for v in added + gone)))
+    records.sort()
+    blobs = [[] for _ in range(max(owners) + 1)]
+    for node in range(len(blobs)):
+        blob, slots = b"", []
+        for _, slot, _, _, record in (r for r in records if r[0] == node):
+            blob += record
+            slots += [slot] if slot not in slots else []
+            if len(blob) >= limit:
+                blobs[node].append((blob, slots))
+                blob, slots = b"", []
+        if blob:
+            blobs[node].append((blob, slots))
+    return blobs
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([(5, 3, 8), (4, 2, 0), (6, 3, 16), (8, 3, 24)]),
+       st.integers(1, 4), st.sampled_from([40, 300, 1 << 16]))
+def test_native_merge_records_are_the_python_ones(seed, shape, nodes, limit):
+    blocks, distance, bits = shape
+    rng = random.Random(seed)
+    layout = Layout(blocks, distance)
+    _, docs = adversarial_docs(layout, seed, crowd=rng.choice([0, 50]))
+    fps = sorted(set(docs.values()))
+    rng.shuffle(fps)
+    cut = rng.randrange(len(fps) + 1)
+    adds, deletes = fps[:cut], fps[cut:cut + rng.randrange(40)]
+    table_keys = [b"db{x}:%03x" % t for t in range(layout.tables)]
+    owners = random_owners(rng, nodes)
+    width = 8 - bits // 8
+    native = _ext.merge_records(array("Q", adds), array("Q", deletes), layout.spec, table_keys,
+                                bits, width, owners, nodes, limit)
+    assert native == merge_records_oracle(layout, adds, deletes, table_keys, bits, width,
+                                          owners, limit)
+
+
+def lua_scan(store, blob, key_length, width):
+    """What the SCAN script answers for ``blob``: record number (from 1) and
+    the bucket's entries in the record's range (all of a bucket of at most
+    32), for each range with any."""
+    size, out = key_length + 2 * width, []
+    for r in range(len(blob) // size):
+        record = blob[r * size:(r + 1) * size]
+        key, first, last = record[:key_length], record[key_length:-width], record[-width:]
+        bucket = store.get(key, [])
+        entries = bucket if len(bucket) <= 32 else [e for e in bucket if first <= e <= last]
+        if entries:
+            out += [r + 1, b"".join(entries)]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([(5, 3, 8), (4, 2, 0), (6, 3, 16), (7, 3, 24)]),
+       st.integers(1, 4), st.integers(1, 7), st.booleans())
+def test_native_scan_finds_what_brute_force_finds(seed, shape, nodes, per_blob, farther):
+    """Ranges from probe_starts (or, past the layout's distance, the probe
+    ranges), records per node, simulated SCAN replies, hits decoded: every
+    fingerprint within the distance, none other."""
+    blocks, distance, bits = shape
+    rng = random.Random(seed)
+    layout = Layout(blocks, distance)
+    bases, docs = adversarial_docs(layout, seed, crowd=100)
+    fps = sorted(set(docs.values()))
+    probes = array("Q", probes_near(layout, bases, seed) + [0, MAX])
+    width, table_keys = 8 - bits // 8, [b"db:%03x" % t for t in range(layout.tables)]
+    key_length = len(table_keys[0]) + bits // 4
+    store = {}
+    for table, table_key in enumerate(table_keys):
+        for perm in layout.table_values(array("Q", fps), table):
+            store.setdefault(bucket_key(table_key, perm, bits), []).append(tail(perm, width))
+    owners = random_owners(rng, nodes)
+    radius = distance + 1 if farther else distance
+    if farther:  # as RedisStorage._search builds them
+        firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
+        for i, fp in enumerate(probes):
+            for table, ranges in enumerate(layout.probe_ranges(fp, radius)[1]):
+                for first, _ in ranges:
+                    firsts.append(first)
+                    probe_of.append(i)
+                    table_of.append(table)
+    else:
+        firsts, probe_of, table_of = _ext.probe_starts(probes, layout.spec, layout.prefixes)
+        assert list(zip(probe_of, table_of)) == [(i, t) for i in range(len(probes))
+                                                 for t in range(layout.tables)]
+        assert list(firsts) == [first for fp in probes
+                                for first, _ in (r[0] for r in layout.probe_ranges(fp, radius)[1])]
+    requests = _ext.scan_records(firsts, table_of, layout.prefixes, table_keys, bits, width,
+                                 owners, nodes, per_blob)
+    sent = sorted(r for _, ranges in requests for r in ranges)
+    assert sent == list(range(len(firsts)))
+    found = [{} for _ in probes]
+    for node, (blobs, ranges) in enumerate(requests):
+        assert all(len(b) <= per_blob * (key_length + 2 * width) for b in blobs)
+        for blob, start in zip(blobs, range(0, len(ranges), per_blob)):
+            for r, record in zip(ranges[start:start + per_blob],
+                                 (blob[i:i + key_length + 2 * width]
+                                  for i in range(0, len(blob), key_length + 2 * width))):
+                last = firsts[r] | (~layout.prefixes[table_of[r]] & MAX)
+                assert record == (bucket_key(table_keys[table_of[r]], firsts[r], bits)
+                                  + tail(firsts[r], width) + tail(last, width))
+                assert owners[slot_oracle(record[:key_length])] == node
+        calls = [lua_scan(store, blob, key_length, width) for blob in blobs]
+        _ext.scan_hits(calls, ranges, per_blob, firsts, probe_of, table_of, probes, layout.spec,
+                       layout.tables, bits, width, radius, found)
+    for probe, hits in zip(probes, found):
+        assert hits == {fp: bin(fp ^ probe).count("1") for fp in fps
+                        if bin(fp ^ probe).count("1") <= radius}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=30), st.one_of(st.none(), st.binary(max_size=9))),
+                max_size=60),
+       st.lists(st.tuples(st.sampled_from([0, 1, MAX, MAX - 1]) | st.integers(0, MAX),
+                          st.one_of(st.none(), st.binary(max_size=9))), max_size=60),
+       st.integers(0, 21))
+def test_native_hash_writes_and_reads_group_fields_by_the_shards_of_the_backend(docs, fps, shard_bits):
+    """Documents by the leading bits of the CRC-32 of their key, fingerprints
+    by their own, each written as 8 bytes (the sharding of RedisStorage)."""
+    for fields, by_fp in ((docs, False), (fps, True)):
+        expected = {}
+        for field, value in fields:
+            shard = ((field >> (64 - shard_bits)) if by_fp else
+                     (binascii.crc32(field) >> (32 - shard_bits)))
+            sets, gone = expected.setdefault(shard, ([], []))
+            field = field.to_bytes(8, "big") if by_fp else field
+            if value is None:
+                gone.append(field)
+            else:
+                sets += [field, value]
+        assert _ext.hash_writes([list(f) for f in fields], shard_bits, by_fp) == expected
+        names = [name for name, _ in fields]
+        reads = {}
+        for name in names:
+            shard = ((name >> (64 - shard_bits)) if by_fp else
+                     (binascii.crc32(name) >> (32 - shard_bits)))
+            group = reads.setdefault(shard, ([], []))
+            group[0].append(name)
+            group[1].append(name.to_bytes(8, "big") if by_fp else name)
+        assert _ext.hash_reads(names, shard_bits, by_fp) == reads
+        assert _ext.unread(names + names[::-1], {names[0]: 1} if names else {}) == \
+            [name for name in dict.fromkeys(names) if name != names[0]]
+
+
+@given(st.dictionaries(st.integers(0, MAX), st.tuples(
+    st.lists(st.binary(min_size=0, max_size=600), max_size=3, unique=True).map(sorted),
+    st.lists(st.binary(max_size=5), max_size=3, unique=True).map(sorted))))
+def test_native_planned_fingerprints_are_the_changed_ones_with_their_keys_joined(groups):
+    fps = {fp: after for fp, (after, _) in groups.items()}
+    committed = {fp: tuple(before) for fp, (_, before) in groups.items()}
+    changed, added, removed, distinct = _ext.planned_fingerprints(fps, committed)
+    assert changed == [(fp, b"".join(len(k).to_bytes(2, "big") + k for k in keys) or None)
+                       for fp, keys in fps.items() if tuple(keys) != committed[fp]]
+    assert list(added) == [fp for fp, keys in fps.items() if keys and not committed[fp]]
+    assert list(removed) == [fp for fp, keys in fps.items() if not keys and committed[fp]]
+    assert distinct == len(added) - len(removed)
+    assert _ext.planned_documents({b"a": None, b"b": b"1", b"c": b"2", b"d": None},
+                                  {b"a": b"0", b"b": None, b"c": b"2", b"d": None}) == \
+        ([(b"a", None), (b"b", b"1")], 0)
+
+
+@given(st.lists(st.lists(st.binary(max_size=300) | st.text(max_size=20)
+                         | st.integers(-2**70, 2**70) | st.floats(allow_nan=False),
+                         min_size=1, max_size=12), max_size=8))
+def test_native_protocol_packing_is_the_redis_protocol(commands):
+    def arg(a):
+        if isinstance(a, bytes):
+            return a
+        return a.encode() if isinstance(a, str) else repr(a).encode()
+    expected = b"".join(b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(arg(a)), arg(a))
+                                                          for a in c) for c in commands)
+    assert _ext.pack_commands(commands) == expected
+
+
+def test_native_protocol_packing_refuses_what_is_no_argument():
+    with pytest.raises(TypeError, match="got NoneType"):
+        _ext.pack_commands([("SET", b"k", None)])
+
+
+def test_native_add_absent_keeps_what_a_batch_has_read():
+    fps, committed = {5: [b"a"]}, {5: (b"a",)}
+    _ext.add_absent([5, 7, 7, 2**64 - 1], fps, committed)
+    assert fps == {5: [b"a"], 7: [], 2**64 - 1: []}
+    assert committed == {5: (b"a",), 7: (), 2**64 - 1: ()}
+    fps[7].append(b"b")
+    assert fps[2**64 - 1] == []

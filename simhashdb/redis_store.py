@@ -484,6 +484,21 @@ def _slot_tags():
     return tags
 
 
+def probe_starts(layout, probes, distance):
+    """The first permuted value of each range a query of ``probes`` at
+    ``distance`` scans, with the probe and the table of each (uint64 arrays)."""
+    if distance <= layout.distance:  # one range a table
+        return _ext.probe_starts(probes, layout.spec, layout.prefixes)
+    firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
+    for i, fp in enumerate(probes):
+        for table, ranges in enumerate(layout.probe_ranges(fp, distance)[1]):
+            for first, _ in ranges:
+                firsts.append(first)
+                probe_of.append(i)
+                table_of.append(table)
+    return firsts, probe_of, table_of
+
+
 class RedisStorage(Storage):
     """Database ``name`` on the Redis (Cluster) of a URL (see the module)."""
 
@@ -751,16 +766,7 @@ class RedisStorage(Storage):
         """For each probe, its (key, fingerprint, distance) hits: one round for
         the tables (a SCAN script per node), one for the keys of the matches."""
         layout, nodes = self._layout, self._nodes
-        if distance <= layout.distance:  # one range a table
-            firsts, probe_of, table_of = _ext.probe_starts(probes, layout.spec, layout.prefixes)
-        else:
-            firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
-            for i, fp in enumerate(probes):
-                for table, ranges in enumerate(layout.probe_ranges(fp, distance)[1]):
-                    for first, _ in ranges:
-                        firsts.append(first)
-                        probe_of.append(i)
-                        table_of.append(table)
+        firsts, probe_of, table_of = probe_starts(layout, probes, distance)
         step = SCRIPT_BYTES // (self._key_length + 2 * self._width)
         requests = dict(zip(nodes.addresses, _ext.scan_records(
             firsts, table_of, layout.prefixes, self._table_keys, self._bits, self._width,

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_multiprobe import adversarial_docs, probes_near
 
-from simhashdb import _ext
+from simhashdb import _ext, redis_store
 from simhashdb.layout import Layout
 
 MAX = (1 << 64) - 1
@@ -152,16 +152,8 @@ def test_native_scan_finds_what_brute_force_finds(seed, shape, nodes, per_blob, 
             store.setdefault(bucket_key(table_key, perm, bits), []).append(tail(perm, width))
     owners = random_owners(rng, nodes)
     radius = distance + 1 if farther else distance
-    if farther:  # as RedisStorage._search builds them
-        firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
-        for i, fp in enumerate(probes):
-            for table, ranges in enumerate(layout.probe_ranges(fp, radius)[1]):
-                for first, _ in ranges:
-                    firsts.append(first)
-                    probe_of.append(i)
-                    table_of.append(table)
-    else:
-        firsts, probe_of, table_of = _ext.probe_starts(probes, layout.spec, layout.prefixes)
+    firsts, probe_of, table_of = redis_store.probe_starts(layout, probes, radius)
+    if not farther:  # the native planning: one range a table
         assert list(zip(probe_of, table_of)) == [(i, t) for i in range(len(probes))
                                                  for t in range(layout.tables)]
         assert list(firsts) == [first for fp in probes

@@ -64,7 +64,7 @@ from array import array
 import msgpack
 
 from . import _ext
-from .errors import DatabaseError, InvalidArgumentError
+from .errors import DatabaseError, InvalidArgumentError, SimhashDBError
 from .layout import Layout
 from .storage import Storage, Txn, View, is_url, value_fingerprint
 
@@ -232,8 +232,10 @@ return out
 # ms. The holder of the token may take the lock again (after a failover
 # interrupted it). A writer that finds the lock taken queues for the next turn
 # (one at a time, for a lease), so that a writer in a loop cannot keep it.
-# While a reader holds new batches back, only a pending one is landed.
+# While a reader holds new batches back, only a pending one is landed. With
+# ARGV[3] (a reader recovering a dead writer's batch), nothing pending is {2}.
 ACQUIRE = """
+if ARGV[3] and not redis.call('GET', KEYS[2]) then return {2} end
 local holder, queued = redis.call('GET', KEYS[1]), redis.call('GET', KEYS[7])
 if holder == ARGV[1] or (not holder and (not queued or queued == ARGV[1])) then
   if redis.call('EXISTS', KEYS[6]) == 1 and not redis.call('GET', KEYS[2]) then
@@ -509,9 +511,9 @@ class RedisStorage(Storage):
         url = redis_url(path)
         parts = urllib.parse.urlsplit(url)
         name = urllib.parse.unquote(parts.path[1:])
-        if not name or "{" in name or "}" in name:
+        if not name or any(c in name for c in "{}:"):
             raise InvalidArgumentError("a Redis database URL ends with /name, a name without "
-                                       "{ or }; got %r" % url)
+                                       "{, } or : (its keys are name:...); got %r" % url)
         options = dict(DEFAULTS)
         for key, values in urllib.parse.parse_qs(parts.query).items():
             if key not in options:
@@ -574,6 +576,12 @@ class RedisStorage(Storage):
         while True:
             try:
                 return step()
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                if isinstance(exc, SimhashDBError):
+                    raise
+                raise DatabaseError("the Redis database %s holds damaged data or answered "
+                                    "unexpectedly (%s: %s); run check()"
+                                    % (self.path, type(exc).__name__, exc)) from None
             except _Unavailable as exc:
                 if time.monotonic() + delay > deadline:
                     raise DatabaseError(
@@ -622,7 +630,27 @@ class RedisStorage(Storage):
                                     "distance": layout.distance})
             self._retrying(lambda: self._meta("SET", self._layout_key, record, "NX"), "write to")
             raw = self._retrying(lambda: self._meta("GET", self._layout_key))
-        self._use_layout(layout, msgpack.unpackb(raw)["bucket_bits"] if raw else bits)
+        if raw is None:
+            self._use_layout(layout, bits)
+            return
+        stored, bits = self._layout_record(raw)
+        if (stored.blocks, stored.distance) != (layout.blocks, layout.distance):
+            raise DatabaseError(
+                "the database %s was created with blocks=%d, distance=%d (another client "
+                "created it at the same time with other parameters?); open it without them"
+                % (self.path, stored.blocks, stored.distance))
+        self._use_layout(layout, bits)
+
+    def _layout_record(self, raw):
+        """The (Layout, bucket bits) of a stored layout record, checked."""
+        try:
+            record = msgpack.unpackb(raw)
+            layout, bits = Layout(record["blocks"], record["distance"]), record["bucket_bits"]
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+            layout = bits = None
+        if layout is None or bits not in (0, 8, 16, 24) or bits > min(layout.prefix_bits):
+            raise DatabaseError("the layout record of %s is damaged" % self.path)
+        return layout, bits
 
     def _use_layout(self, layout, bits):
         self._layout, self._bits, self._width = layout, bits, 8 - bits // 8
@@ -634,8 +662,7 @@ class RedisStorage(Storage):
 
     def _stored_layout(self):
         """Use the stored layout (to finish a pending batch before open_tables)."""
-        record = msgpack.unpackb(self._meta("GET", self._layout_key))
-        self._use_layout(Layout(record["blocks"], record["distance"]), record["bucket_bits"])
+        self._use_layout(*self._layout_record(self._meta("GET", self._layout_key)))
 
     def _bucket_key(self, table, perm):
         if not self._bits:
@@ -860,17 +887,20 @@ class RedisStorage(Storage):
             finally:
                 self._release(token)
 
-    def _acquire(self, token):
+    def _acquire(self, token, recovering=False):
         """Take the write lock (waiting for another writer, at most its lease
         and ``retry_seconds``); finish a dead writer's pending batch; returns
-        the (count, distinct, epoch) of the database."""
+        the (count, distinct, epoch) of the database (``recovering``: only
+        finish a pending batch, then return None)."""
         def take():
             deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
             pause = 0.001
             while True:
                 reply = self._meta("EVAL", ACQUIRE, 7, self._lock, self._pending, self._count,
                                    self._distinct, self._epoch, self._hold, self._queued,
-                                   token, self._lease_ms())
+                                   token, self._lease_ms(), *(b"1",) * recovering)
+                if reply[0] == 2:
+                    return None
                 if reply[0] == 1:
                     return reply[1:]
                 if time.monotonic() > deadline:
@@ -878,22 +908,26 @@ class RedisStorage(Storage):
                                         "later" % (self.path, self.retry_seconds))
                 time.sleep(pause)
                 pause = min(2 * pause, 0.05)
-        while True:
-            pending, count, distinct, epoch = self._retrying(take, "lock")
+        while True:  # until no batch is pending
+            taken = self._retrying(take, "lock")
+            if taken is None:
+                return None
+            pending, count, distinct, epoch = taken
             if not pending:
                 return int(count), int(distinct), int(epoch)
-            plan = msgpack.unpackb(pending)
+            try:
+                plan = msgpack.unpackb(pending)
+            except (ValueError, msgpack.UnpackException):
+                raise DatabaseError("the pending batch of %s is damaged" % self.path) from None
             if self._layout is None:
                 self._retrying(self._stored_layout)
-            if self._land(plan, token, int(epoch)):
-                return plan["count"], plan["distinct"], int(epoch) + 1
-            # the lock was lost while landing it: take it again
+            self._land(plan, token, int(epoch))  # by this writer, or the one that took the lock
 
     def _recover(self):
         """Finish a dead writer's pending batch (from a reader)."""
         token = uuid.uuid4().hex.encode()
         try:
-            self._acquire(token)
+            self._acquire(token, recovering=True)
         finally:
             self._release(token)
 
@@ -935,6 +969,10 @@ class RedisStorage(Storage):
             self._retrying(lambda: self._finish(plan, token, epoch), "write to")
             return True
         except _Superseded:
+            if int(self._retrying(lambda: self._meta("GET", self._epoch)) or 0) < epoch:
+                raise DatabaseError("the fences of %s are ahead of its epoch (were its {%s}: "
+                                    "keys deleted?): its batches cannot land"
+                                    % (self.path, self._name.decode())) from None
             return False
 
     def _wait_commands(self, address):

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import msgpack
 import pytest
 import redis
 from conftest import REDIS, as_tuples, brute_force, flip
@@ -397,3 +398,29 @@ def test_a_single_server_holds_a_database_and_a_dead_one_is_a_clear_error(lone_s
         with pytest.raises(DatabaseError, match="within 1 s"):
             db.insert("late", 1)
         assert time.monotonic() - start < 15
+
+
+def test_a_damaged_or_foreign_layout_record_is_a_clear_error(redis_names):
+    meta = redis.RedisCluster.from_url(redis_names.url)
+    for record in (b"\xc1", msgpack.packb({"bucket_bits": 100, "blocks": 5, "distance": 3}),
+                   msgpack.packb({"bucket_bits": 16, "blocks": 6, "distance": 3})):
+        meta.set("{laid}:layout", record)
+        with pytest.raises(DatabaseError, match="damaged|created with blocks=6"):
+            DB(redis_names.url + "/laid", distance=3, blocks=5)
+    meta.close()
+
+
+def test_a_damaged_pending_batch_is_a_clear_error(redis_names):
+    url = redis_names.url + "/pend?lease=1"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert("a", 1)
+        meta = redis.RedisCluster.from_url(redis_names.url)
+        meta.set("{pend}:pending", b"\xc1")
+        meta.close()
+        with pytest.raises(DatabaseError, match="pending batch .* is damaged"):
+            db.insert("b", 2)
+
+
+def test_a_name_with_a_colon_is_refused_since_keys_are_name_colon(redis_names):
+    with pytest.raises(simhashdb_errors().InvalidArgumentError, match="without"):
+        DB(redis_names.url + "/crawl:d", distance=3)

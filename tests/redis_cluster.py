@@ -79,6 +79,11 @@ def start_server(directory, *options, tls=False):
         if process.poll() is None:
             process.kill()
         said = process.communicate()[0].decode(errors="replace")
+        try:
+            with open(os.path.join(str(directory), "redis.log"), errors="replace") as log:
+                said += "".join(log.readlines()[-5:])
+        except OSError:
+            pass
     raise RuntimeError("redis-server %s did not start: %s" % (" ".join(options), said))
 
 

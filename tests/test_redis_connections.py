@@ -85,8 +85,9 @@ def test_tls_with_the_servers_ca_named_by_an_option(server, tmp_path, capsys):
         port = server("--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-cert-file", cert,
                       "--tls-auth-clients", "no", tls=True)
     except RuntimeError as exc:
-        if re.search(r"(?i)TLS.*not (supported|built)|BUILD_TLS", str(exc)):
-            pytest.skip("this redis-server was built without TLS: %s" % exc)
+        if re.search(r"(?i)TLS.*not (supported|built)|BUILD_TLS|finding TLS support", str(exc)):
+            pytest.skip("this server binary was built without TLS (Debian's has it): %s"
+                        % exc.args[0].splitlines()[-1])
         raise
     stores_and_finds("rediss://127.0.0.1:%d/crawl?ca=%s" % (port, cert))
     stores_and_finds("rediss://localhost:%d/crawl?ca=%s" % (port, cert))  # name checked too

@@ -188,7 +188,9 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     a bucket key, the bucket's add count and delete count (4 bytes each), its
     adds and its deletes, each sorted."""
     cdef Py_ssize_t tables = len(table_keys), t, i, j, n = 0, capacity = 1024, r, k, slot
-    cdef Py_ssize_t starts[16385]  # where each slot's records start in ``order``
+    # where each slot's records start in ``order`` (on the heap: 131 KB is too
+    # much for the stack of a thread)
+    cdef Py_ssize_t* starts = <Py_ssize_t*>calloc(16385, sizeof(Py_ssize_t))
     cdef Py_ssize_t* order = NULL
     cdef list buffers = [RecordBuffer(limit, 0, True) for _ in range(nodes)]
     cdef BucketKeys keys = BucketKeys(table_keys, bits, owners, nodes)
@@ -204,7 +206,7 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     cdef const uint64_t** add_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
     cdef const uint64_t** delete_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
     try:
-        if records == NULL or add_values == NULL or delete_values == NULL:
+        if records == NULL or add_values == NULL or delete_values == NULL or starts == NULL:
             raise MemoryError()
         for t in range(tables):
             a, d = added[t], deleted[t]
@@ -233,7 +235,6 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
         order = <Py_ssize_t*>malloc(max(n, 1) * sizeof(Py_ssize_t))
         if order == NULL:
             raise MemoryError()
-        memset(starts, 0, sizeof(starts))
         for r in range(n):
             starts[records[r].slot + 1] += 1
         for slot in range(16384):
@@ -260,6 +261,7 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     finally:
         free(records)
         free(order)
+        free(starts)
         free(add_values)
         free(delete_values)
     for out in buffers:

@@ -500,13 +500,22 @@ class DB:
                 values.append(fp)
                 for key_a, key_b in itertools.combinations(_sorted_keys(keys), 2):
                     yield key_a, key_b, 0
-            for chunk in pair_chunks(values, self._layout, d):
-                for p in range(0, len(chunk), 2):
-                    a, b = values[chunk[p]], values[chunk[p + 1]]
-                    between = _ext.num_differing_bits(a, b)
-                    for key_a in _sorted_keys(view.keys_of(a)):
-                        for key_b in _sorted_keys(view.keys_of(b)):
-                            yield _ordered(key_a, key_b) + (between,)
+            for pairs in pair_chunks(values, self._layout, d):
+                for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
+                    chunk = pairs[start:start + 20000]
+                    yield from self._keyed_pairs(view, values, chunk)
+
+    @staticmethod
+    def _keyed_pairs(view, values, chunk):
+        """The (key_a, key_b, distance) of the fingerprint pairs ``chunk``
+        (positions in ``values``), their keys read at once."""
+        keys = view.keys_of_many({values[i] for i in chunk})
+        for p in range(0, len(chunk), 2):
+            a, b = values[chunk[p]], values[chunk[p + 1]]
+            between = _ext.num_differing_bits(a, b)
+            for key_a in _sorted_keys(keys[a]):
+                for key_b in _sorted_keys(keys[b]):
+                    yield _ordered(key_a, key_b) + (between,)
 
     def clusters(self, distance: Optional[int] = None) -> Iterator[list[Key]]:
         """Connected components of the match graph over documents: lists of keys
@@ -525,11 +534,15 @@ class DB:
             for i, label in enumerate(labels):
                 if label != i or i in multiple:
                     members[label].append(i)
-            for label in sorted(members):
-                group = members[label]
-                if group[0] != label:
-                    group.insert(0, label)
-                yield _sorted_keys([k for i in group for k in view.keys_of(values[i])])
+            labels = sorted(members)
+            for start in range(0, len(labels), 1000):  # the keys of 1000 clusters a read
+                groups = [members[label] for label in labels[start:start + 1000]]
+                for label, group in zip(labels[start:start + 1000], groups):
+                    if group[0] != label:
+                        group.insert(0, label)
+                keys = view.keys_of_many({values[i] for group in groups for i in group})
+                for group in groups:
+                    yield _sorted_keys([k for i in group for k in keys[values[i]]])
 
     def stats(self) -> dict:
         """Counts, parameters and sizes of the database: ``disk_bytes`` (its

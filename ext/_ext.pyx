@@ -86,6 +86,16 @@ def as_fingerprints(hashes):
         raise
 
 
+cdef int grow(void** block, size_t size) except -1 nogil:
+    """Resize the malloc'd ``*block`` to ``size`` bytes (MemoryError if it cannot be)."""
+    cdef void* grown = realloc(block[0], size)
+    if grown == NULL:
+        with gil:
+            raise MemoryError()
+    block[0] = grown
+    return 0
+
+
 cdef inline uint64_t rotl(uint64_t x, int r) nogil:
     return (x << r) | (x >> (64 - r))
 
@@ -467,7 +477,6 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
     cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
     cdef uint64_t* hashes
     cdef uint8_t* cjk
-    cdef void* grown
     cdef uint64_t result, token_hash
     cdef uint32_t cp
     cdef uint8_t byte, flag
@@ -496,16 +505,8 @@ def fingerprint_utf8(const unsigned char[::1] text, uint64_t lengths, bint chars
                     i = end
                 if count == capacity:
                     capacity *= 2
-                    grown = realloc(hashes, capacity * sizeof(uint64_t))
-                    if grown == NULL:
-                        with gil:
-                            raise MemoryError()
-                    hashes = <uint64_t*>grown
-                    grown = realloc(cjk, capacity)
-                    if grown == NULL:
-                        with gil:
-                            raise MemoryError()
-                    cjk = <uint8_t*>grown
+                    grow(<void**>&hashes, capacity * sizeof(uint64_t))
+                    grow(<void**>&cjk, capacity)
                 hashes[count] = token_hash
                 cjk[count] = flag
                 count += 1
@@ -608,7 +609,6 @@ def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1
     cdef uint64_t* hashes
     cdef uint64_t* keys = NULL
     cdef uint32_t* counts = NULL
-    cdef void* grown
     cdef uint64_t h, result = 0
     cdef int64_t sums[64]
     cdef int bit
@@ -628,11 +628,7 @@ def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1
                 i = end
                 if count == capacity:
                     capacity *= 2
-                    grown = realloc(hashes, capacity * sizeof(uint64_t))
-                    if grown == NULL:
-                        with gil:
-                            raise MemoryError()
-                    hashes = <uint64_t*>grown
+                    grow(<void**>&hashes, capacity * sizeof(uint64_t))
                 hashes[count] = hash_bytes(&text[start], end - start)
                 count += 1
             # count each distinct word in an open-addressing table (hash 0 is

@@ -72,13 +72,9 @@ cdef class RecordBuffer:
 
     cdef unsigned char* grow(self, Py_ssize_t more) except NULL:
         """Room for ``more`` bytes at the end."""
-        cdef unsigned char* bigger
         if self.size + more > self.capacity:
             self.capacity = 2 * (self.size + more)
-            bigger = <unsigned char*>realloc(self.data, self.capacity)
-            if bigger == NULL:
-                raise MemoryError()
-            self.data = bigger
+            grow(<void**>&self.data, self.capacity)
         self.size += more
         return self.data + self.size - more
 
@@ -201,7 +197,6 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     cdef uint64_t first, bucket
     cdef RecordBuffer out
     cdef unsigned char* p
-    cdef Bucket* more
     cdef Bucket* records = <Bucket*>malloc(capacity * sizeof(Bucket))
     cdef const uint64_t** add_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
     cdef const uint64_t** delete_values = <const uint64_t**>calloc(tables, sizeof(uint64_t*))
@@ -220,10 +215,7 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
                 bucket = first >> (64 - bits) if bits else 0
                 if n == capacity:
                     capacity *= 2
-                    more = <Bucket*>realloc(records, capacity * sizeof(Bucket))
-                    if more == NULL:
-                        raise MemoryError()
-                    records = more
+                    grow(<void**>&records, capacity * sizeof(Bucket))
                 keys.build(t, first)
                 records[n].slot, records[n].table, records[n].bucket = keys.slot, t, bucket
                 records[n].add_start, records[n].delete_start = i, j

@@ -249,12 +249,19 @@ end
 if not queued then redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2]) end
 return {0, redis.call('PTTL', KEYS[1])}
 """
+# Whether the lock (KEYS[1]) is the token's (ARGV[1]), or lapsed with its
+# epoch key still at ``epoch`` (no other writer wrote or finished a batch).
+_LUA_HOLDS = """
+local function holds(epoch_key, epoch)
+  local holder = redis.call('GET', KEYS[1])
+  return holder == ARGV[1] or (not holder and (redis.call('GET', epoch_key) or '0') == epoch)
+end
+"""
 # KEYS: lock, epoch; ARGV: token, lease ms, the (odd) epoch of the batch
 # being applied. A lock that expired meanwhile is taken back if no other
 # writer finished the batch (the epoch did not move).
-RENEW = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] or (not holder and (redis.call('GET', KEYS[2]) or '0') == ARGV[3]) then
+RENEW = _LUA_HOLDS + """
+if holds(KEYS[2], ARGV[3]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
@@ -264,11 +271,8 @@ return 0
 # batch was planned at. The epoch is odd while a plan is pending. A lock
 # that expired while the batch was planned is taken back if no batch was
 # written since (the epoch did not move).
-BEGIN = """
-local holder = redis.call('GET', KEYS[1])
-if holder ~= ARGV[1] and (holder or (redis.call('GET', KEYS[3]) or '0') ~= ARGV[4]) then
-  return 0
-end
+BEGIN = _LUA_HOLDS + """
+if not holds(KEYS[3], ARGV[4]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 if not redis.call('GET', KEYS[2]) then redis.call('INCR', KEYS[3]) end
 redis.call('SET', KEYS[2], ARGV[2])
@@ -276,11 +280,8 @@ return 1
 """
 # KEYS: lock, pending, epoch, count, distinct, params; ARGV: token, the (odd)
 # epoch of the batch, its count and distinct, and its params if it sets them.
-FINISH = """
-local holder = redis.call('GET', KEYS[1])
-if holder ~= ARGV[1] and (holder or (redis.call('GET', KEYS[3]) or '0') ~= ARGV[2]) then
-  return 0
-end
+FINISH = _LUA_HOLDS + """
+if not holds(KEYS[3], ARGV[2]) then return 0 end
 if redis.call('DEL', KEYS[2]) == 1 then
   redis.call('INCR', KEYS[3])
   redis.call('SET', KEYS[4], ARGV[3])

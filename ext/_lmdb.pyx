@@ -61,6 +61,7 @@ cdef extern from "lmdb.h" nogil:
     int mdb_env_sync(MDB_env* env, int force)
     int mdb_reader_check(MDB_env* env, int* dead)
     char* mdb_strerror(int err)
+    char* mdb_version(int* major, int* minor, int* patch)
     int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
     void mdb_txn_abort(MDB_txn* txn)
     size_t mdb_txn_id(MDB_txn* txn)
@@ -119,6 +120,13 @@ cdef object lmdb_error(int rc, str what):
 
 if guard_install() != 0:
     raise ImportError("simhashdb._lmdb could not install its fault handlers")
+
+
+def version():
+    """The (major, minor, patch) version of the LMDB library this module runs on."""
+    cdef int major, minor, patch
+    mdb_version(&major, &minor, &patch)
+    return major, minor, patch
 
 
 # Fixed-width encodings and the permutations

@@ -19,8 +19,10 @@ from ._ext import (
 )
 from .db import DB, Match, Matches, Record, check_record
 from .errors import (
+    DamagedDatabaseWarning,
     DatabaseBusyError,
     DatabaseError,
+    DiskFullError,
     FormatVersionError,
     InvalidArgumentError,
     InvalidFingerprintError,
@@ -49,8 +51,10 @@ from .fingerprint import (
 __all__ = [
     "RECIPE",
     "DB",
+    "DamagedDatabaseWarning",
     "DatabaseBusyError",
     "DatabaseError",
+    "DiskFullError",
     "FormatVersionError",
     "InvalidKeyError",
     "InvalidMetadataError",

@@ -7,6 +7,7 @@ import datetime
 import itertools
 import math
 import os
+import sys
 import time
 from array import array
 from typing import Any, Iterable, Iterator, Optional, Union
@@ -574,6 +575,14 @@ class DB:
 
         :returns: a list of the disagreements found, empty for a sound database.
         """
+        problems = self._storage.check()
+        try:
+            problems += self._check_contents()
+        except DatabaseError as exc:  # a damaged file LMDB faulted on
+            problems.append(str(exc))
+        return problems
+
+    def _check_contents(self):
         problems = []
         with self._storage.read() as view:
             docs = 0

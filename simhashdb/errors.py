@@ -40,5 +40,13 @@ class FormatVersionError(DatabaseError):
     """The database was written by a newer simhashdb."""
 
 
+class DiskFullError(DatabaseError):
+    """The disk is full: nothing of the operation was written."""
+
+
 class DatabaseBusyError(DatabaseError):
     """Another handle has the database open, so it cannot be compacted now."""
+
+
+class DamagedDatabaseWarning(UserWarning):
+    """A database whose files look damaged was opened read-only."""

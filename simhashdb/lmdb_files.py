@@ -16,6 +16,7 @@ drops its shared lock, so no handle is ever unlocked while a compaction could
 replace the file under it.
 """
 
+import array
 import contextlib
 import errno
 import fcntl
@@ -26,24 +27,33 @@ import time
 import warnings
 import weakref
 
-from .errors import DatabaseBusyError, DatabaseError
+from .errors import DamagedDatabaseWarning, DatabaseBusyError, DatabaseError, DiskFullError
 from .storage import Storage
 
-DATA_FILE = "data.mdb"
+DATA_FILE, LOCK_FILE = "data.mdb", "lock.mdb"
+MAX_READERS = 4096
+# LMDB's lock file: 192 bytes of header, then 64 a reader slot (a larger file
+# would give more slots than MAX_READERS)
+LOCK_FILE_BYTES = 192 + 64 * (MAX_READERS - 1)
+FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
 COMPACT_SUFFIX = ".compact"
 _META_MAGIC = 0xBEEFC0DE
-_META = struct.Struct("<IIQQ")  # magic, version, address, map size
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
 _open_storages = weakref.WeakSet()
 
 
 class LmdbDirectory:
-    """A database directory opened by ``owner``: registered, locked, checked."""
+    """A database directory opened by ``owner``: registered, locked, checked.
+
+    ``doubt`` is None, or why the data file may make LMDB fault (see
+    :func:`inspect_data_file`): such a database opens read-only.
+    """
 
     def __init__(self, path, readonly, owner):
         self.path = os.path.abspath(os.fspath(path))
         self.data = os.path.join(self.path, DATA_FILE)
+        self.lock_mdb = os.path.join(self.path, LOCK_FILE)
         self.readonly = readonly
         if not os.fspath(path):
             raise DatabaseError("the database path is empty: name a directory")
@@ -54,17 +64,27 @@ class LmdbDirectory:
             raise DatabaseError("no database at %s to open read-only" % self.path)
         self._register(owner)
         self._locks = []
+        self._handle_lock = self._compact_lock = self._write_lock = None
+        self._lock_identity = None
+        self.new = not os.path.exists(self.data)
+        self.created = []  # what opening made: removed by abandon()
         try:
-            if not readonly:
-                os.makedirs(self.path, exist_ok=True)
+            if not readonly and not os.path.isdir(self.path):
+                self._disk_errors(os.makedirs, self.path, exist_ok=True)
+                self.created.append(self.path)
             self._handle_lock = self._lock_file("simhashdb.lock")
             self._compact_lock = self._lock_file("compact.lock")
+            self._write_lock = self._lock_file("write.lock")
             with self.alone() as alone:
                 if alone and os.path.exists(self.data + COMPACT_SUFFIX) and not readonly:
                     os.unlink(self.data + COMPACT_SUFFIX)  # a compaction that died
-            check_data_file(self.data)
+                self.doubt, full_size = inspect_data_file(self.data)
+                if alone and full_size and not readonly:  # so that the next open need not look
+                    os.truncate(self.data, full_size)
+                if self.locked:
+                    self._reserve_lock_file(alone)
         except BaseException:
-            self.release()
+            self.abandon()
             raise
 
     def _register(self, owner):
@@ -80,24 +100,109 @@ class LmdbDirectory:
     def _lock_file(self, name):
         """Open a lock file; a read-only directory gets no locks (nothing can
         change under a reader there)."""
+        path = os.path.join(self.path, name)
+        existed = os.path.exists(path)
         try:
-            handle = open(os.path.join(self.path, name), "a+b")
+            handle = open(path, "a+b")
         except OSError as exc:
             if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise DatabaseError("cannot open %s: %s" % (self.path, exc.strerror)) from None
+                raise self.full_disk_error(exc, "open") or DatabaseError(
+                    "cannot open %s: %s" % (self.path, exc.strerror)) from None
             if self.readonly:
                 return None
             raise DatabaseError("cannot write in %s: open it with readonly=True or fix its "
                                 "permissions" % self.path) from None
+        if not existed:
+            self.created.append(path)
         self._locks.append(handle)
         if name == "simhashdb.lock":
             fcntl.flock(handle, fcntl.LOCK_SH)
         return handle
 
+    def _reserve_lock_file(self, alone):
+        """Give LMDB's lock file its disk blocks before LMDB maps it: LMDB sizes
+        it with ftruncate and writes it through the map, where a full disk is
+        a SIGBUS. The first handle reserves what LMDB will use; later ones
+        only fill in the holes of what is there."""
+        existed = os.path.exists(self.lock_mdb)
+        with self._disk_errors(open, self.lock_mdb, "a+b") as f:
+            if not existed:
+                self.created.append(self.lock_mdb)
+            size = os.fstat(f.fileno()).st_size
+            wanted = max(size, LOCK_FILE_BYTES) if alone else size
+            if wanted:
+                self._disk_errors(os.posix_fallocate, f.fileno(), 0, wanted)
+
+    def _disk_errors(self, call, *args, **kwargs):
+        """``call(*args)``, an OSError of it a DatabaseError (DiskFullError
+        where the disk is full)."""
+        try:
+            return call(*args, **kwargs)
+        except OSError as exc:
+            raise self.full_disk_error(exc, "open") or DatabaseError(
+                "cannot open %s: %s" % (self.path, exc.strerror or exc)) from None
+
+    def full_disk_error(self, exc, doing):
+        """A DiskFullError for ``exc`` (an OSError, or an LMDB error as a
+        DatabaseError) met while ``doing`` the database, if the disk is full;
+        else None."""
+        if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or self.disk_is_full():
+            return DiskFullError("cannot %s %s: the disk is full (%s free): free some space, "
+                                 "then retry; nothing of this was written"
+                                 % (doing, self.path, _bytes(self.free_bytes())))
+        return None
+
+    def free_bytes(self):
+        """Bytes free to this user on the directory's disk (of its parent while
+        it does not exist)."""
+        path = self.path
+        while not os.path.exists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        stat = os.statvfs(path)
+        return stat.f_bavail * stat.f_frsize
+
+    def disk_is_full(self):
+        """Whether too little is free for a write to land: LMDB reports a write
+        that ran out of space part way as an I/O error, not as a full disk."""
+        try:
+            return self.free_bytes() < FULL_DISK_BYTES
+        except OSError:
+            return False
+
+    def note_lock_file(self):
+        """Remember which file LMDB's lock file is, once LMDB has opened it."""
+        if self.locked:
+            self._lock_identity = _identity(self.lock_mdb)
+
+    @contextlib.contextmanager
+    def writing(self):
+        """Hold the directory's write lock for one write transaction (writers of
+        every process take turns here even if LMDB's lock file is replaced);
+        :meth:`check_lock_file` before committing."""
+        if not self.locked:
+            yield
+            return
+        fcntl.flock(self._write_lock, fcntl.LOCK_EX)
+        try:
+            self.check_lock_file()
+            yield
+        finally:
+            fcntl.flock(self._write_lock, fcntl.LOCK_UN)
+
+    def check_lock_file(self):
+        """Raise DatabaseError if LMDB's lock file is gone or another file now:
+        a handle opened since then does not see this one's readers and writer."""
+        if self._lock_identity is not None and _identity(self.lock_mdb) != self._lock_identity:
+            raise DatabaseError(
+                "%s was removed or replaced while this handle had the database open (by a "
+                "clean-up script?): a handle opened since then cannot see this one, so this "
+                "handle writes no more and this batch was not written; close every handle of "
+                "the database and open it again" % self.lock_mdb)
+
     @property
     def locked(self):
         """Whether the directory has lock files (a read-only one may not)."""
-        return self._handle_lock is not None
+        return None not in (self._handle_lock, self._compact_lock, self._write_lock)
 
     @contextlib.contextmanager
     def alone(self):
@@ -149,6 +254,17 @@ class LmdbDirectory:
                    for name in (DATA_FILE, "lock.mdb")
                    if os.path.exists(os.path.join(self.path, name)))
 
+    def abandon(self):
+        """Release a directory whose opening failed, first removing what the
+        opening of a new database made there (a full disk leaves nothing)."""
+        if self.new and self._locks:
+            with self.alone() as alone:
+                if alone:
+                    for path in [self.data] + self.created[::-1]:
+                        with contextlib.suppress(OSError):
+                            os.rmdir(path) if os.path.isdir(path) else os.unlink(path)
+        self.release()
+
     def release(self):
         """Unlock and unregister."""
         for handle in self._locks:
@@ -159,47 +275,136 @@ class LmdbDirectory:
                 del _open_paths[self._key]
 
 
-def check_data_file(data):
-    """Raise DatabaseError if the data file is shorter than its own meta pages
-    say (LMDB would fault reading past its end) or not an LMDB file."""
+def inspect_data_file(data):
+    """What the data file's own meta pages say of it, before LMDB maps it.
+
+    Raises DatabaseError where the meta pages themselves are damaged (no valid
+    one, or two that disagree). Returns ``(doubt, full_size)``: ``doubt`` is
+    None for a sound file, else why LMDB could fault reading it (pages in use
+    lie past its end); ``full_size`` is the size the newest meta page's last
+    page gives, where the file is shorter but every page past its end is free
+    (LMDB never writes a page it allocated and freed in the same transaction,
+    so a sound file may end before its last page), else None.
+    """
     if not os.path.exists(data):
-        return
+        return None, None
     size = os.path.getsize(data)
     damaged = "%s is damaged (%%s): LMDB cannot read it safely; restore it from a backup" % data
     with open(data, "rb") as f:
         head = f.read(8192)
-    if size == 0 or len(head) < 16 + _META.size + 8:
+    if size == 0 or len(head) < _META_END:
         raise DatabaseError(damaged % ("%d bytes long" % size))
-    metas = []
-    page_size = struct.unpack_from("<I", head, 16 + _META.size)[0]  # the free DB's md_pad
+    page_size = struct.unpack_from("<I", head, _FREE_DB)[0]  # the free DB's md_pad
     if page_size < 512 or page_size & (page_size - 1) or page_size > 65536:
         raise DatabaseError(damaged % "its page size is unreadable")
     with open(data, "rb") as f:
         pages = f.read(2 * page_size)
+    metas = []
     for offset in (0, page_size):
         page = pages[offset:offset + page_size]
-        if len(page) < 160:
+        if len(page) < _META_END:
             continue
         magic, version = struct.unpack_from("<II", page, 16)
         if magic == _META_MAGIC and version == 1:
-            last_page, txnid = struct.unpack_from("<QQ", page, 136)
-            metas.append((txnid, last_page))
+            free_root, = struct.unpack_from("<Q", page, _FREE_DB + 40)
+            last_page, txnid = struct.unpack_from("<QQ", page, _META_END - 16)
+            metas.append((txnid, last_page, free_root))
     if not metas:
         raise DatabaseError(damaged % "no valid LMDB meta page")
     # LMDB writes the meta of transaction t to page t % 2, so after the first
     # commit the two hold consecutive ids, each on its own page: a damaged id
     # would otherwise make LMDB open an older commit without a word.
     # The newer one never names a smaller file than the older.
-    txnids = [txnid for txnid, _ in metas]
+    txnids = [meta[0] for meta in metas]
     if txnids != [0, 0] and (len(metas) < 2 or txnids[0] % 2 or txnids[1] % 2 != 1
                              or abs(txnids[0] - txnids[1]) != 1
                              or max(metas)[1] < min(metas)[1]):
         raise DatabaseError(damaged % ("its meta pages disagree (transactions %s)"
                                        % " and ".join(map(str, txnids))))
-    txnid, last_page = max(metas)
-    if size < (last_page + 1) * page_size:
-        raise DatabaseError(damaged % ("%d bytes, but its last page ends at byte %d"
-                                       % (size, (last_page + 1) * page_size)))
+    _, last_page, free_root = max(metas)
+    full_size = (last_page + 1) * page_size
+    if size >= full_size:
+        return None, None
+    with open(data, "rb") as f:
+        free = _free_pages(f, page_size, free_root, size // page_size)
+    missing = range(size // page_size, last_page + 1)
+    if free is None or any(page not in free for page in missing):
+        return ("its data file ends at byte %d, but pages in use run to byte %d: it was cut "
+                "short (a copy that did not finish?)" % (size, full_size)), None
+    return None, full_size
+
+
+# LMDB's layout (lmdb.h, mdb.c; 64-bit builds): a page starts with its number,
+# 2 unused bytes, its flags and the ends of its node pointers and nodes; a meta
+# page holds, after that header, magic, version, address and map size, the
+# free and the main DB's records, the last page and the transaction id.
+_PAGE = struct.Struct("<QHHHH")  # number, pad, flags, lower, upper (a page's header)
+_NODE = struct.Struct("<HHHH")  # low and high 16 bits of a size or page, flags, key size
+_FREE_DB = 16 + 24  # the free DB's record in a meta page: md_pad (the page size) first
+_META_END = _FREE_DB + 2 * 48 + 16
+_BRANCH, _LEAF, _BIG_DATA = 0x01, 0x02, 0x01
+_NO_PAGE = 2**64 - 1
+
+
+def _free_pages(f, page_size, root, file_pages):
+    """The page numbers on LMDB's free list (the free DB: transaction id ->
+    [count, page, ...]) of the tree at ``root``, or None where a page of it
+    is unreadable (past the end of the file, or not the page it should be)."""
+    def read(number, length=page_size):
+        if number >= file_pages:
+            return None
+        chunk = os.pread(f.fileno(), length, number * page_size)
+        if len(chunk) < length or _PAGE.unpack_from(chunk)[0] != number:
+            return None
+        return chunk
+
+    free, todo, visited = set(), [] if root == _NO_PAGE else [root], 0
+    while todo:
+        number = todo.pop()
+        visited += 1
+        page = read(number)
+        if page is None or visited > file_pages:
+            return None
+        _, _, flags, lower, _ = _PAGE.unpack_from(page)
+        for i in range(max(0, lower - _PAGE.size) // 2):
+            at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
+            if at + _NODE.size > page_size:
+                return None
+            low, high, node_flags, key_size = _NODE.unpack_from(page, at)
+            if flags & _BRANCH:
+                todo.append(low | high << 16 | node_flags << 32)
+                continue
+            if not flags & _LEAF:
+                return None
+            size, start = low | high << 16, at + _NODE.size + key_size
+            if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
+                first, = struct.unpack_from("<Q", page, start)
+                big = read(first, _PAGE.size + size)
+                if big is None:
+                    return None
+                ids = big[_PAGE.size:]
+            else:
+                ids = page[start:start + size]
+            ids = array.array("Q", ids[:len(ids) // 8 * 8])
+            if ids:
+                free.update(ids[1:1 + ids[0]])
+    return free
+
+
+def _identity(path):
+    """(device, inode) of ``path``, or None if it is gone."""
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _bytes(n):
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return "%d %s" % (n, unit) if unit == "bytes" else "%.1f %s" % (n, unit)
+        n /= 1024
 
 
 def _fsync_path(path):
@@ -274,11 +479,24 @@ class LmdbStorage(Storage):
 
     max_key_bytes = 511
     initial_map_size = 1 << 30
-    max_readers = 4096
+    max_readers = MAX_READERS
     reader_check_seconds = 1.0
+
+    opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 
     def __init__(self, path, readonly=False):
         self._dir = LmdbDirectory(path, readonly, self)
+        if self._dir.doubt and not self.opens_damaged_files:
+            self._dir.release()
+            raise DatabaseError("%s: %s; the %s backend could crash reading it: open it with "
+                                "the native backend to check and export what is readable, or "
+                                "restore it from a backup"
+                                % (self._dir.data, self._dir.doubt, self.backend))
+        if self._dir.doubt and not readonly:
+            warnings.warn("%s opens read-only: %s; check() and export what is readable, or "
+                          "restore it from a backup" % (self._dir.path, self._dir.doubt),
+                          DamagedDatabaseWarning, stacklevel=4)
+            readonly = True
         self.path, self.readonly = self._dir.path, readonly
         self._gate = Gate()
         self._write_lock = threading.Lock()
@@ -288,8 +506,11 @@ class LmdbStorage(Storage):
         self._readers_checked = 0.0
         try:
             self._open_env()
-        except BaseException:
-            self._dir.release()
+            self._dir.note_lock_file()
+        except BaseException as exc:
+            self._dir.abandon()
+            if isinstance(exc, DatabaseError):
+                raise self._dir.full_disk_error(exc, "open") or exc
             raise
         _open_storages.add(self)
 
@@ -317,13 +538,14 @@ class LmdbStorage(Storage):
             while True:
                 failed = None
                 try:
-                    with self._gate.shared():
+                    with self._gate.shared(), self._dir.writing():
                         self._check_usable()
                         self._clear_stale_readers()
                         with self._errors("write to"):
                             txn = self._env.begin(write=True)
                             try:
                                 result = body(self._writer(txn))
+                                self._dir.check_lock_file()
                             except BaseException:
                                 failed = txn
                                 raise
@@ -334,8 +556,10 @@ class LmdbStorage(Storage):
                 except self.map_full:
                     self._abort(failed)
                     self._grow()
-                except BaseException:
+                except BaseException as exc:
                     self._abort(failed)
+                    if isinstance(exc, DatabaseError):
+                        raise self._dir.full_disk_error(exc, "write to") or exc
                     raise
 
     def _abort(self, txn):
@@ -364,7 +588,11 @@ class LmdbStorage(Storage):
 
     def _check_writable(self):
         if self.readonly:
-            raise DatabaseError("the database at %s is open read-only" % self.path)
+            raise DatabaseError("the database at %s is open read-only%s" % (
+                self.path, ": " + self._dir.doubt if self._dir.doubt else ""))
+
+    def check(self):
+        return [self._dir.doubt] if self._dir.doubt else []
 
     def _clear_stale_readers(self, now=None):
         """Free the reader slots of dead processes (at most once a second): a
@@ -403,7 +631,8 @@ class LmdbStorage(Storage):
     def info(self):
         self._check_usable()
         return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
-                "map_size": self._map_size()}
+                "map_size": self._map_size(),
+                "lmdb_version": ".".join(map(str, self.lmdb_version()))}
 
     def close(self):
         with self._write_lock, self._gate.exclusive("close the database"):

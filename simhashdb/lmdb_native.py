@@ -62,6 +62,9 @@ class NativeStorage(LmdbStorage):
     def _map_size(self):
         return self._env.info()["map_size"]
 
+    def lmdb_version(self):
+        return _lmdb.version()
+
     def _live_readers(self):
         return self._env.info()["readers"]
 

@@ -41,6 +41,7 @@ class PyLmdbStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, through py-lmdb."""
 
     backend = "py-lmdb"
+    opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
 
     def _open_env(self):
         try:
@@ -92,6 +93,9 @@ class PyLmdbStorage(LmdbStorage):
 
     def _map_size(self):
         return self._env.info()["map_size"]
+
+    def lmdb_version(self):
+        return lmdb.version()
 
     def _live_readers(self):
         return self._env.info()["num_readers"]

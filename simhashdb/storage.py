@@ -133,6 +133,10 @@ class Storage:
         """Reclaim the space of deleted entries."""
         raise NotImplementedError
 
+    def check(self):
+        """Problems the backend sees in what it keeps (its files), as strings."""
+        return []
+
     def info(self):
         """A dict of backend facts for :meth:`DB.stats`: ``backend``, the bytes
         the database takes where the backend keeps it (``disk_bytes``: its

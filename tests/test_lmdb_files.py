@@ -1,0 +1,214 @@
+"""The LMDB backends' files under what users and disks do to them: most of a
+database deleted, a full disk, LMDB's lock file removed under a writer, a data
+file cut short."""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+from simhashdb import DB, DamagedDatabaseWarning, DatabaseError
+from simhashdb.lmdb_files import LOCK_FILE, inspect_data_file
+
+pytestmark = [pytest.mark.lmdb_only, pytest.mark.usefixtures("backend")]
+
+
+# A healthy database is never refused (LMDB leaves the pages it allocated and
+# freed in one transaction unwritten, so a sound file may end before its last page)
+
+def test_a_database_with_most_documents_deleted_reopens_writable(tmp_path, backend):
+    rng = random.Random(0)
+    short = 0
+    for trial, size in enumerate([1000, 1000, 3000, 3000, 10_000, 10_000, 100_000, 100_000]):
+        path = str(tmp_path / ("db%d" % trial))
+        with DB(path) as db:
+            db.insert_many((i, rng.getrandbits(64)) for i in range(size))
+            if trial % 2:
+                db.delete_many(range(int(size * rng.choice([0.95, 0.99, 1.0]))))
+            else:
+                assert db.expire(time.time() + 1) == size
+        short += inspect_data_file(os.path.join(path, "data.mdb"))[1] is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with DB(path) as db:
+                kept = len(db)
+                db.insert("after", 1)
+                assert db.check() == []
+                assert len(db) == kept + 1
+    with DB(path) as db:
+        version = tuple(map(int, db.stats()["lmdb_version"].split(".")))
+    if version <= (0, 9, 24):  # later versions seem to write the pages at the end
+        assert short, "no trial left the file short of its last page: the case is not exercised"
+
+
+def test_the_expire_command_after_an_import_leaves_a_database_that_opens(tmp_path):
+    from simhashdb import cli
+    path = str(tmp_path / "db")
+    lines = tmp_path / "fps.txt"
+    lines.write_text("".join("%d\n" % random.Random(i).getrandbits(64) for i in range(3000)))
+    assert cli.main(["import", path, str(lines), "--format", "dec"]) == 0
+    assert cli.main(["expire", path, "--older-than", "0s"]) == 0
+    assert cli.main(["check", path]) == 0
+
+
+# A data file cut short opens read-only (native) or not at all with the reason
+# (py-lmdb, which has no fault guard); never a signal (tests/test_faults.py)
+
+def test_a_data_file_cut_short_opens_read_only_with_a_warning(tmp_path, backend):
+    pristine = str(tmp_path / "pristine")
+    with DB(pristine) as db:
+        db.insert_many((i, random.Random(i).getrandbits(64)) for i in range(20_000))
+    opened = 0
+    for pages in range(1, 9):
+        path = str(tmp_path / ("cut%d" % pages))
+        shutil.copytree(pristine, path)
+        data = os.path.join(path, "data.mdb")
+        os.truncate(data, os.path.getsize(data) - pages * 4096)
+        if backend == "py-lmdb":
+            with pytest.raises(DatabaseError, match="cut short.*native backend"):
+                DB(path)
+            continue
+        with pytest.warns(DamagedDatabaseWarning, match="read-only.*cut short"):
+            try:
+                db = DB(path)
+            except DatabaseError as exc:  # what LMDB must read to open it is gone
+                assert "damaged" in str(exc)
+                continue
+        with db:
+            opened += 1
+            problems = db.check()
+            assert problems and "cut short" in problems[0]
+            with pytest.raises(DatabaseError, match="read-only: its data file ends"):
+                db.insert("x", 1)
+    assert opened or backend == "py-lmdb"
+
+
+# A full disk: an error that says so, nothing left behind, never SIGBUS
+
+FULL_DISK = r"""
+import json, os, sys
+import simhashdb
+backend, root = sys.argv[1], sys.argv[2]
+result = {}
+
+def fill():
+    with open(os.path.join(root, "filler"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(bytes(4096))
+        except OSError:
+            pass
+
+def attempt(what, call):
+    try:
+        call()
+        result[what] = "ok"
+    except simhashdb.SimhashDBError as exc:
+        result[what] = type(exc).__name__
+
+def free():
+    os.unlink(os.path.join(root, "filler"))
+
+fill()
+attempt("create on a full disk", lambda: simhashdb.DB(root + "/a.db", backend=backend).close())
+result["left behind"] = os.path.exists(root + "/a.db")
+free()
+
+db = simhashdb.DB(root + "/b.db", backend=backend)
+db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000))
+fill()
+attempt("a batch on a full disk", lambda: db.insert_many(
+    (i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000, 60000)))
+db.close()
+free()
+with simhashdb.DB(root + "/b.db", backend=backend) as db:
+    result["kept"], result["problems"] = len(db), db.check()
+    db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000, 6000))
+    result["after freeing"] = len(db)
+
+lock = root + "/b.db/lock.mdb"  # a lock file left sparse by a crash
+os.truncate(lock, 0)
+os.truncate(lock, 262272)
+fill()
+attempt("open beside a sparse lock file", lambda: simhashdb.DB(root + "/b.db", backend=backend))
+free()
+attempt("open after freeing", lambda: simhashdb.DB(root + "/b.db", backend=backend).close())
+print(json.dumps(result))
+"""
+
+
+def small_disk_run(script, args, size="24m"):
+    """Run ``script`` with ``args`` in a private mount namespace where a tmpfs of
+    ``size`` is mounted at a fresh directory (its last argument)."""
+    mount = "mount -t tmpfs -o size=%s tmpfs \"$0\" && exec \"$@\"" % size
+    for unshare in (["unshare", "-m"], ["unshare", "-rm"]):
+        if not shutil.which(unshare[0]):
+            break
+        probe = subprocess.run(unshare + ["sh", "-c", "mount -t tmpfs tmpfs /mnt"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return subprocess.run(unshare + ["sh", "-c", mount, args[-1], sys.executable,
+                                             "-c", script, *args], capture_output=True,
+                                  text=True, timeout=300)
+    pytest.skip("this machine cannot mount a small filesystem (unshare -m / -rm)")
+
+
+def test_a_full_disk_is_an_error_that_says_so_and_loses_nothing(tmp_path, backend):
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    run = small_disk_run(FULL_DISK, [backend, str(mountpoint)])
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result == {
+        "create on a full disk": "DiskFullError", "left behind": False,
+        "a batch on a full disk": "DiskFullError", "kept": 1000, "problems": [],
+        "after freeing": 6000,
+        "open beside a sparse lock file": "DiskFullError", "open after freeing": "ok"}
+
+
+# LMDB's lock file removed under a writer: no second writer ever commits beside it
+
+WRITER = r"""
+import sys, simhashdb
+path, name = sys.argv[1], sys.argv[2]
+with simhashdb.DB(path) as db:
+    for batch in range(10**6):
+        try:
+            db.insert_many(("%s-%d-%d" % (name, batch, j), (batch * 1000 + j) * 0x9E3779B97F4A7C15
+                            % 2**64) for j in range(50))
+        except simhashdb.DatabaseError as exc:
+            print("refused", exc, flush=True)
+            break
+        print("ok", batch, flush=True)
+"""
+
+
+def test_a_writer_whose_lock_file_was_replaced_stops_before_it_commits(tmp_path):
+    path = str(tmp_path / "db")
+    DB(path).close()
+    first = subprocess.Popen([sys.executable, "-c", WRITER, path, "first"],
+                             stdout=subprocess.PIPE, text=True)
+    lines = [first.stdout.readline() for _ in range(20)]
+    os.unlink(os.path.join(path, LOCK_FILE))  # a clean-up script
+    second = subprocess.Popen([sys.executable, "-c", WRITER, path, "second"],
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    second.kill()
+    first.kill()
+    lines += first.stdout.read().splitlines()
+    seconds = second.stdout.read().splitlines()
+    refusals = [line for line in lines if line.startswith("refused")]
+    assert refusals and "lock.mdb was removed or replaced" in refusals[0]
+    committed = {("first", int(line.split()[1])) for line in lines if line.startswith("ok")}
+    committed |= {("second", int(line.split()[1])) for line in seconds if line.startswith("ok")}
+    assert any(name == "second" for name, _ in committed)
+    with DB(path) as db:
+        assert db.check() == []
+        stored = {tuple(r.key.split("-")[:2]) for r in db}
+    assert {(name, str(batch)) for name, batch in committed} <= stored

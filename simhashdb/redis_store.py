@@ -228,8 +228,8 @@ end
 return out
 """
 
-# KEYS: lock, pending, count, distinct, epoch, hold, queued; ARGV: token, lease
-# ms. The holder of the token may take the lock again (after a failover
+# KEYS: lock, pending, count, distinct, epoch, hold, queued, layout; ARGV: token,
+# lease ms. The holder of the token may take the lock again (after a failover
 # interrupted it). A writer that finds the lock taken queues for the next turn
 # (one at a time, for a lease), so that a writer in a loop cannot keep it.
 # While a reader holds new batches back, only a pending one is landed. With
@@ -244,7 +244,8 @@ if holder == ARGV[1] or (not holder and (not queued or queued == ARGV[1])) then
   if queued == ARGV[1] then redis.call('DEL', KEYS[7]) end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '0',
-          redis.call('GET', KEYS[4]) or '0', redis.call('GET', KEYS[5]) or '0'}
+          redis.call('GET', KEYS[4]) or '0', redis.call('GET', KEYS[5]) or '0',
+          redis.call('GET', KEYS[8])}
 end
 if not queued then redis.call('SET', KEYS[7], ARGV[1], 'PX', ARGV[2]) end
 return {0, redis.call('PTTL', KEYS[1])}
@@ -544,6 +545,8 @@ class RedisStorage(Storage):
              b"params", b"layout", b"count", b"distinct", b"lock", b"pending", b"epoch",
              b"hold", b"queued"))
         self._layout = None
+        self._instance = None  # the layout record this handle opened: while it stays, the database does
+        self._vanished = None
         self._bucket_keys = (None, {})  # (epoch, {table: keys}) of the last scan
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
@@ -568,6 +571,21 @@ class RedisStorage(Storage):
                                 "DB in the child process" % self._pid)
         if self._nodes is None:
             raise DatabaseError("the database at %s is closed" % self.path)
+        if self._vanished:
+            raise DatabaseError(self._vanished)
+
+    def _check_instance(self, raw):
+        """Raise DatabaseError, for good, unless ``raw`` is the layout record this
+        handle opened: the database's keys are gone (a server restarted without
+        persistence, a FLUSHALL) or were made anew, which this handle must
+        neither read as empty nor write into."""
+        if self._instance is not None and raw != self._instance:
+            self._vanished = (
+                "the Redis database %s is gone or was created anew since this handle opened "
+                "it (a server restarted without persistence? FLUSHALL?): this handle reads "
+                "and writes it no more; restore it, or open it again (it had distance=%d, "
+                "blocks=%d)" % (self.path, self._layout.distance, self._layout.blocks))
+            raise DatabaseError(self._vanished)
 
     def _retrying(self, step, doing="read from"):
         """``step()``, retried while the cluster is unavailable (a failover),
@@ -628,12 +646,14 @@ class RedisStorage(Storage):
         bits = min(24, 8 * max(0, (min(layout.prefix_bits) - 6) // 8))
         if raw is None and not self.readonly:
             record = msgpack.packb({"bucket_bits": bits, "blocks": layout.blocks,
-                                    "distance": layout.distance})
+                                    "distance": layout.distance,
+                                    "instance": uuid.uuid4().hex})
             self._retrying(lambda: self._meta("SET", self._layout_key, record, "NX"), "write to")
             raw = self._retrying(lambda: self._meta("GET", self._layout_key))
         if raw is None:
             self._use_layout(layout, bits)
             return
+        self._instance = raw
         stored, bits = self._layout_record(raw)
         if (stored.blocks, stored.distance) != (layout.blocks, layout.distance):
             raise DatabaseError(
@@ -779,8 +799,10 @@ class RedisStorage(Storage):
         a writer that died (its lock gone) first."""
         deadline = time.monotonic() + 1
         while True:
-            epoch, ttl = self._nodes.round({self._nodes.owner(self._params): [
-                ("GET", self._epoch), ("PTTL", self._lock)]}).popitem()[1]
+            epoch, ttl, layout = self._nodes.round({self._nodes.owner(self._params): [
+                ("GET", self._epoch), ("PTTL", self._lock),
+                ("GET", self._layout_key)]}).popitem()[1]
+            self._check_instance(layout)
             if int(epoch or 0) % 2 == 0:
                 return int(epoch or 0)
             if ttl == -2:
@@ -897,9 +919,10 @@ class RedisStorage(Storage):
             deadline = time.monotonic() + self.retry_seconds + self.lease_seconds
             pause = 0.001
             while True:
-                reply = self._meta("EVAL", ACQUIRE, 7, self._lock, self._pending, self._count,
+                reply = self._meta("EVAL", ACQUIRE, 8, self._lock, self._pending, self._count,
                                    self._distinct, self._epoch, self._hold, self._queued,
-                                   token, self._lease_ms(), *(b"1",) * recovering)
+                                   self._layout_key, token, self._lease_ms(),
+                                   *(b"1",) * recovering)
                 if reply[0] == 2:
                     return None
                 if reply[0] == 1:
@@ -913,7 +936,8 @@ class RedisStorage(Storage):
             taken = self._retrying(take, "lock")
             if taken is None:
                 return None
-            pending, count, distinct, epoch = taken
+            pending, count, distinct, epoch, layout = taken
+            self._check_instance(layout)
             if not pending:
                 return int(count), int(distinct), int(epoch)
             try:

@@ -424,3 +424,25 @@ def test_a_damaged_pending_batch_is_a_clear_error(redis_names):
 def test_a_name_with_a_colon_is_refused_since_keys_are_name_colon(redis_names):
     with pytest.raises(simhashdb_errors().InvalidArgumentError, match="without"):
         DB(redis_names.url + "/crawl:d", distance=3)
+
+
+def test_a_handle_whose_database_vanished_raises_instead_of_answering_or_writing(redis_names):
+    """A server restarted without persistence, or a FLUSHALL: the handle must not
+    answer "nothing stored" nor write into a database made anew with other settings."""
+    url = redis_names.url + "/vanishing"
+    with DB(url, distance=4, blocks=7) as db, DB(url) as reader:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(200))
+        assert len(reader) == 200
+        redis_names.flush()
+        for handle in (db, reader):
+            with pytest.raises(DatabaseError, match="gone or was created anew"):
+                handle.query(5)
+            with pytest.raises(DatabaseError, match="gone or was created anew"):
+                len(handle)
+        with pytest.raises(DatabaseError, match="gone or was created anew"):
+            db.insert("late", 1)
+        with DB(url, distance=3, blocks=5) as anew:  # another client starts afresh
+            anew.insert("fresh", 2)
+            with pytest.raises(DatabaseError, match="gone or was created anew"):
+                reader.get("fresh")
+            assert [r.key for r in anew] == ["fresh"]

@@ -410,7 +410,7 @@ class DB:
 
         def expire_batch(txn):
             old, last = [], None
-            for last, value in itertools.islice(txn.documents(after), batch_size):
+            for last, value in itertools.islice(txn.documents(after), min(batch_size, sys.maxsize)):
                 stored_at = _stored_at(value)
                 if stored_at is not None and stored_at < cutoff:
                     old.append(last)

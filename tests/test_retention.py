@@ -112,3 +112,10 @@ def test_expire_keeps_exactly_what_the_oracle_keeps(tmp_path_factory, times, cut
         for probe in [fp for fp, _ in docs.values()][:5]:
             assert [tuple(m) for m in db.query(probe)] == brute_force(kept, probe, 3)
         assert db.check() == []
+
+
+@pytest.mark.parametrize("batch_size", [2**63, 2**64, 10**30])
+def test_expire_takes_any_batch_size_an_int_can_say(db, clock, batch_size):
+    db.insert_many([("a", 1), ("b", 2)])
+    assert db.expire(0, batch_size=batch_size) == 0
+    assert db.expire(clock.now + 1, batch_size=batch_size) == 2

@@ -1135,11 +1135,17 @@ cdef class Txn:
 
     cdef list hits_with_keys(self, Job job, Py_ssize_t n):
         cdef list results = [[] for _ in range(n)]
+        self.add_keys(job, 0, results)
+        return results
+
+    cdef int add_keys(self, Job job, size_t start, list results) except -1:
+        """Append to ``results`` (a list per probe) the hits from ``start`` on,
+        one (key, fingerprint, distance) a document that has the fingerprint now."""
         cdef size_t i
         cdef MDB_val k, v
         cdef uint8_t fp_bytes[8]
         cdef int rc = 0
-        for i in range(job.hits.size):
+        for i in range(start, job.hits.size):
             write_be(fp_bytes, job.hits.data[i].fp, 8)
             k.mv_size, k.mv_data = 8, fp_bytes
             found = results[job.hits.data[i].probe]
@@ -1149,7 +1155,7 @@ cdef class Txn:
                 found.append((self._copy(&v), fp, d))
                 rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_NEXT_DUP)
             self.done(0 if rc == MDB_NOTFOUND else rc, "search")
-        return results
+        return 0
 
     def upsert(self, list documents):
         """Store (key, fingerprint, value) documents, replacing existing keys."""
@@ -1179,19 +1185,23 @@ cdef class Txn:
         """For each (key, fingerprint, value) in order: the documents within
         ``distance`` (as search), storing it when there are none."""
         cdef Job job = self.job(documents, True)
-        cdef size_t i, before
+        cdef list results = [[] for _ in range(job.n)]
+        cdef size_t i
         cdef int rc
         with nogil:
             rc = open_cursors(&job.w)
             i = 0
             while rc == 0 and i < job.n:
-                before = job.hits.size
+                job.hits.size = 0
                 rc = search_one(&job.w, job.docs[i].fp, distance, flips, i, &job.hits)
-                if rc == 0 and job.hits.size == before:
+                if rc == 0 and job.hits.size == 0:
                     rc = upsert(&job.w, &job.docs[i], 1, &job.touched)
+                elif rc == 0:  # the keys as they are now: a later document may move one
+                    with gil:
+                        self.add_keys(job, 0, results)
                 i += 1
         self.done(rc, "write to")
-        return self.hits_with_keys(job, job.n)
+        return results
 
     def copy_into(self, Txn target):
         """Write this snapshot's meta, documents and index into ``target``'s empty

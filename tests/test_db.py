@@ -459,3 +459,13 @@ def test_version_and_type_information_ship_with_the_package():
     imported = regex.search(r"from \._ext import \(([^)]*)\)", init).group(1).split(",")
     for name in filter(None, (n.strip() for n in imported)):
         assert regex.search(r"^def %s\(" % name, stub, regex.M), name
+
+
+def test_insert_if_new_keeps_the_match_a_later_record_of_the_batch_moves(db):
+    """A record's matches are those it met, even where a later record of its
+    batch replaces the document it matched (a later version of the same key)."""
+    db.insert("page", 12345)
+    found = db.insert_if_new_many([("page", 12345), ("page", 2**63), ("other", 12345)],
+                                  distance=0)
+    assert [[m.key for m in matches] for matches in found] == [["page"], [], []]
+    assert db["page"].fingerprint == 2**63 and db["other"].fingerprint == 12345

@@ -25,7 +25,11 @@ SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_redis.pxi"],
+                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi"],
+                        extra_compile_args=["-O3"]),
+              Extension("simhashdb._records", ["ext/_records.pyx"], extra_compile_args=["-O3"]),
+              Extension("simhashdb._redis", ["ext/_redis.pyx"],
+                        depends=["ext/_tables.pxi", "ext/_memory.pxi"],
                         extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
@@ -42,13 +46,14 @@ setup(
                       open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "simhashdb",
                                         "__init__.py")).read()).group(1),
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
-    packages=["simhashdb"],
+    packages=["simhashdb", "simhashdb.storage", "simhashdb.storage.lmdb",
+              "simhashdb.storage.redis"],
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
     python_requires=">=3.10",
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
-        # the Redis backend (simhashdb.redis_store); hiredis parses its replies in C
+        # the Redis backend (simhashdb.storage.redis); hiredis parses its replies in C
         "redis": REDIS,
         # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
         "spark": SPARK,

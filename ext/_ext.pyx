@@ -86,14 +86,7 @@ def as_fingerprints(hashes):
         raise
 
 
-cdef int grow(void** block, size_t size) except -1 nogil:
-    """Resize the malloc'd ``*block`` to ``size`` bytes (MemoryError if it cannot be)."""
-    cdef void* grown = realloc(block[0], size)
-    if grown == NULL:
-        with gil:
-            raise MemoryError()
-    block[0] = grown
-    return 0
+include "_memory.pxi"
 
 
 cdef inline uint64_t rotl(uint64_t x, int r) nogil:
@@ -735,20 +728,6 @@ def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):
     return <double>equal / used if used else 1.0
 
 
-cdef inline bytes be_key(uint64_t x):
-    cdef unsigned char buf[8]
-    cdef int i
-    for i in range(8):
-        buf[i] = (x >> (56 - 8 * i)) & 0xFF
-    return (<char*>buf)[:8]
-
-
-cdef inline uint64_t read_be64(const unsigned char* p) nogil:
-    return ((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
-            | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
-            | (<uint64_t>p[6] << 8) | <uint64_t>p[7])
-
-
 def pack_key(fp):
     """A fingerprint as an 8-byte big-endian key."""
     return be_key(check_fingerprint(fp))
@@ -827,106 +806,28 @@ def table_items(fps, const long[::1] spec, Py_ssize_t table, Py_ssize_t tables):
     return out
 
 
+def probe_starts(probes, const long[::1] spec, const uint64_t[::1] prefixes):
+    """The range a probe scans in each table, by its first permuted value:
+    (firsts, probe of each, table of each), probe by probe, table by table."""
+    cdef const uint64_t[::1] ps = as_fingerprints(probes)
+    cdef Py_ssize_t i, t, n = ps.shape[0], tables = prefixes.shape[0]
+    cdef Py_ssize_t blocks = spec.shape[0] // (3 * tables)
+    firsts = array("Q", [0]) * (n * tables)
+    probe_of = array("Q", [0]) * (n * tables)
+    table_of = array("Q", [0]) * (n * tables)
+    cdef uint64_t[::1] f = firsts
+    cdef uint64_t[::1] po = probe_of
+    cdef uint64_t[::1] to = table_of
+    with nogil:
+        for i in range(n):
+            for t in range(tables):
+                f[i * tables + t] = permute_one(ps[i], &spec[3 * blocks * t], blocks) & prefixes[t]
+                po[i * tables + t] = i
+                to[i * tables + t] = t
+    return firsts, probe_of, table_of
+
+
 TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]
 
 
 include "_match.pxi"
-include "_redis.pxi"
-
-
-# Encoding documents for the database, natively where they are plain: a key
-# that is an int, str or bytes, a fingerprint that is an int, no metadata. The
-# bytes are exactly msgpack's: msgpack(key) and msgpack([fingerprint, None]).
-
-cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
-    if x < 0x80:
-        out[0] = <unsigned char>x
-        return 1
-    cdef int width = 1 if x <= 0xFF else 2 if x <= 0xFFFF else 4 if x <= 0xFFFFFFFF else 8
-    cdef int i
-    out[0] = 0xcc if width == 1 else 0xcd if width == 2 else 0xce if width == 4 else 0xcf
-    for i in range(width):
-        out[1 + i] = (x >> (8 * (width - 1 - i))) & 0xFF
-    return 1 + width
-
-
-cdef Py_ssize_t pack_int(unsigned char* out, int64_t x) noexcept:
-    if x >= 0:
-        return pack_uint(out, <uint64_t>x)
-    if x >= -32:
-        out[0] = <unsigned char>(x & 0xFF)
-        return 1
-    cdef int width = 1 if x >= -128 else 2 if x >= -32768 else 4 if x >= -2147483648 else 8
-    cdef int i
-    cdef uint64_t bits = <uint64_t>x
-    out[0] = 0xd0 if width == 1 else 0xd1 if width == 2 else 0xd2 if width == 4 else 0xd3
-    for i in range(width):
-        out[1 + i] = (bits >> (8 * (width - 1 - i))) & 0xFF
-    return 1 + width
-
-
-cdef bytes pack_key_plain(object key, Py_ssize_t limit):
-    """msgpack(key) for an int, str or bytes key within ``limit``, else None."""
-    cdef unsigned char head[9]
-    cdef Py_ssize_t n, size
-    cdef const char* data
-    if type(key) is int:
-        if -9223372036854775808 <= key < 0:
-            n = pack_int(head, key)
-        elif 0 <= key <= 0xFFFFFFFFFFFFFFFF:
-            n = pack_uint(head, key)
-        else:
-            return None
-        return (<char*>head)[:n]
-    if type(key) is str:
-        try:
-            raw = (<str>key).encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-        size = len(raw)
-        if size < 32:
-            head[0], n = 0xa0 | size, 1
-        elif size < 256:
-            head[0], head[1], n = 0xd9, size, 2
-        else:
-            head[0], head[1], head[2], n = 0xda, size >> 8, size & 0xFF, 3
-    elif type(key) is bytes:
-        raw = key
-        size = len(raw)
-        if size < 256:
-            head[0], head[1], n = 0xc4, size, 2
-        else:
-            head[0], head[1], head[2], n = 0xc5, size >> 8, size & 0xFF, 3
-    else:
-        return None
-    if size >= 65536 or n + size > limit:
-        return None
-    return (<char*>head)[:n] + raw
-
-
-def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
-    """(msgpack(key), fingerprint, msgpack([fingerprint, None, stored_at])) for
-    each record, or None if any record is not plain (the caller then encodes
-    them all the general way, which also explains what is wrong)."""
-    cdef Py_ssize_t i, n = len(records)
-    cdef unsigned char value[20]
-    cdef Py_ssize_t size
-    cdef list out = [None] * n
-    cdef object record, key_bytes, fp
-    for i in range(n):
-        record = records[i]
-        if type(record) is not tuple or not (len(record) == 2 or
-                                             (len(record) == 3 and record[2] is None)):
-            return None
-        fp = record[1]
-        if type(fp) is not int or not 0 <= fp <= 0xFFFFFFFFFFFFFFFF:
-            return None
-        key_bytes = pack_key_plain(record[0], limit)
-        if key_bytes is None:
-            return None
-        value[0] = 0x93
-        size = 1 + pack_uint(value + 1, fp)
-        value[size] = 0xc0
-        size += 1 + pack_uint(value + size + 1, stored_at)
-        out[i] = (key_bytes, fp, (<char*>value)[:size])
-    return out

@@ -1,7 +1,7 @@
-# The permutations of the tables and the sort of their entries, shared by
-# _ext (in-memory matching) and _lmdb (the native backend). A layout is a flat
-# int array of (source shift, width, destination shift) triples, ``blocks``
-# triples per table.
+# The permutations of the tables, their entries as big-endian bytes and their
+# sort, shared by _ext (in-memory matching), _lmdb (the native backend) and
+# _redis (the Redis backend's kernels). A layout is a flat int array of
+# (source shift, width, destination shift) triples, ``blocks`` triples per table.
 
 cdef inline uint64_t permute_one(uint64_t fp, const long* spec, Py_ssize_t blocks) noexcept nogil:
     cdef uint64_t out = 0, mask
@@ -48,3 +48,17 @@ cdef void radix_sort(uint64_t* data, uint64_t* scratch, size_t n, size_t stride)
         src = dst
         dst = tmp
     # eight passes: the sorted records are back in ``data``
+
+
+cdef inline bytes be_key(uint64_t x):
+    cdef unsigned char buf[8]
+    cdef int i
+    for i in range(8):
+        buf[i] = (x >> (56 - 8 * i)) & 0xFF
+    return (<char*>buf)[:8]
+
+
+cdef inline uint64_t read_be64(const unsigned char* p) nogil:
+    return ((<uint64_t>p[0] << 56) | (<uint64_t>p[1] << 48) | (<uint64_t>p[2] << 40)
+            | (<uint64_t>p[3] << 32) | (<uint64_t>p[4] << 24) | (<uint64_t>p[5] << 16)
+            | (<uint64_t>p[6] << 8) | <uint64_t>p[7])

@@ -17,11 +17,12 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, Record, check_record
+from .db import DB, Match, Matches
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
     DatabaseError,
+    DatabaseNotFoundError,
     DiskFullError,
     FormatVersionError,
     InvalidArgumentError,
@@ -33,6 +34,7 @@ from .errors import (
     SimhashDBError,
 )
 from .matching import find_all, find_all_indices, find_clusters
+from .records import Record, check_record
 from .fingerprint import (
     RECIPE,
     RECIPES,
@@ -54,6 +56,7 @@ __all__ = [
     "DamagedDatabaseWarning",
     "DatabaseBusyError",
     "DatabaseError",
+    "DatabaseNotFoundError",
     "DiskFullError",
     "FormatVersionError",
     "InvalidKeyError",

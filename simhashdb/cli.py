@@ -17,7 +17,6 @@ import gzip
 import json
 import lzma
 import os
-import math
 import re
 import stat
 import sys
@@ -27,6 +26,7 @@ import time
 from tqdm import tqdm
 
 import simhashdb
+from simhashdb.db import size_of
 
 DEFAULT_BATCH = 10_000
 FORMATS = ("dec", "hex", "jsonl", "text")
@@ -50,7 +50,7 @@ class Skipped:
 
 def cmd_init(args):
     """Create a database (or show an existing one's parameters)."""
-    with _open(args.path, args, recipe=args.recipe) as db:
+    with _open(args.path, args, create=True, recipe=args.recipe) as db:
         if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
             _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
                   % args.recipe)
@@ -67,12 +67,8 @@ def cmd_import(args):
         raise CliError("--key names the one text document read from stdin; other inputs are "
                        "keyed by their path or line")
     header = _export_header(formats)
-    if header and not simhashdb.storage.database_exists(args.path):
-        for name in ("distance", "blocks"):  # a new database is made as the exported one
-            if getattr(args, "create_" + name) is None:
-                setattr(args, "create_" + name, header.get(name))
-    with _open(args.path, args, text="text" in formats.values(),
-               recipe=header.get("recipe")) as db, \
+    with _open(args.path, args, create=True, text="text" in formats.values(),
+               recipe=header.get("recipe"), like=header) as db, \
             _progress(args, "import", unit="B") as bar:
         args.fingerprint = _fingerprinter(db, args)
         batch, where = [], []
@@ -194,8 +190,8 @@ def cmd_compact(args):
         before = db.stats()
         with _working(args, "compact"):
             db.compact()
-        size = "disk_bytes" if "disk_bytes" in before else "memory_bytes"
-        _emit({size + "_before": before[size], size + "_after": db.stats()[size]})
+        size, bytes_before = size_of(before)
+        _emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
 
 
 def cmd_check(args):
@@ -298,7 +294,7 @@ def cmd_export_parquet(args):
 
 def cmd_import_parquet(args):
     """Import the documents of a Parquet file or directory (e.g. `spark dedupe` output)."""
-    with _open(args.path, args) as db:
+    with _open(args.path, args, create=True) as db:
         _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
 
 
@@ -373,7 +369,7 @@ def _spark_json(row, fingerprint):
     out = {name: _spark_value(v) for name, v in row.asDict().items()}
     value = row[fingerprint]
     out[fingerprint] = int.from_bytes(value, "big") if isinstance(value, (bytes, bytearray)) \
-        else int(value) & simhashdb._ext.MAX_FINGERPRINT
+        else int(value) % 2**64
     return out
 
 
@@ -786,28 +782,35 @@ def _record_json(record):
 # Plumbing
 
 
-def _open(path, args, readonly=False, text=False, recipe=None):
-    """Open the database (with ``recipe``, one of that recipe); with ``text``,
+def _open(path, args, readonly=False, create=False, text=False, recipe=None, like=None):
+    """Open the database (with ``recipe``, one of that recipe); with ``create``,
+    make it if there is none, with the parameters the command line gives, else
+    those of ``like`` (an export's header), else the defaults; with ``text``,
     one that text will be fingerprinted for: it keeps a recipe it already has,
     a new or empty one takes the default. Warns when it makes a database of
     more than MANY_TABLES tables."""
-    new = not simhashdb.storage.database_exists(path)
-    if readonly and new:
-        raise CliError("no database at %s (create one with: simhashdb-cli init %s)" % (path, path))
     options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
-    db = simhashdb.DB(path, readonly=readonly, recipe=recipe, **options)
+    try:
+        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
+    except simhashdb.DatabaseNotFoundError:
+        if not create:
+            raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
+                           % (path, path)) from None
+        made = {name: (like or {}).get(name) for name in ("distance", "blocks")}
+        db = simhashdb.DB(path, recipe=recipe, **dict(
+            {name: value for name, value in made.items() if value is not None}, **options))
+        if db.tables > MANY_TABLES:
+            print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
+                  "fingerprint is stored in each, so inserts are slow and the file large; a "
+                  "smaller --distance (queries above it are still exact) keeps it small"
+                  % (db.distance, db.blocks, db.tables), file=sys.stderr)
     if text and db.recipe not in simhashdb.RECIPES:
         db.close()  # reopened naming the default: an empty database takes it, others refuse
-        db = simhashdb.DB(path, readonly=readonly, recipe=simhashdb.RECIPE, **options)
-    tables = math.comb(db.blocks, db.distance)
-    if new and tables > MANY_TABLES:
-        print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
-              "fingerprint is stored in each, so inserts are slow and the file large; a "
-              "smaller --distance (queries above it are still exact) keeps it small"
-              % (db.distance, db.blocks, tables), file=sys.stderr)
+        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=simhashdb.RECIPE,
+                          **options)
     return db
 
 

@@ -19,25 +19,31 @@ from .errors import (
     DatabaseError,
     FormatVersionError,
     InvalidArgumentError,
-    InvalidKeyError,
-    InvalidMetadataError,
     KeyNotFoundError,
     ParameterMismatchError,
 )
 from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
 from .layout import DEFAULT_EXPECTED_SIZE, MAX_PROBES_PER_TABLE, Layout
 from .matching import components, pair_chunks
-from .storage import open_storage
+from .records import (
+    Record,
+    decode,
+    encode_documents,
+    encode_key,
+    restamped,
+    signature as stored_signature,
+    stored_at,
+    unpack,
+    whole_seconds,
+    with_signature,
+)
+from .storage.registry import open_storage
 
 FORMAT_VERSION = 1
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
-MAX_KEY_BYTES = 511  # the largest encoded key every backend takes
 RESEMBLANCE = 0.4  # text methods: a copy with 1 word in 10 edited keeps about this (README)
 
-Record = collections.namedtuple("Record", "key fingerprint meta stored_at", defaults=(None, None))
-Record.__doc__ = """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
-stored, or None for one stored by a simhashdb that did not record it."""
 Match = collections.namedtuple("Match", "key fingerprint distance")
 
 
@@ -88,16 +94,19 @@ class DB:
         different recipes are never mixed (default: None, unnamed).
     :param backend: ``"lmdb"`` (native, the default where built), ``"py-lmdb"``,
         or a :class:`simhashdb.storage.Storage` (default: ``$SIMHASHDB_BACKEND``).
+    :param bool create: make the database if there is none (default: True);
+        with False, a missing database is a DatabaseNotFoundError.
     :raises ParameterMismatchError: explicit parameters (or recipe) differ from
         the stored ones.
     :raises FormatVersionError: the database was written by a newer simhashdb.
+    :raises DatabaseNotFoundError: no database at ``path`` (``readonly`` or not ``create``).
     :raises DatabaseError: the path is a file, or is not a simhashdb database.
     """
 
     def __init__(self, path: Union[str, os.PathLike], distance: Optional[int] = None,
                  blocks: Optional[int] = None, readonly: bool = False,
                  expected_size: Optional[int] = None, recipe: Optional[str] = None,
-                 backend: Any = None) -> None:
+                 backend: Any = None, create: bool = True) -> None:
         for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
                                        ("expected_size", expected_size, 1, 2**64)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
@@ -107,7 +116,7 @@ class DB:
         if recipe is not None and not isinstance(recipe, str):
             raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
                                        % _ext.shown(recipe))
-        self._storage = open_storage(path, readonly=readonly, backend=backend)
+        self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
             self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
         except BaseException:
@@ -178,6 +187,11 @@ class DB:
         return self._layout.blocks
 
     @property
+    def tables(self) -> int:
+        """Permutation tables: C(blocks, distance); each holds every distinct fingerprint."""
+        return self._layout.tables
+
+    @property
     def backend(self) -> str:
         """The name of the storage backend."""
         return self._storage.backend
@@ -204,7 +218,7 @@ class DB:
         """
         written = 0
         for batch in _batches(records, batch_size):
-            encoded = _encode_records(batch, self._storage.max_key_bytes, _now())
+            encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
             self._storage.write(lambda txn: txn.upsert(encoded))
             written += len(encoded)
         return written
@@ -217,7 +231,7 @@ class DB:
         """Remove documents by key, one transaction per batch; returns how many were there."""
         deleted = 0
         for batch in _batches(keys, batch_size):
-            encoded = [_encode_key(k) for k in batch]
+            encoded = [encode_key(k, self._storage.max_key_bytes) for k in batch]
             deleted += self._storage.write(lambda txn: txn.remove(encoded))
         return deleted
 
@@ -252,7 +266,7 @@ class DB:
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            encoded = _encode_records(batch, self._storage.max_key_bytes, now)
+            encoded = encode_documents(batch, self._storage.max_key_bytes, now)
 
             def insert(txn):
                 stored = {key: txn.get(key) for key, _, _ in encoded}  # before the batch
@@ -267,7 +281,7 @@ class DB:
                 return found, replaced
 
             found, replaced = self._storage.write(insert)
-            results += [Matches(_matches(hits), old and _record(_unpack(key), old))
+            results += [Matches(_matches(hits), old and decode(unpack(key), old))
                         for (key, _, _), hits, old in zip(encoded, found, replaced)]
         return results
 
@@ -374,9 +388,9 @@ class DB:
         """(the encoded (key, fingerprint, value), the signature) of a text: the
         value [fingerprint, meta, stored_at, signature]."""
         fp, signature = self._text_fingerprint(text, html)
-        key_bytes, fp, value = _encode_records([(key, fp, meta)], self._storage.max_key_bytes,
-                                               now)[0]
-        return (key_bytes, fp, b"\x94" + value[1:] + msgpack.packb(signature)), signature
+        key_bytes, fp, value = encode_documents([(key, fp, meta)],
+                                                        self._storage.max_key_bytes, now)[0]
+        return (key_bytes, fp, with_signature(value, signature)), signature
 
     def _text_matches(self, view, fp, signature):
         """Stored near-duplicates of a text (see :meth:`insert_text_if_new`):
@@ -386,10 +400,9 @@ class DB:
             reach = self.distance
         confirmed = []
         for hit in view.search(_ext.as_fingerprints([fp]), reach)[0]:
-            stored = _unpack(view.get(hit[0]))
-            theirs = stored[3] if len(stored) > 3 else None
-            if (resemblance(signature, theirs) >= RESEMBLANCE if theirs and any(theirs)
-                    and any(signature) else hit[2] <= self.distance):
+            theirs = stored_signature(view.get(hit[0]))
+            if (resemblance(signature, theirs) >= RESEMBLANCE if theirs and any(signature)
+                    else hit[2] <= self.distance):
                 confirmed.append(hit)
         return _matches(confirmed)
 
@@ -405,14 +418,14 @@ class DB:
 
         :returns: the number of documents removed.
         """
-        cutoff = math.floor(_unix_time(before, "before"))
+        cutoff = whole_seconds(before, "before")
         _check_batch_size(batch_size)
 
         def expire_batch(txn):
             old, last = [], None
             for last, value in itertools.islice(txn.documents(after), min(batch_size, sys.maxsize)):
-                stored_at = _stored_at(value)
-                if stored_at is not None and stored_at < cutoff:
+                when = stored_at(value)
+                if when is not None and when < cutoff:
                     old.append(last)
             return (txn.remove(old) if old else 0), last
 
@@ -453,10 +466,10 @@ class DB:
 
     def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
-        key_bytes = _encode_key(key)
+        key_bytes = encode_key(key, self._storage.max_key_bytes)
         with self._storage.read() as view:
             value = view.get(key_bytes)
-        return None if value is None else _record(key, value)
+        return None if value is None else decode(key, value)
 
     def __getitem__(self, key: Key) -> Record:
         """The Record of ``key``; KeyNotFoundError (a KeyError) if there is none."""
@@ -482,7 +495,7 @@ class DB:
         meanwhile may come or not)."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
-                yield _record(_unpack(key_bytes), value)
+                yield decode(unpack(key_bytes), value)
 
     def find_all(self, distance: Optional[int] = None) -> Iterator[tuple[Key, Key, int]]:
         """Every pair of stored documents within ``distance`` bits (default: the
@@ -546,13 +559,14 @@ class DB:
                     yield _sorted_keys([k for i in group for k in keys[values[i]]])
 
     def stats(self) -> dict:
-        """Counts, parameters and sizes of the database: ``disk_bytes`` (its
-        files, on LMDB) or ``memory_bytes`` (its RAM on the primaries, on
-        Redis), and ``bytes_per_fingerprint_per_table`` of whichever it is."""
+        """Counts, parameters and sizes of the database, with the backend's own
+        facts (on LMDB ``disk_bytes``, its files; on Redis ``memory_bytes``,
+        its RAM on the primaries) and ``bytes_per_fingerprint_per_table`` of
+        whichever it is."""
         with self._storage.read() as view:
             count, distinct = view.count(), view.distinct()
         info = self._storage.info()
-        size = info["disk_bytes"] if "disk_bytes" in info else info["memory_bytes"]
+        size = size_of(info)[1]
         tables = self._layout.tables
         return dict({
             "path": self.path,
@@ -591,14 +605,14 @@ class DB:
                 fps = {}
                 for key_bytes, value in chunk:
                     try:
-                        fps[key_bytes] = _unpack(value)[0]
-                    except (ValueError, TypeError, IndexError, msgpack.UnpackException):
+                        fps[key_bytes] = unpack(value)[0]
+                    except (DatabaseError, TypeError, IndexError):
                         problems.append("document %r has a damaged record" % (key_bytes,))
                 indexed = view.keys_of_many(set(fps.values()))
                 for key_bytes, fp in fps.items():
                     if key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (_unpack(key_bytes), fp))
+                                        "fingerprint index" % (unpack(key_bytes), fp))
             distinct, indexed = array("Q"), 0
             for fp, keys in view.fingerprint_groups():
                 distinct.append(fp)
@@ -663,9 +677,15 @@ class DB:
 
 def _matches(hits):
     """Matches of (key, fingerprint, distance) hits, sorted by (distance, key)."""
-    matches = [Match(_unpack(key), fp, d) for key, fp, d in hits]
+    matches = [Match(unpack(key), fp, d) for key, fp, d in hits]
     matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
     return matches
+
+
+def size_of(stats):
+    """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
+    (its name, the bytes the database takes where its backend keeps it)."""
+    return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
 
 
 def _text_record(record):
@@ -673,12 +693,6 @@ def _text_record(record):
         raise InvalidArgumentError("expected a (key, text) or (key, text, meta) record, got %r"
                                    % (record,))
     return record[0], record[1], record[2] if len(record) == 3 else None
-
-
-def check_record(record):
-    """Raise the error :meth:`DB.insert_many` would raise for ``record``, if any:
-    to find the bad record of a batch before writing it."""
-    _encode_records([record])
 
 
 def _check_batch_size(size):
@@ -706,131 +720,15 @@ def _chunks(items, size):
         yield batch
 
 
-def _encode_key(key, pack=msgpack.packb, limit=MAX_KEY_BYTES):
-    if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
-        raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
-                              % (type(key).__name__, _ext.shown(key)))
-    try:
-        encoded = pack(key)
-    except OverflowError:
-        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %s"
-                              % _ext.shown(key)) from None
-    except UnicodeEncodeError:
-        raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
-                              "encode as UTF-8" % _ext.shown(key)) from None
-    if len(encoded) > limit:
-        raise InvalidKeyError("key is %d bytes encoded; the most is %d"
-                              % (len(encoded), limit))
-    return encoded
-
-
-def _encode_records(records, limit=MAX_KEY_BYTES, now=None):
-    """(encoded key, fingerprint, encoded [fingerprint, meta, stored_at]) for
-    each record, stored ``now`` unless it says when (natively where every
-    record is plain: see ``_ext.encode_plain_documents``)."""
-    now = _now() if now is None else now
-    plain = _ext.encode_plain_documents(records, limit, now) \
-        if isinstance(records, list) else None
-    if plain is not None:
-        return plain
-    pack = msgpack.Packer().pack
-    encoded = []
-    for record in records:
-        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
-            raise InvalidArgumentError(
-                "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
-                "meta, stored_at) record, got %s" % _ext.shown(record))
-        key, fp = _encode_key(record[0], pack, limit), _ext.check_fingerprint(record[1])
-        meta = record[2] if len(record) > 2 else None
-        stored_at = _stored_time(record[3]) if len(record) > 3 and record[3] is not None else now
-        try:
-            value = pack([fp, meta, stored_at])
-            msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
-        except (TypeError, ValueError, OverflowError, RecursionError,
-                msgpack.UnpackException) as exc:
-            raise InvalidMetadataError(
-                "metadata of key %s cannot be stored: %s (use values that msgpack writes and "
-                "reads back: None, bool, int, float, str, bytes, lists, and dicts whose keys "
-                "are not lists or tuples)" % (_ext.shown(record[0]), exc)) from None
-        encoded.append((key, fp, value))
-    return encoded
-
-
 def _now():
     return int(time.time())
 
 
-def _unix_time(when, what):
-    """A datetime or a UNIX time as a UNIX time (float or int)."""
-    if isinstance(when, datetime.datetime):
-        return when.timestamp()
-    if isinstance(when, int) and not isinstance(when, bool) or \
-            isinstance(when, float) and math.isfinite(when):
-        return when
-    raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got %s %s"
-                               % (what, type(when).__name__, _ext.shown(when)))
-
-
-def _stored_time(when):
-    """A record's stored time as whole seconds since the epoch."""
-    seconds = math.floor(_unix_time(when, "stored_at"))
-    if not 0 <= seconds < 2**64:
-        raise InvalidArgumentError("stored_at must be a time from 1970-01-01 on, got %s"
-                                   % _ext.shown(when))
-    return seconds
-
-
-def _record(key, value):
-    """The Record of ``key`` from its stored value: [fingerprint, meta] or
-    [fingerprint, meta, stored_at] (older values have no time)."""
-    items = _unpack(value)
-    return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
-
-
-def _value_items(value):
-    """An unpacker positioned after a document value's fingerprint and meta,
-    and the number of items the value holds."""
-    unpacker = msgpack.Unpacker()
-    unpacker.feed(value)
-    try:
-        count = unpacker.read_array_header()
-        unpacker.skip()
-        unpacker.skip()
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
-                            "backup, or `export` what is readable" % exc) from None
-    return unpacker, count
-
-
-def _stored_at(value):
-    """The stored time a document value records, or None."""
-    unpacker, count = _value_items(value)
-    return unpacker.unpack() if count > 2 else None
-
-
 def _restamp(txn, fingerprints, now):
-    """Record the documents ``fingerprints`` ({encoded key: fingerprint}) as
-    stored ``now``, leaving the bytes of their fingerprint, meta and text
-    signature as they are."""
-    documents = []
-    for key, fp in fingerprints.items():
-        value = txn.get(key)
-        unpacker, count = _value_items(value)
-        head = value[1:unpacker.tell()]
-        if count > 2:
-            unpacker.skip()
-        documents.append((key, fp, bytes([0x90 | max(count, 3)]) + head + msgpack.packb(now)
-                          + value[unpacker.tell():]))
-    if documents:
-        txn.upsert(documents)
-
-
-def _unpack(data):
-    try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
-                            "backup, or `export` what is readable" % exc) from None
+    """Record the documents ``fingerprints`` ({encoded key: fingerprint}) as stored ``now``."""
+    if fingerprints:
+        txn.upsert([(key, fp, restamped(txn.get(key), now))
+                    for key, fp in fingerprints.items()])
 
 
 def _key_order(key):
@@ -838,7 +736,7 @@ def _key_order(key):
 
 
 def _sorted_keys(encoded_keys):
-    return sorted((_unpack(k) for k in encoded_keys), key=_key_order)
+    return sorted((unpack(k) for k in encoded_keys), key=_key_order)
 
 
 def _ordered(a, b):

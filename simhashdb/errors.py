@@ -21,6 +21,10 @@ class InvalidMetadataError(SimhashDBError, ValueError, TypeError):
     """Document metadata cannot be encoded with msgpack."""
 
 
+class InputError(SimhashDBError, ValueError):
+    """A line or file of input cannot be read as a record (simhashdb.inputs)."""
+
+
 class KeyNotFoundError(SimhashDBError, KeyError):
     """``db[key]`` of a key with no document."""
 
@@ -30,6 +34,10 @@ class KeyNotFoundError(SimhashDBError, KeyError):
 
 class DatabaseError(SimhashDBError):
     """The database cannot be opened or used as asked."""
+
+
+class DatabaseNotFoundError(DatabaseError):
+    """No database where one was to be opened without creating it."""
 
 
 class ParameterMismatchError(DatabaseError, ValueError):

@@ -108,6 +108,21 @@ class Layout:
             ranges.append(table_ranges)
         return perms, ranges
 
+    def range_starts(self, probes, distance):
+        """The first permuted value of every range a query of ``probes`` at
+        ``distance`` scans (as :meth:`probe_ranges`), with the probe and the
+        table of each: three uint64 arrays, probe by probe, table by table."""
+        if distance <= self.distance:  # one range a table
+            return _ext.probe_starts(probes, self.spec, self.prefixes)
+        firsts, probe_of, table_of = array("Q"), array("Q"), array("Q")
+        for i, fp in enumerate(probes):
+            for table, ranges in enumerate(self.probe_ranges(fp, distance)[1]):
+                for first, _ in ranges:
+                    firsts.append(first)
+                    probe_of.append(i)
+                    table_of.append(table)
+        return firsts, probe_of, table_of
+
     def scan_bounds(self, fp):
         """Per table, the permuted fp; and per table, (first, last) key of its candidate range."""
         return _ext.scan_bounds(fp, self.spec, self.prefixes)

@@ -8,38 +8,62 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 import pytest
-from redis_cluster import LocalCluster, available as redis_available
+from memory_backend import MemoryStorage
+from redis_cluster import available as redis_available, LocalCluster
 
 import simhashdb
+from simhashdb.storage import registry
+from simhashdb.storage.lmdb.files import LmdbStorage
+
+registry.register("memory", MemoryStorage)  # the toy backend of tests/memory_backend.py
 
 
-def native_built():
+def usable(name):
+    """Whether backend ``name`` runs here. CI builds the native backend and
+    installs redis-server (make test does), so there every backend is tested
+    (and the run fails if one did not build); elsewhere, what is built."""
+    if os.environ.get("CI"):
+        return True
+    if name == "redis" and not redis_available():
+        return False
     try:
-        import simhashdb._lmdb  # noqa: F401
+        registry.backend_class(name)
     except ImportError:
         return False
     return True
 
 
-# Every storage test runs on each backend. CI builds the native one, so there
-# it is always tested (and fails if it did not build); elsewhere it is tested
-# where it was built.
-BACKENDS = ["lmdb", "py-lmdb"] if native_built() or os.environ.get("CI") else ["py-lmdb"]
-# CI installs redis-server (make test does), so there the Redis backend is always tested.
-REDIS = redis_available() or bool(os.environ.get("CI"))
-if REDIS:
-    BACKENDS.append("redis")
+# Every DB test runs on each backend that keeps databases across processes (the
+# suite starts subprocesses on them); the contract suite (test_storage.py) on
+# every registered backend.
+BACKENDS = [name for name in registry.names() if name != "memory" and usable(name)]
+STORAGE_BACKENDS = [name for name in registry.names() if usable(name)]
+# The fixtures a backend's tests need besides a path (a server to hold them).
+BACKEND_FIXTURES = {"redis": ("redis_names",)}
+REDIS = "redis" in BACKENDS
+
+
+def native_built():
+    try:
+        registry.backend_class("lmdb")
+    except ImportError:
+        return False
+    return True
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "lmdb_only: tests what only the LMDB backends have "
                             "(files, directories, the map, compaction, one handle per process)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds; "
+                            "`pytest -m 'not slow'` leaves it out")
 
 
 def pytest_collection_modifyitems(config, items):
-    """An lmdb_only test runs on the LMDB backends, not on Redis."""
+    """An lmdb_only test runs on the LMDB backends only."""
     other = [item for item in items if item.get_closest_marker("lmdb_only")
-             and getattr(item, "callspec", None) and item.callspec.params.get("backend") == "redis"]
+             and getattr(item, "callspec", None) and "backend" in item.callspec.params
+             and not issubclass(registry.backend_class(item.callspec.params["backend"]),
+                                LmdbStorage)]
     if other:
         config.hook.pytest_deselected(items=other)
         items[:] = [item for item in items if item not in other]
@@ -61,8 +85,8 @@ def backend(request, monkeypatch):
     """The backend a test's databases use: also the default of ``DB()`` and of
     subprocesses (``SIMHASHDB_BACKEND``)."""
     monkeypatch.setenv("SIMHASHDB_BACKEND", request.param)
-    if request.param == "redis":
-        request.getfixturevalue("redis_names")
+    for fixture in BACKEND_FIXTURES.get(request.param, ()):
+        request.getfixturevalue(fixture)
     return request.param
 
 

@@ -13,7 +13,7 @@ from test_multiprobe import adversarial_docs, probes_near
 
 from simhashdb import DB
 from simhashdb.layout import Layout
-from simhashdb.storage import default_backend
+from simhashdb.storage.registry import default_backend
 
 both = pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
 
@@ -80,7 +80,7 @@ def test_a_reader_of_one_backend_beside_a_writer_of_the_other(tmp_path, monkeypa
                                                               reader):
     """One lock file, one map: the reader sees each committed batch whole,
     also after the writer grew the map."""
-    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
+    monkeypatch.setattr("simhashdb.storage.lmdb.files.LmdbStorage.initial_map_size", 1 << 20)
     path = str(tmp_path / "shared.db")
     rng = random.Random(1)
     docs = {}

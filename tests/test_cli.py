@@ -331,7 +331,7 @@ def test_text_goes_through_the_databases_text_methods(tmp_path, capsys):
         stored = opened.get(str(pages / "a.txt"))
         assert [m.key for m in opened.query_text(text)] == [stored.key]
         with opened._storage.read() as view:  # the signature rides in the stored value
-            assert len(simhashdb.db._unpack(view.get(simhashdb.db._encode_key(stored.key)))) == 4
+            assert len(simhashdb.records.unpack(view.get(simhashdb.records.encode_key(stored.key)))) == 4
     code, out, _ = run(capsys, "query", db, "--text", str(pages / "a_copy.txt"))
     assert out[0]["matches"][0]["key"] == stored.key
     code, _, err = run(capsys, "query", db, "--text", str(pages / "a.txt"), "--distance", "2")

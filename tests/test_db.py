@@ -263,7 +263,7 @@ def test_compact_refuses_while_another_process_has_it_open(db):
 
 @pytest.mark.lmdb_only
 def test_map_grows_by_itself(db_path, monkeypatch):
-    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
+    monkeypatch.setattr("simhashdb.storage.lmdb.files.LmdbStorage.initial_map_size", 1 << 20)
     with DB(db_path, distance=3, blocks=6) as db:
         rng = random.Random(9)
         db.insert_many((i, rng.getrandbits(64), "m" * 50) for i in range(30000))
@@ -396,12 +396,12 @@ def test_recipes_are_stored_and_never_mixed(tmp_path):
 def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, stored_at):
     """The native encoder of plain records gives msgpack's bytes, or declines
     (None) where a key is too long, so that the general path explains why."""
-    from simhashdb.db import MAX_KEY_BYTES, _encode_records
-    native = simhashdb._ext.encode_plain_documents(list(records), MAX_KEY_BYTES, stored_at)
+    from simhashdb.records import MAX_KEY_BYTES, encode_documents
+    native = simhashdb._records.encode_plain_documents(list(records), MAX_KEY_BYTES, stored_at)
     expected = [(msgpack.packb(k), fp, msgpack.packb([fp, None, stored_at])) for k, fp in records]
     if all(len(key) <= MAX_KEY_BYTES for key, _, _ in expected):
         assert native == expected
-        assert _encode_records(iter(records), MAX_KEY_BYTES, stored_at) == expected
+        assert encode_documents(iter(records), MAX_KEY_BYTES, stored_at) == expected
     else:
         assert native is None
 
@@ -409,7 +409,7 @@ def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, sto
 @pytest.mark.parametrize("record", [("k", 1, {"m": 1}), (True, 1), ("\ud800", 1), ("k", 2**64),
                                     ("k", True), ["k", 1], (2**64, 1)])
 def test_records_that_are_not_plain_take_the_general_path(record):
-    assert simhashdb._ext.encode_plain_documents([("a", 1), record], 511, 0) is None
+    assert simhashdb._records.encode_plain_documents([("a", 1), record], 511, 0) is None
 
 
 def test_insert_if_new_treats_the_stored_version_of_a_key_as_any_other_document(db):

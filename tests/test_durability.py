@@ -154,7 +154,7 @@ def test_readers_beside_a_writer_see_whole_batches(db_path):
 @pytest.mark.lmdb_only
 def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
     import threading
-    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
+    monkeypatch.setattr("simhashdb.storage.lmdb.files.LmdbStorage.initial_map_size", 1 << 20)
     errors = []
     with DB(db_path, distance=3, blocks=6) as db:
         db.insert_many(batch_records(0))
@@ -189,7 +189,7 @@ def test_threads_share_one_db_while_the_map_grows(db_path, monkeypatch):
 @pytest.mark.lmdb_only
 def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, monkeypatch):
     from simhashdb import DatabaseError
-    monkeypatch.setattr("simhashdb.lmdb_files.LmdbStorage.initial_map_size", 1 << 20)
+    monkeypatch.setattr("simhashdb.storage.lmdb.files.LmdbStorage.initial_map_size", 1 << 20)
     with DB(db_path, distance=3, blocks=6) as db:
         db.insert("a", 1)
         with pytest.raises(DatabaseError, match="holds a read snapshot"):

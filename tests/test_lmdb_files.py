@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 from simhashdb import DB, DamagedDatabaseWarning, DatabaseError
-from simhashdb.lmdb_files import LOCK_FILE, inspect_data_file
+from simhashdb.storage.lmdb.files import LOCK_FILE, inspect_data_file
 
 pytestmark = [pytest.mark.lmdb_only, pytest.mark.usefixtures("backend")]
 

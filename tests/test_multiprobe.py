@@ -103,7 +103,7 @@ def test_query_above_the_built_distance_equals_brute_force(tmp_path, backend, bl
 @pytest.mark.parametrize("blocks,distance", [(4, 1), (5, 3)])
 def test_native_query_many_split_over_threads_above_the_built_distance(tmp_path, monkeypatch,
                                                                        blocks, distance):
-    monkeypatch.setattr("simhashdb.lmdb_native.PARALLEL_PROBES", 8)
+    monkeypatch.setattr("simhashdb.storage.lmdb.native.PARALLEL_PROBES", 8)
     layout = Layout(blocks, distance)
     bases, docs = adversarial_docs(layout, 3, crowd=300)
     probes = probes_near(layout, bases, 4) * 2

@@ -16,7 +16,8 @@ import redis
 from conftest import REDIS, as_tuples, brute_force, flip
 from redis_cluster import LocalCluster, free_ports
 
-from simhashdb import DB, DatabaseError, redis_store
+from simhashdb import DB, DatabaseError
+from simhashdb.storage.redis import scripts
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
 TESTS = __file__.rsplit("/", 1)[0]
@@ -134,19 +135,19 @@ def test_concurrent_crawlers_never_store_two_near_duplicates(redis_names):
 
 HALF_WRITER = """
 import os, signal, sys, simhashdb
-from simhashdb import redis_store
-redis_store.ROUND_BYTES = 1 << 14  # many small rounds
+from simhashdb.storage.redis import cluster, scripts, storage
+storage.ROUND_BYTES = 1 << 14  # many small rounds
 rounds = []
-apply_round = redis_store._Nodes.round
+apply_round = cluster.Nodes.round
 def round_then_die(self, requests):
     replies = apply_round(self, requests)
-    if any(c[0] == "EVAL" and c[1] == redis_store.MERGE for cs in requests.values() for c in cs):
+    if any(c[0] == "EVAL" and c[1] == scripts.MERGE for cs in requests.values() for c in cs):
         rounds.append(1)
         if len(rounds) == int(sys.argv[2]):
             os.kill(os.getpid(), signal.SIGKILL)  # mid-batch: some buckets merged, not all
     return replies
 db = simhashdb.DB(sys.argv[1])
-redis_store._Nodes.round = round_then_die
+cluster.Nodes.round = round_then_die
 db.insert_many([("new%d" % i, (i * 0x9E3779B97F4A7C15) % 2**64) for i in range(3000)])
 """
 
@@ -186,7 +187,7 @@ def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_
 
         def round_after_a_stall(requests):
             writes = [c for cs in requests.values() for c in cs
-                      if c[0] == "EVAL" and c[1] in (redis_store.MERGE, redis_store.HWRITE)]
+                      if c[0] == "EVAL" and c[1] in (scripts.MERGE, scripts.HWRITE)]
             if writes and not stalling.is_set():
                 stalling.set()
                 resume.wait(30)

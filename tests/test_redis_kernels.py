@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_multiprobe import adversarial_docs, probes_near
 
-from simhashdb import _ext, redis_store
+from simhashdb import _redis
 from simhashdb.layout import Layout
 
 MAX = (1 << 64) - 1
@@ -35,14 +35,14 @@ def slot_oracle(key):
        st.binary(max_size=8))
 def test_native_slot_is_the_cluster_slot_hash_tags_included(head, tag, tail):
     key = head + tag + tail
-    assert _ext.key_slot(key) == slot_oracle(key)
+    assert _redis.key_slot(key) == slot_oracle(key)
 
 
 def test_native_slot_of_known_keys():
     # from the Redis Cluster specification: 12739 is the slot of "123456789"'s CRC
-    assert _ext.key_slot(b"123456789") == 0x31C3 % 16384
-    assert _ext.key_slot(b"{user1000}.following") == _ext.key_slot(b"user1000")
-    assert _ext.key_slot(b"foo{}{bar}") == slot_oracle(b"foo{}{bar}")
+    assert _redis.key_slot(b"123456789") == 0x31C3 % 16384
+    assert _redis.key_slot(b"{user1000}.following") == _redis.key_slot(b"user1000")
+    assert _redis.key_slot(b"foo{}{bar}") == slot_oracle(b"foo{}{bar}")
 
 
 def random_owners(rng, nodes):
@@ -110,7 +110,7 @@ def test_native_merge_records_are_the_python_ones(seed, shape, nodes, limit):
     table_keys = [b"db{x}:%03x" % t for t in range(layout.tables)]
     owners = random_owners(rng, nodes)
     width = 8 - bits // 8
-    native = _ext.merge_records(array("Q", adds), array("Q", deletes), layout.spec, table_keys,
+    native = _redis.merge_records(array("Q", adds), array("Q", deletes), layout.spec, table_keys,
                                 bits, width, owners, nodes, limit)
     assert native == merge_records_oracle(layout, adds, deletes, table_keys, bits, width,
                                           owners, limit)
@@ -152,13 +152,13 @@ def test_native_scan_finds_what_brute_force_finds(seed, shape, nodes, per_blob, 
             store.setdefault(bucket_key(table_key, perm, bits), []).append(tail(perm, width))
     owners = random_owners(rng, nodes)
     radius = distance + 1 if farther else distance
-    firsts, probe_of, table_of = redis_store.probe_starts(layout, probes, radius)
+    firsts, probe_of, table_of = layout.range_starts(probes, radius)
     if not farther:  # the native planning: one range a table
         assert list(zip(probe_of, table_of)) == [(i, t) for i in range(len(probes))
                                                  for t in range(layout.tables)]
         assert list(firsts) == [first for fp in probes
                                 for first, _ in (r[0] for r in layout.probe_ranges(fp, radius)[1])]
-    requests = _ext.scan_records(firsts, table_of, layout.prefixes, table_keys, bits, width,
+    requests = _redis.scan_records(firsts, table_of, layout.prefixes, table_keys, bits, width,
                                  owners, nodes, per_blob)
     sent = sorted(r for _, ranges in requests for r in ranges)
     assert sent == list(range(len(firsts)))
@@ -174,7 +174,7 @@ def test_native_scan_finds_what_brute_force_finds(seed, shape, nodes, per_blob, 
                                   + tail(firsts[r], width) + tail(last, width))
                 assert owners[slot_oracle(record[:key_length])] == node
         calls = [lua_scan(store, blob, key_length, width) for blob in blobs]
-        _ext.scan_hits(calls, ranges, per_blob, firsts, probe_of, table_of, probes, layout.spec,
+        _redis.scan_hits(calls, ranges, per_blob, firsts, probe_of, table_of, probes, layout.spec,
                        layout.tables, bits, width, radius, found)
     for probe, hits in zip(probes, found):
         assert hits == {fp: bin(fp ^ probe).count("1") for fp in fps
@@ -201,7 +201,7 @@ def test_native_hash_writes_and_reads_group_fields_by_the_shards_of_the_backend(
                 gone.append(field)
             else:
                 sets += [field, value]
-        assert _ext.hash_writes([list(f) for f in fields], shard_bits, by_fp) == expected
+        assert _redis.hash_writes([list(f) for f in fields], shard_bits, by_fp) == expected
         names = [name for name, _ in fields]
         reads = {}
         for name in names:
@@ -210,8 +210,8 @@ def test_native_hash_writes_and_reads_group_fields_by_the_shards_of_the_backend(
             group = reads.setdefault(shard, ([], []))
             group[0].append(name)
             group[1].append(name.to_bytes(8, "big") if by_fp else name)
-        assert _ext.hash_reads(names, shard_bits, by_fp) == reads
-        assert _ext.unread(names + names[::-1], {names[0]: 1} if names else {}) == \
+        assert _redis.hash_reads(names, shard_bits, by_fp) == reads
+        assert _redis.unread(names + names[::-1], {names[0]: 1} if names else {}) == \
             [name for name in dict.fromkeys(names) if name != names[0]]
 
 
@@ -221,13 +221,13 @@ def test_native_hash_writes_and_reads_group_fields_by_the_shards_of_the_backend(
 def test_native_planned_fingerprints_are_the_changed_ones_with_their_keys_joined(groups):
     fps = {fp: after for fp, (after, _) in groups.items()}
     committed = {fp: tuple(before) for fp, (_, before) in groups.items()}
-    changed, added, removed, distinct = _ext.planned_fingerprints(fps, committed)
+    changed, added, removed, distinct = _redis.planned_fingerprints(fps, committed)
     assert changed == [(fp, b"".join(len(k).to_bytes(2, "big") + k for k in keys) or None)
                        for fp, keys in fps.items() if tuple(keys) != committed[fp]]
     assert list(added) == [fp for fp, keys in fps.items() if keys and not committed[fp]]
     assert list(removed) == [fp for fp, keys in fps.items() if not keys and committed[fp]]
     assert distinct == len(added) - len(removed)
-    assert _ext.planned_documents({b"a": None, b"b": b"1", b"c": b"2", b"d": None},
+    assert _redis.planned_documents({b"a": None, b"b": b"1", b"c": b"2", b"d": None},
                                   {b"a": b"0", b"b": None, b"c": b"2", b"d": None}) == \
         ([(b"a", None), (b"b", b"1")], 0)
 
@@ -242,17 +242,17 @@ def test_native_protocol_packing_is_the_redis_protocol(commands):
         return a.encode() if isinstance(a, str) else repr(a).encode()
     expected = b"".join(b"*%d\r\n" % len(c) + b"".join(b"$%d\r\n%s\r\n" % (len(arg(a)), arg(a))
                                                           for a in c) for c in commands)
-    assert _ext.pack_commands(commands) == expected
+    assert _redis.pack_commands(commands) == expected
 
 
 def test_native_protocol_packing_refuses_what_is_no_argument():
     with pytest.raises(TypeError, match="got NoneType"):
-        _ext.pack_commands([("SET", b"k", None)])
+        _redis.pack_commands([("SET", b"k", None)])
 
 
 def test_native_add_absent_keeps_what_a_batch_has_read():
     fps, committed = {5: [b"a"]}, {5: (b"a",)}
-    _ext.add_absent([5, 7, 7, 2**64 - 1], fps, committed)
+    _redis.add_absent([5, 7, 7, 2**64 - 1], fps, committed)
     assert fps == {5: [b"a"], 7: [], 2**64 - 1: []}
     assert committed == {5: (b"a",), 7: (), 2**64 - 1: ()}
     fps[7].append(b"b")

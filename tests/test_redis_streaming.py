@@ -10,7 +10,7 @@ from conftest import REDIS
 
 from simhashdb import DB
 from simhashdb import db as db_module
-from simhashdb import redis_store
+from simhashdb.storage.redis import storage as redis_storage
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
 
@@ -69,7 +69,7 @@ def test_expire_reads_each_document_a_bounded_number_of_times(redis_names, monke
 
 @pytest.mark.parametrize("blocks", [5, 6])
 def test_iteration_bigger_than_a_round_equals_the_oracle(redis_names, monkeypatch, blocks):
-    monkeypatch.setattr(redis_store, "ROUND_FIELDS", 100)
+    monkeypatch.setattr(redis_storage, "ROUND_FIELDS", 100)
     docs = planted(3000, 2)
     with DB(redis_names.url + "/big", distance=3, blocks=blocks) as db:
         db.insert_many(docs.items())
@@ -91,7 +91,7 @@ def test_iteration_bigger_than_a_round_equals_the_oracle(redis_names, monkeypatc
 
 
 def test_iteration_during_writes_yields_each_key_once(redis_names, monkeypatch):
-    monkeypatch.setattr(redis_store, "ROUND_FIELDS", 50)
+    monkeypatch.setattr(redis_storage, "ROUND_FIELDS", 50)
     stable = planted(1000, 3)
     rng = random.Random(4)
     with DB(redis_names.url + "/moving", distance=3, blocks=5) as db:

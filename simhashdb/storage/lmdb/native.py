@@ -9,9 +9,9 @@ import concurrent.futures
 import os
 from array import array
 
-from . import _ext, _lmdb
-from .lmdb_files import LmdbStorage
-from .storage import Txn, View
+from ... import _ext, _lmdb
+from .. import Txn, View
+from .files import LmdbStorage
 
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores

@@ -1,17 +1,5 @@
 """The portable LMDB backend, on py-lmdb: the same files as the native
 backend, used where that one was not built (or with ``backend="py-lmdb"``).
-
-Sub-databases (one LMDB environment, a directory):
-
-- ``meta``: ``b"params"`` -> msgpack dict of the layout and format version;
-- ``docs``: key -> value (msgpack(key) -> msgpack([fingerprint, meta, ...]));
-- ``fingerprints`` (sorted duplicates): 8-byte big-endian fingerprint -> key,
-  one entry per document;
-- ``table:NNN`` (sorted, fixed-size duplicates): the 8-byte big-endian
-  permuted fingerprint split into a 2-byte key and a 6-byte value, one entry
-  per *distinct* fingerprint. Key-then-value order is the order of the
-  permuted fingerprint, so a range scan works as on 8-byte keys, while LMDB
-  packs the 6-byte values of one key side by side.
 """
 
 import contextlib
@@ -20,11 +8,12 @@ import os
 
 import lmdb
 
-from . import _ext
-from .errors import DatabaseError
-from .layout import MAX_TABLES
-from .lmdb_files import LmdbStorage
-from .storage import Txn, View, value_fingerprint
+from ... import _ext
+from ...errors import DatabaseError
+from ...layout import MAX_TABLES
+from ...records import value_fingerprint
+from .. import Txn, View
+from .files import LmdbStorage
 
 META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
 

@@ -27,16 +27,23 @@ import time
 import warnings
 import weakref
 
-from .errors import DamagedDatabaseWarning, DatabaseBusyError, DatabaseError, DiskFullError
-from .storage import Storage
+from ...errors import (
+    DamagedDatabaseWarning,
+    DatabaseBusyError,
+    DatabaseError,
+    DatabaseNotFoundError,
+    DiskFullError,
+)
+from .. import Storage
 
-DATA_FILE, LOCK_FILE = "data.mdb", "lock.mdb"
+DATA_FILE, LOCK_FILE, COMPACT_SUFFIX = "data.mdb", "lock.mdb", ".compact"
 MAX_READERS = 4096
 # LMDB's lock file: 192 bytes of header, then 64 a reader slot (a larger file
 # would give more slots than MAX_READERS)
 LOCK_FILE_BYTES = 192 + 64 * (MAX_READERS - 1)
+# what a database directory may hold besides its data file
+OWN_FILES = {LOCK_FILE, "simhashdb.lock", "compact.lock", "write.lock", DATA_FILE + COMPACT_SUFFIX}
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
-COMPACT_SUFFIX = ".compact"
 _META_MAGIC = 0xBEEFC0DE
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
@@ -50,7 +57,7 @@ class LmdbDirectory:
     :func:`inspect_data_file`): such a database opens read-only.
     """
 
-    def __init__(self, path, readonly, owner):
+    def __init__(self, path, readonly, create, owner):
         self.path = os.path.abspath(os.fspath(path))
         self.data = os.path.join(self.path, DATA_FILE)
         self.lock_mdb = os.path.join(self.path, LOCK_FILE)
@@ -60,8 +67,13 @@ class LmdbDirectory:
         if os.path.exists(self.path) and not os.path.isdir(self.path):
             raise DatabaseError("%s is a file; a database is a directory: pass a new or "
                                 "existing database directory" % self.path)
-        if readonly and not os.path.exists(self.data):
-            raise DatabaseError("no database at %s to open read-only" % self.path)
+        if (readonly or not create) and not os.path.exists(self.data):
+            raise DatabaseNotFoundError("no database at %s%s" % (
+                self.path, " to open read-only" if readonly else ""))
+        if not os.path.exists(self.data) and os.path.isdir(self.path) and \
+                set(os.listdir(self.path)) - OWN_FILES:
+            raise DatabaseError("%s holds other files and no database: name a new or empty "
+                                "directory for a database" % self.path)
         self._register(owner)
         self._locks = []
         self._handle_lock = self._compact_lock = self._write_lock = None
@@ -477,15 +489,14 @@ class LmdbStorage(Storage):
     time, reader-slot sweeps, map growth, compaction and closing. A backend
     adds how it opens, reads, writes and copies an environment."""
 
-    max_key_bytes = 511
     initial_map_size = 1 << 30
     max_readers = MAX_READERS
     reader_check_seconds = 1.0
 
     opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 
-    def __init__(self, path, readonly=False):
-        self._dir = LmdbDirectory(path, readonly, self)
+    def __init__(self, path, readonly=False, create=True):
+        self._dir = LmdbDirectory(path, readonly, create, self)
         if self._dir.doubt and not self.opens_damaged_files:
             self._dir.release()
             raise DatabaseError("%s: %s; the %s backend could crash reading it: open it with "
@@ -538,10 +549,10 @@ class LmdbStorage(Storage):
             while True:
                 failed = None
                 try:
-                    with self._gate.shared(), self._dir.writing():
+                    with self._gate.shared():
                         self._check_usable()
                         self._clear_stale_readers()
-                        with self._errors("write to"):
+                        with self._dir.writing(), self._errors("write to"):
                             txn = self._env.begin(write=True)
                             try:
                                 result = body(self._writer(txn))

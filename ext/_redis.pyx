@@ -1,8 +1,28 @@
-# Kernels of the Redis backend (simhashdb.redis_store): a key's cluster slot,
-# the records of the bucket scripts (MERGE for writes, SCAN for queries) and
-# the hits of a SCAN reply. A bucket key is a table's key followed by the
-# bucket (the leading ``bits`` of a permuted fingerprint) in bits / 4 hex
-# digits; an entry is the remaining ``width`` bytes, big-endian.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
+"""Kernels of the Redis backend (:mod:`simhashdb.storage.redis`): a key's
+cluster slot, the records of the bucket scripts (MERGE for writes, SCAN for
+queries) and the hits of a SCAN reply, the shards of the document and
+fingerprint hashes, a batch's plan and the protocol's packing. A bucket key is
+a table's key followed by the bucket (the leading ``bits`` of a permuted
+fingerprint) in bits / 4 hex digits; an entry is the remaining ``width``
+bytes, big-endian."""
+
+from array import array
+from bisect import insort
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+from simhashdb._ext import as_fingerprints, table_values
+
+cdef extern from *:
+    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+
+include "_memory.pxi"
+include "_tables.pxi"
+
 
 cdef uint16_t CRC16[256]  # CRC-16/XMODEM (polynomial 0x1021), the one of Redis Cluster
 
@@ -259,27 +279,6 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     for out in buffers:
         out.flush()
     return [out.blobs for out in buffers]
-
-
-def probe_starts(probes, const long[::1] spec, const uint64_t[::1] prefixes):
-    """The range a probe scans in each table, by its first permuted value:
-    (firsts, probe of each, table of each), probe by probe, table by table."""
-    cdef const uint64_t[::1] ps = as_fingerprints(probes)
-    cdef Py_ssize_t i, t, n = ps.shape[0], tables = prefixes.shape[0]
-    cdef Py_ssize_t blocks = spec.shape[0] // (3 * tables)
-    firsts = array("Q", [0]) * (n * tables)
-    probe_of = array("Q", [0]) * (n * tables)
-    table_of = array("Q", [0]) * (n * tables)
-    cdef uint64_t[::1] f = firsts
-    cdef uint64_t[::1] po = probe_of
-    cdef uint64_t[::1] to = table_of
-    with nogil:
-        for i in range(n):
-            for t in range(tables):
-                f[i * tables + t] = permute_one(ps[i], &spec[3 * blocks * t], blocks) & prefixes[t]
-                po[i * tables + t] = i
-                to[i * tables + t] = t
-    return firsts, probe_of, table_of
 
 
 def scan_records(const uint64_t[::1] firsts, const uint64_t[::1] table_of,

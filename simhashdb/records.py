@@ -1,0 +1,200 @@
+"""The stored document: how a key and a document are written as bytes, and
+read back. Every part of simhashdb that writes or reads a document calls this
+module; backends read no more of a value than its leading fingerprint
+(:func:`value_fingerprint`).
+
+A key is ``msgpack(key)`` (a str, bytes or int; at most the backend's
+``max_key_bytes``). A document value is a msgpack array:
+
+- ``[fingerprint, meta]``: written by simhashdb before 0.2;
+- ``[fingerprint, meta, stored_at]``: ``stored_at`` a UNIX time in whole seconds;
+- ``[fingerprint, meta, stored_at, signature]``: a text document, with its
+  resemblance signature (:func:`simhashdb.fingerprint_with_signature`).
+
+The fingerprint always leads, as a msgpack unsigned int, so a backend can
+index a document without decoding the rest. Plain records (no metadata) are
+encoded natively (:mod:`simhashdb._records`), to the same bytes.
+"""
+
+import collections
+import datetime
+import math
+
+import msgpack
+
+from . import _ext, _records
+from .errors import (
+    DatabaseError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    InvalidMetadataError,
+)
+
+MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
+
+Record = collections.namedtuple("Record", "key fingerprint meta stored_at", defaults=(None, None))
+Record.__doc__ = """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
+stored, or None for one stored by a simhashdb that did not record it."""
+
+
+def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
+    """``key`` as stored.
+
+    :raises InvalidKeyError: not a str, bytes or int, or longer than ``limit`` encoded.
+    """
+    if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
+        raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
+                              % (type(key).__name__, _ext.shown(key)))
+    try:
+        encoded = pack(key)
+    except OverflowError:
+        raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %s"
+                              % _ext.shown(key)) from None
+    except UnicodeEncodeError:
+        raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
+                              "encode as UTF-8" % _ext.shown(key)) from None
+    if len(encoded) > limit:
+        raise InvalidKeyError("key is %d bytes encoded; the most is %d"
+                              % (len(encoded), limit))
+    return encoded
+
+
+def encode_documents(records, limit, now):
+    """(encoded key, fingerprint, value) of each ``(key, fingerprint)``, ``(key,
+    fingerprint, meta)`` or ``(key, fingerprint, meta, stored_at)`` record,
+    stored ``now`` unless it says when (natively where every record is plain).
+
+    :raises InvalidKeyError, InvalidFingerprintError, InvalidMetadataError,
+        InvalidArgumentError: for the first bad record.
+    """
+    plain = _records.encode_plain_documents(records, limit, now) \
+        if isinstance(records, list) else None
+    if plain is not None:
+        return plain
+    pack = msgpack.Packer().pack
+    encoded = []
+    for record in records:
+        if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
+            raise InvalidArgumentError(
+                "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
+                "meta, stored_at) record, got %s" % _ext.shown(record))
+        key, fp = encode_key(record[0], limit, pack), _ext.check_fingerprint(record[1])
+        meta = record[2] if len(record) > 2 else None
+        stored_at = _whole_seconds(record[3]) if len(record) > 3 and record[3] is not None \
+            else now
+        try:
+            value = pack([fp, meta, stored_at])
+            msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
+        except (TypeError, ValueError, OverflowError, RecursionError,
+                msgpack.UnpackException) as exc:
+            raise InvalidMetadataError(
+                "metadata of key %s cannot be stored: %s (use values that msgpack writes and "
+                "reads back: None, bool, int, float, str, bytes, lists, and dicts whose keys "
+                "are not lists or tuples)" % (_ext.shown(record[0]), exc)) from None
+        encoded.append((key, fp, value))
+    return encoded
+
+
+def check_record(record):
+    """Raise the error :meth:`DB.insert_many` would raise for ``record``, if any:
+    to find the bad record of a batch before writing it."""
+    encode_documents([record], MAX_KEY_BYTES, 0)
+
+
+def with_signature(value, signature):
+    """A document value (as :func:`encode_documents` made it) with a text's
+    resemblance signature after its stored time."""
+    return b"\x94" + value[1:] + msgpack.packb(signature)
+
+
+def unpack(data):
+    """A stored key or value, decoded.
+
+    :raises DatabaseError: the bytes are not msgpack (a damaged record).
+    """
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
+                            "backup, or `export` what is readable" % exc) from None
+
+
+def decode(key, value):
+    """The Record of ``key`` (decoded) from its stored value."""
+    items = unpack(value)
+    return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
+
+
+def signature(value):
+    """The resemblance signature a document value holds, or None (a document
+    stored without one, or of a text with no word to sign)."""
+    items = unpack(value)
+    theirs = items[3] if len(items) > 3 else None
+    return theirs if theirs and any(theirs) else None
+
+
+def stored_at(value):
+    """The stored time a document value records, or None."""
+    unpacker, count = _after_meta(value)
+    return unpacker.unpack() if count > 2 else None
+
+
+def restamped(value, now):
+    """A document value recording that it was stored ``now``, the bytes of its
+    fingerprint, meta and signature as they were."""
+    unpacker, count = _after_meta(value)
+    head = value[1:unpacker.tell()]
+    if count > 2:
+        unpacker.skip()
+    return bytes([0x90 | max(count, 3)]) + head + msgpack.packb(now) + value[unpacker.tell():]
+
+
+def value_fingerprint(value):
+    """The fingerprint that leads an encoded document value: a msgpack array
+    whose first item is an unsigned int."""
+    if value[:1] in (b"\xdc", b"\xdd"):
+        value = value[3:] if value[:1] == b"\xdc" else value[5:]
+    else:
+        value = value[1:]
+    tag = value[0]
+    if tag < 0x80:
+        return tag
+    width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}.get(tag)
+    if width is None:
+        raise DatabaseError("a document record is damaged: its fingerprint is unreadable")
+    return int.from_bytes(value[1:1 + width], "big")
+
+
+def whole_seconds(when, what):
+    """A datetime or a UNIX time (int or float) as whole seconds since the epoch,
+    floored (for ``what``, in messages)."""
+    if isinstance(when, datetime.datetime):
+        when = when.timestamp()
+    elif not (isinstance(when, int) and not isinstance(when, bool)
+              or isinstance(when, float) and math.isfinite(when)):
+        raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got "
+                                   "%s %s" % (what, type(when).__name__, _ext.shown(when)))
+    return math.floor(when)
+
+
+def _whole_seconds(when):
+    seconds = whole_seconds(when, "stored_at")
+    if not 0 <= seconds < 2**64:
+        raise InvalidArgumentError("stored_at must be a time from 1970-01-01 on, got %s"
+                                   % _ext.shown(when))
+    return seconds
+
+
+def _after_meta(value):
+    """An unpacker positioned after a document value's fingerprint and meta,
+    and the number of items the value holds."""
+    unpacker = msgpack.Unpacker()
+    unpacker.feed(value)
+    try:
+        count = unpacker.read_array_header()
+        unpacker.skip()
+        unpacker.skip()
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
+                            "backup, or `export` what is readable" % exc) from None
+    return unpacker, count

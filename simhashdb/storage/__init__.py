@@ -1,0 +1,184 @@
+"""The storage interface: what :class:`simhashdb.DB` needs of a backend, and
+the contract every backend keeps.
+
+``DB`` speaks to storage in domain terms: documents, the fingerprint index,
+the permutation tables of a :class:`simhashdb.layout.Layout`, and searches for
+batches of probes. A backend is a :class:`Storage`; its snapshots are
+:class:`View` objects and its transactions :class:`Txn` objects.
+:mod:`simhashdb.storage.registry` opens one by name or URL. Backends:
+``lmdb`` and ``py-lmdb`` (:mod:`simhashdb.storage.lmdb`, the same files),
+``redis`` (:mod:`simhashdb.storage.redis`).
+
+The contract:
+
+- **Keys** are bytes (an encoded document key, :func:`simhashdb.records.encode_key`)
+  of at most :attr:`Storage.max_key_bytes`; the backend compares them as bytes
+  and never decodes them.
+- **Values** are bytes; a backend never decodes one but for the fingerprint
+  that leads it (:func:`simhashdb.records.value_fingerprint`), which it needs
+  to update the index when a stored document is replaced or removed.
+- **Parameters** (:meth:`View.params`) are bytes the backend stores as they are.
+- **Fingerprints** are ints in [0, 2**64); batches of probes are uint64 buffers.
+- **Every fingerprint a document has is in the index and in every table**
+  while the document is stored; a table holds each distinct fingerprint once.
+- **Searches are exact**: every document within the distance asked, at any
+  distance the layout answers (above its own distance, by probing every
+  prefix within :meth:`Layout.prefix_flips` bits, see :meth:`Layout.probe_ranges`).
+- **Snapshots**: a :meth:`Storage.read` view sees one consistent state for
+  as long as it is open, where the backend keeps snapshots (LMDB); a backend
+  that does not (Redis) says what each of its reads sees, and each read still
+  sees whole transactions.
+- **Transactions**: :meth:`Storage.write` runs ``body(txn)`` so that its
+  changes land whole or not at all. The backend may run ``body`` more than
+  once (LMDB after growing its map, Redis after losing its lock to a stalled
+  writer's successor): ``body`` must only read and write through ``txn`` and
+  return its result. An exception from ``body`` writes nothing and propagates.
+  Writers of one process take turns; a backend says what it allows across
+  processes.
+- **Errors** a backend meets are :class:`simhashdb.DatabaseError` (or a
+  subclass), never a foreign exception; no signal reaches the caller from
+  damaged data.
+- After :meth:`Storage.close`, every call raises DatabaseError.
+
+A new backend is a :class:`Storage` subclass in a module of its own, one
+:func:`simhashdb.storage.registry.register` call, and a green run of
+``tests/test_storage.py`` (the contract suite) on it.
+"""
+
+from abc import ABC, abstractmethod
+from array import array
+
+MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
+
+
+class View(ABC):
+    """Reads over one snapshot (see the contract above for backends without snapshots)."""
+
+    @abstractmethod
+    def params(self):
+        """The stored parameters (bytes), or None for a new database."""
+
+    @abstractmethod
+    def count(self):
+        """Number of documents."""
+
+    @abstractmethod
+    def distinct(self):
+        """Number of distinct fingerprints."""
+
+    @abstractmethod
+    def get(self, key):
+        """The value of document ``key`` (bytes), or None."""
+
+    @abstractmethod
+    def documents(self, after=None):
+        """Every (key, value), streamed in an order fixed by the backend (LMDB:
+        key order), from the first after key ``after`` in that order (from the
+        first: None); ``after`` need not be stored."""
+
+    @abstractmethod
+    def keys_of(self, fingerprint):
+        """The keys of the documents whose fingerprint is ``fingerprint``, in order."""
+
+    def keys_of_many(self, fingerprints):
+        """{fingerprint: :meth:`keys_of` it} of each of ``fingerprints``."""
+        return {fp: self.keys_of(fp) for fp in fingerprints}
+
+    @abstractmethod
+    def fingerprint_groups(self):
+        """(fingerprint, [keys]) for each distinct fingerprint, in fingerprint order."""
+
+    @abstractmethod
+    def search(self, probes, distance):
+        """For each fingerprint of ``probes`` (a uint64 buffer), every document
+        within ``distance`` bits as (key, fingerprint, distance), in no order."""
+
+    @abstractmethod
+    def table_fingerprints(self, table):
+        """The fingerprints stored in permutation table ``table``, in table order."""
+
+
+class Txn(View):
+    """Reads and writes in one transaction: it lands whole or not at all, and
+    its reads see its own writes."""
+
+    @abstractmethod
+    def set_params(self, raw):
+        """Store the parameters (bytes)."""
+
+    @abstractmethod
+    def upsert(self, documents):
+        """Store (key, fingerprint, value) documents, replacing existing keys; a
+        key repeated in ``documents`` keeps its last one."""
+
+    @abstractmethod
+    def remove(self, keys):
+        """Remove the documents ``keys``; returns how many were there."""
+
+    def insert_if_new(self, documents, distance):
+        """For each (key, fingerprint, value) in order: the documents within
+        ``distance`` bits (as :meth:`search`, seeing the ones stored before it
+        in the batch), storing it when there are none."""
+        found = []
+        for document in documents:
+            hits = self.search(array("Q", [document[1]]), distance)[0]
+            if not hits:
+                self.upsert([document])
+            found.append(hits)
+        return found
+
+
+class Storage(ABC):
+    """A store of documents, their fingerprint index and permutation tables.
+
+    Attributes: ``backend`` (its registered name), ``path`` (what it was
+    opened with, for messages), ``readonly``, ``max_key_bytes`` (the largest
+    encoded key), ``snapshots`` (whether a :meth:`read` view keeps seeing one
+    state while others write).
+
+    A backend's constructor takes ``(path, readonly=False, create=True)``:
+    with ``create`` False (or ``readonly``), a missing database is a
+    :class:`simhashdb.DatabaseNotFoundError`, and nothing is made.
+    """
+
+    backend = None
+    max_key_bytes = MAX_KEY_BYTES
+    snapshots = True
+
+    @abstractmethod
+    def open_tables(self, layout):
+        """Use ``layout``'s permutation tables (creating them where writable)."""
+
+    @abstractmethod
+    def read(self):
+        """A context manager giving a :class:`View` of one snapshot."""
+
+    @abstractmethod
+    def write(self, body):
+        """Run ``body(txn)`` in one :class:`Txn` and land it; returns its
+        result. ``body`` may run more than once (see the contract)."""
+
+    def search(self, probes, distance):
+        """:meth:`View.search` over a snapshot of its own (backends may answer
+        it faster than through :meth:`read`)."""
+        with self.read() as view:
+            return view.search(probes, distance)
+
+    @abstractmethod
+    def compact(self):
+        """Reclaim the space of deleted entries."""
+
+    def check(self):
+        """Problems the backend sees in what it keeps (its files), as strings."""
+        return []
+
+    @abstractmethod
+    def info(self):
+        """A dict of backend facts for :meth:`DB.stats`: ``backend``, one
+        ``<where>_bytes`` item, what the database takes where the backend keeps
+        it (``disk_bytes``: its files; ``memory_bytes``: RAM on servers), and
+        whatever else the backend reports."""
+
+    @abstractmethod
+    def close(self):
+        """Release the store; later calls raise DatabaseError."""

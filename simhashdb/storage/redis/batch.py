@@ -1,0 +1,194 @@
+"""A batch being planned under the write lock of a Redis database: its reads
+see the committed data and the batch's own changes, and its plan is what the
+write protocol lands."""
+
+import collections
+import heapq
+from array import array
+
+from ... import _redis
+from ...records import value_fingerprint
+from .. import Txn
+from .view import RedisView
+
+
+class RedisTxn(RedisView, Txn):
+    """A batch being planned under the write lock: reads see the committed
+    data and this batch's own changes; :meth:`plan` says what to write."""
+
+    def __init__(self, storage, count, distinct):
+        super().__init__(storage)
+        self._count_before, self._distinct_before = count, distinct
+        self._docs = {}       # key -> value (None: removed) set by this batch
+        self._committed = {}  # key -> committed value (None: absent), for keys read
+        self._fps = {}        # fp -> its keys (sorted) after this batch, for fps read
+        self._fps_committed = {}
+        self._new_params = None
+        self._near = None  # a _NearIndex of the fps this batch gave keys, once searched
+
+    def _read(self, read):
+        return self._storage._retrying(read)  # under the lock, no batch lands meanwhile
+
+    def _load(self, keys, fps):
+        """Read the committed values of ``keys`` and keys of ``fps`` (and of the
+        fingerprints those values hold) not read yet."""
+        storage = self._storage
+        if not self._count_before:  # an empty database: nothing to read
+            self._committed.update(dict.fromkeys(keys))
+            _redis.add_absent(fps, self._fps, self._fps_committed)
+            return
+        keys = _redis.unread(keys, self._committed)
+        if keys:
+            values = self._read(lambda: storage._hash_fields(b":d:", keys, False))
+            self._committed.update(values)
+            fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
+        fps = _redis.unread(fps, self._fps)
+        if fps:
+            for fp, keys_of in self._read(lambda: storage._keys_of(fps)).items():
+                self._fps[fp] = keys_of
+                self._fps_committed[fp] = tuple(keys_of)
+
+    def _value(self, key):
+        return self._docs[key] if key in self._docs else self._committed[key]
+
+    def _put(self, documents):
+        """Store the (key, fp, value) ``documents`` in this batch (their keys
+        and fingerprints read)."""
+        moved = _redis.put_documents(documents, self._docs, self._committed, self._fps,
+                                   value_fingerprint)
+        if self._near is not None:
+            for fp in moved:
+                self._near.add(fp)
+
+    # Reads with this batch's changes
+
+    def params(self):
+        return self._new_params if self._new_params is not None else super().params()
+
+    def count(self):
+        return self._count_before + _redis.planned_documents(self._docs, self._committed)[1]
+
+    def distinct(self):
+        return self._distinct_before + _redis.planned_fingerprints(self._fps,
+                                                                 self._fps_committed)[3]
+
+    def get(self, key):
+        return self._docs[key] if key in self._docs else super().get(key)
+
+    def keys_of(self, fingerprint):
+        self._load([], [fingerprint])
+        return list(self._fps[fingerprint])
+
+    def keys_of_many(self, fingerprints):
+        self._load([], fingerprints)
+        return {fp: list(self._fps[fp]) for fp in fingerprints}
+
+    def documents(self, after=None):
+        """The committed documents streamed with this batch's changes merged in."""
+        storage = self._storage
+        start = None if after is None else (storage._doc_shard_number(after), after)
+        own = sorted((storage._doc_shard_number(key), key, value)
+                     for key, value in self._docs.items() if value is not None)
+        own = [doc for doc in own if start is None or doc[:2] > start]
+        committed = (doc for doc in storage._documents(after, False) if doc[1] not in self._docs)
+        return (doc[1:] for doc in heapq.merge(committed, own))
+
+    def fingerprint_groups(self):
+        """The committed groups streamed with this batch's changes merged in."""
+        own = sorted((fp, keys) for fp, keys in self._fps.items() if keys)
+        committed = (group for group in self._storage._fingerprint_groups(False)
+                     if group[0] not in self._fps)
+        return heapq.merge(committed, own)
+
+    def table_fingerprints(self, table):
+        present = set(self._storage._table_fingerprints(table))
+        present |= {fp for fp, keys in self._fps.items() if keys}
+        present -= {fp for fp, keys in self._fps.items() if not keys}
+        perms = self._storage._layout.table_values(array("Q", sorted(present)), table)
+        return [self._storage._layout.unpermute(p, table) for p in perms]
+
+    def search(self, probes, distance):
+        committed = self._read(lambda: self._storage._search(probes, distance))
+        return [[hit for hit in hits if hit[0] not in self._docs]
+                + self._own_hits(fp, distance) for fp, hits in zip(probes, committed)]
+
+    def _own_hits(self, fp, distance):
+        """Hits among the documents this batch stored."""
+        if self._near is None:
+            self._near = _NearIndex(self._storage._layout)
+            for other, keys in self._fps.items():
+                if any(key in self._docs for key in keys):
+                    self._near.add(other)
+        return [(key, other, bits) for other, bits in self._near.search(fp, distance)
+                for key in self._fps[other] if key in self._docs]
+
+    # Writes
+
+    def set_params(self, raw):
+        self._new_params = raw
+
+    def upsert(self, documents):
+        self._load([d[0] for d in documents], [d[1] for d in documents])
+        self._put(documents)
+
+    def remove(self, keys):
+        self._load(keys, [])
+        removed = 0
+        for key in keys:
+            old = self._value(key)
+            if old is not None:
+                self._docs[key] = None
+                self._fps[value_fingerprint(old)].remove(key)
+                removed += 1
+        return removed
+
+    def insert_if_new(self, documents, distance):
+        self._load([d[0] for d in documents], [d[1] for d in documents])
+        probes = array("Q", [d[1] for d in documents])
+        committed = self._read(lambda: self._storage._search(probes, distance))
+        found = []
+        for (key, fp, value), hits in zip(documents, committed):
+            hits = [hit for hit in hits if hit[0] not in self._docs] + \
+                self._own_hits(fp, distance)
+            if not hits:
+                self._put([(key, fp, value)])
+            found.append(hits)
+        return found
+
+    def plan(self):
+        """What this batch writes (final values, so that writing it twice
+        is writing it once), or None if nothing."""
+        docs, added = _redis.planned_documents(self._docs, self._committed)
+        fps, adds, deletes, distinct = _redis.planned_fingerprints(self._fps, self._fps_committed)
+        if not docs and not fps and self._new_params is None:
+            return None
+        return {"docs": docs, "fps": fps, "count": self._count_before + added,
+                "distinct": self._distinct_before + distinct, "params": self._new_params,
+                "add": adds.tobytes(), "del": deletes.tobytes()}
+
+
+class _NearIndex:
+    """Fingerprints in memory by the leading blocks of each table: the
+    near-duplicates among a batch's own documents."""
+
+    def __init__(self, layout):
+        self._layout = layout
+        self._tables = [collections.defaultdict(set) for _ in range(layout.tables)]
+
+    def add(self, fp):
+        perms, _ = self._layout.scan_bounds(fp)
+        for table, perm, prefix in zip(self._tables, perms, self._layout.prefixes):
+            table[perm & prefix].add(fp)
+
+    def search(self, fp, distance):
+        """(fingerprint, distance) of each one within ``distance`` of ``fp``."""
+        if not any(self._tables):
+            return []
+        found = {}
+        for table, ranges in zip(self._tables, self._layout.probe_ranges(fp, distance)[1]):
+            for start, _ in ranges:
+                for other in table.get(start, ()):
+                    bits = (other ^ fp).bit_count()
+                    if bits <= distance:
+                        found[other] = bits
+        return list(found.items())

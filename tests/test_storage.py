@@ -1,0 +1,319 @@
+"""The storage contract (simhashdb/storage/__init__.py), checked on every
+registered backend through the interface alone: documents, the index and the
+tables in step with an oracle, exact searches at and above the built
+distance on adversarial fingerprints, whole transactions, insert-if-new,
+iteration order, creation and closing. A new backend passes it with no
+change here: conftest.py lists it in STORAGE_BACKENDS."""
+
+import itertools
+import random
+from array import array
+
+import pytest
+from conftest import BACKEND_FIXTURES, STORAGE_BACKENDS, key_order
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from simhashdb import DatabaseError, DatabaseNotFoundError, records
+from simhashdb.layout import Layout
+from simhashdb.storage import MAX_KEY_BYTES, Storage
+from simhashdb.storage.registry import open_storage
+
+LAYOUT = Layout(5, 3)
+MAX = 2**64 - 1
+
+
+@pytest.fixture(params=STORAGE_BACKENDS)
+def opener(request, tmp_path):
+    """open(readonly=False, create=True, where="db"): the Storage of database
+    ``where`` (fresh for each test) on the backend of this run."""
+    name = request.param
+    for fixture in BACKEND_FIXTURES.get(name, ()):
+        request.getfixturevalue(fixture)
+    opened = []
+
+    def open_(readonly=False, create=True, where="db"):
+        storage = open_storage(str(tmp_path / where), readonly=readonly, create=create,
+                               backend=name)
+        storage.open_tables(LAYOUT)
+        opened.append(storage)
+        return storage
+
+    yield open_
+    for storage in opened:
+        storage.close()
+
+
+def documents(pairs, now=1000):
+    """Encoded (key, fingerprint, value) documents of (key, fingerprint) pairs."""
+    return records.encode_documents([(k, fp) for k, fp in pairs], MAX_KEY_BYTES, now)
+
+
+def put(storage, pairs):
+    storage.write(lambda txn: txn.upsert(documents(pairs)))
+
+
+def remove(storage, keys):
+    return storage.write(lambda txn: txn.remove([records.encode_key(k) for k in keys]))
+
+
+def by_key(items):
+    return sorted(items, key=lambda item: key_order(item[0]))
+
+
+def hits_by_key(hits):
+    return by_key((records.unpack(key), fp, d) for key, fp, d in hits)
+
+
+def oracle_hits(docs, probe, distance):
+    return by_key((k, fp, (fp ^ probe).bit_count()) for k, fp in docs.items()
+                  if (fp ^ probe).bit_count() <= distance)
+
+
+def assert_agrees(storage, docs):
+    """The storage holds exactly ``docs`` ({key: fingerprint}), index and tables too."""
+    with storage.read() as view:
+        assert view.count() == len(docs)
+        assert view.distinct() == len(set(docs.values()))
+        stored = {records.unpack(k): records.value_fingerprint(v) for k, v in view.documents()}
+        assert stored == docs
+        groups = {fp: sorted((records.unpack(k) for k in keys), key=key_order)
+                  for fp, keys in view.fingerprint_groups()}
+        expected = {}
+        for k, fp in docs.items():
+            expected.setdefault(fp, []).append(k)
+        assert groups == {fp: sorted(keys, key=key_order) for fp, keys in expected.items()}
+        for table in range(LAYOUT.tables):
+            assert sorted(view.table_fingerprints(table)) == sorted(expected)
+
+
+def adversarial(rng, base):
+    """Fingerprints that stress a layout: every flip in one block, exactly k and
+    k + 1 bits away, duplicates, many under one prefix, 0 and 2**64 - 1."""
+    fps = [0, MAX, base]
+    for block in range(LAYOUT.blocks):
+        mask = LAYOUT.block_masks[block]
+        fps += [base ^ (mask & rng.getrandbits(64)) for _ in range(3)]
+    for bits in (1, 2, 3, 4, 5):
+        for _ in range(3):
+            flipped = base
+            for b in rng.sample(range(64), bits):
+                flipped ^= 1 << b
+            fps.append(flipped)
+    top = base & ~((1 << 30) - 1)
+    fps += [top | rng.getrandbits(30) for _ in range(200)]
+    return fps + fps[:10]  # duplicates
+
+
+def test_a_new_database_is_empty_and_keeps_its_parameters(opener):
+    storage = opener()
+    assert isinstance(storage, Storage) and storage.backend
+    with storage.read() as view:
+        assert (view.params(), view.count(), view.distinct()) == (None, 0, 0)
+        assert list(view.documents()) == [] and list(view.fingerprint_groups()) == []
+    storage.write(lambda txn: txn.set_params(b"\x81\xa1k\x01"))
+    with storage.read() as view:
+        assert view.params() == b"\x81\xa1k\x01"
+    info = storage.info()
+    sizes = [value for key, value in info.items() if key.endswith("_bytes")]
+    assert info["backend"] == storage.backend and len(sizes) == 1 and sizes[0] >= 0
+
+
+def test_upserts_and_removals_keep_documents_index_and_tables_in_step(opener):
+    storage, rng = opener(), random.Random(1)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(300)}
+    docs.update({"same%d" % i: 42 for i in range(5)})
+    put(storage, docs.items())
+    assert_agrees(storage, docs)
+    moved = {k: rng.getrandbits(64) for k in list(docs)[:50]}  # a key upserted with a new fp
+    put(storage, moved.items())
+    docs.update(moved)
+    assert_agrees(storage, docs)
+    gone = list(docs)[40:120] + ["never-stored"]
+    assert remove(storage, gone) == 80
+    for k in gone:
+        docs.pop(k, None)
+    assert_agrees(storage, docs)
+    with storage.read() as view:
+        assert records.value_fingerprint(view.get(records.encode_key("k0"))) == docs["k0"]
+        assert view.get(records.encode_key("k50")) is None
+        keys = view.keys_of_many([42, docs["k0"], 7])
+        assert [records.unpack(k) for k in keys[42]] == ["same%d" % i for i in range(5)]
+        assert [records.unpack(k) for k in keys[docs["k0"]]] == ["k0"] and keys[7] == []
+
+
+def test_a_key_repeated_in_a_batch_keeps_its_last_document(opener):
+    storage = opener()
+    put(storage, [("a", 1), ("b", 2), ("a", 3)])
+    assert_agrees(storage, {"a": 3, "b": 2})
+
+
+def test_searches_are_exact_at_and_above_the_built_distance(opener):
+    storage, rng = opener(), random.Random(2)
+    base = rng.getrandbits(64)
+    fps = adversarial(rng, base)
+    docs = {i: fp for i, fp in enumerate(fps)}
+    put(storage, docs.items())
+    probes = [base, 0, MAX, fps[5], base ^ 0b111, rng.getrandbits(64)]
+    for distance in (0, 1, 3, 4, 5):
+        found = storage.search(array("Q", probes), distance)
+        with storage.read() as view:
+            in_view = view.search(array("Q", probes), distance)
+        for probe, hits, hits_in_view in zip(probes, found, in_view):
+            assert hits_by_key(hits) == oracle_hits(docs, probe, distance)
+            assert hits_by_key(hits_in_view) == hits_by_key(hits)
+
+
+def test_insert_if_new_sees_what_the_batch_stored_before(opener):
+    storage = opener()
+    put(storage, [("old", 0b1111 << 40)])
+    batch = documents([("near-old", 0b1110 << 40), ("first", 1 << 20), ("near-first", 3 << 20),
+                       ("far", MAX)])
+    found = storage.write(lambda txn: txn.insert_if_new(batch, 3))
+    assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == \
+        [["old"], [], ["first"], []]
+    assert_agrees(storage, {"old": 0b1111 << 40, "first": 1 << 20, "far": MAX})
+
+
+def test_a_failed_transaction_writes_nothing(opener):
+    storage = opener()
+    put(storage, [("kept", 5)])
+
+    def body(txn):
+        txn.upsert(documents([("lost", 6), ("kept", 7)]))
+        txn.remove([records.encode_key("kept")])
+        raise ValueError("the caller's own error")
+
+    with pytest.raises(ValueError, match="own error"):
+        storage.write(body)
+    assert_agrees(storage, {"kept": 5})
+    assert storage.write(lambda txn: "its result") == "its result"
+
+
+def test_a_transaction_reads_its_own_writes(opener):
+    storage = opener()
+
+    def body(txn):
+        txn.upsert(documents([("a", 10), ("b", 10)]))
+        seen = (txn.count(), txn.distinct(), [records.unpack(k) for k in txn.keys_of(10)])
+        txn.remove([records.encode_key("a")])
+        return seen + (txn.get(records.encode_key("a")), txn.count())
+
+    assert storage.write(body) == (2, 1, ["a", "b"], None, 1)
+
+
+def test_documents_stream_in_one_order_from_any_key(opener):
+    storage, rng = opener(), random.Random(3)
+    put(storage, [("d%03d" % i, rng.getrandbits(64)) for i in range(200)] + [(7, 1), (b"x", 2)])
+    with storage.read() as view:
+        order = [k for k, _ in view.documents()]
+        assert len(order) == len(set(order)) == 202
+        for at in (0, 1, 57, 201):
+            assert [k for k, _ in view.documents(order[at])] == order[at + 1:]
+
+
+def test_keys_up_to_the_limit_are_stored(opener):
+    storage = opener()
+    key = "k" * (storage.max_key_bytes - 3)  # msgpack's str header takes 3 bytes
+    put(storage, [(key, 9)])
+    assert_agrees(storage, {key: 9})
+
+
+def test_a_missing_database_is_not_made_unless_asked(opener):
+    with pytest.raises(DatabaseNotFoundError):
+        opener(create=False)
+    with pytest.raises(DatabaseNotFoundError):
+        opener(readonly=True)
+    storage = opener()
+    storage.write(lambda txn: txn.set_params(b"\x80"))
+    storage.close()
+    assert opener(create=False) is not None
+
+
+def test_a_closed_storage_refuses_every_call(opener):
+    storage = opener()
+    storage.close()
+    for call in (lambda: storage.read().__enter__(), lambda: storage.write(lambda txn: None),
+                 lambda: storage.search(array("Q", [1]), 3), storage.info):
+        with pytest.raises(DatabaseError):
+            call()
+
+
+def test_a_snapshot_does_not_see_later_writes(opener):
+    storage = opener()
+    if not storage.snapshots:
+        pytest.skip("%s keeps no snapshots: each read sees whole batches only"
+                    % storage.backend)
+    put(storage, [("a", 1)])
+    with storage.read() as view:
+        put(storage, [("b", 2)])
+        assert view.count() == 1 and view.get(records.encode_key("b")) is None
+    with storage.read() as view:
+        assert view.count() == 2
+
+
+class StorageMachine(RuleBasedStateMachine):
+    """Random batches of upserts, removals, insert-if-new and failed
+    transactions, with reopening; the oracle is a dict and brute force."""
+
+    opener = None
+    databases = itertools.count()
+
+    def __init__(self):
+        super().__init__()
+        self.where = "machine%d" % next(self.databases)
+        self.storage = self.opener(where=self.where)
+        self.docs = {}
+
+    keys = st.sampled_from(["k%d" % i for i in range(12)] + [0, 1, b"b"])
+    fingerprints = st.one_of(st.integers(0, MAX), st.sampled_from([0, MAX, 1, 3, 7, MAX - 1]))
+
+    @rule(batch=st.lists(st.tuples(keys, fingerprints), max_size=6))
+    def upsert(self, batch):
+        put(self.storage, batch)
+        self.docs.update(batch)
+
+    @rule(keys=st.lists(keys, max_size=4))
+    def remove(self, keys):
+        assert remove(self.storage, keys) == len(set(keys) & set(self.docs))
+        for k in keys:
+            self.docs.pop(k, None)
+
+    @rule(batch=st.lists(st.tuples(keys, fingerprints), max_size=4), distance=st.integers(0, 4))
+    def insert_if_new(self, batch, distance):
+        found = self.storage.write(lambda txn: txn.insert_if_new(documents(batch), distance))
+        for (k, fp), hits in zip(batch, found):
+            assert hits_by_key(hits) == oracle_hits(self.docs, fp, distance)
+            if not hits:
+                self.docs[k] = fp
+
+    @rule(batch=st.lists(st.tuples(keys, fingerprints), min_size=1, max_size=3))
+    def fail(self, batch):
+        def body(txn):
+            txn.upsert(documents(batch))
+            raise KeyError("failed")
+        with pytest.raises(KeyError):
+            self.storage.write(body)
+
+    @rule(probe=fingerprints, distance=st.integers(0, 5))
+    def search(self, probe, distance):
+        hits = self.storage.search(array("Q", [probe]), distance)[0]
+        assert hits_by_key(hits) == oracle_hits(self.docs, probe, distance)
+
+    @rule()
+    def reopen(self):
+        self.storage.close()
+        self.storage = self.opener(where=self.where)
+
+    @invariant()
+    def agrees(self):
+        assert_agrees(self.storage, self.docs)
+
+
+def test_the_storage_machine(opener):
+    StorageMachine.opener = staticmethod(opener)
+    machine = StorageMachine.TestCase
+    machine.settings = settings(max_examples=settings().max_examples // 3 or 1,
+                                stateful_step_count=12, deadline=None)
+    machine().runTest()

@@ -8,17 +8,12 @@ traceback.
 
 import argparse
 import base64
-import bz2
 import contextlib
 import datetime
 import decimal
-import fnmatch
-import gzip
 import json
-import lzma
 import os
 import re
-import stat
 import sys
 import threading
 import time
@@ -26,23 +21,17 @@ import time
 from tqdm import tqdm
 
 import simhashdb
+from simhashdb import inputs
 from simhashdb.db import size_of
+from simhashdb.inputs import FORMATS, Skipped, TextRecord
 
 DEFAULT_BATCH = 10_000
-FORMATS = ("dec", "hex", "jsonl", "text")
 MANY_TABLES = 100
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class CliError(Exception):
     """An error in the command's input: one line on stderr, exit status 1."""
-
-
-class Skipped:
-    """An input left out, and why (counted and noted, not an error)."""
-
-    def __init__(self, why):
-        self.why = why
 
 
 # Commands
@@ -61,21 +50,22 @@ def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     stdin_text = "text" if args.key is not None else None  # --key names a text document
-    formats = {given: _input_format(given, args.format or (stdin_text if given == "-" else None))
+    formats = {given: inputs.input_format(given, args.format or (stdin_text if given == "-"
+                                                                 else None))
                for given in args.files or ["-"]}
     if args.key is not None and list(formats.items()) != [("-", "text")]:
         raise CliError("--key names the one text document read from stdin; other inputs are "
                        "keyed by their path or line")
-    header = _export_header(formats)
+    header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header) as db, \
             _progress(args, "import", unit="B") as bar:
-        args.fingerprint = _fingerprinter(db, args)
+        reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
         batch, where = [], []
 
         def flush():
             size = len(batch) or 1
-            text = bool(batch) and isinstance(batch[0], _TextRecord)
+            text = bool(batch) and isinstance(batch[0], TextRecord)
             if args.if_new:
                 found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size)
                              if text else db.insert_if_new_many(batch, batch_size=size,
@@ -97,18 +87,18 @@ def cmd_import(args):
             batch.clear()
             where.clear()
 
-        for source, line, record in _records(formats, args, bar):
+        for source, line, record in reader.records(formats, bar):
             if isinstance(record, Skipped):
                 _skip(args, counts["skipped_files"], source, record)
                 continue
             try:
                 if isinstance(record, Exception):
                     raise record
-                if isinstance(record, _TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
+                if isinstance(record, TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
                     raise CliError("this database holds fingerprints made with %r, a recipe "
                                    "this simhashdb cannot fingerprint text with" % (db.recipe,))
                 simhashdb.check_record((record[0], 0, *record[2:])
-                                       if isinstance(record, _TextRecord) else record)
+                                       if isinstance(record, TextRecord) else record)
             except (CliError, simhashdb.SimhashDBError) as exc:
                 if not args.skip_invalid:
                     raise CliError("%s:%s: %s (%d records were imported before the batch that "
@@ -116,7 +106,7 @@ def cmd_import(args):
                                    % (source, line, exc, counts["imported"])) from None
                 counts["invalid"] += 1
                 continue
-            if batch and isinstance(batch[0], _TextRecord) != isinstance(record, _TextRecord):
+            if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):
                 flush()  # a batch goes whole through the text methods or the fingerprint ones
             batch.append(record)
             where.append((source, line))
@@ -137,16 +127,17 @@ def cmd_query(args):
                 raise CliError("--distance is for fingerprints: --text finds near-duplicates "
                                "by the database's distance and the texts' resemblance")
             probes, results, skipped = [], [], {}
-            for path, data in _documents(args.text, args):
-                fp = data if isinstance(data, Skipped) else _text_fingerprint(fingerprint, data)
+            reader = _reader(args, fingerprint)
+            for path, data in reader.documents(args.text):
+                fp = data if isinstance(data, Skipped) else reader.fingerprint_of(data)
                 if isinstance(fp, Skipped):
                     _skip(args, skipped, path, fp)
                 else:
-                    probes.append((_path_key(path, args), fp))
+                    probes.append((reader.path_key(path), fp))
                     results.append(db.query_text(data, html=args.html))
             _note_skipped(args, skipped)
         else:
-            probes = _probes(args.fingerprints or _stdin_lines(), args.format)
+            probes = inputs.probes(args.fingerprints or inputs.stdin_lines(), args.format)
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
             out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}
@@ -157,7 +148,7 @@ def cmd_query(args):
 def cmd_delete(args):
     """Delete documents by key (arguments or stdin lines); a key of digits is
     the int key if there is one, else the str key."""
-    texts = args.keys or _stdin_lines()
+    texts = args.keys or inputs.stdin_lines()
     with _open(args.path, args) as db:
         keys = [_stored_key(db, text, args) for text in texts]
         _emit({"deleted": db.delete_many(keys), "requested": len(keys)})
@@ -222,7 +213,7 @@ def cmd_find_all(args):
                 _emit([key_a, key_b, distance], args.output_file)
                 bar.update()
         return
-    hashes = _read_hash_file(args)
+    hashes = _read_hashes(args)
     for a, b in simhashdb.find_all(hashes, args.blocks, _distance(args)):
         if a != b or args.duplicates:
             _emit([a, b], args.output_file)
@@ -236,7 +227,7 @@ def cmd_clusters(args):
                 _emit(cluster, args.output_file)
                 bar.update()
         return
-    for cluster in simhashdb.find_clusters(_read_hash_file(args), args.blocks, _distance(args)):
+    for cluster in simhashdb.find_clusters(_read_hashes(args), args.blocks, _distance(args)):
         _emit(cluster, args.output_file)
 
 
@@ -244,9 +235,9 @@ def cmd_fingerprint(args):
     """Print the fingerprint of each text file (directories walked; default: stdin)."""
     options = simhashdb.RECIPES[args.recipe]
     skipped = {}
-    for path, data in _documents(args.files or ["-"], args):
-        fp = data if isinstance(data, Skipped) else _text_fingerprint(
-            lambda text: simhashdb.fingerprint(text, html=args.html, **options), data)
+    reader = _reader(args, lambda text: simhashdb.fingerprint(text, html=args.html, **options))
+    for path, data in reader.documents(args.files or ["-"]):
+        fp = data if isinstance(data, Skipped) else reader.fingerprint_of(data)
         if isinstance(fp, Skipped):
             _skip(args, skipped, path, fp)
             continue
@@ -337,18 +328,17 @@ def _spark_input(session, args):
         return simhashdb.fingerprint(text, html=args.html)
 
     keys, fps, skipped = [], [], {}
-    reader = argparse.Namespace(**dict(vars(args), include=[], exclude=[], root=None, key=None,
-                                       fingerprint=fingerprint))
+    reader = inputs.Reader(key_prefix=args.key_prefix, stdin_key=None, fingerprint=fingerprint)
     with _progress(args, "read", unit="B") as bar:
-        for source, line, record in _records({given: _input_format(given, args.format)},
-                                             reader, bar):
+        for source, line, record in reader.records(
+                {given: inputs.input_format(given, args.format)}, bar):
             if isinstance(record, Skipped):
                 _skip(args, skipped, source, record)
                 continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
             keys.append(record[0])
-            fps.append(fingerprint(record[1]) if isinstance(record, _TextRecord)
+            fps.append(fingerprint(record[1]) if isinstance(record, TextRecord)
                        else simhashdb.check_fingerprint(record[1]))
     _note_skipped(args, skipped)
     try:
@@ -383,355 +373,6 @@ def _spark_value(value):
     return value
 
 
-# Reading input
-
-
-def _input_format(given, fmt):
-    """The format of an input: as given, "text" for a directory, else detected."""
-    if given != "-" and os.path.isdir(given):
-        return "text"
-    return fmt or _detect_format(given)
-
-
-def _records(formats, args, bar):
-    """Yield (source, line, record, Skipped or the error in that line) from
-    the inputs, ``formats`` mapping each to its format."""
-    for given, fmt in formats.items():
-        if fmt != "text":
-            yield from _line_records(given, fmt, args, bar, len(formats) > 1)
-            continue
-        for path, data in _documents([given], args):
-            source = "<stdin>" if path == "-" else path
-            if not isinstance(data, Skipped):
-                bar.update(len(data))
-                fp = _text_fingerprint(args.fingerprint, data)
-                data = fp if isinstance(fp, Skipped) else data
-            if isinstance(data, Skipped):
-                yield source, 1, data
-                continue
-            try:
-                yield source, 1, _TextRecord((_path_key(path, args), data))
-            except CliError as exc:
-                yield source, 1, exc
-
-
-def _documents(inputs, args):
-    """(path, text or Skipped) of each text input: a named file, stdin ("-"),
-    or every file under a directory (walked with --include/--exclude)."""
-    for given in inputs:
-        if given != "-" and os.path.isdir(given):
-            for path in _walk(given, args.include, args.exclude):
-                yield path, _read_text(path) if _is_regular(path) \
-                    else Skipped("not a regular file")
-        else:
-            yield given, _read_text(given)
-
-
-DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
-                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
-                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
-BINARY_SAMPLE = 1 << 16
-
-
-def _read_text(path):
-    """The text of a document file, decompressed where it is gzip, bzip2 or
-    xz; Skipped where it is binary (like grep -I: NUL bytes in its first
-    64 KiB, or more than a tenth of them not UTF-8)."""
-    data = _read_file(path)
-    for magic, name, decompress, errors in DECOMPRESSORS:
-        if data.startswith(magic):
-            try:
-                data = decompress(data)
-            except errors:
-                return Skipped("damaged %s data" % name)
-            break
-    sample = data[:BINARY_SAMPLE]
-    if b"\0" in sample:
-        return Skipped("binary (NUL bytes)")
-    try:
-        sample.decode("utf-8")
-    except UnicodeDecodeError:
-        invalid = sample.decode("utf-8", "replace").count("\ufffd")
-        if invalid * 10 > len(sample):
-            return Skipped("binary (not UTF-8 text)")
-    return data
-
-
-def _text_fingerprint(fingerprint, data):
-    """The fingerprint of a document's text, or Skipped where it has no text
-    to fingerprint (empty, white space, markup only): 0, the fingerprint of
-    nothing, would match every other empty document."""
-    fp = fingerprint(data)
-    return Skipped("empty (no text to fingerprint)") if fp == 0 else fp
-
-
-def _path_key(path, args):
-    """The key of the text document at ``path``: its absolute path, or its path
-    relative to --root; stdin's is --key. Both after --key-prefix."""
-    if path == "-":
-        key = getattr(args, "key", None)
-        if key is None:
-            if not hasattr(args, "key"):
-                return "<stdin>"
-            raise CliError("text from stdin needs --key KEY, the key to store it under")
-    else:
-        key = os.path.abspath(path)
-        if args.root is not None:
-            key = os.path.relpath(key, os.path.abspath(args.root))
-            if key == os.pardir or key.startswith(os.pardir + os.sep):
-                raise CliError("%s is not under --root %s" % (path, args.root))
-    return (getattr(args, "key_prefix", None) or "") + key
-
-
-def _line_records(given, fmt, args, bar, several):
-    source = "<stdin>" if given == "-" else given
-    with _open_input(given) as stream:
-        for number, raw in enumerate(stream, 1):
-            bar.update(len(raw))
-            try:
-                line = _decode(raw, "line").strip()
-                if not line:
-                    continue
-                if fmt == "jsonl":
-                    record = _json_record(line, args)
-                    if record is None:
-                        continue  # the header of an export
-                else:
-                    fp = _parse_fingerprint(line, fmt, "line")
-                    key = "%s:%d" % (given, number) if several else number
-                    record = (key if args.key_prefix is None else
-                              "%s%s" % (args.key_prefix, key), fp)
-            except (CliError, simhashdb.SimhashDBError) as exc:
-                record = exc
-            yield source, number, record
-
-
-def _json_record(line, args):
-    """The record of a JSON line: "key" (or "path", a text key as --root
-    makes it), "fingerprint" or "text", optional "meta" and "stored_at"; None
-    for the header line of an export."""
-    obj = _json_object(line)
-    if list(obj) == ["simhashdb"]:
-        return None
-    if "key" in obj:
-        key = obj["key"]
-    elif isinstance(obj.get("path"), str) and obj["path"] != "-":
-        key = _path_key(obj["path"], args)
-    else:
-        raise CliError('expected an object with "key" (or "path") and "fingerprint" or "text"')
-    if "fingerprint" in obj:
-        fp = _json_fingerprint(obj["fingerprint"])
-    elif isinstance(obj.get("text"), str):
-        fp = _text_fingerprint(args.fingerprint, obj["text"])
-        if isinstance(fp, Skipped):
-            raise CliError('"text" is empty (no text to fingerprint)')
-        return _TextRecord((key, obj["text"], obj.get("meta")))
-    else:
-        raise CliError('expected "fingerprint" (an int) or "text" (a string)')
-    return key, fp, obj.get("meta"), obj.get("stored_at")
-
-
-def _json_object(line):
-    try:
-        obj = json.loads(line, object_hook=_from_json)
-    except json.JSONDecodeError as exc:
-        raise CliError("not JSON: %s" % exc.msg) from None
-    except RecursionError:
-        raise CliError("JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an int of more digits than Python converts
-        raise CliError("not usable JSON: %s" % exc) from None
-    if not isinstance(obj, dict):
-        raise CliError("expected a JSON object, got %s" % type(obj).__name__)
-    return obj
-
-
-def _json_fingerprint(value):
-    """A JSON "fingerprint": an int, or a string of decimal or hex digits."""
-    return _parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
-
-
-def _export_header(formats):
-    """The parameters in the first line of the first JSON lines input, where
-    it is the header `export` writes ({"simhashdb": {...}}), else {}."""
-    given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
-    if given is None:
-        return {}
-    with _open_input(given, peek=True) as lines:
-        first = next((line for line in lines if line.strip()), b"")
-    try:
-        header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
-    except (ValueError, RecursionError):
-        return {}  # reported with its line number when the records are read
-    return header if isinstance(header, dict) else {}
-
-
-class _TextRecord(tuple):
-    """A (key, text[, meta]) record, for the database's text methods."""
-
-
-def _is_regular(path):
-    """Whether ``path`` is a regular file (or a link to one): FIFOs, sockets and
-    devices met in a directory walk are skipped, as reading them may never end."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return True  # reading it reports why it cannot be read
-
-
-def _walk(root, include, exclude):
-    for directory, subdirs, files in os.walk(root):
-        subdirs.sort()
-        for name in sorted(files):
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, root)
-            if include and not any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g)
-                                   for g in include):
-                continue
-            if any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in exclude):
-                continue
-            yield path
-
-
-def _detect_format(given):
-    """Where --format is not given: jsonl for a .jsonl file; else, from every
-    line of the first 64 KiB, jsonl if each starts with "{", dec if each is
-    decimal digits, fingerprints read as :func:`_values_format` says if each
-    is decimal or hex; any other named file is one text document, while stdin
-    must be given a --format."""
-    if given.endswith(".jsonl"):
-        return "jsonl"
-    with _open_input(given, peek=True) as stream:
-        lines = [line.strip() for line in stream if line.strip()]
-    if lines and all(line.startswith(b"{") for line in lines):
-        return "jsonl"
-    if lines and all(DEC_BYTES.fullmatch(line) for line in lines):
-        return "dec"
-    if lines and all(DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line) for line in lines):
-        return _values_format(lines) or "dec or hex"
-    if given == "-":
-        raise CliError("cannot tell the format of stdin from its first lines; pass --format")
-    return "text"
-
-
-@contextlib.contextmanager
-def _open_input(given, peek=False):
-    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
-    lines of its first 64 KiB, leaving stdin unread."""
-    if given == "-":
-        stream = _stdin()
-        if peek:
-            yield _complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b"")
-        else:
-            yield stream
-        return
-    try:
-        with open(given, "rb") as stream:
-            yield _complete_lines(stream.read(PEEK)) if peek else stream
-    except OSError as exc:
-        raise CliError("cannot read %s: %s" % (given, exc.strerror)) from None
-
-
-def _complete_lines(head):
-    """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
-    lines = head[:PEEK].splitlines()
-    return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
-
-
-def _read_file(path):
-    with _open_input(path) as stream:
-        return stream.read()
-
-
-def _read_hash_file(args):
-    if args.blocks is None:
-        raise CliError("without a database PATH, give --blocks (and --distance) for the hashes")
-    with _open_input(args.input) as stream:
-        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
-    fmt = _values_format([line for _, line in lines], args.format)
-    hashes = []
-    for number, line in lines:
-        try:
-            hashes.append(_parse_fingerprint(_decode(line, "line"), fmt, "line"))
-        except (CliError, simhashdb.SimhashDBError) as exc:
-            raise CliError("%s:%d: %s" % (args.input, number, exc)) from None
-    return hashes
-
-
-def _stdin():
-    if sys.stdin is None:
-        raise CliError("standard input is closed: give the input as arguments or files, or "
-                       "pipe it in")
-    return sys.stdin.buffer
-
-
-def _stdin_lines():
-    lines = (_decode(raw, "stdin line").strip() for raw in _stdin())
-    return [line for line in lines if line]
-
-
-def _decode(raw, what):
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CliError("%s is not valid UTF-8 (byte %d): keys and fingerprints must be UTF-8 "
-                       "text" % (what, exc.start)) from None
-
-
-DEC = re.compile(r"[0-9]{1,40}")
-HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
-DEC_BYTES = re.compile(DEC.pattern.encode())
-HEX_BYTES = re.compile(HEX.pattern.encode())
-PEEK = 1 << 16
-
-
-def _values_format(values, fmt=None):
-    """How to read a list of fingerprints (str or bytes): ``fmt`` where given;
-    else hex where a value has hex letters and no 0x (as `fingerprint --format
-    hex` prints them), so that its values of digits only are hex too; else
-    None: digits only are decimal, 0x or letters hex."""
-    if fmt:
-        return fmt
-    for value in values:
-        value = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        value = value.strip()
-        if HEX.fullmatch(value) and not DEC.fullmatch(value) and value[:2].lower() != "0x":
-            return "hex"
-    return None
-
-
-def _probes(lines, fmt):
-    """(label or None, fingerprint) of query input: fingerprints, or JSON lines
-    with "fingerprint" (and "path" or "key" as the label)."""
-    plain = [line for line in lines if not line.startswith("{")]
-    fmt = _values_format(plain, fmt)
-    probes = []
-    for line in lines:
-        if line.startswith("{"):
-            obj = _json_object(line)
-            if "fingerprint" not in obj:
-                raise CliError('a JSON query line needs "fingerprint", as `fingerprint` '
-                               'prints: %s' % line[:60])
-            probes.append((obj.get("path", obj.get("key")), _json_fingerprint(obj["fingerprint"])))
-        else:
-            probes.append((None, _parse_fingerprint(line, fmt, "argument")))
-    return probes
-
-
-def _parse_fingerprint(text, fmt, what):
-    """A fingerprint written as plain decimal or hex digits (hex may start with
-    0x); where ``fmt`` is neither "dec" nor "hex", digits only are decimal. No
-    signs, underscores, spaces inside or non-ASCII digits."""
-    text = text.strip()
-    if fmt != "hex" and DEC.fullmatch(text):
-        value = int(text, 10)
-    elif fmt != "dec" and HEX.fullmatch(text):
-        value = int(HEX.fullmatch(text).group(2), 16)
-    else:
-        raise CliError("%s %r is not a %s fingerprint" % (
-            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex")))
-    return simhashdb.check_fingerprint(value)
-
-
 def _stored_key(db, text, args):
     """The key ``text`` names: a str with --str-keys; else for digits, the int
     key where one is stored, the str key where only that is (noted if both)."""
@@ -759,15 +400,6 @@ def _to_json(value):
     if isinstance(value, bytes):
         return {"$bytes": base64.b64encode(value).decode("ascii")}
     raise TypeError("cannot write %s as JSON" % type(value).__name__)
-
-
-def _from_json(obj):
-    if len(obj) == 1 and isinstance(obj.get("$bytes"), str):
-        try:
-            return base64.b64decode(obj["$bytes"], validate=True)
-        except ValueError:
-            raise CliError("bad base64 in {\"$bytes\": ...}") from None
-    return obj
 
 
 def _match_json(match):
@@ -812,6 +444,21 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=simhashdb.RECIPE,
                           **options)
     return db
+
+
+def _reader(args, fingerprint, stdin_key="<stdin>"):
+    """The inputs.Reader of the command's options."""
+    return inputs.Reader(include=getattr(args, "include", ()) or (),
+                         exclude=getattr(args, "exclude", ()) or (),
+                         root=getattr(args, "root", None),
+                         key_prefix=getattr(args, "key_prefix", None),
+                         stdin_key=stdin_key, fingerprint=fingerprint)
+
+
+def _read_hashes(args):
+    if args.blocks is None:
+        raise CliError("without a database PATH, give --blocks (and --distance) for the hashes")
+    return inputs.read_hashes(args.input, args.format)
 
 
 def _fingerprinter(db, args):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import datetime
 import itertools
-import math
 import os
 import sys
 import time

@@ -1,0 +1,421 @@
+"""Records from files, directories and standard input: what
+``simhashdb-cli`` and :mod:`simhashdb.spark` read, as library code.
+
+Formats of an input (``"-"`` is standard input):
+
+- ``dec`` / ``hex``: one fingerprint a line, keyed by its line number (by
+  ``file:line`` where several inputs are read at once);
+- ``jsonl``: one object a line, with ``"key"`` (or ``"path"``, keyed as a
+  file would be), ``"fingerprint"`` (an int, or a string of digits) or
+  ``"text"``, and optionally ``"meta"`` and ``"stored_at"``; the header line
+  of an export (``{"simhashdb": {...}}``) is skipped;
+- ``text``: each file one document, keyed by its path; a directory is walked.
+
+Usage::
+
+    reader = Reader(fingerprint=simhashdb.fingerprint)
+    for source, line, record in reader.records({"pages/": "text", "-": "jsonl"}):
+        ...  # a (key, fingerprint, meta, stored_at) tuple, a TextRecord,
+             # a Skipped file, or the InputError of a bad line
+"""
+
+import base64
+import bz2
+import contextlib
+import dataclasses
+import fnmatch
+import gzip
+import json
+import lzma
+import os
+import re
+import stat
+import sys
+from typing import Callable, Optional, Sequence
+
+from . import _ext
+from .errors import InputError, SimhashDBError
+from .fingerprint import fingerprint as default_fingerprint
+
+FORMATS = ("dec", "hex", "jsonl", "text")
+DEC = re.compile(r"[0-9]{1,40}")
+HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
+DEC_BYTES = re.compile(DEC.pattern.encode())
+HEX_BYTES = re.compile(HEX.pattern.encode())
+PEEK = 1 << 16  # what format detection and an export's header read of an input
+BINARY_SAMPLE = 1 << 16
+DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
+                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
+                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
+
+
+class Skipped:
+    """An input left out, and why (counted and noted, not an error)."""
+
+    def __init__(self, why):
+        self.why = why
+
+
+class TextRecord(tuple):
+    """A (key, text[, meta]) record, for the database's text methods."""
+
+
+@dataclasses.dataclass
+class Reader:
+    """How inputs become records.
+
+    :param include: glob patterns of the files of a walked directory to read
+        (by name or path below the directory; default: all).
+    :param exclude: glob patterns of those to leave out.
+    :param root: key text documents by their path relative to it (default:
+        their absolute path).
+    :param key_prefix: put this before every key made from a path or a line number.
+    :param stdin_key: the key of a text document read from standard input;
+        None: such a document is an InputError (default: ``"<stdin>"``).
+    :param fingerprint: a text's fingerprint, to tell a document with no text
+        to fingerprint (empty, white space, markup alone): it is Skipped.
+    """
+
+    include: Sequence[str] = ()
+    exclude: Sequence[str] = ()
+    root: Optional[str] = None
+    key_prefix: Optional[str] = None
+    stdin_key: Optional[str] = "<stdin>"
+    fingerprint: Callable = default_fingerprint
+
+    def records(self, formats, progress=None):
+        """(source, line, record) of the inputs, ``formats`` mapping each to its
+        format (see :func:`input_format`): a record is a (key, fingerprint,
+        meta, stored_at) tuple, a :class:`TextRecord`, a :class:`Skipped`, or
+        the :class:`InputError` of its line (reading goes on). ``progress``
+        (a tqdm-like bar) is updated with the bytes read."""
+        for given, fmt in formats.items():
+            if fmt != "text":
+                yield from self._line_records(given, fmt, progress, len(formats) > 1)
+                continue
+            for path, data in self.documents([given]):
+                source = "<stdin>" if path == "-" else path
+                if not isinstance(data, Skipped):
+                    if progress is not None:
+                        progress.update(len(data))
+                    fp = self.fingerprint_of(data)
+                    data = fp if isinstance(fp, Skipped) else data
+                if isinstance(data, Skipped):
+                    yield source, 1, data
+                    continue
+                try:
+                    yield source, 1, TextRecord((self.path_key(path), data))
+                except InputError as exc:
+                    yield source, 1, exc
+
+    def documents(self, inputs):
+        """(path, the text of the document or :class:`Skipped`) of each file of
+        ``inputs`` (files, walked directories, ``"-"``)."""
+        for given in inputs:
+            if given != "-" and os.path.isdir(given):
+                for path in self._walk(given):
+                    yield path, read_text(path) if _is_regular(path) \
+                        else Skipped("not a regular file")
+            else:
+                yield given, read_text(given)
+
+    def fingerprint_of(self, data):
+        """The fingerprint of a document's text, or Skipped where it has no text
+        to fingerprint (0, the fingerprint of nothing, would match every other
+        empty document)."""
+        fp = self.fingerprint(data)
+        return Skipped("empty (no text to fingerprint)") if fp == 0 else fp
+
+    def path_key(self, path):
+        """The key of the text document at ``path``: its absolute path, or its
+        path relative to ``root``; standard input's is ``stdin_key``. Both
+        after ``key_prefix``."""
+        if path == "-":
+            if self.stdin_key is None:
+                raise InputError("text from stdin needs a key to store it under (--key KEY)")
+            key = self.stdin_key
+        else:
+            key = os.path.abspath(path)
+            if self.root is not None:
+                key = os.path.relpath(key, os.path.abspath(self.root))
+                if key == os.pardir or key.startswith(os.pardir + os.sep):
+                    raise InputError("%s is not under --root %s" % (path, self.root))
+        return (self.key_prefix or "") + key
+
+    def _line_records(self, given, fmt, progress, several):
+        source = "<stdin>" if given == "-" else given
+        with open_input(given) as stream:
+            for number, raw in enumerate(stream, 1):
+                if progress is not None:
+                    progress.update(len(raw))
+                try:
+                    line = decode(raw, "line").strip()
+                    if not line:
+                        continue
+                    if fmt == "jsonl":
+                        record = self._json_record(line)
+                        if record is None:
+                            continue  # the header of an export
+                    else:
+                        fp = parse_fingerprint(line, fmt, "line")
+                        key = "%s:%d" % (given, number) if several else number
+                        record = (key if self.key_prefix is None else
+                                  "%s%s" % (self.key_prefix, key), fp)
+                except SimhashDBError as exc:
+                    record = exc
+                yield source, number, record
+
+    def _json_record(self, line):
+        """The record of a JSON line; None for the header line of an export."""
+        obj = json_object(line)
+        if list(obj) == ["simhashdb"]:
+            return None
+        if "key" in obj:
+            key = obj["key"]
+        elif isinstance(obj.get("path"), str) and obj["path"] != "-":
+            key = self.path_key(obj["path"])
+        else:
+            raise InputError('expected an object with "key" (or "path") and "fingerprint" or '
+                             '"text"')
+        if "fingerprint" in obj:
+            fp = json_fingerprint(obj["fingerprint"])
+        elif isinstance(obj.get("text"), str):
+            if isinstance(self.fingerprint_of(obj["text"]), Skipped):
+                raise InputError('"text" is empty (no text to fingerprint)')
+            return TextRecord((key, obj["text"], obj.get("meta")))
+        else:
+            raise InputError('expected "fingerprint" (an int) or "text" (a string)')
+        return key, fp, obj.get("meta"), obj.get("stored_at")
+
+    def _walk(self, root):
+        for directory, subdirs, files in os.walk(root):
+            subdirs.sort()
+            for name in sorted(files):
+                path = os.path.join(directory, name)
+                relative = os.path.relpath(path, root)
+                if self.include and not any(fnmatch.fnmatch(relative, g) or
+                                            fnmatch.fnmatch(name, g) for g in self.include):
+                    continue
+                if any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g)
+                       for g in self.exclude):
+                    continue
+                yield path
+
+
+def input_format(given, fmt=None):
+    """The format of an input: ``fmt`` where given, "text" for a directory;
+    else jsonl for a .jsonl file; else, from every line of its first 64 KiB,
+    jsonl if each starts with "{", dec if each is decimal digits, dec or hex
+    as :func:`values_format` says if each is decimal or hex; any other named
+    file is one text document, while stdin must be given a format.
+
+    :raises InputError: stdin whose format cannot be told, or an unreadable file.
+    """
+    if given != "-" and os.path.isdir(given):
+        return "text"
+    if fmt:
+        return fmt
+    if given.endswith(".jsonl"):
+        return "jsonl"
+    with open_input(given, peek=True) as stream:
+        lines = [line.strip() for line in stream if line.strip()]
+    if lines and all(line.startswith(b"{") for line in lines):
+        return "jsonl"
+    if lines and all(DEC_BYTES.fullmatch(line) for line in lines):
+        return "dec"
+    if lines and all(DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line) for line in lines):
+        return values_format(lines) or "dec or hex"
+    if given == "-":
+        raise InputError("cannot tell the format of stdin from its first lines; name it "
+                         "(--format)")
+    return "text"
+
+
+def export_header(formats):
+    """The parameters in the first line of the first JSON lines input, where
+    it is the header an export writes ({"simhashdb": {...}}), else {}."""
+    given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
+    if given is None:
+        return {}
+    with open_input(given, peek=True) as lines:
+        first = next((line for line in lines if line.strip()), b"")
+    try:
+        header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
+    except (ValueError, RecursionError):
+        return {}  # reported with its line number when the records are read
+    return header if isinstance(header, dict) else {}
+
+
+def read_text(path):
+    """The text of a document file (``"-"``: stdin), decompressed where it is
+    gzip, bzip2 or xz; Skipped where it is binary (like grep -I: NUL bytes in
+    its first 64 KiB, or more than a tenth of them not UTF-8)."""
+    with open_input(path) as stream:
+        data = stream.read()
+    for magic, name, decompress, errors in DECOMPRESSORS:
+        if data.startswith(magic):
+            try:
+                data = decompress(data)
+            except errors:
+                return Skipped("damaged %s data" % name)
+            break
+    sample = data[:BINARY_SAMPLE]
+    if b"\0" in sample:
+        return Skipped("binary (NUL bytes)")
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError:
+        invalid = sample.decode("utf-8", "replace").count("\ufffd")
+        if invalid * 10 > len(sample):
+            return Skipped("binary (not UTF-8 text)")
+    return data
+
+
+def read_hashes(given, fmt=None):
+    """The fingerprints of a file (or stdin) of one fingerprint a line.
+
+    :raises InputError: for the first bad line, naming it.
+    """
+    with open_input(given) as stream:
+        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
+    fmt = values_format([line for _, line in lines], fmt)
+    hashes = []
+    for number, line in lines:
+        try:
+            hashes.append(parse_fingerprint(decode(line, "line"), fmt, "line"))
+        except SimhashDBError as exc:
+            raise InputError("%s:%d: %s" % (given, number, exc)) from None
+    return hashes
+
+
+def stdin_lines():
+    """The lines of stdin that are not blank, stripped."""
+    lines = (decode(raw, "stdin line").strip() for raw in stdin())
+    return [line for line in lines if line]
+
+
+def probes(lines, fmt=None):
+    """(label or None, fingerprint) of query input: fingerprints, or JSON lines
+    with "fingerprint" (and "path" or "key" as the label)."""
+    plain = [line for line in lines if not line.startswith("{")]
+    fmt = values_format(plain, fmt)
+    found = []
+    for line in lines:
+        if line.startswith("{"):
+            obj = json_object(line)
+            if "fingerprint" not in obj:
+                raise InputError('a JSON query line needs "fingerprint", as `fingerprint` '
+                                 'prints: %s' % line[:60])
+            found.append((obj.get("path", obj.get("key")), json_fingerprint(obj["fingerprint"])))
+        else:
+            found.append((None, parse_fingerprint(line, fmt, "argument")))
+    return found
+
+
+def values_format(values, fmt=None):
+    """How to read a list of fingerprints (str or bytes): ``fmt`` where given;
+    else hex where a value has hex letters and no 0x (as `fingerprint --format
+    hex` prints them), so that its values of digits only are hex too; else
+    None: digits only are decimal, 0x or letters hex."""
+    if fmt:
+        return fmt
+    for value in values:
+        value = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        value = value.strip()
+        if HEX.fullmatch(value) and not DEC.fullmatch(value) and value[:2].lower() != "0x":
+            return "hex"
+    return None
+
+
+def parse_fingerprint(text, fmt, what):
+    """A fingerprint written as plain decimal or hex digits (hex may start with
+    0x); where ``fmt`` is neither "dec" nor "hex", digits only are decimal. No
+    signs, underscores, spaces inside or non-ASCII digits."""
+    text = text.strip()
+    if fmt != "hex" and DEC.fullmatch(text):
+        value = int(text, 10)
+    elif fmt != "dec" and HEX.fullmatch(text):
+        value = int(HEX.fullmatch(text).group(2), 16)
+    else:
+        raise InputError("%s %r is not a %s fingerprint" % (
+            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex")))
+    return _ext.check_fingerprint(value)
+
+
+def json_object(line):
+    """The JSON object of a line (``{"$bytes": base64}`` read as bytes)."""
+    try:
+        obj = json.loads(line, object_hook=_from_json)
+    except json.JSONDecodeError as exc:
+        raise InputError("not JSON: %s" % exc.msg) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an int of more digits than Python converts
+        raise InputError("not usable JSON: %s" % exc) from None
+    if not isinstance(obj, dict):
+        raise InputError("expected a JSON object, got %s" % type(obj).__name__)
+    return obj
+
+
+def json_fingerprint(value):
+    """A JSON "fingerprint": an int, or a string of decimal or hex digits."""
+    return parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
+
+
+def decode(raw, what):
+    """``raw`` bytes as UTF-8 text (``what`` they are, for the message)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("%s is not valid UTF-8 (byte %d): keys and fingerprints must be "
+                         "UTF-8 text" % (what, exc.start)) from None
+
+
+@contextlib.contextmanager
+def open_input(given, peek=False):
+    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
+    lines of its first 64 KiB, leaving stdin unread."""
+    if given == "-":
+        stream = stdin()
+        if peek:
+            yield _complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b"")
+        else:
+            yield stream
+        return
+    try:
+        with open(given, "rb") as stream:
+            yield _complete_lines(stream.read(PEEK)) if peek else stream
+    except OSError as exc:
+        raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+
+
+def stdin():
+    """Standard input, binary."""
+    if sys.stdin is None:
+        raise InputError("standard input is closed: give the input as arguments or files, "
+                         "or pipe it in")
+    return sys.stdin.buffer
+
+
+def _complete_lines(head):
+    """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
+    lines = head[:PEEK].splitlines()
+    return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
+
+
+def _is_regular(path):
+    """Whether ``path`` is a regular file (or a link to one): FIFOs, sockets and
+    devices met in a directory walk are skipped, as reading them may never end."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # reading it reports why it cannot be read
+
+
+def _from_json(obj):
+    if len(obj) == 1 and isinstance(obj.get("$bytes"), str):
+        try:
+            return base64.b64decode(obj["$bytes"], validate=True)
+        except ValueError:
+            raise InputError("bad base64 in {\"$bytes\": ...}") from None
+    return obj

@@ -139,12 +139,21 @@ class Layout:
         """The fingerprint stored as ``perm`` in ``table``."""
         return _ext.unpermute(perm, self.spec, table, self.tables)
 
+    def table_arrays(self, table):
+        """The (spec, prefixes, leading masks) of permutation table ``table``
+        alone, as :class:`Layout` holds them for all its tables."""
+        per_table = 3 * self.blocks
+        return (self.spec[per_table * table:per_table * (table + 1)],
+                self.prefixes[table:table + 1], self.leading_masks[table:table + 1])
+
     @staticmethod
-    def choose_blocks(distance, expected_size=DEFAULT_EXPECTED_SIZE):
-        """The block count m minimising C(m, k) * (2 + N / 2**prefix): a seek per
-        table, plus the candidates a random corpus of N puts in its range."""
+    def choose_blocks(distance, expected_size=DEFAULT_EXPECTED_SIZE, table_cost=2):
+        """The block count m minimising C(m, k) * (table_cost + N / 2**prefix):
+        the fixed cost of a table (a seek in each, by default, counted in
+        candidate comparisons), plus the candidates a random corpus of N puts
+        in its range."""
         def cost(m):
             prefix = (m - distance) * (64 // m)
-            return math.comb(m, distance) * (2 + expected_size / 2.0 ** prefix)
+            return math.comb(m, distance) * (table_cost + expected_size / 2.0 ** prefix)
         usable = [m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES]
         return min(usable, key=cost)

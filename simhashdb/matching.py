@@ -74,10 +74,17 @@ def _layout(blocks, distance, number_of_blocks, different_bits):
                   different_bits if distance is None else distance)
 
 
-def pair_chunks(values, layout, distance=None, chunk=1 << 20):
+def pair_chunks(values, layout, distance=None, chunk=1 << 20, table=None, sides=None):
     """Yield flat ``array('Q')`` chunks [i, j, ...] of the position pairs of
-    ``values`` within ``distance`` (default: the layout's), each pair once."""
-    scanner = _scanner(values, layout, distance)
+    ``values`` within ``distance`` (default: the layout's), each pair once.
+
+    :param int table: scan this permutation table alone (default: all); a
+        pair is still found only by the first table whose leading blocks it
+        shares, so scans of each table apart find each pair once.
+    :param sides: a byte per value: only pairs whose sides differ (the pairs
+        across two parts of a group too large for one scan).
+    """
+    scanner = _scanner(values, layout, distance, table, sides)
     while True:
         pairs = scanner.next_chunk(chunk)
         if pairs is None:
@@ -99,6 +106,8 @@ def _match(values, layout):
     return _scanner(values, layout).next_chunk(sys.maxsize, sort=True) or array("Q")
 
 
-def _scanner(values, layout, distance=None):
-    return _ext.PairScanner(values, layout.spec, layout.prefixes, layout.leading_masks,
-                            layout.block_masks, layout.distance if distance is None else distance)
+def _scanner(values, layout, distance=None, table=None, sides=None):
+    spec, prefixes, leading = (layout.spec, layout.prefixes, layout.leading_masks) \
+        if table is None else layout.table_arrays(table)
+    return _ext.PairScanner(values, spec, prefixes, leading, layout.block_masks,
+                            layout.distance if distance is None else distance, sides)

@@ -32,7 +32,8 @@ from decimal import Decimal
 
 from . import _ext
 from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
-from .layout import MAX_TABLES, Layout
+from .layout import Layout
+from .matching import pair_chunks
 
 try:
     import numpy
@@ -121,15 +122,11 @@ def _joined(df, key, fingerprint, distance, blocks, split):
 
 
 def choose_blocks(distance, documents):
-    """The block count m minimising C(m, k) * (SHUFFLE_COST + N / 2**prefix / 2):
-    each table sends every fingerprint through a shuffle, then compares the
-    pairs of each group. Fewer tables than the database's choice, as a row
-    through a shuffle costs about as much as SHUFFLE_COST pair comparisons."""
-    def cost(m):
-        prefix = (m - distance) * (64 // m)
-        return math.comb(m, distance) * (SHUFFLE_COST + documents / 2.0 ** prefix / 2)
-    return min((m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES),
-               key=cost)
+    """The block count of :meth:`Layout.choose_blocks` where a table costs
+    SHUFFLE_COST pair comparisons a row: each table sends every fingerprint
+    through a shuffle, then compares the pairs of each group (half of the
+    candidates a database probe meets). Fewer tables than the database's."""
+    return Layout.choose_blocks(distance, documents, table_cost=2 * SHUFFLE_COST)
 
 
 # Documents
@@ -225,7 +222,7 @@ def _scan(docs, layout, split, documents, mode):
     key_type = docs.schema["key"].dataType
     schema = StructType([StructField("key_a", key_type), StructField("key_b", key_type),
                          StructField("distance", IntegerType())])
-    scan = functools.partial(_scan_partition, _LayoutArrays(layout), mode == "pairs")
+    scan = functools.partial(_scan_partition, layout, mode == "pairs")
     return rows.repartition(partitions, group, prefix).mapInArrow(scan, schema)
 
 
@@ -246,16 +243,6 @@ def _hot_groups(docs, layout, split, prefix_masks, documents):
         size = count / fraction
         hot.append((t, g, math.ceil(size / split), math.ceil(size)))
     return hot
-
-
-class _LayoutArrays:
-    """What a scan task needs of the layout: the arrays of each table alone."""
-
-    def __init__(self, layout):
-        blocks, spec = layout.blocks, layout.spec
-        self.distance, self.block_masks = layout.distance, layout.block_masks
-        self.tables = [(spec[3 * blocks * t:3 * blocks * (t + 1)], layout.prefixes[t:t + 1],
-                        layout.leading_masks[t:t + 1]) for t in range(layout.tables)]
 
 
 def _scan_partition(layout, every_pair, batches):
@@ -280,13 +267,8 @@ def _scan_partition(layout, every_pair, batches):
         offsets = numpy.cumsum(counts) - counts
         sides = ((tag[rows[first]] >> SIDE_SHIFT) & 3).astype(numpy.uint8)
         across = bool(sides[0])
-        spec, prefixes, leading = layout.tables[table]
-        scanner = _ext.PairScanner(values, spec, prefixes, leading, layout.block_masks,
-                                   layout.distance, sides if across else None)
-        while True:
-            pairs = scanner.next_chunk(PAIR_CHUNK)
-            if pairs is None:
-                break
+        for pairs in pair_chunks(values, layout, chunk=PAIR_CHUNK, table=table,
+                                 sides=sides if across else None):
             positions = numpy.frombuffer(pairs, dtype=numpy.uint64).astype(numpy.intp)
             a, b = positions[0::2], positions[1::2]
             if every_pair:

@@ -108,6 +108,21 @@ class Layout:
             ranges.append(table_ranges)
         return perms, ranges
 
+    def near(self, fp, distance, scan):
+        """{fingerprint: distance} of every stored fingerprint within ``distance``
+        bits of ``fp``, where ``scan(table, first, last, perm)`` gives the
+        (permuted fingerprint, distance) of those stored in ``table`` between
+        ``first`` and ``last`` (permuted values) within ``distance`` of the
+        permuted ``fp``, ``perm``: a search through the ranges of
+        :meth:`probe_ranges`, each fingerprint once."""
+        perms, ranges = self.probe_ranges(fp, distance)
+        found = {}
+        for table, (perm, table_ranges) in enumerate(zip(perms, ranges)):
+            for first, last in table_ranges:
+                for entry, bits in scan(table, first, last, perm):
+                    found[self.unpermute(entry, table)] = bits
+        return found
+
     def range_starts(self, probes, distance):
         """The first permuted value of every range a query of ``probes`` at
         ``distance`` scans (as :meth:`probe_ranges`), with the probe and the

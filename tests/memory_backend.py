@@ -56,19 +56,13 @@ class MemoryView(View):
         each probe range over the table's sorted permuted fingerprints."""
         layout = self._layout
         tables = [layout.table_values(list(self._state.index), t) for t in range(layout.tables)]
-        results = []
-        for probe in probes:
-            perms, ranges = layout.probe_ranges(probe, distance)
-            found = {}
-            for table, (perm, table_ranges) in enumerate(zip(perms, ranges)):
-                for first, last in table_ranges:
-                    for entry in tables[table]:
-                        bits = (entry ^ perm).bit_count()
-                        if first <= entry <= last and bits <= distance:
-                            found[layout.unpermute(entry, table)] = bits
-            results.append([(key, fp, bits) for fp, bits in found.items()
-                            for key in self.keys_of(fp)])
-        return results
+
+        def scan(table, first, last, perm):
+            return [(entry, (entry ^ perm).bit_count()) for entry in tables[table]
+                    if first <= entry <= last and (entry ^ perm).bit_count() <= distance]
+
+        return [[(key, fp, bits) for fp, bits in layout.near(probe, distance, scan).items()
+                 for key in self.keys_of(fp)] for probe in probes]
 
     def table_fingerprints(self, table):
         return [self._layout.unpermute(p, table)

@@ -45,8 +45,11 @@ A new backend is a :class:`Storage` subclass in a module of its own, one
 ``tests/test_storage.py`` (the contract suite) on it.
 """
 
+import os
 from abc import ABC, abstractmethod
 from array import array
+
+from ..errors import DatabaseError
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
 
@@ -182,3 +185,11 @@ class Storage(ABC):
     @abstractmethod
     def close(self):
         """Release the store; later calls raise DatabaseError."""
+
+
+def check_process(opened_in):
+    """Raise DatabaseError in a process other than ``opened_in`` (a fork child
+    of the process that opened a store: it must open its own)."""
+    if os.getpid() != opened_in:
+        raise DatabaseError("this DB was opened in process %d before a fork; open a new "
+                            "DB in the child process" % opened_in)

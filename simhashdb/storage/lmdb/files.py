@@ -34,7 +34,7 @@ from ...errors import (
     DatabaseNotFoundError,
     DiskFullError,
 )
-from .. import Storage
+from .. import Storage, check_process
 
 DATA_FILE, LOCK_FILE, COMPACT_SUFFIX = "data.mdb", "lock.mdb", ".compact"
 MAX_READERS = 4096
@@ -587,9 +587,7 @@ class LmdbStorage(Storage):
         return max(self.initial_map_size, 2 * size)
 
     def _check_usable(self):
-        if os.getpid() != self._pid:
-            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
-                                "DB in the child process" % self._pid)
+        check_process(self._pid)
         if self._env is None:
             raise DatabaseError("the database at %s is closed" % self.path)
 

@@ -202,15 +202,14 @@ class PyView(View):
     def search(self, probes, distance):
         layout = self._storage._layout
         cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
+
+        def scan(table, first, last, perm):
+            entries = _scan(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
+            return _ext.verify(perm, entries, distance) if entries else ()
+
         results = []
         for probe in probes:
-            perms, ranges = layout.probe_ranges(probe, distance)
-            found = {}
-            for table, (perm, table_ranges) in enumerate(zip(perms, ranges)):
-                for first, last in table_ranges:
-                    keys = _scan(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
-                    for candidate, d in _ext.verify(perm, keys, distance) if keys else ():
-                        found[layout.unpermute(candidate, table)] = d
+            found = layout.near(probe, distance, scan)
             results.append([(key, fp, d) for fp, d in found.items()
                             for key in self.keys_of(fp)])
         return results

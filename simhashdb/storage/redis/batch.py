@@ -178,17 +178,16 @@ class _NearIndex:
     def add(self, fp):
         perms, _ = self._layout.scan_bounds(fp)
         for table, perm, prefix in zip(self._tables, perms, self._layout.prefixes):
-            table[perm & prefix].add(fp)
+            table[perm & prefix].add(perm)
 
     def search(self, fp, distance):
         """(fingerprint, distance) of each one within ``distance`` of ``fp``."""
         if not any(self._tables):
             return []
-        found = {}
-        for table, ranges in zip(self._tables, self._layout.probe_ranges(fp, distance)[1]):
-            for start, _ in ranges:
-                for other in table.get(start, ()):
-                    bits = (other ^ fp).bit_count()
-                    if bits <= distance:
-                        found[other] = bits
-        return list(found.items())
+
+        def scan(table, first, last, perm):  # a range is all of one prefix's bucket
+            bucket = self._tables[table].get(first, ())
+            return [(other, (other ^ perm).bit_count()) for other in bucket
+                    if (other ^ perm).bit_count() <= distance]
+
+        return list(self._layout.near(fp, distance, scan).items())

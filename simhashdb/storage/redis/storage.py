@@ -61,7 +61,7 @@ import msgpack
 from ... import _redis
 from ...errors import DatabaseError, DatabaseNotFoundError, SimhashDBError
 from ...layout import Layout
-from .. import Storage
+from .. import Storage, check_process
 from .batch import RedisTxn
 from .cluster import Nodes, Superseded, Unavailable, parse_url, slot_tags
 from .view import RedisView
@@ -119,9 +119,7 @@ class RedisStorage(Storage):
     # Plumbing
 
     def _check_usable(self):
-        if os.getpid() != self._pid:
-            raise DatabaseError("this DB was opened in process %d before a fork; open a new "
-                                "DB in the child process" % self._pid)
+        check_process(self._pid)
         if self._nodes is None:
             raise DatabaseError("the database at %s is closed" % self.path)
         if self._vanished:

@@ -1,7 +1,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test bench clean
+.PHONY: run test quick clean
 
 # The LMDB C library for the native backend: installed with apt where it is
 # missing and we may (root), else a one-line instruction.
@@ -41,6 +41,10 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# the suite less its slow tests (Spark, kill tests, the quality harness), fewer examples
+quick: $(VENV)/.installed
+	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked .java-checked

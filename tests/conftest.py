@@ -111,6 +111,36 @@ def db(db_path, backend):
         yield database
 
 
+# What a document is stored as, read and written below the DB (for tests of
+# older formats and of what a value holds): the one place tests reach storage.
+
+def stored_value(db, key):
+    """The bytes stored for document ``key`` (None if there is none)."""
+    with db._storage.read() as view:
+        return view.get(simhashdb.records.encode_key(key))
+
+
+def store_values(db, documents):
+    """Store (key, fingerprint, value) documents with their values as given (bytes)."""
+    encoded = [(simhashdb.records.encode_key(k), fp, value) for k, fp, value in documents]
+    db._storage.write(lambda txn: txn.upsert(encoded))
+
+
+def stored_params(db):
+    with db._storage.read() as view:
+        return view.params()
+
+
+def store_params(db, raw):
+    db._storage.write(lambda txn: txn.set_params(raw))
+
+
+def stored_keys(db):
+    """The encoded keys of the documents, in the backend's iteration order."""
+    with db._storage.read() as view:
+        return [key for key, _ in view.documents()]
+
+
 def as_tuples(matches):
     """Matches as (key, fingerprint, distance) tuples, as brute_force gives them."""
     return [(m.key, m.fingerprint, m.distance) for m in matches]

@@ -14,16 +14,23 @@ import socket
 import subprocess
 import time
 
-import redis
-
 # The server binary: a Redis-protocol fork may stand in (e.g. Valkey's valkey-server).
 SERVER = os.environ.get("SIMHASHDB_TEST_REDIS_SERVER", "redis-server")
 NODE_TIMEOUT_MS = 1000  # how long a silent primary lives before its replica takes over
 
 
 def available():
-    """Whether redis-server and redis-cli are installed."""
+    """Whether redis-server, redis-cli and redis-py (the redis extra) are installed."""
+    try:
+        _redis()
+    except ImportError:
+        return False
     return bool(shutil.which(SERVER) and shutil.which("redis-cli"))
+
+
+def _redis():
+    import redis
+    return redis
 
 
 def free_ports(count):
@@ -133,17 +140,17 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         while self.processes[port].poll() is None:
             try:
-                with redis.Redis(port=port, socket_timeout=1) as client:
+                with _redis().Redis(port=port, socket_timeout=1) as client:
                     if client.ping():
                         return True
-            except redis.RedisError:
+            except _redis().RedisError:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.05)
         return False
 
     def client(self, port):
-        return redis.Redis(port=port, socket_timeout=2)
+        return _redis().Redis(port=port, socket_timeout=2)
 
     def roles(self):
         """{port: "master" or "slave"} of the running nodes."""
@@ -165,7 +172,7 @@ class LocalCluster:
             try:
                 if self._healthy():
                     return
-            except redis.RedisError:
+            except _redis().RedisError:
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError("the Redis cluster in %s did not become healthy" % self.root)

@@ -5,7 +5,7 @@ import random
 import msgpack
 import numpy as np
 import pytest
-from conftest import as_tuples, brute_force, flip, key_order
+from conftest import as_tuples, brute_force, flip, key_order, store_params, stored_params
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -195,10 +195,9 @@ def test_blocks_are_chosen_from_distance_and_size(tmp_path):
 def test_newer_format_is_refused(db_path):
     with DB(db_path) as db:
         db.insert("a", 1)
-        raw = db._storage.write(lambda txn: txn.params())
-        params = msgpack.unpackb(raw)
+        params = msgpack.unpackb(stored_params(db))
         params["format"] = 99
-        db._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
+        store_params(db, msgpack.packb(params))
     with pytest.raises(FormatVersionError, match="upgrade"):
         DB(db_path)
 

@@ -77,6 +77,7 @@ def run_and_kill(script, args, min_lines, seconds):
     return lines + rest
 
 
+@pytest.mark.slow
 def test_sigkill_during_writes_loses_no_committed_batch(db_path):
     rng = random.Random(7)
     tests_dir = __file__.rsplit("/", 1)[0]
@@ -130,6 +131,7 @@ print("ok", checked)
 """
 
 
+@pytest.mark.slow
 def test_readers_beside_a_writer_see_whole_batches(db_path):
     tests_dir = __file__.rsplit("/", 1)[0]
     with DB(db_path, distance=3, blocks=6) as db:

@@ -352,6 +352,7 @@ def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pri
 # py-lmdb has no fault guard: its bundled LMDB validates most pages, but some
 # damage still kills the process (SIGBUS in 2 of 500 damaged copies, measured),
 # so damage inside the file is tested on the native backend only.
+@pytest.mark.slow
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
 @pytest.mark.parametrize("damage", [flip_bit, overwrite_page])
 def test_damage_inside_the_data_file_is_an_error_never_a_signal(tmp_path, pristine, damage):
@@ -489,6 +490,7 @@ def kill_after(script, args, seconds):
     return out.split()
 
 
+@pytest.mark.slow
 def test_sigkill_during_bulk_loads_leaves_every_committed_batch_whole(db_path, backend):
     import numpy as np
     size = 25000 if backend == "lmdb" else 10000

@@ -15,6 +15,7 @@ import eval_quality  # noqa: E402
 
 import simhashdb  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the corpus and the peers take half a minute
 DEFAULT = "simhashdb default (%s)" % simhashdb.RECIPE.split("/")[0]
 OLD = "simhashdb recipe 2 (chars 2+3+4, counts)"
 

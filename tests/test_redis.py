@@ -12,14 +12,15 @@ import time
 
 import msgpack
 import pytest
-import redis
+
+redis = pytest.importorskip("redis", reason="the redis extra is not installed: pip install '.[redis]'")
 from conftest import REDIS, as_tuples, brute_force, flip
 from redis_cluster import LocalCluster, free_ports
 
 from simhashdb import DB, DatabaseError
 from simhashdb.storage.redis import scripts
 
-pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
+pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra (pip install '.[redis]'); CI has both")
 TESTS = __file__.rsplit("/", 1)[0]
 
 
@@ -310,6 +311,7 @@ while True:  # the monotonic clock is the machine's: the test compares it with i
 """
 
 
+@pytest.mark.slow
 def test_a_primary_killed_during_writes_and_queries_loses_no_acknowledged_batch(tmp_path):
     """SIGKILL the primary of the database's own slot (lock, pending batch,
     epoch) while a writer and a reader run: its replica takes over, queries

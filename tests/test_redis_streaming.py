@@ -12,7 +12,7 @@ from simhashdb import DB
 from simhashdb import db as db_module
 from simhashdb.storage.redis import storage as redis_storage
 
-pytestmark = pytest.mark.skipif(not REDIS, reason="redis-server is not installed (CI installs it)")
+pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra (pip install '.[redis]'); CI has both")
 
 
 class Rounds:

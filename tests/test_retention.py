@@ -11,7 +11,7 @@ import simhashdb
 from simhashdb import DB, InvalidArgumentError
 from simhashdb import db as db_module
 
-from conftest import brute_force
+from conftest import brute_force, store_values
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -58,8 +58,7 @@ def test_expire_removes_what_was_stored_before(db, clock):
 
 def test_documents_without_a_stored_time_are_read_and_kept(db, clock):
     """Values of [fingerprint, meta], as earlier versions wrote them."""
-    db._storage.write(lambda txn: txn.upsert(
-        [(msgpack.packb("old"), 7, msgpack.packb([7, {"v": 1}]))]))
+    store_values(db, [("old", 7, msgpack.packb([7, {"v": 1}]))])
     db.insert("new", 8)
     assert db.get("old") == ("old", 7, {"v": 1}, None)
     assert db.expire(10**9) == 1 and list(db) == [("old", 7, {"v": 1}, None)]

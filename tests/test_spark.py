@@ -8,17 +8,20 @@ import sys
 from decimal import Decimal
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
-from pyspark.sql import types as T
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install '.[spark]'")
+import pyarrow as pa  # noqa: E402  (the spark extra brings it)
+import pyarrow.parquet as pq  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
 
 import simhashdb
 from simhashdb import cli
 from simhashdb import spark as sspark
 from simhashdb.layout import Layout
 
+pytestmark = pytest.mark.slow  # a Spark session starts in ~20 s
 DISTANCE, BLOCKS = 3, 5
 MAX = 2**64 - 1
 

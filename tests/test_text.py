@@ -11,6 +11,8 @@ import pytest
 import simhashdb
 from simhashdb import InvalidArgumentError, ParameterMismatchError
 
+from conftest import store_values, stored_value
+
 RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
 
@@ -79,8 +81,7 @@ def test_a_batch_checks_each_text_against_those_stored_before_it(tmp_path):
 
 
 def _store(db, key, fp, value):
-    key_bytes = msgpack.packb(key)
-    db._storage.write(lambda txn: txn.upsert([(key_bytes, fp, msgpack.packb(value))]))
+    store_values(db, [(key, fp, msgpack.packb(value))])
 
 
 def test_candidates_one_bit_past_the_distance_are_confirmed_by_their_signatures(tmp_path):
@@ -172,5 +173,4 @@ def test_a_refreshed_text_document_keeps_its_signature(tmp_path):
 
 
 def _raw_value(db, key):
-    with db._storage.read() as view:
-        return view.get(msgpack.packb(key))
+    return stored_value(db, key)

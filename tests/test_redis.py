@@ -20,7 +20,8 @@ from redis_cluster import LocalCluster, free_ports
 from simhashdb import DB, DatabaseError
 from simhashdb.storage.redis import scripts
 
-pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra (pip install '.[redis]'); CI has both")
+pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
+                                "(pip install '.[redis]'); CI has both")
 TESTS = __file__.rsplit("/", 1)[0]
 
 

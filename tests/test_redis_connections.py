@@ -12,7 +12,8 @@ from redis_cluster import start_server
 
 from simhashdb import DB, DatabaseError, InvalidArgumentError, cli
 
-pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra (pip install '.[redis]'); CI has both")
+pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
+                                "(pip install '.[redis]'); CI has both")
 
 
 @pytest.fixture

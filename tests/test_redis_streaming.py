@@ -12,7 +12,8 @@ from simhashdb import DB
 from simhashdb import db as db_module
 from simhashdb.storage.redis import storage as redis_storage
 
-pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra (pip install '.[redis]'); CI has both")
+pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
+                                "(pip install '.[redis]'); CI has both")
 
 
 class Rounds:

@@ -120,7 +120,7 @@ def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_n
         db.insert_many([(k, i) for i, k in enumerate(stored)])
         if backend_name == "redis":
             def position(key):
-                return db._storage._doc_shard_number(key), key
+                return db._storage.keys.doc_shard(key), key
         else:
             def position(key):
                 return key

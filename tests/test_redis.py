@@ -64,7 +64,7 @@ def test_check_finds_a_bucket_damaged_behind_its_back(redis_names):
     url = redis_names.url + "/damaged"
     with DB(url, distance=3, blocks=5) as db:
         db.insert_many([("a", 1), ("b", 2 << 60)])
-        key = db._storage._bucket_key(3, db._storage._layout.table_values([2 << 60], 3)[0])
+        key = db._storage.keys.bucket(3, db._storage.layout.table_values([2 << 60], 3)[0])
         cluster = redis.RedisCluster.from_url(redis_names.url)
         assert len(cluster.get(key)) == 6  # one entry: 6 bytes
         cluster.delete(key)
@@ -137,8 +137,8 @@ def test_concurrent_crawlers_never_store_two_near_duplicates(redis_names):
 
 HALF_WRITER = """
 import os, signal, sys, simhashdb
-from simhashdb.storage.redis import cluster, scripts, storage
-storage.ROUND_BYTES = 1 << 14  # many small rounds
+from simhashdb.storage.redis import cluster, protocol, scripts
+protocol.ROUND_BYTES = 1 << 14  # many small rounds
 rounds = []
 apply_round = cluster.Nodes.round
 def round_then_die(self, requests):
@@ -184,7 +184,7 @@ def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_
     url = redis_names.url + "/fenced?lease=0.5"
     with DB(url, distance=3, blocks=5) as stalled, DB(url) as other:
         stalled.insert("base", 7)
-        nodes, stalling, resume = stalled._storage._nodes, threading.Event(), threading.Event()
+        nodes, stalling, resume = stalled._storage.nodes, threading.Event(), threading.Event()
         send = nodes.round
 
         def round_after_a_stall(requests):
@@ -221,12 +221,12 @@ def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
     with DB(url, distance=3, blocks=5) as reader, DB(url) as writer:
         seeds = {"seed%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(50)}
         reader.insert_many(seeds.items())
-        search = reader._storage._search
+        search = reader._storage.search_committed
 
         def slow_search(probes, distance):
             time.sleep(0.3)  # far longer than a batch
             return search(probes, distance)
-        reader._storage._search = slow_search
+        reader._storage.search_committed = slow_search
         stop, landed = threading.Event(), []
 
         def write():
@@ -324,7 +324,7 @@ def test_a_primary_killed_during_writes_and_queries_loses_no_acknowledged_batch(
         seeds = {"seed%d" % i: rng.getrandbits(64) for i in range(200)}
         with DB(url, distance=3, blocks=5) as db:
             db.insert_many(seeds.items())
-            meta = db._storage._nodes.owner(db._storage._params)[1]
+            meta = db._storage.nodes.owner(db._storage.keys.params)[1]
         writer = spawn(FAILOVER_WRITER, url)
         reader = spawn(FAILOVER_READER, url, *seeds.values())
         assert writer.stdout.readline().strip() == "open"

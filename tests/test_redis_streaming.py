@@ -21,7 +21,7 @@ class Rounds:
 
     def __init__(self, storage, monkeypatch):
         self.fields = []  # fields read by each round that read hashes
-        send = storage._nodes.round
+        send = storage.nodes.round
 
         def counted(requests):
             replies = send(requests)
@@ -31,7 +31,7 @@ class Rounds:
             if fields or any(c[0] == "HGETALL" for cs in requests.values() for c in cs):
                 self.fields.append(fields)
             return replies
-        monkeypatch.setattr(storage._nodes, "round", counted)
+        monkeypatch.setattr(storage.nodes, "round", counted)
 
 
 def planted(n, seed):
@@ -45,7 +45,7 @@ def planted(n, seed):
 
 
 def position(storage, key):
-    return storage._doc_shard_number(msgpack.packb(key)), msgpack.packb(key)
+    return storage.keys.doc_shard(msgpack.packb(key)), msgpack.packb(key)
 
 
 # 5 blocks: 8192 shards, walked one by one; 6 blocks: 2M shards, those in use found by SCAN
@@ -124,9 +124,9 @@ def test_a_batch_iterates_its_own_changes_in_the_backends_order(redis_names):
             txn.upsert([(encode("new-%d" % i), 5 + i, encode([5 + i, 0])) for i in range(30)])
             txn.upsert([(encode(7), 1 << 40, encode([1 << 40, 0]))])
             txn.remove([encode(i) for i in range(100, 150)])
-            middle = sorted(storage._doc_shard_number(encode(k)) for k in range(200))[100]
+            middle = sorted(storage.keys.doc_shard(encode(k)) for k in range(200))[100]
             after = b"\x00" if middle == 0 else next(
-                encode(k) for k in range(200) if storage._doc_shard_number(encode(k)) == middle)
+                encode(k) for k in range(200) if storage.keys.doc_shard(encode(k)) == middle)
             assert txn.keys_of_many([1 << 40, 7 * 7919, 8 * 7919]) == \
                 {1 << 40: [encode(7)], 7 * 7919: [], 8 * 7919: [encode(8)]}
             return (list(txn.documents()), list(txn.documents(after)),
@@ -137,9 +137,9 @@ def test_a_batch_iterates_its_own_changes_in_the_backends_order(redis_names):
         expected[encode(7)] = 1 << 40
         assert {k: msgpack.unpackb(v)[0] for k, v in docs} == expected
         keys = [k for k, _ in docs]
-        order = [(storage._doc_shard_number(k), k) for k in keys]
+        order = [(storage.keys.doc_shard(k), k) for k in keys]
         assert order == sorted(order) and len(keys) == len(expected)
-        start = (storage._doc_shard_number(after), after)
+        start = (storage.keys.doc_shard(after), after)
         assert tail == [d for d, o in zip(docs, order) if o > start] and 0 < len(tail) < len(docs)
         assert [(fp, len(ks)) for fp, ks in groups] == sorted(
             collections.Counter(expected.values()).items())
@@ -150,14 +150,14 @@ def test_check_reads_the_index_a_chunk_of_documents_at_a_time(redis_names, monke
     with DB(redis_names.url + "/checked", distance=3, blocks=5) as db:
         db.insert_many(docs.items())
         rounds = []
-        send = db._storage._nodes.round
-        monkeypatch.setattr(db._storage._nodes, "round",
+        send = db._storage.nodes.round
+        monkeypatch.setattr(db._storage.nodes, "round",
                             lambda requests: rounds.append(requests) or send(requests))
         assert db.check() == []
         assert len(rounds) < len(docs) / 2  # not a round (or three) per document
         encoded = msgpack.packb(17)
-        shard = db._storage._fp_hash(docs[17] >> (64 - db._storage._shard_bits))
-        db._storage._run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
+        shard = db._storage.keys.hash(b"f", docs[17] >> (64 - db._storage.keys.shard_bits))
+        db._storage.run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
         problems = db.check()
         assert any("document 17 " in p and "missing from the fingerprint index" in p
                    for p in problems), problems

@@ -16,8 +16,8 @@ class RedisTxn(RedisView, Txn):
     """A batch being planned under the write lock: reads see the committed
     data and this batch's own changes; :meth:`plan` says what to write."""
 
-    def __init__(self, storage, count, distinct):
-        super().__init__(storage)
+    def __init__(self, db, count, distinct):
+        super().__init__(db)
         self._count_before, self._distinct_before = count, distinct
         self._docs = {}       # key -> value (None: removed) set by this batch
         self._committed = {}  # key -> committed value (None: absent), for keys read
@@ -27,24 +27,24 @@ class RedisTxn(RedisView, Txn):
         self._near = None  # a _NearIndex of the fps this batch gave keys, once searched
 
     def _read(self, read):
-        return self._storage._retrying(read)  # under the lock, no batch lands meanwhile
+        return self._db.retrying(read)  # under the lock, no batch lands meanwhile
 
     def _load(self, keys, fps):
         """Read the committed values of ``keys`` and keys of ``fps`` (and of the
         fingerprints those values hold) not read yet."""
-        storage = self._storage
+        db = self._db
         if not self._count_before:  # an empty database: nothing to read
             self._committed.update(dict.fromkeys(keys))
             _redis.add_absent(fps, self._fps, self._fps_committed)
             return
         keys = _redis.unread(keys, self._committed)
         if keys:
-            values = self._read(lambda: storage._hash_fields(b":d:", keys, False))
+            values = self._read(lambda: db.hash_fields(b"d", keys, False))
             self._committed.update(values)
             fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
         fps = _redis.unread(fps, self._fps)
         if fps:
-            for fp, keys_of in self._read(lambda: storage._keys_of(fps)).items():
+            for fp, keys_of in self._read(lambda: db.keys_of(fps)).items():
                 self._fps[fp] = keys_of
                 self._fps_committed[fp] = tuple(keys_of)
 
@@ -85,37 +85,38 @@ class RedisTxn(RedisView, Txn):
 
     def documents(self, after=None):
         """The committed documents streamed with this batch's changes merged in."""
-        storage = self._storage
-        start = None if after is None else (storage._doc_shard_number(after), after)
-        own = sorted((storage._doc_shard_number(key), key, value)
+        shard_of = self._db.keys.doc_shard
+        start = None if after is None else (shard_of(after), after)
+        own = sorted((shard_of(key), key, value)
                      for key, value in self._docs.items() if value is not None)
         own = [doc for doc in own if start is None or doc[:2] > start]
-        committed = (doc for doc in storage._documents(after, False) if doc[1] not in self._docs)
+        committed = (doc for doc in self._db.documents(after, False) if doc[1] not in self._docs)
         return (doc[1:] for doc in heapq.merge(committed, own))
 
     def fingerprint_groups(self):
         """The committed groups streamed with this batch's changes merged in."""
         own = sorted((fp, keys) for fp, keys in self._fps.items() if keys)
-        committed = (group for group in self._storage._fingerprint_groups(False)
+        committed = (group for group in self._db.fingerprint_groups(False)
                      if group[0] not in self._fps)
         return heapq.merge(committed, own)
 
     def table_fingerprints(self, table):
-        present = set(self._storage._table_fingerprints(table))
+        present = set(self._db.table_fingerprints(table))
         present |= {fp for fp, keys in self._fps.items() if keys}
         present -= {fp for fp, keys in self._fps.items() if not keys}
-        perms = self._storage._layout.table_values(array("Q", sorted(present)), table)
-        return [self._storage._layout.unpermute(p, table) for p in perms]
+        layout = self._db.layout
+        return [layout.unpermute(p, table)
+                for p in layout.table_values(array("Q", sorted(present)), table)]
 
     def search(self, probes, distance):
-        committed = self._read(lambda: self._storage._search(probes, distance))
+        committed = self._read(lambda: self._db.search_committed(probes, distance))
         return [[hit for hit in hits if hit[0] not in self._docs]
                 + self._own_hits(fp, distance) for fp, hits in zip(probes, committed)]
 
     def _own_hits(self, fp, distance):
         """Hits among the documents this batch stored."""
         if self._near is None:
-            self._near = _NearIndex(self._storage._layout)
+            self._near = _NearIndex(self._db.layout)
             for other, keys in self._fps.items():
                 if any(key in self._docs for key in keys):
                     self._near.add(other)
@@ -145,7 +146,7 @@ class RedisTxn(RedisView, Txn):
     def insert_if_new(self, documents, distance):
         self._load([d[0] for d in documents], [d[1] for d in documents])
         probes = array("Q", [d[1] for d in documents])
-        committed = self._read(lambda: self._storage._search(probes, distance))
+        committed = self._read(lambda: self._db.search_committed(probes, distance))
         found = []
         for (key, fp, value), hits in zip(documents, committed):
             hits = [hit for hit in hits if hit[0] not in self._docs] + \

@@ -8,46 +8,45 @@ class RedisView(View):
     """Reads of committed data; each call sees whole batches (a batch may land
     between two calls: Redis keeps no snapshots)."""
 
-    def __init__(self, storage):
-        self._storage = storage
+    def __init__(self, db):
+        self._db = db
 
     def _read(self, read):
-        return self._storage._consistent(lambda epoch: read())
+        return self._db.protocol.consistent(lambda epoch: read())
 
     def params(self):
-        return self._read(lambda: self._storage._meta("GET", self._storage._params))
+        return self._read(lambda: self._db.meta("GET", self._db.keys.params))
 
     def count(self):
-        return int(self._read(lambda: self._storage._meta("GET", self._storage._count)) or 0)
+        return int(self._read(lambda: self._db.meta("GET", self._db.keys.count)) or 0)
 
     def distinct(self):
-        return int(self._read(lambda: self._storage._meta("GET", self._storage._distinct)) or 0)
+        return int(self._read(lambda: self._db.meta("GET", self._db.keys.distinct)) or 0)
 
     def get(self, key):
-        shard = self._storage._doc_shard(key)
-        return self._read(lambda: self._storage._run([(shard, ("HGET", shard, key))])[0])
+        return self._read(lambda: self._db.hash_fields(b"d", [key], False)[key])
 
     def keys_of(self, fingerprint):
-        return self._read(lambda: self._storage._keys_of([fingerprint]))[fingerprint]
+        return self._read(lambda: self._db.keys_of([fingerprint]))[fingerprint]
 
     def keys_of_many(self, fingerprints):
         """In one round (seeing whole batches)."""
-        return self._read(lambda: self._storage._keys_of(fingerprints))
+        return self._read(lambda: self._db.keys_of(fingerprints))
 
     def documents(self, after=None):
         """In the order (shard, key), a shard being a CRC of the key: each round
         of a few thousand documents sees whole batches, but batches may land
         between rounds (Redis keeps no snapshots): a document not changed
         meanwhile comes once, one written meanwhile may come or not."""
-        return (doc[1:] for doc in self._storage._documents(after))
+        return (doc[1:] for doc in self._db.documents(after))
 
     def fingerprint_groups(self):
         """In fingerprint order, each round seeing whole batches (as :meth:`documents`)."""
-        return self._storage._fingerprint_groups()
+        return self._db.fingerprint_groups()
 
     def search(self, probes, distance):
-        return self._storage.search(probes, distance)
+        return self._db.search(probes, distance)
 
     def table_fingerprints(self, table):
-        return self._storage._consistent(
-            lambda epoch: self._storage._table_fingerprints(table, epoch))
+        return self._db.protocol.consistent(
+            lambda epoch: self._db.table_fingerprints(table, epoch))

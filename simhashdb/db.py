@@ -1,4 +1,5 @@
-"""The fingerprint database."""
+"""DB: the database of documents and their fingerprints, on any backend:
+upserts, insert-if-new, text decisions, retention, queries, all pairs."""
 
 from __future__ import annotations
 

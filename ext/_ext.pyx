@@ -89,17 +89,7 @@ def as_fingerprints(hashes):
 include "_memory.pxi"
 
 
-cdef inline uint64_t rotl(uint64_t x, int r) nogil:
-    return (x << r) | (x >> (64 - r))
-
-
-cdef inline uint64_t fmix64(uint64_t h) nogil:
-    h ^= h >> 33
-    h *= 0xff51afd7ed558ccdULL
-    h ^= h >> 33
-    h *= 0xc4ceb9fe1a85ec53ULL
-    h ^= h >> 33
-    return h
+include "_signature.pxi"
 
 
 cdef inline uint64_t read_le64(const uint8_t* p) nogil:
@@ -658,7 +648,6 @@ def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1
         free(counts)
 
 
-DEF MINHASH_BINS = 128
 DEF SHINGLE_WORDS = 5
 
 
@@ -715,17 +704,19 @@ cdef inline void add_minhash(uint64_t* least, const uint64_t* words, Py_ssize_t 
 def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):
     """Estimated word 5-shingle Jaccard similarity of two ``word_minhash``
     signatures: equal bins over bins that are not empty in both."""
-    cdef Py_ssize_t i, used = 0, equal = 0
-    cdef unsigned int x, y
     if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
         raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
-    for i in range(MINHASH_BINS):
-        x = (a[2 * i] << 8) | a[2 * i + 1]
-        y = (b[2 * i] << 8) | b[2 * i + 1]
-        if x or y:
-            used += 1
-            equal += x == y
-    return <double>equal / used if used else 1.0
+    return signature_resemblance(&a[0], &b[0])
+
+
+def bands(const unsigned char[::1] signature):
+    """The band keys of a ``word_minhash`` signature (an ``array('I')`` of 32;
+    empty for a signature with no bin filled): see _signature.pxi."""
+    if signature.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    out = array("I", [0]) * SIGNATURE_BANDS
+    cdef uint32_t[::1] keys = out
+    return out if signature_bands(&signature[0], &keys[0]) else array("I")
 
 
 def pack_key(fp):

@@ -12,7 +12,7 @@ goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 """
 
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -147,6 +147,7 @@ cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
 
 
 include "_tables.pxi"
+include "_signature.pxi"
 
 
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
@@ -168,6 +169,83 @@ cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
         return -1
     fp[0] = read_be(p + at + 1, width)
     return 0
+
+
+cdef const uint8_t* msgpack_skip(const uint8_t* p, const uint8_t* end, int depth) noexcept nogil:
+    """The end of the msgpack object at ``p``, or NULL where it is damaged,
+    runs past ``end`` or nests deeper than 64."""
+    cdef uint8_t c
+    cdef size_t n = 0, size = 0, head
+    if p >= end or depth > 64:
+        return NULL
+    c = p[0]
+    if c <= 0x7f or c >= 0xe0 or c == 0xc0 or c == 0xc2 or c == 0xc3:
+        return p + 1
+    if 0xa0 <= c <= 0xbf:
+        size, head = c & 0x1f, 1
+    elif 0x80 <= c <= 0x9f:
+        n, head = (c & 0x0f) * (2 if c < 0x90 else 1), 1
+    elif c == 0xdc or c == 0xde:
+        if end - p < 3:
+            return NULL
+        n, head = read_be(p + 1, 2) * (2 if c == 0xde else 1), 3
+    elif c == 0xdd or c == 0xdf:
+        if end - p < 5:
+            return NULL
+        n, head = read_be(p + 1, 4) * (2 if c == 0xdf else 1), 5
+    elif c == 0xc4 or c == 0xc5 or c == 0xc6 or c == 0xd9 or c == 0xda or c == 0xdb:
+        head = 1 + (1 if c == 0xc4 or c == 0xd9 else 2 if c == 0xc5 or c == 0xda else 4)
+        if <size_t>(end - p) < head:
+            return NULL
+        size = read_be(p + 1, head - 1)
+    elif c == 0xc7 or c == 0xc8 or c == 0xc9:
+        head = 2 + (1 if c == 0xc7 else 2 if c == 0xc8 else 4)
+        if <size_t>(end - p) < head:
+            return NULL
+        size = read_be(p + 1, head - 2)
+    elif c == 0xca or c == 0xcb:  # float 32, 64
+        size, head = 4 if c == 0xca else 8, 1
+    elif 0xcc <= c <= 0xd3:  # uint and int of 1, 2, 4, 8 bytes
+        size, head = 1 << ((c - 0xcc) % 4), 1
+    elif 0xd4 <= c <= 0xd8:  # fixext: a type byte and 1, 2, 4, 8 or 16 bytes
+        size, head = 1 + (1 << (c - 0xd4)), 1
+    else:
+        return NULL
+    if n:
+        p += head
+        while n and p != NULL:
+            p = msgpack_skip(p, end, depth + 1)
+            n -= 1
+        return p
+    if size > <size_t>(end - p) - head:
+        return NULL
+    return p + head + size
+
+
+cdef const uint8_t* value_signature(const uint8_t* p, size_t size) noexcept nogil:
+    """The resemblance signature a document value holds (its 4th item, a
+    msgpack bin of 2 * MINHASH_BINS bytes: see simhashdb.records), or NULL
+    for a value with none (a document stored without text) or a damaged one."""
+    cdef const uint8_t* end = p + size
+    cdef size_t items
+    cdef int i
+    if size < 1:
+        return NULL
+    if 0x90 <= p[0] <= 0x9f:
+        items, p = p[0] & 0x0f, p + 1
+    elif p[0] == 0xdc and size >= 3:
+        items, p = read_be(p + 1, 2), p + 3
+    else:
+        return NULL
+    if items < 4:
+        return NULL
+    for i in range(3):
+        p = msgpack_skip(p, end, 0)
+        if p == NULL:
+            return NULL
+    if end - p < 3 + 2 * MINHASH_BINS or p[0] != 0xc5 or read_be(p + 1, 2) != 2 * MINHASH_BINS:
+        return NULL
+    return p + 3
 
 
 # Growable buffers and sorting
@@ -252,10 +330,13 @@ cdef struct Work:
     MDB_txn* txn
     MDB_dbi docs, fps
     MDB_dbi* tables
+    MDB_dbi* bands          # the band tables (NULL where the database has none)
     Layout* layout
     MDB_cursor* doc_cursor
     MDB_cursor* fp_cursor
     MDB_cursor** table_cursors
+    MDB_cursor* band_cursors[SIGNATURE_BANDS]
+    U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
     bint index_was_empty    # the fingerprint index was empty when the batch began
     bint unlinked           # the batch took documents out of the index
 
@@ -273,6 +354,10 @@ cdef int open_cursors(Work* w) noexcept nogil:
         w.table_cursors[t] = NULL
         if rc == 0:
             rc = mdb_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
+    for t in range(SIGNATURE_BANDS):
+        w.band_cursors[t] = NULL
+        if rc == 0 and w.bands != NULL:
+            rc = mdb_cursor_open(w.txn, w.bands[t], &w.band_cursors[t])
     return rc
 
 
@@ -287,6 +372,9 @@ cdef void close_cursors(Work* w) noexcept nogil:
             if w.table_cursors[t] != NULL:
                 mdb_cursor_close(w.table_cursors[t])
         free(w.table_cursors)
+        for t in range(SIGNATURE_BANDS):
+            if w.band_cursors[t] != NULL:
+                mdb_cursor_close(w.band_cursors[t])
 
 
 # Search: every stored fingerprint within a distance of each probe
@@ -442,6 +530,101 @@ cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
     if rc == MDB_NOTFOUND:
         return 0
     return 1 if rc == 0 else rc
+
+
+# The band tables: table b holds an entry (the text's band key b << 32 | its
+# fingerprint's top 32 bits) while a stored text document has it
+
+cdef long IDENTITY_SPEC[3]  # a one-block "permutation" that leaves an entry as it is
+IDENTITY_SPEC[0], IDENTITY_SPEC[1], IDENTITY_SPEC[2] = 0, 64, 0
+
+
+cdef int note_bands(Work* w, const uint8_t* value, size_t size, uint64_t fp,
+                    bint added) noexcept nogil:
+    """Note the band entries of a document value (none for a document without
+    a signature) as added to or taken from the band tables."""
+    cdef const uint8_t* signature
+    cdef uint32_t keys[SIGNATURE_BANDS]
+    cdef int b, rc = 0
+    if w.bands == NULL:
+        return 0
+    signature = value_signature(value, size)
+    if signature == NULL or signature_bands(signature, keys) == 0:
+        return 0
+    for b in range(SIGNATURE_BANDS):
+        rc = u64_push(&w.band_changes[b], ((<uint64_t>keys[b]) << 32) | (fp >> 32))
+        if rc == 0:
+            rc = u64_push(&w.band_changes[b], added)
+        if rc:
+            return rc
+    return 0
+
+
+cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
+    """1 if a stored document (as the index is now) has band entry ``entry`` in
+    band table ``band``, 0 if none, or an LMDB error."""
+    cdef uint8_t start[8]
+    cdef MDB_val k, v, value
+    cdef uint32_t keys[SIGNATURE_BANDS]
+    cdef const uint8_t* signature
+    cdef int rc
+    write_be(start, (entry & 0xFFFFFFFFULL) << 32, 8)
+    k.mv_size, k.mv_data = 8, start
+    rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0:
+        if k.mv_size != 8:
+            return -30796  # MDB_CORRUPTED
+        if (read_be(<uint8_t*>k.mv_data, 8) >> 32) != (entry & 0xFFFFFFFFULL):
+            return 0
+        rc = g_get(w.txn, w.docs, &v, &value)
+        if rc == 0:
+            signature = value_signature(<uint8_t*>value.mv_data, value.mv_size)
+            if signature != NULL and signature_bands(signature, keys) and \
+                    keys[band] == (entry >> 32):
+                return 1
+        elif rc != MDB_NOTFOUND:
+            return rc
+        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int update_bands(Work* w) noexcept nogil:
+    """Put into the band tables the entries the batch's documents brought, and
+    take out those it took away that no stored document has any more."""
+    cdef U64s* changes
+    cdef size_t n, i, j, added
+    cdef uint64_t entry
+    cdef bint adding
+    cdef int b, rc = 0, held
+    if w.bands == NULL:
+        return 0
+    for b in range(SIGNATURE_BANDS):
+        changes = &w.band_changes[b]
+        n = changes.size // 2
+        if n:
+            rc = sort_records(changes.data, n, 2)
+        i = added = 0
+        while rc == 0 and i < n:
+            entry, adding, j = changes.data[2 * i], False, i
+            while j < n and changes.data[2 * j] == entry:
+                adding = adding or changes.data[2 * j + 1]
+                j += 1
+            if adding:  # gathered at the front (written behind what is read)
+                changes.data[added] = entry
+                added += 1
+            else:
+                held = entry_held(w, b, entry)
+                if held < 0:
+                    rc = held
+                elif held == 0:
+                    rc = delete_table_entries(w.band_cursors[b], &entry, 1)
+            i = j
+        if rc == 0 and added:
+            rc = put_table_entries(w.band_cursors[b], changes.data, added)
+        changes.size = 0
+        if rc:
+            return rc
+    return 0
 
 
 # Writes: documents, the fingerprint index and the tables in step
@@ -632,9 +815,11 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             if rc == 0:
                 if value_fingerprint(&old, &old_fp) != 0:
                     rc = -30796  # MDB_CORRUPTED
-                elif old_fp == docs[i].fp:
-                    changed = False
                 else:
+                    rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
+                if rc == 0 and old_fp == docs[i].fp:
+                    changed = False
+                elif rc == 0:
                     rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
             elif rc == MDB_NOTFOUND:
                 rc = 0
@@ -642,6 +827,8 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                 break
         v.mv_size, v.mv_data = docs[i].value_size, <void*>docs[i].value
         rc = g_cursor_put(w.doc_cursor, &k, &v, MDB_APPEND if appending else 0)
+        if rc == 0:
+            rc = note_bands(w, docs[i].value, docs[i].value_size, docs[i].fp, True)
         if rc == 0 and changed:
             rc = touch(w, touched, docs[i].fp)
             added[fresh] = docs[i]
@@ -682,12 +869,15 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     free(added)
     if rc == 0:
         rc = update_tables(w, touched)
+    if rc == 0:
+        rc = update_bands(w)
     return rc
 
 
 cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noexcept nogil:
     """Remove documents (sorted by key, unique) that are stored."""
     cdef MDB_val k, old
+    cdef uint64_t old_fp
     cdef size_t i
     cdef int rc = 0
     w.index_was_empty, w.unlinked = False, True
@@ -697,6 +887,10 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noex
         if rc == MDB_NOTFOUND:
             rc = 0
             continue
+        if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
+            rc = -30796  # MDB_CORRUPTED
+        if rc == 0:
+            rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
         if rc == 0:
             rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
         if rc == 0:
@@ -704,7 +898,8 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noex
         if rc:
             return rc
         count[0] += 1
-    return update_tables(w, touched)
+    rc = update_tables(w, touched)
+    return rc if rc else update_bands(w)
 
 
 cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
@@ -756,12 +951,15 @@ cdef class Job:
     cdef Doc* docs
     cdef size_t n
     cdef U64s touched
+    cdef U64s band_changes[SIGNATURE_BANDS]
     cdef Hits hits
 
     def __dealloc__(self):
         close_cursors(&self.w)
         free(self.docs)
         free(self.touched.data)
+        for b in range(SIGNATURE_BANDS):
+            free(self.band_changes[b].data)
         free(self.hits.data)
 
 
@@ -771,6 +969,8 @@ cdef class Env:
     cdef MDB_env* env
     cdef MDB_dbi meta, docs, fps
     cdef MDB_dbi tables[MAX_TABLES]
+    cdef MDB_dbi bands[SIGNATURE_BANDS]
+    cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef Layout layout
     cdef readonly bint broken
     cdef bytes path
@@ -784,7 +984,7 @@ cdef class Env:
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, MAX_TABLES + 3)
+        mdb_env_set_maxdbs(self.env, MAX_TABLES + 3 + SIGNATURE_BANDS)
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -854,6 +1054,13 @@ cdef class Env:
                 name = b"table:%03d" % t
                 rc = g_dbi_open(txn, name, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
                                 &self.tables[t])
+        self.has_bands = rc == 0
+        for t in range(SIGNATURE_BANDS):
+            if rc == 0 and self.has_bands:
+                rc = g_dbi_open(txn, b"band:%02d" % t, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
+                                &self.bands[t])
+                if rc == MDB_NOTFOUND and not create:  # made before bands were
+                    rc, self.has_bands = 0, False
         if rc == 0:
             rc = g_txn_commit(txn)
         else:
@@ -941,6 +1148,8 @@ cdef class Txn:
         w.txn = self.txn
         w.docs, w.fps = self.env.docs, self.env.fps
         w.tables = self.env.tables
+        w.bands = self.env.bands if self.env.has_bands else NULL
+        w.band_changes = NULL
         w.layout = &self.env.layout
         w.doc_cursor = w.fp_cursor = NULL
         w.table_cursors = NULL
@@ -1075,6 +1284,21 @@ cdef class Txn:
 
     def table_values(self, Py_ssize_t table):
         """Every fingerprint in permutation table ``table`` (unpermuted), in table order."""
+        return self.entries_of(self.env.tables[table],
+                               self.env.layout.spec + 3 * self.env.layout.blocks * table,
+                               self.env.layout.blocks)
+
+    def band_values(self, Py_ssize_t band):
+        """Every entry (band key << 32 | a fingerprint's top 32 bits) of band
+        table ``band``, in order (none where the database has no band tables)."""
+        from array import array
+        if not self.env.has_bands:
+            return array("Q")
+        return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
+
+    cdef object entries_of(self, MDB_dbi dbi, const long* spec, Py_ssize_t blocks):
+        """The entries of a table (2-byte keys, 6-byte values), unpermuted by
+        ``spec``, in order: an ``array('Q')``."""
         self.check()
         from array import array
         out = array("Q")
@@ -1082,8 +1306,7 @@ cdef class Txn:
         values.data, values.size, values.cap = NULL, 0, 0
         cdef MDB_cursor* cursor
         cdef MDB_val k, v
-        cdef int rc = mdb_cursor_open(self.txn, self.env.tables[table], &cursor)
-        cdef long* spec = self.env.layout.spec + 3 * self.env.layout.blocks * table
+        cdef int rc = mdb_cursor_open(self.txn, dbi, &cursor)
         if rc == 0:
             with nogil:
                 rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
@@ -1093,7 +1316,7 @@ cdef class Txn:
                         break
                     rc = u64_push(&values, unpermute_one(
                         (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6),
-                        spec, self.env.layout.blocks))
+                        spec, blocks))
                     if rc == 0:
                         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
                 mdb_cursor_close(cursor)
@@ -1110,6 +1333,7 @@ cdef class Txn:
         self.check()
         cdef Job job = Job.__new__(Job)
         job.w = self.work()
+        job.w.band_changes = job.band_changes
         if items is not None:
             job.n = len(items)
             job.docs = load_docs(items, with_values)
@@ -1132,6 +1356,60 @@ cdef class Txn:
                 rc = search_many(&job.w, &probes[0], n, distance, flips, &job.hits)
         self.done(rc, "search")
         return self.hits_with_keys(job, n)
+
+    def band_search(self, const uint32_t[::1] bands):
+        """For each query (SIGNATURE_BANDS band keys in ``bands``, query after
+        query), [(key, fingerprint)] of every document whose fingerprint's top
+        32 bits an entry of one of its band keys names: every text document
+        that shares a band with it, and any other of those fingerprints."""
+        cdef Job job = self.job()
+        cdef Py_ssize_t n = bands.shape[0] // SIGNATURE_BANDS, i, b
+        cdef list results = [[] for _ in range(n)]
+        cdef uint64_t first
+        cdef size_t h
+        cdef int rc = 0
+        if n == 0 or not self.env.has_bands:
+            return results
+        with nogil:
+            rc = open_cursors(&job.w)
+            i = 0
+            while rc == 0 and i < n:
+                for b in range(SIGNATURE_BANDS):
+                    first = (<uint64_t>bands[i * SIGNATURE_BANDS + b]) << 32
+                    rc = scan_range(job.w.band_cursors[b], first, first | 0xFFFFFFFFULL, 0, 64,
+                                    IDENTITY_SPEC, 1, i, &job.hits)
+                    if rc:
+                        break
+                i += 1
+            if rc == 0:
+                for h in range(job.hits.size):  # an entry's fingerprint prefix, once a query
+                    job.hits.data[h].fp = (job.hits.data[h].fp & 0xFFFFFFFFULL) << 32
+                dedupe_hits(&job.hits, 0)
+        self.done(rc, "search")
+        self.add_prefix_keys(job, results)
+        return results
+
+    cdef int add_prefix_keys(self, Job job, list results) except -1:
+        """Append to ``results`` (a list per probe) the (key, fingerprint) of
+        every document whose fingerprint starts with a hit's top 32 bits."""
+        cdef size_t i
+        cdef MDB_val k, v
+        cdef uint8_t start[8]
+        cdef uint64_t fp
+        cdef int rc = 0
+        for i in range(job.hits.size):
+            found = results[job.hits.data[i].probe]
+            write_be(start, job.hits.data[i].fp, 8)
+            k.mv_size, k.mv_data = 8, start
+            rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_SET_RANGE)
+            while rc == 0 and k.mv_size == 8:
+                fp = read_be(<uint8_t*>k.mv_data, 8)
+                if (fp >> 32) != (job.hits.data[i].fp >> 32):
+                    break
+                found.append((self._copy(&v), fp))
+                rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_NEXT)
+            self.done(0 if rc == MDB_NOTFOUND else rc, "search")
+        return 0
 
     cdef list hits_with_keys(self, Job job, Py_ssize_t n):
         cdef list results = [[] for _ in range(n)]
@@ -1214,11 +1492,16 @@ cdef class Txn:
         pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
         pairs[2][0], pairs[2][1] = self.env.fps, target.env.fps
         cdef int which
+        cdef bint bands = self.env.has_bands and target.env.has_bands
         with nogil:
             for which in range(3):
                 if rc == 0:
                     rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1],
                                   which == 2)
+            for which in range(SIGNATURE_BANDS if bands else 0):
+                if rc == 0:
+                    rc = copy_dbi(self.txn, self.env.bands[which], target.txn,
+                                  target.env.bands[which], True)
         if rc:
             raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
         cdef Work w = target.work()

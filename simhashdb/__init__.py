@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches
+from .db import DB, Match, Matches, TextMatch
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -64,6 +64,7 @@ __all__ = [
     "KeyNotFoundError",
     "Match",
     "Matches",
+    "TextMatch",
     "ParameterMismatchError",
     "Record",
     "InvalidArgumentError",

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from array import array
-from typing import Any, Iterable, Iterator, Optional, Union
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Union
 
 import msgpack
 
@@ -22,8 +22,9 @@ from .errors import (
     KeyNotFoundError,
     ParameterMismatchError,
 )
+from ._ext import bands
 from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
-from .layout import DEFAULT_EXPECTED_SIZE, MAX_PROBES_PER_TABLE, Layout
+from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks
 from .records import (
     Record,
@@ -42,9 +43,46 @@ from .storage.registry import open_storage
 FORMAT_VERSION = 1
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
-RESEMBLANCE = 0.4  # text methods: a copy with 1 word in 10 edited keeps about this (README)
+THRESHOLD = 0.45  # the text rule's least resemblance (README: Text in, decisions out)
 
-Match = collections.namedtuple("Match", "key fingerprint distance")
+Key = Union[str, bytes, int]
+When = Union[datetime.datetime, int, float]
+RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
+Text = Union[str, bytes]
+TextRecordLike = Union["tuple[Key, Text]", "tuple[Key, Text, Any]"]
+
+
+class Match(NamedTuple):
+    """A stored document near a query: its key, fingerprint, and Hamming
+    distance from the query's fingerprint."""
+
+    key: Key
+    fingerprint: int
+    distance: int
+
+    @property
+    def resemblance(self) -> Optional[float]:
+        """How alike a text match's texts are (estimated word 5-shingle
+        Jaccard similarity, :func:`resemblance`); None for a fingerprint match."""
+        return getattr(self, "_resemblance", None)
+
+
+class TextMatch(Match):
+    """A :class:`Match` found by the text rule: it also has its ``resemblance``
+    (it is still a (key, fingerprint, distance) tuple)."""
+
+    def __new__(cls, key: Key, fingerprint: int, distance: int,
+                resemblance: Optional[float] = None) -> "TextMatch":
+        match = super().__new__(cls, key, fingerprint, distance)
+        match._resemblance = resemblance
+        return match
+
+    def __reduce__(self):
+        return TextMatch, (*self, self.resemblance)
+
+    def __repr__(self):
+        return "TextMatch(key=%r, fingerprint=%r, distance=%r, resemblance=%.3f)" % (
+            *self, self.resemblance)
 
 
 class Matches(list):
@@ -55,13 +93,6 @@ class Matches(list):
     def __init__(self, matches=(), replaced=None):
         super().__init__(matches)
         self.replaced = replaced
-
-
-Key = Union[str, bytes, int]
-When = Union[datetime.datetime, int, float]
-RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
-Text = Union[str, bytes]
-TextRecordLike = Union["tuple[Key, Text]", "tuple[Key, Text, Any]"]
 
 
 class DB:
@@ -267,23 +298,31 @@ class DB:
         for batch in _batches(records, batch_size):
             now = _now()
             encoded = encode_documents(batch, self._storage.max_key_bytes, now)
-
-            def insert(txn):
-                stored = {key: txn.get(key) for key, _, _ in encoded}  # before the batch
-                found = txn.insert_if_new(encoded, d)
-                if refresh:
-                    _restamp(txn, {key: fp for hits in found for key, fp, _ in hits}, now)
-                replaced = []
-                for (key, _, value), hits in zip(encoded, found):
-                    replaced.append(None if hits else stored[key])
-                    if not hits:
-                        stored[key] = value
-                return found, replaced
-
-            found, replaced = self._storage.write(insert)
-            results += [Matches(_matches(hits), old and decode(unpack(key), old))
-                        for (key, _, _), hits, old in zip(encoded, found, replaced)]
+            results += self._store_if_new(encoded, lambda txn: txn.insert_if_new(encoded, d),
+                                          refresh, now)
         return results
+
+    def _store_if_new(self, documents, store_new, refresh, now):
+        """In one transaction: ``store_new(txn)`` stores each of the encoded
+        (key, fingerprint, value) ``documents`` that has no near-duplicate and
+        returns the hits of each; with ``refresh``, the hits are recorded as
+        stored ``now``. Returns a :class:`Matches` per document, with the
+        Record each stored one replaced."""
+        def body(txn):
+            stored = {key: txn.get(key) for key, _, _ in documents}  # before the batch
+            found = store_new(txn)
+            if refresh:
+                _restamp(txn, {hit[0]: hit[1] for hits in found for hit in hits}, now)
+            replaced = []
+            for (key, _, value), hits in zip(documents, found):
+                replaced.append(None if hits else stored[key])
+                if not hits:
+                    stored[key] = value
+            return found, replaced
+
+        found, replaced = self._storage.write(body)
+        return [Matches(_matches(hits), old and decode(unpack(key), old))
+                for (key, _, _), hits, old in zip(documents, found, replaced)]
 
     # Text in, decisions out
 
@@ -306,54 +345,82 @@ class DB:
         return written
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                           html: bool = False) -> list[Match]:
+                           html: bool = False, threshold: Optional[float] = None,
+                           refresh: bool = False) -> Matches:
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
-        document is a near-duplicate of it.
+        document is a near-duplicate of it (the crawler's dedupe step).
 
-        A near-duplicate: a document whose fingerprint is within one bit more
-        than the database's distance and whose word 5-shingles resemble the
-        text's (estimated :func:`resemblance` at least 0.4); where either has
-        no word 5-shingle signature (a document stored by :meth:`insert`, a
-        text of punctuation alone), a fingerprint within the distance.
+        The text rule: the candidates are the stored documents that share a
+        band of the text's resemblance signature (32 bands of 4 of its 128
+        MinHash bins) or whose fingerprint is within the database's distance;
+        a candidate is a near-duplicate when the estimated resemblance of the
+        two texts' word 5-shingles (:func:`resemblance`) is at least
+        ``threshold``; a document stored without a signature (by
+        :meth:`insert`), when its fingerprint is within the distance. The same
+        rule decides :meth:`query_text`, :meth:`find_all` and :meth:`clusters`
+        on documents stored as text, the CLI and :mod:`simhashdb.spark`.
 
+        As :meth:`insert_if_new`, the document stored under ``key`` is a
+        candidate like any other, and the result's ``replaced`` is the Record
+        the text replaced.
+
+        :param float threshold: the least resemblance of a near-duplicate, in
+            [0, 1] (default: 0.45, see README: Text in, decisions out).
+        :param bool refresh: when near-duplicates are found, record them as
+            stored now (so that :meth:`expire` keeps what is still being seen).
         :raises InvalidArgumentError: for a text with nothing to fingerprint.
-
-        :returns: the near-duplicates, as Matches sorted by (distance, key);
-            empty when the text was stored.
+        :returns: :class:`Matches`, the near-duplicates sorted by (distance,
+            key), each with its ``resemblance``; empty when the text was stored.
         """
-        return self.insert_text_if_new_many([(key, text, meta)], html=html)[0]
+        return self.insert_text_if_new_many([(key, text, meta)], html=html, threshold=threshold,
+                                            refresh=refresh)[0]
 
     def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
-                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[list[Match]]:
+                                threshold: Optional[float] = None, refresh: bool = False,
+                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[Matches]:
         """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
         meta)`` record, in order, one transaction per batch; a record is also
         checked against the records stored before it.
 
-        :returns: one list of matches per record.
+        :returns: one :class:`Matches` per record.
         """
+        least = _threshold(threshold)
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            documents = [self._text_document(*_text_record(r), html, now) for r in batch]
+            texts = [self._text_document(*_text_record(r), html, now) for r in batch]
 
-            def body(txn):
+            def store_new(txn):
                 found = []
-                for document, signature in documents:
-                    matches = self._text_matches(txn, document[1], signature)
-                    if not matches:
+                for document, signature in texts:
+                    found += self._text_hits(txn, [document[1]], [signature], least)
+                    if not found[-1]:
                         txn.upsert([document])
-                    found.append(matches)
                 return found
 
-            results += self._storage.write(body)
+            results += self._store_if_new([document for document, _ in texts], store_new,
+                                          refresh, now)
         return results
 
-    def query_text(self, text: Text, *, html: bool = False) -> list[Match]:
+    def query_text(self, text: Text, *, html: bool = False,
+                   threshold: Optional[float] = None) -> list[Match]:
         """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
-        decides), as Matches sorted by (distance, key)."""
-        fp, signature = self._text_fingerprint(text, html)
+        decides), as Matches sorted by (distance, key), each with its
+        ``resemblance``."""
+        return self.query_text_many([text], html=html, threshold=threshold)[0]
+
+    def query_text_many(self, texts: Iterable[Text], *, html: bool = False,
+                        threshold: Optional[float] = None) -> list[list[Match]]:
+        """:meth:`query_text` for each of ``texts``, over one snapshot."""
+        if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
+            raise InvalidArgumentError("expected an iterable of texts, got %s"
+                                       % _ext.shown(texts))
+        least = _threshold(threshold)
+        prints = [self._text_fingerprint(text, html) for text in texts]
         with self._storage.read() as view:
-            return self._text_matches(view, fp, signature)
+            found = self._text_hits(view, [fp for fp, _ in prints], [s for _, s in prints],
+                                    least)
+        return [_matches(hits) for hits in found]
 
     def _text_fingerprint(self, text, html):
         """(fingerprint by the database's recipe, resemblance signature)."""
@@ -392,19 +459,32 @@ class DB:
                                                         self._storage.max_key_bytes, now)[0]
         return (key_bytes, fp, with_signature(value, signature)), signature
 
-    def _text_matches(self, view, fp, signature):
-        """Stored near-duplicates of a text (see :meth:`insert_text_if_new`):
-        candidates one bit past the distance, confirmed by their signatures."""
-        reach = self.distance + 1
-        if self._layout.probes_per_table(reach) > MAX_PROBES_PER_TABLE:
-            reach = self.distance
-        confirmed = []
-        for hit in view.search(_ext.as_fingerprints([fp]), reach)[0]:
-            theirs = stored_signature(view.get(hit[0]))
-            if (resemblance(signature, theirs) >= RESEMBLANCE if theirs and any(signature)
-                    else hit[2] <= self.distance):
-                confirmed.append(hit)
-        return _matches(confirmed)
+    def _text_hits(self, view, fps, signatures, least):
+        """For each text (fingerprint, signature), its near-duplicates by the
+        text rule (see :meth:`insert_text_if_new`) as (key, fingerprint,
+        distance, resemblance or None) hits."""
+        near = view.search(_ext.as_fingerprints(fps), self.distance)
+        ours = [bands(signature) for signature in signatures]
+        asking = [i for i, keys in enumerate(ours) if keys]
+        banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
+            ours[i] for i in asking))))) if asking else {}
+        found = []
+        for i, (fp, signature) in enumerate(zip(fps, signatures)):
+            candidates = {key: (theirs, d) for key, theirs, d in near[i]}
+            for key, theirs in banded.get(i, ()):
+                candidates.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
+            hits = []
+            for key, (theirs, d) in candidates.items():
+                their_signature = stored_signature(view.get(key))
+                if not (ours[i] and their_signature):  # a document stored without text
+                    if d <= self.distance:
+                        hits.append((key, theirs, d, None))
+                elif d <= self.distance or _share_a_band(ours[i], their_signature):
+                    alike = resemblance(signature, their_signature)
+                    if alike >= least:
+                        hits.append((key, theirs, d, alike))
+            found.append(hits)
+        return found
 
     def expire(self, before: When, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove every document stored before ``before`` (a datetime, naive
@@ -676,10 +756,28 @@ class DB:
 
 
 def _matches(hits):
-    """Matches of (key, fingerprint, distance) hits, sorted by (distance, key)."""
-    matches = [Match(unpack(key), fp, d) for key, fp, d in hits]
+    """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
+    fingerprint, distance, resemblance or None) ones, sorted by (distance, key)."""
+    matches = [Match(unpack(hit[0]), *hit[1:3]) if len(hit) == 3 or hit[3] is None
+               else TextMatch(unpack(hit[0]), *hit[1:]) for hit in hits]
     matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
     return matches
+
+
+def _share_a_band(keys, signature):
+    """Whether a text of band keys ``keys`` shares a band with ``signature``'s."""
+    return any(a == b for a, b in zip(keys, bands(signature)))
+
+
+def _threshold(threshold):
+    """A text rule's least resemblance: ``threshold``, checked, or the default."""
+    if threshold is None:
+        return THRESHOLD
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
+            not 0 <= threshold <= 1:
+        raise InvalidArgumentError("threshold must be a number in [0, 1], got %s"
+                                   % _ext.shown(threshold))
+    return threshold
 
 
 def size_of(stats):

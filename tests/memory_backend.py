@@ -13,7 +13,7 @@ import threading
 
 from simhashdb.errors import DatabaseError, DatabaseNotFoundError
 from simhashdb.records import value_fingerprint
-from simhashdb.storage import Storage, Txn, View
+from simhashdb.storage import BANDS, Storage, Txn, View, band_entries
 
 _databases = {}  # path -> _State: what "persists" while the process lives
 
@@ -67,6 +67,22 @@ class MemoryView(View):
     def table_fingerprints(self, table):
         return [self._layout.unpermute(p, table)
                 for p in self._layout.table_values(list(self._state.index), table)]
+
+    def band_search(self, keys):
+        """Every text document's band entries, looked through."""
+        results = []
+        for query in range(len(keys) // BANDS):
+            wanted = keys[query * BANDS:(query + 1) * BANDS]
+            results.append([(key, value_fingerprint(value))
+                            for key, value in sorted(self._state.docs.items())
+                            if any(entry >> 32 == k for entry, k in zip(
+                                band_entries(value, value_fingerprint(value)), wanted))])
+        return results
+
+    def band_entries(self, band):
+        return sorted({entries[band] for entries in (band_entries(v, value_fingerprint(v))
+                                                     for v in self._state.docs.values())
+                       if entries})
 
 
 class MemoryTxn(MemoryView, Txn):

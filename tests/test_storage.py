@@ -15,9 +15,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from simhashdb import DatabaseError, DatabaseNotFoundError, records
+from simhashdb import DatabaseError, DatabaseNotFoundError, _ext, records
 from simhashdb.layout import Layout
-from simhashdb.storage import MAX_KEY_BYTES, Storage
+from simhashdb.storage import BANDS, MAX_KEY_BYTES, Storage, band_entries
 from simhashdb.storage.registry import open_storage
 
 LAYOUT = Layout(5, 3)
@@ -50,6 +50,19 @@ def documents(pairs, now=1000):
     return records.encode_documents([(k, fp) for k, fp in pairs], MAX_KEY_BYTES, now)
 
 
+def texts(pairs, now=1000):
+    """Encoded text documents of (key, fingerprint, signature) triples."""
+    return [(k, fp, records.with_signature(value, signature))
+            for (k, fp, value), (_, _, signature) in zip(documents([p[:2] for p in pairs], now),
+                                                          pairs)]
+
+
+def signature_of(words):
+    """A real signature of a text of ``words``."""
+    return records.unpack(records.with_signature(b"\x93\x00\xc0\x00", __import__(
+        "simhashdb").fingerprint_with_signature(" ".join(words))[1]))[3]
+
+
 def put(storage, pairs):
     storage.write(lambda txn: txn.upsert(documents(pairs)))
 
@@ -72,12 +85,17 @@ def oracle_hits(docs, probe, distance):
 
 
 def assert_agrees(storage, docs):
-    """The storage holds exactly ``docs`` ({key: fingerprint}), index and tables too."""
+    """The storage holds exactly ``docs`` ({key: fingerprint}), index and tables
+    too, and the band entries of its text documents."""
     with storage.read() as view:
         assert view.count() == len(docs)
         assert view.distinct() == len(set(docs.values()))
-        stored = {records.unpack(k): records.value_fingerprint(v) for k, v in view.documents()}
+        values = {records.unpack(k): v for k, v in view.documents()}
+        stored = {k: records.value_fingerprint(v) for k, v in values.items()}
         assert stored == docs
+        entries = [band_entries(v, stored[k]) for k, v in values.items()]
+        for band in range(BANDS):
+            assert sorted(view.band_entries(band)) == sorted({e[band] for e in entries if e})
         groups = {fp: sorted((records.unpack(k) for k in keys), key=key_order)
                   for fp, keys in view.fingerprint_groups()}
         expected = {}
@@ -174,6 +192,45 @@ def test_insert_if_new_sees_what_the_batch_stored_before(opener):
     assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == \
         [["old"], [], ["first"], []]
     assert_agrees(storage, {"old": 0b1111 << 40, "first": 1 << 20, "far": MAX})
+
+
+def test_band_search_finds_every_text_that_shares_a_band(opener):
+    storage, rng = opener(), random.Random(4)
+    vocabulary = ["w%d" % i for i in range(300)]
+    base = [rng.choice(vocabulary) for _ in range(60)]
+    variants = {"base": base}
+    for i in range(12):  # ever more words replaced: fewer and fewer bands shared
+        words = list(base)
+        for j in rng.sample(range(len(words)), 3 * i):
+            words[j] = rng.choice(vocabulary)
+        variants["v%d" % i] = words
+    variants.update({"u%d" % i: [rng.choice(vocabulary) for _ in range(40)] for i in range(8)})
+    variants["short"] = ["one", "two"]
+    signatures = {k: signature_of(words) for k, words in variants.items()}
+    fps = {k: rng.getrandbits(64) for k in variants}
+    fps["twin"], signatures["twin"] = fps["v3"], signatures["v3"]  # entries shared
+    fps["prefix"], signatures["prefix"] = fps["v5"] ^ 1, signatures["u0"]  # a prefix shared
+    storage.write(lambda txn: txn.upsert(texts([(k, fps[k], signatures[k]) for k in fps])))
+    put(storage, [("raw", fps["base"] ^ 7)])  # no signature: never in the band index
+    assert_agrees(storage, dict(fps, raw=fps["base"] ^ 7))
+
+    def shared(a, b):
+        return any(x == y for x, y in zip(_ext.bands(a), _ext.bands(b)))
+
+    for probe, signature in [("base", signatures["base"]), ("v9", signatures["v9"]),
+                             ("short", signatures["short"])]:
+        with storage.read() as view:
+            found = view.band_search(array("I", _ext.bands(signature)))[0]
+        keys = [records.unpack(k) for k, _ in found]
+        assert len(keys) == len(set(keys))
+        expected = {k for k in fps if shared(signature, signatures[k])}
+        assert expected <= set(keys)
+        assert {fp >> 32 for _, fp in found} == {fps[e] >> 32 for e in expected}
+    storage.write(lambda txn: txn.remove([records.encode_key("v3")]))
+    fps_left = {k: fp for k, fp in fps.items() if k != "v3"}
+    assert_agrees(storage, dict(fps_left, raw=fps["base"] ^ 7))  # the twin keeps the entries
+    storage.write(lambda txn: txn.upsert(texts([("twin", fps["twin"], signatures["u1"])])))
+    assert_agrees(storage, dict(fps_left, raw=fps["base"] ^ 7))  # now they are gone
 
 
 def test_a_failed_transaction_writes_nothing(opener):

@@ -84,21 +84,29 @@ def _store(db, key, fp, value):
     store_values(db, [(key, fp, msgpack.packb(value))])
 
 
-def test_candidates_one_bit_past_the_distance_are_confirmed_by_their_signatures(tmp_path):
+def test_candidates_share_a_band_or_the_distance_and_resemblance_confirms_them(tmp_path):
     text, other = texts(2, seed=4)
     fp, signature = simhashdb.fingerprint_with_signature(text)
     _, other_signature = simhashdb.fingerprint_with_signature(other)
-    near, far = fp ^ 0b1111, fp ^ 0b11111  # 4 bits (distance + 1) and 5 bits away
     with simhashdb.DB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
-        _store(db, "same words, 4 bits", near, [near, None, None, signature])
-        also_near = fp ^ (0b1111 << 20)
-        _store(db, "other words, 4 bits", also_near, [also_near, None, None, other_signature])
-        _store(db, "same words, 5 bits", far, [far, None, None, signature])
+        # the same words, however far the fingerprint moved: they share every band
+        far = fp ^ (2**64 - 1)
+        _store(db, "same words, 64 bits", far, [far, None, None, signature])
+        # other words within the distance: a candidate the resemblance turns away
+        _store(db, "other words, 2 bits", fp ^ 0b11, [fp ^ 0b11, None, None, other_signature])
+        # other words far away: no band shared, not a candidate
+        _store(db, "other words, 40 bits", fp ^ (2**40 - 1),
+               [fp ^ (2**40 - 1), None, None, other_signature])
         # stored by fingerprint alone: the exact Hamming contract, within the distance
         db.insert("fingerprint, 3 bits", fp ^ 0b111)
         db.insert("fingerprint, 4 bits", fp ^ 0b1111 << 8)
-        assert [(m.key, m.distance) for m in db.query_text(text)] == [
-            ("fingerprint, 3 bits", 3), ("same words, 4 bits", 4)]
+        found = db.query_text(text)
+        assert [(m.key, m.distance) for m in found] == [
+            ("fingerprint, 3 bits", 3), ("same words, 64 bits", 64)]
+        assert found[0].resemblance is None and found[1].resemblance == 1.0
+        assert db.query_text(text, threshold=1.0) == found
+        assert [m.key for m in db.query_text(other, threshold=0)] == [
+            "other words, 2 bits", "other words, 40 bits"]
 
 
 def test_a_database_keeps_its_recipe_and_text_uses_it(tmp_path):

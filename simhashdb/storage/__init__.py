@@ -21,6 +21,12 @@ The contract:
 - **Fingerprints** are ints in [0, 2**64); batches of probes are uint64 buffers.
 - **Every fingerprint a document has is in the index and in every table**
   while the document is stored; a table holds each distinct fingerprint once.
+- **Bands**: a text document's value holds its resemblance signature
+  (:func:`simhashdb.records.signature`); while it is stored, each of its
+  :data:`BANDS` band keys (:func:`band_entries`) is in the band index, so
+  that :meth:`View.band_search` finds every text document that shares a band
+  with a query. A backend may keep them as it likes; the LMDB backends keep,
+  per band, a sorted table of :func:`band_entries`.
 - **Searches are exact**: every document within the distance asked, at any
   distance the layout answers (above its own distance, by probing every
   prefix within :meth:`Layout.prefix_flips` bits, see :meth:`Layout.probe_ranges`).
@@ -49,9 +55,12 @@ import os
 from abc import ABC, abstractmethod
 from array import array
 
+from .._ext import bands
 from ..errors import DatabaseError
+from ..records import signature
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
+BANDS = 32  # band keys of a text's signature (see ext/_signature.pxi)
 
 
 class View(ABC):
@@ -99,6 +108,18 @@ class View(ABC):
     @abstractmethod
     def table_fingerprints(self, table):
         """The fingerprints stored in permutation table ``table``, in table order."""
+
+    @abstractmethod
+    def band_search(self, keys):
+        """For each query (:data:`BANDS` band keys of ``keys``, a uint32
+        buffer, query after query), the (key, fingerprint) of every stored text
+        document that shares at least one band with it; others may come too
+        (the caller checks), none of them twice."""
+
+    @abstractmethod
+    def band_entries(self, band):
+        """What the band index holds for band ``band``, as :func:`band_entries`
+        gives it: an iterable of ints, for :meth:`DB.check`."""
 
 
 class Txn(View):
@@ -185,6 +206,15 @@ class Storage(ABC):
     @abstractmethod
     def close(self):
         """Release the store; later calls raise DatabaseError."""
+
+
+def band_entries(value, fingerprint):
+    """The band entries of a document value: for each of its :data:`BANDS`
+    band keys, ``key << 32 | the fingerprint's top 32 bits`` (a fingerprint
+    found by its prefix leads to the document); [] for a document with no
+    signature (stored without text, or of a text with no word)."""
+    theirs = signature(value)
+    return [(key << 32) | (fingerprint >> 32) for key in bands(theirs)] if theirs else []
 
 
 def check_process(opened_in):

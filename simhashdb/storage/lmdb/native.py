@@ -188,6 +188,12 @@ class NativeView(View):
     def table_fingerprints(self, table):
         return self._txn.table_values(table)
 
+    def band_search(self, keys):
+        return self._txn.band_search(keys)
+
+    def band_entries(self, band):
+        return self._txn.band_values(band)
+
 
 class NativeTxn(NativeView, Txn):
     """Reads and writes over the native LMDB write transaction."""

@@ -12,13 +12,16 @@ from ... import _ext
 from ...errors import DatabaseError
 from ...layout import MAX_TABLES
 from ...records import value_fingerprint
-from .. import Txn, View
+from .. import BANDS, Txn, View, band_entries
 from .files import LmdbStorage
 
 META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
 
 
 _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
+
+
+BAND_TABLES = [b"band:%02d" % band for band in range(BANDS)]
 
 
 def table_name(table):
@@ -35,7 +38,7 @@ class PyLmdbStorage(LmdbStorage):
     def _open_env(self):
         try:
             self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
-                                  max_dbs=MAX_TABLES + 3, readonly=self.readonly,
+                                  max_dbs=MAX_TABLES + 3 + BANDS, readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)
             self._env.reader_check()
@@ -48,6 +51,14 @@ class PyLmdbStorage(LmdbStorage):
                                         "use another directory" % self.path)
         self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
         self._dbs[FINGERPRINTS] = self._open_db(FINGERPRINTS, dupsort=True)
+        try:
+            for name in BAND_TABLES:
+                self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)
+        except DatabaseError:
+            if not self.readonly:
+                raise
+            for name in BAND_TABLES:  # made before bands were, opened read-only
+                self._dbs.pop(name, None)
         if self._layout is not None:
             self.open_tables(self._layout)
 
@@ -141,6 +152,9 @@ class PyLmdbStorage(LmdbStorage):
                     db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
                     items = source.cursor(self._dbs[name]).iternext()
                     _fill(written.cursor(db), items, dupsort)
+                for name in BAND_TABLES if name in self._dbs else ():
+                    db = self._open_db(name, dupsort=True, dupfixed=True, env=target, txn=written)
+                    _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), True)
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 for table in range(self._layout.tables):
@@ -214,6 +228,39 @@ class PyView(View):
                             for key in self.keys_of(fp)])
         return results
 
+    def band_search(self, keys):
+        dbs = self._storage._dbs
+        results = []
+        for query in range(len(keys) // BANDS):
+            prefixes = set()
+            for band in range(BANDS if BAND_TABLES[0] in dbs else 0):
+                first = keys[query * BANDS + band] << 32
+                entries = _scan(self._cursor(BAND_TABLES[band]), _ext.pack_key(first),
+                                _ext.pack_key(first | 0xFFFFFFFF))
+                prefixes.update(entries[i + 4:i + 8] for i in range(0, len(entries), 8))
+            results.append([found for prefix in sorted(prefixes)
+                            for found in self._with_prefix(prefix)])
+        return results
+
+    def _with_prefix(self, prefix):
+        """(key, fingerprint) of the documents whose fingerprint starts with
+        the 4 bytes ``prefix``."""
+        index = self._cursor(FINGERPRINTS)
+        if not index.set_range(prefix + bytes(4)):
+            return []
+        found = []
+        for fp_bytes, key in index.iternext():
+            if fp_bytes[:4] != prefix:
+                break
+            found.append((key, _ext.unpack_key(fp_bytes)))
+        return found
+
+    def band_entries(self, band):
+        if BAND_TABLES[band] not in self._storage._dbs:
+            return []
+        cursor = self._txn.cursor(self._storage._dbs[BAND_TABLES[band]])
+        return [_ext.unpack_key(k + v) for k, v in cursor.iternext()] if cursor.first() else []
+
     def table_fingerprints(self, table):
         layout = self._storage._layout
         cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
@@ -229,13 +276,15 @@ class PyTxn(PyView, Txn):
 
     def upsert(self, documents):
         latest = {key: (fp, value) for key, fp, value in documents}
-        touched = {}
+        touched, bands = {}, {}
         docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)
         for key in sorted(latest):
             fp, value = latest[key]
             old = docs.get(key)
+            _note_bands(bands, value, fp, True)
             if old is not None:
                 old_fp = value_fingerprint(old)
+                _note_bands(bands, old, old_fp, False)
                 if old_fp == fp:
                     docs.put(key, value)
                     continue
@@ -244,19 +293,44 @@ class PyTxn(PyView, Txn):
             self._touch(fp, touched)
             index.put(_ext.pack_key(fp), key)
         self._update_tables(touched)
+        self._update_bands(bands)
 
     def remove(self, keys):
-        touched = {}
+        touched, bands = {}, {}
         docs = self._cursor(DOCS)
         removed = 0
         for key in sorted(set(keys)):
             old = docs.get(key)
             if old is not None:
                 docs.delete()
+                _note_bands(bands, old, value_fingerprint(old), False)
                 self._unlink(value_fingerprint(old), key, touched)
                 removed += 1
         self._update_tables(touched)
+        self._update_bands(bands)
         return removed
+
+    def _update_bands(self, bands):
+        """Put into the band tables the entries the batch brought ({(band,
+        entry): whether a document brought it}); take out those it took away
+        that no stored document has any more."""
+        if BAND_TABLES[0] not in self._storage._dbs:
+            return
+        for (band, entry), added in sorted(bands.items()):
+            cursor = self._cursor(BAND_TABLES[band])
+            key, value = _ext.pack_key(entry)[:2], _ext.pack_key(entry)[2:]
+            if added:
+                cursor.put(key, value, dupdata=True)
+            elif not self._held(band, entry) and cursor.set_key_dup(key, value):
+                cursor.delete()
+
+    def _held(self, band, entry):
+        """Whether a stored document (as the index is now) has band entry ``entry``."""
+        for key, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
+            entries = band_entries(self._cursor(DOCS).get(key), fp)
+            if entries and entries[band] == entry:
+                return True
+        return False
 
     def _touch(self, fp, touched):
         """Note ``fp`` as changed, first with whether the index had it before."""
@@ -287,6 +361,13 @@ class PyTxn(PyView, Txn):
             for key, value in layout.table_items(removed, table) if removed else ():
                 if cursor.set_key_dup(key, value):
                     cursor.delete()
+
+
+def _note_bands(bands, value, fingerprint, added):
+    """Note the band entries of a document value as brought (``added``) or
+    taken away: {(band, entry): whether a document brings it}."""
+    for band, entry in enumerate(band_entries(value, fingerprint)):
+        bands[band, entry] = bands.get((band, entry), False) or added
 
 
 def _fill(cursor, items, dupsort):

@@ -260,3 +260,118 @@ cdef inline uint64_t find_root(uint64_t* parent, uint64_t x) noexcept nogil:
         parent[x] = parent[parent[x]]
         x = parent[x]
     return x
+
+
+# The text rule's pairs by bands: texts that share a band of their signatures,
+# each pair once (by the first band it shares), kept when their resemblance
+# reaches the threshold. The pairs within the database's distance that share
+# no band come from the fingerprint scan above (see simhashdb.matching).
+
+cdef struct ScoredPairs:
+    uint64_t* pairs  # i, j, i, j, ...
+    double* scores
+    Py_ssize_t length, capacity
+
+
+cdef int push_scored(ScoredPairs* out, uint64_t a, uint64_t b, double score) except -1 nogil:
+    if out.length == out.capacity:
+        out.capacity = 2 * out.capacity + 1024
+        grow(<void**>&out.pairs, 2 * out.capacity * sizeof(uint64_t))
+        grow(<void**>&out.scores, out.capacity * sizeof(double))
+    out.pairs[2 * out.length] = a
+    out.pairs[2 * out.length + 1] = b
+    out.scores[out.length] = score
+    out.length += 1
+    return 0
+
+
+def band_pairs(const unsigned char[::1] signatures, double threshold, int only_band=-1):
+    """The pairs (i, j), i < j, of ``signatures`` (2 * MINHASH_BINS bytes each;
+    all zero for a document without text, which has no bands) that share a
+    band, each once, whose resemblance is at least ``threshold``: a flat
+    ``array('Q')`` [i, j, ...] and an ``array('d')`` of their resemblance.
+
+    With ``only_band`` (a band number), the signatures all share that band (a
+    group that Spark gathered): the pairs whose first shared band it is."""
+    cdef Py_ssize_t size = 2 * MINHASH_BINS, n = signatures.shape[0] // size
+    cdef Py_ssize_t i, a, c, start, end, first
+    cdef int band, earlier
+    cdef uint64_t x, y
+    cdef uint32_t* keys = NULL
+    cdef uint8_t* has = NULL
+    cdef uint64_t* order = NULL
+    cdef uint64_t* scratch = NULL
+    cdef ScoredPairs out
+    cdef double score
+    cdef uint64_t[::1] pair_view
+    cdef double[::1] score_view
+    out.pairs, out.scores, out.length, out.capacity = NULL, NULL, 0, 0
+    if only_band >= SIGNATURE_BANDS or signatures.shape[0] % size:
+        raise InvalidArgumentError("expected signatures of %d bytes and a band below %d"
+                                   % (size, SIGNATURE_BANDS))
+    try:
+        grow(<void**>&keys, (n * SIGNATURE_BANDS + 1) * sizeof(uint32_t))
+        grow(<void**>&has, n + 1)
+        grow(<void**>&order, (n + 1) * sizeof(uint64_t))
+        grow(<void**>&scratch, (n + 1) * sizeof(uint64_t))
+        with nogil:
+            for i in range(n):
+                has[i] = signature_bands(&signatures[i * size], &keys[i * SIGNATURE_BANDS]) != 0
+            for band in range(SIGNATURE_BANDS):
+                if only_band >= 0 and band != only_band:
+                    continue
+                first = 0
+                for i in range(n):  # (band key, index) of each text, by band key
+                    if has[i]:
+                        order[first] = ((<uint64_t>keys[i * SIGNATURE_BANDS + band]) << 32) | i
+                        first += 1
+                if only_band < 0:
+                    radix_sort(order, scratch, first, 1)
+                start = 0
+                while start < first:
+                    end = start + 1
+                    while end < first and (only_band >= 0 or
+                                           (order[end] >> 32) == (order[start] >> 32)):
+                        end += 1
+                    for a in range(start, end):
+                        for c in range(a + 1, end):
+                            x, y = order[a] & 0xFFFFFFFFULL, order[c] & 0xFFFFFFFFULL
+                            for earlier in range(band):  # found by an earlier band
+                                if keys[x * SIGNATURE_BANDS + earlier] == \
+                                        keys[y * SIGNATURE_BANDS + earlier]:
+                                    break
+                            else:
+                                score = signature_resemblance(&signatures[x * size],
+                                                              &signatures[y * size])
+                                if score >= threshold:
+                                    push_scored(&out, x if x < y else y, y if x < y else x,
+                                                score)
+                    start = end
+        pairs, scores = array("Q", [0]) * (2 * out.length), array("d", [0.0]) * out.length
+        if out.length:
+            pair_view, score_view = pairs, scores
+            memcpy(&pair_view[0], out.pairs, 2 * out.length * sizeof(uint64_t))
+            memcpy(&score_view[0], out.scores, out.length * sizeof(double))
+        return pairs, scores
+    finally:
+        free(keys)
+        free(has)
+        free(order)
+        free(scratch)
+        free(out.pairs)
+        free(out.scores)
+
+
+def shares_a_band(const unsigned char[::1] a, const unsigned char[::1] b):
+    """Whether two signatures share a band (False where either has none)."""
+    cdef uint32_t x[SIGNATURE_BANDS]
+    cdef uint32_t y[SIGNATURE_BANDS]
+    cdef int band
+    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    if not signature_bands(&a[0], x) or not signature_bands(&b[0], y):
+        return False
+    for band in range(SIGNATURE_BANDS):
+        if x[band] == y[band]:
+            return True
+    return False

@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, TextMatch
+from .db import DB, Match, Matches, Pair, TextMatch, TextPair
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -64,7 +64,9 @@ __all__ = [
     "KeyNotFoundError",
     "Match",
     "Matches",
+    "Pair",
     "TextMatch",
+    "TextPair",
     "ParameterMismatchError",
     "Record",
     "InvalidArgumentError",

@@ -49,6 +49,8 @@ def cmd_init(args):
 def cmd_import(args):
     """Import records from files, directories or stdin, one transaction per batch."""
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
+    if args.if_new:
+        counts["unchanged"] = 0  # stored under their own key already, unchanged
     stdin_text = "text" if args.key is not None else None  # --key names a text document
     formats = {given: inputs.input_format(given, args.format or (stdin_text if given == "-"
                                                                  else None))
@@ -67,11 +69,15 @@ def cmd_import(args):
             size = len(batch) or 1
             text = bool(batch) and isinstance(batch[0], TextRecord)
             if args.if_new:
-                found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size)
+                found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
+                                                        threshold=args.threshold,
+                                                        refresh=args.refresh)
                              if text else db.insert_if_new_many(batch, batch_size=size,
                                                                 refresh=args.refresh))
                 for (source, line), record, found in zip(where, batch, found_all):
-                    if found:
+                    if found and {m.key for m in found} == {record[0]}:
+                        counts["unchanged"] += 1  # already stored under its key
+                    elif found:
                         counts["near_duplicates"] += 1
                         _emit({"skipped": record[0], "source": source, "line": line,
                                "matches": [_match_json(m) for m in found]})
@@ -134,7 +140,7 @@ def cmd_query(args):
                     _skip(args, skipped, path, fp)
                 else:
                     probes.append((reader.path_key(path), fp))
-                    results.append(db.query_text(data, html=args.html))
+                    results.append(db.query_text(data, html=args.html, threshold=args.threshold))
             _note_skipped(args, skipped)
         else:
             probes = inputs.probes(args.fingerprints or inputs.stdin_lines(), args.format)
@@ -209,8 +215,9 @@ def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar:
-            for key_a, key_b, distance in db.find_all(args.distance):
-                _emit([key_a, key_b, distance], args.output_file)
+            _note_rule(args, db)
+            for pair in db.find_all(args.distance, threshold=args.threshold):
+                _emit(_pair_json(pair), args.output_file)
                 bar.update()
         return
     hashes = _read_hashes(args)
@@ -223,7 +230,8 @@ def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if args.path:
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar:
-            for cluster in db.clusters(args.distance):
+            _note_rule(args, db)
+            for cluster in db.clusters(args.distance, threshold=args.threshold):
                 _emit(cluster, args.output_file)
                 bar.update()
         return
@@ -403,7 +411,25 @@ def _to_json(value):
 
 
 def _match_json(match):
-    return {"key": match.key, "fingerprint": match.fingerprint, "distance": match.distance}
+    out = {"key": match.key, "fingerprint": match.fingerprint, "distance": match.distance}
+    if match.resemblance is not None:
+        out["resemblance"] = round(match.resemblance, 4)
+    return out
+
+
+def _pair_json(pair):
+    """[key_a, key_b, distance], and the resemblance of a pair of texts."""
+    return list(pair) + ([round(pair.resemblance, 4)] if pair.resemblance is not None else [])
+
+
+def _note_rule(args, db):
+    """Say which rule decides a command's pairs in ``db``."""
+    if db.recipe is not None:
+        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+              "fingerprints within %d bits, and a resemblance of at least %g; documents "
+              "stored without text by their distance"
+              % (db.distance, args.threshold if args.threshold is not None
+                 else simhashdb.db.THRESHOLD))
 
 
 def _record_json(record):
@@ -474,6 +500,17 @@ def _duration(text):
         raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
                                          "h, d or w (e.g. 30d)" % text)
     return int(match.group(1)) * SECONDS[match.group(2)]
+
+
+def _fraction(text):
+    """A number in [0, 1] (for --threshold)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("%r is not a number in [0, 1]" % text)
+    return value
 
 
 def _positive(text):
@@ -580,6 +617,12 @@ def build_parser():
         sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                          help="in directories, skip files matching GLOB (repeatable)")
 
+    def threshold(sub, more=""):
+        sub.add_argument("--threshold", type=_fraction, metavar="R",
+                         help="the least resemblance of two texts that are near-duplicates, "
+                              "in [0, 1] (default: %g)%s"
+                              % (simhashdb.db.THRESHOLD, "; " + more if more else ""))
+
     def rooting(sub):
         sub.add_argument("--root", metavar="DIR",
                          help="text documents are keyed by their path relative to DIR "
@@ -600,7 +643,11 @@ def build_parser():
                      help="records per transaction (default: %d)" % DEFAULT_BATCH)
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
-                          "the input; print the skipped ones")
+                          "the input; print the skipped ones. Texts are near-duplicates by "
+                          "the text rule: they share a band of their signatures or their "
+                          "fingerprints are within the distance, and their resemblance is at "
+                          "least --threshold; fingerprints, by their distance")
+    threshold(sub)
     sub.add_argument("--skip-invalid", action="store_true",
                      help="skip malformed lines and report their count")
     sub.add_argument("--refresh", action="store_true",
@@ -613,8 +660,10 @@ def build_parser():
     sub.add_argument("fingerprints", nargs="*", metavar="FP",
                      help="fingerprints, decimal or hex (default: stdin lines)")
     sub.add_argument("--text", action="extend", nargs="+", metavar="FILE",
-                     help="the near-duplicates of these documents (files, directories), as "
-                          "DB.query_text decides: fingerprint and word-shingle resemblance")
+                     help="the near-duplicates of these documents (files, directories) by "
+                          "the text rule (as import --if-new): a shared band of their "
+                          "signatures or fingerprints within the distance, and resemblance")
+    threshold(sub)
     walking(sub)
     rooting(sub)
     sub.add_argument("--format", choices=("dec", "hex"),
@@ -658,6 +707,8 @@ def build_parser():
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
         sub.add_argument("--distance", type=int,
                          help="largest distance (default: the database's, or 3)")
+        threshold(sub, "in a database of texts, pairs of texts are decided by the text rule "
+                       "(as import --if-new), and find-all prints their resemblance last")
         if name == "find-all":
             sub.add_argument("--duplicates", action="store_true",
                              help="with --input, also print [a, a] for a repeated hash")

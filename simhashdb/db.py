@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 import time
+import warnings
 from array import array
 from typing import Any, Iterable, Iterator, NamedTuple, Optional, Union
 
@@ -25,7 +26,7 @@ from .errors import (
 from ._ext import bands
 from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
-from .matching import components, pair_chunks
+from .matching import components, pair_chunks, text_pairs
 from .records import (
     Record,
     decode,
@@ -35,14 +36,17 @@ from .records import (
     signature as stored_signature,
     stored_at,
     unpack,
+    value_fingerprint,
     whole_seconds,
     with_signature,
 )
+from .storage import BANDS, band_entries
 from .storage.registry import open_storage
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: text documents have a band index (simhashdb 0.3)
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
+UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
 THRESHOLD = 0.45  # the text rule's least resemblance (README: Text in, decisions out)
 
 Key = Union[str, bytes, int]
@@ -82,6 +86,38 @@ class TextMatch(Match):
 
     def __repr__(self):
         return "TextMatch(key=%r, fingerprint=%r, distance=%r, resemblance=%.3f)" % (
+            *self, self.resemblance)
+
+
+class Pair(NamedTuple):
+    """Two stored documents near each other (:meth:`DB.find_all`): their keys,
+    in key order, and the Hamming distance of their fingerprints."""
+
+    key_a: Key
+    key_b: Key
+    distance: int
+
+    @property
+    def resemblance(self) -> Optional[float]:
+        """How alike a text pair's texts are (see :attr:`Match.resemblance`);
+        None for a fingerprint pair."""
+        return getattr(self, "_resemblance", None)
+
+
+class TextPair(Pair):
+    """A :class:`Pair` found by the text rule: it also has its ``resemblance``."""
+
+    def __new__(cls, key_a: Key, key_b: Key, distance: int,
+                resemblance: Optional[float] = None) -> "TextPair":
+        pair = super().__new__(cls, key_a, key_b, distance)
+        pair._resemblance = resemblance
+        return pair
+
+    def __reduce__(self):
+        return TextPair, (*self, self.resemblance)
+
+    def __repr__(self):
+        return "TextPair(key_a=%r, key_b=%r, distance=%r, resemblance=%.3f)" % (
             *self, self.resemblance)
 
 
@@ -205,7 +241,41 @@ class DB:
                        "recipe", recipe))
             params["recipe"] = stored = recipe  # an empty database takes the recipe
             storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
+        self._format = params["format"]
+        if self._format < FORMAT_VERSION:
+            self._upgrade(params)
         return layout, stored
+
+    def _upgrade(self, params):
+        """Bring a database made by simhashdb 0.2 (format 1: text documents with
+        signatures, no band index) to this format: build its band index from
+        the stored signatures, in batches."""
+        if self._storage.readonly:
+            warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
+                          "documents are found by their fingerprints alone until it is opened "
+                          "writable once, which builds their band index" % self._storage.path,
+                          UserWarning, stacklevel=4)
+            return
+        if params.get("recipe") is not None:  # only a database of a recipe holds texts
+            warnings.warn("%s was made by simhashdb 0.2: building the band index of its text "
+                          "documents from their signatures (once)" % self._storage.path,
+                          UserWarning, stacklevel=4)
+
+            def index_batch(txn):
+                texts, last = [], None
+                for last, value in itertools.islice(txn.documents(after), UPGRADE_BATCH):
+                    if stored_signature(value):
+                        texts.append((last, value_fingerprint(value), value))
+                txn.upsert(texts)  # as they are: the backend adds their band entries
+                return last
+
+            after = None
+            while True:
+                after = self._storage.write(index_batch)
+                if after is None:
+                    break
+        params["format"] = self._format = FORMAT_VERSION
+        self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
 
     @property
     def distance(self) -> int:
@@ -479,7 +549,7 @@ class DB:
                 if not (ours[i] and their_signature):  # a document stored without text
                     if d <= self.distance:
                         hits.append((key, theirs, d, None))
-                elif d <= self.distance or _share_a_band(ours[i], their_signature):
+                elif d <= self.distance or _ext.shares_a_band(signature, their_signature):
                     alike = resemblance(signature, their_signature)
                     if alike >= least:
                         hits.append((key, theirs, d, alike))
@@ -577,23 +647,41 @@ class DB:
             for key_bytes, value in view.documents():
                 yield decode(unpack(key_bytes), value)
 
-    def find_all(self, distance: Optional[int] = None) -> Iterator[tuple[Key, Key, int]]:
-        """Every pair of stored documents within ``distance`` bits (default: the
-        DB's distance, at most it), as ``(key_a, key_b, distance)`` tuples, each
-        pair once.
+    def find_all(self, distance: Optional[int] = None, *,
+                 threshold: Optional[float] = None) -> Iterator[Pair]:
+        """Every pair of stored documents near each other, each pair once, as
+        :class:`Pair` (key_a, key_b, distance) tuples.
 
-        A generator over one snapshot: it streams pairs (it never holds them
-        all), sees none of the writes made while it runs, and blocks no writer.
-        (Redis keeps no snapshots: there each of its reads sees whole batches,
-        but a batch written meanwhile may be seen by later reads only.)
+        In a database of fingerprints (no recipe), the pairs within
+        ``distance`` bits (default: the DB's distance, at most it). In a
+        database of a recipe, its texts are paired by the text rule (see
+        :meth:`insert_text_if_new`; ``threshold`` as there), as
+        :class:`TextPair` with their ``resemblance``; a document stored without
+        text, by its distance.
+
+        A generator over one snapshot that sees none of the writes made while
+        it runs, and blocks no writer (Redis keeps no snapshots: there each of
+        its reads sees whole batches, but a batch written meanwhile may be seen
+        by later reads only). It streams the pairs of a database of
+        fingerprints; the text rule reads every document's signature first
+        (256 bytes a document in memory).
         """
         d = self._scan_distance(distance)
+        least = _threshold(threshold)
         with self._storage.read() as view:
+            if self.recipe is not None:
+                keys, fps, signatures = _texts(view)
+                for i, j, score in text_pairs(fps, signatures, self._layout, least, d):
+                    key_a, key_b = _ordered(unpack(keys[i]), unpack(keys[j]))
+                    between = _ext.num_differing_bits(fps[i], fps[j])
+                    yield Pair(key_a, key_b, between) if score is None \
+                        else TextPair(key_a, key_b, between, score)
+                return
             values = array("Q")
             for fp, keys in view.fingerprint_groups():
                 values.append(fp)
                 for key_a, key_b in itertools.combinations(_sorted_keys(keys), 2):
-                    yield key_a, key_b, 0
+                    yield Pair(key_a, key_b, 0)
             for pairs in pair_chunks(values, self._layout, d):
                 for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
                     chunk = pairs[start:start + 20000]
@@ -601,23 +689,38 @@ class DB:
 
     @staticmethod
     def _keyed_pairs(view, values, chunk):
-        """The (key_a, key_b, distance) of the fingerprint pairs ``chunk``
-        (positions in ``values``), their keys read at once."""
+        """The Pairs of the fingerprint pairs ``chunk`` (positions in
+        ``values``), their keys read at once."""
         keys = view.keys_of_many({values[i] for i in chunk})
         for p in range(0, len(chunk), 2):
             a, b = values[chunk[p]], values[chunk[p + 1]]
             between = _ext.num_differing_bits(a, b)
             for key_a in _sorted_keys(keys[a]):
                 for key_b in _sorted_keys(keys[b]):
-                    yield _ordered(key_a, key_b) + (between,)
+                    yield Pair(*_ordered(key_a, key_b), between)
 
-    def clusters(self, distance: Optional[int] = None) -> Iterator[list[Key]]:
-        """Connected components of the match graph over documents: lists of keys
-        whose fingerprints link within ``distance`` bits, from one snapshot
-        (on Redis, reads that each see whole batches, as :meth:`find_all`).
-        Each cluster is sorted by key; clusters come in fingerprint order."""
+    def clusters(self, distance: Optional[int] = None, *,
+                 threshold: Optional[float] = None) -> Iterator[list[Key]]:
+        """Connected components of the graph of :meth:`find_all`'s pairs (the
+        text rule in a database of a recipe): lists of keys, each sorted, the
+        clusters in the order of their least fingerprint, from one snapshot
+        (on Redis, reads that each see whole batches, as :meth:`find_all`)."""
         d = self._scan_distance(distance)
+        least = _threshold(threshold)
         with self._storage.read() as view:
+            if self.recipe is not None:
+                keys, fps, signatures = _texts(view)
+                pairs = array("Q")
+                for i, j, _ in text_pairs(fps, signatures, self._layout, least, d):
+                    pairs.extend((i, j))
+                labels = components(len(keys), [pairs])
+                members = collections.defaultdict(list)
+                for i, label in enumerate(labels):
+                    members[label].append(i)
+                groups = sorted((min(fps[i] for i in group), _sorted_keys(keys[i] for i in group))
+                                for group in members.values() if len(group) > 1)
+                yield from (group for _, group in groups)
+                return
             values, multiple = array("Q"), set()
             for fp, keys in view.fingerprint_groups():
                 if len(keys) > 1:
@@ -656,7 +759,7 @@ class DB:
             "blocks": self.blocks,
             "block_widths": list(self._layout.widths),
             "tables": tables,
-            "format": FORMAT_VERSION,
+            "format": self._format,
             "recipe": self.recipe,
             "bytes_per_fingerprint_per_table":
                 size / (distinct * tables) if distinct else 0.0,
@@ -680,6 +783,7 @@ class DB:
         problems = []
         with self._storage.read() as view:
             docs = 0
+            banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
             for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
                 docs += len(chunk)
                 fps = {}
@@ -688,6 +792,9 @@ class DB:
                         fps[key_bytes] = unpack(value)[0]
                     except (DatabaseError, TypeError, IndexError):
                         problems.append("document %r has a damaged record" % (key_bytes,))
+                        continue
+                    for entries, entry in zip(banded, band_entries(value, fps[key_bytes])):
+                        entries.append(entry)
                 indexed = view.keys_of_many(set(fps.values()))
                 for key_bytes, fp in fps.items():
                     if key_bytes not in indexed[fp]:
@@ -709,6 +816,14 @@ class DB:
                     problems.append("table %d has %d entries for %d distinct fingerprints "
                                     "(%d missing, %d extra)"
                                     % (table, len(stored), len(expected), missing, extra))
+            for band, entries in enumerate(banded):
+                expected, stored = set(entries), set(view.band_entries(band))
+                banded[band] = None
+                if stored != expected:
+                    problems.append("band %d has %d entries for the %d of the text documents "
+                                    "(%d missing, %d extra)"
+                                    % (band, len(stored), len(expected),
+                                       len(expected - stored), len(stored - expected)))
         return problems
 
     # Parquet, to and from batch tools (simhashdb.spark); needs pyarrow
@@ -764,9 +879,14 @@ def _matches(hits):
     return matches
 
 
-def _share_a_band(keys, signature):
-    """Whether a text of band keys ``keys`` shares a band with ``signature``'s."""
-    return any(a == b for a, b in zip(keys, bands(signature)))
+def _texts(view):
+    """The (encoded keys, fingerprints, signatures or None) of every document."""
+    keys, fps, signatures = [], array("Q"), []
+    for key, value in view.documents():
+        keys.append(key)
+        fps.append(value_fingerprint(value))
+        signatures.append(stored_signature(value))
+    return keys, fps, signatures
 
 
 def _threshold(threshold):

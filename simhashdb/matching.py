@@ -6,12 +6,15 @@ sharing them are compared, and each pair is reported once, by the first table
 that finds it.
 """
 
+import itertools
 import sys
 from array import array
 
 from . import _ext
 from .errors import InvalidArgumentError
 from .layout import Layout
+
+_SIGNATURE_BYTES = 256  # a text's resemblance signature (simhashdb.fingerprint_with_signature)
 
 
 def find_all(hashes, blocks=None, distance=None, *, number_of_blocks=None, different_bits=None):
@@ -90,6 +93,43 @@ def pair_chunks(values, layout, distance=None, chunk=1 << 20, table=None, sides=
         if pairs is None:
             return
         yield pairs
+
+
+def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
+    """Every pair of documents near each other by the text rule (see
+    :meth:`simhashdb.DB.insert_text_if_new`), each once, as (i, j, resemblance)
+    with i < j positions: two texts that share a band of their ``signatures``
+    or whose ``fingerprints`` are within ``distance`` bits (default: the
+    layout's), when their resemblance is at least ``threshold``; a pair with a
+    document without a signature (None), when within the distance
+    (resemblance None)."""
+    empty = bytes(_SIGNATURE_BYTES)
+    pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), threshold)
+    for p, score in enumerate(scores):
+        yield pairs[2 * p], pairs[2 * p + 1], score
+    values, counts = _ext.unique_sorted(fingerprints)
+    holders = {}
+    for i, fp in enumerate(fingerprints):
+        holders.setdefault(fp, []).append(i)
+
+    def near(i, j):  # documents within the distance: the rest of the rule
+        i, j = min(i, j), max(i, j)
+        a, b = signatures[i], signatures[j]
+        if not (a and b and any(a) and any(b)):
+            yield i, j, None
+        elif not _ext.shares_a_band(a, b):  # those that share one came from the bands
+            score = _ext.resemblance(a, b)
+            if score >= threshold:
+                yield i, j, score
+
+    for value, count in zip(values, counts):
+        for i, j in itertools.combinations(holders[value], 2) if count > 1 else ():
+            yield from near(i, j)
+    for chunk in pair_chunks(values, layout, distance):
+        for p in range(0, len(chunk), 2):
+            for i, j in itertools.product(holders[values[chunk[p]]],
+                                          holders[values[chunk[p + 1]]]):
+                yield from near(i, j)
 
 
 def components(n, chunks):

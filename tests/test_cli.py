@@ -150,9 +150,10 @@ def test_import_if_new_reports_a_key_whose_far_version_replaced_the_stored_one(t
     assert run(capsys, "import", db, data)[0] == 0
     data.write_text('{"key": "u", "fingerprint": 254}\n{"key": "u", "fingerprint": "0xff00"}\n')
     code, out, _ = run(capsys, "import", db, data, "--if-new", "--batch-size", "1")
-    assert out[0]["skipped"] == "u" and out[0]["matches"][0]["distance"] == 1
-    assert out[1] == {"replaced": "u", "source": str(data), "line": 2, "fingerprint_before": 255}
-    assert out[2]["imported"] == 1 and out[2]["near_duplicates"] == 1
+    # u at 1 bit from its stored version is unchanged; at 0xff00, far, it replaces it
+    assert out[0] == {"replaced": "u", "source": str(data), "line": 2, "fingerprint_before": 255}
+    assert out[1]["imported"] == 1 and out[1]["unchanged"] == 1
+    assert out[1]["near_duplicates"] == 0
     assert run(capsys, "get", db, "u")[1][0]["fingerprint"] == 0xff00
 
 

@@ -80,8 +80,8 @@ def test_query_text_takes_several_files_and_directories(tmp_path, capsys, corpus
     assert code == 0
     assert [q["query"] for q in out] == [str(corpus / "b.txt"), str(corpus / "sub" / "a_copy.txt"),
                                          str(corpus / "a.txt")]
-    assert all({"key": q["query"], "fingerprint": q["fingerprint"], "distance": 0} in q["matches"]
-               for q in out)
+    assert all({"key": q["query"], "fingerprint": q["fingerprint"], "distance": 0,
+                "resemblance": 1.0} in q["matches"] for q in out)
 
 
 @storage

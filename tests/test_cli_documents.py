@@ -83,7 +83,8 @@ def test_query_text_reads_compressed_documents_and_skips_the_rest(tmp_path, caps
                          root / "blank.txt")
     assert code == 0 and [q["query"] for q in out] == [str(root / "manual.gz")]
     assert out[0]["matches"][0] == {"key": str(root / "manual.gz"), "distance": 0,
-                                    "fingerprint": simhashdb.fingerprint(texts["manual.gz"])}
+                                    "fingerprint": simhashdb.fingerprint(texts["manual.gz"]),
+                                    "resemblance": 1.0}
     assert "noise.bin: binary" in err and "blank.txt: empty" in err
 
 

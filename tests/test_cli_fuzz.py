@@ -117,7 +117,8 @@ def test_fuzzed_import_exits_as_documented_and_writes_whole_batches(
         assert int(err.split("(")[-1].split()[0]) == sum(stored)
     if code == 0:
         summary = json.loads(out.splitlines()[-1])
-        assert set(summary) == {"imported", "invalid", "near_duplicates", "skipped_files"}
+        assert set(summary) == {"imported", "invalid", "near_duplicates", "skipped_files"} | (
+            {"unchanged"} if if_new else set())
         assert skip_invalid or summary["invalid"] == 0
 
 

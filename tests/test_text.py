@@ -182,3 +182,54 @@ def test_a_refreshed_text_document_keeps_its_signature(tmp_path):
 
 def _raw_value(db, key):
     return stored_value(db, key)
+
+
+def foreign_block(text, foreign, rate, seed=0):
+    """``text`` with a run of ``rate`` of its words' length, from ``foreign``,
+    inserted at one place: new words, which move a fingerprint far."""
+    rng = random.Random(seed)
+    words = text.split(" ")
+    at, start = rng.randrange(len(words)), rng.randrange(len(foreign) // 2)
+    return " ".join(words[:at] + foreign[start:start + int(rate * len(words))] + words[at:])
+
+
+def made_by_0_2(path):
+    """Make the database at ``path`` look as simhashdb 0.2 left it: format 1,
+    no band tables (its text documents kept their signatures)."""
+    import lmdb
+    env = lmdb.open(path, max_dbs=1100)
+    with env.begin(write=True) as txn:
+        for band in range(32):
+            txn.drop(env.open_db(b"band:%02d" % band, txn=txn), delete=True)
+        meta = env.open_db(b"meta", txn=txn)
+        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        params["format"] = 1
+        txn.put(b"params", msgpack.packb(params), db=meta)
+    env.close()
+
+
+@pytest.mark.lmdb_only
+@pytest.mark.usefixtures("backend")
+def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path):
+    docs = texts(8, seed=6)
+    path = str(tmp_path / "old")
+    with simhashdb.DB(path) as db:
+        db.insert_text_many([("k%d" % i, t) for i, t in enumerate(docs)])
+        db.insert("raw", 12345)
+    made_by_0_2(path)
+    foreign = texts(1, seed=7)[0].split(" ")
+    far_edit = [foreign_block(t, foreign, 0.1, i) for i, t in enumerate(docs)]
+    with pytest.warns(UserWarning, match="read-only.*fingerprints alone"):
+        readonly = simhashdb.DB(path, readonly=True)
+    with readonly:
+        assert readonly.stats()["format"] == 1 and readonly.check() == []
+        by_fingerprint = [[m.key for m in found] for found in readonly.query_text_many(far_edit)]
+    with pytest.warns(UserWarning, match="building the band index"):
+        db = simhashdb.DB(path)
+    with db:
+        assert db.stats()["format"] == 2 and db.check() == []
+        by_bands = [[m.key for m in found] for found in db.query_text_many(far_edit)]
+        assert sum(map(len, by_bands)) > sum(map(len, by_fingerprint))
+        assert all(keys in ([], ["k%d" % i]) for i, keys in enumerate(by_bands))
+    with simhashdb.DB(path) as db:  # once
+        assert db.stats()["format"] == 2

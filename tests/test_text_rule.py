@@ -1,0 +1,129 @@
+"""One rule for text everywhere: insert_text_if_new(_many), query_text(_many),
+DB.find_all and DB.clusters on a database of texts, and the CLI's import
+--if-new, query --text, find-all and clusters give the decisions of one
+oracle, a pair at a time: two texts are near-duplicates when they share a
+band of their signatures or their fingerprints are within the database's
+distance, and their resemblance reaches the threshold; a document stored
+without text, when its fingerprint is within the distance."""
+
+import itertools
+import json
+import pathlib
+import random
+import sysconfig
+
+import pytest
+
+import simhashdb
+from simhashdb import _ext, cli
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+DISTANCE, THRESHOLD = 3, 0.45
+STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
+
+
+def corpus(seed=0):
+    """(key, text) of stdlib texts and their copies edited in three ways:
+    words from other texts, a block of another text, words of the same text."""
+    rng = random.Random(seed)
+    paths = sorted(p for p in STDLIB.glob("*.py") if 3000 < p.stat().st_size < 30000)
+    originals = [p.read_text("utf-8") for p in rng.sample(paths, 14)]
+    words = [t.split() for t in originals]
+    docs = [("t%d" % i, t) for i, t in enumerate(originals)]
+    for i, text in enumerate(originals[:10]):
+        own, other = list(words[i]), words[(i + 1) % len(words)]
+        for rate, kind in ((0.02, "foreign"), (0.08, "foreign"), (0.05, "block"),
+                           (0.05, "same"), (0.3, "same")):
+            edited = list(own)
+            count = max(1, int(rate * len(own)))
+            if kind == "block":
+                at = rng.randrange(len(edited))
+                edited[at:at] = other[:count]
+            else:
+                for j in rng.sample(range(len(edited)), count):
+                    edited[j] = rng.choice(other if kind == "foreign" else own)
+            docs.append(("t%d-%s%g" % (i, kind, rate), " ".join(edited)))
+    return docs
+
+
+def oracle(signed, fps):
+    """The near-duplicate pairs of {key: signature or None} by the rule."""
+    near = set()
+    for a, b in itertools.combinations(sorted(fps), 2):
+        d = (fps[a] ^ fps[b]).bit_count()
+        sa, sb = signed[a], signed[b]
+        if sa and sb:
+            if (d <= DISTANCE or _ext.shares_a_band(sa, sb)) and \
+                    simhashdb.resemblance(sa, sb) >= THRESHOLD:
+                near.add((a, b))
+        elif d <= DISTANCE:
+            near.add((a, b))
+    return near
+
+
+@pytest.fixture(scope="module")
+def texts():
+    docs = corpus()
+    prints = {k: simhashdb.fingerprint_with_signature(t) for k, t in docs}
+    raw = {"raw-near": prints["t0"][0] ^ 0b101, "raw-far": prints["t0"][0] ^ (2**40 - 1)}
+    signed = dict({k: s for k, (_, s) in prints.items()}, **dict.fromkeys(raw))
+    fps = dict({k: fp for k, (fp, _) in prints.items()}, **raw)
+    return docs, raw, signed, fps, oracle(signed, fps)
+
+
+def test_the_rule_finds_edited_copies_that_fingerprints_alone_miss(texts):
+    _, _, _, fps, near = texts
+    by_distance = {(a, b) for a, b in near if (fps[a] ^ fps[b]).bit_count() <= DISTANCE}
+    assert len(near) > len(by_distance) + 5  # the bands reach what the distance does not
+    assert ("t0", "t0-foreign0.02") in near and ("t0", "t0-same0.3") not in near
+
+
+def test_every_entry_point_decides_as_the_oracle(texts, tmp_path, capsys):
+    docs, raw, signed, fps, near = texts
+    path = str(tmp_path / "db")
+    with simhashdb.DB(path, distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(docs)
+        db.insert_many(raw.items())
+        pairs = {(p.key_a, p.key_b) for p in db.find_all()}
+        assert pairs == near
+        scored = [p for p in db.find_all() if p.resemblance is not None]
+        assert all(p.resemblance >= THRESHOLD for p in scored) and scored
+        clusters = list(db.clusters())
+        found = db.query_text_many([t for _, t in docs])
+    assert {frozenset(c) for c in clusters} == components(near)
+    for (key, _), matches in zip(docs, found):
+        assert {m.key for m in matches} - {key} == \
+            {b if a == key else a for a, b in near if key in (a, b)}
+    for command, expected in (("find-all", near), ("clusters", components(near))):
+        assert cli.main([command, path]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        if command == "find-all":
+            assert {tuple(line[:2]) for line in lines} == expected
+            assert all(len(line) == 4 for line in lines if line[0] not in raw and
+                       line[1] not in raw)
+        else:
+            assert {frozenset(line) for line in lines} == expected
+
+
+def test_insert_if_new_keeps_what_the_oracle_says_is_new(texts, tmp_path):
+    docs, _, signed, fps, near = texts
+    order = list(docs)
+    random.Random(1).shuffle(order)
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE) as db:
+        found = db.insert_text_if_new_many(order, batch_size=7)
+    kept = []
+    for (key, _), matches in zip(order, found):
+        expected = {k for k in kept if tuple(sorted((k, key))) in near}
+        assert {m.key for m in matches} == expected
+        if not expected:
+            kept.append(key)
+
+
+def components(pairs):
+    groups = {}
+    for a, b in pairs:
+        merged = groups.get(a, {a}) | groups.get(b, {b})
+        for k in merged:
+            groups[k] = merged
+    return {frozenset(g) for g in groups.values()}

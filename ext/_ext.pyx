@@ -822,3 +822,158 @@ TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]
 
 
 include "_match.pxi"
+
+
+# Markup, for recipe 3's reading of HTML (simhashdb.fingerprint.strip_html):
+# each comment, CDATA section, script, style, template or noscript element,
+# tag, and bogus tag (</ not before a letter, <!, <?) becomes one space,
+# scanned in one pass over the UTF-8 bytes (every delimiter is ASCII, so a
+# multi-byte character is never mistaken for one). Markup left open runs to
+# the end of the document. tests/test_html.py holds the same grammar as a
+# regular expression, the oracle this scanner must agree with.
+
+cdef inline bint markup_space(uint8_t c) noexcept nogil:
+    """ASCII white space (\\s of an ASCII regular expression)."""
+    return c == 32 or 9 <= c <= 13
+
+
+cdef inline bint name_end(uint8_t c) noexcept nogil:
+    """What may follow an element's name: [\\t\\n\\r\\f />]."""
+    return c == 9 or c == 10 or c == 13 or c == 12 or c == 32 or c == 47 or c == 62
+
+
+cdef inline bint starts_ci(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                           const char* word) noexcept nogil:
+    """Whether p[i:] starts with the lowercase ASCII ``word``, in any case."""
+    cdef Py_ssize_t j = 0
+    while word[j]:
+        if i + j >= n or (p[i + j] | 0x20 if 65 <= p[i + j] <= 90 else p[i + j]) != word[j]:
+            return False
+        j += 1
+    return True
+
+
+cdef inline Py_ssize_t tag_end(const uint8_t* p, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    """From ``k`` inside a tag, the position of its first '>' outside quotes
+    (a quote left open runs to the end), or ``n``."""
+    cdef uint8_t quote
+    while k < n and p[k] != 62:
+        if p[k] == 34 or p[k] == 39:
+            quote = p[k]
+            k += 1
+            while k < n and p[k] != quote:
+                k += 1
+        k += 1
+    return k if k < n else n
+
+
+cdef Py_ssize_t element_end(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
+                            const char* name, Py_ssize_t length, bint loose) noexcept nogil:
+    """The end of the element ``name`` (lowercase, ``length`` letters) whose
+    start tag begins at ``i``, or -1 where none does (a start tag closed by
+    '/>' is a plain tag). A script or style ends at '</name' before white
+    space, '/' or '>'; a template or noscript (``loose``) at '</ name >' or
+    '</name' with attributes."""
+    cdef Py_ssize_t k = i + 1 + length, m, q
+    if not starts_ci(p, n, i + 1, name) or k >= n or not name_end(p[k]):
+        return -1
+    k = tag_end(p, n, k)
+    if k >= n:
+        return n
+    if p[k - 1] == 47:  # <name .../>
+        return -1
+    m = k + 1
+    while m + 1 < n:
+        if p[m] == 60 and p[m + 1] == 47:
+            if not loose:
+                q = m + 2 + length
+                if starts_ci(p, n, m + 2, name) and q < n and name_end(p[q]):
+                    while q < n and p[q] != 62:
+                        q += 1
+                    return q + 1 if q < n else n
+            else:
+                q = m + 2
+                while q < n and markup_space(p[q]):
+                    q += 1
+                if starts_ci(p, n, q, name):
+                    q += length
+                    while q < n and markup_space(p[q]):
+                        q += 1
+                    if q < n and p[q] == 62:
+                        return q + 1
+                q = m + 2 + length
+                if starts_ci(p, n, m + 2, name) and q < n and name_end(p[q]) and p[q] != 62:
+                    while q < n and p[q] != 62:
+                        q += 1
+                    if q < n:
+                        return q + 1
+        m += 1
+    return n
+
+
+cdef Py_ssize_t markup_end(const uint8_t* p, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    """The end of the markup that starts at ``p[i]`` (a '<'), or -1 where none does."""
+    cdef Py_ssize_t k, m, end
+    if i + 1 >= n:
+        return -1
+    if starts_ci(p, n, i, "<!--"):
+        k = i + 4
+        while k + 1 < n:
+            if p[k] == 45 and p[k + 1] == 45:
+                m = k + 2
+                while m < n and markup_space(p[m]):
+                    m += 1
+                if m < n and p[m] == 62:
+                    return m + 1
+            k += 1
+        return n
+    if starts_ci(p, n, i, "<![cdata["):
+        k = i + 9
+        while k + 2 < n:
+            if p[k] == 93 and p[k + 1] == 93 and p[k + 2] == 62:
+                return k + 3
+            k += 1
+        return n
+    end = element_end(p, n, i, "script", 6, False)
+    if end < 0:
+        end = element_end(p, n, i, "style", 5, False)
+    if end < 0:
+        end = element_end(p, n, i, "template", 8, True)
+    if end < 0:
+        end = element_end(p, n, i, "noscript", 8, True)
+    if end >= 0:
+        return end
+    k = i + 2 if p[i + 1] == 47 else i + 1
+    if k < n and (65 <= p[k] <= 90 or 97 <= p[k] <= 122):
+        k = tag_end(p, n, k + 1)
+        return k + 1 if k < n else n
+    if p[i + 1] == 47 or p[i + 1] == 33 or p[i + 1] == 63:
+        k = i + 2
+        while k < n and p[k] != 62:
+            k += 1
+        return k + 1 if k < n else n
+    return -1
+
+
+def strip_markup(const unsigned char[::1] html):
+    """UTF-8 ``html`` with each piece of markup replaced by one space (see above)."""
+    cdef Py_ssize_t n = html.shape[0], i = 0, start = 0, end, out = 0
+    cdef const uint8_t* p = &html[0] if n else NULL
+    result = bytearray(n)
+    cdef unsigned char[::1] res = result
+    with nogil:
+        while i < n:
+            if p[i] == 60:
+                end = markup_end(p, n, i)
+                if end >= 0:
+                    memcpy(&res[out], p + start, i - start)
+                    out += i - start
+                    res[out] = 32
+                    out += 1
+                    i = start = end
+                    continue
+            i += 1
+        if n:
+            memcpy(&res[out], p + start, n - start)
+        out += n - start
+    return bytes(result[:out])

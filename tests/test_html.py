@@ -2,6 +2,8 @@
 recipes 1 and 2): the same words on any markup that closes what it opens,
 the documented difference on markup left open, and no error on any input."""
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +11,20 @@ from hypothesis import strategies as st
 import simhashdb
 from simhashdb import InvalidArgumentError
 from simhashdb.fingerprint import normalize, tokenize
+
+
+# The grammar of strip_html's native scanner (ext/_ext.pyx: strip_markup) as a
+# regular expression: the oracle the scanner must agree with, byte for byte.
+_MARKUP = re.compile(r"""
+    <!--.*?(?:--\s*>|\Z)                                     # a comment
+  | <!\[CDATA\[.*?(?:\]\]>|\Z)                               # a CDATA section
+  | <(script|style)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
+      (?:(?<!/)>.*?(?:</\1(?=[\t\n\r\f />])[^>]*(?:>|\Z)|\Z)|\Z)  # a script or style (not <style/>)
+  | <(template|noscript)(?=[\t\n\r\f />])(?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*
+      (?:(?<!/)>.*?(?:</(?:\s*\2\s*|\2[\t\n\r\f /][^>]*)>|\Z)|\Z)   # a template or noscript
+  | </?[a-zA-Z](?:"[^"]*(?:"|\Z)|'[^']*(?:'|\Z)|[^>"'])*(?:>|\Z)  # a tag ('>' may sit in quotes)
+  | <[/!?][^>]*(?:>|\Z)                                      # a bogus end tag, declaration, PI
+""", re.ASCII | re.IGNORECASE | re.DOTALL | re.VERBOSE)
 
 
 def words(text):
@@ -169,3 +185,17 @@ def test_markup_html_parser_cannot_read_is_a_clear_error_for_the_old_recipes(mar
     with pytest.raises(InvalidArgumentError, match="cannot be read"):
         simhashdb.html_to_text(markup)
     assert "text" not in markup or "text" in simhashdb.strip_html(markup).split()
+
+
+markup_soup = st.lists(st.sampled_from(list("<>/!?-[]\"'= \t\n\x0b\fabsSxé中&;") + [
+    "<!--", "-->", "<![CDATA[", "]]>", "<script", "</script", "<style", "</style", "<template",
+    "</template", "<noscript", "</noscript", "<SCRIPT", "</Style", "<p", "</p", "</ ",
+    "<scripts", "/>"]), max_size=40).map("".join)
+
+
+@settings(max_examples=2000)
+@given(st.one_of(markup_soup, document))
+def test_the_native_scanner_strips_what_the_grammar_says(markup):
+    expected = _MARKUP.sub(" ", markup)
+    assert simhashdb._ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
+        "utf-8", "surrogatepass") == expected

@@ -1,15 +1,23 @@
-"""A crawl loop that keeps only new content: fetched pages are fingerprinted
-and stored with insert_if_new_many, and near-duplicates are reported as they
-come. Pages go in small batches: each batch is one durable (fsynced)
+"""A crawl loop that keeps only new content, as a crawler would write it:
+each fetched page goes, as HTML, through insert_text_if_new_many, which reads
+its text (markup, scripts and styles dropped), fingerprints it by the
+database's recipe and keeps it unless a stored page is a near-duplicate by
+the text rule (a shared band of their word-shingle signatures, or
+fingerprints within the distance, and a resemblance of at least the
+threshold). Pages go in small batches: each batch is one durable (fsynced)
 transaction, and a page is checked against the pages before it in the batch.
+Near-duplicates found are refreshed, so that expire() forgets only what the
+crawl no longer sees.
 
-The "web" here is local: the Python standard library's files and, where the
-machine has it, /usr/share/doc.
+The "web" here is local: the Python standard library's HTML documentation
+where the machine has it (/usr/share/doc), and its source files, each served
+as a page of one site template.
 
-Usage: python examples/crawler_dedupe.py [--db crawl.db] [--limit N] [--distance K]
+Usage: python examples/crawler_dedupe.py [--db crawl.db] [--limit N]
 """
 
 import argparse
+import html
 import itertools
 import pathlib
 import sysconfig
@@ -18,34 +26,44 @@ import time
 
 import simhashdb
 
+TEMPLATE = ("<!DOCTYPE html><html><head><title>%s</title><style>body{margin:0}</style>"
+            "<script>track('%s')</script></head><body><nav><a href='/'>Home</a> | "
+            "<a href='/index'>Index</a></nav><main><pre>%s</pre></main>"
+            "<footer>Served by the example crawler</footer></body></html>")
+
 
 def pages():
-    """Yield (url, body) for every readable text file of the local corpus."""
-    roots = [pathlib.Path(sysconfig.get_paths()["stdlib"]), pathlib.Path("/usr/share/doc")]
-    for root in roots:
-        if not root.is_dir():
+    """Yield (url, html) for every page of the local web."""
+    docs = pathlib.Path("/usr/share/doc")
+    for path in sorted(docs.rglob("*.html")) if docs.is_dir() else ():
+        try:
+            yield "file://%s" % path, path.read_bytes()
+        except OSError:
             continue
-        for path in sorted(root.rglob("*")):
-            if "site-packages" not in path.parts and path.suffix in (".py", ".txt", ".md", ".rst", ".html") and path.is_file():
-                try:
-                    body = path.read_bytes()
-                except OSError:
-                    continue
-                if len(body) >= 200:
-                    yield "file://%s" % path, body
+    for path in sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        if "site-packages" in path.parts:
+            continue
+        try:
+            source = path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        yield "https://example.org/%s" % path.name, TEMPLATE % (
+            path.name, path.name, html.escape(source))
 
 
-def crawl(db, limit, distance, batch=100):
+def crawl(db, limit, batch=100):
     seen = kept = 0
     start = time.perf_counter()
     fetched = itertools.islice(pages(), limit)
-    while records := [(url, simhashdb.fingerprint(body), {"bytes": len(body)})
+    while records := [(url, body, {"bytes": len(body)})
                       for url, body in itertools.islice(fetched, batch)]:
-        for (url, _, _), found in zip(records, db.insert_if_new_many(records, distance)):
+        records = [r for r in records if simhashdb.strip_html(r[1]).strip()]  # text to read
+        for (url, _, _), found in zip(records, db.insert_text_if_new_many(
+                records, html=True, refresh=True)):
             seen += 1
             if found:
-                print("duplicate  %s\n       of  %s (%d bits)"
-                      % (url, found[0].key, found[0].distance))
+                print("duplicate  %s\n       of  %s (resemblance %.2f)"
+                      % (url, found[0].key, found[0].resemblance or 1.0))
             else:
                 kept += 1
     elapsed = time.perf_counter() - start
@@ -58,12 +76,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", help="database directory (default: a new temporary one)")
     parser.add_argument("--limit", type=int, default=None, help="stop after N pages")
-    parser.add_argument("--distance", type=int, default=3)
     args = parser.parse_args()
     path = args.db or tempfile.mkdtemp(prefix="crawl-") + "/crawl.db"
-    with simhashdb.DB(path, distance=args.distance, recipe=simhashdb.RECIPE) as db:
-        crawl(db, args.limit, args.distance)
-        print("%s holds %d documents" % (path, len(db)))
+    with simhashdb.DB(path, recipe=simhashdb.RECIPE) as db:
+        crawl(db, args.limit)
+        gone = db.expire(time.time() - 30 * 86400)  # pages not seen in 30 days
+        print("%s holds %d documents (%d expired)" % (path, len(db), gone))
 
 
 if __name__ == "__main__":

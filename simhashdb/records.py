@@ -16,9 +16,9 @@ index a document without decoding the rest. Plain records (no metadata) are
 encoded natively (:mod:`simhashdb._records`), to the same bytes.
 """
 
-import collections
 import datetime
 import math
+from typing import Any, NamedTuple, Optional, Union
 
 import msgpack
 
@@ -32,9 +32,14 @@ from .errors import (
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
 
-Record = collections.namedtuple("Record", "key fingerprint meta stored_at", defaults=(None, None))
-Record.__doc__ = """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
-stored, or None for one stored by a simhashdb that did not record it."""
+class Record(NamedTuple):
+    """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
+    stored, or None for one stored by a simhashdb that did not record it."""
+
+    key: Union[str, bytes, int]
+    fingerprint: int
+    meta: Any = None
+    stored_at: Optional[int] = None
 
 
 def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):

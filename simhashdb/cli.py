@@ -60,66 +60,76 @@ def cmd_import(args):
                        "keyed by their path or line")
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
-               recipe=header.get("recipe"), like=header) as db, \
-            _progress(args, "import", unit="B") as bar:
+               recipe=header.get("recipe"), like=header) as db:
         reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
-        batch, where = [], []
-
-        def flush():
-            size = len(batch) or 1
-            text = bool(batch) and isinstance(batch[0], TextRecord)
-            if args.if_new:
-                found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
-                                                        threshold=args.threshold,
-                                                        refresh=args.refresh)
-                             if text else db.insert_if_new_many(batch, batch_size=size,
-                                                                refresh=args.refresh))
-                for (source, line), record, found in zip(where, batch, found_all):
-                    if found and {m.key for m in found} == {record[0]}:
-                        counts["unchanged"] += 1  # already stored under its key
-                    elif found:
-                        counts["near_duplicates"] += 1
-                        _emit({"skipped": record[0], "source": source, "line": line,
-                               "matches": [_match_json(m) for m in found]})
-                    else:
-                        counts["imported"] += 1
-                        if getattr(found, "replaced", None):
-                            _emit({"replaced": record[0], "source": source, "line": line,
-                                   "fingerprint_before": found.replaced.fingerprint})
-            elif text:
-                counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
-            else:
-                counts["imported"] += db.insert_many(batch, batch_size=size)
-            batch.clear()
-            where.clear()
-
-        for source, line, record in reader.records(formats, bar):
-            if isinstance(record, Skipped):
-                _skip(args, counts["skipped_files"], source, record)
-                continue
-            try:
-                if isinstance(record, Exception):
-                    raise record
-                if isinstance(record, TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
-                    raise CliError("this database holds fingerprints made with %r, a recipe "
-                                   "this simhashdb cannot fingerprint text with" % (db.recipe,))
-                simhashdb.check_record((record[0], 0, *record[2:])
-                                       if isinstance(record, TextRecord) else record)
-            except (CliError, simhashdb.SimhashDBError) as exc:
-                if not args.skip_invalid:
-                    raise CliError("%s:%s: %s (%d records were imported before the batch that "
-                                   "held this line; nothing of that batch was written)"
-                                   % (source, line, exc, counts["imported"])) from None
-                counts["invalid"] += 1
-                continue
-            if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):
-                flush()  # a batch goes whole through the text methods or the fingerprint ones
-            batch.append(record)
-            where.append((source, line))
-            if len(batch) >= args.batch_size:
-                flush()
-        flush()
+        try:
+            with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
+                _import(args, db, reader, formats, counts, bar)
+        except KeyboardInterrupt:
+            args.interrupted = "%d records were imported, in batches that were committed" \
+                % counts["imported"]
+            raise
     _emit(counts)
+
+
+def _import(args, db, reader, formats, counts, bar):
+    """Read the records of ``formats`` and store them in batches, counting in ``counts``."""
+    batch, where = [], []
+
+    def flush():
+        size = len(batch) or 1
+        text = bool(batch) and isinstance(batch[0], TextRecord)
+        if args.if_new:
+            found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
+                                                    threshold=args.threshold,
+                                                    refresh=args.refresh)
+                         if text else db.insert_if_new_many(batch, batch_size=size,
+                                                            refresh=args.refresh))
+            for (source, line), record, found in zip(where, batch, found_all):
+                if found and {m.key for m in found} == {record[0]}:
+                    counts["unchanged"] += 1  # already stored under its key
+                elif found:
+                    counts["near_duplicates"] += 1
+                    _emit({"skipped": record[0], "source": source, "line": line,
+                           "matches": [_match_json(m) for m in found]})
+                else:
+                    counts["imported"] += 1
+                    if getattr(found, "replaced", None):
+                        _emit({"replaced": record[0], "source": source, "line": line,
+                               "fingerprint_before": found.replaced.fingerprint})
+        elif text:
+            counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
+        else:
+            counts["imported"] += db.insert_many(batch, batch_size=size)
+        batch.clear()
+        where.clear()
+
+    for source, line, record in reader.records(formats, bar):
+        if isinstance(record, Skipped):
+            _skip(args, counts["skipped_files"], source, record)
+            continue
+        try:
+            if isinstance(record, Exception):
+                raise record
+            if isinstance(record, TextRecord) and db.recipe not in (None, *simhashdb.RECIPES):
+                raise CliError("this database holds fingerprints made with %r, a recipe "
+                               "this simhashdb cannot fingerprint text with" % (db.recipe,))
+            simhashdb.check_record((record[0], 0, *record[2:])
+                                   if isinstance(record, TextRecord) else record)
+        except (CliError, simhashdb.SimhashDBError) as exc:
+            if not args.skip_invalid:
+                raise CliError("%s:%s: %s (%d records were imported before the batch that "
+                               "held this line; nothing of that batch was written)"
+                               % (source, line, exc, counts["imported"])) from None
+            counts["invalid"] += 1
+            continue
+        if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):
+            flush()  # a batch goes whole through the text methods or the fingerprint ones
+        batch.append(record)
+        where.append((source, line))
+        if len(batch) >= args.batch_size:
+            flush()
+    flush()
 
 
 def cmd_query(args):
@@ -588,21 +598,25 @@ def build_parser():
 
     def command(name, example, path=True):
         handler = globals()["cmd_" + name.replace("-", "_")]
-        sub = commands.add_parser(name, parents=[common], help=handler.__doc__.splitlines()[0],
+        summary = " ".join(handler.__doc__.split()).split(". ")[0].rstrip(".")
+        sub = commands.add_parser(name, parents=[common], help=summary,
                                   description=handler.__doc__,
                                   epilog="Example:\n  " + example,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         if path:
-            sub.add_argument("path", metavar="PATH", help="the database directory")
+            sub.add_argument("path", metavar="PATH",
+                             help="the database: a directory, or redis://host:port/name")
         sub.set_defaults(handler=handler)
         return sub
 
     def creation(sub):
-        sub.add_argument("--distance", dest="create_distance", type=int,
-                         help="largest query distance of a new database (default: 3)")
-        sub.add_argument("--blocks", dest="create_blocks", type=int,
+        sub.add_argument("--distance", dest="create_distance", type=int, metavar="K",
+                         help="the distance a new database is built for: queries up to it "
+                              "cost one range a table, beyond it more (default: 3)")
+        sub.add_argument("--blocks", dest="create_blocks", type=int, metavar="M",
                          help="blocks of a new database (default: chosen from distance)")
         sub.add_argument("--expected-size", dest="create_expected_size", type=int,
+                         metavar="N",
                          help="documents expected, to choose blocks (default: 10,000,000)")
 
     sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe " + simhashdb.RECIPE)
@@ -669,8 +683,9 @@ def build_parser():
     sub.add_argument("--format", choices=("dec", "hex"),
                      help="how fingerprints are written (default: decimal if all are digits "
                           "only, else hex)")
-    sub.add_argument("--distance", type=int,
-                     help="at most the database's distance (fingerprints, not --text)")
+    sub.add_argument("--distance", type=int, metavar="K",
+                     help="query fingerprints at any distance, exactly (default: the "
+                          "database's; above it a query probes more prefixes); not for --text")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
 
     for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),
@@ -769,8 +784,9 @@ def main(argv=None):
         if args.debug:
             raise
         _silence_stdout()
-        print("simhashdb-cli: interrupted: every batch committed before stays in the database; "
-              "the rest was not written", file=sys.stderr)
+        print("simhashdb-cli: interrupted: %s; every batch committed before stays in the "
+              "database, the rest was not written"
+              % getattr(args, "interrupted", "nothing more was written"), file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:

@@ -95,9 +95,9 @@ class Reader:
                 continue
             for path, data in self.documents([given]):
                 source = "<stdin>" if path == "-" else path
+                if progress is not None:
+                    progress.update(_size(path))
                 if not isinstance(data, Skipped):
-                    if progress is not None:
-                        progress.update(len(data))
                     fp = self.fingerprint_of(data)
                     data = fp if isinstance(fp, Skipped) else data
                 if isinstance(data, Skipped):
@@ -118,6 +118,14 @@ class Reader:
                         else Skipped("not a regular file")
             else:
                 yield given, read_text(given)
+
+    def size(self, inputs):
+        """The bytes of the files ``inputs`` name (walked directories too), or
+        None where one is stdin: what :meth:`records` reports as progress."""
+        if "-" in inputs:
+            return None
+        return sum(_size(path) for given in inputs
+                   for path in (self._walk(given) if os.path.isdir(given) else [given]))
 
     def fingerprint_of(self, data):
         """The fingerprint of a document's text, or Skipped where it has no text
@@ -401,6 +409,14 @@ def _complete_lines(head):
     """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
     lines = head[:PEEK].splitlines()
     return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
+
+
+def _size(path):
+    """The size of a file (0 for stdin, or one that cannot be read)."""
+    try:
+        return os.path.getsize(path) if path != "-" else 0
+    except OSError:
+        return 0
 
 
 def _is_regular(path):

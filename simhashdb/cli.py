@@ -167,7 +167,8 @@ def cmd_delete(args):
     texts = args.keys or inputs.stdin_lines()
     with _open(args.path, args) as db:
         keys = [_stored_key(db, text, args) for text in texts]
-        _emit({"deleted": db.delete_many(keys), "requested": len(keys)})
+        missing = [text for text, key in zip(texts, keys) if key not in db]
+        _emit({"deleted": db.delete_many(keys), "requested": len(keys), "not_found": missing})
 
 
 def cmd_get(args):
@@ -393,18 +394,28 @@ def _spark_value(value):
 
 def _stored_key(db, text, args):
     """The key ``text`` names: a str with --str-keys; else for digits, the int
-    key where one is stored, the str key where only that is (noted if both)."""
-    if args.str_keys or not re.fullmatch(r"-?[0-9]{1,20}", text):
+    key where one is stored, the str key where only that is (noted if both);
+    else the str key, or the key ``import`` made of that path (absolute, and
+    ``PATH:LINE`` for a line of a file), where only that is stored."""
+    if args.str_keys:
         return text
-    number = int(text)
-    try:
-        has_int = number in db
-    except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
+    if re.fullmatch(r"-?[0-9]{1,20}", text):
+        number = int(text)
+        try:
+            has_int = number in db
+        except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
+            return text
+        if has_int and text in db:
+            _note(args, "both the int key %s and the str key %r are stored; this is the int one "
+                  "(--str-keys for the other)" % (text, text))
+        return number if has_int or text not in db else text
+    if text in db:
         return text
-    if has_int and text in db:
-        _note(args, "both the int key %s and the str key %r are stored; this is the int one "
-              "(--str-keys for the other)" % (text, text))
-    return number if has_int or text not in db else text
+    path, _, line = text.rpartition(":")
+    for file, suffix in ((text, ""), (path, ":" + line)) if line.isdigit() else ((text, ""),):
+        if file and os.path.exists(file) and os.path.abspath(file) + suffix in db:
+            return os.path.abspath(file) + suffix
+    return text
 
 
 # Output

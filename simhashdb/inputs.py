@@ -3,8 +3,8 @@
 
 Formats of an input (``"-"`` is standard input):
 
-- ``dec`` / ``hex``: one fingerprint a line, keyed by its line number (by
-  ``file:line`` where several inputs are read at once);
+- ``dec`` / ``hex``: one fingerprint a line, keyed ``file:line`` (the file's
+  path as a text document's; from stdin, by the line number alone);
 - ``jsonl``: one object a line, with ``"key"`` (or ``"path"``, keyed as a
   file would be), ``"fingerprint"`` (an int, or a string of digits) or
   ``"text"``, and optionally ``"meta"`` and ``"stored_at"``; the header line
@@ -91,7 +91,7 @@ class Reader:
         (a tqdm-like bar) is updated with the bytes read."""
         for given, fmt in formats.items():
             if fmt != "text":
-                yield from self._line_records(given, fmt, progress, len(formats) > 1)
+                yield from self._line_records(given, fmt, progress)
                 continue
             for path, data in self.documents([given]):
                 source = "<stdin>" if path == "-" else path
@@ -150,7 +150,7 @@ class Reader:
                     raise InputError("%s is not under --root %s" % (path, self.root))
         return (self.key_prefix or "") + key
 
-    def _line_records(self, given, fmt, progress, several):
+    def _line_records(self, given, fmt, progress):
         source = "<stdin>" if given == "-" else given
         with open_input(given) as stream:
             for number, raw in enumerate(stream, 1):
@@ -166,9 +166,13 @@ class Reader:
                             continue  # the header of an export
                     else:
                         fp = parse_fingerprint(line, fmt, "line")
-                        key = "%s:%d" % (given, number) if several else number
-                        record = (key if self.key_prefix is None else
-                                  "%s%s" % (self.key_prefix, key), fp)
+                        if given != "-":
+                            key = "%s:%d" % (self.path_key(given), number)
+                        elif self.key_prefix is None:
+                            key = number
+                        else:
+                            key = "%s%d" % (self.key_prefix, number)
+                        record = key, fp
                 except SimhashDBError as exc:
                     record = exc
                 yield source, number, record
@@ -229,10 +233,11 @@ def input_format(given, fmt=None):
         lines = [line.strip() for line in stream if line.strip()]
     if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
-    if lines and all(DEC_BYTES.fullmatch(line) for line in lines):
-        return "dec"
-    if lines and all(DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line) for line in lines):
-        return values_format(lines) or "dec or hex"
+    numbers = [line for line in lines if DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line)]
+    if len(numbers) >= max(1, 0.9 * len(lines)):  # a list of fingerprints, maybe a bad line
+        if len(numbers) == len(lines) and all(DEC_BYTES.fullmatch(line) for line in lines):
+            return "dec"
+        return values_format(numbers) or "dec or hex"
     if given == "-":
         raise InputError("cannot tell the format of stdin from its first lines; name it "
                          "(--format)")

@@ -49,24 +49,27 @@ def test_every_command_has_help_with_an_example(capsys):
 
 
 @storage
-def test_dec_import_query_get_delete(tmp_path, capsys):
+def test_dec_import_query_get_delete(tmp_path, capsys, monkeypatch):
     db = tmp_path / "x.db"
     hashes = tmp_path / "h.txt"
     hashes.write_text("1\n3\n7\n\n1099511627776\n")
     assert run(capsys, "init", db, "--distance", "3", "--blocks", "5")[0] == 0
     code, out, _ = run(capsys, "import", db, hashes)
     assert code == 0 and out == [{"imported": 4, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}]
+    line = str(hashes) + ":%d"  # a line's key carries its file, so two imports never collide
     code, out, _ = run(capsys, "query", db, "2", "0x7", "--distance", "1")
-    assert out == [{"query": 2, "matches": [{"key": 2, "fingerprint": 3, "distance": 1}]},
-                   {"query": 7, "matches": [{"key": 3, "fingerprint": 7, "distance": 0},
-                                            {"key": 2, "fingerprint": 3, "distance": 1}]}]
-    got = run(capsys, "get", db, "5")[1]
+    assert out == [{"query": 2, "matches": [{"key": line % 2, "fingerprint": 3, "distance": 1}]},
+                   {"query": 7, "matches": [{"key": line % 3, "fingerprint": 7, "distance": 0},
+                                            {"key": line % 2, "fingerprint": 3, "distance": 1}]}]
+    monkeypatch.chdir(tmp_path)  # get and delete take the path as given to import, or absolute
+    got = run(capsys, "get", db, "h.txt:5")[1]
     assert [{k: v for k, v in g.items() if k != "stored_at"} for g in got] == \
-        [{"key": 5, "fingerprint": 1 << 40, "meta": None}]
+        [{"key": line % 5, "fingerprint": 1 << 40, "meta": None}]
     assert abs(got[0]["stored_at"] - time.time()) < 60
-    assert run(capsys, "delete", db, "1", "2", "99")[1] == [{"deleted": 2, "requested": 3}]
-    code, _, err = run(capsys, "get", db, "1")
-    assert code == 1 and "no document with key '1'" in err
+    assert run(capsys, "delete", db, "h.txt:1", line % 2, "h.txt:99")[1] == [
+        {"deleted": 2, "requested": 3, "not_found": ["h.txt:99"]}]
+    code, _, err = run(capsys, "get", db, line % 1)
+    assert code == 1 and "no document with key" in err
     assert run(capsys, "stats", db)[1][0]["count"] == 2
     assert run(capsys, "check", db)[1] == [{"problems": []}]
 

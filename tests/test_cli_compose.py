@@ -125,7 +125,8 @@ def test_format_is_never_guessed_when_given_and_guessed_from_more_than_one_line(
         assert str(numbers) in handle and 1 not in handle
     code, out, _ = run(capsys, "import", db, numbers)
     with simhashdb.DB(str(db)) as handle:
-        assert handle.get(1).fingerprint == 2024 and handle.get(2).fingerprint == 2025
+        assert handle.get(str(numbers) + ":1").fingerprint == 2024
+        assert handle.get(str(numbers) + ":2").fingerprint == 2025
 
 
 @storage
@@ -156,7 +157,7 @@ def test_get_and_delete_find_str_keys_made_of_digits(tmp_path, capsys):
     assert run(capsys, "get", db, "7", "--str-keys")[1][0]["key"] == "7"
     assert run(capsys, "get", db, "9" * 30)[0] == 1
     assert run(capsys, "delete", db, "2024", "-5", "7", "99")[1] == \
-        [{"deleted": 3, "requested": 4}]
+        [{"deleted": 3, "requested": 4, "not_found": ["99"]}]
     with simhashdb.DB(str(db)) as handle:
         assert [r.key for r in handle] == ["7"]
 

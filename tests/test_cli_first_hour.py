@@ -62,3 +62,20 @@ def test_progress_knows_the_bytes_of_named_files(tmp_path):
     reader = inputs.Reader(include=["*.txt"])
     assert reader.size([str(tmp_path / "a.txt"), str(tmp_path / "d")]) == 150
     assert reader.size(["-"]) is None
+
+
+def test_a_list_of_fingerprints_with_a_bad_line_is_an_error_naming_the_line(tmp_path, capsys):
+    hashes = tmp_path / "h.txt"
+    hashes.write_text("".join("%d\n" % (i * 7919) for i in range(1, 20)) + "12x4\n")
+    code, _, err = run(capsys, "import", tmp_path / "db", hashes)
+    assert code == 1 and "h.txt:20: line '12x4' is not a" in err
+    with simhashdb.DB(str(tmp_path / "db")) as db:
+        assert len(db) == 0
+
+
+def test_line_keys_of_two_files_never_collide(tmp_path, capsys):
+    for name, values in (("a.txt", "1\n2\n"), ("b.txt", "3\n4\n")):
+        (tmp_path / name).write_text(values)
+        assert run(capsys, "import", tmp_path / "db", tmp_path / name)[0] == 0
+    with simhashdb.DB(str(tmp_path / "db")) as db:
+        assert len(db) == 4 and db.get(str(tmp_path / "b.txt") + ":1").fingerprint == 3

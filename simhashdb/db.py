@@ -30,8 +30,10 @@ from .matching import components, pair_chunks, text_pairs
 from .records import (
     Record,
     decode,
+    decode_key,
     encode_documents,
     encode_key,
+    is_digest,
     restamped,
     signature as stored_signature,
     stored_at,
@@ -388,10 +390,10 @@ class DB:
                 replaced.append(None if hits else stored[key])
                 if not hits:
                     stored[key] = value
-            return found, replaced
+            return found, replaced, _names(txn, found)
 
-        found, replaced = self._storage.write(body)
-        return [Matches(_matches(hits), old and decode(unpack(key), old))
+        found, replaced, names = self._storage.write(body)
+        return [Matches(_matches(hits, names), old and decode(decode_key(key, old), old))
                 for (key, _, _), hits, old in zip(documents, found, replaced)]
 
     # Text in, decisions out
@@ -490,7 +492,8 @@ class DB:
         with self._storage.read() as view:
             found = self._text_hits(view, [fp for fp, _ in prints], [s for _, s in prints],
                                     least)
-        return [_matches(hits) for hits in found]
+            names = _names(view, found)
+        return [_matches(hits, names) for hits in found]
 
     def _text_fingerprint(self, text, html):
         """(fingerprint by the database's recipe, resemblance signature)."""
@@ -611,15 +614,22 @@ class DB:
         range per table; above it, one per prefix within a few bits of the
         probe's (see README: queries above the built distance)."""
         d = self._query_distance(distance)
-        return [_matches(hits) for hits in
-                self._storage.search(_ext.as_fingerprints(fingerprints), d)]
+        found = self._storage.search(_ext.as_fingerprints(fingerprints), d)
+        if not any(is_digest(hit[0]) for hits in found for hit in hits):
+            names = _names(None, found)
+        else:  # long keys are in their documents: the ones still stored now
+            with self._storage.read() as view:
+                names = _names(view, found)
+            found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
+        return [_matches(hits, names) for hits in found]
 
     def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
         key_bytes = encode_key(key, self._storage.max_key_bytes)
         with self._storage.read() as view:
             value = view.get(key_bytes)
-        return None if value is None else decode(key, value)
+        record = None if value is None else decode(key, value)
+        return record if record is None or record.key == key else None  # a digest's other key
 
     def __getitem__(self, key: Key) -> Record:
         """The Record of ``key``; KeyNotFoundError (a KeyError) if there is none."""
@@ -645,7 +655,7 @@ class DB:
         meanwhile may come or not)."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
-                yield decode(unpack(key_bytes), value)
+                yield decode(decode_key(key_bytes, value), value)
 
     def find_all(self, distance: Optional[int] = None, *,
                  threshold: Optional[float] = None) -> Iterator[Pair]:
@@ -672,7 +682,7 @@ class DB:
             if self.recipe is not None:
                 keys, fps, signatures = _texts(view)
                 for i, j, score in text_pairs(fps, signatures, self._layout, least, d):
-                    key_a, key_b = _ordered(unpack(keys[i]), unpack(keys[j]))
+                    key_a, key_b = _ordered(keys[i], keys[j])
                     between = _ext.num_differing_bits(fps[i], fps[j])
                     yield Pair(key_a, key_b, between) if score is None \
                         else TextPair(key_a, key_b, between, score)
@@ -680,7 +690,7 @@ class DB:
             values = array("Q")
             for fp, keys in view.fingerprint_groups():
                 values.append(fp)
-                for key_a, key_b in itertools.combinations(_sorted_keys(keys), 2):
+                for key_a, key_b in itertools.combinations(_sorted_keys(view, keys), 2):
                     yield Pair(key_a, key_b, 0)
             for pairs in pair_chunks(values, self._layout, d):
                 for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
@@ -695,8 +705,8 @@ class DB:
         for p in range(0, len(chunk), 2):
             a, b = values[chunk[p]], values[chunk[p + 1]]
             between = _ext.num_differing_bits(a, b)
-            for key_a in _sorted_keys(keys[a]):
-                for key_b in _sorted_keys(keys[b]):
+            for key_a in _sorted_keys(view, keys[a]):
+                for key_b in _sorted_keys(view, keys[b]):
                     yield Pair(*_ordered(key_a, key_b), between)
 
     def clusters(self, distance: Optional[int] = None, *,
@@ -717,7 +727,8 @@ class DB:
                 members = collections.defaultdict(list)
                 for i, label in enumerate(labels):
                     members[label].append(i)
-                groups = sorted((min(fps[i] for i in group), _sorted_keys(keys[i] for i in group))
+                groups = sorted((min(fps[i] for i in group),
+                                 sorted((keys[i] for i in group), key=_key_order))
                                 for group in members.values() if len(group) > 1)
                 yield from (group for _, group in groups)
                 return
@@ -739,7 +750,7 @@ class DB:
                         group.insert(0, label)
                 keys = view.keys_of_many({values[i] for group in groups for i in group})
                 for group in groups:
-                    yield _sorted_keys([k for i in group for k in keys[values[i]]])
+                    yield _sorted_keys(view, [k for i in group for k in keys[values[i]]])
 
     def stats(self) -> dict:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -799,7 +810,7 @@ class DB:
                 for key_bytes, fp in fps.items():
                     if key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (unpack(key_bytes), fp))
+                                        "fingerprint index" % (key_bytes, fp))
             distinct, indexed = array("Q"), 0
             for fp, keys in view.fingerprint_groups():
                 distinct.append(fp)
@@ -870,20 +881,34 @@ class DB:
         return distance
 
 
-def _matches(hits):
+def _names(view, found):
+    """{stored key: key} of the keys of ``found`` (lists of hits): a long key's
+    digest is read from its document in ``view`` (None where none is stored)."""
+    names = {}
+    for hits in found:
+        for hit in hits:
+            if hit[0] not in names:
+                value = view.get(hit[0]) if is_digest(hit[0]) else None
+                names[hit[0]] = None if is_digest(hit[0]) and value is None \
+                    else decode_key(hit[0], value)
+    return names
+
+
+def _matches(hits, names):
     """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
-    fingerprint, distance, resemblance or None) ones, sorted by (distance, key)."""
-    matches = [Match(unpack(hit[0]), *hit[1:3]) if len(hit) == 3 or hit[3] is None
-               else TextMatch(unpack(hit[0]), *hit[1:]) for hit in hits]
+    fingerprint, distance, resemblance or None) ones, their keys as ``names``
+    says, sorted by (distance, key)."""
+    matches = [Match(names[hit[0]], *hit[1:3]) if len(hit) == 3 or hit[3] is None
+               else TextMatch(names[hit[0]], *hit[1:]) for hit in hits]
     matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
     return matches
 
 
 def _texts(view):
-    """The (encoded keys, fingerprints, signatures or None) of every document."""
+    """The (keys, fingerprints, signatures or None) of every document."""
     keys, fps, signatures = [], array("Q"), []
     for key, value in view.documents():
-        keys.append(key)
+        keys.append(decode_key(key, value))
         fps.append(value_fingerprint(value))
         signatures.append(stored_signature(value))
     return keys, fps, signatures
@@ -953,8 +978,9 @@ def _key_order(key):
     return (isinstance(key, bytes), isinstance(key, str), key)
 
 
-def _sorted_keys(encoded_keys):
-    return sorted((unpack(k) for k in encoded_keys), key=_key_order)
+def _sorted_keys(view, encoded_keys):
+    return sorted((decode_key(k, view.get(k) if is_digest(k) else None) for k in encoded_keys),
+                  key=_key_order)
 
 
 def _ordered(a, b):

@@ -3,13 +3,17 @@ read back. Every part of simhashdb that writes or reads a document calls this
 module; backends read no more of a value than its leading fingerprint
 (:func:`value_fingerprint`).
 
-A key is ``msgpack(key)`` (a str, bytes or int; at most the backend's
-``max_key_bytes``). A document value is a msgpack array:
+A key is ``msgpack(key)`` (a str, bytes or int). A key longer than the
+backend's ``max_key_bytes`` encoded is stored under its digest (a msgpack
+extension of type 1: the first 20 bytes of its SHA-256), its whole encoding
+kept as the value's 5th item. A document value is a msgpack array:
 
 - ``[fingerprint, meta]``: written by simhashdb before 0.2;
 - ``[fingerprint, meta, stored_at]``: ``stored_at`` a UNIX time in whole seconds;
 - ``[fingerprint, meta, stored_at, signature]``: a text document, with its
-  resemblance signature (:func:`simhashdb.fingerprint_with_signature`).
+  resemblance signature (:func:`simhashdb.fingerprint_with_signature`);
+- ``[fingerprint, meta, stored_at, signature or None, key]``: a document of
+  a long key.
 
 The fingerprint always leads, as a msgpack unsigned int, so a backend can
 index a document without decoding the rest. Plain records (no metadata) are
@@ -17,6 +21,7 @@ encoded natively (:mod:`simhashdb._records`), to the same bytes.
 """
 
 import datetime
+import hashlib
 import math
 from typing import Any, NamedTuple, Optional, Union
 
@@ -43,10 +48,17 @@ class Record(NamedTuple):
 
 
 def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
-    """``key`` as stored.
+    """``key`` as stored: msgpack(key), or its digest where that is longer
+    than ``limit`` (see :func:`long_key`).
 
-    :raises InvalidKeyError: not a str, bytes or int, or longer than ``limit`` encoded.
+    :raises InvalidKeyError: not a str, bytes or int.
     """
+    encoded = _whole_key(key, pack)
+    return _digest(encoded) if len(encoded) > limit else encoded
+
+
+def _whole_key(key, pack=msgpack.packb):
+    """msgpack(key), checked."""
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
                               % (type(key).__name__, _ext.shown(key)))
@@ -58,10 +70,17 @@ def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
     except UnicodeEncodeError:
         raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
                               "encode as UTF-8" % _ext.shown(key)) from None
-    if len(encoded) > limit:
-        raise InvalidKeyError("key is %d bytes encoded; the most is %d"
-                              % (len(encoded), limit))
     return encoded
+
+
+def _digest(encoded):
+    """The stored form of a long key's encoding: ExtType(1, its SHA-256's first 20 bytes)."""
+    return b"\xc7\x14\x01" + hashlib.sha256(encoded).digest()[:20]
+
+
+def is_digest(key_bytes):
+    """Whether a stored key is a long key's digest (the key is in its value)."""
+    return key_bytes[:3] == b"\xc7\x14\x01" and len(key_bytes) == 23
 
 
 def encode_documents(records, limit, now):
@@ -83,12 +102,13 @@ def encode_documents(records, limit, now):
             raise InvalidArgumentError(
                 "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
                 "meta, stored_at) record, got %s" % _ext.shown(record))
-        key, fp = encode_key(record[0], limit, pack), _ext.check_fingerprint(record[1])
+        whole, fp = _whole_key(record[0], pack), _ext.check_fingerprint(record[1])
         meta = record[2] if len(record) > 2 else None
         stored_at = _whole_seconds(record[3]) if len(record) > 3 and record[3] is not None \
             else now
+        key = whole if len(whole) <= limit else _digest(whole)
         try:
-            value = pack([fp, meta, stored_at])
+            value = pack([fp, meta, stored_at] + ([None, whole] if key is not whole else []))
             msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
         except (TypeError, ValueError, OverflowError, RecursionError,
                 msgpack.UnpackException) as exc:
@@ -109,7 +129,11 @@ def check_record(record):
 def with_signature(value, signature):
     """A document value (as :func:`encode_documents` made it) with a text's
     resemblance signature after its stored time."""
-    return b"\x94" + value[1:] + msgpack.packb(signature)
+    if value[:1] == b"\x93":
+        return b"\x94" + value[1:] + msgpack.packb(signature)
+    items = unpack(value)  # a long key's: the signature before the key
+    items[3] = signature
+    return msgpack.packb(items)
 
 
 def unpack(data):
@@ -125,9 +149,19 @@ def unpack(data):
 
 
 def decode(key, value):
-    """The Record of ``key`` (decoded) from its stored value."""
+    """The Record of ``key`` (decoded; a long key's digest is replaced by the
+    key its value holds) from its stored value."""
     items = unpack(value)
+    if len(items) > 4:
+        key = unpack(items[4])
     return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
+
+
+def decode_key(key_bytes, value=None):
+    """A stored key, decoded; a long key's digest needs its ``value``."""
+    if is_digest(key_bytes):
+        return unpack(unpack(value)[4])
+    return unpack(key_bytes)
 
 
 def signature(value):

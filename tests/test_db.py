@@ -148,7 +148,7 @@ def test_batches_land_whole_or_not_at_all(db):
     assert len(db) == 11
 
 
-@pytest.mark.parametrize("key", [1.5, None, ("t",), True, 2**64, "k" * 600])
+@pytest.mark.parametrize("key", [1.5, None, ("t",), True, 2**64, -2**63 - 1, "\ud800"])
 def test_bad_keys(db, key):
     with pytest.raises(InvalidKeyError):
         db.insert(key, 1)
@@ -394,7 +394,7 @@ def test_recipes_are_stored_and_never_mixed(tmp_path):
     st.integers(0, 2**64 - 1)), max_size=20), st.integers(0, 2**64 - 1))
 def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, stored_at):
     """The native encoder of plain records gives msgpack's bytes, or declines
-    (None) where a key is too long, so that the general path explains why."""
+    (None) where a key is too long, so that the general path stores its digest."""
     from simhashdb.records import MAX_KEY_BYTES, encode_documents
     native = simhashdb._records.encode_plain_documents(list(records), MAX_KEY_BYTES, stored_at)
     expected = [(msgpack.packb(k), fp, msgpack.packb([fp, None, stored_at])) for k, fp in records]
@@ -468,3 +468,24 @@ def test_insert_if_new_keeps_the_match_a_later_record_of_the_batch_moves(db):
                                   distance=0)
     assert [[m.key for m in matches] for matches in found] == [["page"], [], []]
     assert db["page"].fingerprint == 2**63 and db["other"].fingerprint == 12345
+
+
+def test_keys_of_any_length_are_stored_and_given_back_whole(db):
+    """A key longer than a backend stores (a long URL, a path) is kept under its
+    digest with the whole key in its document: every way out gives the key."""
+    url = "https://example.org/" + "a/" * 400  # 820 bytes
+    blob, other = b"\x00" * 1000, "https://example.org/" + "a/" * 399 + "b"
+    db.insert_many([(url, 0b1111, {"m": 1}), (blob, 0b0111), (other, 1 << 40), ("short", 0b1110)])
+    assert db.get(url) == Record(url, 0b1111, {"m": 1}, db.get(url).stored_at)
+    assert db[blob].key == blob and db.get(url + "x") is None
+    assert [m.key for m in db.query(0b1111)] == [url, "short", blob]  # str keys before bytes
+    assert {r.key for r in db} == {url, blob, other, "short"}
+    pairs = {(p.key_a, p.key_b) for p in db.find_all()}
+    assert pairs == {(url, "short"), (url, blob), ("short", blob)}
+    assert list(db.clusters()) == [[url, "short", blob]]
+    found = db.insert_if_new(url + "/copy", 0b1111)
+    assert [m.key for m in found] == [url, "short", blob] and db.get(url + "/copy") is None
+    assert db.insert_if_new(other, 0xFFFF << 44).replaced.key == other
+    assert db.delete(url) and not db.delete(url) and db.get(url) is None
+    assert [m.key for m in db.query(0b1111)] == ["short", blob]
+    assert db.check() == []

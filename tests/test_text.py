@@ -233,3 +233,16 @@ def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path):
         assert all(keys in ([], ["k%d" % i]) for i, keys in enumerate(by_bands))
     with simhashdb.DB(path) as db:  # once
         assert db.stats()["format"] == 2
+
+
+def test_text_documents_of_long_keys_keep_their_signature_and_key(tmp_path):
+    url = "https://example.org/?q=" + "x" * 700
+    text = texts(1, seed=9)[0]
+    with simhashdb.DB(tmp_path / "db") as db:
+        assert db.insert_text_if_new(url, text, {"m": 1}) == []
+        found = db.insert_text_if_new("copy", edited(text, 0.03), refresh=True)
+        assert [m.key for m in found] == [url] and found[0].resemblance > 0.45
+        assert db.get(url).meta == {"m": 1} and db.check() == []
+        assert [m.key for m in db.query_text(edited(text, 0.03, seed=1))] == [url]
+        db.insert_text("copy", edited(text, 0.02))
+        assert [(p.key_a, p.key_b) for p in db.find_all()] == [("copy", url)]

@@ -207,6 +207,9 @@ def run_decider(name, c, seed, decider, items=None):
     flagged = collections.Counter()
     found = collections.defaultdict(collections.Counter)    # (model, rate) -> kind -> found
     planted = collections.defaultdict(collections.Counter)
+    # copies whose original was stored (not itself taken for a near-duplicate
+    # of an earlier document): (model, rate) -> [planted, found]
+    kept = collections.defaultdict(lambda: [0, 0])
     for key, (copy, matches) in copies.items():
         if copy is None:
             i = int(key[3:])
@@ -215,8 +218,12 @@ def run_decider(name, c, seed, decider, items=None):
             continue
         original, model, rate = copy
         planted[model, rate][kinds[original]] += 1
-        if any(_index(m) == original or not c.unrelated(original, _index(m)) for m in matches):
+        hit = any(_index(m) == original or not c.unrelated(original, _index(m)) for m in matches)
+        if hit:
             found[model, rate][kinds[original]] += 1
+        if not copies["doc%d" % original][1]:
+            kept[model, rate][0] += 1
+            kept[model, rate][1] += hit
     size = collections.Counter(kinds)
     held = [k for k in size if k in corpus.HELD_OUT]
     tuned = [k for k in size if k not in corpus.HELD_OUT]
@@ -236,6 +243,12 @@ def run_decider(name, c, seed, decider, items=None):
             "tuned": share(found[model, rate], counts, [k for k in counts if k in tuned]),
             "held out": share(found[model, rate], counts, [k for k in counts if k in held]),
             **{k: found[model, rate][k] / counts[k] for k in counts}}
+    row["found_original_stored"] = {
+        model: {rate: kept[model, rate][1] / max(1, kept[model, rate][0])
+                for (m, rate) in kept if m == model} for model in {m for m, _ in kept}}
+    row["original_stored"] = {
+        model: {rate: kept[model, rate][0] / sum(planted[model, rate].values())
+                for (m, rate) in kept if m == model} for model in {m for m, _ in kept}}
     row["found"] = {rate: v["all"] for rate, v in
                     row["found_by_model"].get(eval_quality.SAME_DOCUMENT, {}).items()}
     if isinstance(decider, BandRule):
@@ -270,6 +283,21 @@ def table(rows, group):
     return "\n".join(lines)
 
 
+def stored_table(rows):
+    """Copies found among those whose original was stored (all kinds): what
+    is left when the original itself was not taken for a copy of an earlier
+    document (then only that document, less like the copy, can be found)."""
+    cells = [(m, r) for m, rates in eval_quality.EDIT_MODELS.items() for r in rates]
+    lines = ["| method (copies of stored originals, all kinds) | originals stored | %s |" % (
+        " | ".join("%s %g%%" % (m, 100 * r) for m, r in cells)),
+        "|---|---:|" + "---:|" * len(cells)]
+    for row in rows:
+        stored = row["original_stored"][eval_quality.SAME_DOCUMENT][0.01]
+        lines.append("| %s | %.3f | %s |" % (row["method"], stored, " | ".join(
+            "%.3f" % row["found_original_stored"][m][r] for m, r in cells)))
+    return "\n".join(lines)
+
+
 def kind_table(rows, kinds):
     models = [(eval_quality.FOREIGN_WORDS, 0.01), (eval_quality.FOREIGN_WORDS, 0.05),
               (eval_quality.FOREIGN_WORDS, 0.10), (eval_quality.FOREIGN_BLOCK, 0.05),
@@ -291,6 +319,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="the small Python corpus")
     parser.add_argument("--ours", action="store_true", help="leave the peers out")
     parser.add_argument("--no-datasketch", action="store_true")
+    parser.add_argument("--band-only", action="store_true", help="only the band rule designs")
     parser.add_argument("--band", action="append",
                         help="a band rule design (repeatable; default %s)" % DEFAULT_BAND)
     parser.add_argument("--seed", type=int, default=0)
@@ -304,21 +333,24 @@ def main():
                             recall_per_kind=args.recall or (40 if args.quick else 150))
     items = list(stream(c, args.seed))
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        rows.append(run_decider("today's rule: insert_text_if_new (k+1, resemblance >= 0.4)", c,
-                                args.seed, TextDB(tmp + "/text"), items))
-        rows.append(run_decider("recipe 3 fingerprint alone, insert_if_new k = 3", c, args.seed,
-                                FingerprintDB(tmp + "/fp", eval_quality.ours()), items))
-        if not args.ours:
-            import peers
-            e0ng = peers.load("simhash_1e0ng")
-            if e0ng:
-                rows.append(run_decider("PyPI simhash (1e0ng), insert_if_new k = 3", c, args.seed,
-                                        FingerprintDB(tmp + "/e0ng", eval_quality.peer(
-                                            lambda t: e0ng.Simhash(t).value)), items))
-    if not args.no_datasketch:
-        rows.append(run_decider("datasketch MinHashLSH (0.5, 128 perm)", c, args.seed,
-                                Datasketch(), items))
+    if not args.band_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(run_decider("today's rule: insert_text_if_new (k+1, resemblance >= 0.4)",
+                                    c, args.seed, TextDB(tmp + "/text"), items))
+            rows.append(run_decider("recipe 3 fingerprint alone, insert_if_new k = 3", c,
+                                    args.seed, FingerprintDB(tmp + "/fp", eval_quality.ours()),
+                                    items))
+            if not args.ours:
+                import peers
+                e0ng = peers.load("simhash_1e0ng")
+                if e0ng:
+                    rows.append(run_decider(
+                        "PyPI simhash (1e0ng), insert_if_new k = 3", c, args.seed,
+                        FingerprintDB(tmp + "/e0ng", eval_quality.peer(
+                            lambda t: e0ng.Simhash(t).value)), items))
+        if not args.no_datasketch:
+            rows.append(run_decider("datasketch MinHashLSH (0.5, 128 perm)", c, args.seed,
+                                    Datasketch(), items))
     for spec in args.band or [DEFAULT_BAND]:
         cfg = parse_band(spec)
         rows.append(run_decider("band rule %s (simulated)" % cfg.name, c, args.seed,
@@ -329,6 +361,7 @@ def main():
     print(table(rows, "tuned") + "\n")
     if any(k in corpus.HELD_OUT for k in kinds):
         print(table(rows, "held out") + "\n")
+    print(stored_table(rows) + "\n")
     print(kind_table(rows, kinds) + "\n")
     for row in rows:
         if "candidates_per_query" in row:

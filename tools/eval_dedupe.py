@@ -21,10 +21,13 @@ check and the write, batches of 1,000). Methods:
   never verifies a candidate;
 - the band rule (``--band``, bandsim.py): band or fingerprint candidates,
   confirmed by resemblance; a simulation in numpy, so its documents/s say
-  nothing of a native implementation.
+  nothing of a native implementation;
+- ``--brute T``: every stored document a candidate, confirmed at T: the
+  bound of the confirmation rule whatever the index.
 
 Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
        [--no-held-out] [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--no-datasketch]
+       [--band-only] [--brute THRESHOLD]
        [--json out.json]
 """
 
@@ -147,8 +150,8 @@ class BandRule:
     """The band rule of bandsim, in memory: candidates share a band or are
     within k bits; confirmed by estimated resemblance >= the threshold."""
 
-    def __init__(self, cfg, capacity):
-        self.cfg = cfg
+    def __init__(self, cfg, capacity, brute=False):
+        self.cfg, self.brute = cfg, brute
         self.index = collections.defaultdict(list)
         self.fps = np.zeros(capacity, dtype=np.uint64)
         self.sigs = np.zeros((capacity, cfg.bins), dtype=np.uint64)
@@ -162,10 +165,13 @@ class BandRule:
             sig, bands, valid = sig[0], bands[0], valid[0]
             fp = np.uint64(simhashdb.fingerprint(text, html=html))
             n = len(self.keys)
-            found = set(np.flatnonzero(bandsim.popcount(self.fps[:n] ^ fp) <= cfg.k).tolist())
             band_keys = [int(k) for k, v in zip(bands, valid) if v]
-            for k in band_keys:
-                found.update(self.index.get(k, ()))
+            if self.brute:  # every stored document is a candidate: the bound of any index
+                found = range(n)
+            else:
+                found = set(np.flatnonzero(bandsim.popcount(self.fps[:n] ^ fp) <= cfg.k).tolist())
+                for k in band_keys:
+                    found.update(self.index.get(k, ()))
             self.candidates += len(found)
             self.queries += 1
             found = sorted(found)
@@ -320,6 +326,9 @@ def main():
     parser.add_argument("--ours", action="store_true", help="leave the peers out")
     parser.add_argument("--no-datasketch", action="store_true")
     parser.add_argument("--band-only", action="store_true", help="only the band rule designs")
+    parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
+                        help="also confirm against EVERY stored document at this threshold "
+                             "(128x16 signatures): what no candidate index can beat")
     parser.add_argument("--band", action="append",
                         help="a band rule design (repeatable; default %s)" % DEFAULT_BAND)
     parser.add_argument("--seed", type=int, default=0)
@@ -355,6 +364,11 @@ def main():
         cfg = parse_band(spec)
         rows.append(run_decider("band rule %s (simulated)" % cfg.name, c, args.seed,
                                 BandRule(cfg, len(items)), items))
+    for threshold in args.brute or ():
+        cfg = bandsim.Config(threshold=threshold)
+        rows.append(run_decider("every stored document a candidate, resemblance >= %g "
+                                "(simulated)" % threshold, c, args.seed,
+                                BandRule(cfg, len(items), brute=True), items))
     kinds = sorted({d.kind for d in c.docs}, key=lambda k: (k in corpus.HELD_OUT, k))
     print("%d documents, %d planted copies per edit model and rate\n" % (
         len(c.docs), len(c.sample)))

@@ -23,11 +23,14 @@ check and the write, batches of 1,000). Methods:
   confirmed by resemblance; a simulation in numpy, so its documents/s say
   nothing of a native implementation;
 - ``--brute T``: every stored document a candidate, confirmed at T: the
-  bound of the confirmation rule whatever the index.
+  bound of the confirmation rule whatever the index;
+- ``--alias SPEC``: the band rule that also keeps the signature and bands of
+  every skipped text as an alias of the document it matched, so that a later
+  copy of a skipped text can match it.
 
 Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
        [--no-held-out] [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--no-datasketch]
-       [--band-only] [--brute THRESHOLD]
+       [--band-only] [--brute THRESHOLD] [--alias SPEC]
        [--json out.json]
 """
 
@@ -150,8 +153,8 @@ class BandRule:
     """The band rule of bandsim, in memory: candidates share a band or are
     within k bits; confirmed by estimated resemblance >= the threshold."""
 
-    def __init__(self, cfg, capacity, brute=False):
-        self.cfg, self.brute = cfg, brute
+    def __init__(self, cfg, capacity, brute=False, alias=False):
+        self.cfg, self.brute, self.alias = cfg, brute, alias
         self.index = collections.defaultdict(list)
         self.fps = np.zeros(capacity, dtype=np.uint64)
         self.sigs = np.zeros((capacity, cfg.bins), dtype=np.uint64)
@@ -179,12 +182,14 @@ class BandRule:
             if found:
                 est = bandsim.estimate(self.sigs[found], sig[None, :])
                 confirmed = [self.keys[j] for j, e in zip(found, est) if e >= cfg.threshold]
-            if not confirmed:
+            if not confirmed or self.alias:
+                # stored; or, with alias, a skipped text's signature and bands kept
+                # too, leading to the document it matched (not stored as a document)
                 self.fps[n], self.sigs[n] = fp, sig
-                self.keys.append(key)
+                self.keys.append(confirmed[0] if confirmed else key)
                 for k in band_keys:
                     self.index[k].append(n)
-            out.append(confirmed)
+            out.append(sorted(set(confirmed)))
         return out
 
     def close(self):
@@ -326,6 +331,9 @@ def main():
     parser.add_argument("--ours", action="store_true", help="leave the peers out")
     parser.add_argument("--no-datasketch", action="store_true")
     parser.add_argument("--band-only", action="store_true", help="only the band rule designs")
+    parser.add_argument("--alias", action="append", metavar="SPEC",
+                        help="a band rule design that also keeps the signature and bands of "
+                             "each skipped text, as an alias of the document it matched")
     parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
                         help="also confirm against EVERY stored document at this threshold "
                              "(128x16 signatures): what no candidate index can beat")
@@ -364,6 +372,11 @@ def main():
         cfg = parse_band(spec)
         rows.append(run_decider("band rule %s (simulated)" % cfg.name, c, args.seed,
                                 BandRule(cfg, len(items)), items))
+    for spec in args.alias or ():
+        cfg = parse_band(spec)
+        rows.append(run_decider("band rule %s, skipped texts kept as aliases (simulated)"
+                                % cfg.name, c, args.seed, BandRule(cfg, len(items), alias=True),
+                                items))
     for threshold in args.brute or ():
         cfg = bandsim.Config(threshold=threshold)
         rows.append(run_decider("every stored document a candidate, resemblance >= %g "

@@ -26,11 +26,13 @@ check and the write, batches of 1,000). Methods:
   bound of the confirmation rule whatever the index;
 - ``--alias SPEC``: the band rule that also keeps the signature and bands of
   every skipped text as an alias of the document it matched, so that a later
-  copy of a skipped text can match it.
+  copy of a skipped text can match it (``--alias-floor``: only when the
+  document the alias leads to resembles the text at 0.3 or more too, so that
+  near-duplicates do not chain into unrelated documents).
 
 Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
        [--no-held-out] [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--no-datasketch]
-       [--band-only] [--brute THRESHOLD] [--alias SPEC]
+       [--band-only] [--brute THRESHOLD] [--alias SPEC] [--alias-floor SPEC]
        [--json out.json]
 """
 
@@ -153,8 +155,9 @@ class BandRule:
     """The band rule of bandsim, in memory: candidates share a band or are
     within k bits; confirmed by estimated resemblance >= the threshold."""
 
-    def __init__(self, cfg, capacity, brute=False, alias=False):
-        self.cfg, self.brute, self.alias = cfg, brute, alias
+    def __init__(self, cfg, capacity, brute=False, alias=False, floor=None):
+        self.cfg, self.brute, self.alias, self.floor = cfg, brute, alias, floor
+        self.home = []  # per entry: the entry of the stored document (itself, or an alias's)
         self.index = collections.defaultdict(list)
         self.fps = np.zeros(capacity, dtype=np.uint64)
         self.sigs = np.zeros((capacity, cfg.bins), dtype=np.uint64)
@@ -181,12 +184,17 @@ class BandRule:
             confirmed = []
             if found:
                 est = bandsim.estimate(self.sigs[found], sig[None, :])
-                confirmed = [self.keys[j] for j, e in zip(found, est) if e >= cfg.threshold]
+                hits = [j for j, e in zip(found, est) if e >= cfg.threshold]
+                if self.floor is not None:  # an alias counts when its document is near too
+                    hits = [j for j in hits if self.home[j] == j or bandsim.estimate(
+                        self.sigs[self.home[j]], sig) >= self.floor]
+                confirmed = [self.keys[j] for j in hits]
             if not confirmed or self.alias:
                 # stored; or, with alias, a skipped text's signature and bands kept
                 # too, leading to the document it matched (not stored as a document)
                 self.fps[n], self.sigs[n] = fp, sig
                 self.keys.append(confirmed[0] if confirmed else key)
+                self.home.append(self.home[hits[0]] if confirmed else n)
                 for k in band_keys:
                     self.index[k].append(n)
             out.append(sorted(set(confirmed)))
@@ -334,6 +342,9 @@ def main():
     parser.add_argument("--alias", action="append", metavar="SPEC",
                         help="a band rule design that also keeps the signature and bands of "
                              "each skipped text, as an alias of the document it matched")
+    parser.add_argument("--alias-floor", action="append", metavar="SPEC",
+                        help="as --alias, an alias confirmed only when the document it leads "
+                             "to resembles the text at 0.3 or more too")
     parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
                         help="also confirm against EVERY stored document at this threshold "
                              "(128x16 signatures): what no candidate index can beat")
@@ -377,6 +388,12 @@ def main():
         rows.append(run_decider("band rule %s, skipped texts kept as aliases (simulated)"
                                 % cfg.name, c, args.seed, BandRule(cfg, len(items), alias=True),
                                 items))
+    for spec in args.alias_floor or ():
+        cfg = parse_band(spec)
+        rows.append(run_decider(
+            "band rule %s, aliases, the alias's document at >= %g too (simulated)"
+            % (cfg.name, eval_quality.UNRELATED), c, args.seed,
+            BandRule(cfg, len(items), alias=True, floor=eval_quality.UNRELATED), items))
     for threshold in args.brute or ():
         cfg = bandsim.Config(threshold=threshold)
         rows.append(run_decider("every stored document a candidate, resemblance >= %g "

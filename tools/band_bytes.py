@@ -17,7 +17,8 @@ measured on files written by py-lmdb, for ``--bands`` bands a document:
   key 3 bytes (5 bits of band number, 19 bits of the band hash), the value
   the other 13 bits and 4 bytes of fingerprint: at 10M documents ~19 values
   a key, which LMDB keeps inline in the leaf (a key of 150 values, as 2-byte
-  keys give at 10M, gets a sub-database page of its own, mostly empty).
+  keys give at 10M, gets a sub-database page of its own); measured at 10M it
+  packs tighter sorted (8.6 bytes an entry against 9.1) but not live (12.1 against 9.3).
 
 Each is written twice: in random order (a live index, pages split as they
 fill) and sorted with MDB_APPEND (a bulk load or a compacted file), and

@@ -14,6 +14,14 @@ common licences), ``man`` (English man pages rendered to text), ``cjk``
 Korean, as HTML). Held out from tuning: ``relnotes`` (Git's release notes:
 one template, many versions) and ``l10n-html`` (the Debian Handbook in
 European languages).
+
+``held_out_corpus``: kinds the project never tuned on, from other Debian
+packages (HELD_OUT_PACKAGES), never used to choose parameters: ``perl-pod``
+(Perl's POD manuals), ``pg-html`` (PostgreSQL's HTML manual, one DocBook
+template), ``kernel-rst`` (the Linux kernel's reST documentation sources),
+``kernel-html`` (the same rendered by Sphinx, another template than
+Python's), ``changelog`` (Debian changelogs: one format, many versions).
+Cached apart from the tuning corpus, so adding it changes no tuned document.
 """
 
 import concurrent.futures
@@ -28,9 +36,12 @@ import sysconfig
 DEBIAN_PACKAGES = ("python3.11-doc debian-reference-en debian-reference-ja "
                    "debian-reference-zh-cn debian-handbook manpages-ja manpages-zh git-doc "
                    "developers-reference maint-guide")
-HELD_OUT = ("relnotes", "l10n-html")
+HELD_OUT_PACKAGES = "perl-doc postgresql-doc-15 linux-doc"
+HELD_OUT = ("relnotes", "l10n-html", "perl-pod", "pg-html", "kernel-rst", "kernel-html",
+            "changelog")
 MIN_CHARS, MAX_CHARS = 500, 200_000
 CACHE = pathlib.Path(__file__).resolve().parent.parent / ".corpus" / "debian.jsonl"
+HELD_OUT_CACHE = CACHE.with_name("held-out.jsonl")
 DOC = pathlib.Path("/usr/share/doc")
 
 
@@ -117,6 +128,50 @@ def debian_corpus(rebuild=False):
                 docs.append(doc)
     CACHE.parent.mkdir(exist_ok=True)
     with CACHE.open("w") as f:
+        for doc in docs:
+            f.write(json.dumps(doc) + "\n")
+    return docs
+
+
+def _held_out_sources(rng):
+    """(kind, path, html, reader) of the held-out kinds, each kind shuffled."""
+    kernel = DOC / "linux-doc"
+    kinds = {
+        "perl-pod": sorted(p for root in ("/usr/share/perl", "/usr/share/perl5")
+                           for p in pathlib.Path(root).rglob("*.pod")),
+        "pg-html": sorted((DOC / "postgresql-doc-15" / "html").glob("*.html")),
+        "kernel-rst": sorted((kernel / "Documentation").rglob("*.rst.gz")),
+        "kernel-html": sorted(p for p in (kernel / "html").rglob("*.html")
+                              if "_static" not in p.parts and "_sources" not in p.parts),
+        "changelog": sorted(DOC.glob("*/changelog.Debian.gz")),
+    }
+    for kind, paths in kinds.items():
+        paths = [p for p in paths if p.is_file() and not p.is_symlink()]
+        rng.shuffle(paths)
+        for path in paths[:HELD_OUT_CAP * 2]:
+            yield kind, path, kind.endswith("html"), _read
+
+
+HELD_OUT_CAP = 800
+
+
+def held_out_corpus(rebuild=False):
+    """The held-out kinds (see module docstring), cached; [] with a note on
+    stderr where their packages are missing."""
+    if HELD_OUT_CACHE.exists() and not rebuild:
+        with HELD_OUT_CACHE.open() as f:
+            return [json.loads(line) for line in f]
+    missing = [p for p in HELD_OUT_PACKAGES.split()
+               if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode]
+    if missing:
+        raise SystemExit("install the held-out corpus first: apt-get install " + " ".join(missing))
+    counts, docs = {}, []
+    for doc in map(_load, _held_out_sources(random.Random(0))):
+        if doc and counts.get(doc["kind"], 0) < HELD_OUT_CAP:
+            counts[doc["kind"]] = counts.get(doc["kind"], 0) + 1
+            docs.append(doc)
+    HELD_OUT_CACHE.parent.mkdir(exist_ok=True)
+    with HELD_OUT_CACHE.open("w") as f:
         for doc in docs:
             f.write(json.dumps(doc) + "\n")
     return docs

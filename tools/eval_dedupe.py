@@ -1,92 +1,286 @@
 """A crawler's dedupe over a whole corpus, measured: every document of the
-corpus (tools/eval_quality.py) goes through ``insert_if_new`` in a shuffled
-order, with edited copies (1, 2, 5 and 10% of the words) of a sample planted
-at random places after their originals.
+corpus (tools/eval_quality.py, with the held-out kinds) goes through an
+insert-if-new step in a shuffled order, with edited copies of a sample
+planted at random places after their originals, by every edit model of
+eval_quality (foreign words 1, 2, 5, 10%; a foreign block of 3, 5, 10%;
+same-document words 1, 2, 5, 10%), reported apart.
 
 Per method: the share of the corpus flagged as a duplicate of unrelated
 documents only (word 5-shingle Jaccard < 0.3 with every match), the planted
-copies found (a match related to the copy), and documents per second through
-the whole loop (fingerprinting, the check and the write, batches of 1,000).
-``DB.insert_text_if_new_many`` is ours; the others pass 64-bit fingerprints
-to ``DB.insert_if_new_many`` at k = 3.
+copies found (a match related to the copy's original), per edit model and
+rate, for the tuning kinds and the held-out kinds apart and per kind, and
+documents per second through the whole loop (fingerprinting or signing, the
+check and the write, batches of 1,000). Methods:
 
-Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N]
+- today's rule: ``DB.insert_text_if_new_many`` (fingerprint within the
+  distance + 1, confirmed by resemblance >= 0.4);
+- the fingerprint alone: recipe 3 fingerprints through ``DB.insert_if_new_many``
+  at k = 3 (the index-only rule), and PyPI ``simhash``'s the same way;
+- datasketch ``MinHashLSH`` (threshold 0.5, 128 permutations, word
+  5-shingles of simhashdb's words): query, insert when nothing is found; it
+  never verifies a candidate;
+- the band rule (``--band``, bandsim.py): band or fingerprint candidates,
+  confirmed by resemblance; a simulation in numpy, so its documents/s say
+  nothing of a native implementation;
+- ``--brute T``: every stored document a candidate, confirmed at T: the
+  bound of the confirmation rule whatever the index;
+- ``--alias SPEC``: the band rule that also keeps the signature and bands of
+  every skipped text as an alias of the document it matched, so that a later
+  copy of a skipped text can match it (``--alias-floor``: only when the
+  document the alias leads to resembles the text at 0.3 or more too, so that
+  near-duplicates do not chain into unrelated documents).
+
+Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
+       [--no-held-out] [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--no-datasketch]
+       [--band-only] [--brute THRESHOLD] [--alias SPEC] [--alias-floor SPEC]
+       [--json out.json]
 """
 
 import argparse
+import collections
+import json
 import random
 import tempfile
 import time
 
+import numpy as np
+
+import bandsim
 import corpus
 import eval_quality
 
 import simhashdb
 
 BATCH = 1000
+MODEL_CODE = {eval_quality.FOREIGN_WORDS: "fw", eval_quality.FOREIGN_BLOCK: "fb",
+              eval_quality.SAME_DOCUMENT: "sd"}
+CODE_MODEL = {v: k for k, v in MODEL_CODE.items()}
+DEFAULT_BAND = "128x16,32,4,densify,0.4"
 
 
 def stream(c, seed):
-    """(key, document index or None, text, html, (original, rate) or None) in
-    insertion order: the corpus shuffled, each copy somewhere after its original."""
+    """(key, text, html, (original, model, rate) or None) in insertion order:
+    the corpus shuffled, each copy somewhere after its original."""
     rng = random.Random(seed)
     order = list(range(len(c.docs)))
     rng.shuffle(order)
     position = {i: p for p, i in enumerate(order)}
     planted = [[] for _ in order]
-    for rate, texts in c.variants.items():
-        for i, text in zip(c.sample, texts):
-            planted[rng.randrange(position[i], len(order))].append((i, rate, text))
+    models = [eval_quality.SAME_DOCUMENT] + [m for m in c.edits if m != eval_quality.SAME_DOCUMENT]
+    for model in models:  # same-document first: its copies land where they did before
+        for rate, texts in c.edits[model].items():
+            for i, text in zip(c.sample, texts):
+                planted[rng.randrange(position[i], len(order))].append((i, model, rate, text))
     for p, i in enumerate(order):
         doc = c.docs[i]
         yield "doc%d" % i, doc.text, doc.html, None
-        for original, rate, text in planted[p]:
-            yield "copy%d@%g" % (original, rate), text, c.docs[original].html, \
-                (original, rate)
+        for original, model, rate, text in planted[p]:
+            yield "copy%d@%s@%g" % (original, MODEL_CODE[model], rate), text, \
+                c.docs[original].html, (original, model, rate)
+
+
+# Deciders: decide(batch of (key, text, html)) -> [[matched keys], ...]
+
+class TextDB:
+    """Today's rule: DB.insert_text_if_new_many."""
+
+    def __init__(self, path):
+        self.db = simhashdb.DB(path, recipe=simhashdb.RECIPE)
+
+    def decide(self, batch):
+        return _by_html(batch, lambda group, html: [[m.key for m in found] for found in
+                                                    self.db.insert_text_if_new_many(group,
+                                                                                    html=html)])
+
+    def close(self):
+        self.db.close()
+
+
+class FingerprintDB:
+    """64-bit fingerprints through DB.insert_if_new_many at k = 3."""
+
+    def __init__(self, path, method):
+        self.db, self.method = simhashdb.DB(path), method
+
+    def decide(self, batch):
+        return _by_html(batch, lambda group, html: [[m.key for m in found] for found in
+                                                    self.db.insert_if_new_many(
+                                                        [(k, self.method(t, html))
+                                                         for k, t in group])])
+
+    def close(self):
+        self.db.close()
+
+
+def _by_html(batch, fn):
+    """fn(group of (key, text), html) for the plain and the HTML items of a
+    batch, the results back in the batch's order."""
+    results = {}
+    for is_html in (False, True):
+        group = [(key, text) for key, text, html in batch if html == is_html]
+        if group:
+            results.update(zip((key for key, _ in group), fn(group, is_html)))
+    return [results[key] for key, _, _ in batch]
+
+
+class Datasketch:
+    """datasketch MinHashLSH (threshold 0.5, 128 permutations) over word
+    5-shingles: query, insert when nothing is found."""
+
+    def __init__(self, threshold=0.5, num_perm=128):
+        from datasketch import MinHash, MinHashLSH
+        self.MinHash, self.num_perm = MinHash, num_perm
+        self.lsh = MinHashLSH(threshold=threshold, num_perm=num_perm)
+
+    def decide(self, batch):
+        out = []
+        for key, text, html in batch:
+            words = bandsim.words_of(text, html)
+            n = bandsim.SHINGLE_WORDS
+            shingles = [" ".join(words[i:i + n]).encode()
+                        for i in range(max(1, len(words) - n + 1))]
+            m = self.MinHash(num_perm=self.num_perm)
+            m.update_batch(shingles)
+            found = self.lsh.query(m)
+            if not found:
+                self.lsh.insert(key, m)
+            out.append(found)
+        return out
+
+    def close(self):
+        pass
+
+
+class BandRule:
+    """The band rule of bandsim, in memory: candidates share a band or are
+    within k bits; confirmed by estimated resemblance >= the threshold."""
+
+    def __init__(self, cfg, capacity, brute=False, alias=False, floor=None):
+        self.cfg, self.brute, self.alias, self.floor = cfg, brute, alias, floor
+        self.home = []  # per entry: the entry of the stored document (itself, or an alias's)
+        self.index = collections.defaultdict(list)
+        self.fps = np.zeros(capacity, dtype=np.uint64)
+        self.sigs = np.zeros((capacity, cfg.bins), dtype=np.uint64)
+        self.keys, self.candidates, self.queries = [], 0, 0
+
+    def decide(self, batch):
+        cfg, out = self.cfg, []
+        for key, text, html in batch:
+            least = bandsim.one_permutation(bandsim.shingle_hashes(text, html), cfg.bins)
+            sig, bands, valid = cfg.signatures(least[None, :])
+            sig, bands, valid = sig[0], bands[0], valid[0]
+            fp = np.uint64(simhashdb.fingerprint(text, html=html))
+            n = len(self.keys)
+            band_keys = [int(k) for k, v in zip(bands, valid) if v]
+            if self.brute:  # every stored document is a candidate: the bound of any index
+                found = range(n)
+            else:
+                found = set(np.flatnonzero(bandsim.popcount(self.fps[:n] ^ fp) <= cfg.k).tolist())
+                for k in band_keys:
+                    found.update(self.index.get(k, ()))
+            self.candidates += len(found)
+            self.queries += 1
+            found = sorted(found)
+            confirmed = []
+            if found:
+                est = bandsim.estimate(self.sigs[found], sig[None, :])
+                hits = [j for j, e in zip(found, est) if e >= cfg.threshold]
+                if self.floor is not None:  # an alias counts when its document is near too
+                    hits = [j for j in hits if self.home[j] == j or bandsim.estimate(
+                        self.sigs[self.home[j]], sig) >= self.floor]
+                confirmed = [self.keys[j] for j in hits]
+            if not confirmed or self.alias:
+                # stored; or, with alias, a skipped text's signature and bands kept
+                # too, leading to the document it matched (not stored as a document)
+                self.fps[n], self.sigs[n] = fp, sig
+                self.keys.append(confirmed[0] if confirmed else key)
+                self.home.append(self.home[hits[0]] if confirmed else n)
+                for k in band_keys:
+                    self.index[k].append(n)
+            out.append(sorted(set(confirmed)))
+        return out
+
+    def close(self):
+        pass
+
+
+def parse_band(spec):
+    size, bands, rows, empty, threshold = spec.split(",")
+    bins, width = size.split("x")
+    return bandsim.Config(int(bins), int(width), int(bands), int(rows), empty, float(threshold))
+
+
+def run_decider(name, c, seed, decider, items=None):
+    """Every item of the stream through ``decider``; the row of figures."""
+    items = items or list(stream(c, seed))
+    copies = {}
+    start = time.perf_counter()
+    for b in range(0, len(items), BATCH):
+        batch = items[b:b + BATCH]
+        matches = decider.decide([(key, text, html) for key, text, html, _ in batch])
+        for (key, _, _, copy), found in zip(batch, matches):
+            copies[key] = (copy, found)
+    seconds = time.perf_counter() - start
+    decider.close()
+    kinds = [d.kind for d in c.docs]
+    flagged = collections.Counter()
+    found = collections.defaultdict(collections.Counter)    # (model, rate) -> kind -> found
+    planted = collections.defaultdict(collections.Counter)
+    # copies whose original was stored (not itself taken for a near-duplicate
+    # of an earlier document): (model, rate) -> [planted, found]
+    kept = collections.defaultdict(lambda: [0, 0])
+    for key, (copy, matches) in copies.items():
+        if copy is None:
+            i = int(key[3:])
+            if matches and all(c.unrelated(i, _index(m)) for m in matches):
+                flagged[kinds[i]] += 1
+            continue
+        original, model, rate = copy
+        planted[model, rate][kinds[original]] += 1
+        hit = any(_index(m) == original or not c.unrelated(original, _index(m)) for m in matches)
+        if hit:
+            found[model, rate][kinds[original]] += 1
+        if not copies["doc%d" % original][1]:
+            kept[model, rate][0] += 1
+            kept[model, rate][1] += hit
+    size = collections.Counter(kinds)
+    held = [k for k in size if k in corpus.HELD_OUT]
+    tuned = [k for k in size if k not in corpus.HELD_OUT]
+
+    def share(counter, total, group):
+        n = sum(total[k] for k in group)
+        return sum(counter[k] for k in group) / n if n else None
+
+    row = {"method": name, "docs_per_s": len(items) / seconds,
+           "flagged": sum(flagged.values()) / len(c.docs),
+           "flagged_tuned": share(flagged, size, tuned),
+           "flagged_held_out": share(flagged, size, held),
+           "flagged_by_kind": dict(flagged), "found_by_model": {}}
+    for (model, rate), counts in planted.items():
+        row["found_by_model"].setdefault(model, {})[rate] = {
+            "all": share(found[model, rate], counts, list(counts)),
+            "tuned": share(found[model, rate], counts, [k for k in counts if k in tuned]),
+            "held out": share(found[model, rate], counts, [k for k in counts if k in held]),
+            **{k: found[model, rate][k] / counts[k] for k in counts}}
+    row["found_original_stored"] = {
+        model: {rate: kept[model, rate][1] / max(1, kept[model, rate][0])
+                for (m, rate) in kept if m == model} for model in {m for m, _ in kept}}
+    row["original_stored"] = {
+        model: {rate: kept[model, rate][0] / sum(planted[model, rate].values())
+                for (m, rate) in kept if m == model} for model in {m for m, _ in kept}}
+    row["found"] = {rate: v["all"] for rate, v in
+                    row["found_by_model"].get(eval_quality.SAME_DOCUMENT, {}).items()}
+    if isinstance(decider, BandRule):
+        row["candidates_per_query"] = decider.candidates / max(1, decider.queries)
+    return row
 
 
 def run_method(name, c, seed, text_path, method=None):
-    items = list(stream(c, seed))
-    copies = {}
-    flagged, found = 0, {rate: 0 for rate in eval_quality.RATES}
-    planted = {rate: 0 for rate in eval_quality.RATES}
+    """Today's rule (``text_path``) or 64-bit fingerprints by ``method``
+    through DB.insert_if_new_many at k = 3."""
     with tempfile.TemporaryDirectory() as tmp:
-        with simhashdb.DB(tmp + "/db", recipe=simhashdb.RECIPE if text_path else None) as db:
-            start = time.perf_counter()
-            for b in range(0, len(items), BATCH):
-                batch = items[b:b + BATCH]
-                html = [item for item in batch if item[2]]
-                plain = [item for item in batch if not item[2]]
-                results = {}
-                for group, is_html in ((plain, False), (html, True)):
-                    if text_path:
-                        matches = db.insert_text_if_new_many(
-                            [(key, text) for key, text, _, _ in group], html=is_html)
-                    else:
-                        matches = db.insert_if_new_many(
-                            [(key, method(text, is_html)) for key, text, _, _ in group])
-                    results.update(zip((item[0] for item in group), matches))
-                for key, _, _, copy in batch:
-                    copies[key] = (copy, results[key])
-            seconds = time.perf_counter() - start
-    for key, (copy, matches) in copies.items():
-        if not matches:
-            if copy:
-                planted[copy[1]] += 1
-            continue
-        if copy is None:
-            i = int(key[3:])
-            if all(c.unrelated(i, _index(m.key)) for m in matches):
-                flagged += 1
-        else:
-            original, rate = copy
-            planted[rate] += 1
-            if any(_index(m.key) == original or not c.unrelated(original, _index(m.key))
-                   for m in matches):
-                found[rate] += 1
-    return {"method": name, "flagged": flagged / len(c.docs),
-            "found": {rate: found[rate] / planted[rate] for rate in found},
-            "docs_per_s": len(items) / seconds}
+        decider = TextDB(tmp + "/db") if text_path else FingerprintDB(tmp + "/db", method)
+        return run_decider(name, c, seed, decider)
 
 
 def _index(key):
@@ -95,25 +289,131 @@ def _index(key):
     return int(key[3:] if key.startswith("doc") else key[4:].split("@")[0])
 
 
+def table(rows, group):
+    cells = [(m, r) for m, rates in eval_quality.EDIT_MODELS.items() for r in rates]
+    lines = ["| method (%s kinds) | unrelated flagged | %s | docs/s |" % (group, " | ".join(
+        "%s %g%%" % (m, 100 * r) for m, r in cells)), "|---|---:|" + "---:|" * (len(cells) + 1)]
+    flag = "flagged_tuned" if group == "tuned" else "flagged_held_out"
+    for row in rows:
+        lines.append("| %s | %.3f%% | %s | %.0f |" % (
+            row["method"], 100 * (row[flag] or 0), " | ".join(
+                "%.3f" % row["found_by_model"][m][r][group] for m, r in cells),
+            row["docs_per_s"]))
+    return "\n".join(lines)
+
+
+def stored_table(rows):
+    """Copies found among those whose original was stored (all kinds): what
+    is left when the original itself was not taken for a copy of an earlier
+    document (then only that document, less like the copy, can be found)."""
+    cells = [(m, r) for m, rates in eval_quality.EDIT_MODELS.items() for r in rates]
+    lines = ["| method (copies of stored originals, all kinds) | originals stored | %s |" % (
+        " | ".join("%s %g%%" % (m, 100 * r) for m, r in cells)),
+        "|---|---:|" + "---:|" * len(cells)]
+    for row in rows:
+        stored = row["original_stored"][eval_quality.SAME_DOCUMENT][0.01]
+        lines.append("| %s | %.3f | %s |" % (row["method"], stored, " | ".join(
+            "%.3f" % row["found_original_stored"][m][r] for m, r in cells)))
+    return "\n".join(lines)
+
+
+def kind_table(rows, kinds):
+    models = [(eval_quality.FOREIGN_WORDS, 0.01), (eval_quality.FOREIGN_WORDS, 0.05),
+              (eval_quality.FOREIGN_WORDS, 0.10), (eval_quality.FOREIGN_BLOCK, 0.05),
+              (eval_quality.FOREIGN_BLOCK, 0.10), (eval_quality.SAME_DOCUMENT, 0.05)]
+    lines = ["| method | figure | %s |" % " | ".join(
+        k + (" (held out)" if k in corpus.HELD_OUT else "") for k in kinds),
+        "|---|---|" + "---:|" * len(kinds)]
+    for row in rows:
+        lines.append("| %s | unrelated flagged (docs) | %s |" % (row["method"], " | ".join(
+            str(row["flagged_by_kind"].get(k, 0)) for k in kinds)))
+        for m, r in models:
+            lines.append("| %s | %s %g%% | %s |" % (row["method"], m, 100 * r, " | ".join(
+                "%.3f" % row["found_by_model"][m][r].get(k, float("nan")) for k in kinds)))
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the small Python corpus")
     parser.add_argument("--ours", action="store_true", help="leave the peers out")
+    parser.add_argument("--no-datasketch", action="store_true")
+    parser.add_argument("--band-only", action="store_true", help="only the band rule designs")
+    parser.add_argument("--alias", action="append", metavar="SPEC",
+                        help="a band rule design that also keeps the signature and bands of "
+                             "each skipped text, as an alias of the document it matched")
+    parser.add_argument("--alias-floor", action="append", metavar="SPEC",
+                        help="as --alias, an alias confirmed only when the document it leads "
+                             "to resembles the text at 0.3 or more too")
+    parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
+                        help="also confirm against EVERY stored document at this threshold "
+                             "(128x16 signatures): what no candidate index can beat")
+    parser.add_argument("--band", action="append",
+                        help="a band rule design (repeatable; default %s)" % DEFAULT_BAND)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--recall", type=int,
+                        help="documents of each kind edited (default: 150, --quick 40)")
+    parser.add_argument("--no-held-out", action="store_true")
+    parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    raw = eval_quality.python_corpus(args.seed) if args.quick else corpus.debian_corpus()
-    c = eval_quality.Corpus(raw, args.seed)
-    rows = [run_method("simhashdb insert_text_if_new (recipe 3 + signature)", c, args.seed, True)]
-    for name, method in eval_quality.methods(peers_too=not args.ours).items():
-        rows.append(run_method(name + ", insert_if_new k = 3", c, args.seed, False, method))
-    print("%d documents, %d planted copies per edit rate\n" % (len(c.docs), len(c.sample)))
-    print("| method | unrelated flagged (share of corpus) | %s | docs/s |" % " | ".join(
-        "copies found %g%%" % (100 * r) for r in eval_quality.RATES))
-    print("|---|---:|" + "---:|" * (len(eval_quality.RATES) + 1))
+    raw = eval_quality.load_corpus(args.quick, args.seed, not args.no_held_out)
+    c = eval_quality.Corpus(raw, args.seed,
+                            recall_per_kind=args.recall or (40 if args.quick else 150))
+    items = list(stream(c, args.seed))
+    rows = []
+    if not args.band_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows.append(run_decider("today's rule: insert_text_if_new (k+1, resemblance >= 0.4)",
+                                    c, args.seed, TextDB(tmp + "/text"), items))
+            rows.append(run_decider("recipe 3 fingerprint alone, insert_if_new k = 3", c,
+                                    args.seed, FingerprintDB(tmp + "/fp", eval_quality.ours()),
+                                    items))
+            if not args.ours:
+                import peers
+                e0ng = peers.load("simhash_1e0ng")
+                if e0ng:
+                    rows.append(run_decider(
+                        "PyPI simhash (1e0ng), insert_if_new k = 3", c, args.seed,
+                        FingerprintDB(tmp + "/e0ng", eval_quality.peer(
+                            lambda t: e0ng.Simhash(t).value)), items))
+        if not args.no_datasketch:
+            rows.append(run_decider("datasketch MinHashLSH (0.5, 128 perm)", c, args.seed,
+                                    Datasketch(), items))
+    for spec in args.band or [DEFAULT_BAND]:
+        cfg = parse_band(spec)
+        rows.append(run_decider("band rule %s (simulated)" % cfg.name, c, args.seed,
+                                BandRule(cfg, len(items)), items))
+    for spec in args.alias or ():
+        cfg = parse_band(spec)
+        rows.append(run_decider("band rule %s, skipped texts kept as aliases (simulated)"
+                                % cfg.name, c, args.seed, BandRule(cfg, len(items), alias=True),
+                                items))
+    for spec in args.alias_floor or ():
+        cfg = parse_band(spec)
+        rows.append(run_decider(
+            "band rule %s, aliases, the alias's document at >= %g too (simulated)"
+            % (cfg.name, eval_quality.UNRELATED), c, args.seed,
+            BandRule(cfg, len(items), alias=True, floor=eval_quality.UNRELATED), items))
+    for threshold in args.brute or ():
+        cfg = bandsim.Config(threshold=threshold)
+        rows.append(run_decider("every stored document a candidate, resemblance >= %g "
+                                "(simulated)" % threshold, c, args.seed,
+                                BandRule(cfg, len(items), brute=True), items))
+    kinds = sorted({d.kind for d in c.docs}, key=lambda k: (k in corpus.HELD_OUT, k))
+    print("%d documents, %d planted copies per edit model and rate\n" % (
+        len(c.docs), len(c.sample)))
+    print(table(rows, "tuned") + "\n")
+    if any(k in corpus.HELD_OUT for k in kinds):
+        print(table(rows, "held out") + "\n")
+    print(stored_table(rows) + "\n")
+    print(kind_table(rows, kinds) + "\n")
     for row in rows:
-        print("| %s | %.3f%% | %s | %.0f |" % (
-            row["method"], 100 * row["flagged"],
-            " | ".join("%.3f" % row["found"][r] for r in eval_quality.RATES), row["docs_per_s"]))
+        if "candidates_per_query" in row:
+            print("%s: %.2f candidates per query before confirmation" % (
+                row["method"], row["candidates_per_query"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,21 @@ Corpus (tools/corpus.py): by default ~8,000 real documents of several kinds
 from Debian's documentation packages (English prose, HTML manuals that share a
 site template, Python source, licences, man pages, Japanese and Chinese man
 pages and Chinese, Japanese and Korean HTML; held out from tuning: Git release
-notes and HTML in European languages); ``--quick``: a small corpus from what
-any Python has (standard library source, pydoc topics, pydoc's HTML pages,
-composed CJK text).
+notes and HTML in European languages, and the kinds of ``held_out_corpus``:
+Perl pods, PostgreSQL's and the kernel's HTML, the kernel's reST, Debian
+changelogs); ``--quick``: a small corpus from what any Python has (standard
+library source, pydoc topics, pydoc's HTML pages, composed CJK text).
+
+Edit models (EDIT_MODELS), each reported on its own, since they move a
+fingerprint very differently:
+- ``foreign words``: words deleted, inserted or substituted (a third each),
+  the inserted and substituted words taken from OTHER documents of the
+  corpus: new words, as a crawler sees them (a date, an ad, a comment);
+- ``foreign block``: one run of another document's words inserted at one
+  place (a sidebar, a comment, a new paragraph), 3, 5 or 10% of the words;
+- ``same-document``: words deleted, inserted, substituted or swapped, the
+  inserted and substituted words taken from the SAME document (the only
+  model before; with distinct-word features it barely moves a fingerprint).
 
 For each method, at k bits:
 - false matches per document: every pair within k over ALL pairs of the
@@ -15,15 +27,14 @@ For each method, at k bits:
   of documents (the unrelated documents an average document matches);
 - the mean distance of unrelated pairs of one kind (independent
   fingerprints sit 32 bits apart);
-- recall: a sample of documents against variants with 1, 2, 5 and 10% of
-  their words deleted, inserted, substituted or swapped (seeded; in HTML
-  only the words of the text, not the markup);
+- recall: a sample of documents against their edited variants, per edit
+  model and rate (seeded; in HTML only the words of the text, not the markup);
 - speed in MB/s of plain text (the documents that are not HTML) on one core.
 Peers (PyPI ``simhash``, the simhash-py recipe, samecode's halo hash) get
 the text of HTML documents, as they have no HTML mode.
 
 Usage: python tools/eval_quality.py [--quick] [--seed N] [--only METHOD]
-       [--ours] [--k K] [--json out.json]
+       [--ours] [--k K] [--recall N] [--no-held-out] [--json out.json]
 """
 
 import argparse
@@ -41,6 +52,9 @@ import corpus
 import simhashdb
 
 RATES = (0.01, 0.02, 0.05, 0.10)
+BLOCK_RATES = (0.03, 0.05, 0.10)
+FOREIGN_WORDS, FOREIGN_BLOCK, SAME_DOCUMENT = "foreign words", "foreign block", "same-document"
+EDIT_MODELS = {FOREIGN_WORDS: RATES, FOREIGN_BLOCK: BLOCK_RATES, SAME_DOCUMENT: RATES}
 K = 3
 UNRELATED = 0.3  # word 5-shingle Jaccard below this: unrelated documents
 RECIPE_1 = "simhashdb-1/nfkc-casefold/chars/window-3/cjk-window-2/counts/fast-hash"
@@ -101,6 +115,63 @@ def edit(doc, rate, rng):
             units[i] = units[rng.choice(doc.editable)]
         elif i + 1 < len(units):
             units[i], units[i + 1] = units[i + 1], units[i]
+    return join(units, doc.seps)
+
+
+def _foreign_word(docs, i, rng):
+    """A word of a random document of ``docs`` other than the ``i``-th."""
+    while True:
+        j = rng.randrange(len(docs))
+        if j != i and docs[j].editable:
+            return docs[j].units[rng.choice(docs[j].editable)]
+
+
+def _joined(words):
+    """Words as one run of text: spaces between them, none between CJK characters."""
+    out = ""
+    for word in words:
+        if out and not (CJK_SPLIT.match(word) and CJK_SPLIT.match(out[-1])):
+            out += " "
+        out += word
+    return out
+
+
+def edit_foreign_words(docs, i, rate, rng):
+    """The text of ``docs[i]`` with ``rate`` of its words deleted, inserted
+    or substituted (a third each), new words taken from other documents."""
+    doc = docs[i]
+    units = list(doc.units)
+    if not doc.editable:
+        return doc.text
+    for _ in range(max(1, round(rate * len(doc.editable)))):
+        p = rng.choice(doc.editable)
+        op = rng.randrange(3)
+        if op == 0:
+            units[p] = ""
+        elif op == 1:
+            units[p] = _joined([units[p], _foreign_word(docs, i, rng)])
+        else:
+            units[p] = _foreign_word(docs, i, rng)
+    return join(units, doc.seps)
+
+
+def edit_foreign_block(docs, i, rate, rng):
+    """The text of ``docs[i]`` with one run of another document's words,
+    ``rate`` of its own word count, inserted before a random word."""
+    doc = docs[i]
+    if not doc.editable:
+        return doc.text
+    want, words = max(1, round(rate * len(doc.editable))), []
+    while len(words) < want:  # a short donor is followed by another
+        j = rng.randrange(len(docs))
+        donor = docs[j].editable
+        if j == i or not donor:
+            continue
+        start = rng.randrange(max(1, len(donor) - (want - len(words)) + 1))
+        words += [docs[j].units[e] for e in donor[start:start + want - len(words)]]
+    units = list(doc.units)
+    p = rng.choice(doc.editable)
+    units[p] = _joined(words + [units[p]])
     return join(units, doc.seps)
 
 
@@ -276,7 +347,7 @@ class Corpus:
     """Documents, their shingle sets, the recall sample and its variants,
     and the same-kind pairs whose distances are averaged."""
 
-    def __init__(self, raw, seed=0, recall_per_kind=150, pairs_per_kind=3000):
+    def __init__(self, raw, seed=0, recall_per_kind=150, pairs_per_kind=3000, models=None):
         rng = random.Random(seed)
         self.docs = [Document(d["text"], d["kind"], d["html"]) for d in raw]
         self.kinds = sorted({d.kind for d in self.docs},
@@ -297,6 +368,16 @@ class Corpus:
                 if jaccard(self.sets[a], self.sets[b]) < UNRELATED:
                     pairs.append((a, b))
             self.kind_pairs[kind] = pairs
+        # edits[model][rate]: the variants of the sample; same-document is
+        # self.variants (drawn first, as before: the same texts for a seed)
+        self.edits = {SAME_DOCUMENT: self.variants}
+        models = EDIT_MODELS if models is None else models
+        for model, fn in ((FOREIGN_WORDS, edit_foreign_words), (FOREIGN_BLOCK, edit_foreign_block)):
+            if model in models:
+                rng = random.Random("%s/%d" % (model, seed))
+                self.edits[model] = {rate: [fn(self.docs, i, rate, rng) for i in self.sample]
+                                     for rate in EDIT_MODELS[model]}
+        self.edits = {m: self.edits[m] for m in EDIT_MODELS if m in self.edits}
         self._related = {}
 
     def unrelated(self, a, b):
@@ -329,12 +410,20 @@ def evaluate(name, method, c, ks=(K,)):
                 false[kind_of[b]] += 1
         row["false"][k] = {"all": sum(false.values()) / len(docs),
                            **{kind: false[kind] / size[kind] for kind in c.kinds}}
-    for rate, texts in c.variants.items():
-        dists = [(kind_of[i], bin(fps[i] ^ method(t, docs[i].html)).count("1"))
-                 for i, t in zip(c.sample, texts)]
-        row["recall"][rate] = {k: {"all": sum(d <= k for _, d in dists) / len(dists),
-                                   **{kind: _mean([d <= k for x, d in dists if x == kind])
-                                      for kind in c.kinds}} for k in ks}
+    row["recall_by_model"] = {}
+    for model, variants in c.edits.items():
+        recall = row["recall_by_model"][model] = {}
+        for rate, texts in variants.items():
+            dists = [(kind_of[i], bin(fps[i] ^ method(t, docs[i].html)).count("1"))
+                     for i, t in zip(c.sample, texts)]
+            recall[rate] = {k: {"all": _mean([d <= k for _, d in dists]),
+                                "tuned": _mean([d <= k for x, d in dists
+                                                if x not in corpus.HELD_OUT]),
+                                "held out": _mean([d <= k for x, d in dists
+                                                   if x in corpus.HELD_OUT]),
+                                **{kind: _mean([d <= k for x, d in dists if x == kind])
+                                   for kind in c.kinds}} for k in ks}
+    row["recall"] = row["recall_by_model"][SAME_DOCUMENT]
     row["distance"] = {kind: _mean([bin(fps[a] ^ fps[b]).count("1")
                                     for a, b in c.kind_pairs[kind]]) for kind in c.kinds}
     return row
@@ -346,14 +435,28 @@ def _mean(values):
 
 def summary(rows, k, kinds):
     tuned = [x for x in kinds if x not in corpus.HELD_OUT]
-    lines = ["| method (k = %d) | false matches / doc | min / mean same-kind distance | %s | MB/s |"
-             % (k, " | ".join("recall %g%%" % (100 * r) for r in RATES)),
-             "|---|---:|---:|" + "---:|" * (len(RATES) + 1)]
+    lines = ["| method (k = %d) | false matches / doc | min / mean same-kind distance | MB/s |"
+             % k, "|---|---:|---:|---:|"]
     for row in rows:
         dist = [row["distance"][x] for x in tuned]
-        lines.append("| %s | %.4f | %.1f / %.1f | %s | %.1f |" % (
-            row["method"], row["false"][k]["all"], min(dist), _mean(dist),
-            " | ".join("%.3f" % row["recall"][r][k]["all"] for r in RATES), row["mb_per_s"]))
+        lines.append("| %s | %.4f | %.1f / %.1f | %.1f |" % (
+            row["method"], row["false"][k]["all"], min(dist), _mean(dist), row["mb_per_s"]))
+    return "\n".join(lines)
+
+
+def recall_table(rows, k, kinds):
+    """Recall within k bits, one column per edit model and rate, over the
+    tuning kinds and, apart, the held-out ones."""
+    held_out = any(x in corpus.HELD_OUT for x in kinds)
+    cells = [(m, r) for m, rates in EDIT_MODELS.items() for r in rates]
+    lines = []
+    for group in ("tuned",) + (("held out",) if held_out else ()):
+        lines += ["| recall within k = %d (%s kinds) | %s |" % (k, group, " | ".join(
+            "%s %g%%" % (m, 100 * r) for m, r in cells)), "|---|" + "---:|" * len(cells)]
+        for row in rows:
+            lines.append("| %s | %s |" % (row["method"], " | ".join(
+                "%.3f" % row["recall_by_model"][m][r][k][group] for m, r in cells)))
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -362,10 +465,11 @@ def by_kind(rows, k, kinds):
         x + (" (held out)" if x in corpus.HELD_OUT else "") for x in kinds)),
         "|---|---|" + "---:|" * len(kinds)]
     for row in rows:
-        for label, values in (("false matches / doc", row["false"][k]),
-                              ("unrelated distance", row["distance"]),
-                              ("recall 1%", row["recall"][0.01][k]),
-                              ("recall 5%", row["recall"][0.05][k])):
+        figures = [("false matches / doc", row["false"][k]), ("unrelated distance", row["distance"])]
+        for model, recall in row["recall_by_model"].items():
+            figures += [("recall %s %g%%" % (model, 100 * r), recall[r][k])
+                        for r in (EDIT_MODELS[model][0], 0.05)]
+        for label, values in figures:
             lines.append("| %s | %s | %s |" % (row["method"], label, " | ".join(
                 "%.1f" % values[x] if label == "unrelated distance" else "%.3f" % values[x]
                 for x in kinds)))
@@ -381,6 +485,14 @@ def run(raw, seed=0, only=None, ks=(K,), peers_too=True, **sizes):
     return rows, c.kinds
 
 
+def load_corpus(quick=False, seed=0, held_out=True, rebuild=False):
+    """The documents of a run: the quick corpus, or Debian's with (by
+    default) the held-out kinds."""
+    if quick:
+        return python_corpus(seed)
+    return corpus.debian_corpus(rebuild) + (corpus.held_out_corpus(rebuild) if held_out else [])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the small Python corpus")
@@ -389,15 +501,21 @@ def main():
     parser.add_argument("--k", type=int, action="append", help="distances (default: 3)")
     parser.add_argument("--seed", type=int, default=0, help="draws another sample")
     parser.add_argument("--rebuild", action="store_true", help="render the corpus anew")
+    parser.add_argument("--recall", type=int, default=150,
+                        help="documents of each kind edited (default: 150)")
+    parser.add_argument("--no-held-out", action="store_true",
+                        help="leave out the held-out kinds of corpus.held_out_corpus")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    raw = python_corpus(args.seed) if args.quick else corpus.debian_corpus(args.rebuild)
+    raw = load_corpus(args.quick, args.seed, not args.no_held_out, args.rebuild)
     ks = tuple(args.k or (K,))
-    rows, kinds = run(raw, args.seed, args.only, ks, peers_too=not args.ours)
+    rows, kinds = run(raw, args.seed, args.only, ks, peers_too=not args.ours,
+                      recall_per_kind=args.recall)
     print("%d documents: %s\n" % (len(raw), ", ".join(
         "%s %d" % kv for kv in sorted(collections.Counter(d["kind"] for d in raw).items()))))
     for k in ks:
         print(summary(rows, k, kinds) + "\n")
+        print(recall_table(rows, k, kinds))
         print(by_kind(rows, k, kinds) + "\n")
     if args.json:
         with open(args.json, "w") as f:

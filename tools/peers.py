@@ -38,4 +38,29 @@ def load(name):
         sys.modules.pop("simhash", None)
         if saved_module is not None:
             sys.modules["simhash"] = saved_module
+    if name == "simhash_1e0ng":
+        _widen_weighted_bits(module)
     return module
+
+
+def _widen_weighted_bits(module):
+    """simhash 2.1.2 multiplies a uint8 bit array by a feature's weight; where
+    numpy 2 was imported first (its folder's numpy<2 is then not the one in
+    use), a weight above 255 overflows instead of widening as numpy 1 did.
+    Widen the bits first: the same fingerprints as under numpy 1."""
+    cls = module.Simhash
+    raw = cls.__dict__["_bitarray_from_bytes"]
+    if getattr(raw, "widened", False):
+        return
+    if isinstance(raw, staticmethod):
+        function = raw.__func__
+
+        def widened(b):
+            return function(b).astype("int64")
+        replacement = staticmethod(widened)
+    else:
+        def widened(self, b):
+            return raw(self, b).astype("int64")
+        replacement = widened
+    widened.widened = replacement.widened = True
+    cls._bitarray_from_bytes = replacement

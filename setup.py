@@ -64,6 +64,8 @@ setup(
             # the reference libraries, so the tests compare outputs bit for bit
             "samecode==0.5.1",
             "simhash-pybind==0.0.3",
+            # tests/test_typing.py: a user's script passes mypy --strict
+            "mypy",
         ],
     },
     ext_modules=cythonize(extensions, language_level=3, include_path=["ext"]),

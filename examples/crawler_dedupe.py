@@ -23,6 +23,7 @@ import pathlib
 import sysconfig
 import tempfile
 import time
+from typing import Iterator, Optional, Union
 
 import simhashdb
 
@@ -32,7 +33,7 @@ TEMPLATE = ("<!DOCTYPE html><html><head><title>%s</title><style>body{margin:0}</
             "<footer>Served by the example crawler</footer></body></html>")
 
 
-def pages():
+def pages() -> Iterator[tuple[str, Union[str, bytes]]]:
     """Yield (url, html) for every page of the local web."""
     docs = pathlib.Path("/usr/share/doc")
     for path in sorted(docs.rglob("*.html")) if docs.is_dir() else ():
@@ -51,7 +52,7 @@ def pages():
             path.name, path.name, html.escape(source))
 
 
-def crawl(db, limit, batch=100):
+def crawl(db: simhashdb.DB, limit: Optional[int], batch: int = 100) -> tuple[int, int]:
     seen = kept = 0
     start = time.perf_counter()
     fetched = itertools.islice(pages(), limit)
@@ -72,8 +73,8 @@ def crawl(db, limit, batch=100):
     return seen, kept
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--db", help="database directory (default: a new temporary one)")
     parser.add_argument("--limit", type=int, default=None, help="stop after N pages")
     args = parser.parse_args()

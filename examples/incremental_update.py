@@ -16,7 +16,7 @@ import tempfile
 import simhashdb
 
 
-def sync(db, root):
+def sync(db: simhashdb.DB, root: pathlib.Path) -> dict[str, int]:
     """Bring ``db`` in line with the files under ``root``; return what changed."""
     on_disk = {str(p.relative_to(root)): simhashdb.fingerprint(p.read_bytes())
                for p in root.rglob("*.txt")}
@@ -28,13 +28,13 @@ def sync(db, root):
     return {"added": added, "edited": len(changed) - added, "removed": removed}
 
 
-def paragraphs():
+def paragraphs() -> list[str]:
     texts = [inspect.getdoc(obj) or "" for module in (random, pathlib, inspect, argparse)
              for obj in vars(module).values()]
     return [t for t in texts if len(t) > 200]
 
 
-def change(root, rng, texts, round_number):
+def change(root: pathlib.Path, rng: random.Random, texts: list[str], round_number: int) -> None:
     files = sorted(root.glob("*.txt"))
     for path in rng.sample(files, len(files) // 10):  # edit a few words
         words = path.read_text().split()
@@ -47,8 +47,8 @@ def change(root, rng, texts, round_number):
         (root / ("new-%d-%d.txt" % (round_number, i))).write_text(rng.choice(texts) * 2)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--files", type=int, default=300)
     args = parser.parse_args()

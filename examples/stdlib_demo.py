@@ -13,12 +13,12 @@ DB_PATH = sys.argv[1] if len(sys.argv) > 1 else "demo.db"
 SHOWN = 6
 
 
-def stdlib_files():
+def stdlib_files() -> tuple[pathlib.Path, list[pathlib.Path]]:
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
     return root, sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts)
 
 
-def main():
+def main() -> None:
     root, paths = stdlib_files()
     try:
         db = simhashdb.DB(DB_PATH, distance=3, recipe=simhashdb.RECIPE)
@@ -29,9 +29,9 @@ def main():
             print("%s already holds %d documents (stored by an earlier run)" % (DB_PATH, len(db)))
         else:
             start = time.perf_counter()
-            records = ((str(p.relative_to(root)), simhashdb.fingerprint(p.read_bytes()),
-                        {"bytes": p.stat().st_size}) for p in paths)
-            count = db.insert_many(records, batch_size=500)
+            files = ((str(p.relative_to(root)), simhashdb.fingerprint(p.read_bytes()),
+                      {"bytes": p.stat().st_size}) for p in paths)
+            count = db.insert_many(files, batch_size=500)
             print("imported %d files from %s into %s in %.1f s"
                   % (count, root, DB_PATH, time.perf_counter() - start))
         records = list(db)
@@ -43,9 +43,9 @@ def main():
         print("%d files have near-duplicates that are not exact copies; the %d closest:"
               % (len(shown), min(SHOWN, len(shown))))
         for record, others in shown[:SHOWN]:
-            print("  %s (%016x)" % (record.key, record.fingerprint))
+            print("  %s (%016x)" % (str(record.key), record.fingerprint))
             for match in others[:4]:
-                print("      %d bits  %s" % (match.distance, match.key))
+                print("      %d bits  %s" % (match.distance, str(match.key)))
         stats = db.stats()
         on_disk = "disk_bytes" in stats  # else Redis: the RAM of its keys
         print("%d documents, %d tables (blocks=%d, distance=%d), %.1f MB %s"

@@ -52,6 +52,7 @@ from .fingerprint import (
 
 __all__ = [
     "RECIPE",
+    "RECIPES",
     "DB",
     "DamagedDatabaseWarning",
     "DatabaseBusyError",

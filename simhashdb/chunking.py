@@ -1,12 +1,15 @@
 """N-grams and hailstorm n-gram selection, compatible with samecode 0.5.1."""
 
+from __future__ import annotations
+
 from binascii import crc32
 from itertools import islice
+from typing import Any, Iterable, Iterator, Union
 
 from .errors import InvalidArgumentError
 
 
-def ngrams(iterable, ngram_length):
+def ngrams(iterable: Iterable[Any], ngram_length: int) -> Iterator[tuple[Any, ...]]:
     """Tuples of each ``ngram_length`` consecutive items; none if there are fewer items.
 
     Unlike samecode, an iterator or generator input works too.
@@ -17,7 +20,8 @@ def ngrams(iterable, ngram_length):
     return zip(*(islice(items, i, None) for i in range(ngram_length)))
 
 
-def select_ngrams(ngrams, with_pos=False):
+def select_ngrams(ngrams: Iterable[tuple[Any, ...]], with_pos: bool = False
+                  ) -> Iterator[Union[tuple[Any, ...], tuple[int, tuple[Any, ...]]]]:
     """Yield the ngrams the hailstorm algorithm selects.
 
     An ngram is selected where the smallest CRC32 of its items (``str`` items

@@ -752,7 +752,7 @@ class DB:
                 for group in groups:
                     yield _sorted_keys(view, [k for i in group for k in keys[values[i]]])
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
         facts (on LMDB ``disk_bytes``, its files; on Redis ``memory_bytes``,
         its RAM on the primaries) and ``bytes_per_fingerprint_per_table`` of

@@ -23,19 +23,23 @@ The recipes were chosen by measurement (``tools/eval_quality.py``; README).
 Steps 2 to 4 run natively, with no Python object per token.
 """
 
+from __future__ import annotations
+
 import functools
 import hashlib
 import html
 import html.parser
 import pathlib
-import re
 import struct
 import sys
 import unicodedata
 from array import array
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from . import _ext
 from .errors import InvalidArgumentError, SimhashDBError
+
+Text = Union[str, bytes, bytearray, memoryview]
 
 DEFAULT_WINDOW = (2, 3, 4)
 DEFAULT_CJK_WINDOW = (1, 2)
@@ -67,14 +71,14 @@ class _Default:
 _DEFAULT = _Default()  # an option not given
 
 
-def unsigned_hash(data):
+def unsigned_hash(data: Union[bytes, bytearray, memoryview]) -> int:
     """The first 8 bytes of ``data``'s MD5 as a big-endian int (as simhash-py)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise InvalidArgumentError("unsigned_hash expects bytes, got %s" % type(data).__name__)
     return struct.unpack(">Q", hashlib.md5(data).digest()[:8])[0]
 
 
-def shingle(tokens, window=4):
+def shingle(tokens: Iterable[Any], window: int = 4) -> Iterator[list[Any]]:
     """Yield each run of ``window`` consecutive tokens as a list (as simhash-py);
     yields nothing when there are fewer tokens than ``window``."""
     window = _check_window(window)
@@ -87,7 +91,7 @@ def shingle(tokens, window=4):
             yield list(current)
 
 
-def normalize(text):
+def normalize(text: Text) -> str:
     """NFKC-normalised, case-folded str of ``text`` (str, or UTF-8 bytes)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8", errors="replace")
@@ -98,14 +102,14 @@ def normalize(text):
     return text.casefold()
 
 
-def tokenize(text, unit="words"):
+def tokenize(text: str, unit: str = "words") -> list[str]:
     """The native tokens of ``text`` (normalise it first). ``unit="words"``:
     words, and single CJK characters (punctuation, symbols, spaces and ``_``
     separate words); ``unit="chars"``: every character but white space."""
     return _ext.tokens_utf8(text.encode("utf-8", "surrogatepass"), _check_unit(unit) == "chars")
 
 
-def html_to_text(markup):
+def html_to_text(markup: Text) -> str:
     """The text of an HTML document: tags, comments, scripts and styles dropped,
     character references decoded, block elements separated by spaces."""
     if isinstance(markup, (bytes, bytearray, memoryview)):
@@ -123,7 +127,7 @@ def html_to_text(markup):
     return " ".join(parser.parts)
 
 
-def strip_html(markup):
+def strip_html(markup: Text) -> str:
     """The text of an HTML document, as recipe 3 reads it: comments, CDATA
     sections, script, style, template and noscript elements and tags each
     become one space; character references are decoded as :func:`html.unescape`.
@@ -164,8 +168,10 @@ class _TextExtractor(html.parser.HTMLParser):
             self.parts.append(data)
 
 
-def fingerprint(text, window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None,
-                html=False, cjk_window=_DEFAULT, max_run=_DEFAULT, idf=_DEFAULT):
+def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
+                tokenizer: Optional[Callable[[str], list[str]]] = None,
+                hasher: Optional[Callable[[bytes], int]] = None, html: bool = False,
+                cjk_window: Any = _DEFAULT, max_run: Any = _DEFAULT, idf: Any = _DEFAULT) -> int:
     """64-bit simhash fingerprint of a document (see the module docstring).
 
     By default, the distinct words weighted by ``idf``; the shingle options
@@ -197,7 +203,8 @@ def fingerprint(text, window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=Non
     return method(_prepare(text, extract if html else None))
 
 
-def fingerprint_with_signature(text, html=False, **options):
+def fingerprint_with_signature(text: Text, html: bool = False, **options: Any
+                               ) -> tuple[int, bytes]:
     """(:func:`fingerprint`, :func:`resemblance` signature) of one text,
     normalised once; ``options`` as for fingerprint.
 
@@ -209,7 +216,7 @@ def fingerprint_with_signature(text, html=False, **options):
             _ext.word_minhash(normalized.encode("utf-8", "surrogatepass")))
 
 
-def resemblance(signature_a, signature_b):
+def resemblance(signature_a: bytes, signature_b: bytes) -> float:
     """The estimated word 5-shingle Jaccard similarity of two texts, from
     their signatures (:func:`fingerprint_with_signature`): 1.0 for copies,
     about 0.6 with 1 word in 20 edited, 0.4 with 1 in 10, under 0.3 for
@@ -276,7 +283,7 @@ def _word_weights(name):
     return hashes, array("B", data[16 + 8 * count:]), absent
 
 
-def fingerprint_many(texts, **options):
+def fingerprint_many(texts: Iterable[Text], **options: Any) -> list[int]:
     """:func:`fingerprint` of each text, as a list; ``options`` as for fingerprint."""
     return [fingerprint(text, **options) for text in texts]
 

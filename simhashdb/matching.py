@@ -6,9 +6,12 @@ sharing them are compared, and each pair is reported once, by the first table
 that finds it.
 """
 
+from __future__ import annotations
+
 import itertools
 import sys
 from array import array
+from typing import Any, Optional
 
 from . import _ext
 from .errors import InvalidArgumentError
@@ -17,7 +20,9 @@ from .layout import Layout
 _SIGNATURE_BYTES = 256  # a text's resemblance signature (simhashdb.fingerprint_with_signature)
 
 
-def find_all(hashes, blocks=None, distance=None, *, number_of_blocks=None, different_bits=None):
+def find_all(hashes: Any, blocks: Optional[int] = None, distance: Optional[int] = None, *,
+             number_of_blocks: Optional[int] = None, different_bits: Optional[int] = None
+             ) -> list[tuple[int, int]]:
     """Every pair (a, b), a <= b, of fingerprints within ``distance`` bits, sorted.
 
     Pairs are of distinct values, as in simhash-py; a value that occurs more
@@ -40,8 +45,9 @@ def find_all(hashes, blocks=None, distance=None, *, number_of_blocks=None, diffe
     return pairs
 
 
-def find_all_indices(hashes, blocks=None, distance=None, *, number_of_blocks=None,
-                     different_bits=None):
+def find_all_indices(hashes: Any, blocks: Optional[int] = None, distance: Optional[int] = None,
+                     *, number_of_blocks: Optional[int] = None,
+                     different_bits: Optional[int] = None) -> list[tuple[int, int]]:
     """Every pair of positions (i, j), i < j, whose fingerprints are within
     ``distance`` bits, as a sorted list of tuples (``numpy.array(pairs)`` makes
     it an (M, 2) array). Parameters as for :func:`find_all`."""
@@ -49,8 +55,9 @@ def find_all_indices(hashes, blocks=None, distance=None, *, number_of_blocks=Non
     return list(zip(flat[0::2], flat[1::2]))
 
 
-def find_clusters(hashes, blocks=None, distance=None, *, number_of_blocks=None,
-                  different_bits=None):
+def find_clusters(hashes: Any, blocks: Optional[int] = None, distance: Optional[int] = None, *,
+                  number_of_blocks: Optional[int] = None, different_bits: Optional[int] = None
+                  ) -> list[list[int]]:
     """Connected components of the match graph of the distinct fingerprints:
     a fingerprint belongs to a cluster when it is within ``distance`` of at
     least one member. Each cluster sorted, clusters sorted, singletons left out.

@@ -120,7 +120,7 @@ def encode_documents(records, limit, now):
     return encoded
 
 
-def check_record(record):
+def check_record(record: Any) -> None:
     """Raise the error :meth:`DB.insert_many` would raise for ``record``, if any:
     to find the bad record of a batch before writing it."""
     encode_documents([record], MAX_KEY_BYTES, 0)

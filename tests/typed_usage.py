@@ -1,0 +1,45 @@
+"""A user's script as ``mypy --strict`` checks it (tests/test_typing.py): the
+public API's types, used the way the README shows."""
+
+import tempfile
+
+import simhashdb
+from simhashdb import DB, Match, Matches, Pair, Record, TextMatch
+from simhashdb.chunking import ngrams, select_ngrams
+from simhashdb.halohash import BitAverageHaloHash
+
+
+def main() -> None:
+    text = "the quick brown fox jumps over the lazy dog " * 20
+    fp: int = simhashdb.fingerprint(text)
+    prints: list[int] = simhashdb.fingerprint_many([text, text.upper()], html=False)
+    fp2, signature = simhashdb.fingerprint_with_signature(text, html=True)
+    alike: float = simhashdb.resemblance(signature, signature)
+    bits: int = simhashdb.num_differing_bits(fp, fp2)
+    pairs: list[tuple[int, int]] = simhashdb.find_all(prints, blocks=4, distance=3)
+    clusters: list[list[int]] = simhashdb.find_clusters(prints, 4, 3)
+    with DB(tempfile.mkdtemp() + "/typed.db", recipe=simhashdb.RECIPE) as db:
+        db.insert("a", fp, {"source": "example"})
+        count: int = db.insert_many([("b", fp2), ("c", fp ^ 1, None)])
+        matches: list[Match] = db.query(fp)
+        distances = [m.distance + 0 for m in matches]
+        found: Matches = db.insert_if_new("d", fp ^ 3)
+        replaced: Record | None = found.replaced
+        text_found: Matches = db.insert_text_if_new("e", text + " and more", refresh=True)
+        for match in db.query_text(text):
+            if isinstance(match, TextMatch) and match.resemblance is not None:
+                alike = max(alike, match.resemblance)
+        record = db.get("a")
+        stored_at: int | None = record.stored_at if record else None
+        every: list[Pair] = list(db.find_all())
+        groups = [sorted(map(str, group)) for group in db.clusters()]
+        gone: int = db.expire(0)
+        stats: dict[str, object] = db.stats()
+    halo = BitAverageHaloHash([b"a", b"b"], size_in_bits=64)
+    grams = list(select_ngrams(ngrams("abcdef", 3)))
+    print(prints, alike, bits, pairs, clusters, count, distances, replaced, text_found,
+          stored_at, every, groups, gone, stats, halo.distance(halo), grams)
+
+
+if __name__ == "__main__":
+    main()

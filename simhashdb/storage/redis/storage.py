@@ -197,10 +197,10 @@ class RedisStorage(Storage):
         an entry of one of its keys names, by prefix: one round for the bands'
         buckets (a SCAN script per node), one for the fingerprint index (a
         PREFIX script per node)."""
-        nodes, k = self.nodes, self.keys
-        if not len(keys) // BANDS:
+        nodes, k, queries = self.nodes, self.keys, len(keys) // BANDS
+        if not queries:
             return []
-        firsts, bands = _redis.band_ranges(keys)
+        firsts, bands = _redis.band_ranges(keys[:queries * BANDS])  # whole queries, as LMDB
         step = SCRIPT_BYTES // (k.key_length + 2 * k.width)
         requests = dict(zip(nodes.addresses, _redis.scan_records(
             firsts, bands, _redis.BAND_PREFIXES, k.bands, k.bits, k.width, nodes.slot_nodes,

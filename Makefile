@@ -29,7 +29,7 @@ PY := $(VENV)/bin/python
 	@touch $@
 
 $(VENV)/.installed: .lmdb-checked .redis-checked .java-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi \
-		ext/_memory.pxi ext/_records.pyx ext/_redis.pyx
+		ext/_memory.pxi ext/_signature.pxi ext/_records.pyx ext/_redis.pyx
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'

@@ -29,7 +29,7 @@ extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._records", ["ext/_records.pyx"], extra_compile_args=["-O3"]),
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
-                        depends=["ext/_tables.pxi", "ext/_memory.pxi"],
+                        depends=["ext/_tables.pxi", "ext/_memory.pxi", "ext/_signature.pxi"],
                         extra_compile_args=["-O3"])]
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:

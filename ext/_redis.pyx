@@ -1,11 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """Kernels of the Redis backend (:mod:`simhashdb.storage.redis`): a key's
 cluster slot, the records of the bucket scripts (MERGE for writes, SCAN for
-queries) and the hits of a SCAN reply, the shards of the document and
-fingerprint hashes, a batch's plan and the protocol's packing. A bucket key is
-a table's key followed by the bucket (the leading ``bits`` of a permuted
-fingerprint) in bits / 4 hex digits; an entry is the remaining ``width``
-bytes, big-endian."""
+queries) and the hits of a SCAN reply, the band entries of signatures, the
+shards of the document and fingerprint hashes, a batch's plan and the
+protocol's packing. A bucket key is a table's (or a band's) key followed by
+the bucket (the leading ``bits`` of a permuted fingerprint, or of a band
+entry) in bits / 4 hex digits; an entry is the remaining ``width`` bytes,
+big-endian."""
 
 from array import array
 from bisect import insort
@@ -22,6 +23,7 @@ cdef extern from *:
 
 include "_memory.pxi"
 include "_tables.pxi"
+include "_signature.pxi"
 
 
 cdef uint16_t CRC16[256]  # CRC-16/XMODEM (polynomial 0x1021), the one of Redis Cluster
@@ -198,11 +200,23 @@ cdef struct Bucket:
 def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits, int width,
                   const uint16_t[::1] owners, Py_ssize_t nodes, Py_ssize_t limit):
     """The MERGE records that add the fingerprints ``adds`` to every table and
-    remove ``deletes``, per node (``owners``: the node of each slot): (blob,
-    slots) pairs, a blob of about ``limit`` bytes and the slots of its keys
-    (sorted; the records go slot by slot, so a blob spans few). A record is
-    a bucket key, the bucket's add count and delete count (4 bytes each), its
-    adds and its deletes, each sorted."""
+    remove ``deletes``: :func:`merge_buckets` of their permuted values."""
+    cdef Py_ssize_t tables = len(table_keys), t
+    return merge_buckets([table_values(adds, spec, t, tables) for t in range(tables)],
+                         [table_values(deletes, spec, t, tables) for t in range(tables)],
+                         table_keys, bits, width, owners, nodes, limit)
+
+
+def merge_buckets(list added, list deleted, list table_keys, int bits, int width,
+                  const uint16_t[::1] owners, Py_ssize_t nodes, Py_ssize_t limit):
+    """The MERGE records that add the entries ``added[t]`` (a sorted uint64
+    buffer) to table ``t`` (of key ``table_keys[t]``: a permutation table or a
+    band, all keys of one length) and remove ``deleted[t]``, per node
+    (``owners``: the node of each slot): (blob, slots) pairs, a blob of about
+    ``limit`` bytes and the slots of its keys (sorted; the records go slot by
+    slot, so a blob spans few). A record is a bucket key, the bucket's add
+    count and delete count (4 bytes each), its adds and its deletes, each
+    sorted."""
     cdef Py_ssize_t tables = len(table_keys), t, i, j, n = 0, capacity = 1024, r, k, slot
     # where each slot's records start in ``order`` (on the heap: 131 KB is too
     # much for the stack of a thread)
@@ -210,8 +224,6 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     cdef Py_ssize_t* order = NULL
     cdef list buffers = [RecordBuffer(limit, 0, True) for _ in range(nodes)]
     cdef BucketKeys keys = BucketKeys(table_keys, bits, owners, nodes)
-    cdef list added = [table_values(adds, spec, t, tables) for t in range(tables)]
-    cdef list deleted = [table_values(deletes, spec, t, tables) for t in range(tables)]
     cdef const uint64_t[::1] a
     cdef const uint64_t[::1] d
     cdef uint64_t first, bucket
@@ -223,8 +235,17 @@ def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits
     try:
         if records == NULL or add_values == NULL or delete_values == NULL or starts == NULL:
             raise MemoryError()
+        if len(added) != tables or len(deleted) != tables:
+            raise ValueError("added and deleted entries must come for each of the %d tables"
+                             % tables)
         for t in range(tables):
             a, d = added[t], deleted[t]
+            for i in range(1, a.shape[0]):
+                if a[i - 1] > a[i]:
+                    raise ValueError("the entries added to table %d are not sorted" % t)
+            for i in range(1, d.shape[0]):
+                if d[i - 1] > d[i]:
+                    raise ValueError("the entries deleted from table %d are not sorted" % t)
             if a.shape[0]:
                 add_values[t] = &a[0]
             if d.shape[0]:
@@ -342,6 +363,142 @@ def scan_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
                 d = popcount64(fp ^ ps[probe_of[r]])
                 if d <= distance:
                     found[probe_of[r]][fp] = d
+
+
+# The band index: band b holds the entry (band key << 32 | fingerprint >> 32)
+# of each band key b of the stored text documents, in buckets of its own cut as
+# a table's are (a bucket key is a band's key and the entry's leading bits).
+
+BAND_PREFIXES = array("Q", [0xFFFFFFFF00000000]) * SIGNATURE_BANDS  # a band key's span
+
+
+def band_ranges(const uint32_t[::1] keys):
+    """The SCAN ranges of band queries (``keys``: SIGNATURE_BANDS band keys a
+    query, query after query) for :func:`scan_records` (with
+    ``BAND_PREFIXES``): (firsts, band of each), range ``q * SIGNATURE_BANDS +
+    b`` spanning the entries of query q's key in band b."""
+    cdef Py_ssize_t i, n = keys.shape[0]
+    if n % SIGNATURE_BANDS:
+        raise ValueError("band queries come as %d keys each, got %d keys"
+                         % (SIGNATURE_BANDS, n))
+    firsts, bands = array("Q", [0]) * n, array("Q", [0]) * n
+    cdef uint64_t[::1] f = firsts
+    cdef uint64_t[::1] t = bands
+    for i in range(n):
+        f[i] = (<uint64_t>keys[i]) << 32
+        t[i] = i % SIGNATURE_BANDS
+    return firsts, bands
+
+
+def band_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
+              const uint64_t[::1] firsts, int bits, int width, list found):
+    """Add to ``found`` (a set per query) the fingerprint prefix (top 32 bits)
+    named by each entry of the SCAN replies ``calls`` of one node (a reply of
+    a call: record number from 1, its entries, ...) that has its range's band
+    key (a bucket sent whole holds others); ranges as :func:`band_ranges`
+    numbers them."""
+    cdef Py_ssize_t c, k, e, r, n
+    cdef const unsigned char[::1] entries
+    cdef uint64_t head, value
+    cdef int b
+    cdef list reply
+    cdef set prefixes
+    for c in range(len(calls)):
+        reply = calls[c]
+        for k in range(0, len(reply) - 1, 2):
+            r = c * per_blob + <Py_ssize_t>reply[k] - 1
+            if not (c * per_blob <= r < min(node_ranges.shape[0], (c + 1) * per_blob)):
+                raise ValueError("a SCAN reply names record %r, not one sent" % reply[k])
+            r = node_ranges[r]
+            if r >= firsts.shape[0] or r // SIGNATURE_BANDS >= len(found):
+                raise ValueError("a band range %d past the queries" % r)
+            head = firsts[r] >> (64 - bits) << (64 - bits) if bits else 0
+            entries = reply[k + 1]
+            if entries.shape[0] % width:
+                raise ValueError("a SCAN reply of %d bytes, not whole entries"
+                                 % entries.shape[0])
+            n = entries.shape[0] // width
+            prefixes = found[r // SIGNATURE_BANDS]
+            for e in range(n):
+                value = head
+                for b in range(width):
+                    value |= <uint64_t>entries[e * width + b] << (8 * (width - 1 - b))
+                if value >> 32 == firsts[r] >> 32:
+                    prefixes.add(value & 0xFFFFFFFFULL)
+
+
+def sorted_band_entries(list signatures, fps, list without=None):
+    """For each of the SIGNATURE_BANDS bands, the entries (band key << 32 |
+    fingerprint >> 32) of the ``signatures`` (2 * MINHASH_BINS bytes, or None:
+    a document stored without one) of the fingerprints ``fps``, sorted, each
+    once, less those in ``without[band]`` (sorted uint64 buffers, or None):
+    a list of uint64 arrays. A signature with no bin filled has no entries."""
+    cdef const uint64_t[::1] hs = as_fingerprints(fps)
+    cdef Py_ssize_t n = len(signatures), m = 0, i, k, j, wn, b
+    cdef const unsigned char[::1] signature
+    cdef const uint64_t[::1] w
+    cdef const uint64_t* left_out
+    cdef uint64_t[::1] dst
+    cdef uint64_t x
+    cdef list out = []
+    if hs.shape[0] != n:
+        raise ValueError("%d signatures for %d fingerprints" % (n, hs.shape[0]))
+    if without is not None and len(without) != SIGNATURE_BANDS:
+        raise ValueError("entries to leave out come for each of the %d bands" % SIGNATURE_BANDS)
+    # the band keys of each document with a signature, then one band at a time
+    cdef uint32_t* keys = <uint32_t*>malloc(max(n, 1) * SIGNATURE_BANDS * sizeof(uint32_t))
+    cdef uint32_t* prefixes = <uint32_t*>malloc(max(n, 1) * sizeof(uint32_t))
+    cdef uint64_t* entries = <uint64_t*>malloc(max(n, 1) * sizeof(uint64_t))
+    cdef uint64_t* scratch = <uint64_t*>malloc(max(n, 1) * sizeof(uint64_t))
+    try:
+        if keys == NULL or prefixes == NULL or entries == NULL or scratch == NULL:
+            raise MemoryError()
+        for i in range(n):
+            if signatures[i] is None:
+                continue
+            signature = signatures[i]
+            if signature.shape[0] != 2 * MINHASH_BINS:
+                raise ValueError("a signature is %d bytes, not %d"
+                                 % (signature.shape[0], 2 * MINHASH_BINS))
+            if signature_bands(&signature[0], keys + m * SIGNATURE_BANDS):
+                prefixes[m] = hs[i] >> 32
+                m += 1
+        for b in range(SIGNATURE_BANDS):
+            wn, left_out = 0, NULL
+            if without is not None and without[b] is not None:
+                w = without[b]
+                wn = w.shape[0]
+                for j in range(1, wn):
+                    if w[j - 1] > w[j]:
+                        raise ValueError("the entries to leave out of band %d are not sorted" % b)
+                if wn:
+                    left_out = &w[0]
+            with nogil:
+                for i in range(m):
+                    entries[i] = ((<uint64_t>keys[i * SIGNATURE_BANDS + b]) << 32) | prefixes[i]
+                radix_sort(entries, scratch, m, 1)
+                k = j = 0
+                for i in range(m):
+                    x = entries[i]
+                    if k and entries[k - 1] == x:
+                        continue
+                    while j < wn and left_out[j] < x:
+                        j += 1
+                    if j < wn and left_out[j] == x:
+                        continue
+                    entries[k] = x
+                    k += 1
+            found = array("Q", [0]) * k
+            if k:
+                dst = found
+                memcpy(&dst[0], entries, k * sizeof(uint64_t))
+            out.append(found)
+    finally:
+        free(keys)
+        free(prefixes)
+        free(entries)
+        free(scratch)
+    return out
 
 
 cdef uint32_t CRC32[256]  # CRC-32 (reflected polynomial 0xEDB88320), zlib's

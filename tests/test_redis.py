@@ -17,7 +17,7 @@ redis = pytest.importorskip("redis", reason="the redis extra is not installed: p
 from conftest import REDIS, as_tuples, brute_force, flip
 from redis_cluster import LocalCluster, free_ports
 
-from simhashdb import DB, DatabaseError
+from simhashdb import DB, DatabaseError, records
 from simhashdb.storage.redis import scripts
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
@@ -71,6 +71,29 @@ def test_check_finds_a_bucket_damaged_behind_its_back(redis_names):
         cluster.close()
         problems = db.check()
         assert len(problems) == 1 and "table 3" in problems[0] and "1 missing" in problems[0]
+
+
+def test_a_texts_band_entries_are_in_the_keys_the_package_documents(redis_names):
+    """Band b's entry k << 32 | fp >> 32 is the rest of its bytes in the string
+    of N:b<b><first bits>, sorted; the tables' scan leaves band keys alone."""
+    from simhashdb.storage import BANDS, band_entries
+
+    with DB(redis_names.url + "/banded", distance=3, blocks=5) as db:
+        db.insert_text_many([("a", _text(1)), ("b", _text(2))])
+        keys, cluster = db._storage.keys, redis.RedisCluster.from_url(redis_names.url)
+        with db._storage.read() as view:
+            values = [(v, records.value_fingerprint(v)) for _, v in view.documents()]
+            for band in range(BANDS):
+                entries = sorted({band_entries(v, fp)[band] for v, fp in values})
+                assert view.band_entries(band) == entries
+                for entry in entries:
+                    bucket = cluster.get(keys.band_bucket(band, entry))
+                    assert bucket[:len(bucket) // keys.width * keys.width] == bucket
+                    assert entry.to_bytes(8, "big")[8 - keys.width:] in [
+                        bucket[i:i + keys.width] for i in range(0, len(bucket), keys.width)]
+        assert keys.band_bucket(3, 0xABCDEF12 << 32) == b"banded:b03" + b"abcdef12"[:keys.bits // 4]
+        cluster.close()
+        assert db.check() == []
 
 
 CRAWLER = """
@@ -173,6 +196,76 @@ def test_a_writer_killed_mid_batch_leaves_a_batch_the_next_one_finishes(redis_na
         assert {r.key: r.fingerprint for r in db} == docs
         for probe in (docs["old7"] ^ 0b11, docs["new7"] ^ (1 << 63)):
             assert as_tuples(db.query(probe)) == brute_force(docs, probe, 3)
+
+
+HALF_TEXT_WRITER = """
+import os, random, signal, sys, simhashdb
+from simhashdb.storage.redis import cluster, protocol, scripts
+protocol.ROUND_BYTES = 1 << 14  # many small rounds
+def text(seed):
+    rng = random.Random(seed)
+    return " ".join("w%d" % rng.randrange(3000) for _ in range(60))
+db = simhashdb.DB(sys.argv[1])
+band_key = db._storage.keys.bands[0][:-2]  # N:b
+rounds = []
+apply_round = cluster.Nodes.round
+def round_then_die(self, requests):
+    replies = apply_round(self, requests)
+    if any(c[0] == "EVAL" and c[1] == scripts.MERGE and band_key in c[5]
+           for cs in requests.values() for c in cs):
+        rounds.append(1)
+        if len(rounds) == int(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGKILL)  # some bands' buckets merged, not all
+    return replies
+cluster.Nodes.round = round_then_die
+db.insert_text_many([("old%d" % i, text(1000 + i)) for i in range(200)]
+                    + [("new%d" % i, text(2000 + i)) for i in range(300)])
+"""
+
+
+def _text(seed):
+    rng = random.Random(seed)
+    return " ".join("w%d" % rng.randrange(3000) for _ in range(60))
+
+
+@pytest.mark.parametrize("rounds", [1, 5])
+def test_a_writer_killed_mid_batch_leaves_band_entries_the_next_one_finishes(redis_names,
+                                                                             rounds):
+    """A batch that replaces texts (their band entries go, but for those a
+    twin still has) and stores new ones, killed when some of its bands'
+    buckets had landed: the next writer lands the rest, so the band index
+    holds exactly the entries of the stored texts."""
+    from simhashdb.storage import BANDS, band_entries
+
+    url = redis_names.url + "/halftext?lease=1"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert_text_many([("old%d" % i, _text(i)) for i in range(200)]
+                            + [("twin%d" % i, _text(i)) for i in range(50)])
+    child = spawn(HALF_TEXT_WRITER, url, rounds)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == -signal.SIGKILL, err
+    meta = redis.RedisCluster.from_url(redis_names.url)
+    assert meta.get("{halftext}:pending") is not None
+
+    def band_buckets():
+        return len(list(meta.scan_iter(match="halftext:b*", count=1000)))
+    half = band_buckets()
+    with DB(url) as db:  # its first read waits out the dead writer's lease, then finishes
+        assert len(db) == 550 and db.check() == []
+        assert 0 < half < band_buckets()  # the bands were half written
+        meta.close()
+        with db._storage.read() as view:
+            expected = [set() for _ in range(BANDS)]
+            for key, value in view.documents():
+                for band, entry in enumerate(band_entries(value, records.value_fingerprint(
+                        value))):
+                    expected[band].add(entry)
+            assert all(sorted(view.band_entries(band)) == sorted(expected[band])
+                       for band in range(BANDS))
+        assert [m.key for m in db.query_text(_text(2007))] == ["new7"]
+        assert [m.key for m in db.query_text(_text(1007))] == ["old7"]
+        assert sorted(m.key for m in db.query_text(_text(7))) == ["twin7"]  # kept its entries
+        assert db.query_text(_text(107)) == []  # replaced, its entries gone
 
 
 def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_names):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_multiprobe import adversarial_docs, probes_near
 
-from simhashdb import _redis
+from simhashdb import _ext, _redis
 from simhashdb.layout import Layout
 
 MAX = (1 << 64) - 1
@@ -257,3 +257,134 @@ def test_native_add_absent_keeps_what_a_batch_has_read():
     assert committed == {5: (b"a",), 7: (), 2**64 - 1: ()}
     fps[7].append(b"b")
     assert fps[2**64 - 1] == []
+
+
+def merge_buckets_oracle(added, deleted, bucket_keys, bits, width, owners, limit):
+    """The MERGE (blob, slots) pairs per node of sorted entries per table (or
+    band), from plain Python, as :func:`merge_records_oracle` cuts them."""
+    records = []
+    for table, table_key in enumerate(bucket_keys):
+        buckets = {}
+        for which, values in ((0, added[table]), (1, deleted[table])):
+            for value in values:
+                buckets.setdefault(bucket_key(table_key, value, bits), ([], []))[which].append(
+                    value)
+        for key, (adds, gone) in buckets.items():
+            slot = slot_oracle(key)
+            records.append((owners[slot], slot, table, key, key + struct.pack(
+                ">II", len(adds), len(gone)) + b"".join(tail(v, width) for v in adds + gone)))
+    records.sort()
+    blobs = [[] for _ in range(max(owners) + 1)]
+    for node in range(len(blobs)):
+        blob, slots = b"", []
+        for _, slot, _, _, record in (r for r in records if r[0] == node):
+            blob += record
+            slots += [slot] if slot not in slots else []
+            if len(blob) >= limit:
+                blobs[node].append((blob, slots))
+                blob, slots = b"", []
+        if blob:
+            blobs[node].append((blob, slots))
+    return blobs
+
+
+def random_signature(rng, alphabet):
+    """A signature of 128 bins drawn from ``alphabet`` (a small one makes texts share bands)."""
+    return b"".join(rng.choice(alphabet).to_bytes(2, "big") for _ in range(128))
+
+
+def band_entries_oracle(signatures, fps):
+    entries = [set() for _ in range(32)]
+    for signature, fp in zip(signatures, fps):
+        if signature is None:
+            continue
+        for band, key in enumerate(_ext.bands(signature)):
+            entries[band].add(key << 32 | fp >> 32)
+    return [sorted(e) for e in entries]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([0, 8, 16, 24]), st.integers(1, 4),
+       st.sampled_from([40, 300, 1 << 16]))
+def test_native_merge_buckets_of_tables_and_bands_are_the_python_ones(seed, bits, nodes, limit):
+    """One MERGE plan for tables and bands (keys of one length): records of
+    each key's sorted adds and deletes, per node and slot."""
+    rng = random.Random(seed)
+    width = 8 - bits // 8
+    keys = [b"db:%03x" % t for t in range(3)] + [b"db:b%02x" % b for b in range(32)]
+    base = rng.getrandbits(64)
+    added, deleted = [], []
+    for _ in keys:
+        values = sorted({rng.choice([rng.getrandbits(64), base ^ rng.getrandbits(20), 0, MAX])
+                         for _ in range(rng.randrange(12))})
+        cut = rng.randrange(len(values) + 1)
+        added.append(array("Q", values[:cut]))
+        deleted.append(array("Q", values[cut:]))
+    owners = random_owners(rng, nodes)
+    assert _redis.merge_buckets(added, deleted, keys, bits, width, owners, nodes, limit) == \
+        merge_buckets_oracle(added, deleted, keys, bits, width, owners, limit)
+    with pytest.raises(ValueError, match="not sorted"):
+        _redis.merge_buckets([array("Q", [2, 1])], [array("Q")], keys[:1], bits, width, owners,
+                             nodes, limit)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32), st.integers(0, 40), st.sampled_from([[0, 1, 2], list(range(1, 9)),
+                                                                    list(range(65536))]))
+def test_native_band_entries_are_those_of_each_signature_sorted_once(seed, n, alphabet):
+    """Entries of the bands of random signatures (None: none; all bins empty:
+    none), with prefixes shared, less random subsets of them."""
+    rng = random.Random(seed)
+    signatures = [None if rng.random() < 0.15 else bytes(256) if rng.random() < 0.1
+                  else random_signature(rng, alphabet) for _ in range(n)]
+    prefixes = [rng.getrandbits(32) for _ in range(3)]
+    fps = array("Q", [rng.choice(prefixes) << 32 | rng.getrandbits(32) for _ in range(n)])
+    expected = band_entries_oracle([s if s and any(s) else None for s in signatures], fps)
+    assert [list(e) for e in _redis.sorted_band_entries(signatures, fps)] == expected
+    without = [array("Q", sorted(rng.sample(e, rng.randrange(len(e) + 1)) + [rng.getrandbits(64)]))
+               for e in expected]
+    assert [list(e) for e in _redis.sorted_band_entries(signatures, fps, without)] == \
+        [[x for x in e if x not in set(w)] for e, w in zip(expected, without)]
+    with pytest.raises(ValueError, match="256"):
+        _redis.sorted_band_entries([b"\x01" * 255], array("Q", [1]))
+    with pytest.raises(ValueError):
+        _redis.sorted_band_entries([None, None], array("Q", [1]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.sampled_from([0, 8, 16, 24]), st.integers(1, 4),
+       st.integers(1, 70))
+def test_native_band_search_finds_the_prefixes_of_every_shared_band(seed, bits, nodes, per_blob):
+    """Band queries as ranges, their SCAN records per node, simulated SCAN
+    replies (whole small buckets included), prefixes decoded: for each query,
+    the prefix of every entry with one of its band keys, none other."""
+    rng = random.Random(seed)
+    alphabet = rng.choice([[1, 2], [1, 2, 3], list(range(1, 200))])
+    signatures = [random_signature(rng, alphabet) for _ in range(rng.randrange(1, 60))]
+    prefixes = [rng.getrandbits(32) for _ in range(20)]
+    fps = array("Q", [rng.choice(prefixes) << 32 | rng.getrandbits(32) for _ in signatures])
+    entries = band_entries_oracle(signatures, fps)
+    width, band_keys = 8 - bits // 8, [b"db:b%02x" % b for b in range(32)]
+    key_length = len(band_keys[0]) + bits // 4
+    store = {}
+    for band, values in enumerate(entries):
+        for value in values:
+            store.setdefault(bucket_key(band_keys[band], value, bits), []).append(
+                tail(value, width))
+    queries = [rng.choice(signatures) for _ in range(3)] + [random_signature(rng, alphabet)]
+    keys = array("I", [k for q in queries for k in _ext.bands(q)])
+    firsts, bands = _redis.band_ranges(keys)
+    owners = random_owners(rng, nodes)
+    requests = _redis.scan_records(firsts, bands, _redis.BAND_PREFIXES, band_keys, bits, width,
+                                   owners, nodes, per_blob)
+    assert sorted(r for _, ranges in requests for r in ranges) == list(range(len(keys)))
+    found = [set() for _ in queries]
+    for blobs, ranges in requests:
+        calls = [lua_scan(store, blob, key_length, width) for blob in blobs]
+        _redis.band_hits(calls, ranges, per_blob, firsts, bits, width, found)
+    for q, query in enumerate(queries):
+        ours = _ext.bands(query)
+        assert found[q] == {e & 0xFFFFFFFF for band, key in enumerate(ours)
+                            for e in entries[band] if e >> 32 == key}
+    with pytest.raises(ValueError, match="32 keys"):
+        _redis.band_ranges(array("I", [1, 2]))

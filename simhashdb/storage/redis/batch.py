@@ -7,9 +7,12 @@ import heapq
 from array import array
 
 from ... import _redis
-from ...records import value_fingerprint
-from .. import Txn
+from ..._ext import bands
+from ...records import signature, value_fingerprint
+from .. import BANDS, Txn
 from .view import RedisView
+
+SIGNATURE_BYTES = 256  # a resemblance signature: 128 bins of 2 bytes
 
 
 class RedisTxn(RedisView, Txn):
@@ -25,6 +28,7 @@ class RedisTxn(RedisView, Txn):
         self._fps_committed = {}
         self._new_params = None
         self._near = None  # a _NearIndex of the fps this batch gave keys, once searched
+        self._own_bands = None  # an _OwnBands of the documents it stored, once band-searched
 
     def _read(self, read):
         return self._db.retrying(read)  # under the lock, no batch lands meanwhile
@@ -59,6 +63,9 @@ class RedisTxn(RedisView, Txn):
         if self._near is not None:
             for fp in moved:
                 self._near.add(fp)
+        if self._own_bands is not None:
+            for key, fp, value in documents:
+                self._own_bands.set(key, fp, value)
 
     # Reads with this batch's changes
 
@@ -108,6 +115,50 @@ class RedisTxn(RedisView, Txn):
         return [layout.unpermute(p, table)
                 for p in layout.table_values(array("Q", sorted(present)), table)]
 
+    def band_entries(self, band):
+        changed = _redis.planned_documents(self._docs, self._committed)[0]
+        present = set(self._read(lambda: self._db.band_entries(band)))
+        present.update(band_entries_of([value for _, value in changed])[band])
+        deletes = self._band_deletes(changed)
+        return sorted(present - set(deletes[band] if deletes else ()))
+
+    def band_search(self, keys):
+        """The committed documents of :meth:`RedisView.band_search` that this
+        batch did not change, and those it stored that share a band."""
+        queries = len(keys) // BANDS
+        committed = (self._read(lambda: self._db.band_search_committed(keys))
+                     if self._count_before else [[] for _ in range(queries)])
+        if self._own_bands is None:
+            self._own_bands = _OwnBands()
+            for key, value in self._docs.items():
+                if value is not None:
+                    self._own_bands.set(key, value_fingerprint(value), value)
+        return [[hit for hit in hits if hit[0] not in self._docs]
+                + self._own_bands.search(keys[q * BANDS:(q + 1) * BANDS])
+                for q, hits in enumerate(committed)]
+
+    def _band_deletes(self, changed):
+        """Per band, the entries (sorted) of the committed values of the
+        ``changed`` (key, new value or None) documents that no document has
+        after this batch: neither the new values nor a document it leaves
+        as it is that shares their fingerprint's top 32 bits (found through
+        the index, by prefix); None where there are none."""
+        old = [self._committed[key] for key, _ in changed]
+        old_signatures, old_fps = _signatures(old)
+        if not old_signatures:  # nothing taken away: new documents, or no texts
+            return None
+        others = [(key, fp) for found in self._read(lambda: self._db.prefix_groups(
+            {fp >> 32 for fp in old_fps})).values() for fp, keys in found for key in keys]
+        changed_keys = {key for key, _ in changed}
+        others = [key for key, _ in others if key not in changed_keys]
+        values = {key: self._committed[key] for key in others if key in self._committed}
+        unread = [key for key in others if key not in values]
+        if unread:
+            values.update(self._read(lambda: self._db.hash_fields(b"d", unread, False)))
+        kept = band_entries_of([value for _, value in changed] + list(values.values()))
+        deletes = _redis.sorted_band_entries(old_signatures, old_fps, kept)
+        return deletes if any(deletes) else None
+
     def search(self, probes, distance):
         committed = self._read(lambda: self._db.search_committed(probes, distance))
         return [[hit for hit in hits if hit[0] not in self._docs]
@@ -140,6 +191,8 @@ class RedisTxn(RedisView, Txn):
             if old is not None:
                 self._docs[key] = None
                 self._fps[value_fingerprint(old)].remove(key)
+                if self._own_bands is not None:
+                    self._own_bands.set(key, None, None)
                 removed += 1
         return removed
 
@@ -158,14 +211,77 @@ class RedisTxn(RedisView, Txn):
 
     def plan(self):
         """What this batch writes (final values, so that writing it twice
-        is writing it once), or None if nothing."""
+        is writing it once), or None if nothing: the changed documents
+        (``docs``), fingerprint index entries (``fps``), the fingerprints
+        the tables gain and lose (``add``, ``del``) and, per band, the
+        entries the band index loses (``bdel``, where there are any; those it
+        gains are the new documents' own, :func:`band_entries_of` them)."""
         docs, added = _redis.planned_documents(self._docs, self._committed)
         fps, adds, deletes, distinct = _redis.planned_fingerprints(self._fps, self._fps_committed)
         if not docs and not fps and self._new_params is None:
             return None
-        return {"docs": docs, "fps": fps, "count": self._count_before + added,
+        plan = {"docs": docs, "fps": fps, "count": self._count_before + added,
                 "distinct": self._distinct_before + distinct, "params": self._new_params,
                 "add": adds.tobytes(), "del": deletes.tobytes()}
+        band_deletes = self._band_deletes(docs)
+        if band_deletes:
+            plan["bdel"] = [entries.tobytes() for entries in band_deletes]
+        return plan
+
+
+def _signature(value):
+    """The signature a document value (None: absent) holds, or None (also
+    for one damaged: not 256 bytes, as the native LMDB backend reads it)."""
+    theirs = None if value is None else signature(value)
+    return theirs if isinstance(theirs, bytes) and len(theirs) == SIGNATURE_BYTES else None
+
+
+def _signatures(values):
+    """(signatures, their fingerprints as an array) of the ``values`` (None:
+    absent) that hold one."""
+    signatures, fps = [], array("Q")
+    for value in values:
+        theirs = _signature(value)
+        if theirs:
+            signatures.append(theirs)
+            fps.append(value_fingerprint(value))
+    return signatures, fps
+
+
+def band_entries_of(values):
+    """Per band, the entries of document ``values`` (None: absent), sorted,
+    each once: what the band index holds for them."""
+    return _redis.sorted_band_entries(*_signatures(values))
+
+
+class _OwnBands:
+    """The band keys of the text documents a batch stored, in memory."""
+
+    def __init__(self):
+        self._by_key = {}  # band << 32 | band key -> {document key: fingerprint}
+        self._of = {}  # document key -> its band keys
+
+    def set(self, key, fp, value):
+        """Document ``key`` is now ``value`` of ``fp`` (None: removed)."""
+        for band, band_key in enumerate(self._of.pop(key, ())):
+            holders = self._by_key[band << 32 | band_key]
+            del holders[key]
+            if not holders:
+                del self._by_key[band << 32 | band_key]
+        theirs = _signature(value)
+        keys = bands(theirs) if theirs else ()
+        if keys:
+            self._of[key] = keys
+            for band, band_key in enumerate(keys):
+                self._by_key.setdefault(band << 32 | band_key, {})[key] = fp
+
+    def search(self, keys):
+        """(key, fingerprint) of each document that shares a band with the
+        query of band keys ``keys``."""
+        found = {}
+        for band in range(BANDS):
+            found.update(self._by_key.get(band << 32 | keys[band], ()))
+        return list(found.items())
 
 
 class _NearIndex:

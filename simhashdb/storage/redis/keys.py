@@ -8,8 +8,11 @@ import uuid
 import msgpack
 
 from ...errors import DatabaseError
-from ...layout import Layout
+from ...layout import MAX_TABLES, Layout
+from .. import BANDS
 from .cluster import slot_tags
+
+assert MAX_TABLES <= 0xB00  # a table's key never looks like a band's (N:b..)
 
 
 class Keys:
@@ -34,6 +37,10 @@ class Keys:
         # Redis's 128 fields, kept compact (a listpack), when the buckets hold ~16
         self.shard_bits = max(0, bits - 3)
         self.tables = [self.name + b":%03x" % t for t in range(tables)]
+        # the bands' buckets are cut as the tables' are, under keys of the same
+        # length (so that one MERGE call takes both); a band key's "b" never
+        # starts a table's 3 hex digits, the tables being fewer than 0xb00
+        self.bands = [self.name + b":b%02x" % b for b in range(BANDS)]
         self.key_length = len(self.tables[0]) + bits // 4
 
     def bucket(self, table, perm):
@@ -41,6 +48,20 @@ class Keys:
         if not self.bits:
             return self.tables[table]
         return self.tables[table] + b"%0*x" % (self.bits // 4, perm >> (64 - self.bits))
+
+    def band_bucket(self, band, entry):
+        """The bucket of band entry ``entry`` in band ``band``."""
+        if not self.bits:
+            return self.bands[band]
+        return self.bands[band] + b"%0*x" % (self.bits // 4, entry >> (64 - self.bits))
+
+    @staticmethod
+    def bucket_kind(suffix):
+        """(b"t", table) or (b"b", band) of the bucket key whose name ends in
+        ``suffix`` after ``N:``."""
+        if suffix[:1] == b"b":
+            return b"b", int(suffix[1:3], 16)
+        return b"t", int(suffix[:3], 16)
 
     def doc_shard(self, key):
         """The shard of the hash that holds document ``key``."""

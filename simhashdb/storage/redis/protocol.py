@@ -16,6 +16,8 @@ import msgpack
 
 from ... import _redis
 from ...errors import DatabaseError
+from .. import BANDS
+from .batch import band_entries_of
 from .cluster import Superseded, Unavailable
 from .scripts import ACQUIRE, BEGIN, FINISH, HWRITE, MERGE, RELEASE, RENEW
 
@@ -261,18 +263,26 @@ class Protocol:
                 key = keys.hash(kind, shard)
                 commands.append((key, ("EVAL", HWRITE, 0, key, epoch, len(sets) // 2, *sets,
                                        *gone, keys.fence(_redis.key_slot(key)))))
-        return commands + self.merge_commands(array("Q", plan["add"]), array("Q", plan["del"]),
-                                              epoch)
+        band_deletes = plan.get("bdel")  # none in a plan without band changes
+        return commands + self.merge_commands(
+            array("Q", plan["add"]), array("Q", plan["del"]),
+            band_entries_of([value for _, value in plan["docs"]]),
+            [array("Q", entries) for entries in band_deletes] if band_deletes else None, epoch)
 
-    def merge_commands(self, adds, deletes, epoch):
+    def merge_commands(self, adds, deletes, band_adds, band_deletes, epoch):
         """MERGE calls (one per node and ~SCRIPT_BYTES, each fenced by the
         slots of its buckets) that add the fingerprints ``adds`` to every
-        table and remove ``deletes``."""
-        db, keys = self.db, self.db.keys
+        table and remove ``deletes``, and add to each band the entries
+        ``band_adds[band]`` and remove ``band_deletes[band]`` (sorted; None:
+        none)."""
+        db, keys, layout = self.db, self.db.keys, self.db.layout
         nodes = db.nodes
-        blobs = _redis.merge_records(adds, deletes, db.layout.spec, keys.tables, keys.bits,
-                                     keys.width, nodes.slot_nodes, len(nodes.addresses),
-                                     SCRIPT_BYTES)
+        added = [layout.table_values(adds, t) for t in range(layout.tables)]
+        deleted = [layout.table_values(deletes, t) for t in range(layout.tables)]
+        none = [array("Q")] * BANDS
+        blobs = _redis.merge_buckets(added + (band_adds or none), deleted + (band_deletes or none),
+                                     keys.tables + keys.bands, keys.bits, keys.width,
+                                     nodes.slot_nodes, len(nodes.addresses), SCRIPT_BYTES)
         return [(blob[:keys.key_length],
                  ("EVAL", MERGE, 0, keys.width, keys.key_length, blob, epoch,
                   *map(keys.fence, slots)))

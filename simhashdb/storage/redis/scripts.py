@@ -1,7 +1,8 @@
 """The Lua scripts the Redis backend runs on the servers: MERGE and HWRITE
 (fenced writes of a batch's buckets and hashes), SCAN (the ranges of a
-query), and ACQUIRE, RENEW, BEGIN, FINISH, RELEASE (the write lock and the
-epoch of the batch protocol, :mod:`.protocol`)."""
+query, in the tables or the bands), PREFIX (the fingerprints of the index
+that start with given bits), and ACQUIRE, RENEW, BEGIN, FINISH, RELEASE (the
+write lock and the epoch of the batch protocol, :mod:`.protocol`)."""
 
 # Entries are compared as two numbers (Lua's are doubles): the first W - 4
 # bytes and the last 4.
@@ -148,6 +149,26 @@ for r = 0, #blob / size - 1 do
     if j > i then
       out[#out + 1] = r + 1
       out[#out + 1] = string.sub(s, i * W + 1, j * W)
+    end
+  end
+end
+return out
+"""
+
+# ARGV: pairs of a fingerprint index hash's key and the 4-byte prefixes wanted
+# there, one after another. Returns {field, value, ...} of the fields (8-byte
+# fingerprints) that start with a wanted prefix. A hash holds few fields (its
+# shard is the fingerprints' leading bits), so it is read whole.
+PREFIX = "#!lua flags=allow-cross-slot-keys,no-writes\n" + """
+local out = {}
+for i = 1, #ARGV - 1, 2 do
+  local wanted, p = {}, ARGV[i + 1]
+  for j = 1, #p - 3, 4 do wanted[string.sub(p, j, j + 3)] = true end
+  local fields = redis.call('HGETALL', ARGV[i])
+  for k = 1, #fields - 1, 2 do
+    if wanted[string.sub(fields[k], 1, 4)] then
+      out[#out + 1] = fields[k]
+      out[#out + 1] = fields[k + 1]
     end
   end
 end

@@ -11,16 +11,17 @@ from array import array
 
 from ... import _redis
 from ...errors import DatabaseError, DatabaseNotFoundError, SimhashDBError
-from .. import Storage, check_process
+from .. import BANDS, Storage, check_process
 from .batch import RedisTxn
 from .cluster import Nodes, Unavailable, parse_url
 from .keys import Keys
 from .protocol import SCRIPT_BYTES, Protocol
-from .scripts import SCAN
+from .scripts import PREFIX, SCAN
 from .view import RedisView
 
 ROUND_FIELDS = 8192  # about the most hash fields one round of an iteration reads
 ROUND_SHARDS = 4096  # the most hashes one round of an iteration reads
+PREFIX_HASHES = 256  # the most hashes one PREFIX call reads whole
 
 
 class RedisStorage(Storage):
@@ -28,8 +29,9 @@ class RedisStorage(Storage):
 
     Its views, batches and protocol read through the methods below: ``meta``
     and ``run`` send commands, ``retrying`` rides out a failover, and
-    ``search_committed``, ``keys_of``, ``hash_fields``, ``documents``,
-    ``fingerprint_groups`` and ``table_fingerprints`` read committed data
+    ``search_committed``, ``band_search_committed``, ``keys_of``,
+    ``prefix_groups``, ``hash_fields``, ``documents``, ``fingerprint_groups``,
+    ``table_fingerprints`` and ``band_entries`` read committed data
     (seeing whole batches only inside :meth:`Protocol.consistent`).
     """
 
@@ -189,6 +191,60 @@ class RedisStorage(Storage):
         return [[(key, fp, bits) for fp, bits in hits.items() for key in keys_of[fp]]
                 for hits in found]
 
+    def band_search_committed(self, keys):
+        """For each query (BANDS band keys of ``keys``, a uint32 buffer), the
+        (key, fingerprint) of every document whose fingerprint's top 32 bits
+        an entry of one of its keys names, by prefix: one round for the bands'
+        buckets (a SCAN script per node), one for the fingerprint index (a
+        PREFIX script per node)."""
+        nodes, k, queries = self.nodes, self.keys, len(keys) // BANDS
+        if not queries:
+            return []
+        firsts, bands = _redis.band_ranges(keys[:queries * BANDS])  # whole queries, as LMDB
+        step = SCRIPT_BYTES // (k.key_length + 2 * k.width)
+        requests = dict(zip(nodes.addresses, _redis.scan_records(
+            firsts, bands, _redis.BAND_PREFIXES, k.bands, k.bits, k.width, nodes.slot_nodes,
+            len(nodes.addresses), step)))
+        replies = nodes.round({
+            address: [("EVAL", SCAN, 0, k.width, k.key_length, blob) for blob in blobs]
+            for address, (blobs, _) in requests.items() if blobs})
+        found = [set() for _ in range(len(firsts) // BANDS)]
+        for address, calls in replies.items():
+            _redis.band_hits(calls, requests[address][1], step, firsts, k.bits, k.width, found)
+        groups = self.prefix_groups(set().union(*found))
+        return [[(key, fp) for prefix in sorted(prefixes) for fp, keys_of in groups.get(prefix, ())
+                 for key in keys_of] for prefixes in found]
+
+    def prefix_groups(self, prefixes):
+        """{prefix: [(fingerprint, [keys]), ...] in fingerprint order} of the
+        fingerprints of the index whose top 32 bits are one of ``prefixes``
+        (ints), read in one round (a PREFIX script per node and a few hundred
+        hashes: each reads its hashes whole)."""
+        if not prefixes:
+            return {}
+        nodes, bits, by_shard = self.nodes, self.keys.shard_bits, collections.defaultdict(list)
+        for prefix in prefixes:  # a fingerprint's shard is its leading bits (fewer than 32)
+            by_shard[prefix >> (32 - bits) if bits else 0].append(prefix.to_bytes(4, "big"))
+        calls = collections.defaultdict(list)
+        for shard, wanted in by_shard.items():
+            key = self.keys.hash(b"f", shard)
+            calls[nodes.owner(key)].append((key, b"".join(wanted)))
+        replies = nodes.round({address: [
+            ("EVAL", PREFIX, 0, *(arg for pair in pairs[i:i + PREFIX_HASHES] for arg in pair))
+            for i in range(0, len(pairs), PREFIX_HASHES)] for address, pairs in calls.items()})
+        groups = collections.defaultdict(list)
+        for node_replies in replies.values():
+            for reply in node_replies:
+                for field, value in zip(reply[::2], reply[1::2]):
+                    if len(field) != 8:
+                        raise ValueError("a field of the fingerprint index is %d bytes"
+                                         % len(field))
+                    fp = int.from_bytes(field, "big")
+                    groups[fp >> 32].append((fp, _split_keys(value)))
+        for found in groups.values():
+            found.sort()
+        return groups
+
     def keys_of(self, fps):
         """{fp: its keys} of the fingerprints ``fps``, read in one round."""
         return {fp: _split_keys(value)
@@ -225,21 +281,32 @@ class RedisStorage(Storage):
                 yield int.from_bytes(fp, "big"), _split_keys(keys)
 
     def table_fingerprints(self, table, epoch=None):
-        """The fingerprints of ``table`` in table order; the keys of every table
-        are scanned once for all tables while ``epoch`` stays."""
-        if epoch is None or self._bucket_keys[0] != epoch:
-            by_table = collections.defaultdict(list)
-            start = len(self.keys.name) + 1
-            for key in self._scan(b"[0-9a-f][0-9a-f][0-9a-f]*"):
-                by_table[int(key[start:start + 3], 16)].append(key)
-            self._bucket_keys = (epoch, by_table)
-        buckets, prefix = self._bucket_keys[1][table], self.keys.tables[table]
-        perms, width, bits = [], self.keys.width, self.keys.bits
-        for key, entries in zip(buckets, self.run([(key, ("GET", key)) for key in buckets])):
-            head = int(key[len(prefix):] or b"0", 16) << (64 - bits) if bits else 0
-            perms += [head | int.from_bytes(entries[e:e + width], "big")
-                      for e in range(0, len(entries or b""), width)]
+        """The fingerprints of ``table`` in table order; the keys of every
+        table and band are scanned once for all while ``epoch`` stays."""
+        perms = self._bucket_entries(b"t", table, self.keys.tables[table], epoch)
         return [self.layout.unpermute(perm, table) for perm in sorted(perms)]
+
+    def band_entries(self, band, epoch=None):
+        """The entries of band ``band``, sorted (the keys scanned as
+        :meth:`table_fingerprints` scans them)."""
+        return sorted(self._bucket_entries(b"b", band, self.keys.bands[band], epoch))
+
+    def _bucket_entries(self, kind, number, prefix, epoch):
+        """The entries (64-bit) of every bucket of table or band ``number``
+        (``kind`` b"t" or b"b"), whose keys start with ``prefix``."""
+        if epoch is None or self._bucket_keys[0] != epoch:
+            grouped = collections.defaultdict(list)
+            start = len(self.keys.name) + 1
+            for key in self._scan(b"[0-9a-f][0-9a-f][0-9a-f]*"):  # "b" is a hex digit too
+                grouped[self.keys.bucket_kind(key[start:])].append(key)
+            self._bucket_keys = (epoch, grouped)
+        buckets = self._bucket_keys[1].get((kind, number), [])
+        entries, width, bits = [], self.keys.width, self.keys.bits
+        for key, blob in zip(buckets, self.run([(key, ("GET", key)) for key in buckets])):
+            head = int(key[len(prefix):] or b"0", 16) << (64 - bits) if bits else 0
+            entries += [head | int.from_bytes(blob[e:e + width], "big")
+                        for e in range(0, len(blob or b""), width)]
+        return entries
 
     def _scan(self, pattern):
         """Every key of the database matching the glob ``pattern`` (after ``N:``)."""

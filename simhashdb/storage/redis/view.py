@@ -50,3 +50,12 @@ class RedisView(View):
     def table_fingerprints(self, table):
         return self._db.protocol.consistent(
             lambda epoch: self._db.table_fingerprints(table, epoch))
+
+    def band_search(self, keys):
+        """Every document whose fingerprint's top 32 bits a band entry of a
+        query's keys names, in fingerprint order: one round for the bands'
+        buckets, one for the fingerprint index (seeing whole batches)."""
+        return self._db.protocol.consistent(lambda epoch: self._db.band_search_committed(keys))
+
+    def band_entries(self, band):
+        return self._db.protocol.consistent(lambda epoch: self._db.band_entries(band, epoch))

@@ -481,6 +481,42 @@ def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spa
     assert cluster_sets(clusters) == near
 
 
+def test_cli_spark_over_texts_decides_as_the_database(spark, tmp_path, capsys, text_docs):
+    docs = text_docs[0][:40] + text_docs[0][-3:]
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for key, text in docs:
+        (folder / ("%s.txt" % key)).write_text(text)
+    db = str(tmp_path / "texts.db")
+    assert cli.main(["--quiet", "import", db, str(folder)]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"] == len(docs)
+    assert cli.main(["--quiet", "clusters", db]) == 0
+    database = {frozenset(json.loads(line)) for line in capsys.readouterr().out.splitlines()}
+    assert cli.main(["--quiet", "find-all", db]) == 0
+    pairs = {tuple(json.loads(line)) for line in capsys.readouterr().out.splitlines()}
+    assert len(database) >= 5 and pairs
+
+    assert cli.main(["spark", "clusters", str(folder), "-"]) == 0
+    captured = capsys.readouterr()
+    assert "by the text rule" in captured.err and "at least %g" % THRESHOLD in captured.err
+    clustered = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(clustered) == len(docs) and cluster_sets(clustered) == database
+    assert cli.main(["--quiet", "spark", "find-all", str(folder), "-"]) == 0
+    assert {tuple(json.loads(line)) for line in capsys.readouterr().out.splitlines()} == pairs
+    kept = str(tmp_path / "kept.parquet")
+    assert cli.main(["--quiet", "spark", "dedupe", str(folder), kept]) == 0
+    cluster_of = dict(clustered)
+    firsts = sorted(k for k, c in cluster_of.items() if k == c)
+    assert json.loads(capsys.readouterr().out)["rows"] == len(firsts)
+    table = pq.read_table(kept)
+    assert sorted(table.column("key").to_pylist()) == firsts
+    assert {len(s) for s in table.column("signature").to_pylist()} == {256}
+    assert cli.main(["spark", "clusters", kept, "-", "--threshold", "0.3"]) == 0
+    captured = capsys.readouterr()   # the signatures went along: the text rule again
+    assert "by the text rule" in captured.err and "at least 0.3" in captured.err
+    assert all(k == c for k, c in (json.loads(line) for line in captured.out.splitlines()))
+
+
 def test_bad_signatures_and_thresholds_raise_at_the_call(spark):
     schema = "key string, fingerprint long, signature binary"
     good = spark.createDataFrame([("a", 1, bytes([1]) * 256), ("b", 3, None)], schema)

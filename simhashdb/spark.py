@@ -56,6 +56,7 @@ TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about
 BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts: a pair of texts
                             # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
 DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
+SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
 SIGNATURE_BYTES = 256       # simhashdb.fingerprint_with_signature's signature
 BANDS = 32                  # band keys of a signature (_ext.bands)
 
@@ -356,7 +357,7 @@ def _band_scan(docs, split, threshold, mode):
         rows, tag = _cells(rows, F.pmod(F.col("u1"), F.col("parts")))
     rows = rows.select("bk", tag.alias("tag"), "u1", "u2", "key", "fp", "sig")
     partitions = _partitions(session, shared_rows + replicated, TEXT_ROWS_PER_TASK)
-    scan = functools.partial(_band_partition, threshold, mode == "pairs")
+    scan = functools.partial(_band_partition, threshold, mode == "pairs", SMALL_GROUP)
     return rows.repartition(partitions, "bk", F.col("tag").bitwiseAND(F.lit(~PART_BIT))) \
         .mapInArrow(scan, _pair_schema(docs, True))
 
@@ -385,51 +386,87 @@ def _band_keys(batches):
             names=["bk", "u1", "u2"])
 
 
-def _band_partition(threshold, every_pair, batches):
+def _band_partition(threshold, every_pair, small_group, batches):
     """mapInArrow: the text pairs of each band group (and cell) of a
     partition's (bk, tag, u1, u2, key, fp, sig) rows: every pair, or (edges)
-    one pair for each pair of distinct signatures of a group, and in band 0
-    the texts of one signature joined to one of them."""
+    for a large group one pair for each pair of distinct signatures, and in
+    band 0 the texts of one signature joined to one of them.
+
+    Most groups are small (two copies of a page share a dozen bands): those
+    of at most ``small_group`` texts are decided together in numpy, as
+    ``band_pairs`` decides (a pair only in its first shared band, kept when
+    its resemblance reaches the threshold); larger ones one by one, natively."""
     columns = _concatenated(batches)
     if columns is None:
         return
     bk, tag, u1, u2 = (columns[c].to_numpy() for c in range(4))
     key, fp = columns[4], columns[5].to_numpy().view(numpy.uint64)
     signatures, _ = _signatures(columns[6])
-    side = (tag >> SIDE_SHIFT) & 3
-    group = tag & ~PART_BIT
-    order = numpy.lexsort((group, bk))
-    starts = numpy.flatnonzero(numpy.diff(bk[order]) | numpy.diff(group[order])) + 1
-    for rows in numpy.split(order, starts):
-        band = int(bk[rows[0]] >> 32)
-        across = bool(side[rows[0]])
-        # a document repeated (same key, fingerprint and signature) comes once
-        _, first = numpy.unique(numpy.stack([u1[rows], u2[rows]], axis=1), axis=0,
-                                return_index=True)
+    band, side, group = bk >> 32, (tag >> SIDE_SHIFT) & 3, tag & ~PART_BIT
+    # rows by group; a document repeated (same key, fingerprint and signature) once
+    order = numpy.lexsort((u2, u1, group, bk))
+    first = numpy.ones(len(order), bool)   # the first row of its group
+    first[1:] = (bk[order][1:] != bk[order][:-1]) | (group[order][1:] != group[order][:-1])
+    repeated = ~first
+    repeated[1:] &= (u1[order][1:] == u1[order][:-1]) & (u2[order][1:] == u2[order][:-1])
+    order, first = order[~repeated], first[~repeated]
+    starts = numpy.flatnonzero(first)
+    sizes = numpy.diff(numpy.append(starts, len(order)))
+    small = (sizes > 1) & (sizes <= small_group)
+    bands = _BandKeys(signatures)
+    for size in numpy.unique(sizes[small]):
+        at = starts[small & (sizes == size)]
+        i, j = numpy.triu_indices(size, 1)
+        a, b = order[(at[:, None] + i).ravel()], order[(at[:, None] + j).ravel()]
+        yield from _band_decided(key, fp, signatures, bands, band, side, a, b, threshold)
+    for start, size in zip(starts[sizes > small_group], sizes[sizes > small_group]):
+        yield from _large_group(key, fp, signatures, side, order[start:start + size],
+                                int(band[order[start]]), threshold, every_pair)
+
+
+def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
+    """Of the pairs (a, b) of rows of one band group each, those (across the
+    parts of a cell of two) whose first shared band is their group's and
+    whose resemblance reaches ``threshold``."""
+    for start in range(0, len(a), DECIDE_CHUNK):
+        x, y = a[start:start + DECIDE_CHUNK], b[start:start + DECIDE_CHUNK]
+        keep = (side[x] == 0) | (side[x] != side[y])
+        x, y = x[keep], y[keep]
+        earlier = numpy.arange(BANDS) < band[x][:, None]
+        keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
+        x, y = x[keep], y[keep]
+        alike = _resemblances(signatures, x, y)
+        near = alike >= threshold
+        if near.any():
+            yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
+
+
+def _large_group(key, fp, signatures, side, rows, band, threshold, every_pair):
+    """The pairs of one large band group (or cell), by ``_ext.band_pairs``."""
+    across = bool(side[rows[0]])
+    if not every_pair:  # one text of each signature (on each side of a cell)
+        same = numpy.concatenate([side[rows, None].astype(numpy.uint8), signatures[rows]],
+                                 axis=1)
+        _, first, inverse = numpy.unique(_rows_as_void(same), return_index=True,
+                                         return_inverse=True)
+        if band == 0 and not across and len(first) < len(rows):
+            copies = numpy.flatnonzero(first[inverse] != numpy.arange(len(rows)))
+            a, b = rows[first[inverse[copies]]], rows[copies]
+            yield _text_key_pairs(key, fp, a, b, numpy.ones(len(a)))
         rows = rows[numpy.sort(first)]
-        if not every_pair:  # one text of each signature (on each side of a cell)
-            same = numpy.concatenate([side[rows, None].astype(numpy.uint8), signatures[rows]],
-                                     axis=1)
-            _, first, inverse = numpy.unique(_rows_as_void(same), return_index=True,
-                                             return_inverse=True)
-            if band == 0 and not across and len(first) < len(rows):
-                copies = numpy.flatnonzero(first[inverse] != numpy.arange(len(rows)))
-                a, b = rows[first[inverse[copies]]], rows[copies]
-                yield _text_key_pairs(key, fp, a, b, numpy.ones(len(a)))
-            rows = rows[numpy.sort(first)]
-        if len(rows) < 2:
-            continue
-        pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold, only_band=band)
-        if not len(scores):
-            continue
-        positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
-        a, b = rows[positions[0::2]], rows[positions[1::2]]
-        scores = numpy.frombuffer(scores, numpy.float64)
-        if across:  # a cell of two parts: only the pairs across them
-            keep = side[a] != side[b]
-            a, b, scores = a[keep], b[keep], scores[keep]
-        if len(a):
-            yield _text_key_pairs(key, fp, a, b, scores)
+    if len(rows) < 2:
+        return
+    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold, only_band=band)
+    if not len(scores):
+        return
+    positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
+    a, b = rows[positions[0::2]], rows[positions[1::2]]
+    scores = numpy.frombuffer(scores, numpy.float64)
+    if across:  # a cell of two parts: only the pairs across them
+        keep = side[a] != side[b]
+        a, b, scores = a[keep], b[keep], scores[keep]
+    if len(a):
+        yield _text_key_pairs(key, fp, a, b, scores)
 
 
 def _scan_text_partition(layout, every_pair, threshold, batches):

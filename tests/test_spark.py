@@ -413,7 +413,9 @@ def test_text_rule_equals_the_oracle_the_database_and_in_memory(spark, tmp_path,
         assert {(p.key_a, p.key_b): (p.distance, p.resemblance) for p in db.find_all()} == got
         database = {frozenset(c) for c in db.clusters()}
     assert database == {c for c in components(near) if len(c) > 1}
-    clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=20))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sspark, "SMALL_GROUP", 1)   # the groups of copies scanned natively
+        clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=20))
     assert len(clusters) == len(keys) and cluster_sets(clusters) == database
     cluster_of = dict(clusters)
     assert all(cluster_of[k] == min(c) for c in database for k in c)
@@ -476,6 +478,9 @@ def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spa
     assert len(bands) >= 16 and min(parts for _, parts, _ in bands) >= 2 and \
         max(parts for _, parts, _ in bands) >= 5, bands
     assert any(t == 0 and parts >= 2 for t, _, parts, _ in prefixes), prefixes
+    monkeypatch.setattr(sspark, "SMALL_GROUP", 1)   # every band group scanned natively
+    assert scored(sspark.find_all(df, DISTANCE, BLOCKS, signature="signature",
+                                  split=100)) == expected
     clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=100))
     near = {frozenset(c) for c in components(expected) if len(c) > 1}
     assert cluster_sets(clusters) == near

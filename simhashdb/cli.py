@@ -273,25 +273,55 @@ def cmd_fingerprint(args):
 def cmd_spark(args):
     """Pairs, clusters or dedupe of a whole corpus on Spark (simhashdb.spark).
 
-INPUT is Parquet (a .parquet file or a directory of them; --key and
---fingerprint name its columns) or any input `import` reads. OUTPUT ending in
+INPUT is Parquet (a .parquet file or a directory of them; --key, --fingerprint
+and --signature name its columns) or any input `import` reads. OUTPUT ending in
 .parquet is written by Spark as Parquet; anything else (or -) gets JSON lines:
 [key_a, key_b, distance] for find-all, [key, cluster] for clusters, the kept
-rows as objects for dedupe (which `import --format jsonl` reads back)."""
+rows as objects for dedupe (which `import --format jsonl` reads back).
+
+Which rule decides: texts (files, directories, JSON lines with "text") are
+fingerprinted with their resemblance signature (the current recipe) and
+paired by the text rule, as by `import --if-new` and `clusters` on a
+database of texts: they share a band of their signatures or their
+fingerprints are within --distance, and their resemblance is at least
+--threshold (find-all prints it last); a document without text (a
+fingerprint) pairs by its distance. Parquet with a signature column
+(--signature, or a binary column named signature) is decided the same way.
+Input with no text at all is paired by the distance of its
+fingerprints alone. A note on stderr says which rule ran."""
     session, spark, errors = _spark_session(args)
     try:
-        df = _spark_input(session, args)
+        df, signature, made = _spark_input(session, args)
+        options = {"key": args.key, "fingerprint": args.fingerprint}
+        if signature is not None:
+            options.update(signature=signature, threshold=args.threshold)
+            _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+                  "fingerprints within %d bits, and a resemblance of at least %g; documents "
+                  "without text by their distance"
+                  % (_distance(args), args.threshold if args.threshold is not None
+                     else simhashdb.db.THRESHOLD))
+        elif args.threshold is not None:
+            raise CliError("--threshold is the text rule's, and this input has no text (give "
+                           "texts, or Parquet with a --signature column)")
+        else:
+            _note(args, "pairs by the distance of their fingerprints (within %d bits): the "
+                  "input has no text or signatures" % _distance(args))
         run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
-        result = run[args.action](df, _distance(args), args.blocks, key=args.key,
-                                  fingerprint=args.fingerprint)
+        result = run[args.action](df, _distance(args), args.blocks, **options)
         if args.target.endswith(".parquet"):
             result.write.parquet(args.target)
             _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
         else:
+            if made and args.action == "dedupe":  # the signatures made here: no one reads them
+                result = result.drop(signature)
             with _output_file(args.target) as out:
                 fingerprint = args.fingerprint if args.action == "dedupe" else None
                 for row in result.toLocalIterator():
-                    _emit(_spark_json(row, fingerprint), out)
+                    line = _spark_json(row, fingerprint)
+                    if signature is not None and args.action == "find-all":
+                        score = line.pop()  # as find-all on a database: last, if two texts
+                        line += [round(score, 4)] if score is not None else []
+                    _emit(line, out)
     except errors as exc:
         raise CliError("spark: %s" % str(exc).strip().splitlines()[0]) from None
 
@@ -336,18 +366,30 @@ def _spark_session(args):
 
 
 def _spark_input(session, args):
-    """The input as a DataFrame: Parquet read by Spark, other formats parsed here."""
+    """The input as a DataFrame: Parquet read by Spark, other formats parsed
+    here; the name of its signature column (None: no text, the distance
+    rule decides) and whether that column was made here (from texts)."""
     given = args.input
     if args.format == "parquet" or given.endswith(".parquet") or (
             os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given))):
-        return session.read.parquet(given)
+        df = session.read.parquet(given)
+        signature = args.signature
+        if signature is None and "signature" in df.columns and \
+                df.schema["signature"].dataType.typeName() == "binary":
+            signature = "signature"  # as `spark dedupe` of texts writes it
+        return df, signature, False
     import pyarrow
 
-    def fingerprint(text):
-        return simhashdb.fingerprint(text, html=args.html)
+    recipe = simhashdb.RECIPES[simhashdb.RECIPE]
+    last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
-    keys, fps, skipped = [], [], {}
-    reader = inputs.Reader(key_prefix=args.key_prefix, stdin_key=None, fingerprint=fingerprint)
+    def fingerprint(text):
+        last.clear()
+        last[text] = simhashdb.fingerprint_with_signature(text, html=args.html, **recipe)
+        return last[text][0]
+
+    keys, fps, signatures, skipped = [], [], [], {}
+    reader = _reader(args, fingerprint, stdin_key=None)
     with _progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
                 {given: inputs.input_format(given, args.format)}, bar):
@@ -357,17 +399,30 @@ def _spark_input(session, args):
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
             keys.append(record[0])
-            fps.append(fingerprint(record[1]) if isinstance(record, TextRecord)
-                       else simhashdb.check_fingerprint(record[1]))
+            if isinstance(record, TextRecord):
+                fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
+                    record[1], html=args.html, **recipe)
+                fps.append(fp)
+                signatures.append(signature)
+            else:
+                fps.append(simhashdb.check_fingerprint(record[1]))
+                signatures.append(None)
     _note_skipped(args, skipped)
     try:
         key_array = pyarrow.array(keys)
     except (pyarrow.ArrowException, OverflowError, TypeError):
         raise CliError("%s: keys must all be strings or all be integers below 2**63" % given) \
             from None
-    return session.createDataFrame(pyarrow.table({
+    columns = {
         args.key: key_array,
-        args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}))
+        args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
+    if not any(s is not None for s in signatures):
+        return session.createDataFrame(pyarrow.table(columns)), None, False
+    signature = args.signature or "signature"
+    if signature in columns:
+        raise CliError("--signature %s names the key or fingerprint column" % signature)
+    columns[signature] = pyarrow.array(signatures, pyarrow.binary())
+    return session.createDataFrame(pyarrow.table(columns)), signature, True
 
 
 def _spark_json(row, fingerprint):
@@ -751,9 +806,17 @@ def build_parser():
     sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")
     sub.add_argument("--fingerprint", default="fingerprint",
                      help="fingerprint column of Parquet input (default: fingerprint)")
+    sub.add_argument("--signature", metavar="COLUMN",
+                     help="the column of resemblance signatures (binary, 256 bytes; null for a "
+                          "document without text) of Parquet input, which makes the text rule "
+                          "decide (default: a binary column named signature, where there is "
+                          "one); the column the signatures of texts are put in")
+    threshold(sub, "texts only: the text rule decides pairs of texts (see above)")
     sub.add_argument("--format", choices=FORMATS + ("parquet",),
                      help="format of INPUT (default: detected)")
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
+    walking(sub)
+    rooting(sub)
     sub.add_argument("--html", action="store_true", help="text documents are HTML")
 
     for name, example in (

@@ -32,6 +32,7 @@ from decimal import Decimal
 
 from . import _ext
 from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
+from .db import _threshold as check_threshold
 from .layout import Layout
 from .matching import pair_chunks
 
@@ -40,8 +41,8 @@ try:
     import pyarrow
     from pyspark.sql import DataFrame, Window, functions as F
     from pyspark.sql.types import (
-        BinaryType, DecimalType, IntegerType, IntegralType, LongType, StringType, StructField,
-        StructType)
+        BinaryType, DecimalType, DoubleType, IntegerType, IntegralType, LongType, StringType,
+        StructField, StructType)
 except ImportError as exc:  # pragma: no cover - the spark extra is not installed
     raise ImportError("simhashdb.spark needs pyspark: pip install 'simhashdb[spark]'") from exc
 
@@ -51,6 +52,13 @@ SAMPLE_PER_SPLIT = 16       # sampled rows expected from a group of ``split`` fi
 SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (see README)
 MAX_ROUNDS = 64             # large-star / small-star rounds before giving up
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
+TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about 300 bytes each
+BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts: a pair of texts
+                            # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
+DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
+SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
+SIGNATURE_BYTES = 256       # simhashdb.fingerprint_with_signature's signature
+BANDS = 32                  # band keys of a signature (_ext.bands)
 
 # The tag of a scanned row: table in bits 0-15, side in 16-17 (0: a whole
 # group or the diagonal cell of a split one; 2 and 3: the two parts of an
@@ -64,7 +72,7 @@ TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT):
+             split=DEFAULT_SPLIT, signature=None, threshold=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -72,53 +80,80 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     quick jobs (validation, a sample for hot prefixes) when called; the
     pairs are computed when the result is.
 
+    With ``signature``, the text rule decides, as in a database of texts
+    (:meth:`simhashdb.DB.insert_text_if_new`): two texts are a pair when they
+    share a band of their signatures or their fingerprints are within
+    ``distance``, and their resemblance is at least ``threshold``; a document
+    with a null signature (no text) pairs by its distance alone. The result
+    has a fourth column, ``resemblance`` (null for a pair by distance alone).
+    It runs a few more jobs when called (the band groups that hold more
+    than one text, counted and checkpointed).
+
     :param df: a DataFrame with a ``key`` and a ``fingerprint`` column.
     :param int distance: the largest Hamming distance of a pair.
     :param int blocks: blocks per fingerprint, more than ``distance``
         (default: :func:`choose_blocks` for the number of documents).
     :param int split: a group of more fingerprints than this (estimated) is
-        scanned in parts of about this size.
-    :raises InvalidArgumentError: bad parameters, columns or column types.
+        scanned in parts of about this size; a band group of more than
+        ``split / BAND_SPLIT`` texts, in parts of about that size.
+    :param str signature: the name of a binary column of resemblance
+        signatures (256 bytes, from :func:`simhashdb.fingerprint_with_signature`
+        with the fingerprint; null, or all zero, for a document without text).
+    :param float threshold: the least resemblance of two texts that are
+        near-duplicates, in [0, 1] (default: ``simhashdb.db.THRESHOLD``);
+        only with ``signature``.
+    :raises InvalidArgumentError: bad parameters, columns or column types, or
+        a signature that is not 256 bytes.
     :raises InvalidFingerprintError, InvalidKeyError: a row with no valid
         fingerprint (null, out of range, not 8 bytes) or a null key.
     """
-    docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    pairs = _scan(docs, layout, split, rows, "pairs").where(F.col("key_a") != F.col("key_b"))
+    docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
+                                         signature, threshold)
+    if least is None:
+        pairs, columns = _scan(docs, layout, split, rows, "pairs"), ["distance"]
+    else:
+        pairs = _text_scan(docs, layout, split, rows, least, "pairs")
+        columns = ["distance", "resemblance"]
+    pairs = pairs.where(F.col("key_a") != F.col("key_b"))
     return pairs.select(F.least("key_a", "key_b").alias("key_a"),
-                        F.greatest("key_a", "key_b").alias("key_b"), "distance")
+                        F.greatest("key_a", "key_b").alias("key_b"), *columns)
 
 
 def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT):
+             split=DEFAULT_SPLIT, signature=None, threshold=None):
     """The cluster of every document: a DataFrame ``(key, cluster)`` where
     ``cluster`` is the smallest key of the document's connected component in
-    the graph of pairs within ``distance`` (a document alone is its own).
+    the graph of pairs within ``distance`` (by the text rule with
+    ``signature``: the pairs of :func:`find_all`; a document alone is its own).
 
     Finds the components when called (a few Spark jobs a round); the result
     is a DataFrame over them. Parameters and errors as :func:`find_all`.
     """
-    docs, joined = _joined(df, key, fingerprint, distance, blocks, split)
+    docs, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return docs.join(joined, "key", "left").select(
         "key", F.coalesce("cluster", "key").alias("cluster"))
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-           split=DEFAULT_SPLIT):
+           split=DEFAULT_SPLIT, signature=None, threshold=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s."""
-    _, joined = _joined(df, key, fingerprint, distance, blocks, split)
+    _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
 
 
-def _joined(df, key, fingerprint, distance, blocks, split):
+def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold):
     """The documents, and (key, cluster) of each document whose cluster is
     another's key (the smallest of its component)."""
-    docs, layout, rows = _prepare(df, key, fingerprint, distance, blocks, split)
-    found = _scan(docs, layout, split, rows, "edges").where(F.col("key_a") != F.col("key_b"))
+    docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
+                                         signature, threshold)
+    found = _scan(docs, layout, split, rows, "edges") if least is None \
+        else _text_scan(docs, layout, split, rows, least, "edges")
+    found = found.where(F.col("key_a") != F.col("key_b"))
     edges = _materialize(found.select(F.greatest("key_a", "key_b").alias("u"),
                                       F.least("key_a", "key_b").alias("v")))
-    return docs, _components(edges)
+    return docs.select("key"), _components(edges)
 
 
 def choose_blocks(distance, documents):
@@ -132,26 +167,44 @@ def choose_blocks(distance, documents):
 # Documents
 
 
-def _prepare(df, key, fingerprint, distance, blocks, split):
+def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None):
     """Check the arguments and every row; the documents as (key, fp: signed
-    long), the layout, and the number of rows."""
+    long, and with ``signature`` sig: 256 bytes or null), the layout, the
+    number of rows, and the text rule's threshold (None without ``signature``)."""
     if not isinstance(df, DataFrame):
         raise InvalidArgumentError("expected a pyspark DataFrame, got %s" % type(df).__name__)
     if not isinstance(split, int) or isinstance(split, bool) or split < 2:
         raise InvalidArgumentError("split must be an int >= 2, got %r" % (split,))
     Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
+    if signature is None and threshold is not None:
+        raise InvalidArgumentError("threshold is the text rule's: name the signature column too")
+    least = None if signature is None else check_threshold(threshold)
     fields = {f.name: f.dataType for f in df.schema.fields}
-    for name, what in ((key, "key"), (fingerprint, "fingerprint")):
-        if name not in fields:
+    named = ((key, "key"), (fingerprint, "fingerprint")) + (
+        ((signature, "signature"),) if signature is not None else ())
+    for name, what in named:
+        if not isinstance(name, str) or name not in fields:
             raise InvalidArgumentError("the DataFrame has no %s column %r (its columns: %s)"
                                        % (what, name, ", ".join(fields)))
     if not isinstance(fields[key], (StringType, BinaryType, IntegralType, DecimalType)):
         raise InvalidArgumentError("key column %r is %s; keys must be strings, binary or "
                                    "integers" % (key, fields[key].simpleString()))
     fp, bad = _fingerprint_column(F.col(fingerprint), fields[fingerprint], fingerprint)
-    rows, null_keys, bad_rows, example = df.agg(
+    sig, bad_sig = F.lit(None), F.lit(False)
+    if signature is not None:
+        if not isinstance(fields[signature], BinaryType):
+            raise InvalidArgumentError(
+                "signature column %r is %s; expected binary (the 256 bytes of "
+                "simhashdb.fingerprint_with_signature, or null)"
+                % (signature, fields[signature].simpleString()))
+        sig = F.col(signature)
+        bad_sig = sig.isNotNull() & (F.length(sig) != SIGNATURE_BYTES)
+        sig = F.when(sig != F.lit(bytearray(SIGNATURE_BYTES)), sig)  # all zero: no text
+    rows, null_keys, bad_rows, example, bad_sigs, sig_example = df.agg(
         F.count(F.lit(1)), F.count_if(F.col(key).isNull()), F.count_if(bad),
-        F.first(F.when(bad, F.col(key).cast("string")), ignorenulls=True)).first()
+        F.first(F.when(bad, F.col(key).cast("string")), ignorenulls=True),
+        F.count_if(bad_sig),
+        F.first(F.when(bad_sig, F.col(key).cast("string")), ignorenulls=True)).first()
     if null_keys:
         raise InvalidKeyError("%d rows have a null key; every document needs one" % null_keys)
     if bad_rows:
@@ -159,10 +212,17 @@ def _prepare(df, key, fingerprint, distance, blocks, split):
             "%d rows have no valid fingerprint in column %r (null, or not 64 bits: a long, a "
             "decimal in [0, 2**64) or 8 bytes), e.g. the row of key %s"
             % (bad_rows, fingerprint, example))
+    if bad_sigs:
+        raise InvalidArgumentError(
+            "%d rows have a signature in column %r that is not %d bytes (null is a document "
+            "without text), e.g. the row of key %s"
+            % (bad_sigs, signature, SIGNATURE_BYTES, sig_example))
     if blocks is None:
         blocks = choose_blocks(distance, rows)
     layout = Layout(blocks, distance)
-    return df.select(F.col(key).alias("key"), fp.alias("fp")), layout, rows
+    columns = [F.col(key).alias("key"), fp.alias("fp")] + (
+        [sig.alias("sig")] if signature is not None else [])
+    return df.select(*columns), layout, rows, least
 
 
 def _fingerprint_column(col, dtype, name):
@@ -183,15 +243,21 @@ def _fingerprint_column(col, dtype, name):
 # The scan
 
 
-def _scan(docs, layout, split, documents, mode):
+def _scan(docs, layout, split, documents, mode, threshold=None):
     """Pairs of keys within the layout's distance, as ``(key_a, key_b,
     distance)`` in no order: every pair (``mode="pairs"``), or (``"edges"``)
     enough of them to connect what the pairs connect: one pair of keys for
     each pair of fingerprints, and the keys of a fingerprint joined to one of
-    them. ``docs`` has ``documents`` rows."""
+    them. ``docs`` has ``documents`` rows.
+
+    With a ``threshold``, the distance half of the text rule over the ``sig``
+    column (see :func:`_text_scan`): ``(key_a, key_b, distance,
+    resemblance)``, a pair of two texts kept when they share no band and
+    their resemblance reaches the threshold, any other pair by its distance."""
     session = docs.sparkSession
     tables = layout.tables
-    rows = docs.select(F.explode(F.sequence(F.lit(0), F.lit(tables - 1))).alias("t"), "fp", "key")
+    carried = ["fp", "key"] + (["sig"] if threshold is not None else [])
+    rows = docs.select(F.explode(F.sequence(F.lit(0), F.lit(tables - 1))).alias("t"), *carried)
     prefix_masks = F.array(*[F.lit(_signed(m)) for m in _lead_masks(layout)])
     hot = _hot_groups(docs, layout, split, prefix_masks, documents)
     tag = F.col("t").cast("long")
@@ -202,28 +268,349 @@ def _scan(docs, layout, split, documents, mode):
         groups = session.createDataFrame([row[:3] for row in hot], "t int, g long, parts int")
         rows = rows.join(F.broadcast(groups), (rows.t == groups.t) & (
             rows.fp.bitwiseAND(F.element_at(prefix_masks, rows.t + 1)) == groups.g), "left") \
-            .select(rows.t, "fp", "key", "parts")
-        part = F.pmod(F.xxhash64("fp"), F.col("parts"))
-        rows = rows.withColumn("part", part).withColumn("q", F.explode(
-            F.when(F.col("parts").isNull(), F.array(F.lit(0)))
-            .otherwise(F.sequence(F.lit(0), F.col("parts") - 1))))
-        lo, hi = F.least("part", "q"), F.greatest("part", "q")
-        side = F.when(F.col("parts").isNull() | (lo == hi), 0) \
-            .when(F.col("part") == lo, 2).otherwise(3)
-        cell = F.when(F.col("parts").isNull(), 0).otherwise(1 + lo * F.col("parts") + hi)
-        tag = tag.bitwiseOR(F.shiftleft(side.cast("long"), SIDE_SHIFT)) \
-            .bitwiseOR(F.shiftleft(cell.cast("long"), CELL_SHIFT))
-    rows = rows.select(tag.alias("tag"), "fp", "key")
+            .select(rows.t, *carried, "parts")
+        rows, cell = _cells(rows, F.pmod(F.xxhash64("fp"), F.col("parts")))
+        tag = tag.bitwiseOR(cell)
+    rows = rows.select(tag.alias("tag"), *carried)
     group = F.col("tag").bitwiseAND(F.lit(~PART_BIT))
     prefix = F.col("fp").bitwiseAND(
         F.element_at(prefix_masks, F.col("tag").bitwiseAND(F.lit(TABLE_BITS)).cast("int") + 1))
-    cores = session.sparkContext.defaultParallelism   # tasks in a wave: whole waves only
-    partitions = cores * math.ceil((documents * tables + replicated) / ROWS_PER_TASK / cores)
-    key_type = docs.schema["key"].dataType
-    schema = StructType([StructField("key_a", key_type), StructField("key_b", key_type),
-                         StructField("distance", IntegerType())])
-    scan = functools.partial(_scan_partition, layout, mode == "pairs")
+    per_task = ROWS_PER_TASK if threshold is None else TEXT_ROWS_PER_TASK
+    partitions = _partitions(session, documents * tables + replicated, per_task)
+    schema = _pair_schema(docs, threshold is not None)
+    if threshold is None:
+        scan = functools.partial(_scan_partition, layout, mode == "pairs")
+    else:
+        scan = functools.partial(_scan_text_partition, layout, mode == "pairs", threshold)
     return rows.repartition(partitions, group, prefix).mapInArrow(scan, schema)
+
+
+def _cells(rows, part):
+    """Rows with ``parts`` (null for a group not split) and their ``part`` of
+    it, sent to every cell (pair of parts) their part belongs to; and the tag
+    bits of their side and cell."""
+    rows = rows.withColumn("part", part).withColumn("q", F.explode(
+        F.when(F.col("parts").isNull(), F.array(F.lit(0)))
+        .otherwise(F.sequence(F.lit(0), F.col("parts") - 1))))
+    lo, hi = F.least("part", "q"), F.greatest("part", "q")
+    side = F.when(F.col("parts").isNull() | (lo == hi), 0) \
+        .when(F.col("part") == lo, 2).otherwise(3)
+    cell = F.when(F.col("parts").isNull(), 0).otherwise(1 + lo * F.col("parts") + hi)
+    return rows, F.shiftleft(side.cast("long"), SIDE_SHIFT) \
+        .bitwiseOR(F.shiftleft(cell.cast("long"), CELL_SHIFT))
+
+
+def _partitions(session, rows, per_task):
+    """Scan tasks for ``rows`` rows, ``per_task`` a task, in whole waves."""
+    cores = session.sparkContext.defaultParallelism   # tasks in a wave
+    return cores * max(1, math.ceil(rows / per_task / cores))
+
+
+def _pair_schema(docs, text):
+    key_type = docs.schema["key"].dataType
+    return StructType([StructField("key_a", key_type), StructField("key_b", key_type),
+                       StructField("distance", IntegerType())] +
+                      ([StructField("resemblance", DoubleType())] if text else []))
+
+
+# The text rule
+
+
+def _text_scan(docs, layout, split, documents, threshold, mode):
+    """The pairs of the text rule, ``(key_a, key_b, distance, resemblance)``,
+    as :func:`_scan`'s ``mode`` says: those of two texts that share a band
+    (the band stage), and those within the distance (the table scan with the
+    signatures along, which leaves out two texts that share a band). A pair
+    comes from one stage only, and from one group in it."""
+    return _band_scan(docs, split, threshold, mode).unionByName(
+        _scan(docs, layout, split, documents, mode, threshold))
+
+
+def _band_scan(docs, split, threshold, mode):
+    """The band stage: pairs of texts whose first shared band is the band of
+    their group, with their resemblance at least ``threshold``.
+
+    Each text has a band key in each of the BANDS bands; only the (band, band
+    key) groups of two texts or more need their signatures, so first the
+    groups are counted over (band key, document id) rows of 24 bytes (the id
+    two 64-bit hashes of key, fingerprint and signature), those of one text
+    dropped and the rest checkpointed; then the signatures are joined to them
+    by id, and each group is scanned natively (``_ext.band_pairs`` with
+    ``only_band``). A group of more than ``split / BAND_SPLIT`` texts (counted
+    exactly) is cut into parts by document id, every pair of parts a task of
+    its own, as the table scan cuts a hot prefix."""
+    session = docs.sparkSession
+    texts = docs.where(F.col("sig").isNotNull()).select(
+        "key", "fp", "sig", F.xxhash64("key", "fp", "sig").alias("u1"),
+        F.xxhash64(F.lit(BANDS), "key", "fp", "sig").alias("u2"))
+    keyed = texts.select("sig", "u1", "u2").mapInArrow(
+        _band_keys, "bk long, u1 long, u2 long")
+    sharing = F.count(F.lit(1)).over(Window.partitionBy("bk"))
+    shared = _materialize(keyed.withColumn("n", sharing).where(F.col("n") > 1))
+    shared_rows, hot = _hot_bands(shared, max(2, split // BAND_SPLIT))
+    rows = shared.join(texts, ["u1", "u2"]).select("bk", "u1", "u2", "key", "fp", "sig")
+    tag, replicated = F.lit(0).cast("long"), 0
+    if hot:
+        replicated = sum(n * parts for _, parts, n in hot)
+        groups = session.createDataFrame([row[:2] for row in hot], "bk long, parts int")
+        rows = rows.join(F.broadcast(groups), "bk", "left")
+        rows, tag = _cells(rows, F.pmod(F.col("u1"), F.col("parts")))
+    rows = rows.select("bk", tag.alias("tag"), "u1", "u2", "key", "fp", "sig")
+    partitions = _partitions(session, shared_rows + replicated, TEXT_ROWS_PER_TASK)
+    scan = functools.partial(_band_partition, threshold, mode == "pairs", SMALL_GROUP)
+    return rows.repartition(partitions, "bk", F.col("tag").bitwiseAND(F.lit(~PART_BIT))) \
+        .mapInArrow(scan, _pair_schema(docs, True))
+
+
+def _hot_bands(shared, most):
+    """The rows of ``shared`` (bk, u1, u2, n), and (band << 32 | band key,
+    parts, texts) of each band group of more than ``most`` texts, counted
+    exactly (the counts are on the rows already): one job."""
+    groups = shared.groupBy("bk").agg(F.max("n").alias("n"))
+    total, hot = groups.agg(F.sum("n"), F.collect_list(
+        F.when(F.col("n") > most, F.struct("bk", "n")))).first()
+    return total or 0, [(bk, math.ceil(n / most), n) for bk, n in hot]
+
+
+def _band_keys(batches):
+    """mapInArrow: (band << 32 | band key, u1, u2) of each band of each text."""
+    for batch in batches:
+        signatures, _ = _signatures(batch.column(0))
+        keys = numpy.empty((len(signatures), BANDS), numpy.int64)
+        for i, signature in enumerate(signatures):
+            keys[i] = numpy.frombuffer(_ext.bands(signature.tobytes()), numpy.uint32)
+        keys |= numpy.arange(BANDS, dtype=numpy.int64) << 32
+        yield pyarrow.RecordBatch.from_arrays(
+            [pyarrow.array(keys.ravel())] +
+            [pyarrow.array(numpy.repeat(batch.column(c).to_numpy(), BANDS)) for c in (1, 2)],
+            names=["bk", "u1", "u2"])
+
+
+def _band_partition(threshold, every_pair, small_group, batches):
+    """mapInArrow: the text pairs of each band group (and cell) of a
+    partition's (bk, tag, u1, u2, key, fp, sig) rows: every pair, or (edges)
+    for a large group one pair for each pair of distinct signatures, and in
+    band 0 the texts of one signature joined to one of them.
+
+    Most groups are small (two copies of a page share a dozen bands): those
+    of at most ``small_group`` texts are decided together in numpy, as
+    ``band_pairs`` decides (a pair only in its first shared band, kept when
+    its resemblance reaches the threshold); larger ones one by one, natively."""
+    columns = _concatenated(batches)
+    if columns is None:
+        return
+    bk, tag, u1, u2 = (columns[c].to_numpy() for c in range(4))
+    key, fp = columns[4], columns[5].to_numpy().view(numpy.uint64)
+    signatures, _ = _signatures(columns[6])
+    band, side, group = bk >> 32, (tag >> SIDE_SHIFT) & 3, tag & ~PART_BIT
+    # rows by group; a document repeated (same key, fingerprint and signature) once
+    order = numpy.lexsort((u2, u1, group, bk))
+    first = numpy.ones(len(order), bool)   # the first row of its group
+    first[1:] = (bk[order][1:] != bk[order][:-1]) | (group[order][1:] != group[order][:-1])
+    repeated = ~first
+    repeated[1:] &= (u1[order][1:] == u1[order][:-1]) & (u2[order][1:] == u2[order][:-1])
+    order, first = order[~repeated], first[~repeated]
+    starts = numpy.flatnonzero(first)
+    sizes = numpy.diff(numpy.append(starts, len(order)))
+    small = (sizes > 1) & (sizes <= small_group)
+    bands = _BandKeys(signatures)
+    for size in numpy.unique(sizes[small]):
+        at = starts[small & (sizes == size)]
+        i, j = numpy.triu_indices(size, 1)
+        a, b = order[(at[:, None] + i).ravel()], order[(at[:, None] + j).ravel()]
+        yield from _band_decided(key, fp, signatures, bands, band, side, a, b, threshold)
+    for start, size in zip(starts[sizes > small_group], sizes[sizes > small_group]):
+        yield from _large_group(key, fp, signatures, side, order[start:start + size],
+                                int(band[order[start]]), threshold, every_pair)
+
+
+def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
+    """Of the pairs (a, b) of rows of one band group each, those (across the
+    parts of a cell of two) whose first shared band is their group's and
+    whose resemblance reaches ``threshold``."""
+    for start in range(0, len(a), DECIDE_CHUNK):
+        x, y = a[start:start + DECIDE_CHUNK], b[start:start + DECIDE_CHUNK]
+        keep = (side[x] == 0) | (side[x] != side[y])
+        x, y = x[keep], y[keep]
+        earlier = numpy.arange(BANDS) < band[x][:, None]
+        keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
+        x, y = x[keep], y[keep]
+        alike = _resemblances(signatures, x, y)
+        near = alike >= threshold
+        if near.any():
+            yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
+
+
+def _large_group(key, fp, signatures, side, rows, band, threshold, every_pair):
+    """The pairs of one large band group (or cell), by ``_ext.band_pairs``."""
+    across = bool(side[rows[0]])
+    if not every_pair:  # one text of each signature (on each side of a cell)
+        same = numpy.concatenate([side[rows, None].astype(numpy.uint8), signatures[rows]],
+                                 axis=1)
+        _, first, inverse = numpy.unique(_rows_as_void(same), return_index=True,
+                                         return_inverse=True)
+        if band == 0 and not across and len(first) < len(rows):
+            copies = numpy.flatnonzero(first[inverse] != numpy.arange(len(rows)))
+            a, b = rows[first[inverse[copies]]], rows[copies]
+            yield _text_key_pairs(key, fp, a, b, numpy.ones(len(a)))
+        rows = rows[numpy.sort(first)]
+    if len(rows) < 2:
+        return
+    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold, only_band=band)
+    if not len(scores):
+        return
+    positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
+    a, b = rows[positions[0::2]], rows[positions[1::2]]
+    scores = numpy.frombuffer(scores, numpy.float64)
+    if across:  # a cell of two parts: only the pairs across them
+        keep = side[a] != side[b]
+        a, b, scores = a[keep], b[keep], scores[keep]
+    if len(a):
+        yield _text_key_pairs(key, fp, a, b, scores)
+
+
+def _scan_text_partition(layout, every_pair, threshold, batches):
+    """mapInArrow: the distance half of the text rule over a partition's
+    (tag, fp, key, sig) rows: pairs within the distance (as
+    :func:`_scan_partition` finds them), of which a pair of two texts that
+    share a band is left to the band stage and one that shares none is kept
+    when its resemblance reaches ``threshold``. Edges: one member for each
+    (group, fingerprint, signature), the others without a signature joined
+    to it; the members' pairs as above."""
+    columns = _concatenated(batches)
+    if columns is None:
+        return
+    tag, fp, key = columns[0].to_numpy(), columns[1].to_numpy().view(numpy.uint64), columns[2]
+    signatures, has = _signatures(columns[3])
+    group = tag & ~PART_BIT
+    members = numpy.arange(len(tag))
+    if not every_pair:
+        unit = _units(group, fp, signatures)
+        copies = numpy.flatnonzero(unit != members)
+        # the copies of a document without text pair with it at distance 0, in table 0
+        linked = copies[~has[copies] & (tag[copies] & TABLE_BITS == 0) &
+                        ((tag[copies] >> SIDE_SHIFT) & 3 == 0)]
+        if len(linked):
+            yield _text_key_pairs(key, fp, unit[linked], linked, numpy.full(len(linked), numpy.nan))
+        members = numpy.flatnonzero(unit == members)
+    bands = _BandKeys(signatures)
+    order = members[numpy.argsort(group[members], kind="stable")]
+    starts = numpy.flatnonzero(numpy.diff(group[order])) + 1
+    for rows in numpy.split(order, starts):
+        table = int(group[rows[0]]) & TABLE_BITS
+        values, first, inverse, counts = numpy.unique(
+            fp[rows], return_index=True, return_inverse=True, return_counts=True)
+        by_value = rows[numpy.argsort(inverse, kind="stable")]   # rows of value 0, 1, ...
+        offsets = numpy.cumsum(counts) - counts
+        sides = ((tag[rows[first]] >> SIDE_SHIFT) & 3).astype(numpy.uint8)
+        across = bool(sides[0])
+        for pairs in pair_chunks(values, layout, chunk=PAIR_CHUNK, table=table,
+                                 sides=sides if across else None):
+            positions = numpy.frombuffer(pairs, dtype=numpy.uint64).astype(numpy.intp)
+            a, b = _expand(positions[0::2], positions[1::2], counts, offsets)
+            yield from _decided(key, fp, signatures, has, bands, by_value[a], by_value[b],
+                                threshold)
+        if table == 0 and not across:  # identical fingerprints, once: in table 0
+            a, b = _identical(counts, offsets, True)
+            yield from _decided(key, fp, signatures, has, bands, by_value[a], by_value[b],
+                                threshold)
+
+
+def _units(group, fp, signatures):
+    """For each row, the first row of its (group, fingerprint, signature)."""
+    n = len(fp)
+    order = numpy.lexsort((signatures[:, :8].copy().view(numpy.uint64).ravel(), fp, group))
+    same = numpy.zeros(n, bool)   # same as the row before it in that order
+    maybe = numpy.flatnonzero((group[order][1:] == group[order][:-1]) &
+                              (fp[order][1:] == fp[order][:-1])) + 1
+    same[maybe] = (signatures[order[maybe]] == signatures[order[maybe - 1]]).all(axis=1)
+    firsts = order[~same]
+    unit = numpy.empty(n, numpy.intp)
+    unit[order] = firsts[numpy.cumsum(~same) - 1]
+    return unit
+
+
+class _BandKeys:
+    """The band keys of rows' signatures, computed when first asked for."""
+
+    def __init__(self, signatures):
+        self.signatures = signatures
+        self.keys = numpy.zeros((len(signatures), BANDS), numpy.uint32)
+        self.known = numpy.zeros(len(signatures), bool)
+
+    def of(self, rows):
+        missing = numpy.unique(rows[~self.known[rows]])
+        for i in missing:
+            self.keys[i] = numpy.frombuffer(_ext.bands(self.signatures[i].tobytes()),
+                                            numpy.uint32)
+        self.known[missing] = True
+        return self.keys[rows]
+
+
+def _decided(key, fp, signatures, has, bands, a, b, threshold):
+    """The key pairs of the row pairs (a, b) within the distance that the text
+    rule keeps: with a document without text, all; of two texts, those that
+    share no band and whose resemblance reaches ``threshold``."""
+    for start in range(0, len(a), DECIDE_CHUNK):
+        x, y = a[start:start + DECIDE_CHUNK], b[start:start + DECIDE_CHUNK]
+        scores = numpy.full(len(x), numpy.nan)
+        keep = ~(has[x] & has[y])
+        texts = numpy.flatnonzero(~keep)
+        if len(texts):
+            apart = texts[~(bands.of(x[texts]) == bands.of(y[texts])).any(axis=1)]
+            alike = _resemblances(signatures, x[apart], y[apart])
+            near = alike >= threshold
+            keep[apart[near]] = True
+            scores[apart[near]] = alike[near]
+        if keep.any():
+            yield _text_key_pairs(key, fp, x[keep], y[keep], scores[keep])
+
+
+def _resemblances(signatures, a, b):
+    """The resemblance of the signatures of rows a and b, as
+    :func:`simhashdb.resemblance` computes it: equal bins over bins not empty
+    in both."""
+    bins = signatures.view(numpy.uint16)   # equality and emptiness ignore the byte order
+    x, y = bins[a], bins[b]
+    used = (x | y) != 0
+    equal = ((x == y) & used).sum(axis=1)
+    return equal / used.sum(axis=1)
+
+
+def _text_key_pairs(key, fp, a, b, scores):
+    """A batch of key pairs, their distance and resemblance (NaN: null)."""
+    between = numpy.frombuffer(_ext.num_differing_bits_many(fp[a], fp[b]), numpy.uint8)
+    return pyarrow.RecordBatch.from_arrays(
+        [key.take(a), key.take(b), pyarrow.array(between.astype("int32")),
+         pyarrow.array(scores, mask=numpy.isnan(scores))],
+        names=["key_a", "key_b", "distance", "resemblance"])
+
+
+def _concatenated(batches):
+    """The columns of a partition's Arrow batches, each one array; None if none."""
+    batches = list(batches)
+    if not batches:
+        return None
+    table = pyarrow.Table.from_batches(batches)
+    return [column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+            for column in table.columns]
+
+
+def _signatures(column):
+    """A binary column's signatures as an (n, 256) uint8 array (zeros where
+    null), and which rows have one."""
+    has = column.is_valid().to_numpy(zero_copy_only=False)
+    fixed = column.fill_null(pyarrow.scalar(bytes(SIGNATURE_BYTES), column.type)) \
+        .cast(pyarrow.binary(SIGNATURE_BYTES))
+    data = numpy.frombuffer(fixed.buffers()[1], numpy.uint8)
+    start = fixed.offset * SIGNATURE_BYTES
+    return data[start:start + len(fixed) * SIGNATURE_BYTES].reshape(-1, SIGNATURE_BYTES), has
+
+
+def _rows_as_void(matrix):
+    """Each row of a 2-d uint8 array as one opaque value (to compare rows whole)."""
+    matrix = numpy.ascontiguousarray(matrix)
+    return matrix.view(numpy.dtype((numpy.void, matrix.shape[1]))).ravel()
 
 
 def _hot_groups(docs, layout, split, prefix_masks, documents):

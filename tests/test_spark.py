@@ -1,6 +1,8 @@
 """simhashdb.spark on a local[2] session, against brute force, the in-memory
-functions and the database. Data is kept small (tens of thousands of
-fingerprints): tools/bench_spark.py compares at 1M and more."""
+functions and the database; with signatures, the text rule against the
+pair-at-a-time oracle of tests/test_text_rule.py, matching.text_pairs and the
+database of texts. Data is kept small (tens of thousands of fingerprints, a
+few hundred texts): tools/bench_spark.py compares at 1M and more."""
 
 import json
 import random
@@ -17,9 +19,10 @@ from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 import simhashdb
-from simhashdb import cli
+from simhashdb import _ext, cli, matching
 from simhashdb import spark as sspark
 from simhashdb.layout import Layout
+from test_text_rule import THRESHOLD, components, corpus as text_corpus, oracle
 
 pytestmark = pytest.mark.slow  # a Spark session starts in ~20 s
 DISTANCE, BLOCKS = 3, 5
@@ -343,3 +346,197 @@ def test_cli_spark_commands(spark, tmp_path, capsys):
     assert cli.main(["--quiet", "spark", "dedupe", str(tmp_path / "in.dec"), out]) == 1
     error = capsys.readouterr().err
     assert error.startswith("simhashdb-cli: error: spark:") and error.count("\n") == 1
+
+
+# The text rule
+
+
+def text_frame(spark, keys, fps, signatures):
+    """A DataFrame of (key, fingerprint, signature), the fingerprint a long."""
+    return spark.createDataFrame(pa.table({
+        "key": keys, "fingerprint": pa.array(fps, pa.uint64()).cast(pa.int64(), safe=False),
+        "signature": pa.array(signatures, pa.binary())}))
+
+
+def in_memory(keys, fps, signatures, layout=Layout(BLOCKS, DISTANCE)):
+    """{(key_a, key_b): (distance, resemblance or None)} by matching.text_pairs."""
+    found = {}
+    for i, j, score in matching.text_pairs(fps, signatures, layout, THRESHOLD):
+        a, b = sorted((keys[i], keys[j]))
+        assert (a, b) not in found
+        found[a, b] = ((fps[i] ^ fps[j]).bit_count(), score)
+    return found
+
+
+def scored(df):
+    """find_all's rows as {(key_a, key_b): (distance, resemblance)}, none twice."""
+    got = rows(df)
+    assert len(got) == len({(a, b) for a, b, _, _ in got}), "a pair was reported twice"
+    return {(a, b): (d, r) for a, b, d, r in got}
+
+
+def cluster_sets(clusters):
+    """(key, cluster) rows as the set of clusters of two keys or more."""
+    return {frozenset(keys) for keys in _groups(dict(clusters)).values() if len(keys) > 1}
+
+
+@pytest.fixture(scope="module")
+def text_docs():
+    """The edited stdlib texts of tests/test_text_rule.py, exact copies of two
+    of them under other keys; fingerprints without text near and far from
+    one; a document whose signature is all zero (no text) near another."""
+    docs = text_corpus()
+    docs += [("t0-copy", docs[0][1]), ("t3-copy", docs[3][1]), ("t3-copy2", docs[3][1])]
+    prints = [simhashdb.fingerprint_with_signature(text) for _, text in docs]
+    keys = [k for k, _ in docs] + ["raw-near", "raw-far", "raw-zero"]
+    fps = [fp for fp, _ in prints] + [prints[0][0] ^ 0b101, prints[0][0] ^ (2**40 - 1),
+                                      prints[1][0] ^ 0b11]
+    signatures = [s for _, s in prints] + [None, None, bytes(256)]
+    return docs, keys, fps, signatures
+
+
+def test_text_rule_equals_the_oracle_the_database_and_in_memory(spark, tmp_path, text_docs):
+    docs, keys, fps, signatures = text_docs
+    df = text_frame(spark, keys, fps, signatures)
+    signed_by = {k: s if s and any(s) else None for k, s in zip(keys, signatures)}
+    near = oracle(signed_by, dict(zip(keys, fps)))
+    expected = in_memory(keys, fps, signatures)
+    assert set(expected) == near and ("raw-zero", "t1") in near
+    assert {("t0", "t0-copy"), ("t3-copy", "t3-copy2"), ("raw-near", "t0-copy")} <= near
+    pairs = sspark.find_all(df, DISTANCE, BLOCKS, signature="signature")
+    assert pairs.columns == ["key_a", "key_b", "distance", "resemblance"]
+    got = scored(pairs)
+    assert got == expected   # the pairs, their distance and resemblance, to the bit
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(docs)
+        db.insert_many((k, fp) for k, fp in zip(keys[len(docs):], fps[len(docs):]))
+        assert {(p.key_a, p.key_b): (p.distance, p.resemblance) for p in db.find_all()} == got
+        database = {frozenset(c) for c in db.clusters()}
+    assert database == {c for c in components(near) if len(c) > 1}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sspark, "SMALL_GROUP", 1)   # the groups of copies scanned natively
+        clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=20))
+    assert len(clusters) == len(keys) and cluster_sets(clusters) == database
+    cluster_of = dict(clusters)
+    assert all(cluster_of[k] == min(c) for c in database for k in c)
+    shuffled = df.repartition(7).orderBy("fingerprint")
+    deduped = sspark.dedupe(shuffled, DISTANCE, BLOCKS, signature="signature")
+    assert deduped.columns == df.columns
+    assert sorted(r[0] for r in rows(deduped)) == sorted(k for k in keys if cluster_of[k] == k)
+    stricter = scored(sspark.find_all(df, DISTANCE, signature="signature", threshold=0.8))
+    assert stricter == {p: v for p, v in expected.items() if v[1] is None or v[1] >= 0.8}
+    assert stricter != expected
+
+
+def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spark, monkeypatch):
+    """240 copies of one text with 1% to 15% of their words replaced (a site
+    template: dozens of them share each band of the original), their
+    fingerprints (set here) under one prefix of table 0 with near ones among
+    them; 40 other texts and 30 fingerprints without text, many near them."""
+    rng = random.Random(11)
+    texts = [t for k, t in text_corpus(seed=3) if "-" not in k]
+    words = texts[0].split()
+    others = [w for t in texts[1:] for w in t.split()]
+    docs = []
+    for i in range(240):
+        edited = list(words)
+        for j in rng.sample(range(len(words)), max(1, int(rng.uniform(0.01, 0.15) * len(words)))):
+            edited[j] = rng.choice(others)
+        docs.append(" ".join(edited))
+    docs += [" ".join(rng.sample(others, 300)) for _ in range(40)]
+    signatures = [simhashdb.fingerprint_with_signature(t)[1] for t in docs] + [None] * 30
+    prefix = rng.getrandbits(26) << 38   # table 0 leads with blocks 0 and 1: 26 bits
+    fps = []
+    for i in range(len(signatures)):
+        if i < 240 or i >= 280:
+            base = rng.choice(fps) if fps and rng.random() < 0.6 else \
+                prefix | rng.getrandbits(38)
+            fps.append(flip(base, rng.sample(range(38), rng.randint(0, 3))))
+        else:
+            fps.append(rng.getrandbits(64))
+    keys = ["doc%03d" % i for i in rng.sample(range(1000), len(fps))]
+    df = text_frame(spark, keys, fps, signatures)
+    bands, prefixes = [], []
+
+    def recording(found, real, hot=lambda result: result):
+        def record(*args):
+            result = real(*args)
+            found.extend(hot(result))
+            return result
+        return record
+    monkeypatch.setattr(sspark, "_hot_bands",
+                        recording(bands, sspark._hot_bands, lambda result: result[1]))
+    monkeypatch.setattr(sspark, "_hot_groups", recording(prefixes, sspark._hot_groups))
+    expected = in_memory(keys, fps, signatures)
+    assert len(expected) > 3_000
+    assert any(r is None for _, r in expected.values())
+    signature_of = dict(zip(keys, signatures))
+    assert sum(r is not None and not _ext.shares_a_band(signature_of[a], signature_of[b])
+               for (a, b), (_, r) in expected.items()) >= 5   # the distance stage's
+    assert scored(sspark.find_all(df, DISTANCE, BLOCKS, signature="signature",
+                                  split=100)) == expected
+    assert len(bands) >= 16 and min(parts for _, parts, _ in bands) >= 2 and \
+        max(parts for _, parts, _ in bands) >= 5, bands
+    assert any(t == 0 and parts >= 2 for t, _, parts, _ in prefixes), prefixes
+    monkeypatch.setattr(sspark, "SMALL_GROUP", 1)   # every band group scanned natively
+    assert scored(sspark.find_all(df, DISTANCE, BLOCKS, signature="signature",
+                                  split=100)) == expected
+    clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=100))
+    near = {frozenset(c) for c in components(expected) if len(c) > 1}
+    assert cluster_sets(clusters) == near
+
+
+def test_cli_spark_over_texts_decides_as_the_database(spark, tmp_path, capsys, text_docs):
+    docs = text_docs[0][:40] + text_docs[0][-3:]
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for key, text in docs:
+        (folder / ("%s.txt" % key)).write_text(text)
+    db = str(tmp_path / "texts.db")
+    assert cli.main(["--quiet", "import", db, str(folder)]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"] == len(docs)
+    assert cli.main(["--quiet", "clusters", db]) == 0
+    database = {frozenset(json.loads(line)) for line in capsys.readouterr().out.splitlines()}
+    assert cli.main(["--quiet", "find-all", db]) == 0
+    pairs = {tuple(json.loads(line)) for line in capsys.readouterr().out.splitlines()}
+    assert len(database) >= 5 and pairs
+
+    assert cli.main(["spark", "clusters", str(folder), "-"]) == 0
+    captured = capsys.readouterr()
+    assert "by the text rule" in captured.err and "at least %g" % THRESHOLD in captured.err
+    clustered = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(clustered) == len(docs) and cluster_sets(clustered) == database
+    assert cli.main(["--quiet", "spark", "find-all", str(folder), "-"]) == 0
+    assert {tuple(json.loads(line)) for line in capsys.readouterr().out.splitlines()} == pairs
+    kept = str(tmp_path / "kept.parquet")
+    assert cli.main(["--quiet", "spark", "dedupe", str(folder), kept]) == 0
+    cluster_of = dict(clustered)
+    firsts = sorted(k for k, c in cluster_of.items() if k == c)
+    assert json.loads(capsys.readouterr().out)["rows"] == len(firsts)
+    table = pq.read_table(kept)
+    assert sorted(table.column("key").to_pylist()) == firsts
+    assert {len(s) for s in table.column("signature").to_pylist()} == {256}
+    assert cli.main(["spark", "clusters", kept, "-", "--threshold", "0.3"]) == 0
+    captured = capsys.readouterr()   # the signatures went along: the text rule again
+    assert "by the text rule" in captured.err and "at least 0.3" in captured.err
+    assert all(k == c for k, c in (json.loads(line) for line in captured.out.splitlines()))
+
+
+def test_bad_signatures_and_thresholds_raise_at_the_call(spark):
+    schema = "key string, fingerprint long, signature binary"
+    good = spark.createDataFrame([("a", 1, bytes([1]) * 256), ("b", 3, None)], schema)
+    cases = [
+        (spark.createDataFrame([("a", 1, b"short")], schema), {},
+         simhashdb.InvalidArgumentError, "not 256 bytes"),
+        (good.withColumn("signature", good.fingerprint), {}, simhashdb.InvalidArgumentError,
+         "expected binary"),
+        (good, {"signature": "sig"}, simhashdb.InvalidArgumentError, "no signature column"),
+        (good, {"threshold": 1.5}, simhashdb.InvalidArgumentError, "threshold"),
+        (good, {"signature": None, "threshold": 0.5}, simhashdb.InvalidArgumentError,
+         "signature column too"),
+    ]
+    for df, options, error, words in cases:
+        for function in (sspark.find_all, sspark.clusters):
+            with pytest.raises(error, match=words):
+                function(df, **dict({"signature": "signature"}, **options))
+    assert rows(sspark.find_all(good, signature="signature")) == [("a", "b", 1, None)]

@@ -9,7 +9,16 @@ functions'. Spark's own metrics (its UI's REST API, on the loopback
 interface) give the bytes shuffled and the peak memory of the JVM and of the
 Python workers (process-tree metrics, sampled every 200 ms).
 
+With --text N, the text rule instead: N synthetic texts (300 words each
+from a vocabulary of 20,000 with Zipf-like frequencies; a tenth of them with
+1 to 3 copies, 1% to 8% of their words replaced by others) are
+fingerprinted with their signatures and written to Parquet (key,
+fingerprint, signature); Spark runs find_all and clusters on them by the
+fingerprint rule and by the text rule (signature=), and the text rule's
+pairs are checked equal to simhashdb.matching.text_pairs' in memory.
+
 Usage: python tools/bench_spark.py [--n 10000000] [--master local[2]] [--blocks M]
+       python tools/bench_spark.py --text 100000
 """
 
 import argparse
@@ -26,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import simhashdb
+from simhashdb import matching
 from simhashdb import spark as sspark
 from simhashdb.layout import Layout
 
@@ -43,6 +53,27 @@ def planted_corpus(n, seed=0):
         bit = np.uint64(1) << rng.integers(0, 64, size=len(sources)).astype(np.uint64)
         mask ^= np.where(flips > f, bit, np.uint64(0))
     return np.concatenate([bases, bases[sources] ^ mask])
+
+
+def text_corpus(n, seed=0, words=300, vocabulary=20_000):
+    """n texts of random words and copies of a tenth of them (1 to 3 each)
+    with 1% to 8% of their words replaced; their fingerprints and signatures."""
+    rng = np.random.default_rng(seed)
+    names = np.array(["w%d" % i for i in range(vocabulary)], dtype=object)
+    weights = 1.0 / np.arange(1, vocabulary + 1) ** 0.8
+    weights /= weights.sum()
+    bases = rng.choice(vocabulary, size=(n, words), p=weights)
+    sources = np.repeat(rng.choice(n, size=n // 10, replace=False),
+                        rng.integers(1, 4, size=n // 10))
+    copies = bases[sources].copy()
+    for row, rate in zip(copies, rng.uniform(0.01, 0.08, size=len(sources))):
+        at = rng.choice(words, size=max(1, int(rate * words)), replace=False)
+        row[at] = rng.choice(vocabulary, size=len(at), p=weights)
+    options = simhashdb.RECIPES[simhashdb.RECIPE]
+    prints = [simhashdb.fingerprint_with_signature(" ".join(names[row]), **options)
+              for row in np.concatenate([bases, copies])]
+    return (np.array([fp for fp, _ in prints], dtype=np.uint64),
+            [signature for _, signature in prints])
 
 
 class SparkMetrics:
@@ -97,6 +128,90 @@ def value_clusters(table, fps):
     return sorted(g.tolist() for g in groups if len(g) > 1)
 
 
+def start_session(args, name):
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master(args.master).appName(name)
+               .config("spark.driver.memory", args.driver_memory)
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.executor.processTreeMetrics.enabled", "true")
+               .config("spark.executor.metrics.pollingInterval", "200ms")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def text_main(args):
+    """The text rule against the fingerprint rule, on the same texts."""
+    started = time.perf_counter()
+    fps, signatures = text_corpus(args.text)
+    made_s = time.perf_counter() - started
+    n = len(fps)
+    threshold = simhashdb.db.THRESHOLD
+    spark_blocks = args.blocks or sspark.choose_blocks(args.distance, n)
+    layout = Layout(Layout.choose_blocks(args.distance, n), args.distance)
+    memory_s, expected = timed(lambda: {(i, j) for i, j, _ in matching.text_pairs(
+        fps, signatures, layout, threshold)})
+    work = tempfile.mkdtemp(prefix="bench_spark_")
+    try:
+        pq.write_table(pa.table({"key": np.arange(n, dtype=np.int64),
+                                 "fingerprint": fps.view(np.int64),
+                                 "signature": pa.array(signatures, pa.binary())}),
+                       os.path.join(work, "in.parquet"))
+        session = start_session(args, "bench_spark_text")
+        metrics = SparkMetrics(session)
+        df = session.read.parquet(os.path.join(work, "in.parquet"))
+        sspark.find_all(df.limit(1000), args.distance, signature="signature").count()  # warm up
+        rows = [("in-memory matching.text_pairs", "text", memory_s, len(expected), "-")]
+
+        def run(name, function, out, **options):
+            before = metrics.last_stage()
+            path = os.path.join(work, out)
+            seconds, _ = timed(lambda: function(df, args.distance, spark_blocks, **options)
+                               .write.parquet(path))
+            return seconds, metrics.shuffle_bytes_since(before), pq.read_table(path)
+
+        for rule, options in (("fingerprint", {}), ("text", {"signature": "signature"})):
+            seconds, shuffled, pairs = run(rule, sspark.find_all, rule + "-pairs.parquet",
+                                           **options)
+            if rule == "text":
+                got = set(zip(pairs.column("key_a").to_pylist(),
+                              pairs.column("key_b").to_pylist()))
+                assert got == expected, "text pairs differ from matching.text_pairs'"
+            rows.append(("simhashdb.spark.find_all", rule, seconds, pairs.num_rows,
+                         "%.0f" % (shuffled / 2**20)))
+        if not args.no_clusters:
+            for rule, options in (("fingerprint", {}), ("text", {"signature": "signature"})):
+                seconds, shuffled, table = run(rule, sspark.clusters,
+                                               rule + "-clusters.parquet", **options)
+                cluster = table.column("cluster").to_numpy(zero_copy_only=False)
+                named = len(np.unique(cluster[cluster != table.column("key").to_numpy()]))
+                rows.append(("simhashdb.spark.clusters", rule, seconds, named,
+                             "%.0f" % (shuffled / 2**20)))
+        peak = metrics.peak_memory()
+        session.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print("N = %d texts (%d base + edited copies), k = %d, threshold %g, blocks %d, %s; "
+          "texts made in %.0f s; text pairs equal to the in-memory function's"
+          % (n, args.text, args.distance, threshold, spark_blocks, args.master, made_s))
+    print()
+    print("| method | rule | s | pairs / clusters | shuffle MB |")
+    print("|---|---|---:|---:|---:|")
+    for name, rule, seconds, count, shuffle in rows:
+        print("| %s | %s | %.1f | %d | %s |" % (name, rule, seconds, count, shuffle))
+    print()
+    print("text / fingerprint rule on Spark: find_all %.1fx%s" % (
+        rows[2][2] / rows[1][2], "" if args.no_clusters else
+        ", clusters %.1fx" % (rows[4][2] / rows[3][2])))
+    print("peak memory: JVM heap %.0f MB, JVM RSS %.0f MB, Python workers RSS %.0f MB (all "
+          "workers together)" % tuple(peak[k] / 2**20 for k in (
+              "JVMHeapMemory", "ProcessTreeJVMRSSMemory", "ProcessTreePythonRSSMemory")))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="base fingerprints (1M)")
@@ -105,7 +220,11 @@ def main():
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--no-clusters", action="store_true", help="pairs only")
+    parser.add_argument("--text", type=int, metavar="N",
+                        help="the text rule on N base texts instead (e.g. 100000)")
     args = parser.parse_args()
+    if args.text:
+        return text_main(args)
 
     fps = planted_corpus(args.n)
     n = len(fps)
@@ -122,17 +241,7 @@ def main():
             clusters_s, expected_clusters = timed(simhashdb.find_clusters, fps, memory_blocks,
                                                   args.distance)
 
-        from pyspark.sql import SparkSession
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        session = (SparkSession.builder.master(args.master).appName("bench_spark")
-                   .config("spark.driver.memory", args.driver_memory)
-                   .config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.executor.processTreeMetrics.enabled", "true")
-                   .config("spark.executor.metrics.pollingInterval", "200ms")
-                   .getOrCreate())
-        session.sparkContext.setLogLevel("ERROR")
+        session = start_session(args, "bench_spark")
         metrics = SparkMetrics(session)
         df = session.read.parquet(os.path.join(work, "in.parquet"))
         rows = [("in-memory find_all", memory_blocks, pairs_s, len(expected), "-")]

@@ -28,15 +28,29 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: Java is missing (the Spark tests need it): install a Java 17+ runtime (Debian/Ubuntu: default-jre-headless), then run make again" >&2; exit 1; }
 	@touch $@
 
-$(VENV)/.installed: .lmdb-checked .redis-checked .java-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi \
-		ext/_memory.pxi ext/_records.pyx ext/_redis.pyx
+SOURCES := setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h \
+	ext/_tables.pxi ext/_memory.pxi ext/_records.pyx ext/_redis.pyx
+
+$(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+
+# The package alone (editable, with its command line and the native backend):
+# all that `make run` needs
+$(VENV)/.built: .lmdb-checked $(PY) $(SOURCES)
+	$(PY) -m pip install --quiet -e .
 	$(PY) -c "import simhashdb._lmdb" || { echo "simhashdb: the native LMDB backend did not build" >&2; exit 1; }
 	touch $@
 
-run: $(VENV)/.installed
+# ... and what the tests need besides: the test extra (pytest, pyspark with pandas
+# and pyarrow, redis-py, the reference libraries), the Redis
+# server and Java. `simhashdb[test]` is satisfied by the package installed above,
+# so pip adds the extra's packages without building it again.
+$(VENV)/.installed: $(VENV)/.built .redis-checked .java-checked
+	$(PY) -m pip install --quiet 'simhashdb[test]'
+	touch $@
+
+run: $(VENV)/.built
 	$(PY) examples/stdlib_demo.py
 
 test: $(VENV)/.installed

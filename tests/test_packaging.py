@@ -132,3 +132,109 @@ def test_wheel_carries_lmdb(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True)
     assert hidden.returncode == 0, hidden.stderr
     assert json.loads(hidden.stdout)["backend"] == "lmdb"
+
+
+@pytest.fixture
+def native_missing(monkeypatch):
+    """A process whose native backend does not import, as after a build
+    without the LMDB C library, that has not warned yet."""
+    monkeypatch.delenv("SIMHASHDB_BACKEND", raising=False)
+    monkeypatch.setitem(registry._backends, "lmdb", "simhashdb._not_built:NativeStorage")
+    monkeypatch.setattr(registry, "_warned_fallback", False)
+
+
+def fallback_warnings(record):
+    return [w for w in record if issubclass(w.category, RuntimeWarning)
+            and "native LMDB backend" in str(w.message)]
+
+
+def test_fallback_to_py_lmdb_warns_once(native_missing, tmp_path):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with simhashdb.DB(str(tmp_path / "a.db")) as db:
+            assert db.backend == "py-lmdb"
+            assert db.stats()["backend"] == "py-lmdb"
+        with simhashdb.DB(str(tmp_path / "b.db")) as db:
+            assert db.backend == "py-lmdb"
+    [warning] = fallback_warnings(record)
+    message = str(warning.message)
+    assert "simhashdb._not_built" in message  # why: the import error
+    for needed in ("py-lmdb", "19x", "liblmdb-dev", "make wheel", "SIMHASHDB_BACKEND=py-lmdb"):
+        assert needed in message
+    assert warning.filename == __file__  # it points at the DB(...) that fell back
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_py_lmdb_by_choice_does_not_warn(native_missing, monkeypatch, tmp_path, how):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        if how == "argument":
+            db = simhashdb.DB(str(tmp_path / "a.db"), backend="py-lmdb")
+        else:
+            monkeypatch.setenv("SIMHASHDB_BACKEND", "py-lmdb")
+            db = simhashdb.DB(str(tmp_path / "a.db"))
+        with db:
+            assert db.backend == "py-lmdb"
+    assert fallback_warnings(record) == []
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "py-lmdb"])
+def test_cli_stats_names_the_backend(capsys, monkeypatch, tmp_path, backend):
+    if backend == "lmdb" and not CI:
+        pytest.importorskip("simhashdb._lmdb", reason="the native backend is not built here")
+    monkeypatch.setenv("SIMHASHDB_BACKEND", backend)
+    path = str(tmp_path / "s.db")
+    assert cli.main(["init", path]) == 0
+    capsys.readouterr()
+    assert cli.main(["stats", path]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["backend"] == backend
+
+
+# setup.py run with Cython and setuptools stubbed out, to see what it would
+# build and what it says, in a fraction of a second
+SETUP_STUB = textwrap.dedent("""
+    import json, runpy, sys, types
+    setuptools, build = types.ModuleType("setuptools"), types.ModuleType("Cython.Build")
+    class Extension:
+        def __init__(self, name, sources, **options):
+            self.name = name
+    setuptools.Extension = Extension
+    setuptools.setup = lambda **kw: print(json.dumps([e.name for e in kw["ext_modules"]]))
+    build.cythonize = lambda extensions, **kw: extensions
+    sys.modules.update({"setuptools": setuptools, "Cython": types.ModuleType("Cython"),
+                        "Cython.Build": build})
+    runpy.run_path("setup.py", run_name="__main__")
+""")
+
+
+def run_setup(tmp_path, pkg_config=True, **env):
+    """setup.py's output, with or without pkg-config on the PATH."""
+    path = os.environ.get("PATH", "") if pkg_config else str(tmp_path)  # an empty directory
+    return subprocess.run([sys.executable, "-c", SETUP_STUB], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PATH=path, **env))
+
+
+def test_build_without_lmdb_says_so_loudly(tmp_path):
+    result = run_setup(tmp_path, pkg_config=False)
+    assert result.returncode == 0, result.stderr
+    assert "simhashdb._lmdb" not in json.loads(result.stdout.splitlines()[-1])
+    said = " ".join(result.stderr.split())
+    assert "WARNING" in said and "WITHOUT its native LMDB backend" in said
+    for needed in ("not found with pkg-config", "py-lmdb", "19x", "liblmdb-dev", "make wheel"):
+        assert needed in said
+
+
+def test_a_build_that_requires_lmdb_fails_without_it(tmp_path):
+    result = run_setup(tmp_path, pkg_config=False, SIMHASHDB_REQUIRE_NATIVE_LMDB="1")
+    assert result.returncode != 0
+    assert "SIMHASHDB_REQUIRE_NATIVE_LMDB=1" in result.stderr and "liblmdb-dev" in result.stderr
+
+
+def test_build_with_lmdb_is_quiet(tmp_path):
+    if not lmdb_installed() and not CI:
+        pytest.skip("the LMDB C library is not installed here")
+    result = run_setup(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "simhashdb._lmdb" in json.loads(result.stdout.splitlines()[-1])
+    assert "WARNING" not in result.stderr

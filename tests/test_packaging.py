@@ -238,3 +238,15 @@ def test_build_with_lmdb_is_quiet(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "simhashdb._lmdb" in json.loads(result.stdout.splitlines()[-1])
     assert "WARNING" not in result.stderr
+
+
+def test_install_instructions_work_from_a_checkout():
+    """simhashdb is not on PyPI: no message or document may tell anyone to
+    pip install it (or its extras) by name, nor name one version's wheel."""
+    for path in [ROOT / "README.md"] + sorted((ROOT / "simhashdb").rglob("*.py")):
+        text = path.read_text()
+        assert "simhashdb[" not in text, path
+        assert not re.search(r"pip install\s+['\"]?simhashdb\b", text), path
+    readme = (ROOT / "README.md").read_text()
+    assert not re.search(r"simhashdb-\d[^\s`'\"]*\.whl", readme)  # no one version's wheel
+    assert "pip install '.[redis]'" in readme and "pip install '.[spark]'" in readme

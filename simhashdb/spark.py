@@ -44,7 +44,8 @@ try:
         BinaryType, DecimalType, DoubleType, IntegerType, IntegralType, LongType, StringType,
         StructField, StructType)
 except ImportError as exc:  # pragma: no cover - the spark extra is not installed
-    raise ImportError("simhashdb.spark needs pyspark: pip install 'simhashdb[spark]'") from exc
+    raise ImportError("simhashdb.spark needs pyspark: pip install '.[spark]' in simhashdb's "
+                      "source directory") from exc
 
 DEFAULT_SPLIT = 20_000
 ROWS_PER_TASK = 2_000_000   # rows one scan task holds, about 50 bytes each and the key

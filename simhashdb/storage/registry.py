@@ -1,16 +1,18 @@
 """Which backend opens a database: by name, by the scheme of a URL, or the
 default (``$SIMHASHDB_BACKEND``, else native LMDB where it was built, else
-py-lmdb). Backends are imported when first opened, so the core runs without
-the optional packages of the others."""
+py-lmdb, with a warning). Backends are imported when first opened, so the core
+runs without the optional packages of the others."""
 
 import importlib
 import os
+import warnings
 
 from . import Storage
 from ..errors import InvalidArgumentError
 
 _backends = {}  # name -> a Storage subclass, or "module:Class" until first opened
 _schemes = {}  # URL scheme -> backend name
+_warned_fallback = False  # the py-lmdb fallback is announced once a process
 
 
 def register(name, backend, schemes=()):
@@ -45,15 +47,33 @@ def backend_class(name):
 
 def default_backend():
     """``$SIMHASHDB_BACKEND``, else ``"lmdb"`` where the native backend was
-    built, else ``"py-lmdb"``."""
+    built, else ``"py-lmdb"``: the first time that happens in a process, a
+    RuntimeWarning says why and how to get the native backend (choosing
+    py-lmdb by name or by ``$SIMHASHDB_BACKEND`` warns of nothing)."""
     chosen = os.environ.get("SIMHASHDB_BACKEND")
     if chosen:
         return chosen
     try:
         backend_class("lmdb")
-    except ImportError:
+    except ImportError as exc:
+        _warn_fallback(exc)
         return "py-lmdb"
     return "lmdb"
+
+
+def _warn_fallback(reason):
+    global _warned_fallback
+    if _warned_fallback:
+        return
+    _warned_fallback = True
+    warnings.warn(
+        "simhashdb: the native LMDB backend is missing (%s), so databases open on the py-lmdb "
+        "fallback, about 19x slower in batches. To get it, install the LMDB C library and "
+        "pkg-config (Debian/Ubuntu: apt-get install liblmdb-dev pkg-config; Homebrew: lmdb) and "
+        "run pip install . again in simhashdb's source directory, or install a wheel made by "
+        "`make wheel`, which carries the library. backend=\"py-lmdb\" or "
+        "SIMHASHDB_BACKEND=py-lmdb chooses the fallback without this warning." % reason,
+        RuntimeWarning, stacklevel=5)  # the caller of DB(...), through open_storage
 
 
 def scheme_of(path):

@@ -43,8 +43,8 @@ class RedisStorage(Storage):
         try:
             import redis  # noqa: F401
         except ImportError:
-            raise DatabaseError("the redis backend needs redis-py: pip install "
-                                "'simhashdb[redis]'") from None
+            raise DatabaseError("the redis backend needs redis-py: pip install '.[redis]' "
+                                "in simhashdb's source directory") from None
         self.path = address.path
         self.readonly = readonly
         self.retry_seconds = address.options["retry"]

@@ -49,7 +49,7 @@ CONFIGS = [
     Config(256, 16, 85, 3, "densify"), Config(256, 16, 51, 5, "densify"),
     Config(256, 16, 42, 6, "densify"), Config(256, 16, 32, 8, "densify"),
 ]
-TODAY = "today: fingerprint within k+1, resemblance >= 0.4 (128x16)"
+TODAY = "the rule before the band index: fingerprint within k+1, resemblance >= 0.4"
 INDEX_ONLY = "fingerprint within k = 3 alone"
 
 
@@ -197,7 +197,8 @@ class Study:
         return self._fp[k]
 
     def today(self):
-        """Today's rule and the fingerprint alone, on the same copies and pairs."""
+        """The rule before the band index (simhashdb 0.2's) and the fingerprint
+        alone, on the same copies and pairs."""
         t = self.t
         sig = bandsim.values(t.least[128], 16)
         ct, co = self.copy_text, self.copy_orig

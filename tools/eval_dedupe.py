@@ -8,32 +8,48 @@ same-document words 1, 2, 5, 10%), reported apart.
 Per method: the share of the corpus flagged as a duplicate of unrelated
 documents only (word 5-shingle Jaccard < 0.3 with every match), the planted
 copies found (a match related to the copy's original), per edit model and
-rate, for the tuning kinds and the held-out kinds apart and per kind, and
-documents per second through the whole loop (fingerprinting or signing, the
-check and the write, batches of 1,000). Methods:
+rate, for the tuning kinds and the held-out kinds apart and per kind, the
+same among the copies whose original was stored, and documents per second
+through the whole loop (fingerprinting or signing, the check and the write,
+batches of 1,000). Methods:
 
-- today's rule: ``DB.insert_text_if_new_many`` (fingerprint within the
-  distance + 1, confirmed by resemblance >= 0.4);
-- the fingerprint alone: recipe 3 fingerprints through ``DB.insert_if_new_many``
-  at k = 3 (the index-only rule), and PyPI ``simhash``'s the same way;
+- ``simhashdb``: the database itself, ``DB.insert_text_if_new_many``. Its
+  text rule: the candidates are the stored documents that share one of the
+  32 bands (4 bins each, densified) of the text's 128 x 16-bit MinHash
+  signature, or whose fingerprint is within the database's distance (3); a
+  candidate is confirmed when the estimated resemblance is at least
+  ``simhashdb.db.THRESHOLD`` (0.45; ``--threshold`` runs it at others too);
+- the fingerprint alone: recipe 3 fingerprints through
+  ``DB.insert_if_new_many`` at k = 3 (the index-only rule), and PyPI
+  ``simhash``'s the same way (left out by ``--ours``);
 - datasketch ``MinHashLSH`` (threshold 0.5, 128 permutations, word
   5-shingles of simhashdb's words): query, insert when nothing is found; it
-  never verifies a candidate;
-- the band rule (``--band``, bandsim.py): band or fingerprint candidates,
-  confirmed by resemblance; a simulation in numpy, so its documents/s say
-  nothing of a native implementation;
+  never verifies a candidate.
+
+Study options, for designs the database does not have (in memory, numpy;
+their documents/s say nothing of a native implementation):
+
+- ``--reference``: the database's text rule done again in memory over the
+  native signatures and band keys (``fingerprint_with_signature``,
+  ``_ext.bands``, ``resemblance``): it decides every text as the database
+  does, so the run also counts the texts where the two differ (0 unless
+  the database or the reference is wrong);
+- ``--band SPEC``: a band rule simulated by bandsim.py with signatures of any
+  size (``BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD``; the database's design is
+  ``128x16,32,4,densify,0.45``; bandsim's word hashes are not the native
+  ones, so it agrees with the database in distribution, not text by text);
 - ``--brute T``: every stored document a candidate, confirmed at T: the
   bound of the confirmation rule whatever the index;
-- ``--alias SPEC``: the band rule that also keeps the signature and bands of
-  every skipped text as an alias of the document it matched, so that a later
-  copy of a skipped text can match it (``--alias-floor``: only when the
-  document the alias leads to resembles the text at 0.3 or more too, so that
-  near-duplicates do not chain into unrelated documents).
+- ``--alias SPEC``: a simulated band rule that also keeps the signature and
+  bands of every skipped text as an alias of the document it matched, so
+  that a later copy of a skipped text can match it (``--alias-floor``: only
+  when the document the alias leads to resembles the text at 0.3 or more
+  too, so that near-duplicates do not chain into unrelated documents).
 
 Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
-       [--no-held-out] [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--no-datasketch]
-       [--band-only] [--brute THRESHOLD] [--alias SPEC] [--alias-floor SPEC]
-       [--json out.json]
+       [--no-held-out] [--threshold T] [--no-datasketch] [--reference]
+       [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--study-only]
+       [--brute THRESHOLD] [--alias SPEC] [--alias-floor SPEC] [--json out.json]
 """
 
 import argparse
@@ -50,12 +66,14 @@ import corpus
 import eval_quality
 
 import simhashdb
+from simhashdb import _ext
+from simhashdb.db import THRESHOLD
 
 BATCH = 1000
 MODEL_CODE = {eval_quality.FOREIGN_WORDS: "fw", eval_quality.FOREIGN_BLOCK: "fb",
               eval_quality.SAME_DOCUMENT: "sd"}
 CODE_MODEL = {v: k for k, v in MODEL_CODE.items()}
-DEFAULT_BAND = "128x16,32,4,densify,0.4"
+DB_DESIGN = "128x16,32,4,densify,%g" % THRESHOLD  # the database's, as a --band SPEC
 
 
 def stream(c, seed):
@@ -81,16 +99,24 @@ def stream(c, seed):
 
 # Deciders: decide(batch of (key, text, html)) -> [[matched keys], ...]
 
-class TextDB:
-    """Today's rule: DB.insert_text_if_new_many."""
+def db_name(threshold=None):
+    """The row name of the database's text rule at ``threshold`` (default: its own)."""
+    return "simhashdb: insert_text_if_new_many (bands or fingerprint within 3, " \
+        "resemblance >= %g)" % (THRESHOLD if threshold is None else threshold)
 
-    def __init__(self, path):
+
+class TextDB:
+    """The database's text rule: DB.insert_text_if_new_many (at ``threshold``,
+    or the database's own)."""
+
+    def __init__(self, path, threshold=None):
         self.db = simhashdb.DB(path, recipe=simhashdb.RECIPE)
+        self.threshold = threshold
 
     def decide(self, batch):
-        return _by_html(batch, lambda group, html: [[m.key for m in found] for found in
-                                                    self.db.insert_text_if_new_many(group,
-                                                                                    html=html)])
+        return _by_html(batch, lambda group, html: [
+            [m.key for m in found] for found in
+            self.db.insert_text_if_new_many(group, html=html, threshold=self.threshold)])
 
     def close(self):
         self.db.close()
@@ -153,10 +179,17 @@ class Datasketch:
 
 class BandRule:
     """The band rule of bandsim, in memory: candidates share a band or are
-    within k bits; confirmed by estimated resemblance >= the threshold."""
+    within k bits; confirmed by estimated resemblance >= the threshold. With
+    ``native``, the signatures, band keys and fingerprints are the native
+    ones (``cfg`` must then be the database's design): the database's text
+    rule done again."""
 
-    def __init__(self, cfg, capacity, brute=False, alias=False, floor=None):
+    def __init__(self, cfg, capacity, brute=False, alias=False, floor=None, native=False):
         self.cfg, self.brute, self.alias, self.floor = cfg, brute, alias, floor
+        self.native = native
+        if native:
+            assert (cfg.bins, cfg.width, cfg.bands, cfg.rows, cfg.empty) == \
+                (128, 16, 32, 4, "densify")
         self.home = []  # per entry: the entry of the stored document (itself, or an alias's)
         self.index = collections.defaultdict(list)
         self.fps = np.zeros(capacity, dtype=np.uint64)
@@ -166,12 +199,19 @@ class BandRule:
     def decide(self, batch):
         cfg, out = self.cfg, []
         for key, text, html in batch:
-            least = bandsim.one_permutation(bandsim.shingle_hashes(text, html), cfg.bins)
-            sig, bands, valid = cfg.signatures(least[None, :])
-            sig, bands, valid = sig[0], bands[0], valid[0]
-            fp = np.uint64(simhashdb.fingerprint(text, html=html))
+            if self.native:
+                fp, raw = simhashdb.fingerprint_with_signature(
+                    text, html=html, **simhashdb.RECIPES[simhashdb.RECIPE])
+                fp = np.uint64(fp)
+                sig = np.frombuffer(raw, dtype=">u2").astype(np.uint64)
+                band_keys = list(_ext.bands(raw))
+            else:
+                least = bandsim.one_permutation(bandsim.shingle_hashes(text, html), cfg.bins)
+                sig, bands, valid = cfg.signatures(least[None, :])
+                sig, bands, valid = sig[0], bands[0], valid[0]
+                fp = np.uint64(simhashdb.fingerprint(text, html=html))
+                band_keys = [int(k) for k, v in zip(bands, valid) if v]
             n = len(self.keys)
-            band_keys = [int(k) for k, v in zip(bands, valid) if v]
             if self.brute:  # every stored document is a candidate: the bound of any index
                 found = range(n)
             else:
@@ -251,7 +291,7 @@ def run_decider(name, c, seed, decider, items=None):
         n = sum(total[k] for k in group)
         return sum(counter[k] for k in group) / n if n else None
 
-    row = {"method": name, "docs_per_s": len(items) / seconds,
+    row = {"method": name, "docs_per_s": len(items) / seconds, "seconds": seconds,
            "flagged": sum(flagged.values()) / len(c.docs),
            "flagged_tuned": share(flagged, size, tuned),
            "flagged_held_out": share(flagged, size, held),
@@ -268,19 +308,27 @@ def run_decider(name, c, seed, decider, items=None):
     row["original_stored"] = {
         model: {rate: kept[model, rate][0] / sum(planted[model, rate].values())
                 for (m, rate) in kept if m == model} for model in {m for m, _ in kept}}
-    row["found"] = {rate: v["all"] for rate, v in
-                    row["found_by_model"].get(eval_quality.SAME_DOCUMENT, {}).items()}
     if isinstance(decider, BandRule):
         row["candidates_per_query"] = decider.candidates / max(1, decider.queries)
+    # each text's matches, to compare two methods text by text (not in --json)
+    row["_matches"] = {key: frozenset(found) for key, (_, found) in copies.items()}
     return row
 
 
-def run_method(name, c, seed, text_path, method=None):
-    """Today's rule (``text_path``) or 64-bit fingerprints by ``method``
-    through DB.insert_if_new_many at k = 3."""
+def run_db(c, seed=0, threshold=None, items=None):
+    """The row of the database's text rule (at ``threshold``, or its own)."""
     with tempfile.TemporaryDirectory() as tmp:
-        decider = TextDB(tmp + "/db") if text_path else FingerprintDB(tmp + "/db", method)
-        return run_decider(name, c, seed, decider)
+        return run_decider(db_name(threshold), c, seed, TextDB(tmp + "/db", threshold), items)
+
+
+def differences(a, b):
+    """The texts that rows ``a`` and ``b`` decided differently: (stored by one
+    and skipped by the other, skipped by both with other matches), keys sorted."""
+    keys = sorted(a["_matches"])
+    stored = [k for k in keys if bool(a["_matches"][k]) != bool(b["_matches"][k])]
+    other = [k for k in keys if a["_matches"][k] and b["_matches"][k]
+             and a["_matches"][k] != b["_matches"][k]]
+    return stored, other
 
 
 def _index(key):
@@ -336,9 +384,19 @@ def kind_table(rows, kinds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the small Python corpus")
-    parser.add_argument("--ours", action="store_true", help="leave the peers out")
+    parser.add_argument("--ours", action="store_true", help="leave PyPI simhash out")
     parser.add_argument("--no-datasketch", action="store_true")
-    parser.add_argument("--band-only", action="store_true", help="only the band rule designs")
+    parser.add_argument("--threshold", action="append", type=float,
+                        help="also run the database's text rule at this threshold "
+                             "(repeatable; its own, %g, always runs)" % THRESHOLD)
+    parser.add_argument("--reference", action="store_true",
+                        help="the database's text rule done again in memory over the native "
+                             "signatures; count the texts it decides otherwise")
+    parser.add_argument("--study-only", action="store_true",
+                        help="only the study options (--reference, --band, --alias, --brute)")
+    parser.add_argument("--band", action="append", metavar="SPEC",
+                        help="a band rule simulated by bandsim.py, BINSxWIDTH,BANDS,ROWS,EMPTY,"
+                             "THRESHOLD (repeatable; the database's design is %s)" % DB_DESIGN)
     parser.add_argument("--alias", action="append", metavar="SPEC",
                         help="a band rule design that also keeps the signature and bands of "
                              "each skipped text, as an alias of the document it matched")
@@ -348,8 +406,6 @@ def main():
     parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
                         help="also confirm against EVERY stored document at this threshold "
                              "(128x16 signatures): what no candidate index can beat")
-    parser.add_argument("--band", action="append",
-                        help="a band rule design (repeatable; default %s)" % DEFAULT_BAND)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recall", type=int,
                         help="documents of each kind edited (default: 150, --quick 40)")
@@ -361,10 +417,11 @@ def main():
                             recall_per_kind=args.recall or (40 if args.quick else 150))
     items = list(stream(c, args.seed))
     rows = []
-    if not args.band_only:
+    if not args.study_only:
+        rows.append(run_db(c, args.seed, None, items))
+        for threshold in args.threshold or ():
+            rows.append(run_db(c, args.seed, threshold, items))
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(run_decider("today's rule: insert_text_if_new (k+1, resemblance >= 0.4)",
-                                    c, args.seed, TextDB(tmp + "/text"), items))
             rows.append(run_decider("recipe 3 fingerprint alone, insert_if_new k = 3", c,
                                     args.seed, FingerprintDB(tmp + "/fp", eval_quality.ours()),
                                     items))
@@ -379,7 +436,11 @@ def main():
         if not args.no_datasketch:
             rows.append(run_decider("datasketch MinHashLSH (0.5, 128 perm)", c, args.seed,
                                     Datasketch(), items))
-    for spec in args.band or [DEFAULT_BAND]:
+    if args.reference:
+        rows.append(run_decider("the database's text rule again, in memory (reference)", c,
+                                args.seed, BandRule(parse_band(DB_DESIGN), len(items),
+                                                    native=True), items))
+    for spec in args.band or ():
         cfg = parse_band(spec)
         rows.append(run_decider("band rule %s (simulated)" % cfg.name, c, args.seed,
                                 BandRule(cfg, len(items)), items))
@@ -400,20 +461,30 @@ def main():
                                 "(simulated)" % threshold, c, args.seed,
                                 BandRule(cfg, len(items), brute=True), items))
     kinds = sorted({d.kind for d in c.docs}, key=lambda k: (k in corpus.HELD_OUT, k))
-    print("%d documents, %d planted copies per edit model and rate\n" % (
-        len(c.docs), len(c.sample)))
+    print("%d documents, %d planted copies per edit model and rate, %d texts in the "
+          "stream\n" % (len(c.docs), len(c.sample), len(items)))
     print(table(rows, "tuned") + "\n")
     if any(k in corpus.HELD_OUT for k in kinds):
         print(table(rows, "held out") + "\n")
     print(stored_table(rows) + "\n")
     print(kind_table(rows, kinds) + "\n")
     for row in rows:
-        if "candidates_per_query" in row:
-            print("%s: %.2f candidates per query before confirmation" % (
-                row["method"], row["candidates_per_query"]))
+        print("%s: unrelated flagged %d documents (%.4f%% of the corpus), %.0f s" % (
+            row["method"], sum(row["flagged_by_kind"].values()), 100 * row["flagged"],
+            row["seconds"]) + ("; %.2f candidates per query before confirmation" % (
+                row["candidates_per_query"]) if "candidates_per_query" in row else ""))
+    db = rows[0] if not args.study_only else None
+    for row in rows:
+        if db is not None and row["method"].endswith("(reference)"):
+            stored, other = differences(db, row)
+            print("the database and its reference: %d texts stored by one and skipped by the "
+                  "other%s; %d skipped by both with other matches%s" % (
+                      len(stored), " (%s)" % ", ".join(stored[:10]) if stored else "",
+                      len(other), " (%s)" % ", ".join(other[:10]) if other else ""))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
+            json.dump([{k: v for k, v in row.items() if not k.startswith("_")} for row in rows],
+                      f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,14 @@
 """Near-duplicate detection quality of fingerprint recipes, as a crawler feels it.
 
+What this measures is the 64-bit fingerprint alone: the candidates the
+database's fingerprint index finds within k bits. The database's text rule
+(``DB.insert_text_if_new`` and the other text methods) takes as candidates
+the documents that share a band of the MinHash signature too, and confirms
+a candidate by its estimated resemblance (``simhashdb.db.THRESHOLD``);
+tools/eval_dedupe.py measures that rule, through the database, over a whole
+corpus. The corpora, the edit models and the notion of unrelated documents
+are shared: eval_dedupe and tests/test_quality.py take them from here.
+
 Corpus (tools/corpus.py): by default ~8,000 real documents of several kinds
 from Debian's documentation packages (English prose, HTML manuals that share a
 site template, Python source, licences, man pages, Japanese and Chinese man

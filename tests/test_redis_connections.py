@@ -3,6 +3,7 @@
 single redis-server of its own."""
 
 import re
+import socket
 import subprocess
 import time
 
@@ -99,3 +100,13 @@ def test_tls_with_the_servers_ca_named_by_an_option(server, tmp_path, capsys):
                        ("redis://127.0.0.1:%d/crawl?ca=%s" % (port, cert), "rediss://")]:
         with pytest.raises(InvalidArgumentError, match=match):
             DB(url)
+
+
+def test_a_server_that_is_not_there_is_reported_at_once(capsys):
+    # a refused connection or an unknown host is no failover: no 20 s of retries
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    refused("redis://127.0.0.1:%d/crawl" % port, "no Redis server answers at .*refused", capsys)
+    refused("redis://no-such-host.invalid:7000/crawl", "no Redis server answers at no-such-host",
+            capsys)

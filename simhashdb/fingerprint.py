@@ -19,7 +19,7 @@ The default recipe of :func:`fingerprint` (named by :data:`RECIPE`, recipe 3):
 Recipes 1 and 2 (counted character shingles; ``idf=None`` and the shingle
 options) stay available for databases filled with them (:data:`RECIPES`),
 with the HTML parser they were made with (:func:`html_to_text`).
-The recipes were chosen by measurement (``tools/eval_quality.py``; README).
+The recipes were chosen by measurement (``tools/eval_quality.py``; docs/fingerprints.md).
 Steps 2 to 4 run natively, with no Python object per token.
 """
 

@@ -50,7 +50,7 @@ except ImportError as exc:  # pragma: no cover - the spark extra is not installe
 DEFAULT_SPLIT = 20_000
 ROWS_PER_TASK = 2_000_000   # rows one scan task holds, about 50 bytes each and the key
 SAMPLE_PER_SPLIT = 16       # sampled rows expected from a group of ``split`` fingerprints
-SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (see README)
+SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (see docs/spark.md)
 MAX_ROUNDS = 64             # large-star / small-star rounds before giving up
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
 TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about 300 bytes each
@@ -105,8 +105,9 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         only with ``signature``.
     :raises InvalidArgumentError: bad parameters, columns or column types, or
         a signature that is not 256 bytes.
-    :raises InvalidFingerprintError, InvalidKeyError: a row with no valid
-        fingerprint (null, out of range, not 8 bytes) or a null key.
+    :raises InvalidFingerprintError: a row with no valid fingerprint (null,
+        out of range, not 8 bytes).
+    :raises InvalidKeyError: a row with a null key.
     """
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
                                          signature, threshold)

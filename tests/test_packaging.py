@@ -243,7 +243,8 @@ def test_build_with_lmdb_is_quiet(tmp_path):
 def test_install_instructions_work_from_a_checkout():
     """simhashdb is not on PyPI: no message or document may tell anyone to
     pip install it (or its extras) by name, nor name one version's wheel."""
-    for path in [ROOT / "README.md"] + sorted((ROOT / "simhashdb").rglob("*.py")):
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                 *sorted((ROOT / "simhashdb").rglob("*.py"))]:
         text = path.read_text()
         assert "simhashdb[" not in text, path
         assert not re.search(r"pip install\s+['\"]?simhashdb\b", text), path

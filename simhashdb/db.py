@@ -803,7 +803,7 @@ class DB:
             banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
             for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
                 docs += len(chunk)
-                fps = {}
+                fps, values = {}, dict(chunk)
                 for key_bytes, value in chunk:
                     try:
                         fps[key_bytes] = unpack(value)[0]
@@ -816,7 +816,7 @@ class DB:
                 for key_bytes, fp in fps.items():
                     if key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (key_bytes, fp))
+                                        "fingerprint index" % (decode_key(key_bytes, values[key_bytes]), fp))
             distinct, indexed = array("Q"), 0
             for fp, keys in view.fingerprint_groups():
                 distinct.append(fp)

@@ -317,7 +317,8 @@ def test_parquet_between_a_database_and_spark(spark, tmp_path):
 def test_cli_spark_commands(spark, tmp_path, capsys):
     fps = corpus(1_000, seed=7)
     (tmp_path / "in.dec").write_text("".join("%d\n" % fp for fp in fps))
-    keys = list(range(1, len(fps) + 1))   # line numbers
+    # the file and line number, as `import` keys the lines of a file
+    keys = ["%s:%d" % (tmp_path / "in.dec", line) for line in range(1, len(fps) + 1)]
     assert cli.main(["--quiet", "spark", "find-all", str(tmp_path / "in.dec"), "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert {tuple(json.loads(line)) for line in lines} == expected_pairs(keys, fps)

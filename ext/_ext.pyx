@@ -91,6 +91,9 @@ include "_memory.pxi"
 
 include "_signature.pxi"
 
+SIGNATURE_BYTES = 2 * MINHASH_BINS  # a text's resemblance signature: 128 bins of 16 bits
+BANDS = SIGNATURE_BANDS  # the band keys of a signature
+
 
 cdef inline uint64_t read_le64(const uint8_t* p) nogil:
     return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)

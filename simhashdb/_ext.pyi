@@ -7,6 +7,8 @@ from array import array
 Fingerprints = Union[Iterable[int], "array[int]", memoryview, Any]  # ints, array('Q'), numpy uint64
 
 MAX_FINGERPRINT: int
+SIGNATURE_BYTES: int
+BANDS: int
 
 def check_fingerprint(x: Any) -> int: ...
 def as_fingerprints(hashes: Fingerprints) -> memoryview: ...

@@ -17,7 +17,6 @@ from . import _ext
 from .errors import InvalidArgumentError
 from .layout import Layout
 
-_SIGNATURE_BYTES = 256  # a text's resemblance signature (simhashdb.fingerprint_with_signature)
 
 
 def find_all(hashes: Any, blocks: Optional[int] = None, distance: Optional[int] = None, *,
@@ -110,7 +109,7 @@ def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
     layout's), when their resemblance is at least ``threshold``; a pair with a
     document without a signature (None), when within the distance
     (resemblance None)."""
-    empty = bytes(_SIGNATURE_BYTES)
+    empty = bytes(_ext.SIGNATURE_BYTES)
     pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), threshold)
     for p, score in enumerate(scores):
         yield pairs[2 * p], pairs[2 * p + 1], score

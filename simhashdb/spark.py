@@ -58,8 +58,7 @@ BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts:
                             # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
 DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
 SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
-SIGNATURE_BYTES = 256       # simhashdb.fingerprint_with_signature's signature
-BANDS = 32                  # band keys of a signature (_ext.bands)
+SIGNATURE_BYTES, BANDS = _ext.SIGNATURE_BYTES, _ext.BANDS  # a text's signature, its band keys
 
 # The tag of a scanned row: table in bits 0-15, side in 16-17 (0: a whole
 # group or the diagonal cell of a split one; 2 and 3: the two parts of an

@@ -55,12 +55,11 @@ import os
 from abc import ABC, abstractmethod
 from array import array
 
-from .._ext import bands
+from .._ext import BANDS, bands
 from ..errors import DatabaseError
 from ..records import signature
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
-BANDS = 32  # band keys of a text's signature (see ext/_signature.pxi)
 
 
 class View(ABC):

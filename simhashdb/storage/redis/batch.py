@@ -7,12 +7,11 @@ import heapq
 from array import array
 
 from ... import _redis
-from ..._ext import bands
+from ..._ext import SIGNATURE_BYTES, bands
 from ...records import signature, value_fingerprint
 from .. import BANDS, Txn
 from .view import RedisView
 
-SIGNATURE_BYTES = 256  # a resemblance signature: 128 bins of 2 bytes
 
 
 class RedisTxn(RedisView, Txn):

@@ -12,6 +12,7 @@ from memory_backend import MemoryStorage
 from redis_cluster import available as redis_available, LocalCluster
 
 import simhashdb
+from simhashdb.layout import Layout
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb.files import LmdbStorage
 
@@ -97,6 +98,34 @@ def redis_names(redis_cluster, monkeypatch):
     monkeypatch.setenv("SIMHASHDB_REDIS_URL", redis_cluster.url + "?lease=1")
     yield redis_cluster
     redis_cluster.flush()  # keeps scans of the cluster short
+
+
+# The storage layer itself: the contract suite (test_storage.py) and the band
+# index (test_bands.py) open a backend's Storage without a DB.
+
+STORAGE_LAYOUT = Layout(5, 3)
+
+
+@pytest.fixture(params=STORAGE_BACKENDS)
+def opener(request, tmp_path):
+    """open(readonly=False, create=True, where="db"): the Storage of database
+    ``where`` (fresh for each test) on the backend of this run, its tables
+    those of STORAGE_LAYOUT."""
+    name = request.param
+    for fixture in BACKEND_FIXTURES.get(name, ()):
+        request.getfixturevalue(fixture)
+    opened = []
+
+    def open_(readonly=False, create=True, where="db"):
+        storage = registry.open_storage(str(tmp_path / where), readonly=readonly,
+                                        create=create, backend=name)
+        storage.open_tables(STORAGE_LAYOUT)
+        opened.append(storage)
+        return storage
+
+    yield open_
+    for storage in opened:
+        storage.close()
 
 
 @pytest.fixture

@@ -9,18 +9,16 @@ import random
 from array import array
 
 import pytest
-from conftest import BACKEND_FIXTURES, STORAGE_BACKENDS
+from conftest import STORAGE_LAYOUT
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import simhashdb
 from simhashdb import _ext, records
-from simhashdb.layout import Layout
 from simhashdb.storage import BANDS, MAX_KEY_BYTES, band_entries
-from simhashdb.storage.registry import open_storage
 
-LAYOUT = Layout(5, 3)
+LAYOUT = STORAGE_LAYOUT
 
 _rng = random.Random(7)
 _VOCABULARY = ["w%d" % i for i in range(200)]
@@ -41,24 +39,6 @@ SIGNATURES = [_variant(r) for r in (0, 2, 5, 12, 25, 50)] + [None]
 PREFIXES = [_rng.getrandbits(32) for _ in range(3)]
 FINGERPRINTS = [p << 32 | low for p in PREFIXES for low in (0, 1, _rng.getrandbits(32))]
 KEYS = ["k%d" % i for i in range(8)]
-
-
-@pytest.fixture(params=STORAGE_BACKENDS)
-def opener(request, tmp_path):
-    name = request.param
-    for fixture in BACKEND_FIXTURES.get(name, ()):
-        request.getfixturevalue(fixture)
-    opened = []
-
-    def open_(where):
-        storage = open_storage(str(tmp_path / where), backend=name)
-        storage.open_tables(LAYOUT)
-        opened.append(storage)
-        return storage
-
-    yield open_
-    for storage in opened:
-        storage.close()
 
 
 def encoded(docs):
@@ -114,7 +94,7 @@ class BandMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.where = "bands%d" % next(self.databases)
-        self.storage = self.opener(self.where)
+        self.storage = self.opener(where=self.where)
         self.docs = {}  # key -> (fingerprint, signature index)
 
     documents = st.lists(st.tuples(st.sampled_from(KEYS), st.sampled_from(FINGERPRINTS),

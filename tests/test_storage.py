@@ -10,39 +10,16 @@ import random
 from array import array
 
 import pytest
-from conftest import BACKEND_FIXTURES, STORAGE_BACKENDS, key_order
+from conftest import STORAGE_LAYOUT, key_order
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from simhashdb import DatabaseError, DatabaseNotFoundError, _ext, records
-from simhashdb.layout import Layout
 from simhashdb.storage import BANDS, MAX_KEY_BYTES, Storage, band_entries
-from simhashdb.storage.registry import open_storage
 
-LAYOUT = Layout(5, 3)
+LAYOUT = STORAGE_LAYOUT
 MAX = 2**64 - 1
-
-
-@pytest.fixture(params=STORAGE_BACKENDS)
-def opener(request, tmp_path):
-    """open(readonly=False, create=True, where="db"): the Storage of database
-    ``where`` (fresh for each test) on the backend of this run."""
-    name = request.param
-    for fixture in BACKEND_FIXTURES.get(name, ()):
-        request.getfixturevalue(fixture)
-    opened = []
-
-    def open_(readonly=False, create=True, where="db"):
-        storage = open_storage(str(tmp_path / where), readonly=readonly, create=create,
-                               backend=name)
-        storage.open_tables(LAYOUT)
-        opened.append(storage)
-        return storage
-
-    yield open_
-    for storage in opened:
-        storage.close()
 
 
 def documents(pairs, now=1000):

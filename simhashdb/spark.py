@@ -495,26 +495,8 @@ def _scan_text_partition(layout, every_pair, threshold, batches):
             yield _text_key_pairs(key, fp, unit[linked], linked, numpy.full(len(linked), numpy.nan))
         members = numpy.flatnonzero(unit == members)
     bands = _BandKeys(signatures)
-    order = members[numpy.argsort(group[members], kind="stable")]
-    starts = numpy.flatnonzero(numpy.diff(group[order])) + 1
-    for rows in numpy.split(order, starts):
-        table = int(group[rows[0]]) & TABLE_BITS
-        values, first, inverse, counts = numpy.unique(
-            fp[rows], return_index=True, return_inverse=True, return_counts=True)
-        by_value = rows[numpy.argsort(inverse, kind="stable")]   # rows of value 0, 1, ...
-        offsets = numpy.cumsum(counts) - counts
-        sides = ((tag[rows[first]] >> SIDE_SHIFT) & 3).astype(numpy.uint8)
-        across = bool(sides[0])
-        for pairs in pair_chunks(values, layout, chunk=PAIR_CHUNK, table=table,
-                                 sides=sides if across else None):
-            positions = numpy.frombuffer(pairs, dtype=numpy.uint64).astype(numpy.intp)
-            a, b = _expand(positions[0::2], positions[1::2], counts, offsets)
-            yield from _decided(key, fp, signatures, has, bands, by_value[a], by_value[b],
-                                threshold)
-        if table == 0 and not across:  # identical fingerprints, once: in table 0
-            a, b = _identical(counts, offsets, True)
-            yield from _decided(key, fp, signatures, has, bands, by_value[a], by_value[b],
-                                threshold)
+    for a, b in _row_pairs(layout, tag, fp, group, members, True):
+        yield from _decided(key, fp, signatures, has, bands, a, b, threshold)
 
 
 def _units(group, fp, signatures):
@@ -644,8 +626,18 @@ def _scan_partition(layout, every_pair, batches):
     if not tags:
         return
     tag, fp, key = numpy.concatenate(tags), numpy.concatenate(fps), pyarrow.concat_arrays(keys)
-    group = tag & ~PART_BIT
-    order = numpy.argsort(group, kind="stable")
+    for a, b in _row_pairs(layout, tag, fp, tag & ~PART_BIT, numpy.arange(len(tag)), every_pair):
+        between = numpy.frombuffer(_ext.num_differing_bits_many(fp[a], fp[b]), numpy.uint8)
+        yield _key_pairs(key, a, b, between)
+
+
+def _row_pairs(layout, tag, fp, group, rows, every_pair):
+    """The pairs of ``rows`` within the distance in each group (table and
+    cell), as arrays of rows (a, b), a chunk at a time; then, in table 0
+    only, those of identical fingerprints. Rows of one fingerprint in a
+    group pair with every row of the other (``every_pair``) or only through
+    their fingerprint's first row."""
+    order = rows[numpy.argsort(group[rows], kind="stable")]
     starts = numpy.flatnonzero(numpy.diff(group[order])) + 1
     for rows in numpy.split(order, starts):
         table = int(group[rows[0]]) & TABLE_BITS
@@ -659,17 +651,12 @@ def _scan_partition(layout, every_pair, batches):
                                  sides=sides if across else None):
             positions = numpy.frombuffer(pairs, dtype=numpy.uint64).astype(numpy.intp)
             a, b = positions[0::2], positions[1::2]
-            if every_pair:
-                a, b = _expand(a, b, counts, offsets)
-            else:
-                a, b = offsets[a], offsets[b]
-            between = numpy.frombuffer(
-                _ext.num_differing_bits_many(fp[by_value[a]], fp[by_value[b]]), numpy.uint8)
-            yield _key_pairs(key, by_value[a], by_value[b], between)
+            a, b = _expand(a, b, counts, offsets) if every_pair else (offsets[a], offsets[b])
+            yield by_value[a], by_value[b]
         if table == 0 and not across:  # identical fingerprints, once: in table 0
             a, b = _identical(counts, offsets, every_pair)
             if len(a):
-                yield _key_pairs(key, by_value[a], by_value[b], numpy.zeros(len(a), numpy.uint8))
+                yield by_value[a], by_value[b]
 
 
 def _expand(a, b, counts, offsets):

@@ -26,20 +26,29 @@ and query_text_many at scale. The database's defaults throughout
    fingerprint index, permutation tables, band index) from LMDB's own
    statistics of every sub-database (read with py-lmdb after closing),
    live and compacted.
-3. **Scale** (``--n N``, repeatable): N synthetic texts (80 to 200 words of
-   a Zipf vocabulary of 200,000 words; 2% stored near-duplicates, 1 to 8%
-   of their words replaced by new words; 1% of them a template of 300
-   words, one of 10, with 20 to 40 words of their own) loaded by
-   insert_text_many, then query_text_many in calls of 100 texts: edited
-   copies of stored documents (1, 2, 4, 8% new words; recall: the
-   original among the matches), unrelated texts (matches counted as false),
-   and 1% template texts; ms per text (a call's time / 100) at p50, p90,
-   p99 over calls, and query_text alone. The fill rate is measured and
-   split (text generation, fingerprinting, the write).
+4. **Growth** (``--growth N``, with ``--only growth`` alone): the database's
+   part as it fills, without the corpus's fingerprinting cost: N short
+   synthetic texts (as in 3) through insert_text_if_new_many in batches of
+   1,000; per stretch, documents/s and the bytes the process had written
+   to the disk per document (``/proc/self/io``).
+3. **Scale** (``--n N``, repeatable): one database filled by
+   insert_text_many (``--chunk`` texts a transaction) with synthetic texts
+   (80 to 200 words of a Zipf vocabulary of 200,000 words; 2% stored
+   near-duplicates, 1 to 8% of their words replaced by new words; 1% a
+   template of 300 words, one of 10, with 20 to 40 words of their own),
+   measured on reaching each N (or where ``--fill-minutes`` stops it):
+   query_text_many in calls of 100 texts of edited copies of stored
+   documents (1, 2, 4, 8% new words; recall: the original among the
+   matches), as many unrelated texts (any match is false), and 1% template
+   texts (each matches every stored text of its template, N / 1,000);
+   ms per text (a call's time / 100) at p50, p90, p99 over the calls, the
+   same calls without their template texts, template texts alone, and
+   query_text one text a call. The fill rate is measured and split (text
+   generation, fingerprinting, the write).
 
 Usage: python tools/bench_text.py [--stream 100000] [--single 3000]
-       [--peers 10000] [--n 1000000 ...] [--queries 4000] [--only stream|scale]
-       [--json FILE]
+       [--peers 10000] [--n 1000000 ...] [--chunk 1000000] [--queries 2000]
+       [--fill-minutes 40] [--growth N] [--only stream|scale|growth] [--json FILE]
 Needs: pip install datasketch numpy   (see tools/requirements.txt)
 """
 
@@ -49,6 +58,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import tempfile
 import time
 
@@ -352,7 +362,7 @@ def bench_scale(sizes, args, workdir):
     gen = Synthetic()
     path = os.path.join(workdir, "scale")
     db = simhashdb.DB(path, recipe=simhashdb.RECIPE)
-    keep = max(1, max(sizes) // (4 * args.queries))  # a sample of originals, for queries
+    keep = max(1, min(sizes) // (4 * args.queries))  # a sample of originals, for queries
     took, kept, done, rows, chunks, filling = collections.Counter(), {}, 0, [], [], 0.0
     for n in sorted(sizes):
         while done < n and filling < 60 * args.fill_minutes:
@@ -378,7 +388,9 @@ def bench_scale(sizes, args, workdir):
             simhashdb.fingerprint_with_signature(text)
         split = dict(took, **{"of which fingerprint+signature (sampled)": (
             time.perf_counter() - start) / len(sample) * done})
+        wait_for_quiet(args.wait_minutes)
         row = measure(db, gen, kept, done, args)
+        row["distinct_fingerprints"] = db.stats()["distinct_fingerprints"]
         row.update(fill_s=filling, fill_docs_per_s=done / filling,
                    fill_split={k: "%.0f s" % v for k, v in split.items()})
         db.close()
@@ -393,6 +405,46 @@ def bench_scale(sizes, args, workdir):
         db.close()
     shutil.rmtree(path)
     return rows, chunks
+
+
+def written_bytes():
+    """Bytes this process has had written to storage (Linux), or None."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("write_bytes"))
+    except OSError:
+        return None
+
+
+def growth(n, workdir):
+    """The database's part as it grows: n short synthetic texts (cheap to
+    fingerprint) through insert_text_if_new_many in batches of 1,000; per
+    stretch, documents/s and the bytes written to the disk per document."""
+    gen, rows = Synthetic(seed=1), []
+    db = simhashdb.DB(os.path.join(workdir, "growth"), recipe=simhashdb.RECIPE)
+    for start in range(0, n, STRETCH):
+        records = gen.chunk(start, min(STRETCH, n - start))
+        before, began = written_bytes(), time.perf_counter()
+        for b in range(0, len(records), BATCH):
+            db.insert_text_if_new_many(records[b:b + BATCH])
+        seconds, after = time.perf_counter() - began, written_bytes()
+        rows.append({"stored_before": start, "docs_per_s": len(records) / seconds,
+                     "kb_written_per_doc": (after - before) / len(records) / 1e3
+                     if before is not None else "-"})
+    stats = db.stats()
+    db.close()
+    shutil.rmtree(os.path.join(workdir, "growth"))
+    return rows, stats
+
+
+def wait_for_quiet(minutes):
+    """Wait (up to ``minutes``) while a test suite runs on this shared machine."""
+    deadline = time.monotonic() + 60 * minutes
+    while subprocess.run(["pgrep", "-f", "pytest"], capture_output=True).stdout and \
+            time.monotonic() < deadline:
+        time.sleep(30)
+    print("  measuring at load %.2f%s" % (os.getloadavg()[0], "" if time.monotonic() < deadline
+                                            else " (a test suite still runs)"), flush=True)
 
 
 def measure(db, gen, kept, n, args):
@@ -417,6 +469,12 @@ def measure(db, gen, kept, n, args):
         start = time.perf_counter()
         found += db.query_text_many([t for t, _, _ in chunk])
         per_text.append((time.perf_counter() - start) / len(chunk) * 1e3)
+    plain, plain_ms = [q for q in queries if q[2] != "template"], []
+    for b in range(0, len(plain), 100):  # the same calls without their template texts
+        chunk = plain[b:b + 100]
+        start = time.perf_counter()
+        db.query_text_many([t for t, _, _ in chunk])
+        plain_ms.append((time.perf_counter() - start) / len(chunk) * 1e3)
     template_ms, template_found = [], []
     for b in range(0, len(template), 100):
         chunk = template[b:b + 100]
@@ -438,6 +496,7 @@ def measure(db, gen, kept, n, args):
 
     return {"N": n, "p50_ms": ms(per_text, 50), "p90_ms": ms(per_text, 90),
             "p99_ms": ms(per_text, 99), "calls": len(per_text),
+            "no_template_p50_ms": ms(plain_ms, 50), "no_template_p99_ms": ms(plain_ms, 99),
             "single_p50_ms": ms(singles, 50), "single_p99_ms": ms(singles, 99),
             "template_ms_per_text": "%.2f" % np.mean(template_ms),
             "template_matches": np.mean([len(f) for f in template_found]),
@@ -463,7 +522,12 @@ def main():
                         help="stop filling after this long and measure there")
     parser.add_argument("--queries", type=int, default=2000,
                         help="edited copies, and as many unrelated texts, per N")
-    parser.add_argument("--only", choices=("stream", "scale"))
+    parser.add_argument("--wait-minutes", type=float, default=10,
+                        help="before measuring queries, wait up to this long while pytest runs")
+    parser.add_argument("--growth", type=int, default=0,
+                        help="also: N short synthetic texts through insert_text_if_new_many, "
+                             "the database's part as it grows and the bytes it writes")
+    parser.add_argument("--only", choices=("stream", "scale", "growth"))
     parser.add_argument("--corpus-docs", type=int, help="only the first N documents (a trial)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
@@ -471,7 +535,7 @@ def main():
     out = {"load": os.getloadavg()}
     print("load average at start: %.2f %.2f %.2f, %d cores\n" % (*out["load"], os.cpu_count()))
     try:
-        if args.only != "scale":
+        if args.only not in ("scale", "growth"):
             items = stream(documents(args.corpus_docs), args.stream + args.single)
             rows, breakdown, extra = bench_stream(items[:args.stream], [
                 ("one/" + key, text, html) for key, text, html in items[args.stream:]], args,
@@ -490,11 +554,19 @@ def main():
             bytes_table({"live": extra["bytes"], "compacted": extra["bytes_compacted"]})
             out.update(rows=rows, breakdown=breakdown, **extra)
             print("\nload average after the stream: %.2f %.2f %.2f\n" % os.getloadavg())
-        if args.only != "stream":
+        if args.growth:
+            rows, stats = growth(args.growth, workdir)
+            print("## The database's part as it grows: short synthetic texts through "
+                  "insert_text_if_new_many, batches of 1,000 (%s)\n" % stats["backend"])
+            table(rows, ["stored_before", "docs_per_s", "kb_written_per_doc"])
+            out["growth"] = rows
+        if args.only not in ("stream", "growth"):
             scale, chunks = bench_scale(args.n or [1_000_000], args, workdir)
             print("\n## query_text_many at scale (calls of 100 texts; ms per text)\n")
-            table(scale, ["N", "fill_s", "fill_docs_per_s", "data_file_gb", "p50_ms", "p90_ms",
-                          "p99_ms", "calls", "single_p50_ms", "single_p99_ms",
+            table(scale, ["N", "distinct_fingerprints", "fill_s", "fill_docs_per_s", "data_file_gb",
+                          "p50_ms", "p90_ms",
+                          "p99_ms", "calls", "no_template_p50_ms", "no_template_p99_ms",
+                          "single_p50_ms", "single_p99_ms",
                           "template_ms_per_text", "template_matches",
                           "unrelated_with_a_match", "load"])
             print()

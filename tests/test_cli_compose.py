@@ -13,7 +13,6 @@ import termios
 import pytest
 
 import simhashdb
-from simhashdb import cli
 
 from test_cli import corpus, run  # noqa: F401 (a fixture)
 

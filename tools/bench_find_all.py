@@ -9,7 +9,6 @@ Usage: python tools/bench_find_all.py [--big]
 """
 
 import argparse
-import resource
 import subprocess
 import sys
 import time

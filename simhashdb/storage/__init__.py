@@ -55,11 +55,13 @@ import os
 from abc import ABC, abstractmethod
 from array import array
 
-from .._ext import BANDS, bands
+from .. import _ext
+from .._ext import bands
 from ..errors import DatabaseError
 from ..records import signature
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
+BANDS = _ext.BANDS  # band keys of a text's signature
 
 
 class View(ABC):

@@ -332,6 +332,22 @@ def scan_records(const uint64_t[::1] firsts, const uint64_t[::1] table_of,
     return [(out.blobs, node_ranges) for out, node_ranges in zip(buffers, ranges)]
 
 
+cdef Py_ssize_t answered_range(list reply, Py_ssize_t k, Py_ssize_t c, Py_ssize_t per_blob,
+                               const uint64_t[::1] node_ranges, const uint64_t[::1] firsts,
+                               int width) except -1:
+    """The range (an index into ``firsts``) that record ``reply[k]`` of call
+    ``c`` answers, checked: a record that call sent, its entries whole."""
+    cdef Py_ssize_t r = c * per_blob + <Py_ssize_t>reply[k] - 1
+    if not (c * per_blob <= r < min(node_ranges.shape[0], (c + 1) * per_blob)):
+        raise ValueError("a SCAN reply names record %r, not one sent" % reply[k])
+    if len(reply[k + 1]) % width:
+        raise ValueError("a SCAN reply of %d bytes, not whole entries" % len(reply[k + 1]))
+    r = node_ranges[r]
+    if r >= firsts.shape[0]:
+        raise ValueError("a SCAN range %d past those sent" % r)
+    return r
+
+
 def scan_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
               const uint64_t[::1] firsts, const uint64_t[::1] probe_of,
               const uint64_t[::1] table_of, probes, const long[::1] spec, Py_ssize_t tables,
@@ -348,10 +364,7 @@ def scan_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
     for c in range(len(calls)):
         reply = calls[c]
         for k in range(0, len(reply) - 1, 2):
-            r = c * per_blob + <Py_ssize_t>reply[k] - 1
-            if not (c * per_blob <= r < min(node_ranges.shape[0], (c + 1) * per_blob)):
-                raise ValueError("a SCAN reply names record %r, not one sent" % reply[k])
-            r = node_ranges[r]
+            r = answered_range(reply, k, c, per_blob, node_ranges, firsts, width)
             head = firsts[r] >> (64 - bits) << (64 - bits) if bits else 0
             entries = reply[k + 1]
             n = entries.shape[0] // width
@@ -406,17 +419,11 @@ def band_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
     for c in range(len(calls)):
         reply = calls[c]
         for k in range(0, len(reply) - 1, 2):
-            r = c * per_blob + <Py_ssize_t>reply[k] - 1
-            if not (c * per_blob <= r < min(node_ranges.shape[0], (c + 1) * per_blob)):
-                raise ValueError("a SCAN reply names record %r, not one sent" % reply[k])
-            r = node_ranges[r]
-            if r >= firsts.shape[0] or r // SIGNATURE_BANDS >= len(found):
+            r = answered_range(reply, k, c, per_blob, node_ranges, firsts, width)
+            if r // SIGNATURE_BANDS >= len(found):
                 raise ValueError("a band range %d past the queries" % r)
             head = firsts[r] >> (64 - bits) << (64 - bits) if bits else 0
             entries = reply[k + 1]
-            if entries.shape[0] % width:
-                raise ValueError("a SCAN reply of %d bytes, not whole entries"
-                                 % entries.shape[0])
             n = entries.shape[0] // width
             prefixes = found[r // SIGNATURE_BANDS]
             for e in range(n):

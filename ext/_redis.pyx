@@ -16,7 +16,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from simhashdb._ext import as_fingerprints, table_values
+from simhashdb._ext import as_fingerprints
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
@@ -195,16 +195,6 @@ cdef struct Bucket:
     uint32_t slot, table
     uint64_t bucket
     Py_ssize_t add_start, add_end, delete_start, delete_end
-
-
-def merge_records(adds, deletes, const long[::1] spec, list table_keys, int bits, int width,
-                  const uint16_t[::1] owners, Py_ssize_t nodes, Py_ssize_t limit):
-    """The MERGE records that add the fingerprints ``adds`` to every table and
-    remove ``deletes``: :func:`merge_buckets` of their permuted values."""
-    cdef Py_ssize_t tables = len(table_keys), t
-    return merge_buckets([table_values(adds, spec, t, tables) for t in range(tables)],
-                         [table_values(deletes, spec, t, tables) for t in range(tables)],
-                         table_keys, bits, width, owners, nodes, limit)
 
 
 def merge_buckets(list added, list deleted, list table_keys, int bits, int width,

@@ -98,7 +98,7 @@ def merge_records_oracle(layout, adds, deletes, table_keys, bits, width, owners,
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32), st.sampled_from([(5, 3, 8), (4, 2, 0), (6, 3, 16), (8, 3, 24)]),
        st.integers(1, 4), st.sampled_from([40, 300, 1 << 16]))
-def test_native_merge_records_are_the_python_ones(seed, shape, nodes, limit):
+def test_native_merge_buckets_of_tables_are_the_python_ones(seed, shape, nodes, limit):
     blocks, distance, bits = shape
     rng = random.Random(seed)
     layout = Layout(blocks, distance)
@@ -110,8 +110,10 @@ def test_native_merge_records_are_the_python_ones(seed, shape, nodes, limit):
     table_keys = [b"db{x}:%03x" % t for t in range(layout.tables)]
     owners = random_owners(rng, nodes)
     width = 8 - bits // 8
-    native = _redis.merge_records(array("Q", adds), array("Q", deletes), layout.spec, table_keys,
-                                bits, width, owners, nodes, limit)
+    native = _redis.merge_buckets(
+        [layout.table_values(array("Q", adds), t) for t in range(layout.tables)],
+        [layout.table_values(array("Q", deletes), t) for t in range(layout.tables)],
+        table_keys, bits, width, owners, nodes, limit)
     assert native == merge_records_oracle(layout, adds, deletes, table_keys, bits, width,
                                           owners, limit)
 

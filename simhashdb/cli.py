@@ -297,9 +297,9 @@ fingerprints alone. A note on stderr says which rule ran."""
             options.update(signature=signature, threshold=args.threshold)
             _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
                   "fingerprints within %d bits, and a resemblance of at least %g; documents "
-                  "without text by their distance"
+                  "without text by their distance (signatures from column %r)"
                   % (_distance(args), args.threshold if args.threshold is not None
-                     else simhashdb.db.THRESHOLD))
+                     else simhashdb.db.THRESHOLD, signature))
         elif args.threshold is not None:
             raise CliError("--threshold is the text rule's, and this input has no text (give "
                            "texts, or Parquet with a --signature column)")
@@ -377,7 +377,7 @@ def _spark_input(session, args):
         if signature is None and "signature" in df.columns and \
                 df.schema["signature"].dataType.typeName() == "binary":
             signature = "signature"  # as `spark dedupe` of texts writes it
-        return df, signature, False
+        return df, signature or None, False  # --signature '': the distance alone
     import pyarrow
 
     recipe = simhashdb.RECIPES[simhashdb.RECIPE]
@@ -810,7 +810,8 @@ def build_parser():
                      help="the column of resemblance signatures (binary, 256 bytes; null for a "
                           "document without text) of Parquet input, which makes the text rule "
                           "decide (default: a binary column named signature, where there is "
-                          "one); the column the signatures of texts are put in")
+                          "one; '' for none: the distance alone); the column the signatures of "
+                          "texts are put in")
     threshold(sub, "texts only: the text rule decides pairs of texts (see above)")
     sub.add_argument("--format", choices=FORMATS + ("parquet",),
                      help="format of INPUT (default: detected)")

@@ -520,7 +520,11 @@ def test_cli_spark_over_texts_decides_as_the_database(spark, tmp_path, capsys, t
     assert cli.main(["spark", "clusters", kept, "-", "--threshold", "0.3"]) == 0
     captured = capsys.readouterr()   # the signatures went along: the text rule again
     assert "by the text rule" in captured.err and "at least 0.3" in captured.err
+    assert "column 'signature'" in captured.err
     assert all(k == c for k, c in (json.loads(line) for line in captured.out.splitlines()))
+    assert cli.main(["spark", "clusters", kept, "-", "--signature", ""]) == 0
+    captured = capsys.readouterr()   # a column named signature, not taken: the distance
+    assert "by the distance of their fingerprints" in captured.err
 
 
 def test_bad_signatures_and_thresholds_raise_at_the_call(spark):

@@ -511,8 +511,8 @@ class DB:
                                        "documents out")
         return fp, signature
 
-    def _adopt_recipe(self):
-        """An unnamed database takes the default recipe while empty and writable."""
+    def _adopt_recipe(self, recipe=RECIPE):
+        """An unnamed database takes ``recipe`` while empty and writable."""
         if self._storage.readonly or len(self):
             raise ParameterMismatchError(
                 "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
@@ -520,12 +520,12 @@ class DB:
 
         def store(txn):
             params = msgpack.unpackb(txn.params())
-            params["recipe"] = RECIPE
+            params["recipe"] = recipe
             txn.set_params(msgpack.packb(params))
 
         self._storage.write(store)
-        self.recipe = RECIPE
-        return RECIPE
+        self.recipe = recipe
+        return recipe
 
     def _text_document(self, key, text, meta, html, now):
         """(the encoded (key, fingerprint, value), the signature) of a text: the
@@ -847,16 +847,46 @@ class DB:
 
     def export_parquet(self, path):
         """Write every document, from one snapshot, to the Parquet file ``path``
-        (see :mod:`simhashdb.parquet`); returns how many."""
+        (see :mod:`simhashdb.parquet`); returns how many. A database of texts
+        (one with a recipe) writes their signatures too."""
         from . import parquet
-        return parquet.export(self, path)
+        if self.recipe is None:
+            return parquet.export(self, path)
+        return parquet.export(self._with_signatures(), path, self.recipe)
+
+    def _with_signatures(self):
+        with self._storage.read() as view:
+            for key_bytes, value in view.documents():
+                yield decode(decode_key(key_bytes, value), value) + (stored_signature(value),)
 
     def import_parquet(self, path, key="key", fingerprint="fingerprint",
                        batch_size=DEFAULT_BATCH_SIZE):
         """:meth:`insert_many` the documents of a Parquet file or directory;
-        returns how many."""
+        returns how many. Texts' signatures (a ``signature`` column, as
+        :meth:`export_parquet` and ``simhashdb.spark`` write it) are kept, so
+        the texts are found by the text rule, in a database of their recipe.
+
+        :raises ParameterMismatchError: the file's texts were made by another
+            recipe than the database's.
+        """
         from . import parquet
-        return self.insert_many(parquet.records(path, key, fingerprint), batch_size)
+        written, recipe = 0, parquet.recipe(path) or RECIPE
+        _check_batch_size(batch_size)
+        for batch in _batches(parquet.records(path, key, fingerprint), batch_size):
+            signatures = [record[4] for record in batch]
+            encoded = encode_documents([record[:4] for record in batch],
+                                       self._storage.max_key_bytes, _now())
+            if any(signatures):
+                encoded = [(k, fp, _signed(value, theirs, path))
+                           for (k, fp, value), theirs in zip(encoded, signatures)]
+                if recipe != (self.recipe or self._adopt_recipe(recipe)):
+                    raise ParameterMismatchError(
+                        "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
+                        "import them into a database of theirs" % (path, recipe, self.path,
+                                                                    self.recipe))
+            self._storage.write(lambda txn: txn.upsert(encoded))
+            written += len(encoded)
+        return written
 
     def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""
@@ -908,6 +938,19 @@ def _matches(hits, names):
                else TextMatch(names[hit[0]], *hit[1:]) for hit in hits]
     matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
     return matches
+
+
+def _signed(value, signature, path):
+    """A document value with the text's ``signature`` (None: none) read from
+    the Parquet ``path``."""
+    if signature is None:
+        return value
+    if not isinstance(signature, bytes) or len(signature) != _ext.SIGNATURE_BYTES:
+        raise InvalidArgumentError(
+            "%s has a signature column of other values than resemblance signatures (%d "
+            "bytes, from simhashdb.fingerprint_with_signature): rename that column"
+            % (path, _ext.SIGNATURE_BYTES))
+    return with_signature(value, signature)
 
 
 def _texts(view):

@@ -4,7 +4,10 @@ between a database and batch tools such as :mod:`simhashdb.spark`.
 A file has a ``key`` column (string, binary or int64: one type for all
 keys), a ``fingerprint`` column, ``meta``, the metadata as msgpack bytes
 (null for none), and ``stored_at``, the UNIX time the document was stored
-(int64, null where unknown). Fingerprints are written as uint64, which Spark reads as
+(int64, null where unknown); the export of a database of texts also has
+``signature``, each text's resemblance signature (binary, null for a
+document without one), and names its recipe in the file's metadata
+(``simhashdb.recipe``), so that Spark and an import decide by the text rule. Fingerprints are written as uint64, which Spark reads as
 ``decimal(20,0)``; reading takes uint64, int64 (the 64 bits as a signed
 long), decimal(20,0) and 8-byte binary.
 """
@@ -29,10 +32,14 @@ BATCH = 100_000
 KEY_TYPES = {str: pyarrow.string(), bytes: pyarrow.binary(), int: pyarrow.int64()}
 
 
-def export(records, path):
+RECIPE_KEY = b"simhashdb.recipe"
+
+
+def export(records, path, recipe=None):
     """Write ``(key, fingerprint, meta, stored_at)`` records to the Parquet
     file ``path``; returns how many. All keys must be of one type (str, bytes
-    or int)."""
+    or int). With a ``recipe``, the records are ``(key, fingerprint, meta,
+    stored_at, signature)`` and the file names the recipe."""
     records, writer, written = iter(records), None, 0
     try:
         while True:
@@ -40,8 +47,11 @@ def export(records, path):
             if not batch and writer is not None:
                 writer.close()
                 return written
-            table = _table(batch, writer.schema.field("key").type if writer else None)
+            table = _table(batch, writer.schema.field("key").type if writer else None,
+                           recipe is not None)
             if writer is None:
+                if recipe is not None:
+                    table = table.replace_schema_metadata({RECIPE_KEY: recipe.encode()})
                 writer = pyarrow.parquet.ParquetWriter(path, table.schema)
             writer.write_table(table)
             written += len(batch)
@@ -52,8 +62,9 @@ def export(records, path):
         raise
 
 
-def _table(records, key_type):
-    """An Arrow table of records; keys of ``key_type`` (default: the first key's)."""
+def _table(records, key_type, signatures):
+    """An Arrow table of records; keys of ``key_type`` (default: the first
+    key's); with their ``signatures`` (the fifth item) or not."""
     if key_type is None:
         key_type = KEY_TYPES.get(type(records[0][0]), pyarrow.string()) if records \
             else pyarrow.string()
@@ -65,32 +76,44 @@ def _table(records, key_type):
         raise InvalidKeyError(
             "keys of one Parquet column must share a type and int keys must fit int64; found "
             "%s" % ", ".join(kinds)) from None
-    return pyarrow.table({
+    columns = {
         "key": key_array,
         "fingerprint": pyarrow.array([r[1] for r in records], pyarrow.uint64()),
         "meta": pyarrow.array([None if r[2] is None else msgpack.packb(r[2]) for r in records],
                               pyarrow.binary()),
-        "stored_at": pyarrow.array([r[3] for r in records], pyarrow.int64())})
+        "stored_at": pyarrow.array([r[3] for r in records], pyarrow.int64())}
+    if signatures:
+        columns["signature"] = pyarrow.array([r[4] for r in records], pyarrow.binary())
+    return pyarrow.table(columns)
 
 
 def _type_name(arrow_type):
     return {pyarrow.string(): "str", pyarrow.binary(): "bytes", pyarrow.int64(): "int"}[arrow_type]
 
 
-def records(path, key="key", fingerprint="fingerprint"):
-    """Yield ``(key, fingerprint, meta, stored_at)`` from a Parquet file or a
-    directory of them (as Spark writes); ``meta`` and ``stored_at`` are read
-    where those columns are there, else None."""
+def recipe(path):
+    """The recipe a Parquet file (or directory) of an export names, or None."""
+    return (_dataset(path).schema.metadata or {}).get(RECIPE_KEY, b"").decode() or None
+
+
+def _dataset(path):
     try:
-        dataset = pyarrow.dataset.dataset(path, format="parquet")
+        return pyarrow.dataset.dataset(path, format="parquet")
     except (pyarrow.ArrowException, OSError) as exc:
         raise InvalidArgumentError("cannot read Parquet from %s: %s" % (path, exc)) from None
+
+
+def records(path, key="key", fingerprint="fingerprint"):
+    """Yield ``(key, fingerprint, meta, stored_at, signature)`` from a Parquet
+    file or a directory of them (as Spark writes); ``meta``, ``stored_at``
+    and ``signature`` are read where those columns are there, else None."""
+    dataset = _dataset(path)
     names = dataset.schema.names
     for name in (key, fingerprint):
         if name not in names:
             raise InvalidArgumentError("%s has no column %r (its columns: %s)"
                                        % (path, name, ", ".join(names)))
-    optional = [name for name in ("meta", "stored_at") if name in names]
+    optional = [name for name in ("meta", "stored_at", "signature") if name in names]
     for batch in dataset.to_batches(columns=[key, fingerprint] + optional):
         keys = batch.column(0).to_pylist()
         fps = _unsigned(batch.column(1), fingerprint)
@@ -98,9 +121,10 @@ def records(path, key="key", fingerprint="fingerprint"):
         if "meta" in optional:
             metas = [None if m is None else msgpack.unpackb(m, strict_map_key=False)
                      for m in batch.column("meta").to_pylist()]
-        times = batch.column("stored_at").to_pylist() if "stored_at" in optional \
-            else [None] * len(keys)
-        yield from zip(keys, fps, metas, times)
+        times, signatures = ([None] * len(keys) if name not in optional
+                             else batch.column(name).to_pylist()
+                             for name in ("stored_at", "signature"))
+        yield from zip(keys, fps, metas, times, signatures)
 
 
 def _unsigned(column, name):

@@ -429,6 +429,37 @@ def test_text_rule_equals_the_oracle_the_database_and_in_memory(spark, tmp_path,
     assert stricter != expected
 
 
+def test_a_database_of_texts_goes_to_parquet_and_back_with_its_signatures(spark, tmp_path,
+                                                                           text_docs):
+    docs, keys, fps, signatures = text_docs
+    path = str(tmp_path / "texts.parquet")
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(docs)
+        db.insert_many((k, fp) for k, fp in zip(keys[len(docs):], fps[len(docs):]))
+        pairs = {(p.key_a, p.key_b): (p.distance, p.resemblance) for p in db.find_all()}
+        assert db.export_parquet(path) == len(keys)
+    assert any(v is None for _, v in pairs.values()) and any(v for _, v in pairs.values())
+    assert pq.read_schema(path).metadata[b"simhashdb.recipe"] == simhashdb.RECIPE.encode()
+    exported = spark.read.parquet(path)   # Spark decides the export as the database did
+    assert scored(sspark.find_all(exported, DISTANCE, BLOCKS, signature="signature")) == pairs
+    with simhashdb.DB(str(tmp_path / "again"), distance=DISTANCE) as again:  # unnamed, empty
+        assert again.import_parquet(path) == len(keys)
+        assert again.recipe == simhashdb.RECIPE and again.check() == []
+        assert {(p.key_a, p.key_b): (p.distance, p.resemblance)
+                for p in again.find_all()} == pairs
+        assert "t0-copy" in [m.key for m in again.query_text(docs[0][1])]
+    with simhashdb.DB(str(tmp_path / "other"), recipe="other/1") as other:
+        with pytest.raises(simhashdb.ParameterMismatchError, match="recipe"):
+            other.import_parquet(path)
+        assert len(other) == 0
+    pq.write_table(pa.table({"key": ["a"], "fingerprint": pa.array([1], pa.uint64()),
+                             "signature": [b"x" * 64]}), str(tmp_path / "crypto.parquet"))
+    with simhashdb.DB(str(tmp_path / "crypto")) as crypto:
+        with pytest.raises(simhashdb.InvalidArgumentError, match="rename that column"):
+            crypto.import_parquet(str(tmp_path / "crypto.parquet"))
+        assert len(crypto) == 0 and crypto.recipe is None
+
+
 def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spark, monkeypatch):
     """240 copies of one text with 1% to 15% of their words replaced (a site
     template: dozens of them share each band of the original), their

@@ -64,37 +64,6 @@ def tail(value, width):
     return (value & ((1 << (8 * width)) - 1)).to_bytes(width, "big")
 
 
-def merge_records_oracle(layout, adds, deletes, table_keys, bits, width, owners, limit):
-    """The MERGE (blob, slots) pairs per node, from plain Python: records by
-    node, slot, table and bucket, cut after the one that reaches ``limit``."""
-    records = []
-    for table, table_key in enumerate(table_keys):
-        buckets = {}
-        for which, fps in ((0, adds), (1, deletes)):
-            for fp in fps:
-                perm = layout.scan_bounds(fp)[0][table]
-                key = bucket_key(table_key, perm, bits)
-                buckets.setdefault(key, ([], []))[which].append(perm)
-        for key, (added, gone) in buckets.items():
-            added, gone = sorted(added), sorted(gone)
-            slot = slot_oracle(key)
-            records.append((owners[slot], slot, table, key, key + struct.pack(
-                ">II", len(added), len(gone)) + b"".join(tail(v, width) for v in added + gone)))
-    records.sort()
-    blobs = [[] for _ in range(max(owners) + 1)]
-    for node in range(len(blobs)):
-        blob, slots = b"", []
-        for _, slot, _, _, record in (r for r in records if r[0] == node):
-            blob += record
-            slots += [slot] if slot not in slots else []
-            if len(blob) >= limit:
-                blobs[node].append((blob, slots))
-                blob, slots = b"", []
-        if blob:
-            blobs[node].append((blob, slots))
-    return blobs
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32), st.sampled_from([(5, 3, 8), (4, 2, 0), (6, 3, 16), (8, 3, 24)]),
        st.integers(1, 4), st.sampled_from([40, 300, 1 << 16]))
@@ -114,8 +83,11 @@ def test_native_merge_buckets_of_tables_are_the_python_ones(seed, shape, nodes, 
         [layout.table_values(array("Q", adds), t) for t in range(layout.tables)],
         [layout.table_values(array("Q", deletes), t) for t in range(layout.tables)],
         table_keys, bits, width, owners, nodes, limit)
-    assert native == merge_records_oracle(layout, adds, deletes, table_keys, bits, width,
-                                          owners, limit)
+    # the permuted values of each table from Layout.scan_bounds, not the native permutation
+    added, deleted = ([sorted(layout.scan_bounds(fp)[0][t] for fp in fps) for t in
+                       range(layout.tables)] for fps in (adds, deletes))
+    assert native == merge_buckets_oracle(added, deleted, table_keys, bits, width, owners,
+                                          limit)
 
 
 def lua_scan(store, blob, key_length, width):
@@ -263,7 +235,8 @@ def test_native_add_absent_keeps_what_a_batch_has_read():
 
 def merge_buckets_oracle(added, deleted, bucket_keys, bits, width, owners, limit):
     """The MERGE (blob, slots) pairs per node of sorted entries per table (or
-    band), from plain Python, as :func:`merge_records_oracle` cuts them."""
+    band), from plain Python: records by node, slot, table and bucket, cut
+    after the one that reaches ``limit``."""
     records = []
     for table, table_key in enumerate(bucket_keys):
         buckets = {}

@@ -870,9 +870,9 @@ class DB:
             recipe than the database's.
         """
         from . import parquet
-        written, recipe = 0, parquet.recipe(path) or RECIPE
-        _check_batch_size(batch_size)
-        for batch in _batches(parquet.records(path, key, fingerprint), batch_size):
+        recipe, records = parquet.read(path, key, fingerprint)
+        recipe, written = recipe or RECIPE, 0
+        for batch in _batches(records, batch_size):
             signatures = [record[4] for record in batch]
             encoded = encode_documents([record[:4] for record in batch],
                                        self._storage.max_key_bytes, _now())

@@ -91,28 +91,27 @@ def _type_name(arrow_type):
     return {pyarrow.string(): "str", pyarrow.binary(): "bytes", pyarrow.int64(): "int"}[arrow_type]
 
 
-def recipe(path):
-    """The recipe a Parquet file (or directory) of an export names, or None."""
-    return (_dataset(path).schema.metadata or {}).get(RECIPE_KEY, b"").decode() or None
-
-
-def _dataset(path):
+def read(path, key="key", fingerprint="fingerprint"):
+    """A Parquet file or a directory of them (as Spark writes): the recipe it
+    names (an export of a database of texts; else None), and an iterator of
+    its ``(key, fingerprint, meta, stored_at, signature)`` records, ``meta``,
+    ``stored_at`` and ``signature`` read where those columns are there, else
+    None."""
     try:
-        return pyarrow.dataset.dataset(path, format="parquet")
+        dataset = pyarrow.dataset.dataset(path, format="parquet")
     except (pyarrow.ArrowException, OSError) as exc:
         raise InvalidArgumentError("cannot read Parquet from %s: %s" % (path, exc)) from None
-
-
-def records(path, key="key", fingerprint="fingerprint"):
-    """Yield ``(key, fingerprint, meta, stored_at, signature)`` from a Parquet
-    file or a directory of them (as Spark writes); ``meta``, ``stored_at``
-    and ``signature`` are read where those columns are there, else None."""
-    dataset = _dataset(path)
     names = dataset.schema.names
     for name in (key, fingerprint):
         if name not in names:
             raise InvalidArgumentError("%s has no column %r (its columns: %s)"
                                        % (path, name, ", ".join(names)))
+    recipe = (dataset.schema.metadata or {}).get(RECIPE_KEY, b"").decode() or None
+    return recipe, _records(dataset, key, fingerprint)
+
+
+def _records(dataset, key, fingerprint):
+    names = dataset.schema.names
     optional = [name for name in ("meta", "stored_at", "signature") if name in names]
     for batch in dataset.to_batches(columns=[key, fingerprint] + optional):
         keys = batch.column(0).to_pylist()

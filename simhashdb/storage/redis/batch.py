@@ -116,17 +116,17 @@ class RedisTxn(RedisView, Txn):
                 for p in layout.table_values(array("Q", sorted(present)), table)]
 
     def _changed(self):
-        """The (key, value or None) documents this batch writes: those it
-        changed, and those it upserted as they were (whose index entries an
-        upsert writes all the same: a database of simhashdb 0.2 gains its
-        band index so)."""
-        changed = _redis.planned_documents(self._docs, self._committed)[0]
+        """The (key, value or None) documents this batch writes, and how many
+        it adds (less those it removes): those it changed, and those it
+        upserted as they were (whose index entries an upsert writes all the
+        same: a database of simhashdb 0.2 gains its band index so)."""
+        changed, added = _redis.planned_documents(self._docs, self._committed)
         listed = {key for key, _ in changed}
         return changed + [(key, self._docs[key]) for key in self._rewritten
-                          if key not in listed and self._docs.get(key) is not None]
+                          if key not in listed and self._docs.get(key) is not None], added
 
     def band_entries(self, band):
-        changed = self._changed()
+        changed = self._changed()[0]
         present = set(self._read(lambda: self._db.band_entries(band)))
         present.update(band_entries_of([value for _, value in changed])[band])
         deletes = self._band_deletes(changed)
@@ -227,7 +227,7 @@ class RedisTxn(RedisView, Txn):
         the tables gain and lose (``add``, ``del``) and, per band, the
         entries the band index loses (``bdel``, where there are any; those it
         gains are the new documents' own, :func:`band_entries_of` them)."""
-        docs, added = self._changed(), self.count() - self._count_before
+        docs, added = self._changed()
         fps, adds, deletes, distinct = _redis.planned_fingerprints(self._fps, self._fps_committed)
         if not docs and not fps and self._new_params is None:
             return None

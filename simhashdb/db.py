@@ -803,7 +803,7 @@ class DB:
             banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
             for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
                 docs += len(chunk)
-                fps, values = {}, dict(chunk)
+                fps = {}
                 for key_bytes, value in chunk:
                     try:
                         fps[key_bytes] = unpack(value)[0]
@@ -813,10 +813,11 @@ class DB:
                     for entries, entry in zip(banded, band_entries(value, fps[key_bytes])):
                         entries.append(entry)
                 indexed = view.keys_of_many(set(fps.values()))
-                for key_bytes, fp in fps.items():
-                    if key_bytes not in indexed[fp]:
+                for key_bytes, value in chunk:
+                    fp = fps.get(key_bytes)
+                    if fp is not None and key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (decode_key(key_bytes, values[key_bytes]), fp))
+                                        "fingerprint index" % (decode_key(key_bytes, value), fp))
             distinct, indexed = array("Q"), 0
             for fp, keys in view.fingerprint_groups():
                 distinct.append(fp)

@@ -476,8 +476,14 @@ def _stored_key(db, text, args):
 # Output
 
 
+# Characters JSON leaves raw but some line readers (Python's str.splitlines,
+# JavaScript) end a line at: escaped, so that one answer is always one line.
+_LINE_BREAKS = {ord(c): "\\u%04x" % ord(c) for c in "\x85\u2028\u2029"}
+
+
 def _emit(obj, stream=None):
-    (stream or sys.stdout).write(json.dumps(obj, default=_to_json, ensure_ascii=False) + "\n")
+    line = json.dumps(obj, default=_to_json, ensure_ascii=False).translate(_LINE_BREAKS)
+    (stream or sys.stdout).write(line + "\n")
 
 
 def _to_json(value):

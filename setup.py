@@ -53,6 +53,9 @@ else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
                                 depends=["ext/guard.h", "ext/_tables.pxi"],
                                 extra_compile_args=["-O3"], **flags))
+    # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
+    extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"], depends=["ext/guard.h"],
+                                extra_compile_args=["-O3"], **flags))
 
 setup(
     name="simhashdb",

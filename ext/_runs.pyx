@@ -1,0 +1,630 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
+"""Compressed sorted runs in LMDB: the prototype of issue 22's tables (RUNS.md).
+
+A run is a sorted set of distinct uint64s (a table's permuted fingerprints).
+The runs of a table share one sub-database: each run is a sequence of
+blocks, one LMDB item each, keyed by the run id (4 bytes, big-endian) and
+the block's first value (8 bytes, big-endian); the item's value holds the
+rest of the block, Elias-Fano coded (``encode_block``). A run is written in
+order with MDB_APPEND (a new run's id is above every stored one); a range
+scan seeks the block that holds its first value and decodes from the bucket
+of that value on. Every LMDB call goes through guard.h, as in _lmdb.
+
+Beside the runs, today's table (a dupsort sub-database: the top 2 bytes of
+a value as key, its other 6 as fixed-size duplicates) for comparison.
+"""
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+
+from simhashdb.errors import DatabaseError
+
+cdef extern from *:
+    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+    int ctz64 "__builtin_ctzll"(unsigned long long) nogil
+    int clz64 "__builtin_clzll"(unsigned long long) nogil
+
+cdef extern from "lmdb.h" nogil:
+    ctypedef struct MDB_env:
+        pass
+    ctypedef struct MDB_txn:
+        pass
+    ctypedef struct MDB_cursor:
+        pass
+    ctypedef unsigned int MDB_dbi
+    ctypedef struct MDB_val:
+        size_t mv_size
+        void* mv_data
+    ctypedef struct MDB_stat:
+        unsigned int ms_psize
+        unsigned int ms_depth
+        size_t ms_branch_pages
+        size_t ms_leaf_pages
+        size_t ms_overflow_pages
+        size_t ms_entries
+    ctypedef enum MDB_cursor_op:
+        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_LAST, MDB_NEXT, MDB_PREV,
+        MDB_SET_RANGE
+    enum:
+        MDB_RDONLY, MDB_NOTLS, MDB_NORDAHEAD, MDB_CREATE, MDB_DUPSORT, MDB_DUPFIXED,
+        MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_NOTFOUND, MDB_KEYEXIST
+    int mdb_env_create(MDB_env** env)
+    int mdb_env_open(MDB_env* env, const char* path, unsigned int flags, unsigned int mode)
+    void mdb_env_close(MDB_env* env)
+    int mdb_env_set_mapsize(MDB_env* env, size_t size)
+    int mdb_env_set_maxdbs(MDB_env* env, MDB_dbi dbs)
+    char* mdb_strerror(int err)
+    int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
+    void mdb_txn_abort(MDB_txn* txn)
+    int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
+    void mdb_cursor_close(MDB_cursor* cursor)
+
+cdef extern from "guard.h" nogil:
+    int guard_install()
+    int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
+    int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
+    int g_cursor_del(MDB_cursor* c, unsigned int f)
+    int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
+    int g_txn_commit(MDB_txn* t)
+    int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
+    int g_copy(void* dst, const void* src, size_t n)
+
+cdef enum:
+    BLOCK_BYTES = 996   # a block's value: four items of a 12-byte key fill a 4 KiB page
+    MAX_COUNT = 65535   # entries a block holds after its first
+    PAD = 16            # zero bytes after a copied block, so word reads stay inside
+cdef int NO_MEMORY = -29999
+cdef size_t NOWHERE = <size_t>-1
+cdef int CORRUPTED = -30796  # MDB_CORRUPTED
+
+if guard_install() != 0:
+    raise ImportError("simhashdb._runs could not install its fault handlers")
+
+
+# Bits
+
+cdef inline uint64_t load_le64(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+            | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
+            | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
+
+
+cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept nogil:
+    """``width`` (< 64) bits at bit ``pos`` of ``p``, least significant first."""
+    cdef const uint8_t* q = p + (pos >> 3)
+    cdef int s = pos & 7
+    cdef uint64_t x
+    if width == 0:
+        return 0
+    x = load_le64(q) >> s
+    if s + width > 64:
+        x |= (<uint64_t>q[8]) << (64 - s)
+    return x & ((~(<uint64_t>0)) >> (64 - width))
+
+
+cdef inline void write_bits(uint8_t* p, size_t pos, uint64_t x, int width) noexcept nogil:
+    """OR ``width`` bits of ``x`` (which has no others) in at bit ``pos`` of ``p``."""
+    cdef uint8_t* q = p + (pos >> 3)
+    cdef int s = pos & 7, done
+    if width == 0:
+        return
+    q[0] |= <uint8_t>(x << s)
+    done = 8 - s
+    while done < width:
+        q += 1
+        q[0] |= <uint8_t>(x >> done)
+        done += 8
+
+
+cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        p[n - 1 - i] = x & 0xFF
+        x >>= 8
+
+
+cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
+    cdef uint64_t x = 0
+    cdef int i
+    for i in range(n):
+        x = (x << 8) | p[i]
+    return x
+
+
+# Blocks: the first value in the key; the value holds c (2 bytes, little-endian),
+# L (1 byte), the low L bits of each offset x_i = v_i - first (i < c), packed,
+# then the high bit vector, bit (x_i >> L) + i set for each i (Elias-Fano)
+
+cdef inline int low_width(uint64_t span, size_t c) noexcept nogil:
+    """Elias-Fano's low width for ``c`` offsets up to ``span``: floor(log2(span / c))."""
+    cdef uint64_t q = span // c if c else 0
+    return 63 - clz64(q) if q else 0
+
+
+cdef inline size_t block_size(uint64_t span, size_t c) noexcept nogil:
+    cdef int L = low_width(span, c)
+    return 3 + (c * L + 7) // 8 + ((span >> L) + c + 7) // 8
+
+
+cdef size_t encode_block(const uint64_t* values, size_t n, uint8_t* out) noexcept nogil:
+    """Encode sorted distinct ``values[1:n]`` as offsets from ``values[0]``; returns the size."""
+    cdef size_t c = n - 1, i, pos, size = block_size(values[c] - values[0], c)
+    cdef int L = low_width(values[c] - values[0], c)
+    cdef uint8_t* low = out + 3
+    cdef uint8_t* high = low + (c * L + 7) // 8
+    cdef uint64_t x
+    memset(out, 0, size)
+    out[0], out[1], out[2] = c & 0xFF, c >> 8, L
+    for i in range(c):
+        x = values[i + 1] - values[0]
+        write_bits(low, i * L, x & ((((<uint64_t>1) << L) - 1) if L else 0), L)
+        pos = (x >> L) + i
+        high[pos >> 3] |= 1 << (pos & 7)
+    return size
+
+
+cdef struct Block:
+    uint64_t first
+    size_t c
+    int L
+    const uint8_t* low
+    const uint8_t* high
+    size_t high_words
+    uint8_t buf[BLOCK_BYTES + PAD]
+
+
+cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil:
+    """Copy a block out of the map (guarded) and check its header."""
+    cdef size_t low_bytes
+    if k.mv_size != 12 or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
+        return CORRUPTED
+    if g_copy(b.buf, v.mv_data, v.mv_size):
+        return CORRUPTED
+    memset(b.buf + v.mv_size, 0, PAD)
+    b.first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+    b.c, b.L = b.buf[0] | (<size_t>b.buf[1] << 8), b.buf[2]
+    low_bytes = (b.c * b.L + 7) // 8
+    if b.L > 63 or 3 + low_bytes > v.mv_size:
+        return CORRUPTED
+    b.low = b.buf + 3
+    b.high = b.low + low_bytes
+    b.high_words = (v.mv_size - 3 - low_bytes + 7) // 8
+    return 0
+
+
+cdef inline size_t select_zero(const Block* b, uint64_t r) noexcept nogil:
+    """The position of the ``r``-th (from 1) zero of the high bits, reading
+    the padding after them as zeros; NOWHERE past the padding."""
+    cdef size_t w
+    cdef uint64_t zeros
+    cdef int z
+    for w in range(b.high_words + 1):
+        zeros = ~load_le64(b.high + 8 * w)
+        z = popcount64(zeros)
+        if r <= <uint64_t>z:
+            while r > 1:
+                zeros &= zeros - 1
+                r -= 1
+            return 64 * w + ctz64(zeros)
+        r -= z
+    return NOWHERE
+
+
+# Reading a run: a cursor over its blocks, an entry at a time
+
+cdef struct RunIter:
+    MDB_cursor* cursor
+    uint32_t run
+    bint more       # blocks of the run may follow the current one
+    size_t i        # the next entry of the block: 0 its first, i its (i-1)-th offset
+    size_t pos      # where the next offset's high bit is looked for
+    Block b
+
+
+cdef inline bint in_run(const MDB_val* k, uint32_t run) noexcept nogil:
+    return k.mv_size == 12 and read_be(<const uint8_t*>k.mv_data, 4) == run
+
+
+cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
+    """Position ``it`` so that iter_next gives the run's entries from the
+    bucket of ``lo`` on (the few before ``lo`` there are the caller's to skip)."""
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef uint64_t t
+    cdef size_t z
+    cdef int rc
+    write_be(key, it.run, 4)
+    write_be(key + 4, lo, 8)
+    k.mv_size, k.mv_data = 12, key
+    it.more, it.i, it.b.c = False, 1, 0  # empty, until a block is found
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
+    if rc == 0 and in_run(&k, it.run) and read_be(<const uint8_t*>k.mv_data + 4, 8) == lo:
+        it.more, it.i, it.pos = True, 0, 0
+        return load_block(&it.b, &k, &v)
+    if rc and rc != MDB_NOTFOUND:
+        return rc
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_PREV if rc == 0 else MDB_LAST)
+    if rc == 0 and in_run(&k, it.run):  # the block before lo: start at lo's bucket
+        rc = load_block(&it.b, &k, &v)
+        if rc:
+            return rc
+        it.more = True
+        t = (lo - it.b.first) >> it.b.L
+        it.i, it.pos = 1, 0
+        if t:  # past the t-th zero, before which t buckets end
+            z = select_zero(&it.b, t)
+            if z == NOWHERE:
+                it.i = it.b.c + 1
+            else:
+                it.pos, it.i = z + 1, 2 + z - t
+        return 0
+    if rc and rc != MDB_NOTFOUND:
+        return rc
+    k.mv_size, k.mv_data = 12, key  # lo is before the run's first block
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
+    if rc == 0 and in_run(&k, it.run):
+        it.more, it.i, it.pos = True, 0, 0
+        return load_block(&it.b, &k, &v)
+    return 0 if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int iter_next(RunIter* it, uint64_t* out) noexcept nogil:
+    """The next entry of the run into ``out``: 0, MDB_NOTFOUND at its end, or an error."""
+    cdef MDB_val k, v
+    cdef uint64_t word
+    cdef size_t w, p
+    cdef int rc
+    while it.i > it.b.c:
+        if not it.more:
+            return MDB_NOTFOUND
+        rc = g_cursor_get(it.cursor, &k, &v, MDB_NEXT)
+        if rc == 0 and not in_run(&k, it.run):
+            rc = MDB_NOTFOUND
+        if rc:
+            it.more = False
+            return rc
+        rc = load_block(&it.b, &k, &v)
+        if rc:
+            return rc
+        it.i, it.pos = 0, 0
+    if it.i == 0:
+        it.i = 1
+        out[0] = it.b.first
+        return 0
+    w = it.pos >> 6
+    word = load_le64(it.b.high + 8 * w) & ((~(<uint64_t>0)) << (it.pos & 63)) \
+        if w < it.b.high_words else 0
+    while word == 0:
+        w += 1
+        if w >= it.b.high_words:
+            return CORRUPTED
+        word = load_le64(it.b.high + 8 * w)
+    p = 64 * w + ctz64(word)
+    out[0] = it.b.first + ((<uint64_t>(p - (it.i - 1)) << it.b.L)
+                           | read_bits(it.b.low, (it.i - 1) * it.b.L, it.b.L))
+    it.i += 1
+    it.pos = p + 1
+    return 0
+
+
+cdef int scan_run(RunIter* it, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
+    """Count the run's entries in [lo, hi]."""
+    cdef uint64_t x
+    cdef int rc = iter_seek(it, lo)
+    while rc == 0:
+        rc = iter_next(it, &x)
+        if rc == 0 and x > hi:
+            return 0
+        if rc == 0 and x >= lo:
+            count[0] += 1
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+# Writing a run: entries in order, a block put (appended) whenever the next would not fit
+
+cdef struct RunWriter:
+    MDB_cursor* cursor
+    uint32_t run
+    uint64_t* pending   # the block being filled: MAX_COUNT + 1 values
+    size_t n
+    size_t blocks
+    uint8_t buf[BLOCK_BYTES]
+
+
+cdef int writer_flush(RunWriter* wr) noexcept nogil:
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    if wr.n == 0:
+        return 0
+    write_be(key, wr.run, 4)
+    write_be(key + 4, wr.pending[0], 8)
+    k.mv_size, k.mv_data = 12, key
+    v.mv_size, v.mv_data = encode_block(wr.pending, wr.n, wr.buf), wr.buf
+    wr.n = 0
+    wr.blocks += 1
+    return g_cursor_put(wr.cursor, &k, &v, MDB_APPEND)
+
+
+cdef int writer_push(RunWriter* wr, uint64_t x) noexcept nogil:
+    """Add ``x`` (at least the last added; an equal one is dropped)."""
+    cdef int rc
+    if wr.n:
+        if x <= wr.pending[wr.n - 1]:
+            return 0 if x == wr.pending[wr.n - 1] else CORRUPTED
+        if wr.n <= MAX_COUNT and block_size(x - wr.pending[0], wr.n) <= BLOCK_BYTES:
+            wr.pending[wr.n] = x
+            wr.n += 1
+            return 0
+        rc = writer_flush(wr)
+        if rc:
+            return rc
+    wr.pending[0] = x
+    wr.n = 1
+    return 0
+
+
+cdef int delete_run(MDB_cursor* cursor, uint32_t run) noexcept nogil:
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    write_be(key, run, 4)
+    memset(key + 4, 0, 8)
+    k.mv_size, k.mv_data = 12, key
+    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0 and in_run(&k, run):
+        rc = g_cursor_del(cursor, 0)
+        if rc == 0:
+            rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)  # after a delete: the next item
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+# Today's table: a dupsort sub-database, the top 2 bytes of a value its key
+# and the other 6 a fixed-size duplicate
+
+cdef int table_put(MDB_cursor* cursor, uint64_t x, bint append, uint64_t* last,
+                   bint* have_last) noexcept nogil:
+    cdef uint8_t kb[2]
+    cdef uint8_t vb[6]
+    cdef MDB_val k, v
+    cdef int rc
+    write_be(kb, x >> 48, 2)
+    write_be(vb, x, 6)
+    k.mv_size, k.mv_data = 2, kb
+    v.mv_size, v.mv_data = 6, vb
+    if not append:
+        rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
+        return 0 if rc == MDB_KEYEXIST else rc
+    rc = g_cursor_put(cursor, &k, &v, MDB_APPENDDUP if have_last[0] and
+                      (last[0] >> 48) == (x >> 48) else MDB_APPEND)
+    last[0], have_last[0] = x, True
+    return rc
+
+
+cdef int scan_table(MDB_cursor* cursor, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
+    """Count the table's entries in [lo, hi], as _lmdb.scan_range walks them."""
+    cdef uint8_t kb[2]
+    cdef uint8_t vb[6]
+    cdef MDB_val k, v
+    cdef uint64_t x
+    write_be(kb, lo >> 48, 2)
+    write_be(vb, lo, 6)
+    k.mv_size, k.mv_data = 2, kb
+    v.mv_size, v.mv_data = 6, vb
+    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
+    if rc == MDB_NOTFOUND:
+        if (lo >> 48) == (hi >> 48):
+            return 0
+        write_be(kb, (lo >> 48) + 1, 2)
+        k.mv_size, k.mv_data = 2, kb
+        rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0:
+        if k.mv_size != 2 or v.mv_size != 6:
+            return CORRUPTED
+        x = (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6)
+        if x > hi:
+            return 0
+        count[0] += 1
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef class Study:
+    """An LMDB environment with a sub-database of runs (``runs``) and one of
+    today's tables (``table``); each write method is one durable transaction."""
+
+    cdef MDB_env* env
+    cdef MDB_dbi runs, table
+
+    def __cinit__(self, bytes path, size_t map_size):
+        cdef MDB_txn* txn
+        cdef int rc = mdb_env_create(&self.env)
+        if rc == 0:
+            mdb_env_set_maxdbs(self.env, 4)
+            mdb_env_set_mapsize(self.env, map_size)
+            rc = mdb_env_open(self.env, path, MDB_NOTLS | MDB_NORDAHEAD, 0o644)
+        if rc == 0:
+            rc = mdb_txn_begin(self.env, NULL, 0, &txn)
+            if rc == 0:
+                rc = g_dbi_open(txn, b"runs", MDB_CREATE, &self.runs)
+                if rc == 0:
+                    rc = g_dbi_open(txn, b"table", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED,
+                                    &self.table)
+                if rc == 0:
+                    rc = g_txn_commit(txn)
+                else:
+                    mdb_txn_abort(txn)
+        self.check(rc)
+
+    def __dealloc__(self):
+        if self.env != NULL:
+            mdb_env_close(self.env)
+
+    cdef int check(self, int rc) except -1:
+        if rc == NO_MEMORY:
+            raise MemoryError()
+        if rc:
+            raise DatabaseError("LMDB: %s" % mdb_strerror(rc).decode(errors="replace"))
+        return 0
+
+    cdef int begin(self, bint write, MDB_dbi dbi, MDB_txn** txn, MDB_cursor** cursor) except -1:
+        cdef int rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, txn)
+        if rc == 0:
+            rc = mdb_cursor_open(txn[0], dbi, cursor)
+            if rc:
+                mdb_txn_abort(txn[0])
+        return self.check(rc)
+
+    cdef int end(self, bint write, int rc, MDB_txn* txn, MDB_cursor* cursor) except -1:
+        mdb_cursor_close(cursor)
+        if write and rc == 0:
+            rc = g_txn_commit(txn)
+        else:
+            mdb_txn_abort(txn)
+        return self.check(rc)
+
+    def stat(self, str which):
+        """{entries, depth, pages, bytes} of ``runs`` or ``table``."""
+        cdef MDB_txn* txn
+        cdef MDB_stat s
+        cdef int rc = mdb_txn_begin(self.env, NULL, MDB_RDONLY, &txn)
+        self.check(rc)
+        rc = g_stat(txn, self.runs if which == "runs" else self.table, &s)
+        mdb_txn_abort(txn)
+        self.check(rc)
+        pages = s.ms_branch_pages + s.ms_leaf_pages + s.ms_overflow_pages
+        return {"entries": s.ms_entries, "depth": s.ms_depth, "pages": pages,
+                "bytes": pages * s.ms_psize}
+
+    def write_run(self, uint32_t run, const uint64_t[::1] values):
+        """Write sorted ``values`` as run ``run`` (above every stored run); returns its blocks."""
+        return self.merge([], run, values)
+
+    def merge(self, list sources, uint32_t run, const uint64_t[::1] extra=None,
+              const uint64_t[::1] drop=None):
+        """Write as run ``run`` the union of the runs ``sources`` and the sorted
+        ``extra`` values, less the sorted ``drop`` values, and delete the
+        sources: one transaction. Returns the new run's blocks."""
+        cdef Py_ssize_t m = len(sources), s
+        cdef size_t n_extra = extra.shape[0] if extra is not None else 0
+        cdef size_t n_drop = drop.shape[0] if drop is not None else 0
+        cdef const uint64_t* ex = &extra[0] if n_extra else NULL
+        cdef const uint64_t* dr = &drop[0] if n_drop else NULL
+        cdef size_t e = 0, d = 0
+        cdef MDB_txn* txn
+        cdef RunWriter wr
+        cdef RunIter* its = <RunIter*>malloc((m + 1) * sizeof(RunIter))
+        cdef uint64_t* heads = <uint64_t*>malloc((m + 1) * sizeof(uint64_t))
+        cdef bint* live = <bint*>malloc((m + 1) * sizeof(bint))
+        cdef uint64_t x
+        cdef int rc = 0, best
+        wr.pending = <uint64_t*>malloc((MAX_COUNT + 1) * sizeof(uint64_t))
+        wr.run, wr.n, wr.blocks, wr.cursor = run, 0, 0, NULL
+        try:
+            if its == NULL or heads == NULL or live == NULL or wr.pending == NULL:
+                raise MemoryError()
+            for s in range(m):
+                its[s].cursor, its[s].run = NULL, sources[s]
+            self.begin(True, self.runs, &txn, &wr.cursor)
+            with nogil:
+                for s in range(m):  # every source's first entry
+                    if rc == 0:
+                        rc = mdb_cursor_open(txn, self.runs, &its[s].cursor)
+                    if rc == 0:
+                        rc = iter_seek(&its[s], 0)
+                    if rc == 0:
+                        rc = iter_next(&its[s], &heads[s])
+                        live[s] = rc == 0
+                        rc = 0 if rc == MDB_NOTFOUND else rc
+                while rc == 0:  # the smallest head, or extra value, next
+                    best = -1
+                    for s in range(m):
+                        if live[s] and (best < 0 or heads[s] < heads[best]):
+                            best = s
+                    if e < n_extra and (best < 0 or ex[e] < heads[best]):
+                        x = ex[e]
+                        e += 1
+                    elif best >= 0:
+                        x = heads[best]
+                        rc = iter_next(&its[best], &heads[best])
+                        live[best] = rc == 0
+                        rc = 0 if rc == MDB_NOTFOUND else rc
+                    else:
+                        break
+                    while d < n_drop and dr[d] < x:
+                        d += 1
+                    if rc == 0 and not (d < n_drop and dr[d] == x):
+                        rc = writer_push(&wr, x)
+                if rc == 0:
+                    rc = writer_flush(&wr)
+                for s in range(m):
+                    if rc == 0:
+                        rc = delete_run(its[s].cursor, its[s].run)
+            for s in range(m):
+                if its[s].cursor != NULL:
+                    mdb_cursor_close(its[s].cursor)
+            self.end(True, rc, txn, wr.cursor)
+        finally:
+            free(its)
+            free(heads)
+            free(live)
+            free(wr.pending)
+        return wr.blocks
+
+    def values(self, uint32_t run):
+        """Every entry of run ``run``, in order: an ``array('Q')``."""
+        from array import array
+        out = array("Q")
+        cdef MDB_txn* txn
+        cdef RunIter it
+        cdef uint64_t x
+        cdef int rc
+        it.run = run
+        self.begin(False, self.runs, &txn, &it.cursor)
+        rc = iter_seek(&it, 0)
+        while rc == 0:
+            rc = iter_next(&it, &x)
+            if rc == 0:
+                out.append(x)
+        self.end(False, 0 if rc == MDB_NOTFOUND else rc, txn, it.cursor)
+        return out
+
+    def scan(self, uint32_t run, const uint64_t[::1] los, const uint64_t[::1] his):
+        """The count of run ``run``'s entries in each range [los[i], his[i]]
+        (``run`` 0: today's table), in one snapshot: an ``array('Q')``."""
+        from array import array
+        cdef Py_ssize_t n = los.shape[0], i
+        out = array("Q", bytes(8 * n))
+        cdef uint64_t[::1] counts = out
+        cdef MDB_txn* txn
+        cdef RunIter it
+        cdef size_t c
+        cdef int rc = 0
+        it.run = run
+        self.begin(False, self.runs if run else self.table, &txn, &it.cursor)
+        with nogil:
+            for i in range(n):
+                c = 0
+                rc = scan_run(&it, los[i], his[i], &c) if run else \
+                    scan_table(it.cursor, los[i], his[i], &c)
+                counts[i] = c
+                if rc:
+                    break
+        self.end(False, rc, txn, it.cursor)
+        return out
+
+    def write_table(self, const uint64_t[::1] values, bint append):
+        """Put ``values`` into today's table: appended (sorted, after what is
+        stored, as a bulk load into an empty table) or each where it goes."""
+        cdef MDB_txn* txn
+        cdef MDB_cursor* cursor
+        cdef Py_ssize_t i
+        cdef uint64_t last = 0
+        cdef bint have_last = False
+        cdef int rc = 0
+        self.begin(True, self.table, &txn, &cursor)
+        with nogil:
+            for i in range(values.shape[0]):
+                rc = table_put(cursor, values[i], append, &last, &have_last)
+                if rc:
+                    break
+        self.end(True, rc, txn, cursor)

@@ -1,0 +1,74 @@
+"""simhashdb._runs, the compressed runs of issue 22 (RUNS.md): what a run
+holds reads back, and every range scan counts what a sorted array holds."""
+
+import pytest
+
+np = pytest.importorskip("numpy")
+_runs = pytest.importorskip("simhashdb._runs")
+
+TOP = 2**64 - 1
+
+
+def values(rng):
+    """Sets of distinct uint64s a table may hold, adversarial ones included."""
+    random = lambda n: rng.integers(0, 2**64, size=n, dtype=np.uint64)  # noqa: E731
+    one_prefix = np.uint64(0x1234_5670_0000_0000) + np.arange(5000, dtype=np.uint64) * np.uint64(977)
+    return [np.array([0], np.uint64), np.array([TOP], np.uint64), np.array([0, TOP], np.uint64),
+            random(5), random(100_000),
+            np.arange(70_000, dtype=np.uint64),  # offsets of 1: low width 0
+            np.uint64(TOP - 9_999) + np.arange(10_000, dtype=np.uint64),  # up to 2**64 - 1
+            np.concatenate([one_prefix, random(2000), np.array([0, TOP], np.uint64)])]
+
+
+def ranges(rng, stored, n=4000):
+    """Ranges of a 26-bit prefix, ranges at and around stored values, whole and empty ones."""
+    starts = rng.integers(0, 2**64, size=n, dtype=np.uint64) & np.uint64(~((1 << 38) - 1) & TOP)
+    at = stored[rng.integers(0, stored.size, size=n)]
+    los = np.concatenate([starts, at, at - np.minimum(at, np.uint64(2)), np.array([0, 0, TOP], np.uint64)])
+    his = np.concatenate([starts | np.uint64((1 << 38) - 1), at, np.minimum(at, np.uint64(TOP - 2)) + np.uint64(2),
+                          np.array([TOP, 0, TOP], np.uint64)])
+    return np.ascontiguousarray(los), np.ascontiguousarray(his)
+
+
+def counts(stored, los, his):
+    return np.searchsorted(stored, his, side="right") - np.searchsorted(stored, los)
+
+
+def test_runs_read_back_and_scan_exactly(tmp_path):
+    rng = np.random.default_rng(22)
+    study = _runs.Study(str(tmp_path).encode(), 1 << 30)
+    for run, stored in enumerate(values(rng), start=1):
+        stored = np.unique(stored)
+        study.write_run(run, stored)
+        assert np.array_equal(np.frombuffer(study.values(run), np.uint64), stored)
+        los, his = ranges(rng, stored)
+        assert np.array_equal(np.frombuffer(study.scan(run, los, his), np.uint64),
+                              counts(stored, los, his))
+
+
+def test_merge_is_the_union_less_the_dropped(tmp_path):
+    rng = np.random.default_rng(7)
+    study = _runs.Study(str(tmp_path).encode(), 1 << 30)
+    a, b = np.unique(rng.integers(0, 2**64, 50_000, dtype=np.uint64)), np.arange(3000, dtype=np.uint64)
+    extra = np.unique(np.concatenate([a[:100], rng.integers(0, 2**64, 1000, dtype=np.uint64)]))
+    drop = np.ascontiguousarray(np.concatenate([b[::3], a[::5]]))
+    drop.sort()
+    study.write_run(1, a)
+    study.write_run(2, b)
+    study.merge([1, 2], 3, extra, drop)
+    want = np.setdiff1d(np.union1d(np.union1d(a, b), extra), drop)
+    assert np.array_equal(np.frombuffer(study.values(3), np.uint64), want)
+    assert len(study.values(1)) == len(study.values(2)) == 0  # the sources are gone
+    los, his = ranges(rng, want)
+    assert np.array_equal(np.frombuffer(study.scan(3, los, his), np.uint64), counts(want, los, his))
+
+
+def test_today_table_scans_as_the_run(tmp_path):
+    rng = np.random.default_rng(3)
+    study = _runs.Study(str(tmp_path).encode(), 1 << 30)
+    stored = np.unique(rng.integers(0, 2**64, 20_000, dtype=np.uint64))
+    study.write_run(1, stored)
+    study.write_table(stored, True)
+    los, his = ranges(rng, stored)
+    assert np.array_equal(np.frombuffer(study.scan(0, los, his), np.uint64),
+                          np.frombuffer(study.scan(1, los, his), np.uint64))

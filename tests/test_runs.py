@@ -3,6 +3,8 @@ holds reads back, and every range scan counts what a sorted array holds."""
 
 import pytest
 
+from simhashdb.errors import DatabaseError
+
 np = pytest.importorskip("numpy")
 _runs = pytest.importorskip("simhashdb._runs")
 
@@ -49,18 +51,29 @@ def test_runs_read_back_and_scan_exactly(tmp_path):
 def test_merge_is_the_union_less_the_dropped(tmp_path):
     rng = np.random.default_rng(7)
     study = _runs.Study(str(tmp_path).encode(), 1 << 30)
-    a, b = np.unique(rng.integers(0, 2**64, 50_000, dtype=np.uint64)), np.arange(3000, dtype=np.uint64)
+    # more than the writer's buffer (4 * 65536 values), and entries held by two runs
+    a, b = np.unique(rng.integers(0, 2**64, 400_000, dtype=np.uint64)), np.arange(3000, dtype=np.uint64)
+    c = np.ascontiguousarray(np.concatenate([b[1000:], a[::7]]))
     extra = np.unique(np.concatenate([a[:100], rng.integers(0, 2**64, 1000, dtype=np.uint64)]))
     drop = np.ascontiguousarray(np.concatenate([b[::3], a[::5]]))
     drop.sort()
-    study.write_run(1, a)
-    study.write_run(2, b)
-    study.merge([1, 2], 3, extra, drop)
+    for run, stored in ((1, a), (2, b), (3, c)):
+        study.write_run(run, stored)
+    blocks = study.merge([1, 2, 3], 4, extra, drop)["blocks"]
     want = np.setdiff1d(np.union1d(np.union1d(a, b), extra), drop)
-    assert np.array_equal(np.frombuffer(study.values(3), np.uint64), want)
-    assert len(study.values(1)) == len(study.values(2)) == 0  # the sources are gone
+    assert np.array_equal(np.frombuffer(study.values(4), np.uint64), want)
+    assert study.stat("runs")["entries"] == blocks  # the sources are gone
     los, his = ranges(rng, want)
-    assert np.array_equal(np.frombuffer(study.scan(3, los, his), np.uint64), counts(want, los, his))
+    assert np.array_equal(np.frombuffer(study.scan(4, los, his), np.uint64), counts(want, los, his))
+    study.drop_runs()
+    assert study.stat("runs")["entries"] == 0
+
+
+def test_merge_refuses_values_out_of_order(tmp_path):
+    study = _runs.Study(str(tmp_path).encode(), 1 << 30)
+    with pytest.raises(DatabaseError):
+        study.write_run(1, np.array([5, 3], np.uint64))
+    assert study.stat("runs")["entries"] == 0
 
 
 def test_today_table_scans_as_the_run(tmp_path):

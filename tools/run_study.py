@@ -16,11 +16,14 @@ Then the scan cost of a probe range of the 10M layout (k = 3, 5 blocks: a
 table, in ns per range, warm: random probes (mostly empty ranges) and probes
 at a stored value (its range holds it), in random order (single queries) and
 sorted (a batch's sweep); every count is checked against numpy. Last, the
-merges of the write path: a batch of N/100 into the N run (a base merge), and
-a batch of 1,000 into a 4,096-entry run (a small merge), each one durable
-transaction.
+merges of the write path: a batch of N/100 into the N run (a base merge),
+split into merging (decode, merge, encode, put), deleting the source's
+blocks and committing, then the merged run dropped whole (mdb_drop) for
+comparison with the deletes; and a batch of 1,000 into a 4,096-entry run (a
+small merge). Each write is one transaction, durable unless --nosync (which
+leaves out the fsync, to separate the CPU from the disk).
 
-Usage: python tools/run_study.py [--n 1000000 10000000] [--batch 100000] [--queries 200000]
+Usage: python tools/run_study.py [--n 1000000 10000000] [--batch 100000] [--queries 200000] [--nosync]
 Needs: numpy (in the test extras) and the native backend built.
 """
 
@@ -73,17 +76,18 @@ def expected(values, los, his):
     return np.searchsorted(values, his, side="right") - np.searchsorted(values, los)
 
 
-def study(n, batch, queries, workdir, rng):
+def study(n, batch, queries, workdir, rng, sync):
     values = distinct(rng, n)
     n = values.size
     row = {"n": n}
-    runs, table = Study(directory(workdir, "runs"), 1 << 34), Study(directory(workdir, "table"), 1 << 34)
+    runs = Study(directory(workdir, "runs"), 1 << 34, sync)
+    table = Study(directory(workdir, "table"), 1 << 34, sync)
     seconds, blocks = timed(runs.write_run, 1, values)
     row["run"] = dict(sizes(runs, "runs", workdir, n), entries_per_block=n / blocks,
                       M_per_s=n / seconds / 1e6)
     seconds, _ = timed(table.write_table, values, True)
     row["table_one_txn"] = dict(sizes(table, "table", workdir, n), M_per_s=n / seconds / 1e6)
-    batched = Study(directory(workdir, "batched"), 1 << 34)
+    batched = Study(directory(workdir, "batched"), 1 << 34, sync)
     shuffled = rng.permutation(values)
     start = time.perf_counter()
     for i in range(0, n, batch):
@@ -107,18 +111,21 @@ def study(n, batch, queries, workdir, rng):
     row["scan_ns"] = scans
 
     fresh = np.setdiff1d(distinct(rng, max(n // 100, 1)), values)
-    seconds, _ = timed(runs.merge, [1], 2, fresh)
+    seconds, parts = timed(runs.merge, [1], 2, fresh)
     row["base_merge"] = {"entries": n + fresh.size, "s": seconds,
-                         "ns_per_entry": seconds / (n + fresh.size) * 1e9}
+                         "ns_per_entry": {part[:-2]: parts[part] / (n + fresh.size) * 1e9
+                                          for part in ("merge_s", "delete_s", "commit_s")}}
     row["run_after_merges"] = sizes(runs, "runs", workdir, n + fresh.size)
-    times, smalls = [], Study(directory(workdir, "small"), 1 << 30)
+    merged = np.frombuffer(runs.values(2), np.uint64)
+    row["drop_ns_per_entry"] = runs.drop_runs() / (n + fresh.size) * 1e9
+    times, smalls = [], Study(directory(workdir, "small"), 1 << 30, sync)
     for r in range(1, 41, 2):
         small = distinct(rng, 4096)
         smalls.write_run(r, small)
         seconds, _ = timed(smalls.merge, [r], r + 1, np.setdiff1d(distinct(rng, 1000), small))
         times.append(seconds)
     row["small_merge_ms"] = float(np.median(times) * 1e3)
-    assert np.array_equal(np.frombuffer(runs.values(2), np.uint64), np.union1d(values, fresh))
+    assert np.array_equal(merged, np.union1d(values, fresh))
     return row
 
 
@@ -138,10 +145,12 @@ def markdown(rows):
         for name, value in row["scan_ns"].items():
             print("| %s | %s | %.3g |" % ("{:,}".format(row["n"]), name, value))
         merge = row["base_merge"]
-        print("| %s | base merge: %s entries, s (ns/entry) | %.2f (%.1f) |" % (
-            "{:,}".format(row["n"]), "{:,}".format(merge["entries"]), merge["s"],
-            merge["ns_per_entry"]))
-        print("| %s | small merge 4,096 + 1,000, ms (durable) | %.2f |" % (
+        print("| %s | base merge: %s entries, s (ns/entry: merge + delete + commit) "
+              "| %.2f (%s) |" % ("{:,}".format(row["n"]), "{:,}".format(merge["entries"]), merge["s"],
+                                 " + ".join("%.1f" % v for v in merge["ns_per_entry"].values())))
+        print("| %s | the merged run dropped whole (mdb_drop, commit), ns/entry | %.2f |" % (
+            "{:,}".format(row["n"]), row["drop_ns_per_entry"]))
+        print("| %s | small merge 4,096 + 1,000, ms | %.2f |" % (
             "{:,}".format(row["n"]), row["small_merge_ms"]))
 
 
@@ -150,13 +159,14 @@ def main():
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--batch", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200_000)
+    parser.add_argument("--nosync", action="store_true", help="commit without fsync")
     args = parser.parse_args()
     rng = np.random.default_rng(22)
     rows = []
     for n in args.n:
         workdir = tempfile.mkdtemp(prefix="run_study_")
         try:
-            rows.append(study(n, args.batch, args.queries, workdir, rng))
+            rows.append(study(n, args.batch, args.queries, workdir, rng, not args.nosync))
         finally:
             shutil.rmtree(workdir)
     markdown(rows)

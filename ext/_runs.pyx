@@ -45,8 +45,8 @@ cdef extern from "lmdb.h" nogil:
         size_t ms_overflow_pages
         size_t ms_entries
     ctypedef enum MDB_cursor_op:
-        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_LAST, MDB_NEXT, MDB_PREV,
-        MDB_SET_RANGE
+        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT,
+        MDB_PREV,        MDB_SET_RANGE
     enum:
         MDB_RDONLY, MDB_NOTLS, MDB_NORDAHEAD, MDB_CREATE, MDB_DUPSORT, MDB_DUPFIXED,
         MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_NOTFOUND, MDB_KEYEXIST, MDB_NOSYNC
@@ -363,6 +363,77 @@ cdef int scan_run(RunIter* it, uint64_t lo, uint64_t hi, size_t* count) noexcept
         if rc == 0 and x >= lo:
             count[0] += 1
     return 0 if rc == MDB_NOTFOUND else rc
+
+
+# A batch of ranges sorted by their start: one block decoded whole and kept
+# while the ranges start in it, the cursor moved on to the next when they pass it
+
+cdef struct Sweep:
+    RunIter it          # its cursor sits on the block after the kept one
+    uint64_t* vals      # MOST values: the kept block, decoded
+    size_t n
+    bint has_next
+    uint64_t next_first
+
+
+cdef int sweep_keep(Sweep* sw) noexcept nogil:
+    """Decode the block in ``sw.it.b`` and look at the next block's first value."""
+    cdef MDB_val k, v
+    cdef int rc = decode_block(&sw.it.b, sw.vals)
+    if rc:
+        return rc
+    sw.n = sw.it.b.c + 1
+    rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
+    sw.has_next = rc == 0 and in_run(&k, sw.it.run)
+    if sw.has_next:
+        sw.next_first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+    return 0 if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int sweep_to(Sweep* sw, uint64_t lo) noexcept nogil:
+    """Keep the block that holds ``lo``: the next one if it does, else a seek."""
+    cdef MDB_val k, v
+    cdef int rc
+    if sw.has_next:
+        rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_GET_CURRENT)
+        if rc == 0:
+            rc = load_block(&sw.it.b, &k, &v)
+        if rc == 0:
+            rc = sweep_keep(sw)
+        if rc or not sw.has_next or lo < sw.next_first:
+            return rc
+    rc = iter_seek(&sw.it, lo)
+    if rc or not sw.it.more:  # an empty run
+        sw.n, sw.has_next = 0, False
+        return rc
+    return sweep_keep(sw)
+
+
+cdef inline size_t upper_bound(const uint64_t* a, size_t n, uint64_t x) noexcept nogil:
+    """How many of the sorted ``a[:n]`` are at most ``x``."""
+    cdef size_t lo = 0, mid
+    while n:
+        mid = n // 2
+        if a[lo + mid] <= x:
+            lo += mid + 1
+            n -= mid + 1
+        else:
+            n = mid
+    return lo
+
+
+cdef int sweep_count(Sweep* sw, RunIter* rest, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
+    """Count the run's entries in [lo, hi] (``lo`` at least the last range's)."""
+    cdef int rc = 0
+    if sw.has_next and lo >= sw.next_first:
+        rc = sweep_to(sw, lo)
+        if rc:
+            return rc
+    if sw.n:
+        count[0] += upper_bound(sw.vals, sw.n, hi) - (upper_bound(sw.vals, sw.n, lo - 1) if lo else 0)
+    if sw.has_next and hi >= sw.next_first:  # the range goes on past the block
+        rc = scan_run(rest, sw.next_first, hi, count)
+    return rc
 
 
 # Writing a run: values gathered in a buffer, checked, and cut into blocks,
@@ -734,6 +805,43 @@ cdef class Study:
             if rc == 0:
                 out.append(x)
         self.end(False, 0 if rc == MDB_NOTFOUND else rc, txn, it.cursor)
+        return out
+
+    def sweep(self, uint32_t run, const uint64_t[::1] los, const uint64_t[::1] his):
+        """As ``scan`` for ranges sorted by their start (``run`` > 0), as a sweep."""
+        from array import array
+        cdef Py_ssize_t n = los.shape[0], i
+        out = array("Q", bytes(8 * n))
+        cdef uint64_t[::1] counts = out
+        cdef MDB_txn* txn
+        cdef Sweep sw
+        cdef RunIter rest
+        cdef size_t c
+        cdef int rc = 0
+        for i in range(1, n):
+            if los[i] < los[i - 1]:
+                raise ValueError("the ranges must be sorted by their start")
+        sw.vals = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+        if sw.vals == NULL:
+            raise MemoryError()
+        sw.it.run, sw.n, sw.has_next, rest.run, rest.cursor = run, 0, False, run, NULL
+        try:
+            self.begin(False, self.runs, &txn, &sw.it.cursor)
+            with nogil:
+                rc = mdb_cursor_open(txn, self.runs, &rest.cursor)
+                if rc == 0 and n:
+                    rc = sweep_to(&sw, los[0])
+                for i in range(n if rc == 0 else 0):
+                    c = 0
+                    rc = sweep_count(&sw, &rest, los[i], his[i], &c)
+                    counts[i] = c
+                    if rc:
+                        break
+            if rest.cursor != NULL:
+                mdb_cursor_close(rest.cursor)
+            self.end(False, rc, txn, sw.it.cursor)
+        finally:
+            free(sw.vals)
         return out
 
     def scan(self, uint32_t run, const uint64_t[::1] los, const uint64_t[::1] his):

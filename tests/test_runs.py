@@ -46,6 +46,13 @@ def test_runs_read_back_and_scan_exactly(tmp_path):
         los, his = ranges(rng, stored)
         assert np.array_equal(np.frombuffer(study.scan(run, los, his), np.uint64),
                               counts(stored, los, his))
+        order = np.argsort(los, kind="stable")
+        los, his = los[order], his[order]
+        assert np.array_equal(np.frombuffer(study.sweep(run, los, his), np.uint64),
+                              counts(stored, los, his))
+    with pytest.raises(ValueError):
+        study.sweep(1, np.array([2, 1], np.uint64), np.array([2, 1], np.uint64))
+    assert not any(study.sweep(run + 1, los, his))  # an empty run
 
 
 def test_merge_is_the_union_less_the_dropped(tmp_path):

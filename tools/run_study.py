@@ -15,7 +15,9 @@ Then the scan cost of a probe range of the 10M layout (k = 3, 5 blocks: a
 26-bit leading prefix, ranges of 2**38 values) over the run and the one-txn
 table, in ns per range, warm: random probes (mostly empty ranges) and probes
 at a stored value (its range holds it), in random order (single queries) and
-sorted (a batch's sweep); every count is checked against numpy. Last, the
+sorted (a batch), and sorted ranges swept over the run (one block decoded
+whole and kept while the ranges start in it); every count is checked
+against numpy. Last, the
 merges of the write path: a batch of N/100 into the N run (a base merge),
 split into merging (decode, merge, encode, put), deleting the source's
 blocks and committing, then the merged run dropped whole (mdb_drop) for
@@ -102,9 +104,12 @@ def study(n, batch, queries, workdir, rng, sync):
         for order in ("shuffled", "sorted"):
             los, his = ranges(np.sort(starts) if order == "sorted" else starts)
             want = expected(values, los, his)
-            for name, env, run in (("run", runs, 1), ("table", table, 0)):
-                env.scan(run, los, his)  # warm
-                seconds, got = timed(env.scan, run, los, his)
+            scanners = [("run", runs.scan, 1), ("table", table.scan, 0)]
+            if order == "sorted":
+                scanners.append(("run sweep", runs.sweep, 1))
+            for name, scan, run in scanners:
+                scan(run, los, his)  # warm
+                seconds, got = timed(scan, run, los, his)
                 assert np.array_equal(np.frombuffer(got, np.uint64), want), (name, kind, order)
                 scans["%s %s %s" % (name, kind, order)] = seconds / queries * 1e9
             scans["entries per range %s" % kind] = want.mean()

@@ -365,25 +365,41 @@ cdef int scan_run(RunIter* it, uint64_t lo, uint64_t hi, size_t* count) noexcept
     return 0 if rc == MDB_NOTFOUND else rc
 
 
-# A batch of ranges sorted by their start: one block decoded whole and kept
-# while the ranges start in it, the cursor moved on to the next when they pass it
+# A batch of ranges sorted by their start: the block that holds a range's
+# start is kept while the next ranges start in it, and the cursor moves on to
+# the next block before it seeks
+
+cdef size_t block_rank(const Block* b, uint64_t x) noexcept nogil:
+    """How many of the block's entries are at most ``x``: the ones before the
+    bucket of ``x`` (found with select_zero), then those in it up to ``x``."""
+    cdef uint64_t d, t, low
+    cdef size_t i = 0, p = 0, z
+    if x < b.first:
+        return 0
+    d = x - b.first
+    t, low = d >> b.L, d & ((((<uint64_t>1) << b.L) - 1) if b.L else 0)
+    if t:
+        z = select_zero(b, t)
+        if z == NOWHERE:
+            return b.c + 1
+        p, i = z + 1, z + 1 - t
+    while i < b.c and (b.high[p >> 3] >> (p & 7)) & 1 and read_bits(b.low, i * b.L, b.L) <= low:
+        i += 1
+        p += 1
+    return i + 1
+
 
 cdef struct Sweep:
-    RunIter it          # its cursor sits on the block after the kept one
-    uint64_t* vals      # MOST values: the kept block, decoded
-    size_t n
-    bint has_next
+    RunIter it          # its block the kept one, its cursor on the block after it
+    bint kept, has_next
     uint64_t next_first
 
 
 cdef int sweep_keep(Sweep* sw) noexcept nogil:
-    """Decode the block in ``sw.it.b`` and look at the next block's first value."""
+    """Keep the block in ``sw.it.b`` and look at the next block's first value."""
     cdef MDB_val k, v
-    cdef int rc = decode_block(&sw.it.b, sw.vals)
-    if rc:
-        return rc
-    sw.n = sw.it.b.c + 1
-    rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
+    cdef int rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
+    sw.kept = True
     sw.has_next = rc == 0 and in_run(&k, sw.it.run)
     if sw.has_next:
         sw.next_first = read_be(<const uint8_t*>k.mv_data + 4, 8)
@@ -404,22 +420,9 @@ cdef int sweep_to(Sweep* sw, uint64_t lo) noexcept nogil:
             return rc
     rc = iter_seek(&sw.it, lo)
     if rc or not sw.it.more:  # an empty run
-        sw.n, sw.has_next = 0, False
+        sw.kept = sw.has_next = False
         return rc
     return sweep_keep(sw)
-
-
-cdef inline size_t upper_bound(const uint64_t* a, size_t n, uint64_t x) noexcept nogil:
-    """How many of the sorted ``a[:n]`` are at most ``x``."""
-    cdef size_t lo = 0, mid
-    while n:
-        mid = n // 2
-        if a[lo + mid] <= x:
-            lo += mid + 1
-            n -= mid + 1
-        else:
-            n = mid
-    return lo
 
 
 cdef int sweep_count(Sweep* sw, RunIter* rest, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
@@ -429,8 +432,8 @@ cdef int sweep_count(Sweep* sw, RunIter* rest, uint64_t lo, uint64_t hi, size_t*
         rc = sweep_to(sw, lo)
         if rc:
             return rc
-    if sw.n:
-        count[0] += upper_bound(sw.vals, sw.n, hi) - (upper_bound(sw.vals, sw.n, lo - 1) if lo else 0)
+    if sw.kept:
+        count[0] += block_rank(&sw.it.b, hi) - (block_rank(&sw.it.b, lo - 1) if lo else 0)
     if sw.has_next and hi >= sw.next_first:  # the range goes on past the block
         rc = scan_run(rest, sw.next_first, hi, count)
     return rc
@@ -821,27 +824,21 @@ cdef class Study:
         for i in range(1, n):
             if los[i] < los[i - 1]:
                 raise ValueError("the ranges must be sorted by their start")
-        sw.vals = <uint64_t*>malloc(MOST * sizeof(uint64_t))
-        if sw.vals == NULL:
-            raise MemoryError()
-        sw.it.run, sw.n, sw.has_next, rest.run, rest.cursor = run, 0, False, run, NULL
-        try:
-            self.begin(False, self.runs, &txn, &sw.it.cursor)
-            with nogil:
-                rc = mdb_cursor_open(txn, self.runs, &rest.cursor)
-                if rc == 0 and n:
-                    rc = sweep_to(&sw, los[0])
-                for i in range(n if rc == 0 else 0):
-                    c = 0
-                    rc = sweep_count(&sw, &rest, los[i], his[i], &c)
-                    counts[i] = c
-                    if rc:
-                        break
-            if rest.cursor != NULL:
-                mdb_cursor_close(rest.cursor)
-            self.end(False, rc, txn, sw.it.cursor)
-        finally:
-            free(sw.vals)
+        sw.it.run, sw.kept, sw.has_next, rest.run, rest.cursor = run, False, False, run, NULL
+        self.begin(False, self.runs, &txn, &sw.it.cursor)
+        with nogil:
+            rc = mdb_cursor_open(txn, self.runs, &rest.cursor)
+            if rc == 0 and n:
+                rc = sweep_to(&sw, los[0])
+            for i in range(n if rc == 0 else 0):
+                c = 0
+                rc = sweep_count(&sw, &rest, los[i], his[i], &c)
+                counts[i] = c
+                if rc:
+                    break
+        if rest.cursor != NULL:
+            mdb_cursor_close(rest.cursor)
+        self.end(False, rc, txn, sw.it.cursor)
         return out
 
     def scan(self, uint32_t run, const uint64_t[::1] los, const uint64_t[::1] his):

@@ -2,13 +2,15 @@
 """Compressed sorted runs in LMDB: the prototype of issue 22's tables (RUNS.md).
 
 A run is a sorted set of distinct uint64s (a table's permuted fingerprints).
-The runs of a table share one sub-database: each run is a sequence of
-blocks, one LMDB item each, keyed by the run id (4 bytes, big-endian) and
-the block's first value (8 bytes, big-endian); the item's value holds the
-rest of the block, Elias-Fano coded (``encode_block``). A run is written in
-order with MDB_APPEND (a new run's id is above every stored one); a range
-scan seeks the block that holds its first value and decodes from the bucket
-of that value on. Every LMDB call goes through guard.h, as in _lmdb.
+A run is a sequence of blocks, one LMDB item each, keyed by the run id (4
+bytes, big-endian) and the block's first value (8 bytes, big-endian); the
+item's value holds the rest of the block, Elias-Fano coded
+(``encode_block``). Each run sits in a slot sub-database of its own, so a
+merge frees its sources with mdb_drop, without reading their leaves. A run is
+written in order with MDB_APPEND; a range scan seeks the block that holds
+its first value and decodes from the bucket of that value on; a batch of
+sorted ranges sweeps forward. Every LMDB call goes through guard.h, as in
+_lmdb.
 
 Beside the runs, today's table (a dupsort sub-database: the top 2 bytes of
 a value as key, its other 6 as fixed-size duplicates) for comparison.
@@ -65,7 +67,6 @@ cdef extern from "guard.h" nogil:
     int guard_install()
     int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
     int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
-    int g_cursor_del(MDB_cursor* c, unsigned int f)
     int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
     int g_drop(MDB_txn* t, MDB_dbi d, int delete)
     int g_txn_commit(MDB_txn* t)
@@ -526,6 +527,7 @@ cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
 
 cdef struct Source:
     MDB_cursor* cursor  # NULL: ``vals`` is the whole source
+    MDB_dbi dbi
     uint32_t run
     const uint64_t* vals
     size_t i, n         # the next entry of vals, and how many it holds
@@ -591,20 +593,6 @@ cdef int merge_sources(Source* src, size_t m, RunWriter* wr) noexcept nogil:
                 return rc
 
 
-cdef int delete_run(MDB_cursor* cursor, uint32_t run) noexcept nogil:
-    cdef uint8_t key[12]
-    cdef MDB_val k, v
-    write_be(key, run, 4)
-    memset(key + 4, 0, 8)
-    k.mv_size, k.mv_data = 12, key
-    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
-    while rc == 0 and in_run(&k, run):
-        rc = g_cursor_del(cursor, 0)
-        if rc == 0:
-            rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)  # after a delete: the next item
-    return 0 if rc == MDB_NOTFOUND else rc
-
-
 # Today's table: a dupsort sub-database, the top 2 bytes of a value its key
 # and the other 6 a fixed-size duplicate
 
@@ -655,26 +643,35 @@ cdef int scan_table(MDB_cursor* cursor, uint64_t lo, uint64_t hi, size_t* count)
     return 0 if rc == MDB_NOTFOUND else rc
 
 
+cdef enum:
+    SLOTS = 8  # the sub-databases of runs: run r in slot r % SLOTS
+
+
 cdef class Study:
-    """An LMDB environment with a sub-database of runs (``runs``) and one of
-    today's tables (``table``); each write method is one transaction, durable
-    unless ``sync`` is false (then the commit writes pages but does not fsync)."""
+    """An LMDB environment with runs in slot sub-databases (``runs:0`` to
+    ``runs:7``, emptied whole with mdb_drop when their run is merged) and one
+    of today's tables (``table``); each write method is one transaction,
+    durable unless ``sync`` is false (then the commit does not fsync)."""
 
     cdef MDB_env* env
-    cdef MDB_dbi runs, table
+    cdef MDB_dbi slots[SLOTS]
+    cdef MDB_dbi table
 
     def __cinit__(self, bytes path, size_t map_size, bint sync=True):
         cdef MDB_txn* txn
+        cdef int slot
         cdef int rc = mdb_env_create(&self.env)
         if rc == 0:
-            mdb_env_set_maxdbs(self.env, 4)
+            mdb_env_set_maxdbs(self.env, SLOTS + 1)
             mdb_env_set_mapsize(self.env, map_size)
             rc = mdb_env_open(self.env, path, MDB_NOTLS | MDB_NORDAHEAD | (0 if sync else MDB_NOSYNC),
                                0o644)
         if rc == 0:
             rc = mdb_txn_begin(self.env, NULL, 0, &txn)
             if rc == 0:
-                rc = g_dbi_open(txn, b"runs", MDB_CREATE, &self.runs)
+                for slot in range(SLOTS):
+                    if rc == 0:
+                        rc = g_dbi_open(txn, b"runs:%d" % slot, MDB_CREATE, &self.slots[slot])
                 if rc == 0:
                     rc = g_dbi_open(txn, b"table", MDB_CREATE | MDB_DUPSORT | MDB_DUPFIXED,
                                     &self.table)
@@ -711,18 +708,28 @@ cdef class Study:
             mdb_txn_abort(txn)
         return self.check(rc)
 
+    cdef MDB_dbi slot(self, uint32_t run) noexcept nogil:
+        return self.slots[run % SLOTS]
+
     def stat(self, str which):
-        """{entries, depth, pages, bytes} of ``runs`` or ``table``."""
+        """{entries, depth, pages, bytes} of the runs (all slots) or ``table``."""
         cdef MDB_txn* txn
         cdef MDB_stat s
         cdef int rc = mdb_txn_begin(self.env, NULL, MDB_RDONLY, &txn)
         self.check(rc)
-        rc = g_stat(txn, self.runs if which == "runs" else self.table, &s)
+        out = dict.fromkeys(("entries", "depth", "pages", "bytes"), 0)
+        for dbi in (self.slots if which == "runs" else [self.table]):
+            rc = g_stat(txn, dbi, &s)
+            if rc:
+                break
+            pages = s.ms_branch_pages + s.ms_leaf_pages + s.ms_overflow_pages
+            out["entries"] += s.ms_entries
+            out["depth"] = max(out["depth"], s.ms_depth)
+            out["pages"] += pages
+            out["bytes"] += pages * s.ms_psize
         mdb_txn_abort(txn)
         self.check(rc)
-        pages = s.ms_branch_pages + s.ms_leaf_pages + s.ms_overflow_pages
-        return {"entries": s.ms_entries, "depth": s.ms_depth, "pages": pages,
-                "bytes": pages * s.ms_psize}
+        return out
 
     def write_run(self, uint32_t run, const uint64_t[::1] values):
         """Write sorted ``values`` as run ``run`` (above every stored run); returns its blocks."""
@@ -731,9 +738,9 @@ cdef class Study:
     def merge(self, list sources, uint32_t run, const uint64_t[::1] extra=None,
               const uint64_t[::1] drop=None):
         """Write as run ``run`` the union of the runs ``sources`` and the sorted
-        ``extra`` values, less the sorted ``drop`` values, and delete the
-        sources: one transaction. Returns the new run's blocks and the seconds
-        spent merging (reads, encoding, puts), deleting and committing."""
+        ``extra`` values, less the sorted ``drop`` values, and drop the
+        sources' slots: one transaction. Returns the new run's blocks and the
+        seconds spent merging (reads, encoding, puts), dropping and committing."""
         cdef size_t m = len(sources), n_extra = extra.shape[0] if extra is not None else 0
         cdef size_t s
         cdef Source* src = <Source*>calloc(m + 1, sizeof(Source))
@@ -745,6 +752,8 @@ cdef class Study:
         wr.run, wr.clean, wr.n, wr.blocks, wr.guess, wr.cursor = run, 0, 0, 0, 2, NULL
         wr.n_drop = drop.shape[0] if drop is not None else 0
         wr.drop = &drop[0] if wr.n_drop else NULL
+        if any(self.slot(r) == self.slot(run) for r in sources):
+            raise ValueError("run %d would go to a source's slot" % run)
         try:
             if src == NULL or wr.out == NULL:
                 raise MemoryError()
@@ -755,42 +764,33 @@ cdef class Study:
                 if src[s].buf == NULL:
                     raise MemoryError()
             src[m].vals, src[m].n = (&extra[0] if n_extra else NULL), n_extra
-            self.begin(True, self.runs, &txn, &wr.cursor)
+            for s in range(m):
+                src[s].dbi = self.slot(src[s].run)
+            self.begin(True, self.slot(run), &txn, &wr.cursor)
             with nogil:
                 t0 = now()
                 for s in range(m):
                     if rc == 0:
-                        rc = mdb_cursor_open(txn, self.runs, &src[s].cursor)
+                        rc = mdb_cursor_open(txn, src[s].dbi, &src[s].cursor)
                     if rc == 0:
                         rc = source_next(&src[s], MDB_SET_RANGE)
                 if rc == 0:
                     rc = merge_sources(src, m + 1, &wr)
                 t1 = now()
                 for s in range(m):
+                    if src[s].cursor != NULL:
+                        mdb_cursor_close(src[s].cursor)
                     if rc == 0:
-                        rc = delete_run(src[s].cursor, src[s].run)
+                        rc = g_drop(txn, src[s].dbi, 0)  # frees the pages, reading no leaf
                 t2 = now()
-            for s in range(m):
-                if src[s].cursor != NULL:
-                    mdb_cursor_close(src[s].cursor)
             self.end(True, rc, txn, wr.cursor)
         finally:
             for s in range(m if src != NULL else 0):
                 free(src[s].buf)
             free(src)
             free(wr.out)
-        return {"blocks": wr.blocks, "merge_s": t1 - t0, "delete_s": t2 - t1,
+        return {"blocks": wr.blocks, "merge_s": t1 - t0, "drop_s": t2 - t1,
                 "commit_s": now() - t2}
-
-    def drop_runs(self):
-        """Empty ``runs`` with mdb_drop, which frees its pages without reading its
-        leaves: how a sub-database of runs could be emptied; returns the seconds."""
-        cdef MDB_txn* txn
-        cdef MDB_cursor* cursor
-        cdef double t0 = now()
-        self.begin(True, self.runs, &txn, &cursor)
-        self.end(True, g_drop(txn, self.runs, 0), txn, cursor)
-        return now() - t0
 
     def values(self, uint32_t run):
         """Every entry of run ``run``, in order: an ``array('Q')``."""
@@ -801,7 +801,7 @@ cdef class Study:
         cdef uint64_t x
         cdef int rc
         it.run = run
-        self.begin(False, self.runs, &txn, &it.cursor)
+        self.begin(False, self.slot(run), &txn, &it.cursor)
         rc = iter_seek(&it, 0)
         while rc == 0:
             rc = iter_next(&it, &x)
@@ -825,9 +825,9 @@ cdef class Study:
             if los[i] < los[i - 1]:
                 raise ValueError("the ranges must be sorted by their start")
         sw.it.run, sw.kept, sw.has_next, rest.run, rest.cursor = run, False, False, run, NULL
-        self.begin(False, self.runs, &txn, &sw.it.cursor)
+        self.begin(False, self.slot(run), &txn, &sw.it.cursor)
         with nogil:
-            rc = mdb_cursor_open(txn, self.runs, &rest.cursor)
+            rc = mdb_cursor_open(txn, self.slot(run), &rest.cursor)
             if rc == 0 and n:
                 rc = sweep_to(&sw, los[0])
             for i in range(n if rc == 0 else 0):
@@ -853,7 +853,7 @@ cdef class Study:
         cdef size_t c
         cdef int rc = 0
         it.run = run
-        self.begin(False, self.runs if run else self.table, &txn, &it.cursor)
+        self.begin(False, self.slot(run) if run else self.table, &txn, &it.cursor)
         with nogil:
             for i in range(n):
                 c = 0

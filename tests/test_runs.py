@@ -72,8 +72,8 @@ def test_merge_is_the_union_less_the_dropped(tmp_path):
     assert study.stat("runs")["entries"] == blocks  # the sources are gone
     los, his = ranges(rng, want)
     assert np.array_equal(np.frombuffer(study.scan(4, los, his), np.uint64), counts(want, los, his))
-    study.drop_runs()
-    assert study.stat("runs")["entries"] == 0
+    with pytest.raises(ValueError):
+        study.merge([4], 4 + 8)  # into the slot it would drop
 
 
 def test_merge_refuses_values_out_of_order(tmp_path):

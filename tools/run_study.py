@@ -19,10 +19,9 @@ sorted (a batch), and sorted ranges swept over the run (one block decoded
 whole and kept while the ranges start in it); the best of 3 (the machine may
 be shared), every count checked against numpy. Last, the
 merges of the write path: a batch of N/100 into the N run (a base merge),
-split into merging (decode, merge, encode, put), deleting the source's
-blocks and committing, then the merged run dropped whole (mdb_drop) for
-comparison with the deletes; and a batch of 1,000 into a 4,096-entry run (a
-small merge). Each write is one transaction, durable unless --nosync (which
+split into merging (decode, merge, encode, put), dropping the source's slot
+and committing; and a batch of 1,000 into a 4,096-entry run (a small
+merge). Each write is one transaction, durable unless --nosync (which
 leaves out the fsync, to separate the CPU from the disk).
 
 Usage: python tools/run_study.py [--n 1000000 10000000] [--batch 100000] [--queries 200000] [--nosync]
@@ -119,10 +118,8 @@ def study(n, batch, queries, workdir, rng, sync):
     seconds, parts = timed(runs.merge, [1], 2, fresh)
     row["base_merge"] = {"entries": n + fresh.size, "s": seconds,
                          "ns_per_entry": {part[:-2]: parts[part] / (n + fresh.size) * 1e9
-                                          for part in ("merge_s", "delete_s", "commit_s")}}
+                                          for part in ("merge_s", "drop_s", "commit_s")}}
     row["run_after_merges"] = sizes(runs, "runs", workdir, n + fresh.size)
-    merged = np.frombuffer(runs.values(2), np.uint64)
-    row["drop_ns_per_entry"] = runs.drop_runs() / (n + fresh.size) * 1e9
     times, smalls = [], Study(directory(workdir, "small"), 1 << 30, sync)
     for r in range(1, 41, 2):
         small = distinct(rng, 4096)
@@ -130,7 +127,7 @@ def study(n, batch, queries, workdir, rng, sync):
         seconds, _ = timed(smalls.merge, [r], r + 1, np.setdiff1d(distinct(rng, 1000), small))
         times.append(seconds)
     row["small_merge_ms"] = float(np.median(times) * 1e3)
-    assert np.array_equal(merged, np.union1d(values, fresh))
+    assert np.array_equal(np.frombuffer(runs.values(2), np.uint64), np.union1d(values, fresh))
     return row
 
 
@@ -150,11 +147,9 @@ def markdown(rows):
         for name, value in row["scan_ns"].items():
             print("| %s | %s | %.3g |" % ("{:,}".format(row["n"]), name, value))
         merge = row["base_merge"]
-        print("| %s | base merge: %s entries, s (ns/entry: merge + delete + commit) "
+        print("| %s | base merge: %s entries, s (ns/entry: merge + drop + commit) "
               "| %.2f (%s) |" % ("{:,}".format(row["n"]), "{:,}".format(merge["entries"]), merge["s"],
                                  " + ".join("%.1f" % v for v in merge["ns_per_entry"].values())))
-        print("| %s | the merged run dropped whole (mdb_drop, commit), ns/entry | %.2f |" % (
-            "{:,}".format(row["n"]), row["drop_ns_per_entry"]))
         print("| %s | small merge 4,096 + 1,000, ms | %.2f |" % (
             "{:,}".format(row["n"]), row["small_merge_ms"]))
 

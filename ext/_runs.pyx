@@ -555,42 +555,95 @@ cdef int source_next(Source* s, MDB_cursor_op op) noexcept nogil:
     return rc
 
 
-cdef int merge_sources(Source* src, size_t m, RunWriter* wr) noexcept nogil:
-    """Merge the sources into ``wr``: the source with the smallest head gives
-    every entry up to the next smallest head at once."""
-    cdef size_t s, j, end
-    cdef Py_ssize_t best
+cdef int source_refill(Source* s) noexcept nogil:
+    """The run's next block, once the current one is used up."""
+    if s.i == s.n and s.cursor != NULL:
+        return source_next(s, MDB_NEXT)
+    return 0
+
+
+cdef int merge_two(Source* a, Source* b, RunWriter* wr) noexcept nogil:
+    """Merge two sources into ``wr`` without branches on the data, until the
+    block of one of them is used up or the buffer is full."""
+    cdef const uint64_t* x = a.vals
+    cdef const uint64_t* y = b.vals
+    cdef size_t i = a.i, j = b.i, k = wr.n, t
+    cdef uint64_t u, v
+    while i < a.n and j < b.n and k < OUT:
+        u, v = x[i], y[j]
+        t = u <= v
+        wr.out[k] = u if t else v
+        i += t
+        j += 1 - t
+        k += 1
+    a.i, b.i, wr.n = i, j, k
+    return source_refill(a) or source_refill(b)
+
+
+cdef inline uint64_t head(const Source* s) noexcept nogil:
+    return s.vals[s.i]
+
+
+cdef void sift_down(Source* src, size_t* heap, size_t n, size_t at) noexcept nogil:
+    """Restore the heap of sources (smallest head on top) below ``at``."""
+    cdef size_t child, s = heap[at]
+    while 2 * at + 1 < n:
+        child = 2 * at + 1
+        if child + 1 < n and head(&src[heap[child + 1]]) < head(&src[heap[child]]):
+            child += 1
+        if head(&src[s]) <= head(&src[heap[child]]):
+            break
+        heap[at] = heap[child]
+        at = child
+    heap[at] = s
+
+
+cdef int merge_sources(Source* src, size_t m, size_t* heap, RunWriter* wr) noexcept nogil:
+    """Merge the sources into ``wr``: two without branches on the data; more
+    from a heap, whose top gives every entry up to the next smallest head."""
+    cdef size_t s, j, end, n = 0
     cdef uint64_t bound
     cdef const uint64_t* p
-    cdef int rc
-    while True:
-        best, bound = -1, ~(<uint64_t>0)
-        for s in range(m):
-            if src[s].i < src[s].n:
-                if best < 0 or src[s].vals[src[s].i] < src[best].vals[src[best].i]:
-                    if best >= 0:
-                        bound = src[best].vals[src[best].i]
-                    best = s
-                elif src[s].vals[src[s].i] < bound:
-                    bound = src[s].vals[src[s].i]
-        if best < 0:
-            return writer_flush(wr, True)
-        p = src[best].vals + src[best].i
-        end = min(src[best].n - src[best].i, OUT - wr.n)
-        j = 0
-        while j < end and p[j] <= bound:
-            wr.out[wr.n + j] = p[j]
-            j += 1
-        wr.n += j
-        src[best].i += j
-        if src[best].i == src[best].n and src[best].cursor != NULL:
-            rc = source_next(&src[best], MDB_NEXT)
-            if rc:
-                return rc
-        if wr.n == OUT:
+    cdef int rc = 0
+    for s in range(m):
+        if src[s].i < src[s].n:
+            heap[n] = s
+            n += 1
+    for s in range(n // 2, 0, -1):
+        sift_down(src, heap, n, s - 1)
+    while n:
+        if n == 2:
+            rc = merge_two(&src[heap[0]], &src[heap[1]], wr)
+            for s in range(1, -1, -1):  # drop the sources used up, smaller head on top
+                if src[heap[s]].i == src[heap[s]].n:
+                    heap[s] = heap[n - 1]
+                    n -= 1
+            if n == 2 and head(&src[heap[1]]) < head(&src[heap[0]]):
+                heap[0], heap[1] = heap[1], heap[0]
+        else:
+            s = heap[0]
+            bound = ~(<uint64_t>0)
+            for j in range(1, 3 if n > 2 else n):
+                bound = min(bound, head(&src[heap[j]]))
+            p = src[s].vals + src[s].i
+            end = min(src[s].n - src[s].i, OUT - wr.n)
+            j = 0
+            while j < end and p[j] <= bound:
+                wr.out[wr.n + j] = p[j]
+                j += 1
+            wr.n += j
+            src[s].i += j
+            rc = source_refill(&src[s])
+            if src[s].i == src[s].n:
+                heap[0] = heap[n - 1]
+                n -= 1
+            if n:
+                sift_down(src, heap, n, 0)
+        if rc == 0 and wr.n == OUT:
             rc = writer_flush(wr, False)
-            if rc:
-                return rc
+        if rc:
+            return rc
+    return writer_flush(wr, True)
 
 
 # Today's table: a dupsort sub-database, the top 2 bytes of a value its key
@@ -644,12 +697,14 @@ cdef int scan_table(MDB_cursor* cursor, uint64_t lo, uint64_t hi, size_t* count)
 
 
 cdef enum:
-    SLOTS = 8  # the sub-databases of runs: run r in slot r % SLOTS
+    SLOTS = 32  # the sub-databases of runs: run r in slot r % SLOTS
+
+SLOT_COUNT = SLOTS  # a merge into the slot of one of its sources is refused
 
 
 cdef class Study:
     """An LMDB environment with runs in slot sub-databases (``runs:0`` to
-    ``runs:7``, emptied whole with mdb_drop when their run is merged) and one
+    ``runs:31``, emptied whole with mdb_drop when their run is merged) and one
     of today's tables (``table``); each write method is one transaction,
     durable unless ``sync`` is false (then the commit does not fsync)."""
 
@@ -744,6 +799,7 @@ cdef class Study:
         cdef size_t m = len(sources), n_extra = extra.shape[0] if extra is not None else 0
         cdef size_t s
         cdef Source* src = <Source*>calloc(m + 1, sizeof(Source))
+        cdef size_t* heap = <size_t*>malloc((m + 1) * sizeof(size_t))
         cdef MDB_txn* txn
         cdef RunWriter wr
         cdef int rc = 0
@@ -755,7 +811,7 @@ cdef class Study:
         if any(self.slot(r) == self.slot(run) for r in sources):
             raise ValueError("run %d would go to a source's slot" % run)
         try:
-            if src == NULL or wr.out == NULL:
+            if src == NULL or heap == NULL or wr.out == NULL:
                 raise MemoryError()
             for s in range(m):
                 src[s].run = sources[s]
@@ -775,7 +831,7 @@ cdef class Study:
                     if rc == 0:
                         rc = source_next(&src[s], MDB_SET_RANGE)
                 if rc == 0:
-                    rc = merge_sources(src, m + 1, &wr)
+                    rc = merge_sources(src, m + 1, heap, &wr)
                 t1 = now()
                 for s in range(m):
                     if src[s].cursor != NULL:
@@ -788,6 +844,7 @@ cdef class Study:
             for s in range(m if src != NULL else 0):
                 free(src[s].buf)
             free(src)
+            free(heap)
             free(wr.out)
         return {"blocks": wr.blocks, "merge_s": t1 - t0, "drop_s": t2 - t1,
                 "commit_s": now() - t2}

@@ -73,7 +73,7 @@ def test_merge_is_the_union_less_the_dropped(tmp_path):
     los, his = ranges(rng, want)
     assert np.array_equal(np.frombuffer(study.scan(4, los, his), np.uint64), counts(want, los, his))
     with pytest.raises(ValueError):
-        study.merge([4], 4 + 8)  # into the slot it would drop
+        study.merge([4], 4 + _runs.SLOT_COUNT)  # into the slot it would drop
 
 
 def test_merge_refuses_values_out_of_order(tmp_path):

@@ -1,0 +1,79 @@
+"""Issue 22: one table's worth of N random permuted fingerprints imported as
+compressed runs (simhashdb._runs) in batches of B, each batch a run, merged
+by each policy of tools/merge_policy.py with the real merge (RUNS.md).
+
+For each policy: the seconds of the import (batches sorted, written,
+merged; durable unless --nosync), the entries written per entry, the most
+live runs, and the bytes per entry at the end. A database of T tables does
+this T times over (RUNS.md's import target: 10M in 100k batches, 10 tables,
+<= 15 s).
+
+Usage: python tools/run_import.py [--n 10000000] [--batch 100000] [--nosync] [--policy NAME ...]
+Needs: numpy (in the test extras) and the native backend built.
+"""
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+from merge_policy import POLICIES
+
+from simhashdb._runs import SLOT_COUNT, Study
+
+
+def run_import(values, batch, plan, path, sync):
+    env = Study(path.encode(), 1 << 36, sync)
+    live, last, written, most = [], 0, 0, 0  # live: (run id, entries), oldest first
+
+    def new_run():  # an id whose slot no live run holds
+        nonlocal last
+        last += 1
+        while last % SLOT_COUNT in {run % SLOT_COUNT for run, _ in live}:
+            last += 1
+        return last
+
+    start = time.perf_counter()
+    for i in range(0, values.size, batch):
+        run = new_run()
+        env.write_run(run, np.sort(values[i:i + batch]))
+        live.append((run, min(batch, values.size - i)))
+        written += live[-1][1]
+        most = max(most, len(live))
+        while (m := plan([size for _, size in live], batch)):
+            run = new_run()
+            env.merge([r for r, _ in live[-m:]], run)
+            live[-m:] = [(run, sum(size for _, size in live[-m:]))]
+            written += live[-1][1]
+    seconds = time.perf_counter() - start
+    return {"s": seconds, "writes": written / values.size, "most_runs": most,
+            "bytes_per_entry": env.stat("runs")["bytes"] / values.size,
+            "file_bytes_per_entry": os.path.getsize(os.path.join(path, "data.mdb")) / values.size}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000_000)
+    parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--nosync", action="store_true", help="commit without fsync")
+    parser.add_argument("--policy", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    args = parser.parse_args()
+    values = np.random.default_rng(22).integers(0, 2**64, size=args.n, dtype=np.uint64)
+    print("| N, batch | policy | s (x 10 tables) | ns per entry written | writes per entry "
+          "| most runs | bytes/entry (pages, file) |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.policy:
+        workdir = tempfile.mkdtemp(prefix="run_import_")
+        try:
+            r = run_import(values, args.batch, POLICIES[name], workdir, not args.nosync)
+        finally:
+            shutil.rmtree(workdir)
+        print("| {:,}, {:,} | {} | {:.2f} ({:.1f}) | {:.1f} | {:.1f} | {} | {:.2f}, {:.2f} |".format(
+            args.n, args.batch, name, r["s"], 10 * r["s"], r["s"] / (r["writes"] * args.n) * 1e9,
+            r["writes"], r["most_runs"], r["bytes_per_entry"], r["file_bytes_per_entry"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -4,11 +4,15 @@ by each policy of tools/merge_policy.py with the real merge (RUNS.md).
 
 For each policy: the seconds of the import (batches sorted, written,
 merged; durable unless --nosync), the entries written per entry, the most
-live runs, and the bytes per entry at the end. A database of T tables does
+live runs, the bytes per entry at the end, and what a batch query then
+costs: --queries sorted random ranges of the 10M layout (run_study.py's)
+swept over every live run, in ns per range (best of 3, counts checked
+against numpy). A database of T tables does
 this T times over (RUNS.md's import target: 10M in 100k batches, 10 tables,
 <= 15 s).
 
-Usage: python tools/run_import.py [--n 10000000] [--batch 100000] [--nosync] [--policy NAME ...]
+Usage: python tools/run_import.py [--n 10000000] [--batch 100000] [--queries 200000] [--nosync]
+                                  [--policy NAME ...]
 Needs: numpy (in the test extras) and the native backend built.
 """
 
@@ -20,11 +24,19 @@ import time
 
 import numpy as np
 from merge_policy import POLICIES
+from run_study import expected, ranges
 
 from simhashdb._runs import SLOT_COUNT, Study
 
 
-def run_import(values, batch, plan, path, sync):
+def sweep_all(env, runs, los, his):
+    """Seconds to sweep the ranges over every run, and the counts."""
+    start = time.perf_counter()
+    counts = [np.frombuffer(env.sweep(run, los, his), np.uint64) for run in runs]
+    return time.perf_counter() - start, sum(counts)
+
+
+def run_import(values, batch, plan, path, sync, los, his):
     env = Study(path.encode(), 1 << 36, sync)
     live, last, written, most = [], 0, 0, 0  # live: (run id, entries), oldest first
 
@@ -48,7 +60,11 @@ def run_import(values, batch, plan, path, sync):
             live[-m:] = [(run, sum(size for _, size in live[-m:]))]
             written += live[-1][1]
     seconds = time.perf_counter() - start
+    runs = [run for run, _ in live]
+    sweep_s, counts = min(sweep_all(env, runs, los, his) for _ in range(3))
+    assert np.array_equal(counts, expected(np.sort(values), los, his))
     return {"s": seconds, "writes": written / values.size, "most_runs": most,
+            "runs": len(runs), "sweep_ns": sweep_s / los.size * 1e9,
             "bytes_per_entry": env.stat("runs")["bytes"] / values.size,
             "file_bytes_per_entry": os.path.getsize(os.path.join(path, "data.mdb")) / values.size}
 
@@ -57,22 +73,27 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000_000)
     parser.add_argument("--batch", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200_000)
     parser.add_argument("--nosync", action="store_true", help="commit without fsync")
     parser.add_argument("--policy", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     args = parser.parse_args()
-    values = np.random.default_rng(22).integers(0, 2**64, size=args.n, dtype=np.uint64)
+    rng = np.random.default_rng(22)
+    values = rng.integers(0, 2**64, size=args.n, dtype=np.uint64)
+    los, his = ranges(np.sort(rng.integers(0, 2**64, size=args.queries, dtype=np.uint64)))
     print("| N, batch | policy | s (x 10 tables) | ns per entry written | writes per entry "
-          "| most runs | bytes/entry (pages, file) |")
-    print("|---|---|---|---|---|---|---|")
+          "| most runs | bytes/entry (pages, file) | runs at the end: sweep ns per range |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.policy:
         workdir = tempfile.mkdtemp(prefix="run_import_")
         try:
-            r = run_import(values, args.batch, POLICIES[name], workdir, not args.nosync)
+            r = run_import(values, args.batch, POLICIES[name], workdir, not args.nosync, los, his)
         finally:
             shutil.rmtree(workdir)
-        print("| {:,}, {:,} | {} | {:.2f} ({:.1f}) | {:.1f} | {:.1f} | {} | {:.2f}, {:.2f} |".format(
-            args.n, args.batch, name, r["s"], 10 * r["s"], r["s"] / (r["writes"] * args.n) * 1e9,
-            r["writes"], r["most_runs"], r["bytes_per_entry"], r["file_bytes_per_entry"]))
+        print("| {:,}, {:,} | {} | {:.2f} ({:.1f}) | {:.1f} | {:.1f} | {} | {:.2f}, {:.2f} "
+              "| {}: {:.0f} |".format(
+                  args.n, args.batch, name, r["s"], 10 * r["s"], r["s"] / (r["writes"] * args.n) * 1e9,
+                  r["writes"], r["most_runs"], r["bytes_per_entry"], r["file_bytes_per_entry"],
+                  r["runs"], r["sweep_ns"]))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ a value as key, its other 6 as fixed-size duplicates) for comparison.
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
-from libc.string cimport memmove, memset
+from libc.string cimport memcpy, memmove, memset
 
 from simhashdb.errors import DatabaseError
 
@@ -577,73 +577,117 @@ cdef int merge_two(Source* a, Source* b, RunWriter* wr) noexcept nogil:
         j += 1 - t
         k += 1
     a.i, b.i, wr.n = i, j, k
-    return source_refill(a) or source_refill(b)
+    return 0
 
 
-cdef inline uint64_t head(const Source* s) noexcept nogil:
-    return s.vals[s.i]
+cdef size_t merge_arrays(const uint64_t* a, size_t na, const uint64_t* b, size_t nb,
+                         uint64_t* out) noexcept nogil:
+    """Merge sorted ``a`` and ``b`` into ``out`` without branches on the data."""
+    cdef size_t i = 0, j = 0, k = 0, t
+    cdef uint64_t u, v
+    while i < na and j < nb:
+        u, v = a[i], b[j]
+        t = u <= v
+        out[k] = u if t else v
+        i += t
+        j += 1 - t
+        k += 1
+    memcpy(out + k, a + i, (na - i) * sizeof(uint64_t))
+    k += na - i
+    memcpy(out + k, b + j, (nb - j) * sizeof(uint64_t))
+    return k + nb - j
 
 
-cdef void sift_down(Source* src, size_t* heap, size_t n, size_t at) noexcept nogil:
-    """Restore the heap of sources (smallest head on top) below ``at``."""
-    cdef size_t child, s = heap[at]
-    while 2 * at + 1 < n:
-        child = 2 * at + 1
-        if child + 1 < n and head(&src[heap[child + 1]]) < head(&src[heap[child]]):
-            child += 1
-        if head(&src[s]) <= head(&src[heap[child]]):
-            break
-        heap[at] = heap[child]
-        at = child
-    heap[at] = s
-
-
-cdef int merge_sources(Source* src, size_t m, size_t* heap, RunWriter* wr) noexcept nogil:
-    """Merge the sources into ``wr``: two without branches on the data; more
-    from a heap, whose top gives every entry up to the next smallest head."""
-    cdef size_t s, j, end, n = 0
-    cdef uint64_t bound
-    cdef const uint64_t* p
-    cdef int rc = 0
-    for s in range(m):
-        if src[s].i < src[s].n:
-            heap[n] = s
-            n += 1
-    for s in range(n // 2, 0, -1):
-        sift_down(src, heap, n, s - 1)
+cdef int writer_take(RunWriter* wr, const uint64_t* values, size_t n) noexcept nogil:
+    """Add sorted ``values`` to the writer's buffer, putting blocks as it fills."""
+    cdef size_t part
+    cdef int rc
     while n:
-        if n == 2:
-            rc = merge_two(&src[heap[0]], &src[heap[1]], wr)
-            for s in range(1, -1, -1):  # drop the sources used up, smaller head on top
-                if src[heap[s]].i == src[heap[s]].n:
-                    heap[s] = heap[n - 1]
-                    n -= 1
-            if n == 2 and head(&src[heap[1]]) < head(&src[heap[0]]):
-                heap[0], heap[1] = heap[1], heap[0]
-        else:
-            s = heap[0]
-            bound = ~(<uint64_t>0)
-            for j in range(1, 3 if n > 2 else n):
-                bound = min(bound, head(&src[heap[j]]))
-            p = src[s].vals + src[s].i
-            end = min(src[s].n - src[s].i, OUT - wr.n)
-            j = 0
-            while j < end and p[j] <= bound:
-                wr.out[wr.n + j] = p[j]
-                j += 1
-            wr.n += j
-            src[s].i += j
-            rc = source_refill(&src[s])
-            if src[s].i == src[s].n:
-                heap[0] = heap[n - 1]
-                n -= 1
-            if n:
-                sift_down(src, heap, n, 0)
-        if rc == 0 and wr.n == OUT:
+        part = min(n, OUT - wr.n)
+        memcpy(wr.out + wr.n, values, part * sizeof(uint64_t))
+        wr.n += part
+        values += part
+        n -= part
+        if wr.n == OUT:
             rc = writer_flush(wr, False)
+            if rc:
+                return rc
+    return 0
+
+
+cdef inline size_t upper_bound(const uint64_t* a, size_t n, uint64_t x) noexcept nogil:
+    """How many of the sorted ``a[:n]`` are at most ``x``."""
+    cdef size_t lo = 0, half
+    while n:
+        half = n // 2
+        if a[lo + half] <= x:
+            lo += half + 1
+            n -= half + 1
+        else:
+            n = half
+    return lo
+
+
+cdef int merge_round(Source* src, size_t* live, size_t n, uint64_t** bufs, RunWriter* wr) noexcept nogil:
+    """Merge the entries of the ``n`` live sources up to the first end of one of
+    their blocks (MOST entries at most from an array) into ``wr``: the pieces
+    merged pairwise without branches, log2(n) passes between two buffers."""
+    cdef const uint64_t* piece[64]
+    cdef size_t size[64]
+    cdef size_t s, k, count = n, at, flip = 0
+    cdef uint64_t horizon = ~(<uint64_t>0)
+    cdef Source* x
+    for k in range(n):
+        x = &src[live[k]]
+        horizon = min(horizon, x.vals[min(x.n, x.i + MOST) - 1])
+    for k in range(n):
+        x = &src[live[k]]
+        piece[k] = x.vals + x.i
+        size[k] = upper_bound(piece[k], min(x.n - x.i, MOST), horizon)
+        x.i += size[k]
+    while count > 1:
+        at = 0
+        for k in range(0, count, 2):
+            if k + 1 < count:
+                s = merge_arrays(piece[k], size[k], piece[k + 1], size[k + 1], bufs[flip] + at)
+            else:
+                s = size[k]
+                memcpy(bufs[flip] + at, piece[k], s * sizeof(uint64_t))
+            piece[k // 2], size[k // 2] = bufs[flip] + at, s
+            at += s
+        count = (count + 1) // 2
+        flip = 1 - flip
+    return writer_take(wr, piece[0], size[0])
+
+
+cdef int merge_sources(Source* src, size_t m, size_t* live, uint64_t** bufs,
+                       RunWriter* wr) noexcept nogil:
+    """Merge the sources into ``wr``: one copied, two merged as they stream,
+    more in rounds (merge_round)."""
+    cdef size_t s, n
+    cdef int rc = 0
+    while True:
+        n = 0
+        for s in range(m):
+            if src[s].i < src[s].n:
+                live[n] = s
+                n += 1
+        if n == 0:
+            return writer_flush(wr, True)
+        if n == 1:
+            rc = writer_take(wr, src[live[0]].vals + src[live[0]].i, src[live[0]].n - src[live[0]].i)
+            src[live[0]].i = src[live[0]].n
+        elif n == 2:
+            rc = merge_two(&src[live[0]], &src[live[1]], wr)
+            if rc == 0 and wr.n == OUT:
+                rc = writer_flush(wr, False)
+        else:
+            rc = merge_round(src, live, n, bufs, wr)
+        for s in range(n):
+            if rc == 0:
+                rc = source_refill(&src[live[s]])
         if rc:
             return rc
-    return writer_flush(wr, True)
 
 
 # Today's table: a dupsort sub-database, the top 2 bytes of a value its key
@@ -799,19 +843,24 @@ cdef class Study:
         cdef size_t m = len(sources), n_extra = extra.shape[0] if extra is not None else 0
         cdef size_t s
         cdef Source* src = <Source*>calloc(m + 1, sizeof(Source))
-        cdef size_t* heap = <size_t*>malloc((m + 1) * sizeof(size_t))
+        cdef size_t* live = <size_t*>malloc((m + 1) * sizeof(size_t))
+        cdef uint64_t* bufs[2]
         cdef MDB_txn* txn
         cdef RunWriter wr
         cdef int rc = 0
         cdef double t0, t1, t2
         wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
+        bufs[0] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
+        bufs[1] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
         wr.run, wr.clean, wr.n, wr.blocks, wr.guess, wr.cursor = run, 0, 0, 0, 2, NULL
         wr.n_drop = drop.shape[0] if drop is not None else 0
         wr.drop = &drop[0] if wr.n_drop else NULL
+        if m >= 64:
+            raise ValueError("at most 63 runs are merged at once")
         if any(self.slot(r) == self.slot(run) for r in sources):
             raise ValueError("run %d would go to a source's slot" % run)
         try:
-            if src == NULL or heap == NULL or wr.out == NULL:
+            if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
                 raise MemoryError()
             for s in range(m):
                 src[s].run = sources[s]
@@ -831,7 +880,7 @@ cdef class Study:
                     if rc == 0:
                         rc = source_next(&src[s], MDB_SET_RANGE)
                 if rc == 0:
-                    rc = merge_sources(src, m + 1, heap, &wr)
+                    rc = merge_sources(src, m + 1, live, bufs, &wr)
                 t1 = now()
                 for s in range(m):
                     if src[s].cursor != NULL:
@@ -844,7 +893,9 @@ cdef class Study:
             for s in range(m if src != NULL else 0):
                 free(src[s].buf)
             free(src)
-            free(heap)
+            free(live)
+            free(bufs[0])
+            free(bufs[1])
             free(wr.out)
         return {"blocks": wr.blocks, "merge_s": t1 - t0, "drop_s": t2 - t1,
                 "commit_s": now() - t2}

@@ -58,10 +58,11 @@ def test_runs_read_back_and_scan_exactly(tmp_path):
 def test_merge_is_the_union_less_the_dropped(tmp_path):
     rng = np.random.default_rng(7)
     study = _runs.Study(str(tmp_path).encode(), 1 << 30)
-    # more than the writer's buffer (4 * 65536 values), and entries held by two runs
+    # more than the writer's buffer (16k values), entries held by two runs, and
+    # more extra values than a merge round takes from an array (4k)
     a, b = np.unique(rng.integers(0, 2**64, 400_000, dtype=np.uint64)), np.arange(3000, dtype=np.uint64)
     c = np.ascontiguousarray(np.concatenate([b[1000:], a[::7]]))
-    extra = np.unique(np.concatenate([a[:100], rng.integers(0, 2**64, 1000, dtype=np.uint64)]))
+    extra = np.unique(np.concatenate([a[:100], rng.integers(0, 2**64, 20_000, dtype=np.uint64)]))
     drop = np.ascontiguousarray(np.concatenate([b[::3], a[::5]]))
     drop.sort()
     for run, stored in ((1, a), (2, b), (3, c)):

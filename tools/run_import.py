@@ -4,10 +4,10 @@ by each policy of tools/merge_policy.py with the real merge (RUNS.md).
 
 For each policy: the seconds of the import (batches sorted, written,
 merged; durable unless --nosync), the entries written per entry, the most
-live runs, the bytes per entry at the end, and what a batch query then
-costs: --queries sorted random ranges of the 10M layout (run_study.py's)
-swept over every live run, in ns per range (best of 3, counts checked
-against numpy). A database of T tables does
+live runs, the bytes per entry at the end, what a batch query then
+costs (--queries sorted random ranges of the 10M layout, run_study.py's,
+swept over every live run, in ns per range: best of 3, counts checked
+against numpy), and the seconds of a compaction of the live runs into one. A database of T tables does
 this T times over (RUNS.md's import target: 10M in 100k batches, 10 tables,
 <= 15 s).
 
@@ -63,10 +63,15 @@ def run_import(values, batch, plan, path, sync, los, his):
     runs = [run for run, _ in live]
     sweep_s, counts = min(sweep_all(env, runs, los, his) for _ in range(3))
     assert np.array_equal(counts, expected(np.sort(values), los, his))
-    return {"s": seconds, "writes": written / values.size, "most_runs": most,
-            "runs": len(runs), "sweep_ns": sweep_s / los.size * 1e9,
-            "bytes_per_entry": env.stat("runs")["bytes"] / values.size,
-            "file_bytes_per_entry": os.path.getsize(os.path.join(path, "data.mdb")) / values.size}
+    out = {"s": seconds, "writes": written / values.size, "most_runs": most, "runs": len(runs),
+           "sweep_ns": sweep_s / los.size * 1e9,
+           "bytes_per_entry": env.stat("runs")["bytes"] / values.size,
+           "file_bytes_per_entry": os.path.getsize(os.path.join(path, "data.mdb")) / values.size}
+    start = time.perf_counter()
+    if len(runs) > 1:
+        env.merge(runs, new_run())
+    out["compact_s"] = time.perf_counter() - start
+    return out
 
 
 def main():
@@ -81,8 +86,9 @@ def main():
     values = rng.integers(0, 2**64, size=args.n, dtype=np.uint64)
     los, his = ranges(np.sort(rng.integers(0, 2**64, size=args.queries, dtype=np.uint64)))
     print("| N, batch | policy | s (x 10 tables) | ns per entry written | writes per entry "
-          "| most runs | bytes/entry (pages, file) | runs at the end: sweep ns per range |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| most runs | bytes/entry (pages, file) | runs at the end: sweep ns per range "
+          "| compaction s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in args.policy:
         workdir = tempfile.mkdtemp(prefix="run_import_")
         try:
@@ -90,10 +96,10 @@ def main():
         finally:
             shutil.rmtree(workdir)
         print("| {:,}, {:,} | {} | {:.2f} ({:.1f}) | {:.1f} | {:.1f} | {} | {:.2f}, {:.2f} "
-              "| {}: {:.0f} |".format(
+              "| {}: {:.0f} | {:.2f} |".format(
                   args.n, args.batch, name, r["s"], 10 * r["s"], r["s"] / (r["writes"] * args.n) * 1e9,
                   r["writes"], r["most_runs"], r["bytes_per_entry"], r["file_bytes_per_entry"],
-                  r["runs"], r["sweep_ns"]))
+                  r["runs"], r["sweep_ns"], r["compact_s"]))
 
 
 if __name__ == "__main__":

@@ -112,20 +112,6 @@ cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept
     return x & ((~(<uint64_t>0)) >> (64 - width))
 
 
-cdef inline void write_bits(uint8_t* p, size_t pos, uint64_t x, int width) noexcept nogil:
-    """OR ``width`` bits of ``x`` (which has no others) in at bit ``pos`` of ``p``."""
-    cdef uint8_t* q = p + (pos >> 3)
-    cdef int s = pos & 7, done
-    if width == 0:
-        return
-    q[0] |= <uint8_t>(x << s)
-    done = 8 - s
-    while done < width:
-        q += 1
-        q[0] |= <uint8_t>(x >> done)
-        done += 8
-
-
 cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
     cdef int i
     for i in range(n):

@@ -51,10 +51,11 @@ if flags is None:
         % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/_tables.pxi"],
+                                depends=["ext/guard.h", "ext/_tables.pxi", "ext/_runs.pxi"],
                                 extra_compile_args=["-O3"], **flags))
     # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
-    extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"], depends=["ext/guard.h"],
+    extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"],
+                                depends=["ext/guard.h", "ext/_runs.pxi"],
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

@@ -1,0 +1,629 @@
+# Compressed sorted runs (issue 22, RUNS.md), shared by _runs (the study) and
+# _lmdb (tables kept as runs). The host module provides the LMDB and guard.h
+# declarations, popcount64/ctz64/clz64, read_be/write_be and NO_MEMORY.
+
+cdef enum:
+    BLOCK_BYTES = 996   # a block's value: four items of a 12-byte key fill a 4 KiB page
+    MOST = 4 * BLOCK_BYTES  # more entries than a block holds: each takes over 2 of its bits
+    PAD = 16            # zero bytes after a copied block, so word reads stay inside
+cdef size_t NOWHERE = <size_t>-1
+cdef int CORRUPTED = -30796  # MDB_CORRUPTED
+
+
+# Bits
+
+cdef inline uint64_t load_le64(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
+            | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
+            | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
+
+
+cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept nogil:
+    """``width`` (< 64) bits at bit ``pos`` of ``p``, least significant first."""
+    cdef const uint8_t* q = p + (pos >> 3)
+    cdef int s = pos & 7
+    cdef uint64_t x
+    if width == 0:
+        return 0
+    x = load_le64(q) >> s
+    if s + width > 64:
+        x |= (<uint64_t>q[8]) << (64 - s)
+    return x & ((~(<uint64_t>0)) >> (64 - width))
+
+
+# Blocks: the first value in the key; the value holds c (2 bytes, little-endian),
+# L (1 byte), the low L bits of each offset x_i = v_i - first (i < c), packed,
+# then the high bit vector, bit (x_i >> L) + i set for each i (Elias-Fano)
+
+cdef inline int low_width(uint64_t span, size_t c) noexcept nogil:
+    """Elias-Fano's low width for ``c`` offsets up to ``span``: floor(log2(span / c))."""
+    cdef uint64_t q = span // c if c else 0
+    return 63 - clz64(q) if q else 0
+
+
+cdef inline size_t block_size(uint64_t span, size_t c) noexcept nogil:
+    cdef int L = low_width(span, c)
+    return 3 + (c * L + 7) // 8 + ((span >> L) + c + 7) // 8
+
+
+cdef inline void store_le(uint8_t* p, uint64_t x, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        p[i] = (x >> (8 * i)) & 0xFF
+
+
+cdef size_t encode_block(const uint64_t* values, size_t n, uint8_t* out) noexcept nogil:
+    """Encode sorted distinct ``values[1:n]`` as offsets from ``values[0]`` into ``out``
+    (the size it returns, and 8 bytes more, writable)."""
+    cdef size_t c = n - 1, i, pos, size = block_size(values[c] - values[0], c), w = 0
+    cdef int L = low_width(values[c] - values[0], c), fill = 0
+    cdef uint64_t mask = ((<uint64_t>1) << L) - 1, x, acc = 0, spill, word = 0
+    cdef uint8_t* low = out + 3
+    cdef uint8_t* high = low + (c * L + 7) // 8
+    memset(out, 0, size)
+    out[0], out[1], out[2] = c & 0xFF, c >> 8, L
+    for i in range(c):  # the low bits, a word at a time and without branches
+        x = (values[i + 1] - values[0]) & mask
+        acc |= x << fill
+        spill = (x >> 1) >> (63 - fill)  # the bits that pass the word, if it fills
+        fill += L
+        store_le(low, acc, 8)  # may pass into the high bits, which are written next
+        low += 8 * (fill >> 6)
+        acc = spill if fill >= 64 else acc
+        fill &= 63
+    store_le(low, acc, 8)
+    for i in range(c):  # the high bits, a word at a time
+        pos = ((values[i + 1] - values[0]) >> L) + i
+        if pos >> 6 != w:
+            store_le(high + 8 * w, word, 8)
+            w, word = pos >> 6, 0
+        word |= (<uint64_t>1) << (pos & 63)
+    store_le(high + 8 * w, word, 8)
+    return size
+
+
+cdef struct Block:
+    uint64_t first
+    size_t c
+    int L
+    const uint8_t* low
+    const uint8_t* high
+    size_t high_words
+    uint8_t buf[BLOCK_BYTES + PAD]
+
+
+cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil:
+    """Copy a block out of the map (guarded) and check its header."""
+    cdef size_t low_bytes
+    if k.mv_size != 12 or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
+        return CORRUPTED
+    if g_copy(b.buf, v.mv_data, v.mv_size):
+        return CORRUPTED
+    memset(b.buf + v.mv_size, 0, PAD)
+    b.first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+    b.c, b.L = b.buf[0] | (<size_t>b.buf[1] << 8), b.buf[2]
+    low_bytes = (b.c * b.L + 7) // 8
+    if b.c >= MOST or b.L > 63 or 3 + low_bytes > v.mv_size:
+        return CORRUPTED
+    b.low = b.buf + 3
+    b.high = b.low + low_bytes
+    b.high_words = (v.mv_size - 3 - low_bytes + 7) // 8
+    return 0
+
+
+cdef inline size_t select_zero(const Block* b, uint64_t r) noexcept nogil:
+    """The position of the ``r``-th (from 1) zero of the high bits, reading
+    the padding after them as zeros; NOWHERE past the padding."""
+    cdef size_t w
+    cdef uint64_t zeros
+    cdef int z
+    for w in range(b.high_words + 1):
+        zeros = ~load_le64(b.high + 8 * w)
+        z = popcount64(zeros)
+        if r <= <uint64_t>z:
+            while r > 1:
+                zeros &= zeros - 1
+                r -= 1
+            return 64 * w + ctz64(zeros)
+        r -= z
+    return NOWHERE
+
+
+cdef int decode_block(const Block* b, uint64_t* out) noexcept nogil:
+    """Every entry of the block into ``out`` (c + 1 of them), in order."""
+    cdef size_t i = 0, w, p
+    cdef uint64_t word
+    out[0] = b.first
+    for w in range(b.high_words):
+        if i == b.c:
+            break
+        word = load_le64(b.high + 8 * w)
+        while word and i < b.c:
+            p = 64 * w + ctz64(word)
+            word &= word - 1
+            out[i + 1] = b.first + ((<uint64_t>(p - i) << b.L) | read_bits(b.low, i * b.L, b.L))
+            i += 1
+    return 0 if i == b.c else CORRUPTED
+
+
+# Reading a run: a cursor over its blocks, an entry at a time
+
+cdef struct RunIter:
+    MDB_cursor* cursor
+    uint32_t run
+    bint more       # blocks of the run may follow the current one
+    size_t i        # the next entry of the block: 0 its first, i its (i-1)-th offset
+    size_t pos      # where the next offset's high bit is looked for
+    Block b
+
+
+cdef inline bint in_run(const MDB_val* k, uint32_t run) noexcept nogil:
+    return k.mv_size == 12 and read_be(<const uint8_t*>k.mv_data, 4) == run
+
+
+cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
+    """Position ``it`` so that iter_next gives the run's entries from the
+    bucket of ``lo`` on (the few before ``lo`` there are the caller's to skip)."""
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef uint64_t t
+    cdef size_t z
+    cdef int rc
+    write_be(key, it.run, 4)
+    write_be(key + 4, lo, 8)
+    k.mv_size, k.mv_data = 12, key
+    it.more, it.i, it.b.c = False, 1, 0  # empty, until a block is found
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
+    if rc == 0 and in_run(&k, it.run) and read_be(<const uint8_t*>k.mv_data + 4, 8) == lo:
+        it.more, it.i, it.pos = True, 0, 0
+        return load_block(&it.b, &k, &v)
+    if rc and rc != MDB_NOTFOUND:
+        return rc
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_PREV if rc == 0 else MDB_LAST)
+    if rc == 0 and in_run(&k, it.run):  # the block before lo: start at lo's bucket
+        rc = load_block(&it.b, &k, &v)
+        if rc:
+            return rc
+        it.more = True
+        t = (lo - it.b.first) >> it.b.L
+        it.i, it.pos = 1, 0
+        if t:  # past the t-th zero, before which t buckets end
+            z = select_zero(&it.b, t)
+            if z == NOWHERE:
+                it.i = it.b.c + 1
+            else:
+                it.pos, it.i = z + 1, 2 + z - t
+        return 0
+    if rc and rc != MDB_NOTFOUND:
+        return rc
+    k.mv_size, k.mv_data = 12, key  # lo is before the run's first block
+    rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
+    if rc == 0 and in_run(&k, it.run):
+        it.more, it.i, it.pos = True, 0, 0
+        return load_block(&it.b, &k, &v)
+    return 0 if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int iter_next(RunIter* it, uint64_t* out) noexcept nogil:
+    """The next entry of the run into ``out``: 0, MDB_NOTFOUND at its end, or an error."""
+    cdef MDB_val k, v
+    cdef uint64_t word
+    cdef size_t w, p
+    cdef int rc
+    while it.i > it.b.c:
+        if not it.more:
+            return MDB_NOTFOUND
+        rc = g_cursor_get(it.cursor, &k, &v, MDB_NEXT)
+        if rc == 0 and not in_run(&k, it.run):
+            rc = MDB_NOTFOUND
+        if rc:
+            it.more = False
+            return rc
+        rc = load_block(&it.b, &k, &v)
+        if rc:
+            return rc
+        it.i, it.pos = 0, 0
+    if it.i == 0:
+        it.i = 1
+        out[0] = it.b.first
+        return 0
+    w = it.pos >> 6
+    word = load_le64(it.b.high + 8 * w) & ((~(<uint64_t>0)) << (it.pos & 63)) \
+        if w < it.b.high_words else 0
+    while word == 0:
+        w += 1
+        if w >= it.b.high_words:
+            return CORRUPTED
+        word = load_le64(it.b.high + 8 * w)
+    p = 64 * w + ctz64(word)
+    out[0] = it.b.first + ((<uint64_t>(p - (it.i - 1)) << it.b.L)
+                           | read_bits(it.b.low, (it.i - 1) * it.b.L, it.b.L))
+    it.i += 1
+    it.pos = p + 1
+    return 0
+
+
+cdef int scan_run(RunIter* it, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
+    """Count the run's entries in [lo, hi]."""
+    cdef uint64_t x
+    cdef int rc = iter_seek(it, lo)
+    while rc == 0:
+        rc = iter_next(it, &x)
+        if rc == 0 and x > hi:
+            return 0
+        if rc == 0 and x >= lo:
+            count[0] += 1
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+# A batch of ranges sorted by their start: the block that holds a range's
+# start is kept while the next ranges start in it, and the cursor moves on to
+# the next block before it seeks
+
+cdef size_t block_rank(const Block* b, uint64_t x) noexcept nogil:
+    """How many of the block's entries are at most ``x``: the ones before the
+    bucket of ``x`` (found with select_zero), then those in it up to ``x``."""
+    cdef uint64_t d, t, low
+    cdef size_t i = 0, p = 0, z
+    if x < b.first:
+        return 0
+    d = x - b.first
+    t, low = d >> b.L, d & ((((<uint64_t>1) << b.L) - 1) if b.L else 0)
+    if t:
+        z = select_zero(b, t)
+        if z == NOWHERE:
+            return b.c + 1
+        p, i = z + 1, z + 1 - t
+    while i < b.c and (b.high[p >> 3] >> (p & 7)) & 1 and read_bits(b.low, i * b.L, b.L) <= low:
+        i += 1
+        p += 1
+    return i + 1
+
+
+cdef struct Sweep:
+    RunIter it          # its block the kept one, its cursor on the block after it
+    bint kept, has_next
+    uint64_t next_first
+
+
+cdef int sweep_keep(Sweep* sw) noexcept nogil:
+    """Keep the block in ``sw.it.b`` and look at the next block's first value."""
+    cdef MDB_val k, v
+    cdef int rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
+    sw.kept = True
+    sw.has_next = rc == 0 and in_run(&k, sw.it.run)
+    if sw.has_next:
+        sw.next_first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+    return 0 if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int sweep_to(Sweep* sw, uint64_t lo) noexcept nogil:
+    """Keep the block that holds ``lo``: the next one if it does, else a seek."""
+    cdef MDB_val k, v
+    cdef int rc
+    if sw.has_next:
+        rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_GET_CURRENT)
+        if rc == 0:
+            rc = load_block(&sw.it.b, &k, &v)
+        if rc == 0:
+            rc = sweep_keep(sw)
+        if rc or not sw.has_next or lo < sw.next_first:
+            return rc
+    rc = iter_seek(&sw.it, lo)
+    if rc or not sw.it.more:  # an empty run
+        sw.kept = sw.has_next = False
+        return rc
+    return sweep_keep(sw)
+
+
+cdef int sweep_count(Sweep* sw, RunIter* rest, uint64_t lo, uint64_t hi, size_t* count) noexcept nogil:
+    """Count the run's entries in [lo, hi] (``lo`` at least the last range's)."""
+    cdef int rc = 0
+    if sw.has_next and lo >= sw.next_first:
+        rc = sweep_to(sw, lo)
+        if rc:
+            return rc
+    if sw.kept:
+        count[0] += block_rank(&sw.it.b, hi) - (block_rank(&sw.it.b, lo - 1) if lo else 0)
+    if sw.has_next and hi >= sw.next_first:  # the range goes on past the block
+        rc = scan_run(rest, sw.next_first, hi, count)
+    return rc
+
+
+# Writing a run: values gathered in a buffer, checked, and cut into blocks,
+# each appended; the last, unfinished block stays in the buffer
+
+cdef enum:
+    OUT = 4 * MOST      # the buffer's values: a full block fits three times over
+
+
+cdef struct RunWriter:
+    MDB_cursor* cursor
+    uint32_t run
+    uint64_t* out       # OUT values: [0, clean) checked, [clean, n) not yet
+    size_t clean, n
+    uint64_t last       # the last value put in a block, when blocks > 0
+    const uint64_t* drop  # sorted values to leave out, and how many are left
+    size_t n_drop
+    size_t blocks, guess, entries
+    uint8_t buf[BLOCK_BYTES + PAD]
+
+
+cdef inline bint fits(const uint64_t* a, size_t n, size_t avail) noexcept nogil:
+    return n <= avail and block_size(a[n - 1] - a[0], n - 1) <= BLOCK_BYTES
+
+
+cdef size_t block_length(RunWriter* wr, const uint64_t* a, size_t avail) noexcept nogil:
+    """How many of ``a`` the next block takes: a length that fits when the next
+    does not, galloping from the last block's length."""
+    cdef size_t lo = 1, hi = wr.guess, mid, step = 1
+    if fits(a, hi, avail):
+        lo = hi
+        while fits(a, lo + step, avail):
+            lo += step
+            step *= 2
+        hi = lo + step
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        if fits(a, mid, avail):
+            lo = mid
+        else:
+            hi = mid
+    wr.guess = lo if lo > 1 else 2
+    return lo
+
+
+cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
+    """Check the new values (ascending; equal ones and dropped ones left out),
+    put every block they complete (all of them when ``final``), and keep the rest."""
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef size_t i, w = wr.clean, start = 0, n
+    cdef uint64_t x, prev = wr.out[w - 1] if w else wr.last
+    cdef bint any = w or wr.blocks
+    cdef int rc
+    for i in range(wr.clean, wr.n):
+        x = wr.out[i]
+        if any and x <= prev:
+            if x == prev:
+                continue
+            return CORRUPTED
+        while wr.n_drop and wr.drop[0] < x:
+            wr.drop += 1
+            wr.n_drop -= 1
+        if wr.n_drop and wr.drop[0] == x:
+            continue
+        wr.out[w] = prev = x
+        w += 1
+        any = True
+    while w - start > MOST or (final and w > start):
+        n = block_length(wr, wr.out + start, w - start)
+        write_be(key, wr.run, 4)
+        write_be(key + 4, wr.out[start], 8)
+        k.mv_size, k.mv_data = 12, key
+        v.mv_size, v.mv_data = encode_block(wr.out + start, n, wr.buf), wr.buf
+        rc = g_cursor_put(wr.cursor, &k, &v, MDB_APPEND)
+        if rc:
+            return rc
+        wr.blocks += 1
+        wr.entries += n
+        wr.last = wr.out[start + n - 1]
+        start += n
+    memmove(wr.out, wr.out + start, (w - start) * sizeof(uint64_t))
+    wr.clean = wr.n = w - start
+    return 0
+
+
+# Reading runs to merge: a block decoded at a time into an array
+
+cdef struct Source:
+    MDB_cursor* cursor  # NULL: ``vals`` is the whole source
+    MDB_dbi dbi
+    uint32_t run
+    const uint64_t* vals
+    size_t i, n         # the next entry of vals, and how many it holds
+    uint64_t* buf       # MOST values, a decoded block
+    Block b
+
+
+cdef int source_next(Source* s, MDB_cursor_op op) noexcept nogil:
+    """Decode the run's next block (the first with MDB_SET_RANGE); n = 0 at its end."""
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef int rc
+    write_be(key, s.run, 4)
+    memset(key + 4, 0, 8)
+    k.mv_size, k.mv_data = 12, key
+    s.i = s.n = 0
+    rc = g_cursor_get(s.cursor, &k, &v, op)
+    if rc == MDB_NOTFOUND or (rc == 0 and not in_run(&k, s.run)):
+        return 0
+    if rc == 0:
+        rc = load_block(&s.b, &k, &v)
+    if rc == 0:
+        rc = decode_block(&s.b, s.buf)
+        s.n = s.b.c + 1
+    return rc
+
+
+cdef int source_refill(Source* s) noexcept nogil:
+    """The run's next block, once the current one is used up."""
+    if s.i == s.n and s.cursor != NULL:
+        return source_next(s, MDB_NEXT)
+    return 0
+
+
+cdef int merge_two(Source* a, Source* b, RunWriter* wr) noexcept nogil:
+    """Merge two sources into ``wr`` without branches on the data, until the
+    block of one of them is used up or the buffer is full."""
+    cdef const uint64_t* x = a.vals
+    cdef const uint64_t* y = b.vals
+    cdef size_t i = a.i, j = b.i, k = wr.n, t
+    cdef uint64_t u, v
+    while i < a.n and j < b.n and k < OUT:
+        u, v = x[i], y[j]
+        t = u <= v
+        wr.out[k] = u if t else v
+        i += t
+        j += 1 - t
+        k += 1
+    a.i, b.i, wr.n = i, j, k
+    return 0
+
+
+cdef size_t merge_arrays(const uint64_t* a, size_t na, const uint64_t* b, size_t nb,
+                         uint64_t* out) noexcept nogil:
+    """Merge sorted ``a`` and ``b`` into ``out`` without branches on the data."""
+    cdef size_t i = 0, j = 0, k = 0, t
+    cdef uint64_t u, v
+    while i < na and j < nb:
+        u, v = a[i], b[j]
+        t = u <= v
+        out[k] = u if t else v
+        i += t
+        j += 1 - t
+        k += 1
+    memcpy(out + k, a + i, (na - i) * sizeof(uint64_t))
+    k += na - i
+    memcpy(out + k, b + j, (nb - j) * sizeof(uint64_t))
+    return k + nb - j
+
+
+cdef int writer_take(RunWriter* wr, const uint64_t* values, size_t n) noexcept nogil:
+    """Add sorted ``values`` to the writer's buffer, putting blocks as it fills."""
+    cdef size_t part
+    cdef int rc
+    while n:
+        part = min(n, OUT - wr.n)
+        memcpy(wr.out + wr.n, values, part * sizeof(uint64_t))
+        wr.n += part
+        values += part
+        n -= part
+        if wr.n == OUT:
+            rc = writer_flush(wr, False)
+            if rc:
+                return rc
+    return 0
+
+
+cdef inline size_t upper_bound(const uint64_t* a, size_t n, uint64_t x) noexcept nogil:
+    """How many of the sorted ``a[:n]`` are at most ``x``."""
+    cdef size_t lo = 0, half
+    while n:
+        half = n // 2
+        if a[lo + half] <= x:
+            lo += half + 1
+            n -= half + 1
+        else:
+            n = half
+    return lo
+
+
+cdef int merge_round(Source* src, size_t* live, size_t n, uint64_t** bufs, RunWriter* wr) noexcept nogil:
+    """Merge the entries of the ``n`` live sources up to the first end of one of
+    their blocks (MOST entries at most from an array) into ``wr``: the pieces
+    merged pairwise without branches, log2(n) passes between two buffers."""
+    cdef const uint64_t* piece[64]
+    cdef size_t size[64]
+    cdef size_t s, k, count = n, at, flip = 0
+    cdef uint64_t horizon = ~(<uint64_t>0)
+    cdef Source* x
+    for k in range(n):
+        x = &src[live[k]]
+        horizon = min(horizon, x.vals[min(x.n, x.i + MOST) - 1])
+    for k in range(n):
+        x = &src[live[k]]
+        piece[k] = x.vals + x.i
+        size[k] = upper_bound(piece[k], min(x.n - x.i, MOST), horizon)
+        x.i += size[k]
+    while count > 1:
+        at = 0
+        for k in range(0, count, 2):
+            if k + 1 < count:
+                s = merge_arrays(piece[k], size[k], piece[k + 1], size[k + 1], bufs[flip] + at)
+            else:
+                s = size[k]
+                memcpy(bufs[flip] + at, piece[k], s * sizeof(uint64_t))
+            piece[k // 2], size[k // 2] = bufs[flip] + at, s
+            at += s
+        count = (count + 1) // 2
+        flip = 1 - flip
+    return writer_take(wr, piece[0], size[0])
+
+
+cdef int merge_sources(Source* src, size_t m, size_t* live, uint64_t** bufs,
+                       RunWriter* wr) noexcept nogil:
+    """Merge the sources into ``wr``: one copied, two merged as they stream,
+    more in rounds (merge_round)."""
+    cdef size_t s, n
+    cdef int rc = 0
+    while True:
+        n = 0
+        for s in range(m):
+            if src[s].i < src[s].n:
+                live[n] = s
+                n += 1
+        if n == 0:
+            return writer_flush(wr, True)
+        if n == 1:
+            rc = writer_take(wr, src[live[0]].vals + src[live[0]].i, src[live[0]].n - src[live[0]].i)
+            src[live[0]].i = src[live[0]].n
+        elif n == 2:
+            rc = merge_two(&src[live[0]], &src[live[1]], wr)
+            if rc == 0 and wr.n == OUT:
+                rc = writer_flush(wr, False)
+        else:
+            rc = merge_round(src, live, n, bufs, wr)
+        for s in range(n):
+            if rc == 0:
+                rc = source_refill(&src[live[s]])
+        if rc:
+            return rc
+
+
+cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, size_t m,
+                    const uint64_t* extra, size_t n_extra, const uint64_t* drop, size_t n_drop,
+                    MDB_dbi out, uint32_t run, size_t* blocks, size_t* entries) noexcept nogil:
+    """Write as run ``run`` into the empty slot ``out`` the union of the ``m``
+    (< 64) runs ``runs`` (in the slots ``dbis``) and the sorted ``extra``
+    values, less the sorted ``drop`` values; the sources stay where they are."""
+    cdef Source* src = <Source*>calloc(m + 1, sizeof(Source))
+    cdef size_t* live = <size_t*>malloc((m + 1) * sizeof(size_t))
+    cdef uint64_t* bufs[2]
+    cdef RunWriter wr
+    cdef size_t s
+    cdef int rc = 0
+    bufs[0] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
+    bufs[1] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
+    wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
+    wr.run, wr.clean, wr.n, wr.blocks, wr.guess, wr.entries = run, 0, 0, 0, 2, 0
+    wr.drop, wr.n_drop, wr.cursor = drop, n_drop, NULL
+    if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
+        rc = NO_MEMORY
+    for s in range(m if rc == 0 else 0):
+        src[s].run, src[s].dbi = runs[s], dbis[s]
+        src[s].buf = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+        src[s].vals = src[s].buf
+        rc = NO_MEMORY if src[s].buf == NULL else mdb_cursor_open(txn, dbis[s], &src[s].cursor)
+        if rc == 0:
+            rc = source_next(&src[s], MDB_SET_RANGE)
+        if rc:
+            break
+    if rc == 0:
+        src[m].vals, src[m].n = extra, n_extra
+        rc = mdb_cursor_open(txn, out, &wr.cursor)
+    if rc == 0:
+        rc = merge_sources(src, m + 1, live, bufs, &wr)
+    if wr.cursor != NULL:
+        mdb_cursor_close(wr.cursor)
+    for s in range(m if src != NULL else 0):
+        if src[s].cursor != NULL:
+            mdb_cursor_close(src[s].cursor)
+        free(src[s].buf)
+    free(src)
+    free(live)
+    free(bufs[0])
+    free(bufs[1])
+    free(wr.out)
+    blocks[0], entries[0] = wr.blocks, wr.entries
+    return rc

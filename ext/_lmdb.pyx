@@ -12,15 +12,17 @@ goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 """
 
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, qsort, realloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, qsort, realloc
+from libc.string cimport memcmp, memcpy, memmove, memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from simhashdb.errors import DatabaseError
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+    int ctz64 "__builtin_ctzll"(unsigned long long) nogil
+    int clz64 "__builtin_clzll"(unsigned long long) nogil
 
 cdef extern from "lmdb.h" nogil:
     ctypedef struct MDB_env:
@@ -42,8 +44,8 @@ cdef extern from "lmdb.h" nogil:
         unsigned int me_maxreaders
         unsigned int me_numreaders
     ctypedef enum MDB_cursor_op:
-        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_LAST, MDB_NEXT, MDB_NEXT_DUP,
-        MDB_NEXT_NODUP, MDB_SET, MDB_SET_KEY, MDB_SET_RANGE
+        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT,
+        MDB_NEXT_DUP, MDB_NEXT_NODUP, MDB_PREV, MDB_SET, MDB_SET_KEY, MDB_SET_RANGE
     ctypedef void MDB_assert_func(MDB_env* env, const char* msg)
     enum:
         MDB_NOSUBDIR, MDB_RDONLY, MDB_NOTLS, MDB_NOLOCK, MDB_NORDAHEAD, MDB_CREATE,
@@ -80,12 +82,16 @@ cdef extern from "guard.h" nogil:
     int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
     int g_cursor_del(MDB_cursor* c, unsigned int f)
     int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
+    int g_drop(MDB_txn* t, MDB_dbi d, int delete)
     int g_txn_commit(MDB_txn* t)
     int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
     int g_copy(void* dst, const void* src, size_t n)
 
 cdef enum:
     MAX_TABLES = 1024
+    SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
+    RUN_TABLES = 256    # the most tables a database of runs has (each takes SLOTS + 1 of maxdbs)
+    RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
 
@@ -148,6 +154,7 @@ cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
 
 include "_tables.pxi"
 include "_signature.pxi"
+include "_runs.pxi"
 
 
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
@@ -326,10 +333,22 @@ cdef struct Layout:
     int* prefix_bits        # each table's leading-block width
 
 
+cdef struct TableRuns:
+    size_t n                # live runs, oldest first (ids ascending)
+    uint32_t id[SLOTS]
+    uint8_t slot[SLOTS]
+    uint64_t entries[SLOTS]
+    MDB_cursor* cursor[SLOTS]
+
+
 cdef struct Work:
     MDB_txn* txn
-    MDB_dbi docs, fps
+    MDB_dbi meta, docs, fps
     MDB_dbi* tables
+    bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
+    MDB_dbi* run_dirs       # per table: its run directory
+    MDB_dbi* run_slots      # per table: SLOTS slot sub-databases
+    TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
     MDB_dbi* bands          # the band tables (NULL where the database has none)
     Layout* layout
     MDB_cursor* doc_cursor
@@ -352,8 +371,15 @@ cdef int open_cursors(Work* w) noexcept nogil:
         return NO_MEMORY
     for t in range(w.layout.tables):
         w.table_cursors[t] = NULL
-        if rc == 0:
+        if rc == 0 and not w.runs:
             rc = mdb_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
+    if w.runs:
+        w.table_runs = <TableRuns*>calloc(w.layout.tables + 1, sizeof(TableRuns))
+        if w.table_runs == NULL:
+            return NO_MEMORY
+        for t in range(w.layout.tables):
+            if rc == 0:
+                rc = load_runs(w, t)
     for t in range(SIGNATURE_BANDS):
         w.band_cursors[t] = NULL
         if rc == 0 and w.bands != NULL:
@@ -375,6 +401,10 @@ cdef void close_cursors(Work* w) noexcept nogil:
         for t in range(SIGNATURE_BANDS):
             if w.band_cursors[t] != NULL:
                 mdb_cursor_close(w.band_cursors[t])
+    if w.table_runs != NULL:
+        for t in range(w.layout.tables):
+            close_runs(&w.table_runs[t])
+        free(w.table_runs)
 
 
 # Search: every stored fingerprint within a distance of each probe
@@ -446,8 +476,10 @@ cdef int scan_variants(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int 
     ``flips`` more of its bits below ``first_bit``."""
     cdef uint64_t mask = w.layout.prefixes[t]
     cdef long* spec = w.layout.spec + 3 * w.layout.blocks * t
-    cdef int rc = scan_range(w.table_cursors[t], base, base | ~mask, perm, distance, spec,
-                             w.layout.blocks, probe, out)
+    cdef int rc = scan_runs(&w.table_runs[t], base, base | ~mask, perm, distance, spec,
+                            w.layout.blocks, probe, out) if w.runs else \
+        scan_range(w.table_cursors[t], base, base | ~mask, perm, distance, spec,
+                   w.layout.blocks, probe, out)
     cdef int bit
     if rc or flips == 0:
         return rc
@@ -487,7 +519,7 @@ cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t prob
         if rc:
             return rc
     dedupe_hits(out, start)
-    return 0
+    return drop_stale(w, out, start) if w.runs else 0
 
 
 cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
@@ -516,6 +548,8 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     free(order)
     if rc == 0:
         dedupe_hits(out, 0)
+    if rc == 0 and w.runs:
+        rc = drop_stale(w, out, 0)
     return rc
 
 
@@ -530,6 +564,149 @@ cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
     if rc == MDB_NOTFOUND:
         return 0
     return 1 if rc == 0 else rc
+
+
+# Tables kept as runs (RUNS.md): per table a directory of live runs, each run
+# in a slot sub-database of its own; a batch appends a run, merges keep few;
+# removals leave stale entries, which hits drop by the fingerprint index
+
+cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
+    """Read table ``t``'s directory ((id u32, slot u8, entries u64) a run,
+    big-endian, oldest first) and open a cursor on each live run's slot."""
+    cdef TableRuns* r = &w.table_runs[t]
+    cdef uint8_t buf[13 * SLOTS]
+    cdef MDB_val k, v
+    cdef size_t i
+    cdef int rc
+    close_runs(r)
+    k.mv_size, k.mv_data = 4, <char*>b"runs"
+    rc = g_get(w.txn, w.run_dirs[t], &k, &v)
+    if rc == MDB_NOTFOUND:
+        return 0
+    if rc == 0 and (v.mv_size % 13 or v.mv_size > 13 * SLOTS):
+        rc = CORRUPTED
+    if rc == 0 and g_copy(buf, v.mv_data, v.mv_size):
+        rc = CORRUPTED
+    for i in range(v.mv_size // 13 if rc == 0 else 0):
+        r.id[i], r.slot[i] = read_be(buf + 13 * i, 4), buf[13 * i + 4]
+        r.entries[i] = read_be(buf + 13 * i + 5, 8)
+        if r.slot[i] >= SLOTS:
+            return CORRUPTED
+        r.n = i + 1
+        rc = mdb_cursor_open(w.txn, w.run_slots[t * SLOTS + r.slot[i]], &r.cursor[i])
+        if rc:
+            break
+    return rc
+
+
+cdef void close_runs(TableRuns* r) noexcept nogil:
+    cdef size_t i
+    for i in range(r.n):
+        if r.cursor[i] != NULL:
+            mdb_cursor_close(r.cursor[i])
+            r.cursor[i] = NULL
+    r.n = 0
+
+
+cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
+    """Write ``r`` as table ``t``'s directory, then load it back (with cursors)."""
+    cdef uint8_t buf[13 * SLOTS]
+    cdef MDB_val k, v
+    cdef size_t i
+    for i in range(r.n):
+        write_be(buf + 13 * i, r.id[i], 4)
+        buf[13 * i + 4] = r.slot[i]
+        write_be(buf + 13 * i + 5, r.entries[i], 8)
+    k.mv_size, k.mv_data = 4, <char*>b"runs"
+    v.mv_size, v.mv_data = 13 * r.n, buf
+    cdef int rc = g_put(w.txn, w.run_dirs[t], &k, &v, 0)
+    return rc if rc else load_runs(w, t)
+
+
+cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int distance,
+                   const long* spec, Py_ssize_t blocks, uint64_t probe, Hits* out) noexcept nogil:
+    """scan_range over every live run of a table (a fingerprint may come from two)."""
+    cdef RunIter it
+    cdef uint64_t x
+    cdef size_t i
+    cdef int rc = 0, d
+    for i in range(r.n):
+        it.cursor, it.run = r.cursor[i], r.id[i]
+        rc = iter_seek(&it, lo)
+        while rc == 0:
+            rc = iter_next(&it, &x)
+            if rc or x > hi:
+                break
+            d = popcount64(x ^ perm)
+            if x >= lo and d <= distance:
+                rc = hit_push(out, probe, unpermute_one(x, spec, blocks), d)
+        if rc and rc != MDB_NOTFOUND:
+            return rc
+    return 0
+
+
+cdef int drop_stale(Work* w, Hits* hits, size_t start) noexcept nogil:
+    """Keep the hits from ``start`` whose fingerprint the index has (a run
+    keeps the entries of removed fingerprints until a merge or compaction)."""
+    cdef size_t i, kept = start
+    cdef int rc
+    for i in range(start, hits.size):
+        rc = has_entries(w.fp_cursor, hits.data[i].fp)
+        if rc < 0:
+            return rc
+        if rc:
+            hits.data[kept] = hits.data[i]
+            kept += 1
+    hits.size = kept
+    return 0
+
+
+cdef int free_slot(TableRuns* r) noexcept nogil:
+    """A slot no live run holds (one is free while r.n < SLOTS)."""
+    cdef int s
+    cdef size_t i
+    cdef bint held
+    for s in range(SLOTS):
+        held = False
+        for i in range(r.n):
+            held = held or r.slot[i] == s
+        if not held:
+            return s
+    return -1
+
+
+cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
+    """Append sorted ``perms`` to table ``t`` as a new run, then merge the two
+    newest runs while the newest is over 1/RATIO of the one before (or the
+    slots run short), so a table keeps about log_RATIO(N / batch) runs."""
+    cdef TableRuns r = w.table_runs[t]
+    cdef uint32_t ids[2]
+    cdef MDB_dbi dbis[2]
+    cdef size_t blocks, entries
+    cdef uint32_t id
+    cdef int slot, rc = 0
+    memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors stay with w until save_runs
+    while rc == 0 and (n or (r.n >= 2 and (r.entries[r.n - 1] * RATIO > r.entries[r.n - 2]
+                                            or r.n >= SLOTS - 1))):
+        slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else 1
+        if n:  # the batch's run
+            rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
+                            w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+            n = 0
+        else:  # the two newest into one
+            ids[0], ids[1] = r.id[r.n - 2], r.id[r.n - 1]
+            dbis[0] = w.run_slots[t * SLOTS + r.slot[r.n - 2]]
+            dbis[1] = w.run_slots[t * SLOTS + r.slot[r.n - 1]]
+            rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0, w.run_slots[t * SLOTS + slot],
+                            id, &blocks, &entries)
+            if rc == 0:
+                rc = g_drop(w.txn, dbis[0], 0)
+            if rc == 0:
+                rc = g_drop(w.txn, dbis[1], 0)
+            r.n -= 2
+        r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
+        r.n += 1
+    return rc if rc else save_runs(w, t, &r)
 
 
 # The band tables: table b holds an entry (the text's band key b << 32 | its
@@ -745,6 +922,13 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     for t in range(w.layout.tables):
         if rc:
             break
+        if w.runs:  # removals leave stale entries (see drop_stale)
+            for i in range(added):
+                perms[i] = permute_one(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+            rc = sort_records(perms, added, 1) if added else 0
+            if rc == 0 and added:
+                rc = add_run(w, t, perms, added)
+            continue
         if removed:
             for i in range(removed):
                 perms[i] = permute_one(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
@@ -755,11 +939,31 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
             rc = sort_records(perms, added, 1)
             if rc == 0:
                 rc = put_table_entries(w.table_cursors[t], perms, added)
+    if rc == 0 and w.runs and added != removed:
+        rc = count_distinct(w, <int64_t>added - <int64_t>removed)
     free(add)
     free(rem)
     free(perms)
     touched.size = 0
     return rc
+
+
+cdef int count_distinct(Work* w, int64_t change) noexcept nogil:
+    """Add ``change`` to the count of distinct fingerprints (meta's
+    ``distinct``, 8 bytes big-endian), which tables kept as runs cannot give."""
+    cdef uint8_t buf[8]
+    cdef MDB_val k, v
+    k.mv_size, k.mv_data = 8, <char*>b"distinct"
+    cdef int rc = g_get(w.txn, w.meta, &k, &v)
+    if rc == MDB_NOTFOUND:
+        memset(buf, 0, 8)
+    elif rc == 0 and (v.mv_size != 8 or g_copy(buf, v.mv_data, 8)):
+        return CORRUPTED
+    elif rc:
+        return rc
+    write_be(buf, read_be(buf, 8) + <uint64_t>change, 8)
+    v.mv_size, v.mv_data = 8, buf
+    return g_put(w.txn, w.meta, &k, &v, 0)
 
 
 cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t key_size,
@@ -971,20 +1175,28 @@ cdef class Env:
     cdef MDB_dbi tables[MAX_TABLES]
     cdef MDB_dbi bands[SIGNATURE_BANDS]
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
+    cdef readonly bint runs       # its tables are kept as runs (RUNS.md)
+    cdef bint new_runs            # a new database's tables are kept as runs
+    cdef MDB_dbi run_dirs[RUN_TABLES]
+    cdef MDB_dbi run_slots[RUN_TABLES * SLOTS]
     cdef Layout layout
     cdef readonly bint broken
     cdef bytes path
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
-                  bint nolock, bint subdir=True):
+                  bint nolock, bint subdir=True, bint runs=False):
+        """``runs``: a new database keeps its tables as runs (RUNS.md; only such
+        an Env opens a database that does)."""
         self.path = path
+        self.new_runs = runs
         if guard_install() != 0:
             raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, MAX_TABLES + 3 + SIGNATURE_BANDS)
+        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + (
+            max(MAX_TABLES, RUN_TABLES * (SLOTS + 1)) if runs else MAX_TABLES))
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -1049,8 +1261,28 @@ cdef class Env:
             rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
         if rc == 0:
             rc = g_dbi_open(txn, b"fingerprints", create_flag | MDB_DUPSORT, &self.fps)
+        self.runs = False
+        if rc == 0 and tables:  # dupsort tables, or runs (an existing database keeps its kind)
+            rc = g_dbi_open(txn, b"table:000", MDB_DUPSORT | MDB_DUPFIXED, &self.tables[0])
+            if rc == MDB_NOTFOUND:
+                rc = g_dbi_open(txn, b"runs:000", 0, &self.run_dirs[0])
+                if rc == 0 and not self.new_runs:
+                    mdb_txn_abort(txn)
+                    raise DatabaseError("the tables of %s are kept as runs (issue 22): open it "
+                                        "with SIMHASHDB_RUNS=1" % self.path.decode())
+                self.runs = rc == 0 or (create and self.new_runs)
+                rc = 0 if rc == MDB_NOTFOUND else rc  # new, or missing: made or refused below
+            if self.runs and tables > RUN_TABLES:
+                mdb_txn_abort(txn)
+                raise DatabaseError("tables kept as runs: at most %d of them" % RUN_TABLES)
         for t in range(tables):
-            if rc == 0:
+            if rc == 0 and self.runs:
+                rc = g_dbi_open(txn, b"runs:%03d" % t, create_flag, &self.run_dirs[t])
+                for slot in range(SLOTS):
+                    if rc == 0:
+                        rc = g_dbi_open(txn, b"runs:%03d:%02d" % (t, slot), create_flag,
+                                        &self.run_slots[t * SLOTS + slot])
+            elif rc == 0:
                 name = b"table:%03d" % t
                 rc = g_dbi_open(txn, name, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
                                 &self.tables[t])
@@ -1146,8 +1378,10 @@ cdef class Txn:
     cdef Work work(self):
         cdef Work w
         w.txn = self.txn
-        w.docs, w.fps = self.env.docs, self.env.fps
+        w.meta, w.docs, w.fps = self.env.meta, self.env.docs, self.env.fps
         w.tables = self.env.tables
+        w.runs, w.run_dirs, w.run_slots = self.env.runs, self.env.run_dirs, self.env.run_slots
+        w.table_runs = NULL
         w.bands = self.env.bands if self.env.has_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
@@ -1196,6 +1430,14 @@ cdef class Txn:
         cdef int rc = g_put(self.txn, self.env.meta, &k, &v, 0)
         if rc:
             raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+
+    def distinct(self):
+        """The number of distinct fingerprints (the entries of table 0, or the
+        counter of a database whose tables are runs)."""
+        if not self.env.runs:
+            return self.entries("table:000")
+        raw = self.get(b"distinct", True)
+        return int.from_bytes(raw, "big") if raw else 0
 
     def entries(self, str which):
         """Entries of ``docs``, ``fingerprints`` or a table (``table:N``)."""
@@ -1284,6 +1526,8 @@ cdef class Txn:
 
     def table_values(self, Py_ssize_t table):
         """Every fingerprint in permutation table ``table`` (unpermuted), in table order."""
+        if self.env.runs:
+            return self.run_values(table)
         return self.entries_of(self.env.tables[table],
                                self.env.layout.spec + 3 * self.env.layout.blocks * table,
                                self.env.layout.blocks)
@@ -1295,6 +1539,55 @@ cdef class Txn:
         if not self.env.has_bands:
             return array("Q")
         return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
+
+    cdef object run_values(self, Py_ssize_t table):
+        """The fingerprints of a table kept as runs: the union of its runs,
+        less the stale entries (not in the index), unpermuted, in table order."""
+        from array import array
+        cdef Job job = self.job()
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef TableRuns* r
+        cdef RunIter it
+        cdef uint64_t x
+        cdef size_t i, kept = 0
+        cdef const long* spec = self.env.layout.spec + 3 * self.env.layout.blocks * table
+        cdef int rc
+        try:
+            with nogil:
+                rc = open_cursors(&job.w)
+                r = &job.w.table_runs[table]
+                for i in range(r.n if rc == 0 else 0):
+                    it.cursor, it.run = r.cursor[i], r.id[i]
+                    rc = iter_seek(&it, 0)
+                    while rc == 0:
+                        rc = iter_next(&it, &x)
+                        if rc == 0:
+                            rc = u64_push(&values, x)
+                    rc = 0 if rc == MDB_NOTFOUND else rc
+                    if rc:
+                        break
+                if rc == 0 and r.n > 1:
+                    rc = sort_records(values.data, values.size, 1)
+                for i in range(values.size if rc == 0 else 0):
+                    if kept and values.data[kept - 1] == values.data[i]:
+                        continue
+                    x = unpermute_one(values.data[i], spec, self.env.layout.blocks)
+                    rc = has_entries(job.w.fp_cursor, x)
+                    if rc < 0:
+                        break
+                    if rc:
+                        values.data[kept] = values.data[i]
+                        kept += 1
+                    rc = 0
+                for i in range(kept):
+                    values.data[i] = unpermute_one(values.data[i], spec, self.env.layout.blocks)
+            self.done(rc, "read")
+            out = array("Q")
+            out.frombytes((<char*>values.data)[:kept * 8] if kept else b"")
+            return out
+        finally:
+            free(values.data)
 
     cdef object entries_of(self, MDB_dbi dbi, const long* spec, Py_ssize_t blocks):
         """The entries of a table (2-byte keys, 6-byte values), unpermuted by
@@ -1483,7 +1776,8 @@ cdef class Txn:
 
     def copy_into(self, Txn target):
         """Write this snapshot's meta, documents and index into ``target``'s empty
-        sub-databases in order (appending), and rebuild its tables."""
+        sub-databases in order (appending), and rebuild its tables (as one run
+        each where they are kept as runs)."""
         self.check()
         target.check()
         cdef int rc = 0
@@ -1526,8 +1820,12 @@ cdef class Txn:
                         perms[i] = permute_one(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                            w.layout.blocks)
                     rc = sort_records(perms, distinct.size, 1)
-                    if rc == 0:
+                    if rc == 0 and w.runs:  # one run a table
+                        rc = add_run(&w, t, perms, distinct.size)
+                    elif rc == 0:
                         rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
+                if rc == 0 and w.runs and distinct.size:
+                    rc = count_distinct(&w, distinct.size)
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:

@@ -16,6 +16,9 @@ from .files import LmdbStorage
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(os.cpu_count() or 1, 8)
+# SIMHASHDB_RUNS=1: a new database keeps its tables as compressed runs (issue
+# 22, RUNS.md), and one that does can be opened; off by default until format 3
+RUNS = os.environ.get("SIMHASHDB_RUNS") == "1"
 _threads = None
 
 
@@ -39,10 +42,11 @@ class NativeStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, owned by native code."""
 
     backend = "lmdb"
+    runs = RUNS  # a new database keeps its tables as runs
 
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
-                              self.max_readers, not self._dir.locked)
+                              self.max_readers, not self._dir.locked, runs=self.runs)
         self._open_dbs()
 
     def _open_dbs(self):
@@ -121,7 +125,8 @@ class NativeStorage(LmdbStorage):
         while True:
             if os.path.exists(copy):
                 os.unlink(copy)
-            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False)
+            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False,
+                               runs=self._env.runs)
             try:
                 layout = self._layout
                 target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
@@ -152,7 +157,7 @@ class NativeView(View):
         return self._txn.entries("docs")
 
     def distinct(self):
-        return self._txn.entries("table:000")
+        return self._txn.distinct()
 
     def get(self, key):
         return self._txn.get(key)

@@ -69,6 +69,8 @@ cdef extern from "lmdb.h" nogil:
     size_t mdb_txn_id(MDB_txn* txn)
     int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
     void mdb_cursor_close(MDB_cursor* cursor)
+    MDB_txn* mdb_cursor_txn(MDB_cursor* cursor)
+    MDB_dbi mdb_cursor_dbi(MDB_cursor* cursor)
 
 cdef extern from "guard.h" nogil:
     int GUARD_FAULT
@@ -526,6 +528,8 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
                      Hits* out) noexcept nogil:
     """search_one for every probe, table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
+    if w.runs:
+        return sweep_tables(w, probes, n, distance, flips, out)
     cdef uint64_t* order = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
     cdef Py_ssize_t t
     cdef size_t i
@@ -548,7 +552,38 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     free(order)
     if rc == 0:
         dedupe_hits(out, 0)
-    if rc == 0 and w.runs:
+    return rc
+
+
+cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
+                      Hits* out) noexcept nogil:
+    """search_many over tables kept as runs: each table's ranges sorted by
+    their start and swept over each run (sweep_runs)."""
+    cdef U64s ranges
+    cdef Py_ssize_t t
+    cdef size_t i
+    cdef uint64_t perm
+    cdef long* spec
+    cdef int rc = 0
+    ranges.data, ranges.size, ranges.cap = NULL, 0, 0
+    for t in range(w.layout.tables):
+        spec = w.layout.spec + 3 * w.layout.blocks * t
+        ranges.size = 0
+        for i in range(n):
+            perm = permute_one(probes[i], spec, w.layout.blocks)
+            rc = push_ranges(w, t, perm & w.layout.prefixes[t], perm, 64, flips, i, &ranges)
+            if rc:
+                break
+        if rc == 0:
+            rc = sort_records(ranges.data, ranges.size // 4, 4)
+        if rc == 0:
+            rc = sweep_runs(&w.table_runs[t], ranges.data, ranges.size // 4, distance, spec,
+                            w.layout.blocks, out)
+        if rc:
+            break
+    free(ranges.data)
+    if rc == 0:
+        dedupe_hits(out, 0)
         rc = drop_stale(w, out, 0)
     return rc
 
@@ -623,26 +658,117 @@ cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
     return rc if rc else load_runs(w, t)
 
 
+cdef int emit_hits(RunIter* it, uint64_t lo, uint64_t hi, uint64_t perm, int distance,
+                   const long* spec, Py_ssize_t blocks, uint64_t probe, Hits* out) noexcept nogil:
+    """The run's entries from where ``it`` stands up to ``hi`` that are at least
+    ``lo`` and within ``distance`` of ``perm``, as hits."""
+    cdef uint64_t x
+    cdef int rc
+    while True:
+        rc = iter_next(it, &x)
+        if rc or x > hi:
+            return 0 if rc == MDB_NOTFOUND else rc
+        if x >= lo and popcount64(x ^ perm) <= distance:
+            rc = hit_push(out, probe, unpermute_one(x, spec, blocks), popcount64(x ^ perm))
+            if rc:
+                return rc
+
+
 cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int distance,
                    const long* spec, Py_ssize_t blocks, uint64_t probe, Hits* out) noexcept nogil:
     """scan_range over every live run of a table (a fingerprint may come from two)."""
     cdef RunIter it
-    cdef uint64_t x
     cdef size_t i
-    cdef int rc = 0, d
+    cdef int rc = 0
     for i in range(r.n):
         it.cursor, it.run = r.cursor[i], r.id[i]
         rc = iter_seek(&it, lo)
-        while rc == 0:
-            rc = iter_next(&it, &x)
-            if rc or x > hi:
-                break
-            d = popcount64(x ^ perm)
-            if x >= lo and d <= distance:
-                rc = hit_push(out, probe, unpermute_one(x, spec, blocks), d)
-        if rc and rc != MDB_NOTFOUND:
+        if rc == 0:
+            rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)
+        if rc:
             return rc
     return 0
+
+
+cdef int push_ranges(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int first_bit,
+                     int flips, uint64_t probe, U64s* ranges) noexcept nogil:
+    """As scan_variants, but note each range as (lo, hi, permuted probe, probe)."""
+    cdef uint64_t mask = w.layout.prefixes[t]
+    cdef int bit, rc = u64_push(ranges, base)
+    if rc == 0:
+        rc = u64_push(ranges, base | ~mask)
+    if rc == 0:
+        rc = u64_push(ranges, perm)
+    if rc == 0:
+        rc = u64_push(ranges, probe)
+    if rc or flips == 0:
+        return rc
+    for bit in range(64 - w.layout.prefix_bits[t], first_bit):
+        rc = push_ranges(w, t, base ^ ((<uint64_t>1) << bit), perm, bit, flips - 1, probe, ranges)
+        if rc:
+            return rc
+    return 0
+
+
+cdef int block_hits(RunIter* it, const uint64_t* q, int distance, const long* spec,
+                    Py_ssize_t blocks, Hits* out) noexcept nogil:
+    """emit_hits for the range ``q`` (lo, hi, perm, probe) inside the block
+    ``it`` holds, from the bucket of lo (select_zero), leaving its cursor."""
+    cdef bint more = it.more
+    cdef uint64_t t
+    cdef size_t z
+    it.i, it.pos = 0, 0
+    if q[0] > it.b.first:
+        t = (q[0] - it.b.first) >> it.b.L
+        it.i = 1
+        if t:
+            z = select_zero(&it.b, t)
+            if z == NOWHERE:
+                it.i = it.b.c + 1
+            else:
+                it.pos, it.i = z + 1, 2 + z - t
+    it.more = False
+    cdef int rc = emit_hits(it, q[0], q[1], q[2], distance, spec, blocks, q[3], out)
+    it.more = more
+    return rc
+
+
+cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, const long* spec,
+                    Py_ssize_t blocks, Hits* out) noexcept nogil:
+    """scan_runs for ``n`` ranges (lo, hi, perm, probe) sorted by lo, each run
+    swept once: the block that holds a range's start is kept while the next
+    ranges start in it, and the cursor steps on before it seeks."""
+    cdef Sweep sw
+    cdef RunIter rest
+    cdef size_t i, j
+    cdef int rc = 0
+    for i in range(r.n):
+        sw.it.cursor, sw.it.run, sw.kept, sw.has_next = r.cursor[i], r.id[i], False, False
+        rest.run = r.id[i]
+        rc = mdb_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]), &rest.cursor)
+        if rc:
+            return rc
+        rc = sweep_to(&sw, q[0]) if n else 0
+        j = 0
+        while rc == 0 and j < n:
+            if sw.has_next and q[4 * j] >= sw.next_first:
+                rc = sweep_to(&sw, q[4 * j])
+            if rc == 0 and sw.kept:
+                rc = block_hits(&sw.it, q + 4 * j, distance, spec, blocks, out)
+            if rc == 0 and sw.has_next and q[4 * j + 1] >= sw.next_first:  # on past the block
+                rc = scan_runs_one(&rest, sw.next_first, q + 4 * j, distance, spec, blocks, out)
+            j += 1
+        mdb_cursor_close(rest.cursor)
+        if rc:
+            return rc
+    return 0
+
+
+cdef int scan_runs_one(RunIter* it, uint64_t lo, const uint64_t* q, int distance,
+                       const long* spec, Py_ssize_t blocks, Hits* out) noexcept nogil:
+    """The hits of the range ``q`` in one run from ``lo`` on (a seek)."""
+    cdef int rc = iter_seek(it, lo)
+    return rc if rc else emit_hits(it, lo, q[1], q[2], distance, spec, blocks, q[3], out)
 
 
 cdef int drop_stale(Work* w, Hits* hits, size_t start) noexcept nogil:
@@ -1820,12 +1946,10 @@ cdef class Txn:
                         perms[i] = permute_one(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                            w.layout.blocks)
                     rc = sort_records(perms, distinct.size, 1)
-                    if rc == 0 and w.runs:  # one run a table
+                    if rc == 0 and w.runs:  # one run a table (meta brought the distinct count)
                         rc = add_run(&w, t, perms, distinct.size)
                     elif rc == 0:
                         rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
-                if rc == 0 and w.runs and distinct.size:
-                    rc = count_distinct(&w, distinct.size)
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:

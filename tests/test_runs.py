@@ -93,3 +93,75 @@ def test_today_table_scans_as_the_run(tmp_path):
     los, his = ranges(rng, stored)
     assert np.array_equal(np.frombuffer(study.scan(0, los, his), np.uint64),
                           np.frombuffer(study.scan(1, los, his), np.uint64))
+
+
+def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
+    """The native backend with its tables as runs (lmdb-runs): batches of
+    every size leave several runs a table, removals stale entries, returns
+    second copies; single and batch searches (the sweep) at and above the
+    built distance equal brute force, and a compaction leaves one run a table."""
+    import lmdb
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    rng = np.random.default_rng(11)
+    pytest.importorskip("simhashdb._lmdb")
+    storage = registry.backend_class("lmdb-runs")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    fps = rng.integers(0, 2**64, 30_000, dtype=np.uint64)
+    fps[:4000] = np.uint64(0xABCD_0000_0000_0000) + rng.integers(0, 2**20, 4000, dtype=np.uint64)
+    fps[4000:4002] = 0, TOP
+    live = {}
+
+    def upsert(keys):
+        docs = records.encode_documents([(k, int(fps[k])) for k in keys], 511, 0)
+        storage.write(lambda txn: txn.upsert(docs))
+        live.update((k, int(fps[k])) for k in keys)
+
+    at = 0
+    for size in (9000, 1, 2500, 40, 700, 3000, 5, 600, 9000):
+        upsert(range(at, at + size))
+        at += size
+    gone = [k for k in live if k % 5 == 0]
+    storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
+    for k in gone:
+        del live[k]
+    upsert(gone[::4])  # back under their old keys
+
+    def check():
+        keys = np.array(list(live), dtype=np.int64)
+        stored = fps[keys]
+        near = stored[rng.integers(0, len(stored), 700)]
+        flips = np.zeros(700, np.uint64)
+        for _ in range(4):
+            flips |= np.uint64(1) << rng.integers(0, 64, 700).astype(np.uint64)
+        probes = np.concatenate([near, near ^ flips, rng.integers(0, 2**64, 300, dtype=np.uint64)])
+        for distance in (3, 4):
+            for probe, hits in zip(probes, storage.search(probes, distance)):
+                d = np.bitwise_count(stored ^ probe)
+                want = sorted((int(k), int(stored[i]), int(d[i]))
+                              for i, k in enumerate(keys) if d[i] <= distance)
+                assert sorted((records.unpack(key), fp, dd) for key, fp, dd in hits) == want
+        with storage.read() as view:
+            assert view.distinct() == len(np.unique(stored))
+            assert sorted(view.table_fingerprints(3)) == sorted(np.unique(stored).tolist())
+        one = storage.search(probes[:50], 3)
+        assert [storage.search(probes[i:i + 1], 3)[0] for i in range(50)] == one
+
+    def runs_per_table():
+        storage.close()
+        env = lmdb.open(str(tmp_path / "db"), max_dbs=4096, readonly=True, lock=False)
+        with env.begin() as txn:
+            runs = [len(txn.get(b"runs", db=env.open_db(b"runs:%03d" % t, txn=txn, create=False)))
+                    // 13 for t in range(len(STORAGE_LAYOUT.prefixes))]
+        env.close()
+        return runs
+
+    check()
+    assert min(runs_per_table()) > 1
+    storage = registry.backend_class("lmdb-runs")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.compact()
+    check()
+    assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)

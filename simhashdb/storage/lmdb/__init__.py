@@ -14,4 +14,9 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
   per *distinct* fingerprint. Key-then-value order is the order of the
   permuted fingerprint, so a range scan works as on 8-byte keys, while LMDB
   packs the 6-byte values of one key side by side.
+
+Behind a switch (``SIMHASHDB_RUNS=1``, native backend only; RUNS.md), a new
+database keeps each table as compressed sorted runs instead: ``runs:NNN``
+(its directory of live runs) and the slots ``runs:NNN:SS``, one run each,
+with the count of distinct fingerprints in ``meta`` (``b"distinct"``).
 """

@@ -351,6 +351,7 @@ cdef struct Work:
     MDB_dbi* run_dirs       # per table: its run directory
     MDB_dbi* run_slots      # per table: SLOTS slot sub-databases
     TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
+    U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
     MDB_dbi* bands          # the band tables (NULL where the database has none)
     Layout* layout
     MDB_cursor* doc_cursor
@@ -509,8 +510,10 @@ cdef void dedupe_hits(Hits* hits, size_t start) noexcept nogil:
 
 cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t probe,
                     Hits* out) noexcept nogil:
-    """Append the distinct stored fingerprints within ``distance`` of ``fp``."""
+    """Append the distinct stored fingerprints within ``distance`` of ``fp``
+    (with the pending ones of insert_if_new on runs, compared one by one)."""
     cdef Py_ssize_t t
+    cdef size_t i
     cdef size_t start = out.size
     cdef uint64_t perm
     cdef int rc
@@ -520,6 +523,11 @@ cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t prob
                            probe, out)
         if rc:
             return rc
+    for i in range(w.pending.size if w.pending != NULL else 0):
+        if popcount64(w.pending.data[i] ^ fp) <= distance:
+            rc = hit_push(out, probe, w.pending.data[i], popcount64(w.pending.data[i] ^ fp))
+            if rc:
+                return rc
     dedupe_hits(out, start)
     return drop_stale(w, out, start) if w.runs else 0
 
@@ -1045,16 +1053,15 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         i += 1
         while i < n and pairs[2 * i] == pairs[2 * i - 2]:
             i += 1
+    if rc == 0 and w.runs and added:  # removals leave stale entries (see drop_stale)
+        if w.pending == NULL:
+            rc = append_runs(w, add, added, perms)
+        for i in range(added if w.pending != NULL else 0):
+            if rc == 0:
+                rc = u64_push(w.pending, add[i])
     for t in range(w.layout.tables):
-        if rc:
+        if rc or w.runs:
             break
-        if w.runs:  # removals leave stale entries (see drop_stale)
-            for i in range(added):
-                perms[i] = permute_one(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-            rc = sort_records(perms, added, 1) if added else 0
-            if rc == 0 and added:
-                rc = add_run(w, t, perms, added)
-            continue
         if removed:
             for i in range(removed):
                 perms[i] = permute_one(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
@@ -1071,6 +1078,48 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     free(rem)
     free(perms)
     touched.size = 0
+    return rc
+
+
+cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) noexcept nogil:
+    """Append ``fps`` to every table as a new run (add_run); ``perms`` holds ``n``."""
+    cdef Py_ssize_t t
+    cdef size_t i
+    cdef int rc = 0
+    for t in range(w.layout.tables):
+        for i in range(n):
+            perms[i] = permute_one(fps[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
+        rc = sort_records(perms, n, 1)
+        if rc == 0:
+            rc = add_run(w, t, perms, n)
+        if rc:
+            return rc
+    return 0
+
+
+cdef int flush_pending(Work* w) noexcept nogil:
+    """Write the fingerprints insert_if_new added (still in the index) as one run a table."""
+    cdef U64s* p = w.pending
+    cdef size_t i, kept = 0
+    cdef int rc = sort_records(p.data, p.size, 1)
+    cdef uint64_t* perms
+    for i in range(p.size if rc == 0 else 0):
+        if kept and p.data[kept - 1] == p.data[i]:
+            continue
+        rc = has_entries(w.fp_cursor, p.data[i])
+        if rc < 0:
+            return rc
+        if rc:
+            p.data[kept] = p.data[i]
+            kept += 1
+        rc = 0
+    if rc or kept == 0:
+        return rc
+    perms = <uint64_t*>malloc(kept * sizeof(uint64_t))
+    if perms == NULL:
+        return NO_MEMORY
+    rc = append_runs(w, p.data, kept, perms)
+    free(perms)
     return rc
 
 
@@ -1281,6 +1330,7 @@ cdef class Job:
     cdef Doc* docs
     cdef size_t n
     cdef U64s touched
+    cdef U64s pending
     cdef U64s band_changes[SIGNATURE_BANDS]
     cdef Hits hits
 
@@ -1288,6 +1338,7 @@ cdef class Job:
         close_cursors(&self.w)
         free(self.docs)
         free(self.touched.data)
+        free(self.pending.data)
         for b in range(SIGNATURE_BANDS):
             free(self.band_changes[b].data)
         free(self.hits.data)
@@ -1507,7 +1558,7 @@ cdef class Txn:
         w.meta, w.docs, w.fps = self.env.meta, self.env.docs, self.env.fps
         w.tables = self.env.tables
         w.runs, w.run_dirs, w.run_slots = self.env.runs, self.env.run_dirs, self.env.run_slots
-        w.table_runs = NULL
+        w.table_runs, w.pending = NULL, NULL
         w.bands = self.env.bands if self.env.has_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
@@ -1885,6 +1936,8 @@ cdef class Txn:
         cdef list results = [[] for _ in range(job.n)]
         cdef size_t i
         cdef int rc
+        if self.env.runs:  # one run a table at the end, not one a stored document
+            job.w.pending = &job.pending
         with nogil:
             rc = open_cursors(&job.w)
             i = 0
@@ -1897,6 +1950,8 @@ cdef class Txn:
                     with gil:
                         self.add_keys(job, 0, results)
                 i += 1
+            if rc == 0 and job.w.pending != NULL:
+                rc = flush_pending(&job.w)
         self.done(rc, "write to")
         return results
 

@@ -10,6 +10,10 @@ the GIL; upserts and removals keep the index and the tables in step, and
 append to LMDB where the entries come after what is stored. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
+
+An Env opened with ``runs`` makes a new database keep each table as
+compressed sorted runs instead (issue 22, RUNS.md, ``_runs.pxi``): a run a
+batch, merged by size, scanned run by run, hits checked against the index.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t

@@ -165,3 +165,30 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
     storage.compact()
     check()
     assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)
+
+
+def test_a_database_keeps_its_kind_of_tables(tmp_path):
+    """The switch decides for new databases only: one of today's tables opens
+    with it on as it was, and one of runs refuses to open without it."""
+    pytest.importorskip("simhashdb._lmdb")
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    docs = records.encode_documents([("a", 1), ("b", 2)], 511, 0)
+    for made, opened in (("lmdb", "lmdb-runs"), ("lmdb-runs", "lmdb")):
+        path = str(tmp_path / made)
+        storage = registry.backend_class(made)(path)
+        storage.open_tables(STORAGE_LAYOUT)
+        storage.write(lambda txn: txn.upsert(docs))
+        storage.close()
+        storage = registry.backend_class(opened)(path)
+        try:
+            if opened == "lmdb":
+                with pytest.raises(DatabaseError, match="SIMHASHDB_RUNS=1"):
+                    storage.open_tables(STORAGE_LAYOUT)
+            else:
+                storage.open_tables(STORAGE_LAYOUT)
+                assert [len(hits) for hits in storage.search(np.array([1, 3], np.uint64), 1)] == [1, 2]
+        finally:
+            storage.close()

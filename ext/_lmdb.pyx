@@ -96,7 +96,7 @@ cdef extern from "guard.h" nogil:
 cdef enum:
     MAX_TABLES = 1024
     SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
-    RUN_TABLES = 256    # the most tables a database of runs has (each takes SLOTS + 1 of maxdbs)
+    RUN_TABLES = 256    # the most tables a database of runs has (each takes SLOTS of maxdbs)
     RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
@@ -352,7 +352,7 @@ cdef struct Work:
     MDB_dbi meta, docs, fps
     MDB_dbi* tables
     bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
-    MDB_dbi* run_dirs       # per table: its run directory
+    MDB_dbi run_dir         # every table's directory of runs, keyed by the table (u16 BE)
     MDB_dbi* run_slots      # per table: SLOTS slot sub-databases
     TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
     U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
@@ -622,12 +622,14 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     big-endian, oldest first) and open a cursor on each live run's slot."""
     cdef TableRuns* r = &w.table_runs[t]
     cdef uint8_t buf[13 * SLOTS]
+    cdef uint8_t key[2]
     cdef MDB_val k, v
     cdef size_t i
     cdef int rc
     close_runs(r)
-    k.mv_size, k.mv_data = 4, <char*>b"runs"
-    rc = g_get(w.txn, w.run_dirs[t], &k, &v)
+    write_be(key, t, 2)
+    k.mv_size, k.mv_data = 2, key
+    rc = g_get(w.txn, w.run_dir, &k, &v)
     if rc == MDB_NOTFOUND:
         return 0
     if rc == 0 and (v.mv_size % 13 or v.mv_size > 13 * SLOTS):
@@ -658,15 +660,17 @@ cdef void close_runs(TableRuns* r) noexcept nogil:
 cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
     """Write ``r`` as table ``t``'s directory, then load it back (with cursors)."""
     cdef uint8_t buf[13 * SLOTS]
+    cdef uint8_t key[2]
     cdef MDB_val k, v
     cdef size_t i
     for i in range(r.n):
         write_be(buf + 13 * i, r.id[i], 4)
         buf[13 * i + 4] = r.slot[i]
         write_be(buf + 13 * i + 5, r.entries[i], 8)
-    k.mv_size, k.mv_data = 4, <char*>b"runs"
+    write_be(key, t, 2)
+    k.mv_size, k.mv_data = 2, key
     v.mv_size, v.mv_data = 13 * r.n, buf
-    cdef int rc = g_put(w.txn, w.run_dirs[t], &k, &v, 0)
+    cdef int rc = g_put(w.txn, w.run_dir, &k, &v, 0)
     return rc if rc else load_runs(w, t)
 
 
@@ -1358,7 +1362,7 @@ cdef class Env:
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef readonly bint runs       # its tables are kept as runs (RUNS.md)
     cdef bint new_runs            # a new database's tables are kept as runs
-    cdef MDB_dbi run_dirs[RUN_TABLES]
+    cdef MDB_dbi run_dir
     cdef MDB_dbi run_slots[RUN_TABLES * SLOTS]
     cdef Layout layout
     cdef readonly bint broken
@@ -1377,7 +1381,7 @@ cdef class Env:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
         mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + (
-            max(MAX_TABLES, RUN_TABLES * (SLOTS + 1)) if runs else MAX_TABLES))
+            max(MAX_TABLES, RUN_TABLES * SLOTS + 1) if runs else MAX_TABLES))
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -1446,7 +1450,7 @@ cdef class Env:
         if rc == 0 and tables:  # dupsort tables, or runs (an existing database keeps its kind)
             rc = g_dbi_open(txn, b"table:000", MDB_DUPSORT | MDB_DUPFIXED, &self.tables[0])
             if rc == MDB_NOTFOUND:
-                rc = g_dbi_open(txn, b"runs:000", 0, &self.run_dirs[0])
+                rc = g_dbi_open(txn, b"runs", 0, &self.run_dir)
                 if rc == 0 and not self.new_runs:
                     mdb_txn_abort(txn)
                     raise DatabaseError("the tables of %s are kept as runs (issue 22): open it "
@@ -1456,9 +1460,10 @@ cdef class Env:
             if self.runs and tables > RUN_TABLES:
                 mdb_txn_abort(txn)
                 raise DatabaseError("tables kept as runs: at most %d of them" % RUN_TABLES)
+        if rc == 0 and self.runs:
+            rc = g_dbi_open(txn, b"runs", create_flag, &self.run_dir)
         for t in range(tables):
             if rc == 0 and self.runs:
-                rc = g_dbi_open(txn, b"runs:%03d" % t, create_flag, &self.run_dirs[t])
                 for slot in range(SLOTS):
                     if rc == 0:
                         rc = g_dbi_open(txn, b"runs:%03d:%02d" % (t, slot), create_flag,
@@ -1561,7 +1566,7 @@ cdef class Txn:
         w.txn = self.txn
         w.meta, w.docs, w.fps = self.env.meta, self.env.docs, self.env.fps
         w.tables = self.env.tables
-        w.runs, w.run_dirs, w.run_slots = self.env.runs, self.env.run_dirs, self.env.run_slots
+        w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
         w.bands = self.env.bands if self.env.has_bands else NULL
         w.band_changes = NULL

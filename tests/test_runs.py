@@ -153,8 +153,9 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
         storage.close()
         env = lmdb.open(str(tmp_path / "db"), max_dbs=4096, readonly=True, lock=False)
         with env.begin() as txn:
-            runs = [len(txn.get(b"runs", db=env.open_db(b"runs:%03d" % t, txn=txn, create=False)))
-                    // 13 for t in range(len(STORAGE_LAYOUT.prefixes))]
+            directory = env.open_db(b"runs", txn=txn, create=False)
+            runs = [len(txn.get(t.to_bytes(2, "big"), db=directory)) // 13
+                    for t in range(len(STORAGE_LAYOUT.prefixes))]
         env.close()
         return runs
 

@@ -16,7 +16,8 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
   packs the 6-byte values of one key side by side.
 
 Behind a switch (``SIMHASHDB_RUNS=1``, native backend only; RUNS.md), a new
-database keeps each table as compressed sorted runs instead: ``runs:NNN``
-(its directory of live runs) and the slots ``runs:NNN:SS``, one run each,
+database keeps each table as compressed sorted runs instead: ``runs`` (each
+table's directory of live runs, keyed by the table) and per table the slots
+``runs:NNN:SS``, one run each,
 with the count of distinct fingerprints in ``meta`` (``b"distinct"``).
 """

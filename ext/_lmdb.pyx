@@ -540,7 +540,7 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
                      Hits* out) noexcept nogil:
     """search_one for every probe, table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
-    if w.runs:
+    if w.runs and n > 1:  # one probe: a seek a range costs less than setting up sweeps
         return sweep_tables(w, probes, n, distance, flips, out)
     cdef uint64_t* order = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
     cdef Py_ssize_t t
@@ -564,6 +564,8 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     free(order)
     if rc == 0:
         dedupe_hits(out, 0)
+    if rc == 0 and w.runs:
+        rc = drop_stale(w, out, 0)
     return rc
 
 

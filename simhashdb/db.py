@@ -939,10 +939,19 @@ def _matches(hits, names):
     """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
     fingerprint, distance, resemblance or None) ones, their keys as ``names``
     says, sorted by (distance, key)."""
-    matches = [Match(names[hit[0]], *hit[1:3]) if len(hit) == 3 or hit[3] is None
-               else TextMatch(names[hit[0]], *hit[1:]) for hit in hits]
-    matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
+    ordered = sorted((hit[2], *_key_order(names[hit[0]]), hit) for hit in hits)
+    matches = []
+    for *_, key, hit in ordered:
+        if len(hit) == 3 or hit[3] is None:
+            matches.append(_new_tuple(Match, (key, hit[1], hit[2])))
+        else:
+            match = _new_tuple(TextMatch, (key, hit[1], hit[2]))
+            match._resemblance = hit[3]
+            matches.append(match)
     return matches
+
+
+_new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
 def _signed(value, signature, path):

@@ -91,6 +91,9 @@ include "_memory.pxi"
 
 include "_signature.pxi"
 
+
+include "_casefold.pxi"
+
 SIGNATURE_BYTES = 2 * MINHASH_BINS  # a text's resemblance signature: 128 bins of 16 bits
 BANDS = SIGNATURE_BANDS  # the band keys of a signature
 
@@ -583,125 +586,173 @@ cdef inline void add_weighted(int64_t* sums, uint64_t h, int64_t w) noexcept nog
         sums[bit] += (<int64_t>((h >> bit) & 1) * 2 - 1) * w
 
 
-def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1] table,
-                               const uint8_t[::1] weights, uint8_t absent):
-    """Weighted simhash of the distinct words of UTF-8 ``text`` (words and
-    single CJK characters, as ``tokens_utf8``): a word seen ``c`` times weighs
-    sqrt(c) times its weight in ``table`` (sorted ``fast_hash`` values of
-    words, with ``weights``), or times ``absent`` for a word not in it.
-    Integer sums, so the result is the same on every platform; no word: 0."""
-    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
-    cdef Py_ssize_t j, slot, slots, entries = table.shape[0]
-    cdef uint64_t* hashes
-    cdef uint64_t* keys = NULL
-    cdef uint32_t* counts = NULL
-    cdef uint64_t h, result = 0
+cdef Py_ssize_t word_hashes(const uint8_t* p, Py_ssize_t n,
+                            uint64_t** hashes) except -1 nogil:
+    """Hash each word of UTF-8 ``p[:n]`` (as ``next_word`` reads them) into a
+    new malloc'd ``*hashes`` (the caller frees it); return their number."""
+    cdef Py_ssize_t i = 0, start = 0, end, count = 0, capacity = n // 8 + 16
+    hashes[0] = <uint64_t*>malloc(capacity * sizeof(uint64_t))
+    if hashes[0] == NULL:
+        with gil:
+            raise MemoryError()
+    while True:
+        end = next_word(p, n, i, &start)
+        if end < 0:
+            return count
+        i = end
+        if count == capacity:
+            capacity *= 2
+            grow(<void**>hashes, capacity * sizeof(uint64_t))
+        hashes[0][count] = hash_bytes(p + start, end - start)
+        count += 1
+
+
+cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64_t* table,
+                          const uint8_t* weights, Py_ssize_t entries, uint8_t absent,
+                          uint64_t* result) except -1 nogil:
+    """Set ``result`` to the weighted simhash of the distinct ``hashes``: one
+    seen ``c`` times weighs sqrt(c) times its weight in ``table`` (sorted, with
+    ``weights``), or times ``absent`` if not in it. Integer sums, so the result
+    is the same on every platform; no hash: 0."""
+    cdef Py_ssize_t j, slot, slots = 64
+    cdef uint64_t* keys
+    cdef uint32_t* counts
+    cdef uint64_t h
     cdef int64_t sums[64]
     cdef int bit
-    if entries != weights.shape[0] or entries == 0:
-        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
-    if n == 0:
+    result[0] = 0
+    if count == 0:
         return 0
-    hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
-    try:
-        if hashes == NULL:
-            raise MemoryError()
-        with nogil:
-            while True:
-                end = next_word(&text[0], n, i, &start)
-                if end < 0:
-                    break
-                i = end
-                if count == capacity:
-                    capacity *= 2
-                    grow(<void**>&hashes, capacity * sizeof(uint64_t))
-                hashes[count] = hash_bytes(&text[start], end - start)
-                count += 1
-            # count each distinct word in an open-addressing table (hash 0 is
-            # stored as a key of its own: slots are empty where counts is 0)
-            slots = 64
-            while slots < 2 * count:
-                slots *= 2
-            keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
-            counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
-            if keys == NULL or counts == NULL:
-                with gil:
-                    raise MemoryError()
-            for j in range(count):
-                h = hashes[j]
-                slot = <Py_ssize_t>(h >> 7) & (slots - 1)
-                while counts[slot] and keys[slot] != h:
-                    slot = (slot + 1) & (slots - 1)
-                keys[slot] = h
-                counts[slot] += 1
-            memset(sums, 0, sizeof(sums))
-            for slot in range(slots):
-                if counts[slot]:
-                    h = keys[slot]
-                    add_weighted(sums, h, <int64_t>(
-                        sqrt(<double>counts[slot])
-                        * table_weight(&table[0], &weights[0], entries, h, absent) + 0.5))
-            for bit in range(64):
-                if sums[bit] > 0:
-                    result |= (<uint64_t>1) << bit
-        return result
-    finally:
-        free(hashes)
+    # count each distinct hash in an open-addressing table (hash 0 is stored
+    # as a key of its own: slots are empty where counts is 0)
+    while slots < 2 * count:
+        slots *= 2
+    keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
+    counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
+    if keys == NULL or counts == NULL:
         free(keys)
         free(counts)
+        with gil:
+            raise MemoryError()
+    for j in range(count):
+        h = hashes[j]
+        slot = <Py_ssize_t>(h >> 7) & (slots - 1)
+        while counts[slot] and keys[slot] != h:
+            slot = (slot + 1) & (slots - 1)
+        keys[slot] = h
+        counts[slot] += 1
+    memset(sums, 0, sizeof(sums))
+    for slot in range(slots):
+        if counts[slot]:
+            h = keys[slot]
+            add_weighted(sums, h, <int64_t>(
+                sqrt(<double>counts[slot]) * table_weight(table, weights, entries, h, absent)
+                + 0.5))
+    free(keys)
+    free(counts)
+    for bit in range(64):
+        if sums[bit] > 0:
+            result[0] |= (<uint64_t>1) << bit
+    return 0
 
 
 DEF SHINGLE_WORDS = 5
 
 
-def word_minhash(const unsigned char[::1] text):
-    """The resemblance signature of UTF-8 ``text``: a one-permutation MinHash
-    of its word 5-shingles (words as ``next_word`` reads them; a text of fewer
-    words is one shingle), 128 bins of 16 bits, as 256 bytes. A shingle goes
-    to the bin its hash's top 7 bits name; a bin keeps the 16-bit image
-    (1 to 65535) of its least hash below them; 0 marks an empty bin."""
-    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, seen = 0, j
-    cdef uint64_t words[SHINGLE_WORDS]
+cdef void word_shingle_minhash(const uint64_t* words, Py_ssize_t count,
+                               unsigned char* signature) noexcept nogil:
+    """Write the resemblance signature of ``count`` word hashes to
+    ``signature`` (2 * MINHASH_BINS bytes, zeroed): a one-permutation MinHash
+    of their 5-shingles (fewer words are one shingle). A shingle goes to the
+    bin its hash's top 7 bits name; a bin keeps the 16-bit image (1 to 65535)
+    of its least hash below them; 0 marks an empty bin."""
     cdef uint64_t least[MINHASH_BINS]
-    cdef uint64_t h, rest
+    cdef uint64_t rest
+    cdef Py_ssize_t end
     cdef int b
-    out = bytearray(2 * MINHASH_BINS)
-    cdef unsigned char[::1] res = out
     for b in range(MINHASH_BINS):
         least[b] = 0xFFFFFFFFFFFFFFFFULL
-    with nogil:
-        while n:
-            end = next_word(&text[0], n, i, &start)
-            if end < 0:
-                break
-            i = end
-            words[seen % SHINGLE_WORDS] = hash_bytes(&text[start], end - start)
-            seen += 1
-            if seen >= SHINGLE_WORDS:
-                add_minhash(least, words, seen, SHINGLE_WORDS)
-        if 0 < seen < SHINGLE_WORDS:
-            add_minhash(least, words, seen, seen)
-        for b in range(MINHASH_BINS):
-            if least[b] != 0xFFFFFFFFFFFFFFFFULL:
-                rest = least[b] % 65535 + 1
-                res[2 * b] = rest >> 8
-                res[2 * b + 1] = rest & 0xFF
-    return bytes(out)
+    for end in range(SHINGLE_WORDS, count + 1):
+        add_minhash(least, words + end - SHINGLE_WORDS, SHINGLE_WORDS)
+    if 0 < count < SHINGLE_WORDS:
+        add_minhash(least, words, count)
+    for b in range(MINHASH_BINS):
+        if least[b] != 0xFFFFFFFFFFFFFFFFULL:
+            rest = least[b] % 65535 + 1
+            signature[2 * b] = rest >> 8
+            signature[2 * b + 1] = rest & 0xFF
 
 
-cdef inline void add_minhash(uint64_t* least, const uint64_t* words, Py_ssize_t seen,
+cdef inline void add_minhash(uint64_t* least, const uint64_t* words,
                              Py_ssize_t length) noexcept nogil:
-    """Put the shingle of the last ``length`` words (a ring of SHINGLE_WORDS
-    after ``seen`` words) into its bin."""
+    """Put the shingle of ``length`` consecutive words into its bin."""
     cdef uint64_t h = 0, rest
     cdef Py_ssize_t j
-    for j in range(seen - length, seen):
-        h = rotl(h, 23) ^ words[j % SHINGLE_WORDS]
+    for j in range(length):
+        h = rotl(h, 23) ^ words[j]
         h *= 0x9E3779B97F4A7C15ULL
     h = fmix64(h)
     rest = h & 0x01FFFFFFFFFFFFFFULL
     if rest < least[h >> 57]:
         least[h >> 57] = rest
+
+
+def casefold_fingerprint(str text, const uint64_t[::1] table, const uint8_t[::1] weights,
+                         uint8_t absent, bint signature=False):
+    """(fingerprint, signature or None) of the words of ``text.casefold()``,
+    folded natively and read once (words and single CJK characters, as
+    ``tokens_utf8``). The fingerprint: ``weighted_simhash`` of their hashes
+    (``fast_hash`` of their UTF-8) with ``table`` (sorted hashes of words),
+    ``weights`` and ``absent``; no word: 0. With ``signature``, also their
+    resemblance signature (``word_minhash``)."""
+    cdef Py_ssize_t entries = table.shape[0], n, count
+    cdef uint8_t* folded = NULL
+    cdef uint64_t* hashes = NULL
+    cdef uint64_t result
+    cdef bytes out = None
+    if entries != weights.shape[0] or entries == 0:
+        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
+    try:
+        n = casefold_utf8(text, &folded)
+        with nogil:
+            count = word_hashes(folded, n, &hashes)
+            weighted_simhash(hashes, count, &table[0], &weights[0], entries, absent, &result)
+        if signature:
+            out = PyBytes_FromStringAndSize(NULL, 2 * MINHASH_BINS)
+            memset(<char*>out, 0, 2 * MINHASH_BINS)
+            word_shingle_minhash(hashes, count, <unsigned char*><char*>out)
+        return result, out
+    finally:
+        free(folded)
+        free(hashes)
+
+
+def casefold(str text):
+    """``text.casefold()`` as UTF-8 ("surrogatepass"), folded as
+    ``casefold_fingerprint`` folds it."""
+    cdef uint8_t* folded = NULL
+    cdef Py_ssize_t n
+    try:
+        n = casefold_utf8(text, &folded)
+        return PyBytes_FromStringAndSize(<char*>folded, n)
+    finally:
+        free(folded)
+
+
+def word_minhash(const unsigned char[::1] text):
+    """The resemblance signature of UTF-8 ``text``: ``word_shingle_minhash``
+    of its words (as ``next_word`` reads them), 256 bytes."""
+    cdef uint64_t* hashes = NULL
+    cdef Py_ssize_t count
+    out = bytearray(2 * MINHASH_BINS)
+    cdef unsigned char[::1] res = out
+    try:
+        with nogil:
+            count = word_hashes(&text[0] if text.shape[0] else NULL, text.shape[0], &hashes)
+            word_shingle_minhash(hashes, count, &res[0])
+        return bytes(out)
+    finally:
+        free(hashes)
 
 
 def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):

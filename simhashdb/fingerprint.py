@@ -104,9 +104,11 @@ def _nfkc(text):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         raise InvalidArgumentError("expected text as str or bytes, got %s" % type(text).__name__)
-    if not unicodedata.is_normalized("NFKC", text):  # the quick check is ~20x faster
-        text = unicodedata.normalize("NFKC", text)
-    return text
+    if unicodedata.is_normalized("NFKC", text):  # the quick check is ~20x faster
+        return text
+    # a line break is never changed nor combined, so each line is normalised on its own
+    return "\n".join(line if unicodedata.is_normalized("NFKC", line)
+                     else unicodedata.normalize("NFKC", line) for line in text.split("\n"))
 
 
 def tokenize(text: str, unit: str = "words") -> list[str]:

@@ -3,6 +3,7 @@ import math
 import pathlib
 import sys
 import sysconfig
+import unicodedata
 from array import array
 
 import numpy as np
@@ -402,6 +403,14 @@ def test_native_case_folding_keeps_every_output(text, html):
     expected = old_fingerprint_with_signature(text, html)
     assert simhashdb.fingerprint_with_signature(text, html=html) == expected
     assert simhashdb.fingerprint(text, html=html) == expected[0]
+
+
+@given(st.lists(st.sampled_from(UNICODE_CASES + [
+    "\n", "\r\n", "e\u0301", "\u0301", "\u1100", "\u1161", "\u11a8", "가", "\u0b47",
+    "\u0b3e", "ﬃ", "…", "，", "ｱ", "ﾟ", "\u0344", "\u0f73", "\u1e9b\u0323"]),
+    max_size=40).map("".join))
+def test_normalize_line_by_line_is_nfkc_of_the_whole(text):
+    assert simhashdb.normalize(text) == unicodedata.normalize("NFKC", text).casefold()
 
 
 def test_native_case_folding_is_str_casefold_for_every_code_point():

@@ -15,6 +15,7 @@ cdef uint8_t* FOLDS = NULL        # 8 bytes a folding: its length, then its UTF-
 cdef extern from "Python.h":
     object PyUnicode_New(Py_ssize_t size, uint32_t maxchar)
     void* PyUnicode_DATA(object text)
+    bint PyUnicode_IS_ASCII(object text)
 
 
 def casefold_changes():
@@ -97,12 +98,19 @@ cdef Py_ssize_t casefold_utf8(str text, uint8_t** out) except -1:
     cdef uint32_t cp
     cdef uint16_t slot
     cdef uint8_t* buffer
+    cdef const uint8_t* ascii
+    cdef Py_ssize_t i
     if FOLDS == NULL:
         load_casefold()
     buffer = <uint8_t*>malloc(capacity)
     if buffer == NULL:
         raise MemoryError()
     out[0] = buffer
+    if PyUnicode_IS_ASCII(text):  # its data is its UTF-8
+        ascii = <const uint8_t*>PyUnicode_DATA(text)
+        for i in range(len(text)):
+            buffer[i] = ascii[i] + 32 if 65 <= ascii[i] <= 90 else ascii[i]
+        return len(text)
     for char in text:
         cp = char
         if used + FOLD_BYTES > capacity:

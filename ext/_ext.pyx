@@ -15,6 +15,7 @@ from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+    int lowest_bit "__builtin_ctzll"(unsigned long long) nogil
 
 MAX_FINGERPRINT = 0xFFFFFFFFFFFFFFFF
 _U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
@@ -544,15 +545,14 @@ include "_tables.pxi"
 
 cdef inline uint8_t table_weight(const uint64_t* hashes, const uint8_t* weights,
                                  Py_ssize_t n, uint64_t h, uint8_t absent) noexcept nogil:
-    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``."""
-    cdef Py_ssize_t lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if hashes[mid] < h:
-            lo = mid + 1
-        else:
-            hi = mid
-    return weights[lo] if lo < n and hashes[lo] == h else absent
+    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``
+    (a binary search without branches: the steps depend on the table's size only)."""
+    cdef Py_ssize_t lo = 0, half
+    while n > 1:  # the last entry <= h, if any, is in [lo, lo + n)
+        half = n >> 1
+        lo += half * (hashes[lo + half] <= h)
+        n -= half
+    return weights[lo] if hashes[lo] == h else absent
 
 
 cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
@@ -580,10 +580,11 @@ cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
     return i
 
 
-cdef inline void add_weighted(int64_t* sums, uint64_t h, int64_t w) noexcept nogil:
-    cdef int bit
-    for bit in range(64):
-        sums[bit] += (<int64_t>((h >> bit) & 1) * 2 - 1) * w
+cdef inline void add_weighted(int64_t* ones, uint64_t h, int64_t w) noexcept nogil:
+    """Add ``w`` to the count of each 1 bit of ``h``."""
+    while h:
+        ones[lowest_bit(h)] += w
+        h &= h - 1
 
 
 cdef Py_ssize_t word_hashes(const uint8_t* p, Py_ssize_t n,
@@ -618,7 +619,8 @@ cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64
     cdef uint64_t* keys
     cdef uint32_t* counts
     cdef uint64_t h
-    cdef int64_t sums[64]
+    cdef int64_t ones[64]
+    cdef int64_t total = 0, w
     cdef int bit
     result[0] = 0
     if count == 0:
@@ -641,17 +643,18 @@ cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64
             slot = (slot + 1) & (slots - 1)
         keys[slot] = h
         counts[slot] += 1
-    memset(sums, 0, sizeof(sums))
+    memset(ones, 0, sizeof(ones))
     for slot in range(slots):
         if counts[slot]:
             h = keys[slot]
-            add_weighted(sums, h, <int64_t>(
-                sqrt(<double>counts[slot]) * table_weight(table, weights, entries, h, absent)
-                + 0.5))
+            w = <int64_t>(sqrt(<double>counts[slot])
+                          * table_weight(table, weights, entries, h, absent) + 0.5)
+            add_weighted(ones, h, w)
+            total += w
     free(keys)
     free(counts)
-    for bit in range(64):
-        if sums[bit] > 0:
+    for bit in range(64):  # the weights of the hashes with the bit outweigh the others'
+        if 2 * ones[bit] > total:
             result[0] |= (<uint64_t>1) << bit
     return 0
 

@@ -543,39 +543,72 @@ include "_tables.pxi"
 
 # Distinct words weighted by a table (recipe 3).
 
+cdef enum:
+    TABLE_BUCKET_BITS = 12  # a table's hashes are found by their top 12 bits
+
+
 cdef inline uint8_t table_weight(const uint64_t* hashes, const uint8_t* weights,
-                                 Py_ssize_t n, uint64_t h, uint8_t absent) noexcept nogil:
-    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``
-    (a binary search without branches: the steps depend on the table's size only)."""
-    cdef Py_ssize_t lo = 0, half
-    while n > 1:  # the last entry <= h, if any, is in [lo, lo + n)
-        half = n >> 1
-        lo += half * (hashes[lo + half] <= h)
-        n -= half
-    return weights[lo] if hashes[lo] == h else absent
+                                 const uint32_t* starts, uint64_t h,
+                                 uint8_t absent) noexcept nogil:
+    """The weight of feature hash ``h`` in a table sorted by hash, or
+    ``absent``; ``starts[b]``: the first entry whose top bits are ``b`` or more."""
+    cdef uint32_t i = starts[h >> (64 - TABLE_BUCKET_BITS)]
+    cdef uint32_t end = starts[(h >> (64 - TABLE_BUCKET_BITS)) + 1]
+    while i < end and hashes[i] < h:
+        i += 1
+    return weights[i] if i < end and hashes[i] == h else absent
+
+
+def table_starts(const uint64_t[::1] table):
+    """Where each of the 4,096 ranges of top bits starts in a sorted ``table``
+    (4,097 entries, the last its length): ``table_weight`` reads a hash's
+    range alone."""
+    out = array("I", [0]) * ((1 << TABLE_BUCKET_BITS) + 1)
+    cdef uint32_t[::1] starts = out
+    cdef Py_ssize_t i = 0, bucket
+    for bucket in range(1 << TABLE_BUCKET_BITS):
+        starts[bucket] = i
+        while i < table.shape[0] and (table[i] >> (64 - TABLE_BUCKET_BITS)) == bucket:
+            i += 1
+    starts[1 << TABLE_BUCKET_BITS] = i
+    return out
+
+
+cdef uint8_t ASCII_SEPARATOR[256]  # 1 for an ASCII byte that is no word character
+cdef uint8_t ASCII_WORD[256]  # 1 for an ASCII letter or digit
+
+
+cdef void init_ascii_classes() noexcept nogil:
+    cdef int byte
+    for byte in range(256):
+        ASCII_SEPARATOR[byte] = byte < 0x80 and char_class(byte) == SEPARATOR
+        ASCII_WORD[byte] = byte < 0x80 and char_class(byte) == WORD
+
+
+init_ascii_classes()
 
 
 cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
                                  Py_ssize_t* start) noexcept nogil:
     """``next_token`` in words, with ASCII letters, digits and separators read
-    from a table."""
+    from tables."""
     cdef uint32_t cp
     cdef Py_ssize_t length
-    while i < n and p[i] < 0x80 and char_class(p[i]) == SEPARATOR:
+    while i < n and ASCII_SEPARATOR[p[i]]:
         i += 1
     if i >= n:
         return -1
     if p[i] >= 0x80:
         return next_token(p, n, i, start, False)
     start[0] = i
-    while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+    while i < n and ASCII_WORD[p[i]]:
         i += 1
     while i < n and p[i] >= 0x80:  # the word may go on in other letters
         length = decode_utf8(p, n, i, &cp)
         if char_class(cp) != WORD:
             break
         i += length
-        while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+        while i < n and ASCII_WORD[p[i]]:
             i += 1
     return i
 
@@ -609,11 +642,11 @@ cdef Py_ssize_t word_hashes(const uint8_t* p, Py_ssize_t n,
 
 
 cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64_t* table,
-                          const uint8_t* weights, Py_ssize_t entries, uint8_t absent,
+                          const uint8_t* weights, const uint32_t* starts, uint8_t absent,
                           uint64_t* result) except -1 nogil:
     """Set ``result`` to the weighted simhash of the distinct ``hashes``: one
     seen ``c`` times weighs sqrt(c) times its weight in ``table`` (sorted, with
-    ``weights``), or times ``absent`` if not in it. Integer sums, so the result
+    ``weights`` and ``table_starts``), or times ``absent`` if not in it. Integer sums, so the result
     is the same on every platform; no hash: 0."""
     cdef Py_ssize_t j, slot, slots = 64
     cdef uint64_t* keys
@@ -648,7 +681,7 @@ cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64
         if counts[slot]:
             h = keys[slot]
             w = <int64_t>(sqrt(<double>counts[slot])
-                          * table_weight(table, weights, entries, h, absent) + 0.5)
+                          * table_weight(table, weights, starts, h, absent) + 0.5)
             add_weighted(ones, h, w)
             total += w
     free(keys)
@@ -701,25 +734,27 @@ cdef inline void add_minhash(uint64_t* least, const uint64_t* words,
 
 
 def casefold_fingerprint(str text, const uint64_t[::1] table, const uint8_t[::1] weights,
-                         uint8_t absent, bint signature=False):
+                         const uint32_t[::1] starts, uint8_t absent, bint signature=False):
     """(fingerprint, signature or None) of the words of ``text.casefold()``,
     folded natively and read once (words and single CJK characters, as
     ``tokens_utf8``). The fingerprint: ``weighted_simhash`` of their hashes
     (``fast_hash`` of their UTF-8) with ``table`` (sorted hashes of words),
-    ``weights`` and ``absent``; no word: 0. With ``signature``, also their
+    ``weights``, its ``table_starts`` and ``absent``; no word: 0. With ``signature``, also their
     resemblance signature (``word_minhash``)."""
     cdef Py_ssize_t entries = table.shape[0], n, count
     cdef uint8_t* folded = NULL
     cdef uint64_t* hashes = NULL
     cdef uint64_t result
     cdef bytes out = None
-    if entries != weights.shape[0] or entries == 0:
-        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
+    if entries != weights.shape[0] or entries == 0 or starts.shape[0] != (
+            1 << TABLE_BUCKET_BITS) + 1 or starts[1 << TABLE_BUCKET_BITS] != entries:
+        raise InvalidArgumentError("a weight table needs one weight per hash, a hash, "
+                                   "and its table_starts")
     try:
         n = casefold_utf8(text, &folded)
         with nogil:
             count = word_hashes(folded, n, &hashes)
-            weighted_simhash(hashes, count, &table[0], &weights[0], entries, absent, &result)
+            weighted_simhash(hashes, count, &table[0], &weights[0], &starts[0], absent, &result)
         if signature:
             out = PyBytes_FromStringAndSize(NULL, 2 * MINHASH_BINS)
             memset(<char*>out, 0, 2 * MINHASH_BINS)

@@ -250,8 +250,9 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
             raise InvalidArgumentError("unknown word weight table %r; known: %s"
                                        % (idf, ", ".join(sorted(WEIGHT_TABLES))))
         hashes, weights, absent = _word_weights(idf)
+        starts = _table_starts(idf)
         return strip_html, lambda nfkc, signature=False: _ext.casefold_fingerprint(
-            nfkc, hashes, weights, absent, signature)
+            nfkc, hashes, weights, starts, absent, signature)
     lengths = _shingle_lengths(DEFAULT_WINDOW if window is _DEFAULT else window)
     cjk_window = DEFAULT_CJK_WINDOW if cjk_window is _DEFAULT else cjk_window
     cjk_lengths = lengths if cjk_window is None else _shingle_lengths(cjk_window)
@@ -290,6 +291,11 @@ def _word_weights(name):
     if sys.byteorder == "big":
         hashes.byteswap()
     return hashes, array("B", data[16 + 8 * count:]), absent
+
+
+@functools.lru_cache(maxsize=None)
+def _table_starts(name):
+    return _ext.table_starts(_word_weights(name)[0])
 
 
 def fingerprint_many(texts: Iterable[Text], **options: Any) -> list[int]:

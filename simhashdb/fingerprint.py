@@ -259,7 +259,7 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
     unit = _check_unit(DEFAULT_UNIT if unit is _DEFAULT else unit)
     run_cap = _check_max_run(DEFAULT_MAX_RUN if max_run is _DEFAULT else max_run)
 
-    def counted_shingles(normalized):
+    def counted_shingles(normalized):  # recipes 1 and 2
         if tokenizer is None and hasher is None:
             return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"),
                                          _mask(lengths), unit == "chars", _mask(cjk_lengths),

@@ -18,7 +18,7 @@ cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object text)
 
 
-def casefold_changes():
+cdef dict casefold_changes():
     """{code point: its ``str.casefold()``} for every code point it changes,
     read in the pages of 256 whose folding differs."""
     cdef str everything = PyUnicode_New(0x110000, 0x10FFFF)  # every code point, in order

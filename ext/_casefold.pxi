@@ -40,10 +40,14 @@ cdef dict casefold_changes():
 cdef int load_casefold() except -1:
     """Fill FOLD_PAGES, FOLD_SLOTS and FOLDS from ``casefold_changes()``."""
     global FOLD_PAGES, FOLD_SLOTS, FOLDS
-    changes = casefold_changes()
+    changes = {cp: folded.encode("utf-8", "surrogatepass")
+               for cp, folded in sorted(casefold_changes().items())}
+    longest = max(changes, key=lambda cp: len(changes[cp]))
+    if len(changes[longest]) > FOLD_BYTES or len(changes) >= 0xFFFF:
+        raise RuntimeError("str.casefold changes %d code points, U+%04X to %d bytes: "
+                           "more than the table holds" % (len(changes), longest,
+                                                          len(changes[longest])))
     pages = sorted({cp >> 8 for cp in changes})
-    if len(changes) >= 0xFFFF:
-        raise RuntimeError("str.casefold changes %d code points: too many" % len(changes))
     cdef uint16_t* page_of = <uint16_t*>calloc(0x1100, sizeof(uint16_t))
     cdef uint16_t* slots = <uint16_t*>calloc(256 * len(pages) + 1, sizeof(uint16_t))
     cdef uint8_t* folds = <uint8_t*>calloc(len(changes) + 1, 8)
@@ -56,11 +60,7 @@ cdef int load_casefold() except -1:
         raise MemoryError()
     for k, cp in enumerate(pages):
         page_of[cp] = k + 1
-    for k, (cp, folded) in enumerate(sorted(changes.items()), 1):
-        utf8 = folded.encode("utf-8", "surrogatepass")
-        if len(utf8) > FOLD_BYTES:
-            raise RuntimeError("the case folding of U+%04X is longer than %d bytes"
-                               % (cp, FOLD_BYTES))
+    for k, (cp, utf8) in enumerate(changes.items(), 1):
         slots[256 * (page_of[cp >> 8] - 1) + (cp & 0xFF)] = k
         folds[8 * k] = len(utf8)
         memcpy(&folds[8 * k + 1], <const char*>utf8, len(utf8))

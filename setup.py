@@ -27,7 +27,8 @@ SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi"],
+                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
+                                 "ext/_signature.pxi", "ext/_casefold.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._records", ["ext/_records.pyx"], extra_compile_args=["-O3"]),
               Extension("simhashdb._redis", ["ext/_redis.pyx"],

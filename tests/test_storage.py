@@ -163,6 +163,34 @@ def test_searches_are_exact_at_and_above_the_built_distance(opener):
             assert hits_by_key(hits_in_view) == hits_by_key(hits)
 
 
+def test_searches_stay_exact_over_batches_of_removals_and_returns(opener):
+    """Fingerprints added over many batches, removed, moved, and back again
+    (the same fingerprint under the same or another key), each state searched
+    against the brute-force oracle."""
+    storage, rng = opener(), random.Random(5)
+    base = rng.getrandbits(64)
+    top = base & ~((1 << 24) - 1)  # thousands under one 40-bit prefix
+    pool = adversarial(rng, base) + [top | rng.getrandbits(24) for _ in range(2000)]
+    docs = {}
+    for round_ in range(6):
+        batch = {"k%d" % rng.randrange(len(pool)): rng.choice(pool) for _ in range(400)}
+        put(storage, batch.items())
+        docs.update(batch)
+        gone = rng.sample(sorted(docs), len(docs) // 5)
+        assert remove(storage, gone) == len(gone)
+        for k in gone:
+            del docs[k]
+        back = {k: docs[rng.choice(sorted(docs))] if i % 2 else rng.choice(pool)
+                for i, k in enumerate(gone[:40])}  # returns: under a new key or the old one
+        put(storage, back.items())
+        docs.update(back)
+        assert_agrees(storage, docs)
+        probes = [base, 0, MAX, top, rng.choice(pool), rng.choice(pool) ^ 0b1011, rng.getrandbits(64)]
+        for distance in (3, 4):
+            for probe, hits in zip(probes, storage.search(array("Q", probes), distance)):
+                assert hits_by_key(hits) == oracle_hits(docs, probe, distance), (round_, probe)
+
+
 def test_insert_if_new_sees_what_the_batch_stored_before(opener):
     storage = opener()
     put(storage, [("old", 0b1111 << 40)])

@@ -27,9 +27,11 @@ SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi"],
+                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
+                                 "ext/_signature.pxi", "ext/_casefold.pxi"],
                         extra_compile_args=["-O3"]),
-              Extension("simhashdb._records", ["ext/_records.pyx"], extra_compile_args=["-O3"]),
+              Extension("simhashdb._records", ["ext/_records.pyx"], depends=["ext/_values.pxi"],
+                        extra_compile_args=["-O3"]),
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
                         depends=["ext/_tables.pxi", "ext/_memory.pxi", "ext/_signature.pxi"],
                         extra_compile_args=["-O3"])]
@@ -51,7 +53,8 @@ if flags is None:
         % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/_tables.pxi", "ext/_runs.pxi"],
+                                depends=["ext/guard.h", "ext/_tables.pxi", "ext/_signature.pxi",
+                                         "ext/_values.pxi", "ext/_runs.pxi"],
                                 extra_compile_args=["-O3"], **flags))
     # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
     extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"],

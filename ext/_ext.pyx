@@ -15,6 +15,7 @@ from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
+    int lowest_bit "__builtin_ctzll"(unsigned long long) nogil
 
 MAX_FINGERPRINT = 0xFFFFFFFFFFFFFFFF
 _U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
@@ -90,6 +91,9 @@ include "_memory.pxi"
 
 
 include "_signature.pxi"
+
+
+include "_casefold.pxi"
 
 SIGNATURE_BYTES = 2 * MINHASH_BINS  # a text's resemblance signature: 128 bins of 16 bits
 BANDS = SIGNATURE_BANDS  # the band keys of a signature
@@ -539,169 +543,254 @@ include "_tables.pxi"
 
 # Distinct words weighted by a table (recipe 3).
 
+cdef enum:
+    TABLE_BUCKET_BITS = 12  # a table's hashes are found by their top 12 bits
+
+
 cdef inline uint8_t table_weight(const uint64_t* hashes, const uint8_t* weights,
-                                 Py_ssize_t n, uint64_t h, uint8_t absent) noexcept nogil:
-    """The weight of feature hash ``h`` in a table sorted by hash, or ``absent``."""
-    cdef Py_ssize_t lo = 0, hi = n, mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if hashes[mid] < h:
-            lo = mid + 1
-        else:
-            hi = mid
-    return weights[lo] if lo < n and hashes[lo] == h else absent
+                                 const uint32_t* starts, uint64_t h,
+                                 uint8_t absent) noexcept nogil:
+    """The weight of feature hash ``h`` in a table sorted by hash, or
+    ``absent``; ``starts[b]``: the first entry whose top bits are ``b`` or more."""
+    cdef uint32_t i = starts[h >> (64 - TABLE_BUCKET_BITS)]
+    cdef uint32_t end = starts[(h >> (64 - TABLE_BUCKET_BITS)) + 1]
+    while i < end and hashes[i] < h:
+        i += 1
+    return weights[i] if i < end and hashes[i] == h else absent
+
+
+def table_starts(const uint64_t[::1] table):
+    """Where each of the 4,096 ranges of top bits starts in a sorted ``table``
+    (4,097 entries, the last its length): ``table_weight`` reads a hash's
+    range alone."""
+    out = array("I", [0]) * ((1 << TABLE_BUCKET_BITS) + 1)
+    cdef uint32_t[::1] starts = out
+    cdef Py_ssize_t i = 0, bucket
+    for bucket in range(1 << TABLE_BUCKET_BITS):
+        starts[bucket] = i
+        while i < table.shape[0] and (table[i] >> (64 - TABLE_BUCKET_BITS)) == bucket:
+            i += 1
+    starts[1 << TABLE_BUCKET_BITS] = i
+    return out
+
+
+cdef uint8_t ASCII_SEPARATOR[256]  # 1 for an ASCII byte that is no word character
+cdef uint8_t ASCII_WORD[256]  # 1 for an ASCII letter or digit
+
+
+cdef void init_ascii_classes() noexcept nogil:
+    cdef int byte
+    for byte in range(256):
+        ASCII_SEPARATOR[byte] = byte < 0x80 and char_class(byte) == SEPARATOR
+        ASCII_WORD[byte] = byte < 0x80 and char_class(byte) == WORD
+
+
+init_ascii_classes()
 
 
 cdef inline Py_ssize_t next_word(const uint8_t* p, Py_ssize_t n, Py_ssize_t i,
                                  Py_ssize_t* start) noexcept nogil:
     """``next_token`` in words, with ASCII letters, digits and separators read
-    from a table."""
+    from tables."""
     cdef uint32_t cp
     cdef Py_ssize_t length
-    while i < n and p[i] < 0x80 and char_class(p[i]) == SEPARATOR:
+    while i < n and ASCII_SEPARATOR[p[i]]:
         i += 1
     if i >= n:
         return -1
     if p[i] >= 0x80:
         return next_token(p, n, i, start, False)
     start[0] = i
-    while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+    while i < n and ASCII_WORD[p[i]]:
         i += 1
     while i < n and p[i] >= 0x80:  # the word may go on in other letters
         length = decode_utf8(p, n, i, &cp)
         if char_class(cp) != WORD:
             break
         i += length
-        while i < n and p[i] < 0x80 and char_class(p[i]) == WORD:
+        while i < n and ASCII_WORD[p[i]]:
             i += 1
     return i
 
 
-cdef inline void add_weighted(int64_t* sums, uint64_t h, int64_t w) noexcept nogil:
-    cdef int bit
-    for bit in range(64):
-        sums[bit] += (<int64_t>((h >> bit) & 1) * 2 - 1) * w
+cdef inline void add_weighted(int64_t* ones, uint64_t h, int64_t w) noexcept nogil:
+    """Add ``w`` to the count of each 1 bit of ``h``."""
+    while h:
+        ones[lowest_bit(h)] += w
+        h &= h - 1
 
 
-def fingerprint_words_weighted(const unsigned char[::1] text, const uint64_t[::1] table,
-                               const uint8_t[::1] weights, uint8_t absent):
-    """Weighted simhash of the distinct words of UTF-8 ``text`` (words and
-    single CJK characters, as ``tokens_utf8``): a word seen ``c`` times weighs
-    sqrt(c) times its weight in ``table`` (sorted ``fast_hash`` values of
-    words, with ``weights``), or times ``absent`` for a word not in it.
-    Integer sums, so the result is the same on every platform; no word: 0."""
-    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, count = 0, capacity = 1024
-    cdef Py_ssize_t j, slot, slots, entries = table.shape[0]
-    cdef uint64_t* hashes
-    cdef uint64_t* keys = NULL
-    cdef uint32_t* counts = NULL
-    cdef uint64_t h, result = 0
-    cdef int64_t sums[64]
-    cdef int bit
-    if entries != weights.shape[0] or entries == 0:
-        raise InvalidArgumentError("a weight table needs one weight per hash, and a hash")
-    if n == 0:
-        return 0
-    hashes = <uint64_t*>malloc(capacity * sizeof(uint64_t))
-    try:
-        if hashes == NULL:
+cdef Py_ssize_t word_hashes(const uint8_t* p, Py_ssize_t n,
+                            uint64_t** hashes) except -1 nogil:
+    """Hash each word of UTF-8 ``p[:n]`` (as ``next_word`` reads them) into a
+    new malloc'd ``*hashes`` (the caller frees it); return their number."""
+    cdef Py_ssize_t i = 0, start = 0, end, count = 0, capacity = n // 8 + 16
+    hashes[0] = <uint64_t*>malloc(capacity * sizeof(uint64_t))
+    if hashes[0] == NULL:
+        with gil:
             raise MemoryError()
-        with nogil:
-            while True:
-                end = next_word(&text[0], n, i, &start)
-                if end < 0:
-                    break
-                i = end
-                if count == capacity:
-                    capacity *= 2
-                    grow(<void**>&hashes, capacity * sizeof(uint64_t))
-                hashes[count] = hash_bytes(&text[start], end - start)
-                count += 1
-            # count each distinct word in an open-addressing table (hash 0 is
-            # stored as a key of its own: slots are empty where counts is 0)
-            slots = 64
-            while slots < 2 * count:
-                slots *= 2
-            keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
-            counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
-            if keys == NULL or counts == NULL:
-                with gil:
-                    raise MemoryError()
-            for j in range(count):
-                h = hashes[j]
-                slot = <Py_ssize_t>(h >> 7) & (slots - 1)
-                while counts[slot] and keys[slot] != h:
-                    slot = (slot + 1) & (slots - 1)
-                keys[slot] = h
-                counts[slot] += 1
-            memset(sums, 0, sizeof(sums))
-            for slot in range(slots):
-                if counts[slot]:
-                    h = keys[slot]
-                    add_weighted(sums, h, <int64_t>(
-                        sqrt(<double>counts[slot])
-                        * table_weight(&table[0], &weights[0], entries, h, absent) + 0.5))
-            for bit in range(64):
-                if sums[bit] > 0:
-                    result |= (<uint64_t>1) << bit
-        return result
-    finally:
-        free(hashes)
+    while True:
+        end = next_word(p, n, i, &start)
+        if end < 0:
+            return count
+        i = end
+        if count == capacity:
+            capacity *= 2
+            grow(<void**>hashes, capacity * sizeof(uint64_t))
+        hashes[0][count] = hash_bytes(p + start, end - start)
+        count += 1
+
+
+cdef int weighted_simhash(const uint64_t* hashes, Py_ssize_t count, const uint64_t* table,
+                          const uint8_t* weights, const uint32_t* starts, uint8_t absent,
+                          uint64_t* result) except -1 nogil:
+    """Set ``result`` to the weighted simhash of the distinct ``hashes``: one
+    seen ``c`` times weighs sqrt(c) times its weight in ``table`` (sorted, with
+    ``weights`` and ``table_starts``), or times ``absent`` if not in it. Integer sums, so the result
+    is the same on every platform; no hash: 0."""
+    cdef Py_ssize_t j, slot, slots = 64
+    cdef uint64_t* keys
+    cdef uint32_t* counts
+    cdef uint64_t h
+    cdef int64_t ones[64]
+    cdef int64_t total = 0, w
+    cdef int bit
+    result[0] = 0
+    if count == 0:
+        return 0
+    # count each distinct hash in an open-addressing table (hash 0 is stored
+    # as a key of its own: slots are empty where counts is 0)
+    while slots < 2 * count:
+        slots *= 2
+    keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
+    counts = <uint32_t*>calloc(slots, sizeof(uint32_t))
+    if keys == NULL or counts == NULL:
         free(keys)
         free(counts)
+        with gil:
+            raise MemoryError()
+    for j in range(count):
+        h = hashes[j]
+        slot = <Py_ssize_t>(h >> 7) & (slots - 1)
+        while counts[slot] and keys[slot] != h:
+            slot = (slot + 1) & (slots - 1)
+        keys[slot] = h
+        counts[slot] += 1
+    memset(ones, 0, sizeof(ones))
+    for slot in range(slots):
+        if counts[slot]:
+            h = keys[slot]
+            w = <int64_t>(sqrt(<double>counts[slot])
+                          * table_weight(table, weights, starts, h, absent) + 0.5)
+            add_weighted(ones, h, w)
+            total += w
+    free(keys)
+    free(counts)
+    for bit in range(64):  # the weights of the hashes with the bit outweigh the others'
+        if 2 * ones[bit] > total:
+            result[0] |= (<uint64_t>1) << bit
+    return 0
 
 
 DEF SHINGLE_WORDS = 5
 
 
-def word_minhash(const unsigned char[::1] text):
-    """The resemblance signature of UTF-8 ``text``: a one-permutation MinHash
-    of its word 5-shingles (words as ``next_word`` reads them; a text of fewer
-    words is one shingle), 128 bins of 16 bits, as 256 bytes. A shingle goes
-    to the bin its hash's top 7 bits name; a bin keeps the 16-bit image
-    (1 to 65535) of its least hash below them; 0 marks an empty bin."""
-    cdef Py_ssize_t n = text.shape[0], i = 0, start = 0, end, seen = 0, j
-    cdef uint64_t words[SHINGLE_WORDS]
+cdef void word_shingle_minhash(const uint64_t* words, Py_ssize_t count,
+                               unsigned char* signature) noexcept nogil:
+    """Write the resemblance signature of ``count`` word hashes to
+    ``signature`` (2 * MINHASH_BINS bytes, zeroed): a one-permutation MinHash
+    of their 5-shingles (fewer words are one shingle). A shingle goes to the
+    bin its hash's top 7 bits name; a bin keeps the 16-bit image (1 to 65535)
+    of its least hash below them; 0 marks an empty bin."""
     cdef uint64_t least[MINHASH_BINS]
-    cdef uint64_t h, rest
+    cdef uint64_t rest
+    cdef Py_ssize_t end
     cdef int b
-    out = bytearray(2 * MINHASH_BINS)
-    cdef unsigned char[::1] res = out
     for b in range(MINHASH_BINS):
         least[b] = 0xFFFFFFFFFFFFFFFFULL
-    with nogil:
-        while n:
-            end = next_word(&text[0], n, i, &start)
-            if end < 0:
-                break
-            i = end
-            words[seen % SHINGLE_WORDS] = hash_bytes(&text[start], end - start)
-            seen += 1
-            if seen >= SHINGLE_WORDS:
-                add_minhash(least, words, seen, SHINGLE_WORDS)
-        if 0 < seen < SHINGLE_WORDS:
-            add_minhash(least, words, seen, seen)
-        for b in range(MINHASH_BINS):
-            if least[b] != 0xFFFFFFFFFFFFFFFFULL:
-                rest = least[b] % 65535 + 1
-                res[2 * b] = rest >> 8
-                res[2 * b + 1] = rest & 0xFF
-    return bytes(out)
+    for end in range(SHINGLE_WORDS, count + 1):
+        add_minhash(least, words + end - SHINGLE_WORDS, SHINGLE_WORDS)
+    if 0 < count < SHINGLE_WORDS:
+        add_minhash(least, words, count)
+    for b in range(MINHASH_BINS):
+        if least[b] != 0xFFFFFFFFFFFFFFFFULL:
+            rest = least[b] % 65535 + 1
+            signature[2 * b] = rest >> 8
+            signature[2 * b + 1] = rest & 0xFF
 
 
-cdef inline void add_minhash(uint64_t* least, const uint64_t* words, Py_ssize_t seen,
+cdef inline void add_minhash(uint64_t* least, const uint64_t* words,
                              Py_ssize_t length) noexcept nogil:
-    """Put the shingle of the last ``length`` words (a ring of SHINGLE_WORDS
-    after ``seen`` words) into its bin."""
+    """Put the shingle of ``length`` consecutive words into its bin."""
     cdef uint64_t h = 0, rest
     cdef Py_ssize_t j
-    for j in range(seen - length, seen):
-        h = rotl(h, 23) ^ words[j % SHINGLE_WORDS]
+    for j in range(length):
+        h = rotl(h, 23) ^ words[j]
         h *= 0x9E3779B97F4A7C15ULL
     h = fmix64(h)
     rest = h & 0x01FFFFFFFFFFFFFFULL
     if rest < least[h >> 57]:
         least[h >> 57] = rest
+
+
+def casefold_fingerprint(str text, const uint64_t[::1] table, const uint8_t[::1] weights,
+                         const uint32_t[::1] starts, uint8_t absent, bint signature=False):
+    """(fingerprint, signature or None) of the words of ``text.casefold()``,
+    folded natively and read once (words and single CJK characters, as
+    ``tokens_utf8``). The fingerprint: ``weighted_simhash`` of their hashes
+    (``fast_hash`` of their UTF-8) with ``table`` (sorted hashes of words),
+    ``weights``, its ``table_starts`` and ``absent``; no word: 0. With ``signature``, also their
+    resemblance signature (``word_minhash``)."""
+    cdef Py_ssize_t entries = table.shape[0], n, count
+    cdef uint8_t* folded = NULL
+    cdef uint64_t* hashes = NULL
+    cdef uint64_t result
+    cdef bytes out = None
+    if entries != weights.shape[0] or entries == 0 or starts.shape[0] != (
+            1 << TABLE_BUCKET_BITS) + 1 or starts[1 << TABLE_BUCKET_BITS] != entries:
+        raise InvalidArgumentError("a weight table needs one weight per hash, a hash, "
+                                   "and its table_starts")
+    try:
+        n = casefold_utf8(text, &folded)
+        with nogil:
+            count = word_hashes(folded, n, &hashes)
+            weighted_simhash(hashes, count, &table[0], &weights[0], &starts[0], absent, &result)
+        if signature:
+            out = PyBytes_FromStringAndSize(NULL, 2 * MINHASH_BINS)
+            memset(<char*>out, 0, 2 * MINHASH_BINS)
+            word_shingle_minhash(hashes, count, <unsigned char*><char*>out)
+        return result, out
+    finally:
+        free(folded)
+        free(hashes)
+
+
+def casefold(str text):
+    """``text.casefold()`` as UTF-8 ("surrogatepass"), folded as
+    ``casefold_fingerprint`` folds it."""
+    cdef uint8_t* folded = NULL
+    cdef Py_ssize_t n
+    try:
+        n = casefold_utf8(text, &folded)
+        return PyBytes_FromStringAndSize(<char*>folded, n)
+    finally:
+        free(folded)
+
+
+def word_minhash(const unsigned char[::1] text):
+    """The resemblance signature of UTF-8 ``text``: ``word_shingle_minhash``
+    of its words (as ``next_word`` reads them), 256 bytes."""
+    cdef uint64_t* hashes = NULL
+    cdef Py_ssize_t count
+    out = bytearray(2 * MINHASH_BINS)
+    cdef unsigned char[::1] res = out
+    try:
+        with nogil:
+            count = word_hashes(&text[0] if text.shape[0] else NULL, text.shape[0], &hashes)
+            word_shingle_minhash(hashes, count, &res[0])
+        return bytes(out)
+    finally:
+        free(hashes)
 
 
 def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):

@@ -364,12 +364,26 @@ def band_pairs(const unsigned char[::1] signatures, double threshold, int only_b
 
 def shares_a_band(const unsigned char[::1] a, const unsigned char[::1] b):
     """Whether two signatures share a band (False where either has none)."""
+    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    return signatures_share_a_band(&a[0], &b[0])
+
+
+def banded_resemblance(const unsigned char[::1] a, const unsigned char[::1] b, bint near):
+    """The resemblance of two signatures where the text rule compares them:
+    their texts' fingerprints are ``near`` or they share a band; else -1.0."""
+    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
+        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    if near or signatures_share_a_band(&a[0], &b[0]):
+        return signature_resemblance(&a[0], &b[0])
+    return -1.0
+
+
+cdef bint signatures_share_a_band(const unsigned char* a, const unsigned char* b) noexcept nogil:
     cdef uint32_t x[SIGNATURE_BANDS]
     cdef uint32_t y[SIGNATURE_BANDS]
     cdef int band
-    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
-        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
-    if not signature_bands(&a[0], x) or not signature_bands(&b[0], y):
+    if not signature_bands(a, x) or not signature_bands(b, y):
         return False
     for band in range(SIGNATURE_BANDS):
         if x[band] == y[band]:

@@ -3,7 +3,9 @@
 records (a key that is an int, str or bytes, a fingerprint that is an int, no
 metadata) encoded exactly as msgpack encodes them."""
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+include "_values.pxi"
 
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
@@ -98,3 +100,13 @@ def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
         size += 1 + pack_uint(value + size + 1, stored_at)
         out[i] = (key_bytes, fp, (<char*>value)[:size])
     return out
+
+
+def signature(const uint8_t[::1] value, size_t size):
+    """The ``size`` bytes of the signature a well-formed document value
+    holds, or None where it holds none this reading finds (the caller then
+    reads the value the general way, which also tells a damaged one)."""
+    if value.shape[0] == 0:
+        return None
+    cdef const uint8_t* found = value_signature(&value[0], value.shape[0], size)
+    return None if found == NULL else (<const char*>found)[:size]

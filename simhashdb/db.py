@@ -24,7 +24,7 @@ from .errors import (
     ParameterMismatchError,
 )
 from ._ext import bands
-from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, resemblance
+from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import (
@@ -544,22 +544,28 @@ class DB:
         asking = [i for i, keys in enumerate(ours) if keys]
         banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
             ours[i] for i in asking))))) if asking else {}
-        found = []
-        for i, (fp, signature) in enumerate(zip(fps, signatures)):
-            candidates = {key: (theirs, d) for key, theirs, d in near[i]}
+        candidates = []
+        for i, fp in enumerate(fps):
+            mine = {key: (theirs, d) for key, theirs, d in near[i]}
             for key, theirs in banded.get(i, ()):
-                candidates.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
+                mine.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
+            candidates.append(mine)
+        keys = list(dict.fromkeys(key for mine in candidates for key in mine))
+        values = dict(zip(keys, view.get_many(keys)))
+        found = []
+        for i, (signature, mine) in enumerate(zip(signatures, candidates)):
             hits = []
-            for key, (theirs, d) in candidates.items():
-                value = view.get(key)
+            for key, (theirs, d) in mine.items():
+                value = values[key]
                 if value is None:  # removed since found (Redis keeps no snapshot)
                     continue
                 their_signature = stored_signature(value)
                 if not (ours[i] and their_signature):  # a document stored without text
                     if d <= self.distance:
                         hits.append((key, theirs, d, None))
-                elif d <= self.distance or _ext.shares_a_band(signature, their_signature):
-                    alike = resemblance(signature, their_signature)
+                else:
+                    alike = _ext.banded_resemblance(signature, their_signature,
+                                                    d <= self.distance)
                     if alike >= least:
                         hits.append((key, theirs, d, alike))
             found.append(hits)
@@ -921,13 +927,11 @@ class DB:
 def _names(view, found):
     """{stored key: key} of the keys of ``found`` (lists of hits): a long key's
     digest is read from its document in ``view`` (None where none is stored)."""
-    names = {}
-    for hits in found:
-        for hit in hits:
-            if hit[0] not in names:
-                value = view.get(hit[0]) if is_digest(hit[0]) else None
-                names[hit[0]] = None if is_digest(hit[0]) and value is None \
-                    else decode_key(hit[0], value)
+    keys = dict.fromkeys(hit[0] for hits in found for hit in hits)
+    digests = [key for key in keys if is_digest(key)]
+    names = {key: decode_key(key) for key in keys if not is_digest(key)}
+    for key, value in zip(digests, view.get_many(digests) if digests else ()):
+        names[key] = None if value is None else decode_key(key, value)
     return names
 
 
@@ -935,10 +939,19 @@ def _matches(hits, names):
     """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
     fingerprint, distance, resemblance or None) ones, their keys as ``names``
     says, sorted by (distance, key)."""
-    matches = [Match(names[hit[0]], *hit[1:3]) if len(hit) == 3 or hit[3] is None
-               else TextMatch(names[hit[0]], *hit[1:]) for hit in hits]
-    matches.sort(key=lambda m: (m.distance, _key_order(m.key)))
+    ordered = sorted((hit[2], *_key_order(names[hit[0]]), hit) for hit in hits)
+    matches = []
+    for *_, key, hit in ordered:
+        if len(hit) == 3 or hit[3] is None:
+            matches.append(_new_tuple(Match, (key, hit[1], hit[2])))
+        else:
+            match = _new_tuple(TextMatch, (key, hit[1], hit[2]))
+            match._resemblance = hit[3]
+            matches.append(match)
     return matches
+
+
+_new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
 def _signed(value, signature, path):

@@ -20,7 +20,8 @@ Recipes 1 and 2 (counted character shingles; ``idf=None`` and the shingle
 options) stay available for databases filled with them (:data:`RECIPES`),
 with the HTML parser they were made with (:func:`html_to_text`).
 The recipes were chosen by measurement (``tools/eval_quality.py``; docs/fingerprints.md).
-Steps 2 to 4 run natively, with no Python object per token.
+The case folding (exactly ``str.casefold``'s) and steps 2 to 4 run natively,
+in one pass, with no Python object per token.
 """
 
 from __future__ import annotations
@@ -93,13 +94,21 @@ def shingle(tokens: Iterable[Any], window: int = 4) -> Iterator[list[Any]]:
 
 def normalize(text: Text) -> str:
     """NFKC-normalised, case-folded str of ``text`` (str, or UTF-8 bytes)."""
+    return _nfkc(text).casefold()
+
+
+def _nfkc(text):
+    """NFKC-normalised str of ``text`` (str, or UTF-8 bytes): the first half
+    of :func:`normalize`, whose case folding the native recipe 3 does itself."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8", errors="replace")
     elif not isinstance(text, str):
         raise InvalidArgumentError("expected text as str or bytes, got %s" % type(text).__name__)
-    if not unicodedata.is_normalized("NFKC", text):  # the quick check is ~20x faster
-        text = unicodedata.normalize("NFKC", text)
-    return text.casefold()
+    if unicodedata.is_normalized("NFKC", text):  # the quick check is ~20x faster
+        return text
+    # a line break is never changed nor combined, so each line is normalised on its own
+    return "\n".join(line if unicodedata.is_normalized("NFKC", line)
+                     else unicodedata.normalize("NFKC", line) for line in text.split("\n"))
 
 
 def tokenize(text: str, unit: str = "words") -> list[str]:
@@ -200,7 +209,7 @@ def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
         ``max_run``, an unknown unit or table, or a table with shingle options.
     """
     extract, method = _method(window, unit, tokenizer, hasher, cjk_window, max_run, idf)
-    return method(_prepare(text, extract if html else None))
+    return method(_nfkc(extract(text) if html else text))[0]
 
 
 def fingerprint_with_signature(text: Text, html: bool = False, **options: Any
@@ -211,9 +220,7 @@ def fingerprint_with_signature(text: Text, html: bool = False, **options: Any
     The signature is a one-permutation MinHash of the text's word
     5-shingles (128 bins of 16 bits, 256 bytes, whatever the options)."""
     extract, method = _method(**options)
-    normalized = _prepare(text, extract if html else None)
-    return (method(normalized),
-            _ext.word_minhash(normalized.encode("utf-8", "surrogatepass")))
+    return method(_nfkc(extract(text) if html else text), True)
 
 
 def resemblance(signature_a: bytes, signature_b: bytes) -> float:
@@ -224,14 +231,11 @@ def resemblance(signature_a: bytes, signature_b: bytes) -> float:
     return _ext.resemblance(signature_a, signature_b)
 
 
-def _prepare(text, extract_html):
-    return normalize(extract_html(text) if extract_html else text)
-
-
 def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_window=_DEFAULT,
             max_run=_DEFAULT, idf=_DEFAULT):
-    """(the function from HTML to text, the function from normalised text to
-    fingerprint) that the options name."""
+    """(the function from HTML to text, the function from NFKC-normalised
+    text and ``signature=False`` to (fingerprint, signature or None)) that
+    the options name."""
     shingle_options = [name for name, value in (
         ("window", window), ("unit", unit), ("tokenizer", tokenizer), ("hasher", hasher),
         ("cjk_window", cjk_window), ("max_run", max_run)) if value not in (_DEFAULT, None)
@@ -246,8 +250,9 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
             raise InvalidArgumentError("unknown word weight table %r; known: %s"
                                        % (idf, ", ".join(sorted(WEIGHT_TABLES))))
         hashes, weights, absent = _word_weights(idf)
-        return strip_html, lambda normalized: _ext.fingerprint_words_weighted(
-            normalized.encode("utf-8", "surrogatepass"), hashes, weights, absent)
+        starts = _table_starts(idf)
+        return strip_html, lambda nfkc, signature=False: _ext.casefold_fingerprint(
+            nfkc, hashes, weights, starts, absent, signature)
     lengths = _shingle_lengths(DEFAULT_WINDOW if window is _DEFAULT else window)
     cjk_window = DEFAULT_CJK_WINDOW if cjk_window is _DEFAULT else cjk_window
     cjk_lengths = lengths if cjk_window is None else _shingle_lengths(cjk_window)
@@ -265,7 +270,12 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
                                            _mask(lengths), _mask(cjk_lengths), run_cap)
         shingles = [s for length in lengths for s in shingle(tokens, length)] or [tokens]
         return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingles if s)
-    return html_to_text, counted_shingles
+
+    def shingles_and_signature(nfkc, signature=False):
+        normalized = nfkc.casefold()
+        return counted_shingles(normalized), (_ext.word_minhash(
+            normalized.encode("utf-8", "surrogatepass")) if signature else None)
+    return html_to_text, shingles_and_signature
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,6 +291,11 @@ def _word_weights(name):
     if sys.byteorder == "big":
         hashes.byteswap()
     return hashes, array("B", data[16 + 8 * count:]), absent
+
+
+@functools.lru_cache(maxsize=None)
+def _table_starts(name):
+    return _ext.table_starts(_word_weights(name)[0])
 
 
 def fingerprint_many(texts: Iterable[Text], **options: Any) -> list[int]:

@@ -167,8 +167,10 @@ def decode_key(key_bytes, value=None):
 def signature(value):
     """The resemblance signature a document value holds, or None (a document
     stored without one, or of a text with no word to sign)."""
-    items = unpack(value)
-    theirs = items[3] if len(items) > 3 else None
+    theirs = _records.signature(value, _ext.SIGNATURE_BYTES)
+    if theirs is None:
+        items = unpack(value)
+        theirs = items[3] if len(items) > 3 else None
     return theirs if theirs and any(theirs) else None
 
 

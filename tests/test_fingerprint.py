@@ -3,6 +3,7 @@ import math
 import pathlib
 import sys
 import sysconfig
+import unicodedata
 from array import array
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import simhashdb
+from simhashdb import _ext
 from simhashdb import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
 from simhashdb.fingerprint import _word_weights
 
@@ -380,11 +382,51 @@ def test_weighted_words_match_a_plain_reference(text):
     assert simhashdb.fingerprint(text) == reference_weighted_words(text)
 
 
+UNICODE_CASES = list("aZ9 _-.,;\n\t\x00\x1f\x7f\x85\xa0\xadéÉßẞİıΣσςΐﬁﬀǅ\u0301\u0345\u3000"
+                     "\u2028日本語한국어ｶﾞＡ①Ⅻ\ud800\udfff\U0001E900\U00010400𝔄") + [
+    "the ", "Straße ", "ΣΟΦΟΣ ", "İstanbul ", "<p>", "</p>", "<script>x</script>", "<!--",
+    "&amp;", "&#223;", "&szlig; ", "<b>B</b>"]
+
+
+def old_fingerprint_with_signature(text, html):
+    """Recipe 3 as computed before the native case folding: Python's
+    str.casefold, then each kernel reading its own UTF-8 copy."""
+    plain = simhashdb.strip_html(text) if html else text
+    signature = _ext.word_minhash(simhashdb.normalize(plain).encode("utf-8", "surrogatepass"))
+    return reference_weighted_words(plain), signature
+
+
+@given(st.one_of(st.text(st.characters(blacklist_categories=())),
+                 st.lists(st.sampled_from(UNICODE_CASES), max_size=40).map("".join)),
+       st.booleans())
+def test_native_case_folding_keeps_every_output(text, html):
+    expected = old_fingerprint_with_signature(text, html)
+    assert simhashdb.fingerprint_with_signature(text, html=html) == expected
+    assert simhashdb.fingerprint(text, html=html) == expected[0]
+
+
+@given(st.lists(st.sampled_from(UNICODE_CASES + [
+    "\n", "\r\n", "e\u0301", "\u0301", "\u1100", "\u1161", "\u11a8", "가", "\u0b47",
+    "\u0b3e", "ﬃ", "…", "，", "ｱ", "ﾟ", "\u0344", "\u0f73", "\u1e9b\u0323"]),
+    max_size=40).map("".join))
+def test_normalize_line_by_line_is_nfkc_of_the_whole(text):
+    assert simhashdb.normalize(text) == unicodedata.normalize("NFKC", text).casefold()
+
+
+def test_native_case_folding_is_str_casefold_for_every_code_point():
+    every = "".join(map(chr, range(0x110000)))
+    assert _ext.casefold(every) == every.casefold().encode("utf-8", "surrogatepass")
+    assert [cp for cp in range(0x110000) if _ext.casefold(every[cp]) != every[cp].casefold(
+        ).encode("utf-8", "surrogatepass")] == []
+
+
 def test_weighted_words_match_the_reference_on_real_files():
     root = pathlib.Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(root.glob("*.py"))[:40]:
         text = path.read_text("utf-8", "replace")
         assert simhashdb.fingerprint(text) == reference_weighted_words(text), path
+        assert simhashdb.fingerprint_with_signature(text) == \
+            old_fingerprint_with_signature(text, False), path
 
 
 def test_words_every_document_has_weigh_little():

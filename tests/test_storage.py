@@ -133,6 +133,9 @@ def test_upserts_and_removals_keep_documents_index_and_tables_in_step(opener):
     with storage.read() as view:
         assert records.value_fingerprint(view.get(records.encode_key("k0"))) == docs["k0"]
         assert view.get(records.encode_key("k50")) is None
+        asked = [records.encode_key(k) for k in ("k3", "k50", "k0", "k3")]
+        assert view.get_many(asked) == [view.get(k) for k in asked] and view.get_many([]) == []
+        assert view.get_many(asked)[1] is None and view.get_many(asked)[0] is not None
         keys = view.keys_of_many([42, docs["k0"], 7])
         assert [records.unpack(k) for k in keys[42]] == ["same%d" % i for i in range(5)]
         assert [records.unpack(k) for k in keys[docs["k0"]]] == ["k0"] and keys[7] == []
@@ -161,9 +164,9 @@ def test_searches_are_exact_at_and_above_the_built_distance(opener):
 
 
 def test_searches_stay_exact_over_batches_of_removals_and_returns(opener):
-    """The gate for tables kept as runs (RUNS.md): fingerprints added over many
-    batches, removed, moved, and back again (the same fingerprint under the
-    same or another key), each state searched against the brute-force oracle."""
+    """Fingerprints added over many batches, removed, moved, and back again
+    (the same fingerprint under the same or another key), each state searched
+    against the brute-force oracle."""
     storage, rng = opener(), random.Random(5)
     base = rng.getrandbits(64)
     top = base & ~((1 << 24) - 1)  # thousands under one 40-bit prefix
@@ -260,9 +263,11 @@ def test_a_transaction_reads_its_own_writes(opener):
         txn.upsert(documents([("a", 10), ("b", 10)]))
         seen = (txn.count(), txn.distinct(), [records.unpack(k) for k in txn.keys_of(10)])
         txn.remove([records.encode_key("a")])
-        return seen + (txn.get(records.encode_key("a")), txn.count())
+        values = txn.get_many([records.encode_key(k) for k in ("a", "b", "c")])
+        return seen + (txn.get(records.encode_key("a")), txn.count(),
+                       values[0], records.value_fingerprint(values[1]), values[2])
 
-    assert storage.write(body) == (2, 1, ["a", "b"], None, 1)
+    assert storage.write(body) == (2, 1, ["a", "b"], None, 1, None, 10, None)
 
 
 def test_documents_stream_in_one_order_from_any_key(opener):

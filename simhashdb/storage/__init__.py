@@ -83,6 +83,10 @@ class View(ABC):
     def get(self, key):
         """The value of document ``key`` (bytes), or None."""
 
+    def get_many(self, keys):
+        """:meth:`get` of each of ``keys``, as a list."""
+        return [self.get(key) for key in keys]
+
     @abstractmethod
     def documents(self, after=None):
         """Every (key, value), streamed in an order fixed by the backend (LMDB:

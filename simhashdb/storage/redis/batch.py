@@ -79,8 +79,10 @@ class RedisTxn(RedisView, Txn):
         return self._distinct_before + _redis.planned_fingerprints(self._fps,
                                                                  self._fps_committed)[3]
 
-    def get(self, key):
-        return self._docs[key] if key in self._docs else super().get(key)
+    def get_many(self, keys):
+        rest = [key for key in keys if key not in self._docs]
+        committed = iter(super().get_many(rest) if rest else ())
+        return [self._docs[key] if key in self._docs else next(committed) for key in keys]
 
     def keys_of(self, fingerprint):
         self._load([], [fingerprint])

@@ -45,6 +45,13 @@ LOCK_FILE_BYTES = 192 + 64 * (MAX_READERS - 1)
 OWN_FILES = {LOCK_FILE, "simhashdb.lock", "compact.lock", "write.lock", DATA_FILE + COMPACT_SUFFIX}
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
 _META_MAGIC = 0xBEEFC0DE
+# Tables kept as compressed runs (RUNS.md), the same on both backends: per
+# table RUN_SLOTS slot sub-databases, each holding at most one live run; after
+# a batch appends its run, the newest is merged into the one before while
+# newest * RUN_RATIO > previous (or the slots run short); once the removals
+# since the tables were last rewritten (meta b"stale") exceed distinct /
+# RUN_RATIO, every table is rewritten from the index as one run.
+RUN_SLOTS, RUN_RATIO = 8, 4
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
 _open_storages = weakref.WeakSet()
@@ -637,6 +644,17 @@ class LmdbStorage(Storage):
                 self._close_env()
             self._open_env()
 
+    def convert_tables(self, tables, progress=None):
+        """Rewrite tables kept in simhashdb 0.3's form (dupsort ``table:NNN``) as
+        runs, a table a transaction: a crash leaves each table whole in one form
+        or the other, and the next call goes on where it stopped. ``progress``
+        is called with (tables done, tables)."""
+        self._check_writable()
+        for table in range(tables):
+            self.write(lambda txn: txn.convert_table(table))
+            if progress is not None:
+                progress(table + 1, tables)
+
     def info(self):
         self._check_usable()
         return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
@@ -648,6 +666,14 @@ class LmdbStorage(Storage):
             if self._env is not None:
                 self._close_env()
             self._dir.release()
+
+
+def old_tables_error(path):
+    """The error for a database whose tables are in simhashdb 0.3's form, opened to write."""
+    return DatabaseError(
+        "%s keeps its tables in the form of simhashdb 0.3 and earlier, which this version "
+        "reads but does not write: convert it with `simhashdb-cli upgrade %s` (or "
+        "simhashdb.upgrade(path)), or open it read-only" % (path, path))
 
 
 def _forget_inherited_storages():

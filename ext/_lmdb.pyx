@@ -96,7 +96,6 @@ cdef extern from "guard.h" nogil:
 cdef enum:
     MAX_TABLES = 1024
     SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
-    RUN_TABLES = 256    # the most tables a database of runs has (each takes SLOTS of maxdbs)
     RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
@@ -1338,21 +1337,25 @@ cdef class Env:
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
     cdef MDB_dbi run_dir
-    cdef MDB_dbi run_slots[RUN_TABLES * SLOTS]
+    cdef MDB_dbi run_slots[MAX_TABLES * SLOTS]
+    cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef Layout layout
     cdef readonly bint broken
     cdef bytes path
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
-                  bint nolock, bint subdir=True):
+                  bint nolock, bint subdir=True, Py_ssize_t max_tables=256):
+        """``max_tables``: room for that many tables (each takes SLOTS
+        sub-databases, and every transaction's setup grows with the room)."""
         self.path = path
+        self.max_tables = min(max_tables, MAX_TABLES)
         if guard_install() != 0:
             raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + max(MAX_TABLES, RUN_TABLES * SLOTS + 1))
+        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + self.max_tables * SLOTS + 1)
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -1428,9 +1431,10 @@ cdef class Env:
         if rc == 0 and old and (create or old < tables):
             mdb_txn_abort(txn)
             raise OldTablesError(self.path.decode())
-        if rc == 0 and self.runs and tables > RUN_TABLES:
+        if rc == 0 and tables > self.max_tables:
             mdb_txn_abort(txn)
-            raise DatabaseError("a database has at most %d tables" % RUN_TABLES)
+            raise DatabaseError("this handle has room for %d tables, not %d"
+                                % (self.max_tables, tables))
         if rc == 0 and self.runs:
             rc = g_dbi_open(txn, b"runs", create_flag, &self.run_dir)
         for t in range(tables):

@@ -96,7 +96,7 @@ def test_today_table_scans_as_the_run(tmp_path):
 
 
 def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
-    """The native backend with its tables as runs (lmdb-runs): batches of
+    """The native backend: batches of
     every size leave several runs a table, removals stale entries, returns
     second copies; single and batch searches (the sweep) at and above the
     built distance equal brute force, and a compaction leaves one run a table."""
@@ -288,3 +288,21 @@ def test_the_cli_says_how_to_convert_and_converts(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == {"format": 3, "tables": DB(path, readonly=True).tables}
     assert cli.main(["delete", path, "a"]) == 0
     assert [m.key for m in DB(path, readonly=True).query(1, 2)] == ["b"]
+
+
+def test_a_layout_of_many_tables_opens_with_room_for_their_runs(tmp_path):
+    """495 tables (distance 8, 12 blocks), past the room an environment opens
+    with: reopened with room for them, written, compacted and searched."""
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb import DB
+    rng = np.random.default_rng(8)
+    fps = [int(x) for x in rng.integers(0, 2**64, size=300, dtype=np.uint64)]
+    path = str(tmp_path / "db")
+    with DB(path, distance=8, blocks=12) as db:
+        assert db.tables == 495
+        db.insert_many(enumerate(fps))
+        db.compact()
+        db.delete_many(range(10))
+    with DB(path) as db:
+        probe = fps[20] ^ 0xFF
+        assert [m.key for m in db.query(probe)] == [20] and db.check() == []

@@ -589,6 +589,12 @@ class LmdbStorage(Storage):
         """A context that turns the backend's own errors into DatabaseError."""
         return contextlib.nullcontext()
 
+    def _room_for_tables(self):
+        """How many tables an environment opened now has room for: 256, or the
+        layout's where it has more (each table takes RUN_SLOTS sub-databases,
+        and every transaction's setup grows with the room)."""
+        return max(256, self._layout.tables if self._layout is not None else 0)
+
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)

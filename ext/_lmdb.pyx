@@ -110,7 +110,8 @@ class MapResizedError(DatabaseError):
 
 class OldTablesError(DatabaseError):
     """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``),
-    opened to write: convert_table makes them runs."""
+    opened to write, or whose conversion (convert_table) stopped part way
+    (its argument: whether it did)."""
 
 
 class DamagedError(DatabaseError):
@@ -1425,7 +1426,7 @@ cdef class Env:
         self.runs = old == 0
         if rc == 0 and old and (create or old < tables):
             mdb_txn_abort(txn)
-            raise OldTablesError(self.path.decode())
+            raise OldTablesError(old < tables)
         if rc == 0 and tables > self.max_tables:
             mdb_txn_abort(txn)
             raise DatabaseError("this handle has room for %d tables, not %d"

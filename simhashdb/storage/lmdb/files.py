@@ -674,8 +674,13 @@ class LmdbStorage(Storage):
             self._dir.release()
 
 
-def old_tables_error(path):
-    """The error for a database whose tables are in simhashdb 0.3's form, opened to write."""
+def old_tables_error(path, converting=False):
+    """The error for a database whose tables are in simhashdb 0.3's form, opened
+    to write, or opened at all while a conversion is unfinished (``converting``)."""
+    if converting:
+        return DatabaseError("%s was being converted to this version's format when the "
+                             "conversion stopped: finish it with `simhashdb-cli upgrade %s` "
+                             "(or simhashdb.upgrade(path))" % (path, path))
     return DatabaseError(
         "%s keeps its tables in the form of simhashdb 0.3 and earlier, which this version "
         "reads but does not write: convert it with `simhashdb-cli upgrade %s` (or "

@@ -53,8 +53,8 @@ class NativeStorage(LmdbStorage):
             try:
                 self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits,
                                    not self.readonly)
-            except _lmdb.OldTablesError:
-                raise old_tables_error(self.path) from None
+            except _lmdb.OldTablesError as exc:
+                raise old_tables_error(self.path, converting=exc.args[0]) from None
 
     def _close_env(self):
         self._env.close()

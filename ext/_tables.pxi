@@ -23,31 +23,41 @@ cdef inline uint64_t unpermute_one(uint64_t perm, const long* spec, Py_ssize_t b
 
 cdef void radix_sort(uint64_t* data, uint64_t* scratch, size_t n, size_t stride) noexcept nogil:
     """Sort ``n`` records of ``stride`` uint64s by their first, stably (least
-    significant byte first); ``scratch`` holds as many."""
-    cdef size_t counts[256]
+    significant byte first, every byte counted in one read, the bytes all
+    records share skipped); ``scratch`` holds as many."""
+    cdef size_t counts[8][256]
     cdef size_t i, total, c, j
-    cdef int shift
+    cdef int d, shift
+    cdef uint64_t x
     cdef uint64_t* src = data
     cdef uint64_t* dst = scratch
     cdef uint64_t* tmp
-    for shift in range(0, 64, 8):
-        memset(counts, 0, sizeof(counts))
-        for i in range(n):
-            counts[(src[i * stride] >> shift) & 0xFF] += 1
+    if n == 0:
+        return
+    memset(counts, 0, sizeof(counts))
+    for i in range(n):
+        x = data[i * stride]
+        for d in range(8):
+            counts[d][(x >> (8 * d)) & 0xFF] += 1
+    for d in range(8):
+        shift = 8 * d
+        if counts[d][(data[0] >> shift) & 0xFF] == n:
+            continue
         total = 0
         for i in range(256):
-            c = counts[i]
-            counts[i] = total
+            c = counts[d][i]
+            counts[d][i] = total
             total += c
         for i in range(n):
             c = (src[i * stride] >> shift) & 0xFF
             for j in range(stride):
-                dst[counts[c] * stride + j] = src[i * stride + j]
-            counts[c] += 1
+                dst[counts[d][c] * stride + j] = src[i * stride + j]
+            counts[d][c] += 1
         tmp = src
         src = dst
         dst = tmp
-    # eight passes: the sorted records are back in ``data``
+    if src != data:
+        memcpy(data, src, n * stride * sizeof(uint64_t))
 
 
 cdef inline bytes be_key(uint64_t x):

@@ -11,6 +11,9 @@ from libc.string cimport memcpy
 
 include "_values.pxi"
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
     if x < 0x80:
@@ -149,7 +152,9 @@ def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
         size = 1 + pack_uint(value + 1, fp)
         value[size] = 0xc0
         size += 1 + pack_uint(value + size + 1, stored_at)
-        out[i] = ((<char*>key)[:key_size], fp, (<char*>value)[:size])
+        document = ((<char*>key)[:key_size], fp, (<char*>value)[:size])
+        PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
+        out[i] = document
     return out
 
 

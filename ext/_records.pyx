@@ -129,32 +129,38 @@ cdef inline int64_t read_int(const uint8_t* p, int width, bint signed) noexcept 
     return i8 if signed else <int64_t>p[0]
 
 
-def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
-                         const uint64_t[::1] fps, uint64_t stored_at):
-    """The documents of :func:`encode_plain_documents` for int keys (a buffer
-    of ``width``-byte ints, ``signed`` or not) and the fingerprints ``fps``.
+def first_negative(const uint8_t[::1] keys, int width, bint signed):
+    """The index of the first negative of the ``width``-byte ints ``keys``, or -1."""
+    cdef Py_ssize_t i
+    if signed:
+        for i in range(keys.shape[0] // width):
+            if read_int(&keys[i * width], width, True) < 0:
+                return i
+    return -1
 
-    :raises ValueError: (the key's index) for a negative key."""
-    cdef Py_ssize_t i, n = fps.shape[0]
+
+def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
+                         const uint64_t[::1] fps, Py_ssize_t start, Py_ssize_t stop,
+                         uint64_t stored_at):
+    """The documents of :func:`encode_plain_documents` for the records
+    ``start`` to ``stop`` of non-negative int keys (a buffer of ``width``-byte
+    ints, ``signed`` or not) and the fingerprints ``fps``."""
+    cdef Py_ssize_t i
     cdef unsigned char key[9]
     cdef unsigned char value[20]
     cdef Py_ssize_t key_size, size
-    cdef int64_t x
     cdef uint64_t fp
-    cdef list out = [None] * n
-    for i in range(n):
-        x = read_int(&keys[i * width], width, signed)
-        if signed and x < 0:
-            raise ValueError(i)
+    cdef list out = [None] * (stop - start)
+    for i in range(start, stop):
         fp = fps[i]
-        key_size = pack_uint(key, <uint64_t>x)
+        key_size = pack_uint(key, <uint64_t>read_int(&keys[i * width], width, signed))
         value[0] = 0x93
         size = 1 + pack_uint(value + 1, fp)
         value[size] = 0xc0
         size += 1 + pack_uint(value + size + 1, stored_at)
         document = ((<char*>key)[:key_size], fp, (<char*>value)[:size])
         PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
-        out[i] = document
+        out[i - start] = document
     return out
 
 

@@ -32,9 +32,9 @@ from .records import (
     decode,
     decode_key,
     encode_documents,
-    encode_int_documents,
     encode_key,
     hit_arrays,
+    int_arrays,
     is_digest,
     restamped,
     signature as stored_signature,
@@ -349,11 +349,11 @@ class DB:
         if keys is None or fingerprints is None:
             raise InvalidArgumentError("insert_many takes keys= and fingerprints= together")
         _check_batch_size(batch_size)
-        documents = encode_int_documents(keys, fingerprints, _now())
-        for start in range(0, len(documents), batch_size):
-            batch = documents[start:start + batch_size]
+        n, encode = int_arrays(keys, fingerprints)
+        for start in range(0, n, batch_size):
+            batch = encode(start, min(start + batch_size, n), _now())
             self._storage.write(lambda txn: txn.upsert(batch))
-        return len(documents)
+        return n
 
     def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""

@@ -126,11 +126,12 @@ _INT_FORMATS = frozenset("bBhHiIlLqQnN")
 _NATIVE_ORDER = ("@", "=", "<" if sys.byteorder == "little" else ">")
 
 
-def encode_int_documents(keys, fingerprints, now):
-    """The documents :func:`encode_documents` makes of ``zip(keys,
-    fingerprints)`` stored ``now``, encoded natively: ``keys`` a 1-d buffer of
-    ints in [0, 2**64) (numpy, array.array) or an iterable of them,
-    ``fingerprints`` a uint64 buffer or an iterable of ints.
+def int_arrays(keys, fingerprints):
+    """``keys``, a 1-d buffer of ints in [0, 2**64) (numpy, array.array) or an
+    iterable of them, and ``fingerprints``, a uint64 buffer or an iterable of
+    ints, checked: (their length, ``encode``), where ``encode(start, stop,
+    now)`` gives the documents :func:`encode_documents` makes of the records
+    ``start`` to ``stop`` of ``zip(keys, fingerprints)`` stored ``now``.
 
     :raises InvalidKeyError, InvalidFingerprintError, InvalidArgumentError:
         for a bad key, fingerprint, or arrays of different lengths.
@@ -140,15 +141,14 @@ def encode_int_documents(keys, fingerprints, now):
     if len(view) != len(fps):
         raise InvalidArgumentError("keys and fingerprints must have the same length, got %d "
                                    "keys and %d fingerprints" % (len(view), len(fps)))
-    raw = view.cast("B")
-    try:
-        return _records.encode_int_documents(raw, view.itemsize, view.format[-1].islower(),
-                                             fps, now)
-    except ValueError as exc:
-        i, width = exc.args[0], view.itemsize
-        key = int.from_bytes(raw[i * width:(i + 1) * width], sys.byteorder, signed=True)
+    raw, width, signed = view.cast("B"), view.itemsize, view.format[-1].islower()
+    i = _records.first_negative(raw, width, signed)
+    if i >= 0:
         raise InvalidKeyError("keys of an array must be ints in [0, 2**64), got %d at index %d"
-                              % (key, i)) from None
+                              % (int.from_bytes(raw[i * width:(i + 1) * width], sys.byteorder,
+                                                signed=True), i))
+    return len(fps), lambda start, stop, now: _records.encode_int_documents(
+        raw, width, signed, fps, start, stop, now)
 
 
 def _key_buffer(keys):

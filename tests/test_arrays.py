@@ -130,8 +130,8 @@ def test_arrays_of_matches_need_int_keys(db):
     (5, [1], InvalidKeyError, "array of ints"),
 ])
 def test_bad_arrays_raise_and_write_nothing(db, keys, fps, error, message):
-    with pytest.raises(error, match=message):
-        db.insert_many(keys=keys, fingerprints=fps)
+    with pytest.raises(error, match=message):  # not even the batches before the bad key
+        db.insert_many(keys=keys, fingerprints=fps, batch_size=1)
     assert len(db) == 0
 
 

@@ -7,9 +7,10 @@ from the same numpy arrays (the tuples are built from them, as a caller
 holding arrays would); "tuples, built" times insert_many alone. Each load is
 timed whole, and split into encoding (the documents the storage takes) and
 the storage's write (backend, commit). One transaction, then batches of the
-default 100,000.
+default 100,000. Each row is the best of --repeat runs.
 
-Usage: python tools/bench_arrays.py [--n 1000000 ...] [--queries 100000] [--backend lmdb]
+Usage: python tools/bench_arrays.py [--n 1000000 ...] [--queries 100000] [--repeat 1]
+                                    [--backend lmdb]
 Needs: numpy
 """
 
@@ -55,6 +56,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--queries", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--backend", default="lmdb")
     args = parser.parse_args()
     rng = np.random.default_rng(22)
@@ -78,14 +80,16 @@ def main():
                 encode = {"tuples": lambda: records.encode_documents(
                               list(zip(keys.tolist(), fps.tolist())), 511, 0),
                           "tuples, built": lambda: records.encode_documents(built, 511, 0),
-                          "arrays": lambda: records.encode_int_documents(keys, fps, 0)}
+                          "arrays": lambda: records.int_arrays(keys, fps)[1](0, n, 0)}
                 base = None
                 for name, insert in rows.items():
-                    seconds, storage = load(workdir, name, args.backend, insert)
+                    seconds, storage = min(load(workdir, name, args.backend, insert)
+                                           for _ in range(args.repeat))
                     base = base or seconds
                     print("| %s | %s | %s | %.2f | %s | %.2f | %.2f | %.2fx |" % (
                         f"{n:,}", name, f"{batch:,}", seconds, f"{n / seconds:,.0f}",
-                        timed(encode[name])[0], storage, base / seconds))
+                        min(timed(encode[name])[0] for _ in range(args.repeat)), storage,
+                        base / seconds), flush=True)
                 del built
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -96,8 +100,9 @@ def main():
                 near = fps[rng.integers(0, n, args.queries)] ^ (
                     np.uint64(1) << rng.integers(0, 64, args.queries).astype(np.uint64))
                 db.query_many(near)  # warm
-                lists, _ = timed(lambda: db.query_many(near))
-                flat, _ = timed(lambda: db.query_many(near, arrays=True))
+                lists = min(timed(lambda: db.query_many(near))[0] for _ in range(args.repeat))
+                flat = min(timed(lambda: db.query_many(near, arrays=True))[0]
+                           for _ in range(args.repeat))
                 query_rows.append((n, lists, flat))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -208,7 +208,8 @@ def hit_arrays(list found):
     cdef Hit* all_hits = <Hit*>malloc((n + 1) * sizeof(Hit))
     if all_hits == NULL:
         raise MemoryError()
-    cdef array.array probes = array.array("q"), keys = array.array("Q"), distances = array.array("B")
+    cdef array.array probes = array.array("q"), keys = array.array("Q")
+    cdef array.array distances = array.array("B")
     try:
         n = 0
         for probe in range(len(found)):

@@ -11,7 +11,8 @@ import sys
 import time
 import warnings
 from array import array
-from typing import Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union, overload
+from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union,
+                    overload)
 
 import msgpack
 

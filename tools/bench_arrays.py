@@ -7,10 +7,11 @@ from the same numpy arrays (the tuples are built from them, as a caller
 holding arrays would); "tuples, built" times insert_many alone. Each load is
 timed whole, and split into encoding (the documents the storage takes) and
 the storage's write (backend, commit). One transaction, then batches of the
-default 100,000. Each row is the best of --repeat runs.
+default 100,000 (--batch: 0 is one transaction). Each row is the best of
+--repeat runs.
 
-Usage: python tools/bench_arrays.py [--n 1000000 ...] [--queries 100000] [--repeat 1]
-                                    [--backend lmdb]
+Usage: python tools/bench_arrays.py [--n 1000000 ...] [--batch 0 100000] [--queries 100000]
+                                    [--repeat 1] [--backend lmdb]
 Needs: numpy
 """
 
@@ -55,6 +56,7 @@ def load(workdir, name, backend, insert):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--batch", type=int, nargs="+", default=[0, 100_000])
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--backend", default="lmdb")
@@ -66,7 +68,7 @@ def main():
     for n in args.n:
         keys = np.arange(n, dtype=np.int64)
         fps = rng.integers(0, 2**64, n, dtype=np.uint64)
-        for batch in (n, 100_000):
+        for batch in (size or n for size in args.batch):
             workdir = tempfile.mkdtemp(prefix="bench_arrays")
             try:
                 built = list(zip(keys.tolist(), fps.tolist()))

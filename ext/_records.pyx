@@ -1,11 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """The stored document's bytes, natively, for :mod:`simhashdb.records`: plain
 records (a key that is an int, str or bytes, a fingerprint that is an int, no
-metadata) encoded exactly as msgpack encodes them."""
+metadata), and arrays of int keys and fingerprints, encoded exactly as msgpack
+encodes them; and matches of int keys as flat arrays."""
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from cpython cimport array
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc, qsort
+from libc.string cimport memcpy
 
 include "_values.pxi"
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
 
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
@@ -100,6 +107,129 @@ def encode_plain_documents(list records, Py_ssize_t limit, uint64_t stored_at):
         size += 1 + pack_uint(value + size + 1, stored_at)
         out[i] = (key_bytes, fp, (<char*>value)[:size])
     return out
+
+
+cdef inline int64_t read_int(const uint8_t* p, int width, bint signed) noexcept nogil:
+    """The int of ``width`` bytes at ``p`` (native order), widened; unsigned
+    widths up to 4 and signed ones keep their value, an unsigned 8 its bits."""
+    cdef int8_t i8
+    cdef int16_t i16
+    cdef int32_t i32
+    cdef int64_t i64
+    if width == 8:
+        memcpy(&i64, p, 8)
+        return i64
+    if width == 4:
+        memcpy(&i32, p, 4)
+        return i32 if signed else <int64_t><uint32_t>i32
+    if width == 2:
+        memcpy(&i16, p, 2)
+        return i16 if signed else <int64_t><uint16_t>i16
+    i8 = <int8_t>p[0]
+    return i8 if signed else <int64_t>p[0]
+
+
+def first_negative(const uint8_t[::1] keys, int width, bint signed):
+    """The index of the first negative of the ``width``-byte ints ``keys``, or -1."""
+    cdef Py_ssize_t i
+    if signed:
+        for i in range(keys.shape[0] // width):
+            if read_int(&keys[i * width], width, True) < 0:
+                return i
+    return -1
+
+
+def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
+                         const uint64_t[::1] fps, Py_ssize_t start, Py_ssize_t stop,
+                         uint64_t stored_at):
+    """The documents of :func:`encode_plain_documents` for the records
+    ``start`` to ``stop`` of non-negative int keys (a buffer of ``width``-byte
+    ints, ``signed`` or not) and the fingerprints ``fps``."""
+    cdef Py_ssize_t i
+    cdef unsigned char key[9]
+    cdef unsigned char value[20]
+    cdef Py_ssize_t key_size, size
+    cdef uint64_t fp
+    cdef list out = [None] * (stop - start)
+    for i in range(start, stop):
+        fp = fps[i]
+        key_size = pack_uint(key, <uint64_t>read_int(&keys[i * width], width, signed))
+        value[0] = 0x93
+        size = 1 + pack_uint(value + 1, fp)
+        value[size] = 0xc0
+        size += 1 + pack_uint(value + size + 1, stored_at)
+        document = ((<char*>key)[:key_size], fp, (<char*>value)[:size])
+        PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
+        out[i - start] = document
+    return out
+
+
+ctypedef struct Hit:
+    Py_ssize_t probe
+    uint64_t key
+    long distance
+
+
+cdef int cmp_hit(const void* a, const void* b) noexcept nogil:
+    cdef const Hit* x = <const Hit*>a
+    cdef const Hit* y = <const Hit*>b
+    if x.probe != y.probe:
+        return -1 if x.probe < y.probe else 1
+    if x.distance != y.distance:
+        return -1 if x.distance < y.distance else 1
+    return -1 if x.key < y.key else (1 if x.key > y.key else 0)
+
+
+cdef bint unpack_uint(bytes data, uint64_t* out):
+    """Whether ``data`` is msgpack of an int in [0, 2**64), read into ``out``."""
+    cdef const uint8_t* p = <const uint8_t*><char*>data
+    cdef Py_ssize_t size = len(data), width
+    if size == 1 and p[0] < 0x80:
+        out[0] = p[0]
+        return True
+    if size < 2 or not 0xcc <= p[0] <= 0xcf:
+        return False
+    width = 1 << (p[0] - 0xcc)
+    if size != 1 + width:
+        return False
+    out[0] = read_be(p + 1, <int>width)
+    return True
+
+
+def hit_arrays(list found):
+    """(probe indexes array('q'), keys array('Q'), distances array('B')) of
+    the (stored key, fingerprint, distance) hits of each probe in ``found``,
+    sorted by (probe, distance, key).
+
+    :raises ValueError: (the stored key) for a key that is not an int in [0, 2**64)."""
+    cdef Py_ssize_t probe, j, n = 0
+    for hits in found:
+        n += len(hits)
+    cdef Hit* all_hits = <Hit*>malloc((n + 1) * sizeof(Hit))
+    if all_hits == NULL:
+        raise MemoryError()
+    cdef array.array probes = array.array("q"), keys = array.array("Q")
+    cdef array.array distances = array.array("B")
+    try:
+        n = 0
+        for probe in range(len(found)):
+            for hit in found[probe]:
+                key = hit[0]
+                if type(key) is not bytes or not unpack_uint(key, &all_hits[n].key):
+                    raise ValueError(key)
+                all_hits[n].probe, all_hits[n].distance = probe, hit[2]
+                n += 1
+        qsort(all_hits, n, sizeof(Hit), cmp_hit)
+        array.resize(probes, n)
+        array.resize(keys, n)
+        array.resize(distances, n)
+        for j in range(n):
+            probes.data.as_longlongs[j] = all_hits[j].probe
+            keys.data.as_ulonglongs[j] = all_hits[j].key
+            distances.data.as_uchars[j] = <unsigned char>all_hits[j].distance
+    finally:
+        free(all_hits)
+    return probes, keys, distances
 
 
 def signature(const uint8_t[::1] value, size_t size):

@@ -11,7 +11,8 @@ import sys
 import time
 import warnings
 from array import array
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Union
+from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union,
+                    overload)
 
 import msgpack
 
@@ -33,6 +34,8 @@ from .records import (
     decode_key,
     encode_documents,
     encode_key,
+    hit_arrays,
+    int_arrays,
     is_digest,
     restamped,
     signature as stored_signature,
@@ -302,11 +305,18 @@ class DB:
         """Store a document; an existing ``key`` is replaced (upsert)."""
         self.insert_many([(key, fingerprint, meta)])
 
-    def insert_many(self, records: Iterable[RecordLike], batch_size: int = DEFAULT_BATCH_SIZE
-                    ) -> int:
+    def insert_many(self, records: Optional[Iterable[RecordLike]] = None,
+                    batch_size: int = DEFAULT_BATCH_SIZE, *, keys: Any = None,
+                    fingerprints: Any = None) -> int:
         """Store ``(key, fingerprint)``, ``(key, fingerprint, meta)`` or
         ``(key, fingerprint, meta, stored_at)`` records (``stored_at``: a UNIX
         time or datetime, as :class:`Record` gives it; default: now).
+
+        Or, in place of ``records``, ``keys=`` (a 1-d integer array, numpy or
+        array.array, of keys in [0, 2**64)) and ``fingerprints=`` (a uint64
+        array) of the same length: stored as the records ``zip(keys,
+        fingerprints)`` would be, encoded natively with no tuple a record to
+        make and check (see docs/database.md: Arrays in, arrays out).
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
@@ -318,13 +328,33 @@ class DB:
         :raises InvalidFingerprintError: a record's fingerprint is bad.
         :raises InvalidMetadataError: a record's metadata is not what msgpack
             writes and reads back.
+        :raises InvalidArgumentError: both records and arrays, or neither;
+            arrays of different lengths.
         """
+        if keys is not None or fingerprints is not None:
+            return self._insert_arrays(records, batch_size, keys, fingerprints)
+        if records is None:
+            raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=")
         written = 0
         for batch in _batches(records, batch_size):
             encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
             self._storage.write(lambda txn: txn.upsert(encoded))
             written += len(encoded)
         return written
+
+    def _insert_arrays(self, records, batch_size, keys, fingerprints):
+        if records is not None:
+            raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=, "
+                                       "not both (arrays hold no metadata: insert records with "
+                                       "metadata as tuples)")
+        if keys is None or fingerprints is None:
+            raise InvalidArgumentError("insert_many takes keys= and fingerprints= together")
+        _check_batch_size(batch_size)
+        n, encode = int_arrays(keys, fingerprints)
+        for start in range(0, n, batch_size):
+            batch = encode(start, min(start + batch_size, n), _now())
+            self._storage.write(lambda txn: txn.upsert(batch))
+        return n
 
     def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
@@ -615,15 +645,30 @@ class DB:
         of ``fingerprint``, as Matches sorted by (distance, key)."""
         return self.query_many([fingerprint], distance)[0]
 
-    def query_many(self, fingerprints: Any, distance: Optional[int] = None
-                   ) -> list[list[Match]]:
+    @overload
+    def query_many(self, fingerprints: Any, distance: Optional[int] = None, *,
+                   arrays: Literal[False] = False) -> list[list[Match]]: ...
+
+    @overload
+    def query_many(self, fingerprints: Any, distance: Optional[int] = None, *,
+                   arrays: Literal[True]) -> tuple[array[int], array[int], array[int]]: ...
+
+    def query_many(self, fingerprints: Any, distance: Optional[int] = None, *,
+                   arrays: bool = False) -> Any:
         """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot.
 
         Any distance is exact. Up to the database's own, a query scans one
         range per table; above it, one per prefix within a few bits of the
-        probe's (see docs/database.md: Queries above the built distance)."""
+        probe's (see docs/database.md: Queries above the built distance).
+
+        With ``arrays=True``, every match as three flat ``array.array`` of one
+        length: ``(probe indexes 'q', keys 'Q', distances 'B')``, sorted by
+        (probe index, distance, key); for databases whose keys are ints in
+        [0, 2**64), else InvalidKeyError."""
         d = self._query_distance(distance)
         found = self._storage.search(_ext.as_fingerprints(fingerprints), d)
+        if arrays:
+            return hit_arrays(found)
         if not any(is_digest(hit[0]) for hits in found for hit in hits):
             names = _names(None, found)
         else:  # long keys are in their documents: the ones still stored now

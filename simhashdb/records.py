@@ -23,6 +23,8 @@ encoded natively (:mod:`simhashdb._records`), to the same bytes.
 import datetime
 import hashlib
 import math
+import sys
+from array import array
 from typing import Any, NamedTuple, Optional, Union
 
 import msgpack
@@ -118,6 +120,87 @@ def encode_documents(records, limit, now):
                 "are not lists or tuples)" % (_ext.shown(record[0]), exc)) from None
         encoded.append((key, fp, value))
     return encoded
+
+
+_INT_FORMATS = frozenset("bBhHiIlLqQnN")
+_NATIVE_ORDER = ("@", "=", "<" if sys.byteorder == "little" else ">")
+
+
+def int_arrays(keys, fingerprints):
+    """``keys``, a 1-d buffer of ints in [0, 2**64) (numpy, array.array) or an
+    iterable of them, and ``fingerprints``, a uint64 buffer or an iterable of
+    ints, checked: (their length, ``encode``), where ``encode(start, stop,
+    now)`` gives the documents :func:`encode_documents` makes of the records
+    ``start`` to ``stop`` of ``zip(keys, fingerprints)`` stored ``now``.
+
+    :raises InvalidKeyError, InvalidFingerprintError, InvalidArgumentError:
+        for a bad key, fingerprint, or arrays of different lengths.
+    """
+    fps = _ext.as_fingerprints(fingerprints)
+    view = _key_buffer(keys)
+    if len(view) != len(fps):
+        raise InvalidArgumentError("keys and fingerprints must have the same length, got %d "
+                                   "keys and %d fingerprints" % (len(view), len(fps)))
+    raw, width, signed = view.cast("B"), view.itemsize, view.format[-1].islower()
+    i = _records.first_negative(raw, width, signed)
+    if i >= 0:
+        raise InvalidKeyError("keys of an array must be ints in [0, 2**64), got %d at index %d"
+                              % (int.from_bytes(raw[i * width:(i + 1) * width], sys.byteorder,
+                                                signed=True), i))
+    return len(fps), lambda start, stop, now: _records.encode_int_documents(
+        raw, width, signed, fps, start, stop, now)
+
+
+def _key_buffer(keys):
+    """``keys`` as a C-contiguous 1-d memoryview of native ints."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidKeyError("expected keys as an array of ints, got %s" % _ext.shown(keys))
+    try:
+        view = memoryview(keys)
+    except TypeError:
+        return _key_list(keys)
+    form = view.format[1:] if view.format[:1] in _NATIVE_ORDER else view.format
+    if form not in _INT_FORMATS or view.ndim != 1:
+        raise InvalidKeyError("expected keys as a 1-d array of ints (numpy or array.array), "
+                              "got format %r with %d dimension(s)" % (view.format, view.ndim))
+    if not view.c_contiguous:
+        raise InvalidKeyError("expected a contiguous array of keys")
+    return view
+
+
+def _key_list(keys):
+    """An iterable of int keys as a uint64 memoryview, checked."""
+    try:
+        items = keys if isinstance(keys, (list, tuple)) else list(keys)
+    except TypeError:
+        raise InvalidKeyError("expected keys as an array of ints, got %s"
+                              % _ext.shown(keys)) from None
+    try:
+        if any(type(key) is bool for key in items):
+            raise TypeError
+        return memoryview(array("Q", items))
+    except (TypeError, OverflowError):
+        for i, key in enumerate(items):
+            if not isinstance(key, int) or isinstance(key, bool) or not 0 <= key < 2**64:
+                raise InvalidKeyError("keys of an array must be ints in [0, 2**64), got %s at "
+                                      "index %d" % (_ext.shown(key), i)) from None
+        raise
+
+
+def hit_arrays(found):
+    """(probe indexes array('q'), keys array('Q'), distances array('B')) of
+    the hits of each probe in ``found`` (lists of (stored key, fingerprint,
+    distance)), sorted by (probe, distance, key).
+
+    :raises InvalidKeyError: a key is not an int in [0, 2**64).
+    """
+    try:
+        return _records.hit_arrays(found)
+    except ValueError as exc:
+        key = "a long key" if is_digest(exc.args[0]) else _ext.shown(decode_key(exc.args[0]))
+        raise InvalidKeyError("arrays of matches hold keys that are ints in [0, 2**64), and "
+                              "the database holds %s: query it without arrays=True" % key) \
+            from None
 
 
 def check_record(record: Any) -> None:

@@ -2,6 +2,7 @@
 public API's types, used the way the README shows."""
 
 import tempfile
+from array import array
 
 import simhashdb
 from simhashdb import DB, Match, Matches, Pair, Record, TextMatch
@@ -35,9 +36,13 @@ def main() -> None:
         groups = [sorted(map(str, group)) for group in db.clusters()]
         gone: int = db.expire(0)
         stats: dict[str, object] = db.stats()
+    with DB(tempfile.mkdtemp() + "/ids.db") as ids:
+        count += ids.insert_many(keys=array("Q", [1, 2]), fingerprints=array("Q", [fp, fp2]))
+        probes, keys, within = ids.query_many(array("Q", [fp]), arrays=True)
+        first_key: int = keys[0] + probes[0] + within[0]
     halo = BitAverageHaloHash([b"a", b"b"], size_in_bits=64)
     grams = list(select_ngrams(ngrams("abcdef", 3)))
-    print(prints, alike, bits, pairs, clusters, count, distances, replaced, text_found,
+    print(first_key, prints, alike, bits, pairs, clusters, count, distances, replaced, text_found,
           stored_at, every, groups, gone, stats, halo.distance(halo), grams)
 
 

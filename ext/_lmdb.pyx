@@ -435,12 +435,12 @@ cdef void dedupe_hits(Hits* hits, size_t start) noexcept nogil:
         hits.size = kept
 
 
-cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe,
+cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe, bint replaced,
                         Hits* out) noexcept nogil:
     """To the hits from ``out``'s start, found in the tables before
     insert_if_new stored anything, add its pending fingerprints within
     ``distance`` of ``fp`` (compared one by one), keep each once, and keep
-    only those the index still has (the call may have replaced documents)."""
+    only those the index still has where the call ``replaced`` documents."""
     cdef size_t i
     cdef int rc
     for i in range(w.pending.size):
@@ -449,7 +449,7 @@ cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe,
             if rc:
                 return rc
     dedupe_hits(out, 0)
-    return drop_stale(w, out, 0) if w.unlinked else 0
+    return drop_stale(w, out, 0) if replaced else 0
 
 
 cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
@@ -1912,6 +1912,7 @@ cdef class Txn:
         cdef list results = [[] for _ in range(job.n)]
         cdef size_t i, j = 0
         cdef int rc
+        cdef bint replaced = False
         cdef uint64_t* fps = <uint64_t*>malloc((job.n + 1) * sizeof(uint64_t))
         cdef Hits stored
         stored.data, stored.size, stored.cap = NULL, 0, 0
@@ -1931,9 +1932,11 @@ cdef class Txn:
                     rc = hit_push(&job.hits, i, stored.data[j].fp, stored.data[j].distance)
                     j += 1
                 if rc == 0:
-                    rc = search_pending(&job.w, job.docs[i].fp, distance, i, &job.hits)
+                    rc = search_pending(&job.w, job.docs[i].fp, distance, i, replaced,
+                                        &job.hits)
                 if rc == 0 and job.hits.size == 0:
                     rc = upsert(&job.w, &job.docs[i], 1, &job.touched)
+                    replaced = replaced or job.w.unlinked
                 elif rc == 0:  # the keys as they are now: a later document may move one
                     with gil:
                         self.add_keys(job, 0, results)

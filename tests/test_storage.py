@@ -207,10 +207,13 @@ def test_insert_if_new_sees_what_the_batch_replaced(opener):
     later one is near: the later one no longer finds it, and is stored."""
     storage = opener()
     put(storage, [("a", 0b1111 << 40), ("b", 7)])
-    batch = documents([("a", MAX), ("near-a", 0b1110 << 40), ("near-b", 6)])
+    batch = documents([("a", MAX), ("c", 0xF0F0 << 20), ("near-a", 0b1110 << 40), ("near-b", 6)])
     found = storage.write(lambda txn: txn.insert_if_new(batch, 3))
-    assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == [[], [], ["b"]]
-    assert_agrees(storage, {"a": MAX, "near-a": 0b1110 << 40, "b": 7})
+    assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == [[], [], [], ["b"]]
+    assert_agrees(storage, {"a": MAX, "c": 0xF0F0 << 20, "near-a": 0b1110 << 40, "b": 7})
+    batch = documents([("k", 0), ("k", 1), ("j", 2), ("i", 0)])  # the same within the batch
+    found = storage.write(lambda txn: txn.insert_if_new(batch, 0))
+    assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == [[], [], [], []]
 
 
 def test_band_search_finds_every_text_that_shares_a_band(opener):

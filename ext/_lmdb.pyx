@@ -1953,10 +1953,14 @@ cdef class Txn:
         ``table:NNN``, already in order), as one run, then drop the old table;
         nothing where it is converted already."""
         self.check()
-        name, slot_name = b"table:%03d" % table, b"runs:%03d:00" % table
+        name = b"table:%03d" % table
         cdef const char* old_name = name
-        cdef const char* slot_name_c = slot_name
         cdef MDB_dbi old, slot, run_dir
+        cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
+        for number in reversed(range(SLOTS)):  # every slot of the table, slot 0 last
+            slot_name = b"runs:%03d:%02d" % (table, number)
+            if rc == 0:
+                rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
         cdef MDB_cursor* cursor = NULL
         cdef MDB_val k, v
         cdef U64s values
@@ -1966,13 +1970,9 @@ cdef class Txn:
         cdef size_t blocks, entries = 0
         cdef uint64_t count
         cdef Work w = self.work()
-        cdef int rc
         with nogil:
-            rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
             if rc == 0:
                 rc = g_dbi_open(self.txn, b"runs", MDB_CREATE, &run_dir)
-            if rc == 0:
-                rc = g_dbi_open(self.txn, slot_name_c, MDB_CREATE, &slot)
             if rc == 0:
                 rc = g_drop(self.txn, slot, 0)
             if rc == 0:

@@ -125,21 +125,24 @@ class PyLmdbStorage(LmdbStorage):
         """Open the tables of ``layout``: runs, made in a new database; tables in
         0.3's form open read-only only."""
         self._layout = layout
-        with self._env.begin(write=not self.readonly) as txn:
-            old = txn.get(table_name(0)) is not None
-            if old and not self.readonly:
-                raise old_tables_error(self.path)
-            self._runs = not old and (not self.readonly or txn.get(RUNS) is not None)
-            if self._runs and layout.tables > RUN_TABLES:
-                raise DatabaseError("%s: tables kept as runs: at most %d of them, not %d"
-                                    % (self.path, RUN_TABLES, layout.tables))
-            if self._runs:
-                names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
-                                  for slot in range(RUN_SLOTS)]
-                self._dbs.update((name, self._open_db(name, txn=txn)) for name in names)
-            for table in range(0 if self._runs else layout.tables):
-                self._dbs[table_name(table)] = self._open_db(table_name(table), dupsort=True,
-                                                             dupfixed=True, txn=txn)
+        with self._env.begin() as txn:
+            old, runs = txn.get(table_name(0)) is not None, txn.get(RUNS) is not None
+        if old and not self.readonly:
+            raise old_tables_error(self.path)
+        self._runs = not old and (runs or not self.readonly)
+        if self._runs and layout.tables > RUN_TABLES:
+            raise DatabaseError("%s: tables kept as runs: at most %d of them, not %d"
+                                % (self.path, RUN_TABLES, layout.tables))
+        if self._runs:
+            names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
+                              for slot in range(RUN_SLOTS)]
+            flags = {}
+        else:
+            names = [table_name(table) for table in range(layout.tables)]
+            flags = {"dupsort": True, "dupfixed": True}
+        # made in one write transaction; a read transaction would close them as it ends
+        with contextlib.nullcontext() if self.readonly else self._env.begin(write=True) as txn:
+            self._dbs.update((name, self._open_db(name, txn=txn, **flags)) for name in names)
 
     def _begin_read(self):
         with self._errors("read"):

@@ -18,7 +18,7 @@ batch, merged by size, scanned run by run, hits checked against the index.
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
-from libc.string cimport memcmp, memcpy, memmove, memset
+from libc.string cimport memcmp, memcpy, memmove, memset, strlen
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 from simhashdb.errors import DatabaseError
@@ -107,6 +107,11 @@ class MapFullError(DatabaseError):
 
 class MapResizedError(DatabaseError):
     """Another process grew the map: adopt its size and begin again."""
+
+
+class OldTablesError(DatabaseError):
+    """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``),
+    opened to write: convert_table makes them runs."""
 
 
 class DamagedError(DatabaseError):
@@ -982,27 +987,18 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         i += 1
         while i < n and pairs[2 * i] == pairs[2 * i - 2]:
             i += 1
-    if rc == 0 and w.runs and added:  # removals leave stale entries (see drop_stale)
+    if rc == 0 and added:  # removals leave stale entries (see drop_stale)
         if w.pending == NULL:
             rc = append_runs(w, add, added, perms)
         for i in range(added if w.pending != NULL else 0):
             if rc == 0:
                 rc = u64_push(w.pending, add[i])
-    for t in range(w.layout.tables):
-        if rc or w.runs:
-            break
-        if removed:
-            for i in range(removed):
-                perms[i] = permute_one(rem[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-            rc = delete_table_entries(w.table_cursors[t], perms, removed)
-        if rc == 0 and added:
-            for i in range(added):
-                perms[i] = permute_one(add[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-            rc = sort_records(perms, added, 1)
-            if rc == 0:
-                rc = put_table_entries(w.table_cursors[t], perms, added)
-    if rc == 0 and w.runs and added != removed:
-        rc = count_distinct(w, <int64_t>added - <int64_t>removed)
+    if rc == 0 and added != removed:
+        rc = add_to_counter(w, b"distinct", <int64_t>added - <int64_t>removed, NULL)
+    if rc == 0 and removed:
+        rc = add_to_counter(w, b"stale", removed, NULL)
+    if rc == 0 and w.pending == NULL:
+        rc = rewrite_if_stale(w)
     free(add)
     free(rem)
     free(perms)
@@ -1042,22 +1038,24 @@ cdef int flush_pending(Work* w) noexcept nogil:
             p.data[kept] = p.data[i]
             kept += 1
         rc = 0
-    if rc or kept == 0:
-        return rc
-    perms = <uint64_t*>malloc(kept * sizeof(uint64_t))
-    if perms == NULL:
-        return NO_MEMORY
-    rc = append_runs(w, p.data, kept, perms)
-    free(perms)
-    return rc
+    if rc == 0 and kept:
+        perms = <uint64_t*>malloc(kept * sizeof(uint64_t))
+        if perms == NULL:
+            return NO_MEMORY
+        rc = append_runs(w, p.data, kept, perms)
+        free(perms)
+    return rc if rc else rewrite_if_stale(w)
 
 
-cdef int count_distinct(Work* w, int64_t change) noexcept nogil:
-    """Add ``change`` to the count of distinct fingerprints (meta's
-    ``distinct``, 8 bytes big-endian), which tables kept as runs cannot give."""
+cdef int add_to_counter(Work* w, const char* name, int64_t change, uint64_t* now) noexcept nogil:
+    """Add ``change`` to a counter in meta (8 bytes big-endian, 0 where absent)
+    and give its new value in ``now`` (unless NULL): ``distinct``, the
+    distinct fingerprints, and ``stale``, the fingerprints taken out of the
+    index since the tables were last written whole (a bound on their stale
+    entries)."""
     cdef uint8_t buf[8]
     cdef MDB_val k, v
-    k.mv_size, k.mv_data = 8, <char*>b"distinct"
+    k.mv_size, k.mv_data = strlen(name), <char*>name
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == MDB_NOTFOUND:
         memset(buf, 0, 8)
@@ -1066,8 +1064,65 @@ cdef int count_distinct(Work* w, int64_t change) noexcept nogil:
     elif rc:
         return rc
     write_be(buf, read_be(buf, 8) + <uint64_t>change, 8)
+    if now != NULL:
+        now[0] = read_be(buf, 8)
+    if change == 0:
+        return 0
     v.mv_size, v.mv_data = 8, buf
     return g_put(w.txn, w.meta, &k, &v, 0)
+
+
+cdef int rewrite_if_stale(Work* w) noexcept nogil:
+    """Once the stale entries may exceed 1/RATIO of the distinct fingerprints,
+    write every table again from the index as one run, without them."""
+    cdef uint64_t stale, distinct
+    cdef int rc = add_to_counter(w, b"stale", 0, &stale)
+    if rc == 0:
+        rc = add_to_counter(w, b"distinct", 0, &distinct)
+    if rc or stale == 0 or stale * RATIO <= distinct:
+        return rc
+    return rewrite_tables(w)
+
+
+cdef int rewrite_tables(Work* w) noexcept nogil:
+    """Write every table as one run of the index's fingerprints, dropping its
+    runs, and set ``stale`` to 0."""
+    cdef U64s fps
+    fps.data, fps.size, fps.cap = NULL, 0, 0
+    cdef uint64_t* perms = NULL
+    cdef uint64_t stale
+    cdef uint8_t slots[SLOTS]
+    cdef size_t i, n
+    cdef Py_ssize_t t
+    cdef int rc = distinct_fingerprints(w.fp_cursor, &fps)
+    if rc == 0:
+        perms = <uint64_t*>malloc((fps.size + 1) * sizeof(uint64_t))
+        if perms == NULL:
+            rc = NO_MEMORY
+    for t in range(w.layout.tables):
+        if rc:
+            break
+        n = w.table_runs[t].n
+        for i in range(n):
+            slots[i] = w.table_runs[t].slot[i]
+        close_runs(&w.table_runs[t])
+        for i in range(n):
+            if rc == 0:
+                rc = g_drop(w.txn, w.run_slots[t * SLOTS + slots[i]], 0)
+        for i in range(fps.size):
+            perms[i] = permute_one(fps.data[i], w.layout.spec + 3 * w.layout.blocks * t,
+                                   w.layout.blocks)
+        if rc == 0 and fps.size:
+            rc = sort_records(perms, fps.size, 1)
+        if rc == 0:
+            rc = add_run(w, t, perms, fps.size)
+    if rc == 0:
+        rc = add_to_counter(w, b"stale", 0, &stale)
+    if rc == 0:
+        rc = add_to_counter(w, b"stale", -<int64_t>stale, NULL)
+    free(fps.data)
+    free(perms)
+    return rc
 
 
 cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t key_size,
@@ -1281,8 +1336,7 @@ cdef class Env:
     cdef MDB_dbi tables[MAX_TABLES]
     cdef MDB_dbi bands[SIGNATURE_BANDS]
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
-    cdef readonly bint runs       # its tables are kept as runs (RUNS.md)
-    cdef bint new_runs            # a new database's tables are kept as runs
+    cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
     cdef MDB_dbi run_dir
     cdef MDB_dbi run_slots[RUN_TABLES * SLOTS]
     cdef Layout layout
@@ -1290,19 +1344,15 @@ cdef class Env:
     cdef bytes path
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
-                  bint nolock, bint subdir=True, bint runs=False):
-        """``runs``: a new database keeps its tables as runs (RUNS.md; only such
-        an Env opens a database that does)."""
+                  bint nolock, bint subdir=True):
         self.path = path
-        self.new_runs = runs
         if guard_install() != 0:
             raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + (
-            max(MAX_TABLES, RUN_TABLES * SLOTS + 1) if runs else MAX_TABLES))
+        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + max(MAX_TABLES, RUN_TABLES * SLOTS + 1))
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -1367,20 +1417,20 @@ cdef class Env:
             rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
         if rc == 0:
             rc = g_dbi_open(txn, b"fingerprints", create_flag | MDB_DUPSORT, &self.fps)
-        self.runs = False
-        if rc == 0 and tables:  # dupsort tables, or runs (an existing database keeps its kind)
-            rc = g_dbi_open(txn, b"table:000", MDB_DUPSORT | MDB_DUPFIXED, &self.tables[0])
-            if rc == MDB_NOTFOUND:
-                rc = g_dbi_open(txn, b"runs", 0, &self.run_dir)
-                if rc == 0 and not self.new_runs:
-                    mdb_txn_abort(txn)
-                    raise DatabaseError("the tables of %s are kept as runs (issue 22): open it "
-                                        "with SIMHASHDB_RUNS=1" % self.path.decode())
-                self.runs = rc == 0 or (create and self.new_runs)
-                rc = 0 if rc == MDB_NOTFOUND else rc  # new, or missing: made or refused below
-            if self.runs and tables > RUN_TABLES:
-                mdb_txn_abort(txn)
-                raise DatabaseError("tables kept as runs: at most %d of them" % RUN_TABLES)
+        cdef Py_ssize_t old = 0  # tables in simhashdb 0.3's form: read, not written
+        for t in range(tables):
+            if rc == 0:
+                rc = g_dbi_open(txn, b"table:%03d" % t, MDB_DUPSORT | MDB_DUPFIXED,
+                                &self.tables[t])
+                old += rc == 0
+                rc = 0 if rc == MDB_NOTFOUND else rc
+        self.runs = old == 0
+        if rc == 0 and old and (create or old < tables):
+            mdb_txn_abort(txn)
+            raise OldTablesError(self.path.decode())
+        if rc == 0 and self.runs and tables > RUN_TABLES:
+            mdb_txn_abort(txn)
+            raise DatabaseError("a database has at most %d tables" % RUN_TABLES)
         if rc == 0 and self.runs:
             rc = g_dbi_open(txn, b"runs", create_flag, &self.run_dir)
         for t in range(tables):
@@ -1389,10 +1439,6 @@ cdef class Env:
                     if rc == 0:
                         rc = g_dbi_open(txn, b"runs:%03d:%02d" % (t, slot), create_flag,
                                         &self.run_slots[t * SLOTS + slot])
-            elif rc == 0:
-                name = b"table:%03d" % t
-                rc = g_dbi_open(txn, name, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
-                                &self.tables[t])
         self.has_bands = rc == 0
         for t in range(SIGNATURE_BANDS):
             if rc == 0 and self.has_bands:
@@ -1885,10 +1931,79 @@ cdef class Txn:
         self.done(rc, "write to")
         return results
 
+    def convert_table(self, Py_ssize_t table):
+        """Write table ``table``, kept in simhashdb 0.3's form (dupsort
+        ``table:NNN``, already in order), as one run, then drop the old table;
+        nothing where it is converted already."""
+        self.check()
+        name, slot_name = b"table:%03d" % table, b"runs:%03d:00" % table
+        cdef const char* old_name = name
+        cdef const char* slot_name_c = slot_name
+        cdef MDB_dbi old, slot, run_dir
+        cdef MDB_cursor* cursor = NULL
+        cdef MDB_val k, v
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef uint8_t record[13]
+        cdef uint8_t key[2]
+        cdef size_t blocks, entries = 0
+        cdef uint64_t count
+        cdef Work w = self.work()
+        cdef int rc
+        with nogil:
+            rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
+            if rc == 0:
+                rc = g_dbi_open(self.txn, b"runs", MDB_CREATE, &run_dir)
+            if rc == 0:
+                rc = g_dbi_open(self.txn, slot_name_c, MDB_CREATE, &slot)
+            if rc == 0:
+                rc = g_drop(self.txn, slot, 0)
+            if rc == 0:
+                rc = mdb_cursor_open(self.txn, old, &cursor)
+            if rc == 0:
+                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+            while rc == 0:
+                if k.mv_size != 2 or v.mv_size != 6:
+                    rc = CORRUPTED
+                else:
+                    rc = u64_push(&values, (read_be(<uint8_t*>k.mv_data, 2) << 48)
+                                  | read_be(<uint8_t*>v.mv_data, 6))
+                if rc == 0:
+                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+            if cursor != NULL:
+                mdb_cursor_close(cursor)
+            rc = 0 if rc == MDB_NOTFOUND and cursor != NULL else rc
+            if rc == 0 and values.size:
+                rc = merge_runs(self.txn, NULL, NULL, 0, values.data, values.size, NULL, 0, slot,
+                                1, &blocks, &entries)
+            if rc == 0:
+                write_be(record, 1, 4)
+                record[4] = 0
+                write_be(record + 5, entries, 8)
+                write_be(key, table, 2)
+                k.mv_size, k.mv_data = 2, key
+                v.mv_size, v.mv_data = 13 if entries else 0, record
+                rc = g_put(self.txn, run_dir, &k, &v, 0)
+            if rc == 0 and table == 0:  # the counters tables kept as runs need
+                rc = add_to_counter(&w, b"distinct", 0, &count)
+                if rc == 0:
+                    rc = add_to_counter(&w, b"distinct", <int64_t>(entries - count), NULL)
+                if rc == 0:
+                    rc = add_to_counter(&w, b"stale", 0, &count)
+                if rc == 0:
+                    rc = add_to_counter(&w, b"stale", -<int64_t>count, NULL)
+            if rc == 0:
+                rc = g_drop(self.txn, old, 1)
+        free(values.data)
+        if rc == MDB_NOTFOUND:
+            return False
+        if rc:
+            raise self.env.fail(rc, "cannot convert the tables of %s" % self.env.path.decode())
+        return True
+
     def copy_into(self, Txn target):
         """Write this snapshot's meta, documents and index into ``target``'s empty
-        sub-databases in order (appending), and rebuild its tables (as one run
-        each where they are kept as runs)."""
+        sub-databases in order (appending), and its tables as one run each."""
         self.check()
         target.check()
         cdef int rc = 0
@@ -1910,37 +2025,15 @@ cdef class Txn:
         if rc:
             raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
         cdef Work w = target.work()
-        cdef U64s distinct
-        distinct.data, distinct.size, distinct.cap = NULL, 0, 0
-        cdef Py_ssize_t t
-        cdef size_t i
-        cdef uint64_t* perms = NULL
         try:
             with nogil:
                 rc = open_cursors(&w)
-                if rc == 0:
-                    rc = distinct_fingerprints(w.fp_cursor, &distinct)
-                if rc == 0 and distinct.size:
-                    perms = <uint64_t*>malloc(distinct.size * sizeof(uint64_t))
-                    if perms == NULL:
-                        rc = NO_MEMORY
-                for t in range(w.layout.tables):
-                    if rc or distinct.size == 0:
-                        break
-                    for i in range(distinct.size):
-                        perms[i] = permute_one(distinct.data[i], w.layout.spec + 3 * w.layout.blocks * t,
-                                           w.layout.blocks)
-                    rc = sort_records(perms, distinct.size, 1)
-                    if rc == 0 and w.runs:  # one run a table (meta brought the distinct count)
-                        rc = add_run(&w, t, perms, distinct.size)
-                    elif rc == 0:
-                        rc = put_table_entries(w.table_cursors[t], perms, distinct.size)
+                if rc == 0:  # one run a table (meta brought the distinct count)
+                    rc = rewrite_tables(&w)
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:
             close_cursors(&w)
-            free(distinct.data)
-            free(perms)
 
 
 cdef int distinct_fingerprints(MDB_cursor* cursor, U64s* out) noexcept nogil:

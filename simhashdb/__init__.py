@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, Pair, TextMatch, TextPair
+from .db import DB, Match, Matches, Pair, TextMatch, TextPair, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -93,4 +93,5 @@ __all__ = [
     "strip_html",
     "tokenize",
     "unsigned_hash",
+    "upgrade",
 ]

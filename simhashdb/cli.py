@@ -202,6 +202,20 @@ def cmd_compact(args):
         _emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
 
 
+def cmd_upgrade(args):
+    """Convert a database made by an earlier simhashdb to this version's format,
+    in place (a table a transaction: stopped, it goes on where it stopped when
+    run again)."""
+    with _progress(args, "upgrade", unit="table") as bar:
+        def advance(done, tables):
+            bar.total = tables
+            bar.update(done - bar.n)
+
+        simhashdb.upgrade(args.path, progress=advance)
+    with _open(args.path, args, readonly=True) as db:
+        _emit({"format": db.stats()["format"], "tables": db.tables})
+
+
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
     with _open(args.path, args, readonly=True) as db, _working(args, "check"):
@@ -777,6 +791,7 @@ def build_parser():
                           "s, m, h, d or w (e.g. 30d)")
     command("compact", "simhashdb-cli compact crawl.db")
     command("check", "simhashdb-cli check crawl.db")
+    command("upgrade", "simhashdb-cli upgrade crawl.db")
     command("export", "simhashdb-cli export crawl.db > crawl.jsonl")
 
     for name, example in (

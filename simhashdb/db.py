@@ -11,7 +11,7 @@ import sys
 import time
 import warnings
 from array import array
-from typing import Any, Iterable, Iterator, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
 import msgpack
 
@@ -45,7 +45,7 @@ from .records import (
 from .storage import BANDS, band_entries
 from .storage.registry import open_storage
 
-FORMAT_VERSION = 2  # 2: text documents have a band index (simhashdb 0.3)
+FORMAT_VERSION = 3  # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4)
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
@@ -216,22 +216,13 @@ class DB:
                 return existing or params
 
             raw = storage.write(store_params)
-        try:
-            params = msgpack.unpackb(raw)
-            stored_layout = (params["blocks"], params["distance"])
-        except (ValueError, TypeError, KeyError, msgpack.UnpackException):
-            raise DatabaseError("%s has damaged parameters: restore it from a backup"
-                                % storage.path) from None
-        if params["format"] > FORMAT_VERSION:
-            raise FormatVersionError(
-                "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
-                % (storage.path, params["format"], FORMAT_VERSION))
+        params = _stored_params(raw, storage.path)
         for name, given in (("distance", distance), ("blocks", blocks)):
             if given is not None and given != params[name]:
                 raise ParameterMismatchError(
                     "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
                     % (storage.path, name, params[name], given, name, name, params[name]))
-        layout = Layout(*stored_layout)
+        layout = Layout(params["blocks"], params["distance"])
         storage.open_tables(layout)
         stored = params.get("recipe")
         if recipe is not None and recipe != stored:
@@ -249,9 +240,15 @@ class DB:
         return layout, stored
 
     def _upgrade(self, params):
-        """Bring a database made by simhashdb 0.2 (format 1: text documents with
-        signatures, no band index) to this format: build its band index from
-        the stored signatures, in batches."""
+        """Bring a database of an earlier format to this one: a database made by
+        simhashdb 0.2 (format 1: text documents with signatures, no band index)
+        gets its band index, built from the stored signatures in batches (its
+        LMDB tables were converted before it opened writable: :func:`upgrade`)."""
+        if self._format >= 2:
+            if not self._storage.readonly:
+                params["format"] = self._format = FORMAT_VERSION
+                self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
+            return
         if self._storage.readonly:
             warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
                           "documents are found by their fingerprints alone until it is opened "
@@ -922,6 +919,44 @@ class DB:
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
                 "got %s" % (self.distance, _ext.shown(distance)))
         return distance
+
+
+def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
+            progress: Optional[Callable[[int, int], None]] = None) -> None:
+    """Convert, in place, a database made by an earlier simhashdb to this
+    version's format, which it then opens writable: an LMDB database's
+    permutation tables become compressed runs, a table a transaction (a crash
+    leaves every table whole, and a second call goes on where the first
+    stopped), then a database of simhashdb 0.2 gets its band index. A
+    database of this format is left as it is.
+
+    :param progress: called with (tables converted, tables) after each table.
+    """
+    storage = open_storage(path, create=False, backend=backend)
+    try:
+        with storage.read() as view:
+            raw = view.params()
+        if raw is None:
+            raise DatabaseError("%s is not a simhashdb database" % storage.path)
+        params = _stored_params(raw, storage.path)
+        storage.convert_tables(Layout(params["blocks"], params["distance"]).tables, progress)
+    finally:
+        storage.close()
+    DB(path, backend=backend).close()
+
+
+def _stored_params(raw, path):
+    """The parameters a database stored, checked."""
+    try:
+        params = msgpack.unpackb(raw)
+        params["blocks"], params["distance"], params["format"]
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+        raise DatabaseError("%s has damaged parameters: restore it from a backup" % path) from None
+    if params["format"] > FORMAT_VERSION:
+        raise FormatVersionError(
+            "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
+            % (path, params["format"], FORMAT_VERSION))
+    return params
 
 
 def _names(view, found):

@@ -17,21 +17,6 @@ from simhashdb.storage import registry
 from simhashdb.storage.lmdb.files import LmdbStorage
 
 registry.register("memory", MemoryStorage)  # the toy backend of tests/memory_backend.py
-try:
-    from simhashdb.storage.lmdb.native import NativeStorage
-except ImportError:  # no native backend, so no lmdb-runs
-    pass
-else:
-    class RunsStorage(NativeStorage):
-        """The native backend, a new database's tables kept as runs (issue 22,
-        RUNS.md): the contract suite runs on it until format 3 makes them the
-        default."""
-
-        backend = "lmdb-runs"
-        runs = True
-
-    registry.register("lmdb-runs", RunsStorage)
-
 
 def usable(name):
     """Whether backend ``name`` runs here. CI builds the native backend and
@@ -51,8 +36,7 @@ def usable(name):
 # Every DB test runs on each backend that keeps databases across processes (the
 # suite starts subprocesses on them); the contract suite (test_storage.py) on
 # every registered backend.
-BACKENDS = [name for name in registry.names() if name not in ("memory", "lmdb-runs")
-            and usable(name)]
+BACKENDS = [name for name in registry.names() if name != "memory" and usable(name)]
 STORAGE_BACKENDS = [name for name in registry.names() if usable(name)]
 # The fixtures a backend's tests need besides a path (a server to hold them).
 BACKEND_FIXTURES = {"redis": ("redis_names",)}

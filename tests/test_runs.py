@@ -107,7 +107,7 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
     from simhashdb.storage import registry
     rng = np.random.default_rng(11)
     pytest.importorskip("simhashdb._lmdb")
-    storage = registry.backend_class("lmdb-runs")(str(tmp_path / "db"))
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
     fps = rng.integers(0, 2**64, 30_000, dtype=np.uint64)
     fps[:4000] = np.uint64(0xABCD_0000_0000_0000) + rng.integers(0, 2**20, 4000, dtype=np.uint64)
@@ -161,35 +161,130 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
 
     check()
     assert min(runs_per_table()) > 1
-    storage = registry.backend_class("lmdb-runs")(str(tmp_path / "db"))
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
     storage.compact()
     check()
     assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)
 
 
-def test_a_database_keeps_its_kind_of_tables(tmp_path):
-    """The switch decides for new databases only: one of today's tables opens
-    with it on as it was, and one of runs refuses to open without it."""
-    pytest.importorskip("simhashdb._lmdb")
-    from conftest import STORAGE_LAYOUT
+def as_in_0_3(path):
+    """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
+    table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
+    other 6 as value), no runs, no counters, format 2."""
+    import lmdb
+    import msgpack
 
-    from simhashdb import records
-    from simhashdb.storage import registry
-    docs = records.encode_documents([("a", 1), ("b", 2)], 511, 0)
-    for made, opened in (("lmdb", "lmdb-runs"), ("lmdb-runs", "lmdb")):
-        path = str(tmp_path / made)
-        storage = registry.backend_class(made)(path)
-        storage.open_tables(STORAGE_LAYOUT)
-        storage.write(lambda txn: txn.upsert(docs))
-        storage.close()
-        storage = registry.backend_class(opened)(path)
-        try:
-            if opened == "lmdb":
-                with pytest.raises(DatabaseError, match="SIMHASHDB_RUNS=1"):
-                    storage.open_tables(STORAGE_LAYOUT)
-            else:
-                storage.open_tables(STORAGE_LAYOUT)
-                assert [len(hits) for hits in storage.search(np.array([1, 3], np.uint64), 1)] == [1, 2]
-        finally:
-            storage.close()
+    from simhashdb import DB
+    with DB(path, readonly=True) as db, db._storage.read() as view:
+        layout = db._layout
+        tables = [view.table_fingerprints(t) for t in range(layout.tables)]
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        for t, fps in enumerate(tables):
+            table = env.open_db(b"table:%03d" % t, txn=txn, dupsort=True, dupfixed=True)
+            txn.cursor(table).putmulti(layout.table_items(list(fps), t), dupdata=True)
+            for slot in range(8):
+                txn.drop(env.open_db(b"runs:%03d:%02d" % (t, slot), txn=txn), delete=True)
+        txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+        meta = env.open_db(b"meta", txn=txn)
+        assert txn.delete(b"distinct", db=meta)
+        txn.delete(b"stale", db=meta)
+        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        params["format"] = 2
+        txn.put(b"params", msgpack.packb(params), db=meta)
+    env.close()
+
+
+def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
+    """Tables in 0.3's form: read-only opens search them; a writable open says
+    how to convert; upgrade() converts a table a transaction (a conversion cut
+    short is finished by the next) and the database then answers as before."""
+    pytest.importorskip("simhashdb._lmdb")
+    import simhashdb
+    from simhashdb import DB
+    rng = np.random.default_rng(3)
+    fps = [int(x) for x in rng.integers(0, 2**64, size=3000, dtype=np.uint64)] + [0, TOP]
+    fps += [fp ^ (1 << int(b)) for fp, b in zip(fps[:500], rng.integers(0, 64, size=500))]
+    path = str(tmp_path / "db")
+    with DB(path, distance=3) as db:
+        db.insert_many((i, fp) for i, fp in enumerate(fps))
+        probes = fps[:300] + [fp ^ 0b111 for fp in fps[300:600]]
+        before = [sorted(db.query(p)) for p in probes]
+    assert all(before)
+    as_in_0_3(path)
+    with pytest.raises(DatabaseError, match="simhashdb-cli upgrade"):
+        DB(path)
+    with DB(path, readonly=True) as db:
+        assert [sorted(db.query(p)) for p in probes] == before
+        assert db.stats()["format"] == 2
+        tables = db.tables
+    from simhashdb.storage.registry import open_storage
+    storage = open_storage(path)  # a conversion cut short after its first table
+    storage.write(lambda txn: txn.convert_table(0))
+    storage.close()
+    with pytest.raises(DatabaseError, match="simhashdb-cli upgrade"):
+        DB(path)
+    seen = []
+    simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(t + 1, tables) for t in range(tables)]
+    with DB(path) as db:
+        assert db.stats()["format"] == 3 and db.check() == []
+        assert [sorted(db.query(p)) for p in probes] == before
+        db.delete_many(range(100))
+        assert db.check() == []
+    simhashdb.upgrade(path)  # a database of this format is left as it is
+
+
+def test_churn_keeps_the_tables_bounded_and_exact(tmp_path):
+    """Ten rounds of removing a tenth of the documents and adding as many new
+    ones: the stale entries removals leave never pass a quarter of the tables
+    (then every table is written again without them), searches stay exact,
+    and the file stops growing."""
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb import DB
+    rng = np.random.default_rng(10)
+    n = 20_000
+    live = {i: int(fp) for i, fp in enumerate(rng.integers(0, 2**64, size=n, dtype=np.uint64))}
+    sizes = []
+    with DB(str(tmp_path / "db"), distance=3) as db:
+        db.insert_many(live.items())
+        for round_ in range(10):
+            gone = [int(k) for k in rng.choice(sorted(live), size=n // 10, replace=False)]
+            db.delete_many(gone)
+            for key in gone:
+                del live[key]
+            new = {n * (round_ + 1) + i: int(fp) ^ 1 for i, fp in
+                   enumerate(rng.integers(0, 2**64, size=n // 10, dtype=np.uint64))}
+            db.insert_many(new.items())
+            live.update(new)
+            with db._storage.read() as view:
+                stale = view._txn.get(b"stale", True)
+                assert int.from_bytes(stale or bytes(8), "big") * 4 <= view.distinct() == len(live)
+                assert all(len(view.table_fingerprints(t)) == len(live) for t in (0, db.tables - 1))
+            sizes.append(db.stats()["disk_bytes"])
+            probes = [live[k] ^ 0b101 for k in rng.choice(sorted(live), size=200)] + gone[:50]
+            stored = np.array(list(live.values()), dtype=np.uint64)
+            for probe, found in zip(probes, db.query_many(probes)):
+                distances = np.array([bin(int(x) ^ probe).count("1") for x in stored])
+                assert sorted(m.fingerprint for m in found) == sorted(
+                    int(x) for x in stored[distances <= 3])
+    assert max(sizes[5:]) <= 1.25 * max(sizes[:5]), sizes
+
+
+def test_the_cli_says_how_to_convert_and_converts(tmp_path, capsys):
+    pytest.importorskip("simhashdb._lmdb")
+    import json
+
+    from simhashdb import DB, cli
+    path = str(tmp_path / "db")
+    with DB(path) as db:
+        db.insert_many([("a", 1), ("b", 3)])
+    as_in_0_3(path)
+    assert cli.main(["delete", path, "a"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "simhashdb-cli upgrade %s" % path in err
+    assert cli.main(["upgrade", path]) == 0
+    assert json.loads(capsys.readouterr().out) == {"format": 3, "tables": DB(path, readonly=True).tables}
+    assert cli.main(["delete", path, "a"]) == 0
+    assert [m.key for m in DB(path, readonly=True).query(1, 2)] == ["b"]

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 
 import simhashdb
+from simhashdb.db import FORMAT_VERSION
 from simhashdb import InvalidArgumentError, ParameterMismatchError
 
 from conftest import store_params, store_values, stored_params, stored_value
@@ -240,12 +241,12 @@ def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path, 
     with pytest.warns(UserWarning, match="building the band index"):
         db = simhashdb.DB(path)
     with db:
-        assert db.stats()["format"] == 2 and db.check() == []
+        assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
         by_bands = [[m.key for m in found] for found in db.query_text_many(far_edit)]
         assert sum(map(len, by_bands)) > sum(map(len, by_fingerprint))
         assert all(keys in ([], ["k%d" % i]) for i, keys in enumerate(by_bands))
     with simhashdb.DB(path) as db:  # once
-        assert db.stats()["format"] == 2
+        assert db.stats()["format"] == FORMAT_VERSION
 
 
 def test_text_documents_of_long_keys_keep_their_signature_and_key(tmp_path):

@@ -197,6 +197,10 @@ class Storage(ABC):
     def compact(self):
         """Reclaim the space of deleted entries."""
 
+    def convert_tables(self, tables, progress=None):
+        """Bring ``tables`` permutation tables kept in an earlier form to this
+        one (:func:`simhashdb.upgrade`); a backend with one form has none."""
+
     def check(self):
         """Problems the backend sees in what it keeps (its files), as strings."""
         return []

@@ -9,15 +9,20 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
 - ``docs``: encoded key -> document value (:mod:`simhashdb.records`);
 - ``fingerprints`` (sorted duplicates): 8-byte big-endian fingerprint -> key,
   one entry per document;
-- ``table:NNN`` (sorted, fixed-size duplicates): the 8-byte big-endian
-  permuted fingerprint split into a 2-byte key and a 6-byte value, one entry
-  per *distinct* fingerprint. Key-then-value order is the order of the
-  permuted fingerprint, so a range scan works as on 8-byte keys, while LMDB
-  packs the 6-byte values of one key side by side.
+- ``band:NN`` (sorted, fixed-size duplicates): the band index of text documents;
+- ``runs``: each permutation table's directory of live runs, keyed by the
+  table (2 bytes big-endian): (run id, slot, entries) a run, oldest first;
+- ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
+  permuted fingerprints in order, in blocks of up to 996 bytes coded by their
+  differences (Elias-Fano), each keyed by the run id and its first value.
+  A batch appends a run; runs are merged as they grow, and once the entries
+  that removals left behind could reach a quarter of the table, every table
+  is written again from the index (:data:`.files.RUN_RATIO`);
+- ``meta`` also holds ``b"distinct"`` (the distinct fingerprints) and
+  ``b"stale"`` (fingerprints removed since the tables were last written whole).
 
-Behind a switch (``SIMHASHDB_RUNS=1``, native backend only; RUNS.md), a new
-database keeps each table as compressed sorted runs instead: ``runs`` (each
-table's directory of live runs, keyed by the table) and per table the slots
-``runs:NNN:SS``, one run each,
-with the count of distinct fingerprints in ``meta`` (``b"distinct"``).
+Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
+(sorted, fixed-size duplicates: the permuted fingerprint's top 2 bytes as key,
+the other 6 as value). They are read as they are; to write to one, convert
+it first (:meth:`.files.LmdbStorage.convert_tables`).
 """

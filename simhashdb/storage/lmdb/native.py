@@ -11,14 +11,11 @@ from array import array
 
 from ... import _ext, _lmdb
 from .. import Txn, View
-from .files import LmdbStorage
+from .files import LmdbStorage, old_tables_error
 
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(os.cpu_count() or 1, 8)
-# SIMHASHDB_RUNS=1: a new database keeps its tables as compressed runs (issue
-# 22, RUNS.md), and one that does can be opened; off by default until format 3
-RUNS = os.environ.get("SIMHASHDB_RUNS") == "1"
 _threads = None
 
 
@@ -42,11 +39,9 @@ class NativeStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, owned by native code."""
 
     backend = "lmdb"
-    runs = RUNS  # a new database keeps its tables as runs
-
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
-                              self.max_readers, not self._dir.locked, runs=self.runs)
+                              self.max_readers, not self._dir.locked)
         self._open_dbs()
 
     def _open_dbs(self):
@@ -54,7 +49,11 @@ class NativeStorage(LmdbStorage):
         if layout is None:
             self._env.open_dbs(array("l"), array("Q"), [], not self.readonly)
         else:
-            self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, not self.readonly)
+            try:
+                self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits,
+                                   not self.readonly)
+            except _lmdb.OldTablesError:
+                raise old_tables_error(self.path) from None
 
     def _close_env(self):
         self._env.close()
@@ -125,8 +124,7 @@ class NativeStorage(LmdbStorage):
         while True:
             if os.path.exists(copy):
                 os.unlink(copy)
-            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False,
-                               runs=self._env.runs)
+            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False)
             try:
                 layout = self._layout
                 target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
@@ -211,6 +209,9 @@ class NativeTxn(NativeView, Txn):
 
     def remove(self, keys):
         return self._txn.remove(keys)
+
+    def convert_table(self, table):
+        return self._txn.convert_table(table)
 
     def insert_if_new(self, documents, distance):
         return self._txn.insert_if_new(documents, distance,

@@ -122,14 +122,14 @@ class PyLmdbStorage(LmdbStorage):
         self._env.set_mapsize(map_size)
 
     def open_tables(self, layout):
-        """Open the tables of ``layout``: runs, made in a new database; tables in
-        0.3's form open read-only only."""
+        """Open the tables of ``layout``: runs (made in a new database), or
+        tables in 0.3's form, which open read-only and all in that form only."""
         self._layout = layout
         with self._env.begin() as txn:
-            old, runs = txn.get(table_name(0)) is not None, txn.get(RUNS) is not None
-        if old and not self.readonly:
+            old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
+        if old and (not self.readonly or old < layout.tables):
             raise old_tables_error(self.path)
-        self._runs = not old and (runs or not self.readonly)
+        self._runs = not old
         if self._runs and layout.tables > RUN_TABLES:
             raise DatabaseError("%s: tables kept as runs: at most %d of them, not %d"
                                 % (self.path, RUN_TABLES, layout.tables))
@@ -199,8 +199,8 @@ class PyLmdbStorage(LmdbStorage):
                              for slot in range(RUN_SLOTS)]
                     if fps:
                         _write_run(written, slots[0], 1, self._layout.table_values(fps, table))
-                        written.put(_table_key(table), _directory_record([(1, 0, len(fps))]),
-                                    db=directory)
+                    written.put(_table_key(table), _directory_record([(1, 0, len(fps))] if fps
+                                                                     else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 written.put(STALE, _count_bytes(0), db=meta)
         finally:
@@ -458,7 +458,7 @@ class PyTxn(PyView, Txn):
             self._add_run(table, layout.table_values(added, table))
         distinct = self._count(DISTINCT) + len(added) - len(removed)
         stale = self._count(STALE) + len(removed)
-        if added or removed:
+        if len(added) != len(removed):
             self._set_count(DISTINCT, distinct)
         if stale * RUN_RATIO > distinct:
             self._rewrite_tables()
@@ -495,49 +495,46 @@ class PyTxn(PyView, Txn):
         runs.append((run, slot, len(values)))
 
     def _save_directory(self, table, runs):
-        directory = self._storage._dbs[RUNS]
-        if runs:
-            self._txn.put(_table_key(table), _directory_record(runs), db=directory)
-        else:
-            self._txn.delete(_table_key(table), db=directory)
+        self._txn.put(_table_key(table), _directory_record(runs), db=self._storage._dbs[RUNS])
 
     def _rewrite_tables(self):
-        """Rewrite every table from the index as one run (its stale entries gone)."""
+        """Rewrite every table from the index as its one run (id 1, slot 0),
+        its stale entries gone, as the native backend does."""
         index = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
         fps = [_ext.unpack_key(k) for k in index.iternext_nodup(values=False)]
         layout = self._storage._layout
         for table in range(layout.tables):
-            runs = self._directory(table)
-            old = len(runs)
+            for _, slot, _ in self._directory(table):
+                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+            runs = []
             if fps:
                 self._put_run(table, runs, layout.table_values(fps, table))
-            for _, slot, _ in runs[:old]:
-                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
-            self._save_directory(table, runs[old:])
+            self._save_directory(table, runs)
 
     def convert_table(self, table):
         """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
-        then dropped) as its one run (id 1, slot 0); nothing where it is not
-        in that form. Meta's distinct comes from the first table converted."""
+        then dropped) as its one run (id 1, slot 0), as the native backend
+        does; table 0 sets meta's counters (distinct: its entries, stale: 0).
+        Returns whether it was in that form (else nothing is done)."""
         env, txn = self._storage._env, self._txn
         try:
             old = env.open_db(table_name(table), txn=txn, dupsort=True, dupfixed=True,
                               create=False)
         except lmdb.NotFoundError:
-            return
+            return False
         directory = env.open_db(RUNS, txn=txn)
         slots = [env.open_db(slot_name(table, slot), txn=txn) for slot in range(RUN_SLOTS)]
-        entries = [k + v for k, v in txn.cursor(old).iternext()]
-        if any(len(entry) != 8 for entry in entries):
-            raise _damaged(self._storage.path, "table %d" % table)
-        values = array("Q", map(_ext.unpack_key, entries))
-        if self._cursor(META).get(DISTINCT) is None:
-            self._set_count(DISTINCT, len(values))
-        self._set_count(STALE, 0)
+        txn.drop(slots[0], delete=False)
+        values = array("Q", _old_entries(txn.cursor(old), self._storage.path, table))
+        runs = [(1, 0, len(values))] if values else []
         if values:
             _write_run(txn, slots[0], 1, values)
-            txn.put(_table_key(table), _directory_record([(1, 0, len(values))]), db=directory)
+        txn.put(_table_key(table), _directory_record(runs), db=directory)
+        if table == 0:
+            self._set_count(DISTINCT, len(values))
+            self._set_count(STALE, 0)
         txn.drop(old, delete=True)
+        return True
 
 
 def _note_bands(bands, value, fingerprint, added):
@@ -556,6 +553,15 @@ def _fill(cursor, items, dupsort):
     if added != consumed:
         raise DatabaseError("compaction wrote %d of %d entries; the database is unchanged"
                             % (added, consumed))
+
+
+def _old_entries(cursor, path, table):
+    """The permuted values of a table in 0.3's form, in order: each a 2-byte
+    key and a 6-byte duplicate."""
+    for key, value in cursor.iternext():
+        if len(key) + len(value) != 8:
+            raise _damaged(path, "table %d" % table)
+        yield int.from_bytes(key + value, "big")
 
 
 def _table_key(table):

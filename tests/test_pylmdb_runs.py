@@ -11,6 +11,7 @@ import lmdb
 import pytest
 from conftest import brute_force, native_built
 
+import simhashdb
 from simhashdb import DB, _ext
 from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
@@ -273,12 +274,12 @@ def test_tables_of_0_3_open_read_only_and_convert_to_runs(tmp_path, backend):
         with pytest.raises(DatabaseError, match="0.3"):  # read-only, half converted: refused
             DB(path, readonly=True, backend="py-lmdb")
         assert not storage.write(lambda txn: txn.convert_table(0))  # done: nothing
-        done = []
-        storage.convert_tables(LAYOUT.tables, lambda *step: done.append(step))
-        assert done == [(t + 1, LAYOUT.tables) for t in range(LAYOUT.tables)]
-        storage.convert_tables(LAYOUT.tables)  # nothing left to convert
     finally:
         storage.close()
+    done = []
+    simhashdb.upgrade(path, backend=backend, progress=lambda *step: done.append(step))
+    assert done == [(t + 1, LAYOUT.tables) for t in range(LAYOUT.tables)]
+    simhashdb.upgrade(path, backend=backend)  # nothing left to convert
     tables, counts = read_tables(path, LAYOUT.tables)
     assert counts == [len(set(fps)), 0]
     for table, runs in enumerate(tables):

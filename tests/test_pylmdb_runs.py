@@ -56,7 +56,8 @@ def test_a_run_decodes_to_what_was_encoded():
 
 def test_a_damaged_block_is_a_value_error():
     rng = random.Random(2)
-    first, block = _ext.encode_run(array("Q", sorted({rng.getrandbits(64) for _ in range(500)})))[0]
+    values = array("Q", sorted({rng.getrandbits(64) for _ in range(500)}))
+    first, block = _ext.encode_run(values)[0]
     c = int.from_bytes(block[:2], "little")
 
     def with_bytes(at, new):
@@ -134,11 +135,13 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
     base = rng.getrandbits(64)
     top = base & ~((1 << 24) - 1)
     pool = [0, MAX, base] + [base ^ (1 << b) ^ (1 << (b + 7) % 64) for b in range(64)] + \
-        [top | rng.getrandbits(24) for _ in range(3000)] + [rng.getrandbits(64) for _ in range(3000)]
+        [top | rng.getrandbits(24) for _ in range(3000)] + \
+        [rng.getrandbits(64) for _ in range(3000)]
     docs, removed = {}, []
     for step, backend in enumerate(["lmdb", "py-lmdb", "lmdb", "py-lmdb", "py-lmdb", "lmdb"]):
         with DB(path, distance=3, blocks=5, backend=backend) as db:
-            batch = {"k%d" % rng.randrange(8000): rng.choice(pool) for _ in range(rng.choice([5, 900, 3000]))}
+            size = rng.choice([5, 900, 3000])
+            batch = {"k%d" % rng.randrange(8000): rng.choice(pool) for _ in range(size)}
             db.insert_many(batch.items())
             docs.update(batch)
             gone = rng.sample(sorted(docs), len(docs) // 6)

@@ -96,7 +96,6 @@ cdef extern from "guard.h" nogil:
 cdef enum:
     MAX_TABLES = 1024
     SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
-    RUN_TABLES = 256    # the most tables a database of runs has (each takes SLOTS of maxdbs)
     RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
@@ -111,7 +110,8 @@ class MapResizedError(DatabaseError):
 
 class OldTablesError(DatabaseError):
     """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``),
-    opened to write: convert_table makes them runs."""
+    opened to write, or whose conversion (convert_table) stopped part way
+    (its argument: whether it did)."""
 
 
 class DamagedError(DatabaseError):
@@ -435,33 +435,27 @@ cdef void dedupe_hits(Hits* hits, size_t start) noexcept nogil:
         hits.size = kept
 
 
-cdef int search_one(Work* w, uint64_t fp, int distance, int flips, uint64_t probe,
-                    Hits* out) noexcept nogil:
-    """Append the distinct stored fingerprints within ``distance`` of ``fp``
-    (with the pending ones of insert_if_new on runs, compared one by one)."""
-    cdef Py_ssize_t t
+cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe,
+                        Hits* out) noexcept nogil:
+    """To the hits from ``out``'s start, found in the tables before
+    insert_if_new stored anything, add its pending fingerprints within
+    ``distance`` of ``fp`` (compared one by one), keep each once, and keep
+    only those the index still has (the call may have replaced documents)."""
     cdef size_t i
-    cdef size_t start = out.size
-    cdef uint64_t perm
     cdef int rc
-    for t in range(w.layout.tables):
-        perm = permute_one(fp, w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-        rc = scan_variants(w, t, perm & w.layout.prefixes[t], perm, 64, flips, distance,
-                           probe, out)
-        if rc:
-            return rc
-    for i in range(w.pending.size if w.pending != NULL else 0):
+    for i in range(w.pending.size):
         if popcount64(w.pending.data[i] ^ fp) <= distance:
             rc = hit_push(out, probe, w.pending.data[i], popcount64(w.pending.data[i] ^ fp))
             if rc:
                 return rc
-    dedupe_hits(out, start)
-    return drop_stale(w, out, start) if w.runs else 0
+    dedupe_hits(out, 0)
+    return drop_stale(w, out, 0) if w.unlinked else 0
 
 
 cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
                      Hits* out) noexcept nogil:
-    """search_one for every probe, table by table in the order of the permuted
+    """The distinct stored fingerprints within ``distance`` of each probe, as
+    hits sorted by (probe, fingerprint): table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
     if w.runs and n > 1:  # one probe: a seek a range costs less than setting up sweeps
         return sweep_tables(w, probes, n, distance, flips, out)
@@ -714,7 +708,8 @@ cdef int scan_runs_one(RunIter* it, uint64_t lo, const uint64_t* q, int distance
 
 cdef int drop_stale(Work* w, Hits* hits, size_t start) noexcept nogil:
     """Keep the hits from ``start`` whose fingerprint the index has (a run
-    keeps the entries of removed fingerprints until a merge or compaction)."""
+    keeps the entries of removed fingerprints until the tables are written
+    again: rewrite_tables)."""
     cdef size_t i, kept = start
     cdef int rc
     for i in range(start, hits.size):
@@ -1338,21 +1333,25 @@ cdef class Env:
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
     cdef MDB_dbi run_dir
-    cdef MDB_dbi run_slots[RUN_TABLES * SLOTS]
+    cdef MDB_dbi run_slots[MAX_TABLES * SLOTS]
+    cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef Layout layout
     cdef readonly bint broken
     cdef bytes path
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
-                  bint nolock, bint subdir=True):
+                  bint nolock, bint subdir=True, Py_ssize_t max_tables=256):
+        """``max_tables``: room for that many tables (each takes SLOTS
+        sub-databases, and every transaction's setup grows with the room)."""
         self.path = path
+        self.max_tables = min(max_tables, MAX_TABLES)
         if guard_install() != 0:
             raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + max(MAX_TABLES, RUN_TABLES * SLOTS + 1))
+        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + self.max_tables * SLOTS + 1)
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -1427,10 +1426,11 @@ cdef class Env:
         self.runs = old == 0
         if rc == 0 and old and (create or old < tables):
             mdb_txn_abort(txn)
-            raise OldTablesError(self.path.decode())
-        if rc == 0 and self.runs and tables > RUN_TABLES:
+            raise OldTablesError(old < tables)
+        if rc == 0 and tables > self.max_tables:
             mdb_txn_abort(txn)
-            raise DatabaseError("a database has at most %d tables" % RUN_TABLES)
+            raise DatabaseError("this handle has room for %d tables, not %d"
+                                % (self.max_tables, tables))
         if rc == 0 and self.runs:
             rc = g_dbi_open(txn, b"runs", create_flag, &self.run_dir)
         for t in range(tables):
@@ -1910,24 +1910,38 @@ cdef class Txn:
         ``distance`` (as search), storing it when there are none."""
         cdef Job job = self.job(documents, True)
         cdef list results = [[] for _ in range(job.n)]
-        cdef size_t i
+        cdef size_t i, j = 0
         cdef int rc
-        if self.env.runs:  # one run a table at the end, not one a stored document
-            job.w.pending = &job.pending
+        cdef uint64_t* fps = <uint64_t*>malloc((job.n + 1) * sizeof(uint64_t))
+        cdef Hits stored
+        stored.data, stored.size, stored.cap = NULL, 0, 0
+        if fps == NULL:
+            raise MemoryError()
+        job.w.pending = &job.pending  # one run a table at the end, not one a stored document
         with nogil:
             rc = open_cursors(&job.w)
+            for i in range(job.n):
+                fps[i] = job.docs[i].fp
+            if rc == 0:  # the stored documents near each, for all at once (sweeps)
+                rc = search_many(&job.w, fps, job.n, distance, flips, &stored)
             i = 0
             while rc == 0 and i < job.n:
-                job.hits.size = 0
-                rc = search_one(&job.w, job.docs[i].fp, distance, flips, i, &job.hits)
+                job.hits.size = 0  # the stored ones still there, and the ones this call stored
+                while rc == 0 and j < stored.size and stored.data[j].probe == i:
+                    rc = hit_push(&job.hits, i, stored.data[j].fp, stored.data[j].distance)
+                    j += 1
+                if rc == 0:
+                    rc = search_pending(&job.w, job.docs[i].fp, distance, i, &job.hits)
                 if rc == 0 and job.hits.size == 0:
                     rc = upsert(&job.w, &job.docs[i], 1, &job.touched)
                 elif rc == 0:  # the keys as they are now: a later document may move one
                     with gil:
                         self.add_keys(job, 0, results)
                 i += 1
-            if rc == 0 and job.w.pending != NULL:
+            if rc == 0:
                 rc = flush_pending(&job.w)
+        free(fps)
+        free(stored.data)
         self.done(rc, "write to")
         return results
 

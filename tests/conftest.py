@@ -191,3 +191,31 @@ def brute_force(docs, fingerprint, distance):
     hits = [(bin(fp ^ fingerprint).count("1"), key, fp) for key, fp in docs.items()]
     return sorted(((k, fp, d) for d, k, fp in hits if d <= distance),
                   key=lambda m: (m[2], key_order(m[0])))
+
+
+def as_in_0_3(path):
+    """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
+    table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
+    other 6 as value), no runs, no counters, format 2."""
+    import lmdb
+    import msgpack
+
+    from simhashdb import DB
+    with DB(path, readonly=True) as db, db._storage.read() as view:
+        layout = db._layout
+        tables = [view.table_fingerprints(t) for t in range(layout.tables)]
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        for t, fps in enumerate(tables):
+            table = env.open_db(b"table:%03d" % t, txn=txn, dupsort=True, dupfixed=True)
+            txn.cursor(table).putmulti(layout.table_items(list(fps), t), dupdata=True)
+            for slot in range(8):
+                txn.drop(env.open_db(b"runs:%03d:%02d" % (t, slot), txn=txn), delete=True)
+        txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+        meta = env.open_db(b"meta", txn=txn)
+        assert txn.delete(b"distinct", db=meta)
+        txn.delete(b"stale", db=meta)
+        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        params["format"] = 2
+        txn.put(b"params", msgpack.packb(params), db=meta)
+    env.close()

@@ -7,9 +7,9 @@ import sys
 import time
 
 import pytest
-from conftest import brute_force
+from conftest import as_in_0_3, brute_force
 
-from simhashdb import DB
+from simhashdb import DB, DatabaseError
 
 pytestmark = pytest.mark.usefixtures("backend")  # subprocesses inherit SIMHASHDB_BACKEND
 
@@ -198,3 +198,38 @@ def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, mo
             for _ in db:
                 db.insert_many([r for i in range(1, 9) for r in batch_records(i)])
         assert len(db) == 1 and db.check() == []
+
+
+UPGRADER = """
+import sys, simhashdb
+simhashdb.upgrade(sys.argv[1], progress=lambda done, tables: print(done, flush=True))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.lmdb_only
+def test_sigkill_during_an_upgrade_leaves_every_table_whole(db_path):
+    """An upgrade killed part way: the database still opens read-only as it
+    was, and the next upgrade finishes the conversion with every record."""
+    rng = random.Random(12)
+    docs = {"d%d" % i: rng.getrandbits(64) for i in range(200_000)}
+    with DB(db_path, distance=3) as db:
+        db.insert_many(docs.items(), batch_size=10**9)
+    as_in_0_3(db_path)
+    for delay in (0.0, 0.05, 0.2):
+        lines = run_and_kill(UPGRADER, [db_path], 1, delay)
+        if len(lines) >= 10:
+            break
+    try:
+        with DB(db_path, readonly=True) as db:  # killed before its first table landed
+            assert len(db) == len(docs)
+    except DatabaseError as exc:
+        assert "conversion stopped: finish it with `simhashdb-cli upgrade" in str(exc)
+    from simhashdb import upgrade
+    upgrade(db_path)
+    probes = [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[:200]]
+    with DB(db_path) as db:
+        assert db.check() == []
+        for probe, found in zip(probes, db.query_many(probes)):
+            assert sorted((m.key, m.fingerprint, m.distance) for m in found) == \
+                brute_force(docs, probe, 3)

@@ -3,6 +3,8 @@ holds reads back, and every range scan counts what a sorted array holds."""
 
 import pytest
 
+from conftest import as_in_0_3
+
 from simhashdb.errors import DatabaseError
 
 np = pytest.importorskip("numpy")
@@ -96,7 +98,7 @@ def test_today_table_scans_as_the_run(tmp_path):
 
 
 def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
-    """The native backend with its tables as runs (lmdb-runs): batches of
+    """The native backend: batches of
     every size leave several runs a table, removals stale entries, returns
     second copies; single and batch searches (the sweep) at and above the
     built distance equal brute force, and a compaction leaves one run a table."""
@@ -168,34 +170,6 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
     assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)
 
 
-def as_in_0_3(path):
-    """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
-    table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
-    other 6 as value), no runs, no counters, format 2."""
-    import lmdb
-    import msgpack
-
-    from simhashdb import DB
-    with DB(path, readonly=True) as db, db._storage.read() as view:
-        layout = db._layout
-        tables = [view.table_fingerprints(t) for t in range(layout.tables)]
-    env = lmdb.open(path, max_dbs=4096)
-    with env.begin(write=True) as txn:
-        for t, fps in enumerate(tables):
-            table = env.open_db(b"table:%03d" % t, txn=txn, dupsort=True, dupfixed=True)
-            txn.cursor(table).putmulti(layout.table_items(list(fps), t), dupdata=True)
-            for slot in range(8):
-                txn.drop(env.open_db(b"runs:%03d:%02d" % (t, slot), txn=txn), delete=True)
-        txn.drop(env.open_db(b"runs", txn=txn), delete=True)
-        meta = env.open_db(b"meta", txn=txn)
-        assert txn.delete(b"distinct", db=meta)
-        txn.delete(b"stale", db=meta)
-        params = msgpack.unpackb(txn.get(b"params", db=meta))
-        params["format"] = 2
-        txn.put(b"params", msgpack.packb(params), db=meta)
-    env.close()
-
-
 def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
     """Tables in 0.3's form: read-only opens search them; a writable open says
     how to convert; upgrade() converts a table a transaction (a conversion cut
@@ -223,8 +197,9 @@ def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
     storage = open_storage(path)  # a conversion cut short after its first table
     storage.write(lambda txn: txn.convert_table(0))
     storage.close()
-    with pytest.raises(DatabaseError, match="simhashdb-cli upgrade"):
-        DB(path)
+    for readonly in (False, True):
+        with pytest.raises(DatabaseError, match="conversion stopped: finish it with `simhashdb-cli upgrade"):
+            DB(path, readonly=readonly)
     seen = []
     simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(t + 1, tables) for t in range(tables)]
@@ -288,3 +263,21 @@ def test_the_cli_says_how_to_convert_and_converts(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == {"format": 3, "tables": DB(path, readonly=True).tables}
     assert cli.main(["delete", path, "a"]) == 0
     assert [m.key for m in DB(path, readonly=True).query(1, 2)] == ["b"]
+
+
+def test_a_layout_of_many_tables_opens_with_room_for_their_runs(tmp_path):
+    """495 tables (distance 8, 12 blocks), past the room an environment opens
+    with: reopened with room for them, written, compacted and searched."""
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb import DB
+    rng = np.random.default_rng(8)
+    fps = [int(x) for x in rng.integers(0, 2**64, size=300, dtype=np.uint64)]
+    path = str(tmp_path / "db")
+    with DB(path, distance=8, blocks=12) as db:
+        assert db.tables == 495
+        db.insert_many(enumerate(fps))
+        db.compact()
+        db.delete_many(range(10))
+    with DB(path) as db:
+        probe = fps[20] ^ 0xFF
+        assert [m.key for m in db.query(probe)] == [20] and db.check() == []

@@ -202,6 +202,17 @@ def test_insert_if_new_sees_what_the_batch_stored_before(opener):
     assert_agrees(storage, {"old": 0b1111 << 40, "first": 1 << 20, "far": MAX})
 
 
+def test_insert_if_new_sees_what_the_batch_replaced(opener):
+    """A document stored early in the batch replaces a key whose fingerprint a
+    later one is near: the later one no longer finds it, and is stored."""
+    storage = opener()
+    put(storage, [("a", 0b1111 << 40), ("b", 7)])
+    batch = documents([("a", MAX), ("near-a", 0b1110 << 40), ("near-b", 6)])
+    found = storage.write(lambda txn: txn.insert_if_new(batch, 3))
+    assert [[records.unpack(k) for k, _, _ in hits] for hits in found] == [[], [], ["b"]]
+    assert_agrees(storage, {"a": MAX, "near-a": 0b1110 << 40, "b": 7})
+
+
 def test_band_search_finds_every_text_that_shares_a_band(opener):
     storage, rng = opener(), random.Random(4)
     vocabulary = ["w%d" % i for i in range(300)]

@@ -590,6 +590,12 @@ class LmdbStorage(Storage):
         """A context that turns the backend's own errors into DatabaseError."""
         return contextlib.nullcontext()
 
+    def _room_for_tables(self):
+        """How many tables an environment opened now has room for: 256, or the
+        layout's where it has more (each table takes RUN_SLOTS sub-databases,
+        and every transaction's setup grows with the room)."""
+        return max(256, self._layout.tables if self._layout is not None else 0)
+
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)
@@ -669,8 +675,13 @@ class LmdbStorage(Storage):
             self._dir.release()
 
 
-def old_tables_error(path):
-    """The error for a database whose tables are in simhashdb 0.3's form, opened to write."""
+def old_tables_error(path, converting=False):
+    """The error for a database whose tables are in simhashdb 0.3's form, opened
+    to write, or opened at all while a conversion is unfinished (``converting``)."""
+    if converting:
+        return DatabaseError("%s was being converted to this version's format when the "
+                             "conversion stopped: finish it with `simhashdb-cli upgrade %s` "
+                             "(or simhashdb.upgrade(path))" % (path, path))
     return DatabaseError(
         "%s keeps its tables in the form of simhashdb 0.3 and earlier, which this version "
         "reads but does not write: convert it with `simhashdb-cli upgrade %s` (or "

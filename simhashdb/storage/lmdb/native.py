@@ -41,7 +41,8 @@ class NativeStorage(LmdbStorage):
     backend = "lmdb"
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
-                              self.max_readers, not self._dir.locked)
+                              self.max_readers, not self._dir.locked,
+                              max_tables=self._room_for_tables())
         self._open_dbs()
 
     def _open_dbs(self):
@@ -52,8 +53,8 @@ class NativeStorage(LmdbStorage):
             try:
                 self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits,
                                    not self.readonly)
-            except _lmdb.OldTablesError:
-                raise old_tables_error(self.path) from None
+            except _lmdb.OldTablesError as exc:
+                raise old_tables_error(self.path, converting=exc.args[0]) from None
 
     def _close_env(self):
         self._env.close()
@@ -76,7 +77,11 @@ class NativeStorage(LmdbStorage):
 
     def open_tables(self, layout):
         self._layout = layout
-        self._open_dbs()
+        if layout.tables > self._env.max_tables:  # an environment with room for them
+            self._close_env()
+            self._open_env()
+        else:
+            self._open_dbs()
 
     def _begin_read(self):
         return self._env.begin()
@@ -124,7 +129,8 @@ class NativeStorage(LmdbStorage):
         while True:
             if os.path.exists(copy):
                 os.unlink(copy)
-            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False)
+            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False,
+                               max_tables=self._room_for_tables())
             try:
                 layout = self._layout
                 target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)

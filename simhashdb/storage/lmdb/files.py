@@ -52,7 +52,6 @@ _META_MAGIC = 0xBEEFC0DE
 # since the tables were last rewritten (meta b"stale") exceed distinct /
 # RUN_RATIO, every table is rewritten from the index as one run.
 RUN_SLOTS, RUN_RATIO = 8, 4
-RUN_TABLES = 256  # the most tables kept as runs (each takes RUN_SLOTS sub-databases)
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
 _open_storages = weakref.WeakSet()

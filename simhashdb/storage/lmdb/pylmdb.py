@@ -17,16 +17,12 @@ import lmdb
 
 from ... import _ext
 from ...errors import DatabaseError
-from ...layout import MAX_TABLES
 from ...records import value_fingerprint
 from .. import BANDS, Txn, View, band_entries
-from .files import RUN_RATIO, RUN_SLOTS, RUN_TABLES, LmdbStorage, old_tables_error
+from .files import RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
 
 META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
-# meta, docs, fingerprints, the band tables and the tables: 0.3's, or runs (a
-# directory and each table's slots), as many as the native backend opens
-MAX_DBS = 4 + BANDS + max(MAX_TABLES, RUN_TABLES * RUN_SLOTS + 1)
 MAX_VALUE = (1 << 64) - 1
 
 
@@ -41,6 +37,13 @@ def table_name(table):
     return b"table:%03d" % table
 
 
+def max_dbs(tables):
+    """The sub-databases an environment with room for ``tables`` tables opens:
+    meta, docs, fingerprints, the band tables, the directory of runs and each
+    table's slots (as the native backend)."""
+    return 4 + BANDS + tables * RUN_SLOTS + 1
+
+
 def slot_name(table, slot):
     """The sub-database name of slot ``slot`` of table ``table`` kept as runs."""
     return b"runs:%03d:%02d" % (table, slot)
@@ -53,9 +56,11 @@ class PyLmdbStorage(LmdbStorage):
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
 
     def _open_env(self):
+        self._room = self._room_for_tables()  # the most tables it can open
         try:
             self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
-                                  max_dbs=MAX_DBS, readonly=self.readonly,
+                                  max_dbs=max_dbs(self._room),
+                                  readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)
             self._env.reader_check()
@@ -125,14 +130,15 @@ class PyLmdbStorage(LmdbStorage):
         """Open the tables of ``layout``: runs (made in a new database), or
         tables in 0.3's form, which open read-only and all in that form only."""
         self._layout = layout
+        if layout.tables > self._room:  # an environment with room for them
+            self._close_env()
+            self._open_env()
+            return
         with self._env.begin() as txn:
             old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
         if old and (not self.readonly or old < layout.tables):
-            raise old_tables_error(self.path)
+            raise old_tables_error(self.path, converting=old < layout.tables)
         self._runs = not old
-        if self._runs and layout.tables > RUN_TABLES:
-            raise DatabaseError("%s: tables kept as runs: at most %d of them, not %d"
-                                % (self.path, RUN_TABLES, layout.tables))
         if self._runs:
             names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
                               for slot in range(RUN_SLOTS)]
@@ -180,7 +186,8 @@ class PyLmdbStorage(LmdbStorage):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
         one run each (no stale entries; meta brings the distinct count)."""
-        target = lmdb.open(copy, map_size=self._map_size_to_open(), max_dbs=MAX_DBS,
+        target = lmdb.open(copy, map_size=self._map_size_to_open(),
+                           max_dbs=max_dbs(self._room_for_tables()),
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:

@@ -59,8 +59,7 @@ class PyLmdbStorage(LmdbStorage):
         self._room = self._room_for_tables()  # the most tables it can open
         try:
             self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
-                                  max_dbs=max_dbs(self._room),
-                                  readonly=self.readonly,
+                                  max_dbs=max_dbs(self._room), readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)
             self._env.reader_check()

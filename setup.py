@@ -28,7 +28,7 @@ REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
-                                 "ext/_signature.pxi", "ext/_casefold.pxi"],
+                                 "ext/_signature.pxi", "ext/_casefold.pxi", "ext/_codec.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._records", ["ext/_records.pyx"], depends=["ext/_values.pxi"],
                         extra_compile_args=["-O3"]),
@@ -54,11 +54,11 @@ if flags is None:
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
                                 depends=["ext/guard.h", "ext/_tables.pxi", "ext/_signature.pxi",
-                                         "ext/_values.pxi", "ext/_runs.pxi"],
+                                         "ext/_values.pxi", "ext/_runs.pxi", "ext/_codec.pxi"],
                                 extra_compile_args=["-O3"], **flags))
     # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
     extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"],
-                                depends=["ext/guard.h", "ext/_runs.pxi"],
+                                depends=["ext/guard.h", "ext/_runs.pxi", "ext/_codec.pxi"],
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

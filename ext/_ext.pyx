@@ -16,6 +16,8 @@ from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
     int lowest_bit "__builtin_ctzll"(unsigned long long) nogil
+    int ctz64 "__builtin_ctzll"(unsigned long long) nogil
+    int clz64 "__builtin_clzll"(unsigned long long) nogil
 
 MAX_FINGERPRINT = 0xFFFFFFFFFFFFFFFF
 _U64_FORMATS = frozenset(["Q", "L", "@Q", "@L", "=Q", "=L", "<Q", "<L"])
@@ -911,6 +913,76 @@ def probe_starts(probes, const long[::1] spec, const uint64_t[::1] prefixes):
 
 
 TABLE_KEYS = [i.to_bytes(2, "big") for i in range(65536)]
+
+
+# Tables kept as compressed sorted runs (RUNS.md): the block codec, for the
+# py-lmdb backend, which writes the same blocks as the native one
+
+include "_codec.pxi"
+
+
+def encode_run(values):
+    """Strictly ascending ``values`` (a uint64 buffer) cut into blocks as the
+    native backend cuts a run: a list of (first value, block bytes)."""
+    cdef const uint64_t[::1] vs = as_fingerprints(values)
+    cdef size_t n = vs.shape[0], start = 0, i, length, size, guess = 2
+    cdef uint8_t buf[BLOCK_BYTES + PAD]
+    for i in range(1, n):
+        if vs[i] <= vs[i - 1]:
+            raise InvalidArgumentError("a run's values must be strictly ascending: %d follows %d"
+                                       % (vs[i], vs[i - 1]))
+    blocks = []
+    while start < n:
+        length = block_length(&vs[start], n - start, &guess)
+        size = encode_block(&vs[start], length, buf)
+        blocks.append((vs[start], PyBytes_FromStringAndSize(<char*>buf, size)))
+        start += length
+    return blocks
+
+
+def decode_block(first, const unsigned char[::1] block):
+    """The values of a block whose first value is ``first``, ascending: an
+    array('Q'). ValueError where the block is damaged (its header, size, bits
+    or values disagree), without reading past its end."""
+    cdef Block b
+    cdef size_t size = block.shape[0], ones = 0, w
+    cdef uint64_t span
+    if size < 3 or size > BLOCK_BYTES:
+        raise ValueError("a damaged block: %d bytes" % size)
+    memcpy(b.buf, &block[0], size)
+    if block_header(&b, check_fingerprint(first), size):
+        raise ValueError("a damaged block: its header claims more than it holds")
+    out = array("Q", [0]) * (b.c + 1)
+    cdef uint64_t[::1] vs = out
+    if decode_entries(&b, &vs[0]):
+        raise ValueError("a damaged block: fewer entries than its header claims")
+    for w in range(b.high_words):
+        ones += popcount64(load_le64(b.high + 8 * w))
+    span = vs[b.c] - vs[0]
+    for w in range(b.c):
+        if vs[w + 1] <= vs[w]:
+            raise ValueError("a damaged block: its values do not ascend")
+    if ones != b.c or b.L != low_width(span, b.c) or size != block_size(span, b.c):
+        raise ValueError("a damaged block: its bits disagree with its header")
+    return out
+
+
+def merge_unique(a, b):
+    """The union of two ascending uint64 buffers without duplicates: an array('Q')."""
+    cdef const uint64_t[::1] x = as_fingerprints(a)
+    cdef const uint64_t[::1] y = as_fingerprints(b)
+    cdef size_t na = x.shape[0], nb = y.shape[0], n, i, kept = 0
+    out = array("Q", [0]) * (na + nb)
+    if na + nb == 0:
+        return out
+    cdef uint64_t[::1] o = out
+    with nogil:
+        n = merge_arrays(&x[0] if na else NULL, na, &y[0] if nb else NULL, nb, &o[0])
+        for i in range(n):
+            if kept == 0 or o[i] != o[kept - 1]:
+                o[kept] = o[i]
+                kept += 1
+    return out[:kept]
 
 
 include "_match.pxi"

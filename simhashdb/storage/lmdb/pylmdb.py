@@ -1,21 +1,29 @@
 """The portable LMDB backend, on py-lmdb: the same files as the native
 backend, used where that one was not built (or with ``backend="py-lmdb"``).
+
+A new database keeps its tables as compressed sorted runs (RUNS.md), blocks
+coded by ``_ext`` exactly as the native backend codes them; a database whose
+tables are in simhashdb 0.3's form (dupsort ``table:NNN``) opens read-only.
 """
 
 import contextlib
 import itertools
 import os
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
 
 import lmdb
 
 from ... import _ext
 from ...errors import DatabaseError
-from ...layout import MAX_TABLES
 from ...records import value_fingerprint
 from .. import BANDS, Txn, View, band_entries
-from .files import LmdbStorage
+from .files import RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
 
-META, DOCS, FINGERPRINTS = b"meta", b"docs", b"fingerprints"
+META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
+DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
+MAX_VALUE = (1 << 64) - 1
 
 
 _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
@@ -25,8 +33,20 @@ BAND_TABLES = [b"band:%02d" % band for band in range(BANDS)]
 
 
 def table_name(table):
-    """The sub-database name of permutation table ``table``."""
+    """The sub-database name of permutation table ``table`` in 0.3's form."""
     return b"table:%03d" % table
+
+
+def max_dbs(tables):
+    """The sub-databases an environment with room for ``tables`` tables opens:
+    meta, docs, fingerprints, the band tables, the directory of runs and each
+    table's slots (as the native backend)."""
+    return 4 + BANDS + tables * RUN_SLOTS + 1
+
+
+def slot_name(table, slot):
+    """The sub-database name of slot ``slot`` of table ``table`` kept as runs."""
+    return b"runs:%03d:%02d" % (table, slot)
 
 
 class PyLmdbStorage(LmdbStorage):
@@ -36,14 +56,16 @@ class PyLmdbStorage(LmdbStorage):
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
 
     def _open_env(self):
+        self._room = self._room_for_tables()  # the most tables it can open
         try:
             self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
-                                  max_dbs=MAX_TABLES + 3 + BANDS, readonly=self.readonly,
+                                  max_dbs=max_dbs(self._room), readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)
             self._env.reader_check()
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
+        self._runs = False  # whether the tables are kept as runs (known once they are open)
         if not self.readonly and self._env.stat()["entries"]:
             with self._env.begin() as txn:
                 if txn.get(META) is None:
@@ -104,10 +126,28 @@ class PyLmdbStorage(LmdbStorage):
         self._env.set_mapsize(map_size)
 
     def open_tables(self, layout):
+        """Open the tables of ``layout``: runs (made in a new database), or
+        tables in 0.3's form, which open read-only and all in that form only."""
         self._layout = layout
-        for table in range(layout.tables):
-            self._dbs[table_name(table)] = self._open_db(table_name(table), dupsort=True,
-                                                         dupfixed=True)
+        if layout.tables > self._room:  # an environment with room for them
+            self._close_env()
+            self._open_env()
+            return
+        with self._env.begin() as txn:
+            old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
+        if old and (not self.readonly or old < layout.tables):
+            raise old_tables_error(self.path, converting=old < layout.tables)
+        self._runs = not old
+        if self._runs:
+            names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
+                              for slot in range(RUN_SLOTS)]
+            flags = {}
+        else:
+            names = [table_name(table) for table in range(layout.tables)]
+            flags = {"dupsort": True, "dupfixed": True}
+        # made in one write transaction; a read transaction would close them as it ends
+        with contextlib.nullcontext() if self.readonly else self._env.begin(write=True) as txn:
+            self._dbs.update((name, self._open_db(name, txn=txn, **flags)) for name in names)
 
     def _begin_read(self):
         with self._errors("read"):
@@ -143,8 +183,10 @@ class PyLmdbStorage(LmdbStorage):
 
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``: every
-        sub-database appended in order, the tables rebuilt from the index."""
-        target = lmdb.open(copy, map_size=self._map_size_to_open(), max_dbs=MAX_TABLES + 3,
+        sub-database appended in order, the tables rebuilt from the index as
+        one run each (no stale entries; meta brings the distinct count)."""
+        target = lmdb.open(copy, map_size=self._map_size_to_open(),
+                           max_dbs=max_dbs(self._room_for_tables()),
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:
@@ -157,10 +199,16 @@ class PyLmdbStorage(LmdbStorage):
                     _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), True)
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
+                directory = self._open_db(RUNS, env=target, txn=written)
                 for table in range(self._layout.tables):
-                    db = self._open_db(table_name(table), dupsort=True, dupfixed=True,
-                                       env=target, txn=written)
-                    _fill(written.cursor(db), self._layout.table_items(fps, table), True)
+                    slots = [self._open_db(slot_name(table, slot), env=target, txn=written)
+                             for slot in range(RUN_SLOTS)]
+                    if fps:
+                        _write_run(written, slots[0], 1, self._layout.table_values(fps, table))
+                    written.put(_table_key(table), _directory_record([(1, 0, len(fps))] if fps
+                                                                     else []), db=directory)
+                meta = self._open_db(META, env=target, txn=written)
+                written.put(STALE, _count_bytes(0), db=meta)
         finally:
             target.close()
 
@@ -185,7 +233,16 @@ class PyView(View):
         return self._txn.stat(self._storage._dbs[DOCS])["entries"]
 
     def distinct(self):
+        if self._storage._runs:
+            return self._count(DISTINCT)
         return self._txn.stat(self._storage._dbs[table_name(0)])["entries"]
+
+    def _count(self, name):
+        """A counter in meta (u64 big-endian; 0 where absent)."""
+        raw = self._cursor(META).get(name)
+        if raw is not None and len(raw) != 8:
+            raise _damaged(self._storage.path, "meta's %r" % name.decode())
+        return int.from_bytes(raw, "big") if raw else 0
 
     def get(self, key):
         return self._cursor(DOCS).get(key)
@@ -214,12 +271,23 @@ class PyView(View):
             yield _ext.unpack_key(fp_bytes), [key for _, key in entries]
 
     def search(self, probes, distance):
+        """Each probe's hits; a fingerprint in two runs is found once (by
+        fingerprint), a stale one not at all (keys_of gives it no key)."""
         layout = self._storage._layout
-        cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
+        if self._storage._runs:
+            directories = [self._directory(t) for t in range(layout.tables)]
 
-        def scan(table, first, last, perm):
-            entries = _scan(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
-            return _ext.verify(perm, entries, distance) if entries else ()
+            def scan(table, first, last, perm):
+                entries = array("Q")
+                for run, slot, _ in directories[table]:
+                    entries.extend(self._run_range(table, run, slot, first, last))
+                return _ext.verify(perm, _big_endian(entries), distance) if entries else ()
+        else:
+            cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
+
+            def scan(table, first, last, perm):
+                entries = _scan(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
+                return _ext.verify(perm, entries, distance) if entries else ()
 
         results = []
         for probe in probes:
@@ -263,9 +331,46 @@ class PyView(View):
 
     def table_fingerprints(self, table):
         layout = self._storage._layout
+        if self._storage._runs:  # the union of the runs less the stale entries
+            values, index = array("Q"), self._cursor(FINGERPRINTS)
+            for run, slot, _ in self._directory(table):
+                values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
+            fps = (layout.unpermute(value, table) for value in values)
+            return [fp for fp in fps if index.set_key(_ext.pack_key(fp))]
         cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
         return [layout.unpermute(_ext.unpack_key(k + v), table) for k, v in cursor.iternext()] \
             if cursor.first() else []
+
+    def _directory(self, table):
+        """Table ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
+        raw = self._txn.get(_table_key(table), db=self._storage._dbs[RUNS])
+        if raw is None:
+            return []
+        runs = [(int.from_bytes(raw[i:i + 4], "big"), raw[i + 4],
+                 int.from_bytes(raw[i + 5:i + 13], "big")) for i in range(0, len(raw), 13)]
+        if len(raw) % 13 or len(runs) > RUN_SLOTS or any(s >= RUN_SLOTS for _, s, _ in runs):
+            raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+        return runs
+
+    def _run_range(self, table, run, slot, lo, hi):
+        """The values of run ``run`` (in ``slot`` of ``table``) in [lo, hi],
+        ascending: from the block that holds ``lo`` on."""
+        cursor = self._cursor(slot_name(table, slot))
+        prefix = run.to_bytes(4, "big")
+        key = prefix + lo.to_bytes(8, "big")
+        at = cursor.set_range(key)
+        if not at or cursor.key() != key:  # the block before may hold lo
+            at = cursor.prev() if at else cursor.last()
+            if not at or cursor.key()[:4] != prefix:  # lo comes before the run
+                at = cursor.set_range(key)
+        values = array("Q")
+        while at and cursor.key()[:4] == prefix:
+            block = _block(self._storage.path, table, cursor.key(), cursor.value())
+            if block[0] > hi:
+                break
+            values.extend(block[bisect_left(block, lo):bisect_right(block, hi)])
+            at = block[-1] < hi and cursor.next()
+        return values
 
 
 class PyTxn(PyView, Txn):
@@ -344,7 +449,8 @@ class PyTxn(PyView, Txn):
             index.delete()
 
     def _update_tables(self, touched):
-        """Add to every table the fingerprints the index gained; take out those it lost."""
+        """Append to every table as a run the fingerprints the index gained; count
+        those it lost as stale (their entries stay in the runs until a rewrite)."""
         index = self._cursor(FINGERPRINTS)
         added, removed = [], []
         for fp, had in touched.items():
@@ -354,13 +460,87 @@ class PyTxn(PyView, Txn):
             elif had and not now:
                 removed.append(fp)
         layout = self._storage._layout
+        for table in range(layout.tables if added else 0):
+            self._add_run(table, layout.table_values(added, table))
+        distinct = self._count(DISTINCT) + len(added) - len(removed)
+        stale = self._count(STALE) + len(removed)
+        if len(added) != len(removed):
+            self._set_count(DISTINCT, distinct)
+        if stale * RUN_RATIO > distinct:
+            self._rewrite_tables()
+            self._set_count(STALE, 0)
+        elif removed:
+            self._set_count(STALE, stale)
+
+    def _set_count(self, name, value):
+        self._cursor(META).put(name, _count_bytes(value))
+
+    def _add_run(self, table, values):
+        """Append sorted ``values`` to table ``table`` as a new run, then merge
+        the two newest runs while the newest is over 1/RUN_RATIO of the one
+        before (or the slots run short), as the native backend does."""
+        runs = self._directory(table)
+        self._put_run(table, runs, values)
+        while len(runs) >= 2 and (runs[-1][2] * RUN_RATIO > runs[-2][2]
+                                  or len(runs) >= RUN_SLOTS - 1):
+            older, newer = runs[-2:]
+            merged = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
+                                         for run, slot, _ in (older, newer)))
+            self._put_run(table, runs, merged)
+            for _, slot, _ in (older, newer):
+                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+            del runs[-3:-1]
+        self._save_directory(table, runs)
+
+    def _put_run(self, table, runs, values):
+        """Write ``values`` as a new run of ``table`` (the next id, the first
+        free slot) and note it at the end of ``runs``."""
+        slot = min(set(range(RUN_SLOTS)) - {s for _, s, _ in runs})
+        run = runs[-1][0] + 1 if runs else 1
+        _write_run(self._txn, self._storage._dbs[slot_name(table, slot)], run, values)
+        runs.append((run, slot, len(values)))
+
+    def _save_directory(self, table, runs):
+        self._txn.put(_table_key(table), _directory_record(runs), db=self._storage._dbs[RUNS])
+
+    def _rewrite_tables(self):
+        """Rewrite every table from the index as its one run (id 1, slot 0),
+        its stale entries gone, as the native backend does."""
+        index = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
+        fps = [_ext.unpack_key(k) for k in index.iternext_nodup(values=False)]
+        layout = self._storage._layout
         for table in range(layout.tables):
-            cursor = self._cursor(table_name(table))
-            if added:
-                cursor.putmulti(layout.table_items(added, table), dupdata=True)
-            for key, value in layout.table_items(removed, table) if removed else ():
-                if cursor.set_key_dup(key, value):
-                    cursor.delete()
+            for _, slot, _ in self._directory(table):
+                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+            runs = []
+            if fps:
+                self._put_run(table, runs, layout.table_values(fps, table))
+            self._save_directory(table, runs)
+
+    def convert_table(self, table):
+        """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
+        then dropped) as its one run (id 1, slot 0), as the native backend
+        does; table 0 sets meta's counters (distinct: its entries, stale: 0).
+        Returns whether it was in that form (else nothing is done)."""
+        env, txn = self._storage._env, self._txn
+        try:
+            old = env.open_db(table_name(table), txn=txn, dupsort=True, dupfixed=True,
+                              create=False)
+        except lmdb.NotFoundError:
+            return False
+        directory = env.open_db(RUNS, txn=txn)
+        slots = [env.open_db(slot_name(table, slot), txn=txn) for slot in range(RUN_SLOTS)]
+        txn.drop(slots[0], delete=False)
+        values = array("Q", _old_entries(txn.cursor(old), self._storage.path, table))
+        runs = [(1, 0, len(values))] if values else []
+        if values:
+            _write_run(txn, slots[0], 1, values)
+        txn.put(_table_key(table), _directory_record(runs), db=directory)
+        if table == 0:
+            self._set_count(DISTINCT, len(values))
+            self._set_count(STALE, 0)
+        txn.drop(old, delete=True)
+        return True
 
 
 def _note_bands(bands, value, fingerprint, added):
@@ -379,6 +559,67 @@ def _fill(cursor, items, dupsort):
     if added != consumed:
         raise DatabaseError("compaction wrote %d of %d entries; the database is unchanged"
                             % (added, consumed))
+
+
+def _old_entries(cursor, path, table):
+    """The permuted values of a table in 0.3's form, in order: each a 2-byte
+    key and a 6-byte duplicate."""
+    for key, value in cursor.iternext():
+        if len(key) + len(value) != 8:
+            raise _damaged(path, "table %d" % table)
+        yield int.from_bytes(key + value, "big")
+
+
+def _table_key(table):
+    """The key of table ``table``'s directory of runs: u16 big-endian."""
+    return table.to_bytes(2, "big")
+
+
+def _directory_record(runs):
+    """A directory of runs: (run id u32, slot u8, entries u64) a run, big-endian."""
+    return b"".join(run.to_bytes(4, "big") + bytes([slot]) + entries.to_bytes(8, "big")
+                    for run, slot, entries in runs)
+
+
+def _count_bytes(value):
+    return value.to_bytes(8, "big")
+
+
+def _write_run(txn, db, run, values):
+    """Write ascending ``values`` into the empty slot ``db`` as run ``run``: a
+    block an item, keyed by the run id and the block's first value."""
+    prefix = run.to_bytes(4, "big")
+    try:
+        blocks = _ext.encode_run(values)
+    except ValueError:
+        raise DatabaseError("a run's values out of order: the database is damaged; "
+                            "restore it from a backup") from None
+    items = [(prefix + first.to_bytes(8, "big"), block) for first, block in blocks]
+    if txn.cursor(db).putmulti(items, append=True)[1] != len(items):
+        raise DatabaseError("a slot for a new run was not empty: the database is damaged; "
+                            "restore it from a backup")
+
+
+def _block(path, table, key, value):
+    """The values of the block item (``key``, ``value``) of a run of ``table``."""
+    try:
+        if len(key) != 12:
+            raise ValueError
+        return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
+    except ValueError:
+        raise _damaged(path, "a block of table %d" % table) from None
+
+
+def _damaged(path, what):
+    return DatabaseError("%s is damaged (%s is unreadable): restore it from a backup"
+                         % (path, what))
+
+
+def _big_endian(values):
+    """A uint64 array as concatenated 8-byte big-endian values."""
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values.tobytes()
 
 
 def _scan(cursor, first, last):

@@ -1,0 +1,356 @@
+"""The py-lmdb backend keeps its tables as runs in the native backend's format
+(RUNS.md): the block codec in _ext codes what native codes byte for byte,
+each backend searches and extends what the other wrote, removals past a
+quarter rewrite the tables, and tables in simhashdb 0.3's form open
+read-only and convert to runs."""
+
+import random
+from array import array
+
+import lmdb
+import pytest
+from conftest import brute_force, native_built
+
+import simhashdb
+from simhashdb import DB, _ext
+from simhashdb.errors import DatabaseError
+from simhashdb.layout import Layout
+from simhashdb.storage.lmdb.files import RUN_RATIO, RUN_SLOTS, old_tables_error
+from simhashdb.storage import registry
+from simhashdb.storage.lmdb.pylmdb import max_dbs, slot_name, table_name
+
+MAX = 2**64 - 1
+LAYOUT = Layout(5, 3)
+native = pytest.mark.skipif(not native_built(), reason="the native backend was not built")
+
+
+def adversarial(rng, n):
+    """Distinct sorted uint64 sets: 0, 2**64 - 1, offsets of 1, thousands under one prefix."""
+    top = rng.getrandbits(64) & ~((1 << 20) - 1)
+    return [[0], [MAX], [0, MAX], list(range(5000)), list(range(MAX - 4999, MAX + 1)),
+            sorted({rng.getrandbits(64) for _ in range(n)}),
+            sorted({top | rng.getrandbits(20) for _ in range(n)} | {0, MAX})]
+
+
+def decoded(blocks):
+    out = array("Q")
+    for first, block in blocks:
+        out.extend(_ext.decode_block(first, block))
+    return out
+
+
+def test_a_run_decodes_to_what_was_encoded():
+    rng = random.Random(1)
+    for values in adversarial(rng, 20_000):
+        blocks = _ext.encode_run(array("Q", values))
+        assert all(len(block) <= 996 for _, block in blocks)
+        assert decoded(blocks) == array("Q", values)
+    assert _ext.encode_run(array("Q")) == []
+    for bad in ([2, 1], [1, 1]):
+        with pytest.raises(ValueError):
+            _ext.encode_run(array("Q", bad))
+    assert _ext.merge_unique(array("Q", [0, 3, 5, MAX]), array("Q", [3, 4, MAX])) == \
+        array("Q", [0, 3, 4, 5, MAX])
+    assert _ext.merge_unique(array("Q"), array("Q")) == array("Q")
+
+
+def test_a_damaged_block_is_a_value_error():
+    rng = random.Random(2)
+    values = array("Q", sorted({rng.getrandbits(64) for _ in range(500)}))
+    first, block = _ext.encode_run(values)[0]
+    c = int.from_bytes(block[:2], "little")
+
+    def with_bytes(at, new):
+        return block[:at] + new + block[at + len(new):]
+
+    damaged = [block[:-1], block + b"\0", block[:2], b"", bytes(997),
+               with_bytes(0, (c + 1).to_bytes(2, "little")),  # more entries than it holds
+               with_bytes(0, b"\xff\xff"), with_bytes(2, bytes([block[2] + 1])),
+               with_bytes(2, bytes([64])), with_bytes(len(block) - 1, b"\0")]
+    for bad in damaged:
+        with pytest.raises(ValueError):
+            _ext.decode_block(first, bad)
+    for _ in range(2000):  # a flipped bit: refused, or still ascending values
+        at = rng.randrange(len(block))
+        bad = with_bytes(at, bytes([block[at] ^ (1 << rng.randrange(8))]))
+        try:
+            values = _ext.decode_block(first, bad)
+        except ValueError:
+            continue
+        assert all(a < b for a, b in zip(values, values[1:]))
+
+
+def read_tables(path, tables):
+    """Each table's runs as the file holds them, [(run id, slot, values)],
+    checked: the directory's counts, ascending values, and blocks exactly as
+    encode_run cuts and codes them. Also meta's (distinct, stale)."""
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            meta = env.open_db(b"meta", txn=txn, create=False)
+            directory = env.open_db(b"runs", txn=txn, create=False)
+            counts = [int.from_bytes(txn.get(name, b"\0" * 8, db=meta), "big")
+                      for name in (b"distinct", b"stale")]
+            result = []
+            for table in range(tables):
+                raw = txn.get(table.to_bytes(2, "big"), b"", db=directory)
+                runs = []
+                for i in range(0, len(raw), 13):
+                    run, slot = int.from_bytes(raw[i:i + 4], "big"), raw[i + 4]
+                    entries = int.from_bytes(raw[i + 5:i + 13], "big")
+                    db = env.open_db(slot_name(table, slot), txn=txn, create=False)
+                    items = list(txn.cursor(db).iternext())
+                    assert all(k[:4] == run.to_bytes(4, "big") for k, _ in items)
+                    blocks = [(int.from_bytes(k[4:], "big"), v) for k, v in items]
+                    values = decoded(blocks)
+                    assert len(values) == entries
+                    assert _ext.encode_run(values) == blocks
+                    runs.append((run, slot, values))
+                assert len(runs) <= RUN_SLOTS - 1
+                assert [r[0] for r in runs] == sorted({r[0] for r in runs})
+                result.append(runs)
+    finally:
+        env.close()
+    return result, counts
+
+
+def check_exact(db, docs, probes):
+    for distance in (3, 4):
+        found = db.query_many(array("Q", probes), distance=distance)
+        for probe, matches in zip(probes, found):
+            assert sorted((m.key, m.fingerprint, m.distance) for m in matches) == \
+                sorted(brute_force(docs, probe, distance)), (probe, distance)
+    assert len(db) == len(docs)
+    assert db.check() == []
+    with db._storage.read() as view:
+        assert view.distinct() == len(set(docs.values()))
+
+
+@native
+def test_the_backends_write_and_search_each_others_runs(tmp_path):
+    """Batches of upserts, removals and returns (a fingerprint back under its
+    old key or another), written in turn by each backend, searched by both
+    against brute force; the file always holds what native would write."""
+    path, rng = str(tmp_path / "both.db"), random.Random(3)
+    base = rng.getrandbits(64)
+    top = base & ~((1 << 24) - 1)
+    pool = [0, MAX, base] + [base ^ (1 << b) ^ (1 << (b + 7) % 64) for b in range(64)] + \
+        [top | rng.getrandbits(24) for _ in range(3000)] + \
+        [rng.getrandbits(64) for _ in range(3000)]
+    docs, removed = {}, []
+    for step, backend in enumerate(["lmdb", "py-lmdb", "lmdb", "py-lmdb", "py-lmdb", "lmdb"]):
+        with DB(path, distance=3, blocks=5, backend=backend) as db:
+            size = rng.choice([5, 900, 3000])
+            batch = {"k%d" % rng.randrange(8000): rng.choice(pool) for _ in range(size)}
+            db.insert_many(batch.items())
+            docs.update(batch)
+            gone = rng.sample(sorted(docs), len(docs) // 6)
+            assert db.delete_many(gone) == len(gone)
+            removed += [docs.pop(k) for k in gone]
+            back = {k if i % 2 else "new%d-%d" % (step, i): removed[rng.randrange(len(removed))]
+                    for i, k in enumerate(gone[:60])}
+            db.insert_many(back.items())
+            docs.update(back)
+            probes = [0, MAX, base, top, base ^ 0b1011] + rng.sample(pool, 20) + \
+                [fp ^ 1 for fp in rng.sample(removed, 10)]
+            check_exact(db, docs, probes)
+            other = "py-lmdb" if backend == "lmdb" else "lmdb"
+        with DB(path, readonly=True, backend=other) as db:
+            check_exact(db, docs, probes)
+        tables, (distinct, _) = read_tables(path, LAYOUT.tables)
+        assert distinct == len(set(docs.values()))
+        for table, runs in enumerate(tables):
+            union = set().union(*(set(values) for _, _, values in runs))
+            assert set(LAYOUT.table_values(list(docs.values()), table)) <= union
+
+
+def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):
+    path, rng = str(tmp_path / "stale.db"), random.Random(4)
+    fps = list({rng.getrandbits(64) for _ in range(2000)} - {0, MAX}) + [0, MAX]
+    docs = {}
+    db = DB(path, distance=3, blocks=5, backend="py-lmdb")
+    for size in (1600, 300, 60):  # each under a quarter of the run before: three runs
+        batch = {"k%d" % i: fps[i] for i in range(len(docs), len(docs) + size)}
+        db.insert_many(batch.items())
+        docs.update(batch)
+    probes = [0, MAX] + [fp ^ 0b101 for fp in rng.sample(fps, 30)]
+    db.close()
+    tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
+    assert [len(runs) for runs in tables] == [3] * LAYOUT.tables and stale == 0
+    db = DB(path, backend="py-lmdb")
+    first = sorted(docs)[:300]
+    db.delete_many(first)  # 300 * 4 <= 1660: counted, not yet rewritten
+    for k in first:
+        del docs[k]
+    check_exact(db, docs, probes + [fps[0], fps[1] ^ 1])
+    db.close()
+    tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
+    assert (distinct, stale) == (1660, 300) and [len(runs) for runs in tables] == [3] * 10
+    db = DB(path, backend="py-lmdb")
+    more = sorted(docs)[:120]  # 420 * 4 > 1540: every table rewritten
+    db.delete_many(more)
+    for k in more:
+        del docs[k]
+    db.insert_many([("back", fps[0])])  # a removed fingerprint returns
+    docs["back"] = fps[0]
+    check_exact(db, docs, probes)
+    db.close()
+    tables, counts = read_tables(path, LAYOUT.tables)
+    assert counts == [len(docs), 0]
+    for table, runs in enumerate(tables):  # the rewrite, then the return's run
+        assert [(run, len(values)) for run, _, values in runs] == [(1, 1540), (2, 1)]
+        assert runs[0][2] == LAYOUT.table_values([fp for k, fp in docs.items() if k != "back"],
+                                                 table)
+    if native_built():
+        with DB(path, readonly=True, backend="lmdb") as db:
+            check_exact(db, docs, probes)
+    with DB(path, backend="py-lmdb") as db:
+        db.compact()
+        check_exact(db, docs, probes)
+    tables, counts = read_tables(path, LAYOUT.tables)
+    assert counts == [len(docs), 0]
+    assert all([(run, slot) for run, slot, _ in runs] == [(1, 0)] for runs in tables)
+
+
+def test_the_stale_count_triggers_the_rewrite(tmp_path):
+    """stale is added to by each batch's removals and zeroed by the rewrite."""
+    path, rng = str(tmp_path / "rule.db"), random.Random(5)
+    fps = sorted({rng.getrandbits(64) for _ in range(400)})
+    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+        db.insert_many(("k%d" % i, fp) for i, fp in enumerate(fps))
+        expected_stale, distinct = 0, len(fps)
+        for i in range(0, 120, 10):
+            db.delete_many("k%d" % j for j in range(i, i + 10))
+            distinct -= 10
+            expected_stale += 10
+            if expected_stale * RUN_RATIO > distinct:
+                expected_stale = 0
+            with db._storage.read() as view:
+                assert view._count(b"stale") == expected_stale
+                assert view.distinct() == distinct
+                assert len(view._directory(0)) == 1 or expected_stale
+
+
+def make_old_tables(path, layout):
+    """Turn a database of runs into simhashdb 0.3's form: dupsort table:NNN
+    (key the top 2 bytes of the permuted value, duplicate the other 6), no
+    runs, no counters."""
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
+    try:
+        with env.begin(write=True) as txn:
+            index = env.open_db(b"fingerprints", txn=txn, dupsort=True)
+            fps = [_ext.unpack_key(k) for k in txn.cursor(index).iternext_nodup(values=False)]
+            for table in range(layout.tables):
+                for slot in range(RUN_SLOTS):
+                    txn.drop(env.open_db(slot_name(table, slot), txn=txn), delete=True)
+                db = env.open_db(table_name(table), txn=txn, dupsort=True, dupfixed=True)
+                txn.cursor(db).putmulti(layout.table_items(fps, table), dupdata=True)
+            txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+            meta = env.open_db(b"meta", txn=txn)
+            for name in (b"distinct", b"stale"):
+                txn.delete(name, db=meta)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_tables_of_0_3_open_read_only_and_convert_to_runs(tmp_path, backend):
+    path, rng = str(tmp_path / "old.db"), random.Random(6)
+    top = rng.getrandbits(64) & ~((1 << 20) - 1)
+    fps = [0, MAX] + [top | rng.getrandbits(20) for _ in range(2000)] + \
+        [rng.getrandbits(64) for _ in range(1000)]
+    docs = {"k%d" % i: fp for i, fp in enumerate(fps)}
+    docs.update({"twin%d" % i: fps[i] for i in range(50)})
+    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+        db.insert_many(docs.items())
+        full = db._storage.path
+    make_old_tables(path, LAYOUT)
+    probes = [0, MAX, top, fps[7] ^ 0b11] + [fp ^ 0b1001 for fp in rng.sample(fps, 20)]
+    with pytest.raises(DatabaseError) as refused:
+        DB(path, backend="py-lmdb")
+    assert str(refused.value) == str(old_tables_error(full))
+    with DB(path, readonly=True, backend="py-lmdb") as db:
+        check_exact(db, docs, probes)
+    storage = registry.backend_class(backend)(path)  # no layout: its tables are not opened
+    try:
+        assert storage.write(lambda txn: txn.convert_table(0))  # as if a crash followed
+        assert not storage.write(lambda txn: txn.convert_table(0))  # done: nothing
+    finally:
+        storage.close()
+    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
+        for readonly in (True, False):  # half converted: refused, saying how to finish
+            with pytest.raises(DatabaseError, match="conversion stopped: finish it"):
+                DB(path, readonly=readonly, backend=opened)
+    done = []
+    simhashdb.upgrade(path, backend=backend, progress=lambda *step: done.append(step))
+    assert done == [(t + 1, LAYOUT.tables) for t in range(LAYOUT.tables)]
+    simhashdb.upgrade(path, backend=backend)  # nothing left to convert
+    tables, counts = read_tables(path, LAYOUT.tables)
+    assert counts == [len(set(fps)), 0]
+    for table, runs in enumerate(tables):
+        assert [(run, slot) for run, slot, _ in runs] == [(1, 0)]
+        assert runs[0][2] == LAYOUT.table_values(sorted(set(fps)), table)
+    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
+        with DB(path, backend=opened) as db:
+            check_exact(db, docs, probes)
+    with DB(path, backend="py-lmdb") as db:  # and goes on as runs
+        db.delete_many(["k%d" % i for i in range(100, 400)])
+        db.insert_many([("new", top | 5)])
+    for i in range(100, 400):
+        del docs["k%d" % i]
+    docs["new"] = top | 5
+    with DB(path, readonly=True, backend="py-lmdb") as db:
+        check_exact(db, docs, probes)
+
+
+def test_a_damaged_block_is_a_database_error(tmp_path):
+    path = str(tmp_path / "damaged.db")
+    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+        db.insert_many(("k%d" % i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(3000))
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
+    with env.begin(write=True) as txn:
+        slot = env.open_db(slot_name(0, 0), txn=txn)
+        cursor = txn.cursor(slot)
+        assert cursor.first()
+        cursor.put(cursor.key(), b"\xff\xff" + cursor.value()[2:])
+    env.close()
+    with DB(path, readonly=True, backend="py-lmdb") as db:
+        with pytest.raises(DatabaseError, match="a block of table 0 is unreadable"):
+            db.query_many(array("Q", range(0, 2**64 - 1, 2**58)), distance=3)
+        assert any("a block of table 0 is unreadable" in problem for problem in db.check())
+
+
+@pytest.mark.parametrize("backend", [
+    "py-lmdb", pytest.param("lmdb", marks=[native, pytest.mark.xfail(
+        strict=True, reason="native convert_table makes slot 00 of each table only, and a "
+        "read-only open needs all of them (until a writable open makes them)")])])
+def test_a_converted_database_opens_read_only(tmp_path, backend):
+    path = str(tmp_path / "old.db")
+    docs = {"k%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(500)}
+    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+        db.insert_many(docs.items())
+    make_old_tables(path, LAYOUT)
+    storage = registry.backend_class(backend)(path)
+    try:
+        storage.convert_tables(LAYOUT.tables)
+    finally:
+        storage.close()
+    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
+        with DB(path, readonly=True, backend=opened) as db:
+            check_exact(db, docs, [0, MAX, docs["k7"] ^ 0b111])
+
+
+def test_a_layout_of_more_than_256_tables_reopens_with_room_for_them(tmp_path):
+    path, rng = str(tmp_path / "wide.db"), random.Random(8)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(200)}
+    with DB(path, distance=7, backend="py-lmdb") as db:
+        assert db.tables > 256
+        db.insert_many(docs.items())
+        db.delete_many(["k1", "k2"])
+        del docs["k1"], docs["k2"]
+        check_exact(db, docs, [0, MAX, docs["k3"] ^ 0b1111111])
+    for backend in ["py-lmdb"] + (["lmdb"] if native_built() else []):
+        with DB(path, readonly=True, backend=backend) as db:
+            found = db.query_many(array("Q", [docs["k3"] ^ 0b1111111]), distance=7)[0]
+            assert [(m.key, m.fingerprint) for m in found] == \
+                [(k, fp) for k, fp, _ in brute_force(docs, docs["k3"] ^ 0b1111111, 7)]

@@ -33,11 +33,14 @@ def corpus(n, rng):
 
 
 def flip_random_bits(values, counts, rng):
-    out = values.copy()
-    for i, count in enumerate(counts):
-        for bit in rng.choice(64, size=count, replace=False):
-            out[i] ^= np.uint64(1) << np.uint64(bit)
-    return out
+    """values with counts[i] distinct random bits of values[i] flipped: random
+    bits are set in a mask until it has as many as asked (a uniform choice)."""
+    mask = np.zeros(values.size, dtype=np.uint64)
+    todo = np.nonzero(np.asarray(counts) > 0)[0]
+    while todo.size:
+        mask[todo] |= np.uint64(1) << rng.integers(0, 64, size=todo.size, dtype=np.uint64)
+        todo = todo[np.bitwise_count(mask[todo]) < counts[todo]]
+    return values ^ mask
 
 
 def probes(fps, q, rng):

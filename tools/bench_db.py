@@ -7,7 +7,7 @@ half random. Recall of every method is checked against brute force. A second
 table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
 
 Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
-       [--import both|one|batches] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
+       [--import both|one|batches] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
 Needs: pip install numpy faiss-cpu   (see tools/requirements.txt)
 """
 
@@ -68,10 +68,10 @@ def latencies(fn, items):
 
 
 def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
-               above=2000, compact=True):
-    """Import into an empty database in one transaction and in batches of the
-    default size into another (``imports``: both, one or batches), then query,
-    insert-if-new and compact the first one built."""
+               above=2000, compact=True, batch_size=None):
+    """Import into an empty database in one transaction and in batches
+    (``batch_size``, default insert_many's) into another (``imports``: both,
+    one or batches), then query, insert-if-new and compact the first one built."""
     path = os.path.join(workdir, backend + ".db")
     row = {"method": "simhashdb.DB, backend %r" % backend}
     db = None
@@ -89,7 +89,7 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
         batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size,
                                backend=backend)
         start = time.perf_counter()
-        batched.insert_many(streamed(fps))
+        batched.insert_many(streamed(fps), **({"batch_size": batch_size} if batch_size else {}))
         row["import_batches_s"] = time.perf_counter() - start
         stats = batched.stats()
         row["batched_bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
@@ -115,8 +115,10 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
         db.compact()
         stats = db.stats()
         row["compacted_bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
-    row["note"] = "blocks=%d, %d tables, data file %.2f GB" % (
-        stats["blocks"], stats["tables"], stats["disk_bytes"] / 1e9)
+    row["note"] = "blocks=%d, %d tables, data file %.2f GB%s" % (
+        stats["blocks"], stats["tables"], stats["disk_bytes"] / 1e9,
+        "" if imports != "batches" else "; built and queried in batches of %d"
+        % (batch_size or simhashdb.db.DEFAULT_BATCH_SIZE))
     db.close()
     return row, batched
 
@@ -236,6 +238,8 @@ def main():
     parser.add_argument("--import", dest="imports", choices=("both", "one", "batches"),
                         default="both", help="how the native database is built (both: "
                         "one transaction, queried, and default batches into another)")
+    parser.add_argument("--batch-size", type=int,
+                        help="of the import in batches (default: insert_many's)")
     parser.add_argument("--above", type=int, default=2000,
                         help="probes for query_many above the built distance (0: skip)")
     parser.add_argument("--no-compact", action="store_true")
@@ -259,7 +263,7 @@ def main():
     rows, k2_rows, churn_rows = [], [], []
     try:
         row, batched = bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows, args.imports,
-                                  args.above, not args.no_compact)
+                                  args.above, not args.no_compact, args.batch_size)
         rows.append(row)
         if batched is not None:
             if args.churn:
@@ -270,7 +274,8 @@ def main():
             small = fps[:min(n, args.fallback_n)]
             small_truth = {i: brute_force(small, qs[i]) for i in truth}
             row, batched = bench_ours(small, qs, small_truth, workdir, "py-lmdb", k2_rows,
-                                      args.imports, args.above, not args.no_compact)
+                                      args.imports, args.above, not args.no_compact,
+                                      args.batch_size)
             if batched is not None:
                 batched.close()
             row["note"] += "; N = %d" % small.size

@@ -68,10 +68,12 @@ def latencies(fn, items):
 
 
 def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
-               above=2000, compact=True, batch_size=None):
+               above=2000, compact=True, batch_size=None, writes=True):
     """Import into an empty database in one transaction and in batches
     (``batch_size``, default insert_many's) into another (``imports``: both,
-    one or batches), then query, insert-if-new and compact the first one built."""
+    one or batches), then query, insert-if-new and compact the first one built
+    (with ``writes``). Returns the figures and the last database built, open,
+    unchanged since its import but for the queries."""
     path = os.path.join(workdir, backend + ".db")
     row = {"method": "simhashdb.DB, backend %r" % backend}
     db = None
@@ -93,8 +95,8 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
         row["import_batches_s"] = time.perf_counter() - start
         stats = batched.stats()
         row["batched_bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
-    if db is None:
-        db, batched = batched, None
+    last = batched or db
+    db = db or batched
     single = qs[:min(len(qs), 5000)].tolist()
     db.query_many(qs)  # the same pages for every method: warm
     row["p50_us"], row["p99_us"], row["single_qps"] = latencies(db.query, single)
@@ -104,6 +106,11 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
     row["recall"] = recall([{m.key for m in r} for r in results], truth)
     if k2_rows is not None and above:
         k2_rows += bench_above(db, fps, qs[:above], backend)
+    if not writes:
+        row["note"] = "blocks=%d, %d tables" % (db.blocks, db.tables)
+        if last is not db:
+            db.close()
+        return row, last
     new = np.arange(fps.size, fps.size + 20000)
     batch = [(int(k), int(fp)) for k, fp in zip(new, probes(fps, new.size, np.random.default_rng(1)))]
     start = time.perf_counter()
@@ -119,8 +126,9 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
         stats["blocks"], stats["tables"], stats["disk_bytes"] / 1e9,
         "" if imports != "batches" else "; built and queried in batches of %d"
         % (batch_size or simhashdb.db.DEFAULT_BATCH_SIZE))
-    db.close()
-    return row, batched
+    if last is not db:
+        db.close()
+    return row, last if last is not db else None
 
 
 def streamed(fps, chunk=1_000_000):
@@ -137,8 +145,11 @@ def churn(db, fps, rounds, fraction, rng, oracle):
     keys = np.arange(fps.size)
     live = fps.copy()
     next_key = fps.size
-    rows = []
     tables = db.tables
+    stats = db.stats()
+    rows = [{"round": 0, "disk_MB": stats["disk_bytes"] / 1e6,
+             "bytes_per_fp_table": stats["disk_bytes"] / (live.size * tables),
+             "distinct": stats["distinct_fingerprints"], "stale": meta_counter(db, b"stale")}]
     for r in range(1, rounds + 1):
         m = int(live.size * fraction)
         gone = rng.choice(live.size, size=m, replace=False)
@@ -245,14 +256,13 @@ def main():
     parser.add_argument("--no-compact", action="store_true")
     parser.add_argument("--no-faiss", action="store_true")
     parser.add_argument("--churn", type=int, default=0, metavar="ROUNDS",
-                        help="then delete --churn-fraction of the batched database and insert "
-                             "as many new, ROUNDS times")
+                        help="then delete --churn-fraction of the last database built and "
+                             "insert as many new, ROUNDS times (no insert-if-new or compaction "
+                             "before)")
     parser.add_argument("--churn-fraction", type=float, default=0.1)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     n = 10_000_000 if args.big else args.n
-    if args.churn and args.imports == "one":
-        parser.error("--churn needs the database built in batches")
     rng = np.random.default_rng(0)
     fps = corpus(n, rng)
     qs = probes(fps, args.queries, rng)
@@ -263,7 +273,8 @@ def main():
     rows, k2_rows, churn_rows = [], [], []
     try:
         row, batched = bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows, args.imports,
-                                  args.above, not args.no_compact, args.batch_size)
+                                  args.above, not args.no_compact, args.batch_size,
+                                  not args.churn)
         rows.append(row)
         if batched is not None:
             if args.churn:
@@ -304,9 +315,10 @@ def main():
               % (K, args.above))
         table(k2_rows, ["backend", "k2", "qps", "recall"])
     if churn_rows:
-        print("\nchurn of the batched database: each round deletes %d%% and inserts as many "
+        print("\nchurn of the database built %s: each round deletes %d%% and inserts as many "
               "new (default batches); recall after the last round, %d probes"
-              % (round(args.churn_fraction * 100), args.oracle))
+              % ("in one transaction" if args.imports == "one" else "in batches",
+                 round(args.churn_fraction * 100), args.oracle))
         table(churn_rows, ["round", "delete_s", "insert_s", "round_s", "disk_MB",
                            "bytes_per_fp_table", "distinct", "stale", "recall"])
     if args.json:

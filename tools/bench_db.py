@@ -7,6 +7,7 @@ half random. Recall of every method is checked against brute force. A second
 table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
 
 Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
+       [--import both|one|batches] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
 Needs: pip install numpy faiss-cpu   (see tools/requirements.txt)
 """
 
@@ -33,11 +34,14 @@ def corpus(n, rng):
 
 
 def flip_random_bits(values, counts, rng):
-    out = values.copy()
-    for i, count in enumerate(counts):
-        for bit in rng.choice(64, size=count, replace=False):
-            out[i] ^= np.uint64(1) << np.uint64(bit)
-    return out
+    """values with counts[i] distinct random bits of values[i] flipped: random
+    bits are set in a mask until it has as many as asked (a uniform choice)."""
+    mask = np.zeros(values.size, dtype=np.uint64)
+    todo = np.nonzero(np.asarray(counts) > 0)[0]
+    while todo.size:
+        mask[todo] |= np.uint64(1) << rng.integers(0, 64, size=todo.size, dtype=np.uint64)
+        todo = todo[np.bitwise_count(mask[todo]) < counts[todo]]
+    return values ^ mask
 
 
 def probes(fps, q, rng):
@@ -63,18 +67,36 @@ def latencies(fn, items):
     return np.percentile(times, 50), np.percentile(times, 99), len(items) / (times.sum() / 1e6)
 
 
-def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None):
-    """Import into an empty database in one transaction, query, insert-if-new,
-    compact; and the import in batches of the default size into another."""
+def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
+               above=2000, compact=True, batch_size=None, writes=True):
+    """Import into an empty database in one transaction and in batches
+    (``batch_size``, default insert_many's) into another (``imports``: both,
+    one or batches), then query, insert-if-new and compact the first one built
+    (with ``writes``). Returns the figures and the last database built, open,
+    unchanged since its import but for the queries."""
     path = os.path.join(workdir, backend + ".db")
     row = {"method": "simhashdb.DB, backend %r" % backend}
-    db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
-    records = list(zip(range(fps.size), fps.tolist()))
-    start = time.perf_counter()
-    db.insert_many(records, batch_size=len(records))
-    row["import_one_txn_s"] = time.perf_counter() - start
-    stats = db.stats()
-    row["bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
+    db = None
+    if imports in ("both", "one"):
+        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
+        records = list(zip(range(fps.size), fps.tolist()))
+        start = time.perf_counter()
+        db.insert_many(records, batch_size=len(records))
+        row["import_one_txn_s"] = time.perf_counter() - start
+        stats = db.stats()
+        row["bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
+        del records
+    batched = None
+    if imports in ("both", "batches"):
+        batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size,
+                               backend=backend)
+        start = time.perf_counter()
+        batched.insert_many(streamed(fps), **({"batch_size": batch_size} if batch_size else {}))
+        row["import_batches_s"] = time.perf_counter() - start
+        stats = batched.stats()
+        row["batched_bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
+    last = batched or db
+    db = db or batched
     single = qs[:min(len(qs), 5000)].tolist()
     db.query_many(qs)  # the same pages for every method: warm
     row["p50_us"], row["p99_us"], row["single_qps"] = latencies(db.query, single)
@@ -82,27 +104,89 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None):
     results = db.query_many(qs)
     row["batch_qps"] = len(qs) / (time.perf_counter() - start)
     row["recall"] = recall([{m.key for m in r} for r in results], truth)
-    if k2_rows is not None:
-        k2_rows += bench_above(db, fps, qs[:2000], backend)
+    if k2_rows is not None and above:
+        k2_rows += bench_above(db, fps, qs[:above], backend)
+    if not writes:
+        row["note"] = "blocks=%d, %d tables" % (db.blocks, db.tables)
+        if last is not db:
+            db.close()
+        return row, last
     new = np.arange(fps.size, fps.size + 20000)
     batch = [(int(k), int(fp)) for k, fp in zip(new, probes(fps, new.size, np.random.default_rng(1)))]
     start = time.perf_counter()
     for i in range(0, len(batch), 1000):
         db.insert_if_new_many(batch[i:i + 1000])
     row["if_new_per_s"] = len(batch) / (time.perf_counter() - start)
-    db.compact()
     stats = db.stats()
-    row["compacted_bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
-    row["note"] = "blocks=%d, %d tables" % (stats["blocks"], stats["tables"])
-    db.close()
-    batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size, backend=backend)
-    start = time.perf_counter()
-    batched.insert_many(records)
-    row["import_batches_s"] = time.perf_counter() - start
-    stats = batched.stats()
-    row["batched_bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
-    batched.close()
-    return row
+    if compact:
+        db.compact()
+        stats = db.stats()
+        row["compacted_bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
+    row["note"] = "blocks=%d, %d tables, data file %.2f GB%s" % (
+        stats["blocks"], stats["tables"], stats["disk_bytes"] / 1e9,
+        "" if imports != "batches" else "; built and queried in batches of %d"
+        % (batch_size or simhashdb.db.DEFAULT_BATCH_SIZE))
+    if last is not db:
+        db.close()
+    return row, last if last is not db else None
+
+
+def streamed(fps, chunk=1_000_000):
+    """(key, fingerprint) records of fps, made a chunk at a time."""
+    for start in range(0, fps.size, chunk):
+        yield from zip(range(start, start + chunk), fps[start:start + chunk].tolist())
+
+
+def churn(db, fps, rounds, fraction, rng, oracle):
+    """Rounds of deleting ``fraction`` of the documents and inserting as many
+    new ones (delete_many, insert_many, default batches): the time and the
+    database's size after each; then recall against brute force over what is
+    left."""
+    keys = np.arange(fps.size)
+    live = fps.copy()
+    next_key = fps.size
+    tables = db.tables
+    stats = db.stats()
+    rows = [{"round": 0, "disk_MB": stats["disk_bytes"] / 1e6,
+             "bytes_per_fp_table": stats["disk_bytes"] / (live.size * tables),
+             "distinct": stats["distinct_fingerprints"], "stale": meta_counter(db, b"stale")}]
+    for r in range(1, rounds + 1):
+        m = int(live.size * fraction)
+        gone = rng.choice(live.size, size=m, replace=False)
+        start = time.perf_counter()
+        db.delete_many(keys[gone].tolist())
+        delete_s = time.perf_counter() - start
+        keep = np.ones(live.size, dtype=bool)
+        keep[gone] = False
+        keys, live = keys[keep], live[keep]
+        new_fps = corpus(m, rng)
+        new_keys = np.arange(next_key, next_key + m)
+        next_key += m
+        start = time.perf_counter()
+        db.insert_many(zip(new_keys.tolist(), new_fps.tolist()))
+        insert_s = time.perf_counter() - start
+        keys, live = np.concatenate([keys, new_keys]), np.concatenate([live, new_fps])
+        stats = db.stats()
+        rows.append({"round": r, "delete_s": delete_s, "insert_s": insert_s,
+                     "round_s": delete_s + insert_s, "disk_MB": stats["disk_bytes"] / 1e6,
+                     "bytes_per_fp_table": stats["disk_bytes"] / (live.size * tables),
+                     "distinct": stats["distinct_fingerprints"],
+                     "stale": meta_counter(db, b"stale")})
+    qs = probes(live, oracle, rng)
+    truth = {i: set(keys[list(brute_force(live, q))].tolist()) for i, q in enumerate(qs)}
+    results = db.query_many(qs)
+    rows[-1]["recall"] = recall([{m.key for m in r} for r in results], truth)
+    return rows
+
+
+def meta_counter(db, name):
+    """A counter of the native backend's meta (``stale``), None elsewhere."""
+    try:
+        with db._storage.read() as view:
+            raw = view._txn.get(name, True)
+    except AttributeError:
+        return None
+    return int.from_bytes(raw, "big") if raw else 0
 
 
 def bench_above(db, fps, qs, backend):
@@ -141,15 +225,10 @@ def bench_faiss(fps, qs, truth, nhash, b, nflip):
     return row
 
 
-def bench_numpy(fps, qs, truth):
-    row = {"method": "numpy brute force"}
-    sample = qs[:len(truth)]
-    start = time.perf_counter()
-    found = [brute_force(fps, q) for q in sample]
-    row["batch_qps"] = len(sample) / (time.perf_counter() - start)
-    row["recall"] = recall(found, truth)
-    row["note"] = "in memory"
-    return row
+def bench_numpy(truth, seconds):
+    """The brute force that gave ``truth``, timed."""
+    return {"method": "numpy brute force", "batch_qps": len(truth) / seconds,
+            "recall": "1.0000", "note": "in memory; gives the truth"}
 
 
 def recall(found, truth):
@@ -167,31 +246,60 @@ def main():
     parser.add_argument("--oracle", type=int, default=200, help="probes checked by brute force")
     parser.add_argument("--fallback-n", type=int, default=1_000_000,
                         help="fingerprints for the py-lmdb backend (0: skip it)")
+    parser.add_argument("--import", dest="imports", choices=("both", "one", "batches"),
+                        default="both", help="how the native database is built (both: "
+                        "one transaction, queried, and default batches into another)")
+    parser.add_argument("--batch-size", type=int,
+                        help="of the import in batches (default: insert_many's)")
+    parser.add_argument("--above", type=int, default=2000,
+                        help="probes for query_many above the built distance (0: skip)")
+    parser.add_argument("--no-compact", action="store_true")
+    parser.add_argument("--no-faiss", action="store_true")
+    parser.add_argument("--churn", type=int, default=0, metavar="ROUNDS",
+                        help="then delete --churn-fraction of the last database built and "
+                             "insert as many new, ROUNDS times (no insert-if-new or compaction "
+                             "before)")
+    parser.add_argument("--churn-fraction", type=float, default=0.1)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     n = 10_000_000 if args.big else args.n
     rng = np.random.default_rng(0)
     fps = corpus(n, rng)
     qs = probes(fps, args.queries, rng)
+    start = time.perf_counter()
     truth = {i: brute_force(fps, qs[i]) for i in range(min(args.oracle, len(qs)))}
+    oracle_s = time.perf_counter() - start
     workdir = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
-    rows, k2_rows = [], []
+    rows, k2_rows, churn_rows = [], [], []
     try:
-        rows.append(bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows))
+        row, batched = bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows, args.imports,
+                                  args.above, not args.no_compact, args.batch_size,
+                                  not args.churn)
+        rows.append(row)
+        if batched is not None:
+            if args.churn:
+                churn_rows = churn(batched, fps, args.churn, args.churn_fraction,
+                                   np.random.default_rng(2), args.oracle)
+            batched.close()
         if args.fallback_n:
             small = fps[:min(n, args.fallback_n)]
             small_truth = {i: brute_force(small, qs[i]) for i in truth}
-            row = bench_ours(small, qs, small_truth, workdir, "py-lmdb", k2_rows)
+            row, batched = bench_ours(small, qs, small_truth, workdir, "py-lmdb", k2_rows,
+                                      args.imports, args.above, not args.no_compact,
+                                      args.batch_size)
+            if batched is not None:
+                batched.close()
             row["note"] += "; N = %d" % small.size
             rows.append(row)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     try:
-        rows.append(bench_faiss(fps, qs, truth, 2, 32, 1))
-        rows.append(bench_faiss(fps, qs, truth, 4, 16, 0))
+        if not args.no_faiss:
+            rows.append(bench_faiss(fps, qs, truth, 2, 32, 1))
+            rows.append(bench_faiss(fps, qs, truth, 4, 16, 0))
     except ImportError:
         print("faiss not installed: pip install faiss-cpu")
-    rows.append(bench_numpy(fps, qs, truth))
+    rows.append(bench_numpy(truth, oracle_s))
     faiss_qps = next((r["batch_qps"] for r in rows if "(64, 2, 32)" in r["method"]), None)
     for row in rows:
         if faiss_qps and "batch_qps" in row:
@@ -202,11 +310,21 @@ def main():
                  "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
                  "bytes_per_fp_table", "batched_bytes_per_fp_table",
                  "compacted_bytes_per_fp_table", "recall", "note"])
-    print("\nquery_many above the built distance (k = %d database, %d probes)" % (K, 2000))
-    table(k2_rows, ["backend", "k2", "qps", "recall"])
+    if k2_rows:
+        print("\nquery_many above the built distance (k = %d database, %d probes)"
+              % (K, args.above))
+        table(k2_rows, ["backend", "k2", "qps", "recall"])
+    if churn_rows:
+        print("\nchurn of the database built %s: each round deletes %d%% and inserts as many "
+              "new (default batches); recall after the last round, %d probes"
+              % ("in one transaction" if args.imports == "one" else "in batches",
+                 round(args.churn_fraction * 100), args.oracle))
+        table(churn_rows, ["round", "delete_s", "insert_s", "round_s", "disk_MB",
+                           "bytes_per_fp_table", "distinct", "stale", "recall"])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"n": n, "rows": rows, "above": k2_rows}, f, indent=1)
+            json.dump({"n": n, "rows": rows, "above": k2_rows, "churn": churn_rows}, f,
+                      indent=1)
 
 
 def table(rows, columns):

@@ -92,7 +92,7 @@ def main():
                         f"{n:,}", name, f"{batch:,}", seconds, f"{n / seconds:,.0f}",
                         min(timed(encode[name])[0] for _ in range(args.repeat)), storage,
                         base / seconds), flush=True)
-                del built
+                built = None  # the tuples freed before the next size
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
         workdir = tempfile.mkdtemp(prefix="bench_arrays")

@@ -989,9 +989,9 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
             if rc == 0:
                 rc = u64_push(w.pending, add[i])
     if rc == 0 and added != removed:
-        rc = add_to_counter(w, b"distinct", <int64_t>added - <int64_t>removed, NULL)
+        rc = add_to_counter(w, b"distinct", <int64_t>added - <int64_t>removed)
     if rc == 0 and removed:
-        rc = add_to_counter(w, b"stale", removed, NULL)
+        rc = add_to_counter(w, b"stale", removed)
     if rc == 0 and w.pending == NULL:
         rc = rewrite_if_stale(w)
     free(add)
@@ -1042,38 +1042,46 @@ cdef int flush_pending(Work* w) noexcept nogil:
     return rc if rc else rewrite_if_stale(w)
 
 
-cdef int add_to_counter(Work* w, const char* name, int64_t change, uint64_t* now) noexcept nogil:
-    """Add ``change`` to a counter in meta (8 bytes big-endian, 0 where absent)
-    and give its new value in ``now`` (unless NULL): ``distinct``, the
-    distinct fingerprints, and ``stale``, the fingerprints taken out of the
-    index since the tables were last written whole (a bound on their stale
-    entries)."""
+cdef int read_counter(Work* w, const char* name, uint64_t* value) noexcept nogil:
+    """A counter in meta (8 bytes big-endian, 0 where absent): ``distinct``,
+    the distinct fingerprints, and ``stale``, the fingerprints taken out of
+    the index since the tables were last written whole (a bound on their
+    stale entries)."""
     cdef uint8_t buf[8]
     cdef MDB_val k, v
     k.mv_size, k.mv_data = strlen(name), <char*>name
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == MDB_NOTFOUND:
-        memset(buf, 0, 8)
-    elif rc == 0 and (v.mv_size != 8 or g_copy(buf, v.mv_data, 8)):
-        return CORRUPTED
-    elif rc:
-        return rc
-    write_be(buf, read_be(buf, 8) + <uint64_t>change, 8)
-    if now != NULL:
-        now[0] = read_be(buf, 8)
-    if change == 0:
+        value[0] = 0
         return 0
+    if rc == 0 and (v.mv_size != 8 or g_copy(buf, v.mv_data, 8)):
+        return CORRUPTED
+    value[0] = read_be(buf, 8)
+    return rc
+
+
+cdef int write_counter(Work* w, const char* name, uint64_t value) noexcept nogil:
+    cdef uint8_t buf[8]
+    cdef MDB_val k, v
+    k.mv_size, k.mv_data = strlen(name), <char*>name
+    write_be(buf, value, 8)
     v.mv_size, v.mv_data = 8, buf
     return g_put(w.txn, w.meta, &k, &v, 0)
+
+
+cdef int add_to_counter(Work* w, const char* name, int64_t change) noexcept nogil:
+    cdef uint64_t value
+    cdef int rc = read_counter(w, name, &value)
+    return rc if rc else write_counter(w, name, value + <uint64_t>change)
 
 
 cdef int rewrite_if_stale(Work* w) noexcept nogil:
     """Once the stale entries may exceed 1/RATIO of the distinct fingerprints,
     write every table again from the index as one run, without them."""
     cdef uint64_t stale, distinct
-    cdef int rc = add_to_counter(w, b"stale", 0, &stale)
+    cdef int rc = read_counter(w, b"stale", &stale)
     if rc == 0:
-        rc = add_to_counter(w, b"distinct", 0, &distinct)
+        rc = read_counter(w, b"distinct", &distinct)
     if rc or stale == 0 or stale * RATIO <= distinct:
         return rc
     return rewrite_tables(w)
@@ -1085,7 +1093,6 @@ cdef int rewrite_tables(Work* w) noexcept nogil:
     cdef U64s fps
     fps.data, fps.size, fps.cap = NULL, 0, 0
     cdef uint64_t* perms = NULL
-    cdef uint64_t stale
     cdef uint8_t slots[SLOTS]
     cdef size_t i, n
     cdef Py_ssize_t t
@@ -1112,9 +1119,7 @@ cdef int rewrite_tables(Work* w) noexcept nogil:
         if rc == 0:
             rc = add_run(w, t, perms, fps.size)
     if rc == 0:
-        rc = add_to_counter(w, b"stale", 0, &stale)
-    if rc == 0:
-        rc = add_to_counter(w, b"stale", -<int64_t>stale, NULL)
+        rc = write_counter(w, b"stale", 0)
     free(fps.data)
     free(perms)
     return rc
@@ -1968,7 +1973,6 @@ cdef class Txn:
         cdef uint8_t record[13]
         cdef uint8_t key[2]
         cdef size_t blocks, entries = 0
-        cdef uint64_t count
         cdef Work w = self.work()
         with nogil:
             if rc == 0:
@@ -2002,13 +2006,9 @@ cdef class Txn:
                 v.mv_size, v.mv_data = 13 if entries else 0, record
                 rc = g_put(self.txn, run_dir, &k, &v, 0)
             if rc == 0 and table == 0:  # the counters tables kept as runs need
-                rc = add_to_counter(&w, b"distinct", 0, &count)
+                rc = write_counter(&w, b"distinct", entries)
                 if rc == 0:
-                    rc = add_to_counter(&w, b"distinct", <int64_t>(entries - count), NULL)
-                if rc == 0:
-                    rc = add_to_counter(&w, b"stale", 0, &count)
-                if rc == 0:
-                    rc = add_to_counter(&w, b"stale", -<int64_t>count, NULL)
+                    rc = write_counter(&w, b"stale", 0)
             if rc == 0:
                 rc = g_drop(self.txn, old, 1)
         free(values.data)

@@ -288,6 +288,9 @@ cdef struct Work:
     U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
     bint index_was_empty    # the fingerprint index was empty when the batch began
     bint unlinked           # the batch took documents out of the index
+    uint64_t merge_limit    # the most entries a merge may take (0: any; a batch: Env.batch_merge)
+    uint64_t merged         # the entries this transaction's merges have taken
+    bint untidy             # the batch left merges or a rewrite of the tables for tidy
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -737,10 +740,30 @@ cdef int free_slot(TableRuns* r) noexcept nogil:
     return -1
 
 
+cdef bint merge_due(const TableRuns* r, uint64_t limit) noexcept nogil:
+    """Whether to merge the two newest runs now: the newest is over 1/RATIO of
+    the one before and the two hold at most ``limit`` entries (0: any number),
+    or the slots run short."""
+    if r.n < 2:
+        return False
+    return r.n >= SLOTS - 1 or (r.entries[r.n - 1] * RATIO > r.entries[r.n - 2] and (
+        limit == 0 or r.entries[r.n - 1] + r.entries[r.n - 2] <= limit))
+
+
+cdef bint merges_left(const TableRuns* r) noexcept nogil:
+    """Whether some run is over 1/RATIO of the one before it (a merge a batch
+    left for tidy, which merges the newest runs until there is none)."""
+    cdef size_t i
+    for i in range(1, r.n):
+        if r.entries[i] * RATIO > r.entries[i - 1]:
+            return True
+    return r.n >= SLOTS - 1
+
+
 cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
-    """Append sorted ``perms`` to table ``t`` as a new run, then merge the two
-    newest runs while the newest is over 1/RATIO of the one before (or the
-    slots run short), so a table keeps about log_RATIO(N / batch) runs."""
+    """Append sorted ``perms`` (if ``n``) to table ``t`` as a new run, then merge
+    the two newest runs while merge_due within ``w.merge_limit``, so a table
+    keeps about log_RATIO(N / batch) runs; bigger merges are noted for tidy."""
     cdef TableRuns r = w.table_runs[t]
     cdef uint32_t ids[2]
     cdef MDB_dbi dbis[2]
@@ -748,8 +771,8 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef uint32_t id
     cdef int slot, rc = 0
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors stay with w until save_runs
-    while rc == 0 and (n or (r.n >= 2 and (r.entries[r.n - 1] * RATIO > r.entries[r.n - 2]
-                                            or r.n >= SLOTS - 1))):
+    while rc == 0 and (n or (merges_left(&r) if w.merge_limit == 0 else
+                             merge_due(&r, w.merge_limit))):
         slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else 1
         if n:  # the batch's run
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
@@ -765,9 +788,11 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
                 rc = g_drop(w.txn, dbis[0], 0)
             if rc == 0:
                 rc = g_drop(w.txn, dbis[1], 0)
+            w.merged += r.entries[r.n - 2] + r.entries[r.n - 1]
             r.n -= 2
         r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
         r.n += 1
+    w.untidy = w.untidy or merges_left(&r)
     return rc if rc else save_runs(w, t, &r)
 
 
@@ -993,7 +1018,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     if rc == 0 and removed:
         rc = add_to_counter(w, b"stale", removed)
     if rc == 0 and w.pending == NULL:
-        rc = rewrite_if_stale(w)
+        rc = note_if_stale(w)
     free(add)
     free(rem)
     free(perms)
@@ -1039,7 +1064,7 @@ cdef int flush_pending(Work* w) noexcept nogil:
             return NO_MEMORY
         rc = append_runs(w, p.data, kept, perms)
         free(perms)
-    return rc if rc else rewrite_if_stale(w)
+    return rc if rc else note_if_stale(w)
 
 
 cdef int read_counter(Work* w, const char* name, uint64_t* value) noexcept nogil:
@@ -1075,53 +1100,123 @@ cdef int add_to_counter(Work* w, const char* name, int64_t change) noexcept nogi
     return rc if rc else write_counter(w, name, value + <uint64_t>change)
 
 
-cdef int rewrite_if_stale(Work* w) noexcept nogil:
-    """Once the stale entries may exceed 1/RATIO of the distinct fingerprints,
-    write every table again from the index as one run, without them."""
+cdef int note_if_stale(Work* w) noexcept nogil:
+    """Note for tidy a rewrite of the tables under way, or due: the stale
+    entries may exceed 1/RATIO of the distinct fingerprints."""
     cdef uint64_t stale, distinct
-    cdef int rc = read_counter(w, b"stale", &stale)
+    cdef MDB_val k, v
+    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    cdef int rc = g_get(w.txn, w.meta, &k, &v)
+    if rc == 0:
+        w.untidy = True
+    if rc != MDB_NOTFOUND:
+        return rc
+    rc = read_counter(w, b"stale", &stale)
     if rc == 0:
         rc = read_counter(w, b"distinct", &distinct)
-    if rc or stale == 0 or stale * RATIO <= distinct:
-        return rc
-    return rewrite_tables(w)
+    w.untidy = w.untidy or (rc == 0 and stale * RATIO > distinct)
+    return rc
 
 
-cdef int rewrite_tables(Work* w) noexcept nogil:
-    """Write every table as one run of the index's fingerprints, dropping its
-    runs, and set ``stale`` to 0."""
+cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) noexcept nogil:
+    """Write table ``t`` as one run of the index's fingerprints ``fps``, dropping
+    its runs; ``perms`` has room for them."""
+    cdef uint8_t slots[SLOTS]
+    cdef size_t i, n = w.table_runs[t].n
+    cdef int rc = 0
+    for i in range(n):
+        slots[i] = w.table_runs[t].slot[i]
+    close_runs(&w.table_runs[t])
+    for i in range(n):
+        if rc == 0:
+            rc = g_drop(w.txn, w.run_slots[t * SLOTS + slots[i]], 0)
+    for i in range(fps.size):
+        perms[i] = permute_one(fps.data[i], w.layout.spec + 3 * w.layout.blocks * t,
+                               w.layout.blocks)
+    if rc == 0 and fps.size:
+        rc = sort_records(perms, fps.size, 1)
+    return rc if rc else add_run(w, t, perms, fps.size)
+
+
+cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogil:
+    """Rewrite tables ``first`` to ``end`` (rewrite_table) from the index."""
     cdef U64s fps
     fps.data, fps.size, fps.cap = NULL, 0, 0
     cdef uint64_t* perms = NULL
-    cdef uint8_t slots[SLOTS]
-    cdef size_t i, n
     cdef Py_ssize_t t
     cdef int rc = distinct_fingerprints(w.fp_cursor, &fps)
     if rc == 0:
         perms = <uint64_t*>malloc((fps.size + 1) * sizeof(uint64_t))
         if perms == NULL:
             rc = NO_MEMORY
-    for t in range(w.layout.tables):
-        if rc:
-            break
-        n = w.table_runs[t].n
-        for i in range(n):
-            slots[i] = w.table_runs[t].slot[i]
-        close_runs(&w.table_runs[t])
-        for i in range(n):
-            if rc == 0:
-                rc = g_drop(w.txn, w.run_slots[t * SLOTS + slots[i]], 0)
-        for i in range(fps.size):
-            perms[i] = permute_one(fps.data[i], w.layout.spec + 3 * w.layout.blocks * t,
-                                   w.layout.blocks)
-        if rc == 0 and fps.size:
-            rc = sort_records(perms, fps.size, 1)
+    for t in range(first, end):
         if rc == 0:
-            rc = add_run(w, t, perms, fps.size)
-    if rc == 0:
-        rc = write_counter(w, b"stale", 0)
+            rc = rewrite_table(w, t, &fps, perms)
     free(fps.data)
     free(perms)
+    return rc
+
+
+cdef int end_rewrite(Work* w, uint64_t stale) noexcept nogil:
+    """Note the tables rewritten: no ``rewrite`` under way, ``stale`` left."""
+    cdef MDB_val k
+    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    cdef int rc = g_del(w.txn, w.meta, &k, NULL)
+    return write_counter(w, b"stale", stale) if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int tidy(Work* w, bint* more) noexcept nogil:
+    """One transaction's share of what batches left: the next table of a rewrite
+    of the tables (begun once the stale entries may exceed 1/RATIO of the
+    distinct fingerprints; meta ``rewrite`` holds the next table and the stale
+    count it began with), else the tables' deferred merges until they have taken
+    about a table's entries, so the file needs room for the tables and about one
+    more, not two copies of them all. ``more``: whether to call again."""
+    cdef uint8_t marker[16]
+    cdef uint64_t stale, distinct, next_table = 0, began = 0
+    cdef MDB_val k, v
+    cdef Py_ssize_t t
+    cdef bint rewriting = False
+    more[0] = False
+    if not w.runs:
+        return 0
+    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    cdef int rc = g_get(w.txn, w.meta, &k, &v)
+    if rc == 0:
+        if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
+            return CORRUPTED
+        next_table, began, rewriting = read_be(marker, 8), read_be(marker + 8, 8), True
+    elif rc != MDB_NOTFOUND:
+        return rc
+    rc = read_counter(w, b"stale", &stale)
+    if rc == 0:
+        rc = read_counter(w, b"distinct", &distinct)
+    if rc == 0 and not rewriting and stale * RATIO > distinct:
+        rewriting, began = True, stale
+    more[0] = rewriting
+    if rc or rewriting:
+        if rc == 0 and <Py_ssize_t>next_table < w.layout.tables:
+            rc = rewrite_tables(w, next_table, next_table + 1)
+        next_table += 1
+        if rc == 0 and <Py_ssize_t>next_table >= w.layout.tables:
+            # removals since the rewrite began stay counted
+            rc = end_rewrite(w, stale - began if stale > began else 0)
+        elif rc == 0:
+            write_be(marker, next_table, 8)
+            write_be(marker + 8, began, 8)
+            v.mv_size, v.mv_data = 16, marker
+            rc = g_put(w.txn, w.meta, &k, &v, 0)
+        return rc
+    cdef uint64_t budget = distinct if distinct > w.merge_limit else w.merge_limit
+    w.merge_limit = 0
+    for t in range(w.layout.tables):
+        if merges_left(&w.table_runs[t]):
+            if w.merged >= budget:
+                more[0] = True
+                break
+            rc = add_run(w, t, NULL, 0)
+            if rc:
+                break
     return rc
 
 
@@ -1340,6 +1435,7 @@ cdef class Env:
     cdef MDB_dbi run_dir
     cdef MDB_dbi run_slots[MAX_TABLES * SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
+    cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
     cdef Layout layout
     cdef readonly bint broken
     cdef bytes path
@@ -1522,6 +1618,7 @@ cdef class Txn:
     cdef Env env
     cdef MDB_txn* txn
     cdef bint write
+    cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
 
     def __dealloc__(self):
         if self.txn != NULL and not self.env.broken:
@@ -1545,6 +1642,7 @@ cdef class Txn:
         w.layout = &self.env.layout
         w.doc_cursor = w.fp_cursor = NULL
         w.table_cursors = NULL
+        w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
         return w
 
     def abort(self):
@@ -1790,7 +1888,9 @@ cdef class Txn:
             job.docs = load_docs(items, with_values)
         return job
 
-    cdef int done(self, int rc, str doing) except -1:
+    cdef int done(self, int rc, str doing, Job job=None) except -1:
+        if job is not None:
+            self.untidy = self.untidy or job.w.untidy
         if rc:
             raise self.env.fail(rc, "cannot %s %s" % (doing, self.env.path.decode()))
         return 0
@@ -1895,7 +1995,7 @@ cdef class Txn:
             if rc == 0:
                 job.n = sort_unique(job.docs, job.n)
                 rc = upsert(&job.w, job.docs, job.n, &job.touched)
-        self.done(rc, "write to")
+        self.done(rc, "write to", job)
 
     def remove(self, list keys):
         """Remove the documents ``keys``; returns how many were stored."""
@@ -1907,7 +2007,7 @@ cdef class Txn:
             if rc == 0:
                 job.n = sort_unique(job.docs, job.n)
                 rc = remove(&job.w, job.docs, job.n, &job.touched, &count)
-        self.done(rc, "write to")
+        self.done(rc, "write to", job)
         return count
 
     def insert_if_new(self, list documents, int distance, int flips):
@@ -1950,8 +2050,21 @@ cdef class Txn:
                 rc = flush_pending(&job.w)
         free(fps)
         free(stored.data)
-        self.done(rc, "write to")
+        self.done(rc, "write to", job)
         return results
+
+    def tidy(self):
+        """One transaction's share of the work batches left (see tidy); returns
+        whether there is more."""
+        cdef Job job = self.job()
+        cdef bint more = False
+        cdef int rc
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                rc = tidy(&job.w, &more)
+        self.done(rc, "write to")
+        return more
 
     def convert_table(self, Py_ssize_t table):
         """Write table ``table``, kept in simhashdb 0.3's form (dupsort
@@ -2046,7 +2159,9 @@ cdef class Txn:
             with nogil:
                 rc = open_cursors(&w)
                 if rc == 0:  # one run a table (meta brought the distinct count)
-                    rc = rewrite_tables(&w)
+                    rc = rewrite_tables(&w, 0, w.layout.tables)
+                if rc == 0:
+                    rc = end_rewrite(&w, 0)
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:

@@ -30,6 +30,7 @@ from .errors import (
     InvalidKeyError,
     InvalidMetadataError,
     KeyNotFoundError,
+    MaintenanceWarning,
     ParameterMismatchError,
     SimhashDBError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidMetadataError",
     "KeyNotFoundError",
+    "MaintenanceWarning",
     "Match",
     "Matches",
     "Pair",

@@ -58,3 +58,8 @@ class DatabaseBusyError(DatabaseError):
 
 class DamagedDatabaseWarning(UserWarning):
     """A database whose files look damaged was opened read-only."""
+
+
+class MaintenanceWarning(UserWarning):
+    """A stored batch's follow-up work (merging the tables' runs) failed; the
+    next write tries it again."""

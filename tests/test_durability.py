@@ -16,6 +16,8 @@ pytestmark = pytest.mark.usefixtures("backend")  # subprocesses inherit SIMHASHD
 BATCH = 1500
 WRITER = """
 import sys, simhashdb
+from simhashdb.storage.lmdb.files import LmdbStorage
+LmdbStorage.batch_merge = 4000  # bigger merges follow the batch's commit: killed there too
 path, start = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, sys.argv[3])
 from test_durability import batch_records, batch_deletes

@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.lmdb_only, pytest.mark.usefixtures("backend")]
 def test_a_database_with_most_documents_deleted_reopens_writable(tmp_path, backend):
     rng = random.Random(0)
     short = 0
-    for trial, size in enumerate([1000, 1000, 3000, 3000, 10_000, 10_000, 100_000, 100_000]):
+    for trial, size in enumerate([1000, 1000, 3000, 3000, 10_000, 10_000, 20_000, 20_000,
+                                  100_000, 100_000]):
         path = str(tmp_path / ("db%d" % trial))
         with DB(path) as db:
             db.insert_many((i, rng.getrandbits(64)) for i in range(size))

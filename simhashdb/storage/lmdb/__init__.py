@@ -18,8 +18,10 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
   A batch appends a run; runs are merged as they grow, and once the entries
   that removals left behind could reach a quarter of the table, every table
   is written again from the index (:data:`.files.RUN_RATIO`);
-- ``meta`` also holds ``b"distinct"`` (the distinct fingerprints) and
-  ``b"stale"`` (fingerprints removed since the tables were last written whole).
+- ``meta`` also holds ``b"distinct"`` (the distinct fingerprints),
+  ``b"stale"`` (fingerprints removed since the tables were last written whole)
+  and, while the tables are being written again, ``b"rewrite"`` (the next
+  table, and the stale count the rewrite began with; 8 bytes big-endian each).
 
 Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
 (sorted, fixed-size duplicates: the permuted fingerprint's top 2 bytes as key,

@@ -33,6 +33,7 @@ from ...errors import (
     DatabaseError,
     DatabaseNotFoundError,
     DiskFullError,
+    MaintenanceWarning,
 )
 from .. import Storage, check_process
 
@@ -48,9 +49,11 @@ _META_MAGIC = 0xBEEFC0DE
 # Tables kept as compressed runs (RUNS.md), the same on both backends: per
 # table RUN_SLOTS slot sub-databases, each holding at most one live run; after
 # a batch appends its run, the newest is merged into the one before while
-# newest * RUN_RATIO > previous (or the slots run short); once the removals
-# since the tables were last rewritten (meta b"stale") exceed distinct /
-# RUN_RATIO, every table is rewritten from the index as one run.
+# newest * RUN_RATIO > previous (or the slots run short). A batch does such
+# merges of up to LmdbStorage.batch_merge entries; bigger ones, and the rewrite of every
+# table from the index once the removals since the tables were last rewritten
+# (meta b"stale") exceed distinct / RUN_RATIO, follow its commit in
+# transactions of about a table's entries each (tidy).
 RUN_SLOTS, RUN_RATIO = 8, 4
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
@@ -499,6 +502,7 @@ class LmdbStorage(Storage):
     initial_map_size = 1 << 30
     max_readers = MAX_READERS
     reader_check_seconds = 1.0
+    batch_merge = 1 << 18  # the most entries a batch's own merges take (see RUN_SLOTS)
 
     opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 
@@ -553,32 +557,55 @@ class LmdbStorage(Storage):
     def write(self, body):
         self._check_writable()
         with self._write_lock:
-            while True:
-                failed = None
-                try:
-                    with self._gate.shared():
-                        self._check_usable()
-                        self._clear_stale_readers()
-                        with self._dir.writing(), self._errors("write to"):
-                            txn = self._env.begin(write=True)
-                            try:
-                                result = body(self._writer(txn))
-                                self._dir.check_lock_file()
-                            except BaseException:
-                                failed = txn
-                                raise
-                            txn.commit()
-                        return result
-                except self.map_resized:
-                    self._resize(0)  # another process grew the map: adopt its size
-                except self.map_full:
-                    self._abort(failed)
-                    self._grow()
-                except BaseException as exc:
-                    self._abort(failed)
-                    if isinstance(exc, DatabaseError):
-                        raise self._dir.full_disk_error(exc, "write to") or exc
-                    raise
+            result, untidy = self._transact(body)
+            if untidy:
+                self._tidy()
+            return result
+
+    def _transact(self, body):
+        """Run ``body`` in a write transaction and commit it; returns its result
+        and whether it left work for :meth:`_tidy`."""
+        while True:
+            failed = None
+            try:
+                with self._gate.shared():
+                    self._check_usable()
+                    self._clear_stale_readers()
+                    with self._dir.writing(), self._errors("write to"):
+                        txn = self._env.begin(write=True)
+                        try:
+                            writer = self._writer(txn)
+                            result = body(writer)
+                            self._dir.check_lock_file()
+                        except BaseException:
+                            failed = txn
+                            raise
+                        txn.commit()
+                    return result, writer.untidy
+            except self.map_resized:
+                self._resize(0)  # another process grew the map: adopt its size
+            except self.map_full:
+                self._abort(failed)
+                self._grow()
+            except BaseException as exc:
+                self._abort(failed)
+                if isinstance(exc, DatabaseError):
+                    raise self._dir.full_disk_error(exc, "write to") or exc
+                raise
+
+    def _tidy(self):
+        """The merges and the rewrite of the tables a committed batch left, in
+        transactions of about a table's entries each, so the file needs room for
+        the tables and about one table more. A failure here loses nothing: it
+        warns, and the next batch tries again."""
+        try:  # a rewrite takes a call a table, merges about one; more waits for the next batch
+            for _ in range(2 * self._layout.tables + 2):
+                if not self._transact(lambda txn: txn.tidy())[0]:
+                    break
+        except DatabaseError as exc:
+            warnings.warn("%s: the batch is stored, but merging the tables' runs after it "
+                          "failed (%s); the next write tries again" % (self.path, exc),
+                          MaintenanceWarning, stacklevel=4)
 
     def _abort(self, txn):
         """Abort a failed write transaction."""

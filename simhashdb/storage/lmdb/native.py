@@ -43,6 +43,7 @@ class NativeStorage(LmdbStorage):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
+        self._env.batch_merge = self.batch_merge
         self._open_dbs()
 
     def _open_dbs(self):
@@ -218,6 +219,13 @@ class NativeTxn(NativeView, Txn):
 
     def convert_table(self, table):
         return self._txn.convert_table(table)
+
+    @property
+    def untidy(self):
+        return self._txn.untidy
+
+    def tidy(self):
+        return self._txn.tidy()
 
     def insert_if_new(self, documents, distance):
         return self._txn.insert_if_new(documents, distance,

@@ -23,6 +23,7 @@ from .files import RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
 
 META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
+REWRITE = b"rewrite"  # meta: the next table of a rewrite under way, and the stale count it began with
 MAX_VALUE = (1 << 64) - 1
 
 
@@ -209,6 +210,7 @@ class PyLmdbStorage(LmdbStorage):
                                                                      else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 written.put(STALE, _count_bytes(0), db=meta)
+                written.delete(REWRITE, db=meta)
         finally:
             target.close()
 
@@ -376,6 +378,8 @@ class PyView(View):
 class PyTxn(PyView, Txn):
     """Reads and writes over the py-lmdb write transaction."""
 
+    untidy = False  # a batch left merges or a rewrite of the tables for tidy()
+
     def set_params(self, raw):
         self._cursor(META).put(b"params", raw)
 
@@ -466,31 +470,37 @@ class PyTxn(PyView, Txn):
         stale = self._count(STALE) + len(removed)
         if len(added) != len(removed):
             self._set_count(DISTINCT, distinct)
-        if stale * RUN_RATIO > distinct:
-            self._rewrite_tables()
-            self._set_count(STALE, 0)
-        elif removed:
+        if removed:
             self._set_count(STALE, stale)
+        self.untidy = (self.untidy or stale * RUN_RATIO > distinct
+                       or self._cursor(META).get(REWRITE) is not None)
 
     def _set_count(self, name, value):
         self._cursor(META).put(name, _count_bytes(value))
 
-    def _add_run(self, table, values):
-        """Append sorted ``values`` to table ``table`` as a new run, then merge
-        the two newest runs while the newest is over 1/RUN_RATIO of the one
-        before (or the slots run short), as the native backend does."""
+    def _add_run(self, table, values, tidying=False):
+        """Append sorted ``values`` (if any) to table ``table`` as a new run, then
+        merge the two newest runs while the newest is over 1/RUN_RATIO of the one
+        before and they hold at most the storage's ``batch_merge`` entries (or
+        the slots run short; ``tidying``: while any merge is left), as the
+        native backend does; returns the entries merged."""
         runs = self._directory(table)
-        self._put_run(table, runs, values)
-        while len(runs) >= 2 and (runs[-1][2] * RUN_RATIO > runs[-2][2]
-                                  or len(runs) >= RUN_SLOTS - 1):
+        limit = None if tidying else self._storage.batch_merge
+        if values is not None:
+            self._put_run(table, runs, values)
+        merged = 0
+        while _merge_due(runs, limit):
             older, newer = runs[-2:]
-            merged = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
+            merged += older[2] + newer[2]
+            values = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
                                          for run, slot, _ in (older, newer)))
-            self._put_run(table, runs, merged)
+            self._put_run(table, runs, values)
             for _, slot, _ in (older, newer):
                 self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
             del runs[-3:-1]
+        self.untidy = self.untidy or _merges_left(runs)
         self._save_directory(table, runs)
+        return merged
 
     def _put_run(self, table, runs, values):
         """Write ``values`` as a new run of ``table`` (the next id, the first
@@ -503,19 +513,50 @@ class PyTxn(PyView, Txn):
     def _save_directory(self, table, runs):
         self._txn.put(_table_key(table), _directory_record(runs), db=self._storage._dbs[RUNS])
 
-    def _rewrite_tables(self):
-        """Rewrite every table from the index as its one run (id 1, slot 0),
-        its stale entries gone, as the native backend does."""
+    def tidy(self):
+        """One transaction's share of what batches left, as the native backend
+        does: the next table of a rewrite of the tables (begun once the stale
+        entries may exceed 1/RUN_RATIO of the distinct fingerprints), else the
+        deferred merges until they have taken about a table's entries. Returns
+        whether there is more."""
+        meta = self._cursor(META)
+        marker = meta.get(REWRITE)
+        stale, distinct = self._count(STALE), self._count(DISTINCT)
+        if marker is not None:
+            if len(marker) != 16:
+                raise _damaged(self._storage.path, "meta's 'rewrite'")
+            table, began = int.from_bytes(marker[:8], "big"), int.from_bytes(marker[8:], "big")
+        elif stale * RUN_RATIO > distinct:
+            table, began = 0, stale
+        else:
+            merged, budget = 0, max(distinct, self._storage.batch_merge)
+            for table in range(self._storage._layout.tables):
+                if _merges_left(self._directory(table)):
+                    if merged >= budget:
+                        return True
+                    merged += self._add_run(table, None, tidying=True)
+            return False
+        tables = self._storage._layout.tables
+        if table < tables:
+            self._rewrite_table(table)
+        if table + 1 >= tables:  # removals since the rewrite began stay counted
+            self._txn.delete(REWRITE, db=self._storage._dbs[META])
+            self._set_count(STALE, max(stale - began, 0))
+        else:
+            meta.put(REWRITE, (table + 1).to_bytes(8, "big") + began.to_bytes(8, "big"))
+        return True
+
+    def _rewrite_table(self, table):
+        """Rewrite ``table`` from the index as its one run (id 1, slot 0), its
+        stale entries gone, as the native backend does."""
         index = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
         fps = [_ext.unpack_key(k) for k in index.iternext_nodup(values=False)]
-        layout = self._storage._layout
-        for table in range(layout.tables):
-            for _, slot, _ in self._directory(table):
-                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
-            runs = []
-            if fps:
-                self._put_run(table, runs, layout.table_values(fps, table))
-            self._save_directory(table, runs)
+        for _, slot, _ in self._directory(table):
+            self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+        runs = []
+        if fps:
+            self._put_run(table, runs, self._storage._layout.table_values(fps, table))
+        self._save_directory(table, runs)
 
     def convert_table(self, table):
         """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
@@ -541,6 +582,23 @@ class PyTxn(PyView, Txn):
             self._set_count(STALE, 0)
         txn.drop(old, delete=True)
         return True
+
+
+def _merge_due(runs, limit):
+    """Whether to merge the two newest runs now: within ``limit`` entries, the
+    newest is over 1/RUN_RATIO of the one before (or the slots run short); with
+    no limit, while any merges are left."""
+    if len(runs) < 2 or limit is None:
+        return _merges_left(runs)
+    return len(runs) >= RUN_SLOTS - 1 or (runs[-1][2] * RUN_RATIO > runs[-2][2]
+                                           and runs[-1][2] + runs[-2][2] <= limit)
+
+
+def _merges_left(runs):
+    """Whether a run is over 1/RUN_RATIO of the one before it, or the slots run
+    short: merges a batch left for tidy."""
+    return len(runs) >= RUN_SLOTS - 1 or any(
+        newer[2] * RUN_RATIO > older[2] for older, newer in zip(runs, runs[1:]))
 
 
 def _note_bands(bands, value, fingerprint, added):

@@ -313,10 +313,18 @@ cdef int open_cursors(Work* w) noexcept nogil:
         for t in range(w.layout.tables):
             if rc == 0:
                 rc = load_runs(w, t)
-    for t in range(SIGNATURE_BANDS):
+    for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
         w.band_cursors[t] = NULL
-        if rc == 0 and w.bands != NULL:
-            rc = mdb_cursor_open(w.txn, w.bands[t], &w.band_cursors[t])
+    return rc
+
+
+cdef int open_band_cursors(Work* w) noexcept nogil:
+    """Open the band tables' cursors once: a fingerprint search needs none, and
+    each sub-database's first use in a snapshot costs a lookup."""
+    cdef int b, rc = 0
+    for b in range(SIGNATURE_BANDS if w.bands != NULL else 0):
+        if rc == 0 and w.band_cursors[b] == NULL:
+            rc = mdb_cursor_open(w.txn, w.bands[b], &w.band_cursors[b])
     return rc
 
 
@@ -860,9 +868,9 @@ cdef int update_bands(Work* w) noexcept nogil:
     cdef size_t n, i, j, added
     cdef uint64_t entry
     cdef bint adding
-    cdef int b, rc = 0, held
-    if w.bands == NULL:
-        return 0
+    cdef int b, rc = open_band_cursors(w), held
+    if w.bands == NULL or rc:
+        return rc
     for b in range(SIGNATURE_BANDS):
         changes = &w.band_changes[b]
         n = changes.size // 2
@@ -1923,6 +1931,8 @@ cdef class Txn:
             return results
         with nogil:
             rc = open_cursors(&job.w)
+            if rc == 0:
+                rc = open_band_cursors(&job.w)
             i = 0
             while rc == 0 and i < n:
                 for b in range(SIGNATURE_BANDS):

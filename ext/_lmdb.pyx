@@ -296,6 +296,8 @@ cdef struct Work:
 cdef int open_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
     cdef int rc
+    for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
+        w.band_cursors[t] = NULL
     rc = mdb_cursor_open(w.txn, w.docs, &w.doc_cursor)
     if rc == 0:
         rc = mdb_cursor_open(w.txn, w.fps, &w.fp_cursor)
@@ -313,8 +315,6 @@ cdef int open_cursors(Work* w) noexcept nogil:
         for t in range(w.layout.tables):
             if rc == 0:
                 rc = load_runs(w, t)
-    for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
-        w.band_cursors[t] = NULL
     return rc
 
 
@@ -1072,7 +1072,7 @@ cdef int flush_pending(Work* w) noexcept nogil:
             return NO_MEMORY
         rc = append_runs(w, p.data, kept, perms)
         free(perms)
-    return rc if rc else note_if_stale(w)
+    return rc if rc or p.size == 0 else note_if_stale(w)
 
 
 cdef int read_counter(Work* w, const char* name, uint64_t* value) noexcept nogil:
@@ -1194,6 +1194,8 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
         if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
             return CORRUPTED
         next_table, began, rewriting = read_be(marker, 8), read_be(marker + 8, 8), True
+        if next_table >= <uint64_t>w.layout.tables:
+            return CORRUPTED
     elif rc != MDB_NOTFOUND:
         return rc
     rc = read_counter(w, b"stale", &stale)
@@ -1203,10 +1205,10 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
         rewriting, began = True, stale
     more[0] = rewriting
     if rc or rewriting:
-        if rc == 0 and <Py_ssize_t>next_table < w.layout.tables:
+        if rc == 0:
             rc = rewrite_tables(w, next_table, next_table + 1)
         next_table += 1
-        if rc == 0 and <Py_ssize_t>next_table >= w.layout.tables:
+        if rc == 0 and next_table == <uint64_t>w.layout.tables:
             # removals since the rewrite began stay counted
             rc = end_rewrite(w, stale - began if stale > began else 0)
         elif rc == 0:

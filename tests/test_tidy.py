@@ -135,3 +135,69 @@ def test_a_failed_tidy_warns_and_the_batch_stays(tmp_path, backend, small_merges
         check(db, docs, rng)
     tables, _ = read_tables(path, LAYOUT.tables)
     assert not any(merges_left(runs) for runs in tables)
+
+
+@pytest.mark.skipif(not native_built(), reason="the native backend was not built")
+def test_both_backends_merge_and_rewrite_to_the_same_file(tmp_path, small_merges):
+    """The same batches, with merges bigger than a batch takes and rewrites,
+    leave the same runs (ids, slots, values) and counters on each backend."""
+    files = []
+    for backend in ("lmdb", "py-lmdb"):
+        path, rng = str(tmp_path / backend), random.Random(4)
+        docs = {}
+        with DB(path, distance=3, blocks=5, backend=backend) as db:
+            for _ in range(8):
+                batch = {"k%d" % rng.randrange(6000): rng.getrandbits(64)
+                         for _ in range(rng.choice([10, 400, 1500]))}
+                db.insert_many(batch.items())
+                docs.update(batch)
+                gone = rng.sample(sorted(docs), len(docs) // 4)
+                db.delete_many(gone)
+                for key in gone:
+                    del docs[key]
+            check(db, docs, rng)
+        files.append(read_tables(path, LAYOUT.tables))
+    assert files[0] == files[1]
+    tables, (distinct, stale) = files[0]
+    assert distinct == len(set(docs.values())) and stale == 0
+    assert all([(run, slot) for run, slot, _ in runs] == [(1, 0)] for runs in tables)  # rewritten
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
+    path, rng = str(tmp_path / "db"), random.Random(5)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(1000)}
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many(docs.items())
+        monkeypatch.setattr(LmdbStorage, "_tidy", lambda self: None)
+        gone = sorted(docs)[:400]
+        db.delete_many(gone)
+        for key in gone:
+            del docs[key]
+        db._storage._transact(lambda txn: txn.tidy())
+        db.compact()
+        check(db, docs, rng)
+    tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
+    assert (distinct, stale) == (600, 0)
+    assert all([(run, slot, len(values)) for run, slot, values in runs] == [(1, 0, 600)]
+               for runs in tables)
+    monkeypatch.undo()
+    with DB(path, backend=backend) as db:  # nothing left to rewrite
+        assert db._storage._transact(lambda txn: txn.tidy()) == (False, False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_damaged_rewrite_marker_is_refused_not_followed(tmp_path, backend):
+    import lmdb
+    path = str(tmp_path / "db")
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many((i, i * 7919) for i in range(100))
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        txn.put(b"rewrite", (2**63 + 5).to_bytes(8, "big") + bytes(8),
+                db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with DB(path, backend=backend) as db:
+        with pytest.warns(MaintenanceWarning, match="the batch is stored"):
+            db.delete_many([1])
+        assert 1 not in db and 2 in db

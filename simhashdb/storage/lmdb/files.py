@@ -502,7 +502,7 @@ class LmdbStorage(Storage):
     initial_map_size = 1 << 30
     max_readers = MAX_READERS
     reader_check_seconds = 1.0
-    batch_merge = 1 << 18  # the most entries a batch's own merges take (see RUN_SLOTS)
+    batch_merge = 1 << 18  # the most entries a batch's own merges take (see RUN_SLOTS; read on open)
 
     opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 
@@ -602,7 +602,7 @@ class LmdbStorage(Storage):
             for _ in range(2 * self._layout.tables + 2):
                 if not self._transact(lambda txn: txn.tidy())[0]:
                     break
-        except DatabaseError as exc:
+        except (DatabaseError, MemoryError) as exc:
             warnings.warn("%s: the batch is stored, but merging the tables' runs after it "
                           "failed (%s); the next write tries again" % (self.path, exc),
                           MaintenanceWarning, stacklevel=4)

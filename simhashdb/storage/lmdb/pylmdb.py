@@ -455,6 +455,8 @@ class PyTxn(PyView, Txn):
     def _update_tables(self, touched):
         """Append to every table as a run the fingerprints the index gained; count
         those it lost as stale (their entries stay in the runs until a rewrite)."""
+        if not touched:  # as native: a batch that changed no fingerprint checks nothing
+            return
         index = self._cursor(FINGERPRINTS)
         added, removed = [], []
         for fp, had in touched.items():
@@ -485,7 +487,7 @@ class PyTxn(PyView, Txn):
         the slots run short; ``tidying``: while any merge is left), as the
         native backend does; returns the entries merged."""
         runs = self._directory(table)
-        limit = None if tidying else self._storage.batch_merge
+        limit = None if tidying or not self._storage.batch_merge else self._storage.batch_merge
         if values is not None:
             self._put_run(table, runs, values)
         merged = 0
@@ -526,6 +528,8 @@ class PyTxn(PyView, Txn):
             if len(marker) != 16:
                 raise _damaged(self._storage.path, "meta's 'rewrite'")
             table, began = int.from_bytes(marker[:8], "big"), int.from_bytes(marker[8:], "big")
+            if table >= self._storage._layout.tables:
+                raise _damaged(self._storage.path, "meta's 'rewrite'")
         elif stale * RUN_RATIO > distinct:
             table, began = 0, stale
         else:
@@ -536,10 +540,8 @@ class PyTxn(PyView, Txn):
                         return True
                     merged += self._add_run(table, None, tidying=True)
             return False
-        tables = self._storage._layout.tables
-        if table < tables:
-            self._rewrite_table(table)
-        if table + 1 >= tables:  # removals since the rewrite began stay counted
+        self._rewrite_table(table)
+        if table + 1 == self._storage._layout.tables:  # removals since it began stay counted
             self._txn.delete(REWRITE, db=self._storage._dbs[META])
             self._set_count(STALE, max(stale - began, 0))
         else:

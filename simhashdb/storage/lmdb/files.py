@@ -329,8 +329,9 @@ def inspect_data_file(data):
         magic, version = struct.unpack_from("<II", page, 16)
         if magic == _META_MAGIC and version == 1:
             free_root, = struct.unpack_from("<Q", page, _FREE_DB + 40)
+            main_root, = struct.unpack_from("<Q", page, _FREE_DB + 48 + 40)
             last_page, txnid = struct.unpack_from("<QQ", page, _META_END - 16)
-            metas.append((txnid, last_page, free_root))
+            metas.append((txnid, last_page, free_root, main_root))
     if not metas:
         raise DatabaseError(damaged % "no valid LMDB meta page")
     # LMDB writes the meta of transaction t to page t % 2, so after the first
@@ -343,7 +344,13 @@ def inspect_data_file(data):
                              or max(metas)[1] < min(metas)[1]):
         raise DatabaseError(damaged % ("its meta pages disagree (transactions %s)"
                                        % " and ".join(map(str, txnids))))
-    _, last_page, free_root = max(metas)
+    _, last_page, free_root, main_root = max(metas)
+    with open(data, "rb") as f:
+        for what, root in (("sub-databases", main_root), ("free pages", free_root)):
+            bad = _damaged_page(f, page_size, root, size // page_size)
+            if bad is not None:
+                return ("page %d of LMDB's list of %s is damaged: a write would copy it "
+                        "past its end" % (bad, what)), None
     full_size = (last_page + 1) * page_size
     if size >= full_size:
         return None, None
@@ -366,6 +373,36 @@ _FREE_DB = 16 + 24  # the free DB's record in a meta page: md_pad (the page size
 _META_END = _FREE_DB + 2 * 48 + 16
 _BRANCH, _LEAF, _BIG_DATA = 0x01, 0x02, 0x01
 _NO_PAGE = 2**64 - 1
+
+
+def _damaged_page(f, page_size, root, file_pages):
+    """The first page of the B-tree at ``root`` whose header LMDB 0.9 would
+    trust to its harm (every write copies the pages of these two small trees
+    by their node bounds), or None: each must carry its own number, be a
+    branch or a leaf, and keep 16 <= lower <= upper <= the page size. Pages
+    past the end of the file are left to the check of a file cut short."""
+    todo, visited = [] if root == _NO_PAGE else [root], 0
+    while todo:
+        number = todo.pop()
+        visited += 1
+        if visited > file_pages:
+            return number
+        if number >= file_pages:
+            continue
+        page = os.pread(f.fileno(), page_size, number * page_size)
+        if len(page) < page_size:
+            return number
+        pgno, _, flags, lower, upper = _PAGE.unpack_from(page)
+        if (pgno != number or not flags & (_BRANCH | _LEAF) or (lower - _PAGE.size) % 2
+                or not _PAGE.size <= lower <= upper <= page_size):
+            return number
+        for i in range((lower - _PAGE.size) // 2 if flags & _BRANCH else 0):
+            at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
+            if at + _NODE.size > page_size:
+                return number
+            low, high, node_flags, _ = _NODE.unpack_from(page, at)
+            todo.append(low | high << 16 | node_flags << 32)
+    return None
 
 
 def _free_pages(f, page_size, root, file_pages):

@@ -7,12 +7,14 @@ encodes them; and matches of int keys as flat arrays."""
 from cpython cimport array
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 include "_values.pxi"
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(object)
+    object PyUnicode_DecodeUTF8(const char*, Py_ssize_t, const char*)
+    object PyBytes_FromStringAndSize(const char*, Py_ssize_t)
 
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
@@ -230,6 +232,127 @@ def hit_arrays(list found):
     finally:
         free(all_hits)
     return probes, keys, distances
+
+
+cdef enum:
+    INT_KEY, STR_KEY, BYTES_KEY  # the order Matches sort keys in (db._key_order)
+
+
+cdef struct KeyHit:
+    const uint8_t* payload  # a str's UTF-8 or the bytes, inside the stored key
+    uint64_t number  # an int key, two's complement
+    Py_ssize_t size, at  # the payload's size; the hit's place in its list
+    long distance
+    int kind
+    bint negative
+
+
+cdef bint read_key(bytes key, KeyHit* out):
+    """Whether the stored ``key`` is msgpack of an int, str or bytes (not a
+    long key's digest), read into ``out``."""
+    cdef const uint8_t* p = <const uint8_t*><char*>key
+    cdef Py_ssize_t size = len(key), head = 1
+    cdef int width
+    cdef int64_t signed_number
+    if size == 0:
+        return False
+    cdef uint8_t c = p[0]
+    out.negative = False
+    if c < 0x80 or c >= 0xe0:
+        out.kind, out.number, out.negative = INT_KEY, <uint64_t><int64_t><int8_t>c, c >= 0xe0
+        return size == 1
+    if 0xcc <= c <= 0xd3:
+        width = 1 << ((c - 0xcc) & 3)
+        if size != 1 + width:
+            return False
+        out.kind, out.number = INT_KEY, read_be(p + 1, width)
+        if c >= 0xd0 and width < 8 and out.number >> (8 * width - 1):  # sign-extend
+            out.number |= ~(<uint64_t>0) << (8 * width)
+        signed_number = <int64_t>out.number
+        out.negative = c >= 0xd0 and signed_number < 0
+        return True
+    if 0xa0 <= c <= 0xbf:
+        out.kind, out.size = STR_KEY, c & 0x1f
+    elif c == 0xd9 or c == 0xda or c == 0xdb or c == 0xc4 or c == 0xc5 or c == 0xc6:
+        out.kind = STR_KEY if c >= 0xd9 else BYTES_KEY
+        head += 1 << ((c - (0xd9 if c >= 0xd9 else 0xc4)))
+        if size < head:
+            return False
+        out.size = read_be(p + 1, head - 1)
+    else:
+        return False
+    out.payload = p + head
+    return size == head + out.size
+
+
+cdef int cmp_key_hit(const void* a, const void* b) noexcept nogil:
+    """By (distance, key): ints, then strs, then bytes, each in Python's order
+    (UTF-8 bytes sort as their code points)."""
+    cdef const KeyHit* x = <const KeyHit*>a
+    cdef const KeyHit* y = <const KeyHit*>b
+    cdef int c
+    if x.distance != y.distance:
+        return -1 if x.distance < y.distance else 1
+    if x.kind != y.kind:
+        return -1 if x.kind < y.kind else 1
+    if x.kind == INT_KEY:
+        if x.negative != y.negative:
+            return -1 if x.negative else 1
+        if x.negative:
+            return -1 if <int64_t>x.number < <int64_t>y.number else \
+                (1 if <int64_t>x.number > <int64_t>y.number else 0)
+        return -1 if x.number < y.number else (1 if x.number > y.number else 0)
+    c = memcmp(x.payload, y.payload, x.size if x.size < y.size else y.size)
+    if c:
+        return c
+    return -1 if x.size < y.size else (1 if x.size > y.size else 0)
+
+
+cdef object key_object(const KeyHit* h):
+    if h.kind == INT_KEY:
+        return <int64_t>h.number if h.negative else h.number
+    if h.kind == STR_KEY:
+        return PyUnicode_DecodeUTF8(<const char*>h.payload, h.size, NULL)
+    return PyBytes_FromStringAndSize(<const char*>h.payload, h.size)
+
+
+def matches(list found, type match):
+    """Lists of ``match`` tuples (key, fingerprint, distance) of the (stored
+    key, fingerprint, distance) hits of each probe in ``found``, sorted by
+    (distance, key), as db._matches makes them; or None where a key is a long
+    key's digest (its key is in its document) or not one this reads."""
+    cdef Py_ssize_t n = 0, i, j
+    for hits in found:
+        if type(hits) is not list:
+            return None
+        n = max(n, len(<list>hits))
+    cdef KeyHit* keyed = <KeyHit*>malloc((n + 1) * sizeof(KeyHit))
+    if keyed == NULL:
+        raise MemoryError()
+    cdef list out = []
+    try:
+        for hits in found:
+            n = len(<list>hits)
+            for i in range(n):
+                hit = (<list>hits)[i]
+                if type(hit) is not tuple or len(<tuple>hit) != 3 or \
+                        type((<tuple>hit)[0]) is not bytes or \
+                        not read_key((<tuple>hit)[0], &keyed[i]):
+                    return None
+                keyed[i].distance, keyed[i].at = (<tuple>hit)[2], i
+            qsort(keyed, n, sizeof(KeyHit), cmp_key_hit)
+            ordered = []
+            for j in range(n):
+                hit = (<list>hits)[keyed[j].at]
+                try:
+                    key = key_object(&keyed[j])
+                except UnicodeDecodeError:
+                    return None
+                ordered.append(tuple.__new__(match, (key, (<tuple>hit)[1], (<tuple>hit)[2])))
+            out.append(ordered)
+    finally:
+        free(keyed)
+    return out
 
 
 def signature(const uint8_t[::1] value, size_t size):

@@ -16,7 +16,7 @@ from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Opti
 
 import msgpack
 
-from . import _ext
+from . import _ext, _records
 from .errors import (
     DatabaseError,
     FormatVersionError,
@@ -420,11 +420,12 @@ class DB:
                 replaced.append(None if hits else stored[key])
                 if not hits:
                     stored[key] = value
-            return found, replaced, _names(txn, found)
+            matches = _records.matches(found, Match)  # long keys: names read in txn
+            return replaced, matches or [_matches(hits, _names(txn, found)) for hits in found]
 
-        found, replaced, names = self._storage.write(body)
-        return [Matches(_matches(hits, names), old and decode(decode_key(key, old), old))
-                for (key, _, _), hits, old in zip(documents, found, replaced)]
+        replaced, matches = self._storage.write(body)
+        return [Matches(hits, old and decode(decode_key(key, old), old))
+                for (key, _, _), hits, old in zip(documents, matches, replaced)]
 
     # Text in, decisions out
 
@@ -669,12 +670,12 @@ class DB:
         found = self._storage.search(_ext.as_fingerprints(fingerprints), d)
         if arrays:
             return hit_arrays(found)
-        if not any(is_digest(hit[0]) for hits in found for hit in hits):
-            names = _names(None, found)
-        else:  # long keys are in their documents: the ones still stored now
-            with self._storage.read() as view:
-                names = _names(view, found)
-            found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
+        matches = _records.matches(found, Match)
+        if matches is not None:
+            return matches
+        with self._storage.read() as view:  # long keys are in their documents
+            names = _names(view, found)
+        found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
         return [_matches(hits, names) for hits in found]
 
     def get(self, key: Key) -> Optional[Record]:

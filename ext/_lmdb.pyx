@@ -432,18 +432,65 @@ cdef int scan_variants(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int 
     return 0
 
 
-cdef void dedupe_hits(Hits* hits, size_t start) noexcept nogil:
-    """Sort the hits from ``start`` by (probe, fingerprint), keeping each once."""
-    cdef size_t i, kept
-    if hits.size - start > 1:
-        qsort(hits.data + start, hits.size - start, sizeof(Hit), cmp_hit)
-        kept = start + 1
-        for i in range(start + 1, hits.size):
-            if hits.data[i].probe != hits.data[kept - 1].probe or \
-                    hits.data[i].fp != hits.data[kept - 1].fp:
-                hits.data[kept] = hits.data[i]
-                kept += 1
-        hits.size = kept
+cdef void sort_by_fp(Hit* hits, size_t n) noexcept nogil:
+    """Sort one probe's hits by fingerprint (insertion: a probe has few)."""
+    cdef size_t i, j
+    cdef Hit h
+    if n > 32:
+        qsort(hits, n, sizeof(Hit), cmp_hit)
+        return
+    for i in range(1, n):
+        h, j = hits[i], i
+        while j and hits[j - 1].fp > h.fp:
+            hits[j] = hits[j - 1]
+            j -= 1
+        hits[j] = h
+
+
+cdef int sort_hits(Hits* hits) noexcept nogil:
+    """Sort the hits by (probe, fingerprint): counted out by probe, then each
+    probe's (few) by fingerprint."""
+    cdef size_t n = hits.size, i, top = 0, begin = 0
+    if n < 64:
+        qsort(hits.data, n, sizeof(Hit), cmp_hit)
+        return 0
+    for i in range(n):
+        top = max(top, hits.data[i].probe)
+    cdef size_t* ends = <size_t*>calloc(top + 2, sizeof(size_t))
+    cdef Hit* by_probe = <Hit*>malloc(n * sizeof(Hit))
+    if ends == NULL or by_probe == NULL:
+        free(by_probe)
+        free(ends)
+        return NO_MEMORY
+    for i in range(n):
+        ends[hits.data[i].probe + 1] += 1
+    for i in range(top + 1):
+        ends[i + 1] += ends[i]
+    for i in range(n):  # ends[p] moves from the start of p's hits to their end
+        by_probe[ends[hits.data[i].probe]] = hits.data[i]
+        ends[hits.data[i].probe] += 1
+    for i in range(top + 1):
+        sort_by_fp(by_probe + begin, ends[i] - begin)
+        begin = ends[i]
+    memcpy(hits.data, by_probe, n * sizeof(Hit))
+    free(by_probe)
+    free(ends)
+    return 0
+
+
+cdef int dedupe_hits(Hits* hits) noexcept nogil:
+    """Sort the hits by (probe, fingerprint), keeping each once."""
+    cdef size_t i, kept = 0
+    cdef int rc = sort_hits(hits)
+    if rc:
+        return rc
+    for i in range(hits.size):
+        if kept == 0 or hits.data[i].probe != hits.data[kept - 1].probe or \
+                hits.data[i].fp != hits.data[kept - 1].fp:
+            hits.data[kept] = hits.data[i]
+            kept += 1
+    hits.size = kept
+    return 0
 
 
 cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe, bint replaced,
@@ -459,14 +506,15 @@ cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe, bint
             rc = hit_push(out, probe, w.pending.data[i], popcount64(w.pending.data[i] ^ fp))
             if rc:
                 return rc
-    dedupe_hits(out, 0)
-    return drop_stale(w, out, 0) if replaced else 0
+    rc = dedupe_hits(out)
+    return drop_stale(w, out) if replaced and rc == 0 else rc
 
 
 cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
                      Hits* out) noexcept nogil:
-    """The distinct stored fingerprints within ``distance`` of each probe, as
-    hits sorted by (probe, fingerprint): table by table in the order of the permuted
+    """The distinct fingerprints the tables hold within ``distance`` of each
+    probe (removed ones too: drop_stale), as hits sorted by (probe,
+    fingerprint): table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
     if w.runs and n > 1:  # one probe: a seek a range costs less than setting up sweeps
         return sweep_tables(w, probes, n, distance, flips, out)
@@ -490,11 +538,7 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
         if rc:
             break
     free(order)
-    if rc == 0:
-        dedupe_hits(out, 0)
-    if rc == 0 and w.runs:
-        rc = drop_stale(w, out, 0)
-    return rc
+    return rc if rc else dedupe_hits(out)
 
 
 cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
@@ -524,10 +568,7 @@ cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, i
         if rc:
             break
     free(ranges.data)
-    if rc == 0:
-        dedupe_hits(out, 0)
-        rc = drop_stale(w, out, 0)
-    return rc
+    return rc if rc else dedupe_hits(out)
 
 
 cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
@@ -717,13 +758,13 @@ cdef int scan_runs_one(RunIter* it, uint64_t lo, const uint64_t* q, int distance
     return rc if rc else emit_hits(it, lo, q[1], q[2], distance, spec, blocks, q[3], out)
 
 
-cdef int drop_stale(Work* w, Hits* hits, size_t start) noexcept nogil:
-    """Keep the hits from ``start`` whose fingerprint the index has (a run
-    keeps the entries of removed fingerprints until the tables are written
-    again: rewrite_tables)."""
-    cdef size_t i, kept = start
+cdef int drop_stale(Work* w, Hits* hits) noexcept nogil:
+    """Keep the hits whose fingerprint the index has (a run keeps the entries
+    of removed fingerprints until the tables are written again:
+    rewrite_tables)."""
+    cdef size_t i, kept = 0
     cdef int rc
-    for i in range(start, hits.size):
+    for i in range(hits.size):
         rc = has_entries(w.fp_cursor, hits.data[i].fp)
         if rc < 0:
             return rc
@@ -1947,7 +1988,7 @@ cdef class Txn:
             if rc == 0:
                 for h in range(job.hits.size):  # an entry's fingerprint prefix, once a query
                     job.hits.data[h].fp = (job.hits.data[h].fp & 0xFFFFFFFFULL) << 32
-                dedupe_hits(&job.hits, 0)
+                rc = dedupe_hits(&job.hits)
         self.done(rc, "search")
         self.add_prefix_keys(job, results)
         return results
@@ -2042,6 +2083,8 @@ cdef class Txn:
                 fps[i] = job.docs[i].fp
             if rc == 0:  # the stored documents near each, for all at once (sweeps)
                 rc = search_many(&job.w, fps, job.n, distance, flips, &stored)
+            if rc == 0:
+                rc = drop_stale(&job.w, &stored)
             i = 0
             while rc == 0 and i < job.n:
                 job.hits.size = 0  # the stored ones still there, and the ones this call stored

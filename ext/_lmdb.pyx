@@ -1722,6 +1722,21 @@ cdef class Txn:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return self._copy(&v)
 
+    def get_many(self, list keys):
+        """get of each of ``keys`` (bytes) in docs, as a list."""
+        self.check()
+        cdef MDB_val k, v
+        cdef int rc
+        cdef list values = []
+        cdef bytes key
+        for key in keys:
+            k.mv_size, k.mv_data = len(key), <char*>key
+            rc = g_get(self.txn, self.env.docs, &k, &v)
+            if rc and rc != MDB_NOTFOUND:
+                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+            values.append(None if rc else self._copy(&v))
+        return values
+
     cdef bytes _copy(self, MDB_val* v):
         out = PyBytes_FromStringAndSize(NULL, v.mv_size)
         cdef int rc = g_copy(PyBytes_AS_STRING(out), v.mv_data, v.mv_size)

@@ -131,9 +131,7 @@ class Matches(list):
     document was stored) whose ``replaced`` is the Record the stored document
     replaced under the same key, or None."""
 
-    def __init__(self, matches=(), replaced=None):
-        super().__init__(matches)
-        self.replaced = replaced
+    replaced: Optional[Record] = None
 
 
 class DB:
@@ -411,7 +409,8 @@ class DB:
         stored ``now``. Returns a :class:`Matches` per document, with the
         Record each stored one replaced."""
         def body(txn):
-            stored = {key: txn.get(key) for key, _, _ in documents}  # before the batch
+            keys = [key for key, _, _ in documents]
+            stored = dict(zip(keys, txn.get_many(keys)))  # before the batch
             found = store_new(txn)
             if refresh:
                 _restamp(txn, {hit[0]: hit[1] for hits in found for hit in hits}, now)
@@ -423,9 +422,12 @@ class DB:
             matches = _records.matches(found, Match)  # long keys: names read in txn
             return replaced, matches or [_matches(hits, _names(txn, found)) for hits in found]
 
-        replaced, matches = self._storage.write(body)
-        return [Matches(hits, old and decode(decode_key(key, old), old))
-                for (key, _, _), hits, old in zip(documents, matches, replaced)]
+        replaced, found = self._storage.write(body)
+        results = [Matches(hits) for hits in found]
+        for (key, _, _), matches, old in zip(documents, results, replaced):
+            if old is not None:
+                matches.replaced = decode(decode_key(key, old), old)
+        return results
 
     # Text in, decisions out
 

@@ -167,6 +167,9 @@ class NativeView(View):
     def get(self, key):
         return self._txn.get(key)
 
+    def get_many(self, keys):
+        return self._txn.get_many(keys)
+
     def documents(self, after=None):
         return self._items("docs", after)
 

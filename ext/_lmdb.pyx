@@ -1063,9 +1063,9 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
             if rc == 0:
                 rc = u64_push(w.pending, add[i])
     if rc == 0 and added != removed:
-        rc = add_to_counter(w, b"distinct", <int64_t>added - <int64_t>removed)
+        rc = add_to_counter(w, DISTINCT, <int64_t>added - <int64_t>removed)
     if rc == 0 and removed:
-        rc = add_to_counter(w, b"stale", removed)
+        rc = add_to_counter(w, STALE, removed)
     if rc == 0 and w.pending == NULL:
         rc = note_if_stale(w)
     free(add)
@@ -1116,14 +1116,24 @@ cdef int flush_pending(Work* w) noexcept nogil:
     return rc if rc or p.size == 0 else note_if_stale(w)
 
 
+cdef const char* DISTINCT = b"distinct"  # meta's counters (read_counter)
+cdef const char* STALE = b"stale"
+cdef const char* REWRITE = b"rewrite"  # a rewrite of the tables under way (tidy)
+
+
+cdef inline MDB_val meta_key(const char* name) noexcept nogil:
+    cdef MDB_val k
+    k.mv_size, k.mv_data = strlen(name), <char*>name
+    return k
+
+
 cdef int read_counter(Work* w, const char* name, uint64_t* value) noexcept nogil:
     """A counter in meta (8 bytes big-endian, 0 where absent): ``distinct``,
     the distinct fingerprints, and ``stale``, the fingerprints taken out of
     the index since the tables were last written whole (a bound on their
     stale entries)."""
     cdef uint8_t buf[8]
-    cdef MDB_val k, v
-    k.mv_size, k.mv_data = strlen(name), <char*>name
+    cdef MDB_val k = meta_key(name), v
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == MDB_NOTFOUND:
         value[0] = 0
@@ -1136,8 +1146,7 @@ cdef int read_counter(Work* w, const char* name, uint64_t* value) noexcept nogil
 
 cdef int write_counter(Work* w, const char* name, uint64_t value) noexcept nogil:
     cdef uint8_t buf[8]
-    cdef MDB_val k, v
-    k.mv_size, k.mv_data = strlen(name), <char*>name
+    cdef MDB_val k = meta_key(name), v
     write_be(buf, value, 8)
     v.mv_size, v.mv_data = 8, buf
     return g_put(w.txn, w.meta, &k, &v, 0)
@@ -1153,16 +1162,15 @@ cdef int note_if_stale(Work* w) noexcept nogil:
     """Note for tidy a rewrite of the tables under way, or due: the stale
     entries may exceed 1/RATIO of the distinct fingerprints."""
     cdef uint64_t stale, distinct
-    cdef MDB_val k, v
-    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    cdef MDB_val k = meta_key(REWRITE), v
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == 0:
         w.untidy = True
     if rc != MDB_NOTFOUND:
         return rc
-    rc = read_counter(w, b"stale", &stale)
+    rc = read_counter(w, STALE, &stale)
     if rc == 0:
-        rc = read_counter(w, b"distinct", &distinct)
+        rc = read_counter(w, DISTINCT, &distinct)
     w.untidy = w.untidy or (rc == 0 and stale * RATIO > distinct)
     return rc
 
@@ -1208,10 +1216,9 @@ cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogi
 
 cdef int end_rewrite(Work* w, uint64_t stale) noexcept nogil:
     """Note the tables rewritten: no ``rewrite`` under way, ``stale`` left."""
-    cdef MDB_val k
-    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    cdef MDB_val k = meta_key(REWRITE)
     cdef int rc = g_del(w.txn, w.meta, &k, NULL)
-    return write_counter(w, b"stale", stale) if rc == 0 or rc == MDB_NOTFOUND else rc
+    return write_counter(w, STALE, stale) if rc == 0 or rc == MDB_NOTFOUND else rc
 
 
 cdef int tidy(Work* w, bint* more) noexcept nogil:
@@ -1229,7 +1236,7 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     more[0] = False
     if not w.runs:
         return 0
-    k.mv_size, k.mv_data = 7, <char*>b"rewrite"
+    k = meta_key(REWRITE)
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == 0:
         if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
@@ -1239,9 +1246,9 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
             return CORRUPTED
     elif rc != MDB_NOTFOUND:
         return rc
-    rc = read_counter(w, b"stale", &stale)
+    rc = read_counter(w, STALE, &stale)
     if rc == 0:
-        rc = read_counter(w, b"distinct", &distinct)
+        rc = read_counter(w, DISTINCT, &distinct)
     if rc == 0 and not rewriting and stale * RATIO > distinct:
         rewriting, began = True, stale
     more[0] = rewriting
@@ -1758,7 +1765,7 @@ cdef class Txn:
         counter of a database whose tables are runs)."""
         if not self.env.runs:
             return self.entries("table:000")
-        raw = self.get(b"distinct", True)
+        raw = self.get(DISTINCT, True)
         return int.from_bytes(raw, "big") if raw else 0
 
     def entries(self, str which):
@@ -2189,9 +2196,9 @@ cdef class Txn:
                 v.mv_size, v.mv_data = 13 if entries else 0, record
                 rc = g_put(self.txn, run_dir, &k, &v, 0)
             if rc == 0 and table == 0:  # the counters tables kept as runs need
-                rc = write_counter(&w, b"distinct", entries)
+                rc = write_counter(&w, DISTINCT, entries)
                 if rc == 0:
-                    rc = write_counter(&w, b"stale", 0)
+                    rc = write_counter(&w, STALE, 0)
             if rc == 0:
                 rc = g_drop(self.txn, old, 1)
         free(values.data)

@@ -775,6 +775,51 @@ cdef int drop_stale(Work* w, Hits* hits) noexcept nogil:
     return 0
 
 
+cdef struct Keyed:  # one document of a hit: its key at bytes[at:at + size]
+    size_t hit, at, size
+
+
+cdef struct KeyedHits:
+    Keyed* data
+    size_t size, cap
+    uint8_t* bytes
+    size_t used, room
+
+
+cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
+    """The keys of the documents that have each hit's fingerprint now (none for
+    a removed one), read from the index and copied into ``out``."""
+    cdef uint8_t fp_bytes[8]
+    cdef MDB_val k, v
+    cdef size_t i, wanted
+    cdef void* grown
+    cdef int rc
+    out.size, out.used = 0, 0
+    for i in range(hits.size):
+        write_be(fp_bytes, hits.data[i].fp, 8)
+        k.mv_size, k.mv_data = 8, fp_bytes
+        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET)
+        while rc == 0:
+            if out.used + v.mv_size > out.room:
+                wanted = max(2 * out.room, out.used + v.mv_size, 4096)
+                grown = realloc(out.bytes, wanted)
+                if grown == NULL:
+                    return NO_MEMORY
+                out.bytes, out.room = <uint8_t*>grown, wanted
+            if make_room(<void**>&out.data, &out.cap, out.size, sizeof(Keyed)):
+                return NO_MEMORY
+            if g_copy(out.bytes + out.used, v.mv_data, v.mv_size):
+                return CORRUPTED
+            out.data[out.size].hit, out.data[out.size].at = i, out.used
+            out.data[out.size].size = v.mv_size
+            out.size += 1
+            out.used += v.mv_size
+            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT_DUP)
+        if rc != MDB_NOTFOUND:
+            return rc
+    return 0
+
+
 cdef int free_slot(TableRuns* r) noexcept nogil:
     """A slot no live run holds (one is free while r.n < SLOTS)."""
     cdef int s
@@ -1470,9 +1515,12 @@ cdef class Job:
     cdef U64s pending
     cdef U64s band_changes[SIGNATURE_BANDS]
     cdef Hits hits
+    cdef KeyedHits keyed
 
     def __dealloc__(self):
         close_cursors(&self.w)
+        free(self.keyed.data)
+        free(self.keyed.bytes)
         free(self.docs)
         free(self.touched.data)
         free(self.pending.data)
@@ -2039,26 +2087,24 @@ cdef class Txn:
 
     cdef list hits_with_keys(self, Job job, Py_ssize_t n):
         cdef list results = [[] for _ in range(n)]
-        self.add_keys(job, 0, results)
+        self.add_keys(job, results)
         return results
 
-    cdef int add_keys(self, Job job, size_t start, list results) except -1:
-        """Append to ``results`` (a list per probe) the hits from ``start`` on,
-        one (key, fingerprint, distance) a document that has the fingerprint now."""
+    cdef int add_keys(self, Job job, list results) except -1:
+        """Append to ``results`` (a list per probe) one (key, fingerprint,
+        distance) for each document that has a hit's fingerprint now."""
         cdef size_t i
-        cdef MDB_val k, v
-        cdef uint8_t fp_bytes[8]
-        cdef int rc = 0
-        for i in range(start, job.hits.size):
-            write_be(fp_bytes, job.hits.data[i].fp, 8)
-            k.mv_size, k.mv_data = 8, fp_bytes
-            found = results[job.hits.data[i].probe]
-            fp, d = job.hits.data[i].fp, job.hits.data[i].distance
-            rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_SET)
-            while rc == 0:
-                found.append((self._copy(&v), fp, d))
-                rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_NEXT_DUP)
-            self.done(0 if rc == MDB_NOTFOUND else rc, "search")
+        cdef Hit* hit
+        cdef Keyed* keyed
+        cdef int rc
+        with nogil:
+            rc = read_keys(&job.w, &job.hits, &job.keyed)
+        self.done(rc, "search")
+        for i in range(job.keyed.size):
+            keyed = &job.keyed.data[i]
+            hit = &job.hits.data[keyed.hit]
+            results[hit.probe].append((PyBytes_FromStringAndSize(
+                <char*>job.keyed.bytes + keyed.at, keyed.size), hit.fp, hit.distance))
         return 0
 
     def upsert(self, list documents):
@@ -2121,7 +2167,7 @@ cdef class Txn:
                     replaced = replaced or job.w.unlinked
                 elif rc == 0:  # the keys as they are now: a later document may move one
                     with gil:
-                        self.add_keys(job, 0, results)
+                        self.add_keys(job, results)
                 i += 1
             if rc == 0:
                 rc = flush_pending(&job.w)

@@ -21,6 +21,11 @@ from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset, strlen
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+    int PyGC_Disable()
+    int PyGC_Enable()
+
 from simhashdb.errors import DatabaseError
 
 cdef extern from *:
@@ -2100,11 +2105,18 @@ cdef class Txn:
         with nogil:
             rc = read_keys(&job.w, &job.hits, &job.keyed)
         self.done(rc, "search")
-        for i in range(job.keyed.size):
-            keyed = &job.keyed.data[i]
-            hit = &job.hits.data[keyed.hit]
-            results[hit.probe].append((PyBytes_FromStringAndSize(
-                <char*>job.keyed.bytes + keyed.at, keyed.size), hit.fp, hit.distance))
+        cdef int collecting = PyGC_Disable()  # lists of new tuples: nothing for it to collect
+        try:
+            for i in range(job.keyed.size):
+                keyed = &job.keyed.data[i]
+                hit = &job.hits.data[keyed.hit]
+                found = (PyBytes_FromStringAndSize(<char*>job.keyed.bytes + keyed.at, keyed.size),
+                         hit.fp, hit.distance)
+                PyObject_GC_UnTrack(found)  # of bytes and ints: no cycle to collect
+                results[hit.probe].append(found)
+        finally:
+            if collecting:
+                PyGC_Enable()
         return 0
 
     def upsert(self, list documents):

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -88,6 +89,33 @@ def test_a_data_file_cut_short_opens_read_only_with_a_warning(tmp_path, backend)
             with pytest.raises(DatabaseError, match="read-only: its data file ends"):
                 db.insert("x", 1)
     assert opened or backend == "py-lmdb"
+
+
+# A damaged page of LMDB's own list of sub-databases opens read-only: LMDB 0.9
+# trusts a page's node bounds when a write copies it (a heap overflow)
+
+def test_a_damaged_page_of_lmdbs_list_of_sub_databases_opens_read_only(tmp_path, backend):
+    path = str(tmp_path / "db")
+    with DB(path) as db:
+        db.insert_many((i, random.Random(i).getrandbits(64)) for i in range(2_000))
+    data = os.path.join(path, "data.mdb")
+    with open(data, "r+b") as f:
+        metas = [f.read(4096) for _ in range(2)]
+        newest = max(metas, key=lambda page: struct.unpack_from("<Q", page, 144)[0])
+        main_root, = struct.unpack_from("<Q", newest, 128)  # the main DB's record: its root
+        f.seek(main_root * 4096 + 14)
+        f.write(struct.pack("<H", 0xFFFF))  # the page's upper bound, past its end
+    assert "list of sub-databases" in inspect_data_file(data)[0]
+    if backend == "py-lmdb":
+        with pytest.raises(DatabaseError, match="sub-databases.*native backend"):
+            DB(path)
+        return
+    with pytest.warns(DamagedDatabaseWarning, match="read-only.*sub-databases"):
+        db = DB(path)
+    with db:
+        assert len(db) == 2_000
+        with pytest.raises(DatabaseError, match="read-only: page %d" % main_root):
+            db.insert("x", 1)
 
 
 # A full disk: an error that says so, nothing left behind, never SIGBUS

@@ -310,17 +310,21 @@ def inspect_data_file(data):
     """
     if not os.path.exists(data):
         return None, None
-    size = os.path.getsize(data)
-    damaged = "%s is damaged (%%s): LMDB cannot read it safely; restore it from a backup" % data
     with open(data, "rb") as f:
-        head = f.read(8192)
+        return _inspect(f, data)
+
+
+def _inspect(f, data):
+    """inspect_data_file on the open data file ``f``."""
+    size = os.fstat(f.fileno()).st_size
+    damaged = "%s is damaged (%%s): LMDB cannot read it safely; restore it from a backup" % data
+    head = os.pread(f.fileno(), 8192, 0)
     if size == 0 or len(head) < _META_END:
         raise DatabaseError(damaged % ("%d bytes long" % size))
     page_size = struct.unpack_from("<I", head, _FREE_DB)[0]  # the free DB's md_pad
     if page_size < 512 or page_size & (page_size - 1) or page_size > 65536:
         raise DatabaseError(damaged % "its page size is unreadable")
-    with open(data, "rb") as f:
-        pages = f.read(2 * page_size)
+    pages = os.pread(f.fileno(), 2 * page_size, 0)
     metas = []
     for offset in (0, page_size):
         page = pages[offset:offset + page_size]
@@ -345,18 +349,17 @@ def inspect_data_file(data):
         raise DatabaseError(damaged % ("its meta pages disagree (transactions %s)"
                                        % " and ".join(map(str, txnids))))
     _, last_page, free_root, main_root = max(metas)
-    with open(data, "rb") as f:
-        for what, root in (("sub-databases", main_root), ("free pages", free_root)):
-            bad = _damaged_page(f, page_size, root, size // page_size)
-            if bad is not None:
-                return ("page %d of LMDB's list of %s is damaged: a write would copy it "
-                        "past its end" % (bad, what)), None
+    file_pages = size // page_size
+    for what, root in (("sub-databases", main_root), ("free pages", free_root)):
+        bad = _damaged_page(f, page_size, root, file_pages)
+        if bad is not None:
+            return ("page %d of LMDB's list of %s is damaged: a write would copy it "
+                    "past its end" % (bad, what)), None
     full_size = (last_page + 1) * page_size
     if size >= full_size:
         return None, None
-    with open(data, "rb") as f:
-        free = _free_pages(f, page_size, free_root, size // page_size)
-    missing = range(size // page_size, last_page + 1)
+    free = _free_pages(f, page_size, free_root, file_pages)
+    missing = range(file_pages, last_page + 1)
     if free is None or any(page not in free for page in missing):
         return ("its data file ends at byte %d, but pages in use run to byte %d: it was cut "
                 "short (a copy that did not finish?)" % (size, full_size)), None
@@ -375,78 +378,82 @@ _BRANCH, _LEAF, _BIG_DATA = 0x01, 0x02, 0x01
 _NO_PAGE = 2**64 - 1
 
 
-def _damaged_page(f, page_size, root, file_pages):
-    """The first page of the B-tree at ``root`` whose header LMDB 0.9 would
-    trust to its harm (every write copies the pages of these two small trees
-    by their node bounds), or None: each must carry its own number, be a
-    branch or a leaf, and keep 16 <= lower <= upper <= the page size. Pages
-    past the end of the file are left to the check of a file cut short."""
+class _Damaged(Exception):
+    """A page of an LMDB B-tree that is not the page it should be."""
+
+
+def _tree_pages(f, page_size, root, file_pages):
+    """Each page of the B-tree at ``root`` that lies inside the file, as
+    (number, page bytes, flags, lower, upper), branches before their children.
+    Raises _Damaged where a page does not carry its own number, is neither a
+    branch nor a leaf, has its node bounds out of order or out of the page, or
+    the tree has more pages than the file."""
     todo, visited = [] if root == _NO_PAGE else [root], 0
     while todo:
         number = todo.pop()
         visited += 1
         if visited > file_pages:
-            return number
+            raise _Damaged(number)
         if number >= file_pages:
             continue
         page = os.pread(f.fileno(), page_size, number * page_size)
         if len(page) < page_size:
-            return number
+            raise _Damaged(number)
         pgno, _, flags, lower, upper = _PAGE.unpack_from(page)
         if (pgno != number or not flags & (_BRANCH | _LEAF) or (lower - _PAGE.size) % 2
                 or not _PAGE.size <= lower <= upper <= page_size):
-            return number
-        for i in range((lower - _PAGE.size) // 2 if flags & _BRANCH else 0):
-            at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
-            if at + _NODE.size > page_size:
-                return number
-            low, high, node_flags, _ = _NODE.unpack_from(page, at)
+            raise _Damaged(number)
+        yield number, page, flags, lower, upper
+        for _, low, high, node_flags, _ in _nodes(page, lower) if flags & _BRANCH else ():
             todo.append(low | high << 16 | node_flags << 32)
+
+
+def _nodes(page, lower):
+    """Each node of a page as (offset, low, high, flags, key size)."""
+    for i in range((lower - _PAGE.size) // 2):
+        at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
+        if at + _NODE.size > len(page):
+            raise _Damaged(_PAGE.unpack_from(page)[0])
+        yield (at, *_NODE.unpack_from(page, at))
+
+
+def _damaged_page(f, page_size, root, file_pages):
+    """The first page of the B-tree at ``root`` whose header LMDB 0.9 would
+    trust to its harm (every write copies the pages of these two small trees
+    by their node bounds), or None. Pages past the end of the file are left
+    to the check of a file cut short."""
+    try:
+        for _ in _tree_pages(f, page_size, root, file_pages):
+            pass
+    except _Damaged as bad:
+        return bad.args[0]
     return None
 
 
 def _free_pages(f, page_size, root, file_pages):
     """The page numbers on LMDB's free list (the free DB: transaction id ->
     [count, page, ...]) of the tree at ``root``, or None where a page of it
-    is unreadable (past the end of the file, or not the page it should be)."""
-    def read(number, length=page_size):
-        if number >= file_pages:
-            return None
-        chunk = os.pread(f.fileno(), length, number * page_size)
-        if len(chunk) < length or _PAGE.unpack_from(chunk)[0] != number:
-            return None
-        return chunk
-
-    free, todo, visited = set(), [] if root == _NO_PAGE else [root], 0
-    while todo:
-        number = todo.pop()
-        visited += 1
-        page = read(number)
-        if page is None or visited > file_pages:
-            return None
-        _, _, flags, lower, _ = _PAGE.unpack_from(page)
-        for i in range(max(0, lower - _PAGE.size) // 2):
-            at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
-            if at + _NODE.size > page_size:
-                return None
-            low, high, node_flags, key_size = _NODE.unpack_from(page, at)
-            if flags & _BRANCH:
-                todo.append(low | high << 16 | node_flags << 32)
-                continue
-            if not flags & _LEAF:
-                return None
-            size, start = low | high << 16, at + _NODE.size + key_size
-            if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
-                first, = struct.unpack_from("<Q", page, start)
-                big = read(first, _PAGE.size + size)
-                if big is None:
-                    return None
-                ids = big[_PAGE.size:]
-            else:
-                ids = page[start:start + size]
-            ids = array.array("Q", ids[:len(ids) // 8 * 8])
-            if ids:
-                free.update(ids[1:1 + ids[0]])
+    is damaged. Pages of the tree past the end of the file are left out: the
+    pages they list count as in use."""
+    free = set()
+    try:
+        for _, page, flags, lower, _ in _tree_pages(f, page_size, root, file_pages):
+            for at, low, high, node_flags, key_size in _nodes(page, lower) if flags & _LEAF else ():
+                size, start = low | high << 16, at + _NODE.size + key_size
+                if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
+                    first, = struct.unpack_from("<Q", page, start)
+                    big = os.pread(f.fileno(), _PAGE.size + size, first * page_size)
+                    if (first >= file_pages or len(big) < _PAGE.size + size
+                            or _PAGE.unpack_from(big)[0] != first):
+                        return None
+                    ids = big[_PAGE.size:]
+                else:
+                    ids = page[start:start + size]
+                ids = array.array("Q", ids[:len(ids) // 8 * 8])
+                if ids:
+                    free.update(ids[1:1 + ids[0]])
+    except _Damaged:
+        return None
     return free
 
 

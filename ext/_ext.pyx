@@ -58,10 +58,12 @@ def as_fingerprints(hashes):
     Accepts an unsigned 64-bit buffer (``array('Q')``, numpy uint64), used
     without copying, or any iterable of ints, validated one by one.
     """
-    try:
-        view = memoryview(hashes)
-    except TypeError:
-        view = None
+    view = None
+    if not isinstance(hashes, (list, tuple)):  # which have no buffer: no exception to make
+        try:
+            view = memoryview(hashes)
+        except TypeError:
+            pass
     if view is not None:
         if view.ndim != 1 or view.itemsize != 8 or view.format not in _U64_FORMATS:
             raise InvalidFingerprintError(

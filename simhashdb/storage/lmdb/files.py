@@ -486,14 +486,15 @@ class Gate:
     (growing the map, compacting, closing) run alone, as LMDB requires."""
 
     def __init__(self):
-        self._changed = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on every turn: Condition's own
+        self._changed = threading.Condition(self._lock)  # __enter__ costs a query ~1 us
         self._running = 0
         self._exclusive = False
         self._held = threading.local()
 
     def enter(self):
         """Begin a transaction's turn (shared with other transactions)."""
-        with self._changed:
+        with self._lock:
             while self._exclusive:
                 self._changed.wait()
             self._running += 1
@@ -502,7 +503,7 @@ class Gate:
     def leave(self):
         """End a transaction's turn."""
         self._held.count -= 1
-        with self._changed:
+        with self._lock:
             self._running -= 1
             if self._exclusive and not self._running:
                 self._changed.notify_all()

@@ -455,12 +455,13 @@ cdef void sort_by_fp(Hit* hits, size_t n) noexcept nogil:
 cdef int sort_hits(Hits* hits) noexcept nogil:
     """Sort the hits by (probe, fingerprint): counted out by probe, then each
     probe's (few) by fingerprint."""
-    cdef size_t n = hits.size, i, top = 0, begin = 0
-    if n < 64:
+    cdef size_t n = hits.size, i, begin = 0
+    cdef size_t low = hits.data[0].probe if n else 0, top = low
+    for i in range(n):
+        low, top = min(low, hits.data[i].probe), max(top, hits.data[i].probe)
+    if n < 64 or low == top:  # few, or one probe's (search_pending)
         qsort(hits.data, n, sizeof(Hit), cmp_hit)
         return 0
-    for i in range(n):
-        top = max(top, hits.data[i].probe)
     cdef size_t* ends = <size_t*>calloc(top + 2, sizeof(size_t))
     cdef Hit* by_probe = <Hit*>malloc(n * sizeof(Hit))
     if ends == NULL or by_probe == NULL:

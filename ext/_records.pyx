@@ -12,12 +12,6 @@ from libc.string cimport memcmp, memcpy
 include "_values.pxi"
 
 cdef extern from "Python.h":
-    ctypedef struct PyObject
-    ctypedef struct PyTypeObject
-    PyObject* PyType_GenericAlloc(PyTypeObject*, Py_ssize_t) except NULL
-    void PyTuple_SET_ITEM(PyObject*, Py_ssize_t, PyObject*)
-    void Py_INCREF(PyObject*)
-    void Py_DECREF(PyObject*)
     void PyObject_GC_UnTrack(object)
     int PyGC_Disable()
     int PyGC_Enable()
@@ -324,22 +318,6 @@ cdef object key_object(const KeyHit* h):
     return PyBytes_FromStringAndSize(<const char*>h.payload, h.size)
 
 
-cdef object new_match(type match, object key, object fp, object distance):
-    """A ``match`` (a tuple type) of three items, as tuple.__new__(match, ...)
-    makes it, without a call through the type."""
-    cdef PyObject* made = PyType_GenericAlloc(<PyTypeObject*>match, 3)
-    cdef PyObject* items[3]
-    cdef int i
-    items[0], items[1], items[2] = <PyObject*>key, <PyObject*>fp, <PyObject*>distance
-    for i in range(3):
-        Py_INCREF(items[i])
-        PyTuple_SET_ITEM(made, i, items[i])
-    result = <object>made  # a new reference of its own: drop the one the allocation made
-    Py_DECREF(made)
-    PyObject_GC_UnTrack(result)  # of a key, and ints: no cycle to collect
-    return result
-
-
 def matches(list found, type match):
     """Lists of ``match`` tuples (key, fingerprint, distance) of the (stored
     key, fingerprint, distance) hits of each probe in ``found``, sorted by
@@ -354,6 +332,7 @@ def matches(list found, type match):
     if keyed == NULL:
         raise MemoryError()
     cdef list out = []
+    new_tuple = tuple.__new__  # not the NamedTuple's own __new__, a Python function
     cdef int collecting = PyGC_Disable()  # lists of new tuples: nothing for it to collect
     try:
         for hits in found:
@@ -374,7 +353,9 @@ def matches(list found, type match):
                     key = key_object(&keyed[j])
                 except UnicodeDecodeError:
                     return None
-                ordered.append(new_match(match, key, (<tuple>hit)[1], (<tuple>hit)[2]))
+                made = new_tuple(match, (key, (<tuple>hit)[1], (<tuple>hit)[2]))
+                PyObject_GC_UnTrack(made)  # of a key and ints: no cycle to collect
+                ordered.append(made)
             out.append(ordered)
     finally:
         free(keyed)

@@ -131,7 +131,9 @@ class Matches(list):
     document was stored) whose ``replaced`` is the Record the stored document
     replaced under the same key, or None."""
 
-    replaced: Optional[Record] = None
+    def __init__(self, matches=(), replaced=None):
+        super().__init__(matches)
+        self.replaced = replaced
 
 
 class DB:
@@ -419,15 +421,15 @@ class DB:
                 replaced.append(None if hits else stored[key])
                 if not hits:
                     stored[key] = value
-            matches = _records.matches(found, Match)  # long keys: names read in txn
-            return replaced, matches or [_matches(hits, _names(txn, found)) for hits in found]
+            matches = _records.matches(found, Match)
+            if matches is None:  # long keys or text hits: names read in the transaction
+                names = _names(txn, found)
+                matches = [_matches(hits, names) for hits in found]
+            return replaced, matches
 
         replaced, found = self._storage.write(body)
-        results = [Matches(hits) for hits in found]
-        for (key, _, _), matches, old in zip(documents, results, replaced):
-            if old is not None:
-                matches.replaced = decode(decode_key(key, old), old)
-        return results
+        return [Matches(hits, old and decode(decode_key(key, old), old))
+                for (key, _, _), hits, old in zip(documents, found, replaced)]
 
     # Text in, decisions out
 

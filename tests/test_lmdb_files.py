@@ -118,6 +118,19 @@ def test_a_damaged_page_of_lmdbs_list_of_sub_databases_opens_read_only(tmp_path,
             db.insert("x", 1)
 
 
+def test_a_free_list_naming_a_page_far_past_the_file_reads_as_no_list(tmp_path):
+    from simhashdb.storage.lmdb.files import _free_pages
+    at, size = 4096 - 24, 16  # one leaf node: 8-byte key, its list on an overflow page
+    page = bytearray(4096)
+    struct.pack_into("<QHHHH", page, 0, 2, 0, 0x02, 18, at)  # page 2, a leaf, one node
+    struct.pack_into("<H", page, 16, at)
+    struct.pack_into("<HHHHQQ", page, at, size, 0, 0x01, 8, 7, 2**60)
+    data = tmp_path / "data.mdb"
+    data.write_bytes(bytes(8192) + bytes(page))
+    with open(data, "rb") as f:
+        assert _free_pages(f, 4096, 2, 3) is None
+
+
 # A full disk: an error that says so, nothing left behind, never SIGBUS
 
 FULL_DISK = r"""

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, strategies as st
 
 import simhashdb
-from simhashdb import Match, _records
+from simhashdb import Match, Matches, _records
 from simhashdb.db import _matches, _names
 from simhashdb.records import encode_key
 from conftest import brute_force, flip
@@ -35,6 +35,12 @@ def test_native_matches_are_the_python_ones(probes):
     assert [[type(m) for m in ms] for ms in native] == [[Match] * len(ms) for ms in expected]
     assert [[type(m.key) for m in ms] for ms in native] == \
         [[type(m.key) for m in ms] for ms in expected]
+
+
+def test_matches_of_insert_if_new_keep_their_two_argument_form():
+    match = Match("a", 1, 0)
+    assert Matches([match]) == [match] and Matches([match]).replaced is None
+    assert Matches([], replaced="old").replaced == "old"
 
 
 def test_long_keys_and_text_hits_are_left_to_python():

@@ -442,9 +442,10 @@ def _free_pages(f, page_size, root, file_pages):
                 size, start = low | high << 16, at + _NODE.size + key_size
                 if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
                     first, = struct.unpack_from("<Q", page, start)
+                    if first >= file_pages:
+                        return None
                     big = os.pread(f.fileno(), _PAGE.size + size, first * page_size)
-                    if (first >= file_pages or len(big) < _PAGE.size + size
-                            or _PAGE.unpack_from(big)[0] != first):
+                    if len(big) < _PAGE.size + size or _PAGE.unpack_from(big)[0] != first:
                         return None
                     ids = big[_PAGE.size:]
                 else:

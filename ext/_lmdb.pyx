@@ -797,8 +797,7 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     a removed one), read from the index and copied into ``out``."""
     cdef uint8_t fp_bytes[8]
     cdef MDB_val k, v
-    cdef size_t i, wanted
-    cdef void* grown
+    cdef size_t i
     cdef int rc
     out.size, out.used = 0, 0
     for i in range(hits.size):
@@ -806,12 +805,9 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
         k.mv_size, k.mv_data = 8, fp_bytes
         rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET)
         while rc == 0:
-            if out.used + v.mv_size > out.room:
-                wanted = max(2 * out.room, out.used + v.mv_size, 4096)
-                grown = realloc(out.bytes, wanted)
-                if grown == NULL:
+            while out.used + v.mv_size > out.room:  # doubled until the key fits
+                if make_room(<void**>&out.bytes, &out.room, out.room, 1):
                     return NO_MEMORY
-                out.bytes, out.room = <uint8_t*>grown, wanted
             if make_room(<void**>&out.data, &out.cap, out.size, sizeof(Keyed)):
                 return NO_MEMORY
             if g_copy(out.bytes + out.used, v.mv_data, v.mv_size):

@@ -16,7 +16,7 @@ compressed sorted runs instead (issue 22, RUNS.md, ``_runs.pxi``): a run a
 batch, merged by size, scanned run by run, hits checked against the index.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset, strlen
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -27,6 +27,14 @@ cdef extern from "Python.h":
     int PyGC_Enable()
 
 from simhashdb.errors import DatabaseError
+
+cdef extern from "pthread.h" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t* m, const void* attr)
+    int pthread_mutex_destroy(pthread_mutex_t* m)
+    int pthread_mutex_lock(pthread_mutex_t* m)
+    int pthread_mutex_unlock(pthread_mutex_t* m)
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
@@ -168,6 +176,7 @@ include "_signature.pxi"
 include "_runs.pxi"
 
 
+
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
     """The fingerprint leading a document value (a msgpack array of an uint first)."""
     cdef const uint8_t* p = <const uint8_t*>value.mv_data
@@ -260,6 +269,128 @@ cdef int cmp_doc_key(const void* a, const void* b) noexcept nogil:
 
 # The layout of the tables, and what one transaction works with
 
+# An Env's block directories (BlockDir), one a run slot of each table: built
+# by a search from a snapshot that holds only committed runs, kept while the
+# run is live and the map stays where it is (set_mapsize clears them), and
+# shared by the Env's threads. A directory is matched by its run's id, slot and
+# entries: run ids are never given twice in a table (add_run).
+
+cdef struct DirCache:
+    pthread_mutex_t lock
+    BlockDir* dirs[MAX_TABLES * SLOTS]
+
+
+cdef void dir_free(BlockDir* d) noexcept nogil:
+    free(d.firsts)
+    free(d.data)
+    free(d.sizes)
+    free(d.tops)
+    free(d)
+
+
+cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
+    """Drop one holder's reference to ``d``; the last frees it."""
+    pthread_mutex_lock(&cache.lock)
+    d.refs -= 1
+    cdef bint last = d.refs == 0
+    pthread_mutex_unlock(&cache.lock)
+    if last:
+        dir_free(d)
+
+
+cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run, uint64_t entries) noexcept nogil:
+    """The cached directory of run ``run`` (with ``entries``) in slot ``at``
+    (table * SLOTS + slot), referenced for the caller, or NULL."""
+    pthread_mutex_lock(&cache.lock)
+    cdef BlockDir* d = cache.dirs[at]
+    if d != NULL and d.run == run and d.entries == entries:
+        d.refs += 1
+    else:
+        d = NULL
+    pthread_mutex_unlock(&cache.lock)
+    return d
+
+
+cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
+    """Cache ``d`` (held by the caller) for slot ``at``, in place of the last."""
+    pthread_mutex_lock(&cache.lock)
+    cdef BlockDir* old = cache.dirs[at]
+    cache.dirs[at] = d
+    d.refs += 1
+    if old != NULL:
+        old.refs -= 1
+    cdef bint last = old != NULL and old.refs == 0
+    pthread_mutex_unlock(&cache.lock)
+    if last:
+        dir_free(old)
+
+
+cdef void dir_clear(DirCache* cache) noexcept nogil:
+    """Drop every cached directory (their holders keep theirs)."""
+    cdef BlockDir* d
+    cdef size_t at
+    for at in range(MAX_TABLES * SLOTS):
+        if cache.dirs[at] != NULL:
+            d = cache.dirs[at]
+            cache.dirs[at] = NULL
+            dir_release(cache, d)
+
+
+cdef int dir_grow(BlockDir* d) noexcept nogil:
+    """Double the room of a full directory."""
+    cdef size_t cap = 2 * d.cap if d.cap else 64
+    cdef void* firsts = realloc(d.firsts, cap * sizeof(uint64_t))
+    if firsts != NULL:
+        d.firsts = <uint64_t*>firsts
+    cdef void* data = realloc(d.data, cap * sizeof(uint8_t*)) if firsts != NULL else NULL
+    if data != NULL:
+        d.data = <const uint8_t**>data
+    cdef void* sizes = realloc(d.sizes, cap * sizeof(uint16_t)) if data != NULL else NULL
+    if sizes == NULL:
+        return NO_MEMORY
+    d.sizes, d.cap = <uint16_t*>sizes, cap
+    return 0
+
+
+cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir** out) noexcept nogil:
+    """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
+    first value, and where its value lies in the map."""
+    cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef uint64_t first
+    cdef int rc = NO_MEMORY if d == NULL else 0
+    out[0] = d
+    if rc:
+        return rc
+    d.run, d.entries, d.refs = run, entries, 1
+    write_be(key, run, 4)
+    memset(key + 4, 0, 8)
+    k.mv_size, k.mv_data = 12, key
+    rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0 and in_run(&k, run):
+        first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+        if v.mv_size < 3 or v.mv_size > BLOCK_BYTES or (d.n and first <= d.firsts[d.n - 1]):
+            rc = CORRUPTED
+            break
+        if d.n == d.cap:
+            rc = dir_grow(d)
+            if rc:
+                break
+        d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, v.mv_size
+        d.n += 1
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+    if rc != MDB_NOTFOUND:
+        return rc
+    cdef size_t j
+    d.tops = <uint64_t*>malloc(((d.n + DIR_STRIDE - 1) // DIR_STRIDE + 1) * sizeof(uint64_t))
+    if d.tops == NULL:
+        return NO_MEMORY
+    for j in range((d.n + DIR_STRIDE - 1) // DIR_STRIDE):
+        d.tops[j] = d.firsts[j * DIR_STRIDE]
+    return 0
+
+
 cdef struct Layout:
     Py_ssize_t tables, blocks
     long* spec              # (source shift, width, destination shift) per block per table
@@ -272,7 +403,9 @@ cdef struct TableRuns:
     uint32_t id[SLOTS]
     uint8_t slot[SLOTS]
     uint64_t entries[SLOTS]
-    MDB_cursor* cursor[SLOTS]
+    MDB_cursor* cursor[SLOTS]  # on each run's slot, where it has no directory
+    BlockDir* dir[SLOTS]       # each run's block directory, or NULL
+    DirCache* cache            # where the directories are held
 
 
 cdef struct Work:
@@ -296,6 +429,9 @@ cdef struct Work:
     uint64_t merge_limit    # the most entries a merge may take (0: any; a batch: Env.batch_merge)
     uint64_t merged         # the entries this transaction's merges have taken
     bint untidy             # the batch left merges or a rewrite of the tables for tidy
+    DirCache* dirs          # where a search finds and leaves block directories (NULL: none)
+    uint64_t directory_entries  # the largest run a search gives a directory
+    bint runs_written       # the transaction wrote runs (only committed runs get directories)
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -613,13 +749,27 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         rc = CORRUPTED
     if rc == 0 and g_copy(buf, v.mv_data, v.mv_size):
         rc = CORRUPTED
+    r.cache = NULL if w.runs_written else w.dirs
     for i in range(v.mv_size // 13 if rc == 0 else 0):
         r.id[i], r.slot[i] = read_be(buf + 13 * i, 4), buf[13 * i + 4]
         r.entries[i] = read_be(buf + 13 * i + 5, 8)
         if r.slot[i] >= SLOTS:
             return CORRUPTED
         r.n = i + 1
+        r.cursor[i], r.dir[i] = NULL, NULL
+        if r.cache != NULL:
+            r.dir[i] = dir_acquire(r.cache, t * SLOTS + r.slot[i], r.id[i], r.entries[i])
+        if r.dir[i] != NULL:
+            continue
         rc = mdb_cursor_open(w.txn, w.run_slots[t * SLOTS + r.slot[i]], &r.cursor[i])
+        if rc == 0 and r.cache != NULL and r.entries[i] <= w.directory_entries:
+            rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
+            if rc == 0:
+                dir_publish(r.cache, t * SLOTS + r.slot[i], r.dir[i])
+            elif r.dir[i] != NULL:  # a damaged block: the cursor finds it if a search does
+                dir_free(r.dir[i])
+                r.dir[i] = NULL
+                rc = 0 if rc == CORRUPTED else rc
         if rc:
             break
     return rc
@@ -631,6 +781,9 @@ cdef void close_runs(TableRuns* r) noexcept nogil:
         if r.cursor[i] != NULL:
             mdb_cursor_close(r.cursor[i])
             r.cursor[i] = NULL
+        if r.dir[i] != NULL:
+            dir_release(r.cache, r.dir[i])
+            r.dir[i] = NULL
     r.n = 0
 
 
@@ -647,6 +800,7 @@ cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
     write_be(key, t, 2)
     k.mv_size, k.mv_data = 2, key
     v.mv_size, v.mv_data = 13 * r.n, buf
+    w.runs_written = True
     cdef int rc = g_put(w.txn, w.run_dir, &k, &v, 0)
     return rc if rc else load_runs(w, t)
 
@@ -674,7 +828,7 @@ cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int di
     cdef size_t i
     cdef int rc = 0
     for i in range(r.n):
-        it.cursor, it.run = r.cursor[i], r.id[i]
+        it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
         rc = iter_seek(&it, lo)
         if rc == 0:
             rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)
@@ -708,18 +862,7 @@ cdef int block_hits(RunIter* it, const uint64_t* q, int distance, const long* sp
     """emit_hits for the range ``q`` (lo, hi, perm, probe) inside the block
     ``it`` holds, from the bucket of lo (select_zero), leaving its cursor."""
     cdef bint more = it.more
-    cdef uint64_t t
-    cdef size_t z
-    it.i, it.pos = 0, 0
-    if q[0] > it.b.first:
-        t = (q[0] - it.b.first) >> it.b.L
-        it.i = 1
-        if t:
-            z = select_zero(&it.b, t)
-            if z == NOWHERE:
-                it.i = it.b.c + 1
-            else:
-                it.pos, it.i = z + 1, 2 + z - t
+    start_at(it, q[0])
     it.more = False
     cdef int rc = emit_hits(it, q[0], q[1], q[2], distance, spec, blocks, q[3], out)
     it.more = more
@@ -736,9 +879,12 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
     cdef size_t i, j
     cdef int rc = 0
     for i in range(r.n):
-        sw.it.cursor, sw.it.run, sw.kept, sw.has_next = r.cursor[i], r.id[i], False, False
-        rest.run = r.id[i]
-        rc = mdb_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]), &rest.cursor)
+        sw.it.cursor, sw.it.dir, sw.it.run, sw.kept, sw.has_next = \
+            r.cursor[i], r.dir[i], r.id[i], False, False
+        rest.run, rest.dir, rest.cursor = r.id[i], r.dir[i], NULL
+        if rest.dir == NULL:
+            rc = mdb_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]),
+                                 &rest.cursor)
         if rc:
             return rc
         rc = sweep_to(&sw, q[0]) if n else 0
@@ -751,7 +897,8 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
             if rc == 0 and sw.has_next and q[4 * j + 1] >= sw.next_first:  # on past the block
                 rc = scan_runs_one(&rest, sw.next_first, q + 4 * j, distance, spec, blocks, out)
             j += 1
-        mdb_cursor_close(rest.cursor)
+        if rest.cursor != NULL:
+            mdb_cursor_close(rest.cursor)
         if rc:
             return rc
     return 0
@@ -865,11 +1012,16 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef MDB_dbi dbis[2]
     cdef size_t blocks, entries
     cdef uint32_t id
-    cdef int slot, rc = 0
-    memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors stay with w until save_runs
+    cdef uint64_t dropped = 0
+    cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
+    memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
+    memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
     while rc == 0 and (n or (merges_left(&r) if w.merge_limit == 0 else
                              merge_due(&r, w.merge_limit))):
-        slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else 1
+        # a run id is never given twice in a table (so a block directory cached
+        # for one can be trusted): each new run's is above every live one's, and
+        # an emptied table's first is above those a rewrite dropped
+        slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else <uint32_t>(dropped + 1)
         if n:  # the batch's run
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
                             w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
@@ -1166,6 +1318,7 @@ cdef int flush_pending(Work* w) noexcept nogil:
 cdef const char* DISTINCT = b"distinct"  # meta's counters (read_counter)
 cdef const char* STALE = b"stale"
 cdef const char* REWRITE = b"rewrite"  # a rewrite of the tables under way (tidy)
+cdef const char* RUN_IDS = b"run ids"  # the highest run id a rewrite dropped (see add_run)
 
 
 cdef inline MDB_val meta_key(const char* name) noexcept nogil:
@@ -1227,7 +1380,10 @@ cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) 
     its runs; ``perms`` has room for them."""
     cdef uint8_t slots[SLOTS]
     cdef size_t i, n = w.table_runs[t].n
-    cdef int rc = 0
+    cdef uint64_t dropped = 0
+    cdef int rc = read_counter(w, RUN_IDS, &dropped) if n else 0
+    if rc == 0 and n and w.table_runs[t].id[n - 1] > dropped:
+        rc = write_counter(w, RUN_IDS, w.table_runs[t].id[n - 1])
     for i in range(n):
         slots[i] = w.table_runs[t].slot[i]
     close_runs(&w.table_runs[t])
@@ -1544,7 +1700,9 @@ cdef class Env:
     cdef MDB_dbi run_slots[MAX_TABLES * SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
+    cdef public uint64_t directory_entries  # the largest run a search gives a block directory
     cdef Layout layout
+    cdef DirCache* dirs  # the runs' block directories, for searches
     cdef readonly bint broken
     cdef bytes path
 
@@ -1554,6 +1712,11 @@ cdef class Env:
         sub-databases, and every transaction's setup grows with the room)."""
         self.path = path
         self.max_tables = min(max_tables, MAX_TABLES)
+        self.dirs = <DirCache*>calloc(1, sizeof(DirCache))
+        if self.dirs == NULL or pthread_mutex_init(&self.dirs.lock, NULL):
+            free(self.dirs)
+            self.dirs = NULL
+            raise MemoryError()
         if guard_install() != 0:
             raise DatabaseError("cannot install the fault guard of the native LMDB backend")
         cdef int rc = mdb_env_create(&self.env)
@@ -1582,6 +1745,10 @@ cdef class Env:
     def __dealloc__(self):
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
+        if self.dirs != NULL:  # every transaction, and so every holder, is gone
+            dir_clear(self.dirs)
+            pthread_mutex_destroy(&self.dirs.lock)
+            free(self.dirs)
         free(self.layout.spec)
         free(self.layout.prefixes)
         free(self.layout.prefix_bits)
@@ -1690,6 +1857,7 @@ cdef class Env:
         """Set the map size (0: adopt the size another process set); no
         transaction of this process may be running."""
         self.check()
+        dir_clear(self.dirs)  # the map may move: the directories point into it
         cdef int rc = mdb_env_set_mapsize(self.env, size)
         if rc:
             raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
@@ -1715,6 +1883,7 @@ cdef class Env:
         return txn
 
     def close(self):
+        dir_clear(self.dirs)
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         self.env = NULL
@@ -1727,6 +1896,7 @@ cdef class Txn:
     cdef MDB_txn* txn
     cdef bint write
     cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
+    cdef bint runs_written     # a batch wrote runs: its searches take no block directories
 
     def __dealloc__(self):
         if self.txn != NULL and not self.env.broken:
@@ -1751,6 +1921,8 @@ cdef class Txn:
         w.doc_cursor = w.fp_cursor = NULL
         w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
+        w.dirs, w.runs_written = NULL, self.runs_written
+        w.directory_entries = self.env.directory_entries
         return w
 
     def abort(self):
@@ -1937,7 +2109,7 @@ cdef class Txn:
                 rc = open_cursors(&job.w)
                 r = &job.w.table_runs[table]
                 for i in range(r.n if rc == 0 else 0):
-                    it.cursor, it.run = r.cursor[i], r.id[i]
+                    it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
                     rc = iter_seek(&it, 0)
                     while rc == 0:
                         rc = iter_next(&it, &x)
@@ -2014,6 +2186,7 @@ cdef class Txn:
     cdef int done(self, int rc, str doing, Job job=None) except -1:
         if job is not None:
             self.untidy = self.untidy or job.w.untidy
+            self.runs_written = self.runs_written or job.w.runs_written
         if rc:
             raise self.env.fail(rc, "cannot %s %s" % (doing, self.env.path.decode()))
         return 0
@@ -2024,6 +2197,7 @@ cdef class Txn:
         cdef Job job = self.job()
         cdef Py_ssize_t n = probes.shape[0]
         cdef int rc
+        job.w.dirs = self.env.dirs
         with nogil:
             rc = open_cursors(&job.w)
             if rc == 0 and n:
@@ -2154,6 +2328,7 @@ cdef class Txn:
         if fps == NULL:
             raise MemoryError()
         job.w.pending = &job.pending  # one run a table at the end, not one a stored document
+        job.w.dirs = self.env.dirs
         with nogil:
             rc = open_cursors(&job.w)
             for i in range(job.n):
@@ -2257,6 +2432,7 @@ cdef class Txn:
             if rc == 0:
                 rc = g_drop(self.txn, old, 1)
         free(values.data)
+        self.runs_written = True
         if rc == MDB_NOTFOUND:
             return False
         if rc:
@@ -2294,6 +2470,7 @@ cdef class Txn:
                     rc = rewrite_tables(&w, 0, w.layout.tables)
                 if rc == 0:
                     rc = end_rewrite(&w, 0)
+            target.runs_written = True
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")
         finally:

@@ -17,15 +17,100 @@ cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil
     return block_header(b, read_be(<const uint8_t*>k.mv_data + 4, 8), v.mv_size)
 
 
-# Reading a run: a cursor over its blocks, an entry at a time
+# A run's block directory: where each of its blocks lies in the map, read
+# once, so that a seek is a binary search instead of a B-tree descent. A run
+# never changes once written and its pages stay put while a snapshot holds it,
+# so a directory serves every snapshot in which the run is live.
+
+cdef enum:
+    DIR_STRIDE = 64     # a directory's top level: every 64th block's first value
+
+
+cdef struct BlockDir:
+    uint32_t run        # the run it was read from (its id, and its entries)
+    uint64_t entries
+    size_t n, cap, refs  # blocks; refs: its holders (see _lmdb's DirCache)
+    uint64_t* firsts     # each block's first value, ascending
+    const uint8_t** data  # each block's value in the map
+    uint16_t* sizes
+    uint64_t* tops       # firsts[DIR_STRIDE * j]: a few KB that stay in cache
+
+
+cdef size_t dir_find(const BlockDir* d, uint64_t x, size_t lo, size_t hi) noexcept nogil:
+    """The last block in [lo, hi) whose first value is at most ``x`` (``lo``
+    when none is), by binary search."""
+    cdef size_t mid
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        if d.firsts[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+cdef size_t dir_seek(const BlockDir* d, uint64_t x) noexcept nogil:
+    """dir_find over the whole directory: first among the tops, then in the
+    stretch of DIR_STRIDE blocks that one begins (two short searches, where one
+    over all the blocks would miss the cache at each of its last steps)."""
+    cdef size_t lo = 0, hi = (d.n + DIR_STRIDE - 1) // DIR_STRIDE, mid
+    while hi - lo > 1:
+        mid = lo + (hi - lo) // 2
+        if d.tops[mid] <= x:
+            lo = mid
+        else:
+            hi = mid
+    return dir_find(d, x, lo * DIR_STRIDE, min(lo * DIR_STRIDE + DIR_STRIDE, d.n))
+
+
+cdef size_t dir_gallop(const BlockDir* d, uint64_t x, size_t at) noexcept nogil:
+    """dir_find from block ``at`` on, for a sweep's ascending seeks."""
+    cdef size_t step = 1, hi = at + 1
+    while hi < d.n and d.firsts[hi] <= x:
+        at = hi
+        hi = at + step
+        step *= 2
+    return dir_find(d, x, at, min(hi, d.n))
+
+
+# Reading a run: its blocks by the directory, or by a cursor over them, an
+# entry at a time
 
 cdef struct RunIter:
     MDB_cursor* cursor
+    const BlockDir* dir  # the run's directory (cursor unused), or NULL
     uint32_t run
     bint more       # blocks of the run may follow the current one
+    size_t at       # with a directory: the current block
     size_t i        # the next entry of the block: 0 its first, i its (i-1)-th offset
     size_t pos      # where the next offset's high bit is looked for
     Block b
+
+
+cdef int dir_load(RunIter* it, size_t at) noexcept nogil:
+    """Copy block ``at`` of the directory out of the map (guarded), check it."""
+    it.at = at
+    if g_copy(it.b.buf, it.dir.data[at], it.dir.sizes[at]):
+        return CORRUPTED
+    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at])
+
+
+cdef void start_at(RunIter* it, uint64_t lo) noexcept nogil:
+    """Position ``it`` in the block it holds at the bucket of ``lo``
+    (select_zero), or at the block's first entry where ``lo`` is not past it."""
+    cdef uint64_t t
+    cdef size_t z
+    it.i, it.pos = 0, 0
+    if lo <= it.b.first:
+        return
+    t = (lo - it.b.first) >> it.b.L
+    it.i = 1
+    if t:  # past the t-th zero, before which t buckets end
+        z = select_zero(&it.b, t)
+        if z == NOWHERE:
+            it.i = it.b.c + 1
+        else:
+            it.pos, it.i = z + 1, 2 + z - t
 
 
 cdef inline bint in_run(const MDB_val* k, uint32_t run) noexcept nogil:
@@ -37,13 +122,19 @@ cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
     bucket of ``lo`` on (the few before ``lo`` there are the caller's to skip)."""
     cdef uint8_t key[12]
     cdef MDB_val k, v
-    cdef uint64_t t
-    cdef size_t z
     cdef int rc
+    it.more, it.i, it.b.c = False, 1, 0  # empty, until a block is found
+    if it.dir != NULL:
+        if it.dir.n == 0:
+            return 0
+        rc = dir_load(it, dir_seek(it.dir, lo))
+        if rc == 0:
+            it.more = True
+            start_at(it, lo)
+        return rc
     write_be(key, it.run, 4)
     write_be(key + 4, lo, 8)
     k.mv_size, k.mv_data = 12, key
-    it.more, it.i, it.b.c = False, 1, 0  # empty, until a block is found
     rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
     if rc == 0 and in_run(&k, it.run) and read_be(<const uint8_t*>k.mv_data + 4, 8) == lo:
         it.more, it.i, it.pos = True, 0, 0
@@ -56,14 +147,7 @@ cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
         if rc:
             return rc
         it.more = True
-        t = (lo - it.b.first) >> it.b.L
-        it.i, it.pos = 1, 0
-        if t:  # past the t-th zero, before which t buckets end
-            z = select_zero(&it.b, t)
-            if z == NOWHERE:
-                it.i = it.b.c + 1
-            else:
-                it.pos, it.i = z + 1, 2 + z - t
+        start_at(it, lo)
         return 0
     if rc and rc != MDB_NOTFOUND:
         return rc
@@ -84,6 +168,13 @@ cdef int iter_next(RunIter* it, uint64_t* out) noexcept nogil:
     while it.i > it.b.c:
         if not it.more:
             return MDB_NOTFOUND
+        if it.dir != NULL:
+            it.more = it.at + 1 < it.dir.n
+            rc = dir_load(it, it.at + 1) if it.more else MDB_NOTFOUND
+            if rc:
+                return rc
+            it.i, it.pos = 0, 0
+            continue
         rc = g_cursor_get(it.cursor, &k, &v, MDB_NEXT)
         if rc == 0 and not in_run(&k, it.run):
             rc = MDB_NOTFOUND
@@ -160,8 +251,13 @@ cdef struct Sweep:
 cdef int sweep_keep(Sweep* sw) noexcept nogil:
     """Keep the block in ``sw.it.b`` and look at the next block's first value."""
     cdef MDB_val k, v
-    cdef int rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
     sw.kept = True
+    if sw.it.dir != NULL:
+        sw.has_next = sw.it.at + 1 < sw.it.dir.n
+        if sw.has_next:
+            sw.next_first = sw.it.dir.firsts[sw.it.at + 1]
+        return 0
+    cdef int rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_NEXT)
     sw.has_next = rc == 0 and in_run(&k, sw.it.run)
     if sw.has_next:
         sw.next_first = read_be(<const uint8_t*>k.mv_data + 4, 8)
@@ -169,9 +265,18 @@ cdef int sweep_keep(Sweep* sw) noexcept nogil:
 
 
 cdef int sweep_to(Sweep* sw, uint64_t lo) noexcept nogil:
-    """Keep the block that holds ``lo``: the next one if it does, else a seek."""
+    """Keep the block that holds ``lo``: the next one if it does, else a seek
+    (with a directory: a gallop from the kept block)."""
     cdef MDB_val k, v
     cdef int rc
+    cdef size_t start
+    if sw.it.dir != NULL:
+        start, sw.kept, sw.has_next = sw.it.at if sw.kept else 0, False, False
+        if sw.it.dir.n == 0:
+            return 0
+        rc = dir_load(&sw.it, dir_gallop(sw.it.dir, lo, start))
+        sw.it.more = True
+        return rc if rc else sweep_keep(sw)
     if sw.has_next:
         rc = g_cursor_get(sw.it.cursor, &k, &v, MDB_GET_CURRENT)
         if rc == 0:

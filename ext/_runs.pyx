@@ -16,7 +16,7 @@ Beside the runs, today's table (a dupsort sub-database: the top 2 bytes of
 a value as key, its other 6 as fixed-size duplicates) for comparison.
 """
 
-from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libc.string cimport memcpy, memmove, memset
@@ -295,7 +295,7 @@ cdef class Study:
         cdef RunIter it
         cdef uint64_t x
         cdef int rc
-        it.run = run
+        it.run, it.dir = run, NULL
         self.begin(False, self.slot(run), &txn, &it.cursor)
         rc = iter_seek(&it, 0)
         while rc == 0:
@@ -320,6 +320,7 @@ cdef class Study:
             if los[i] < los[i - 1]:
                 raise ValueError("the ranges must be sorted by their start")
         sw.it.run, sw.kept, sw.has_next, rest.run, rest.cursor = run, False, False, run, NULL
+        sw.it.dir = rest.dir = NULL
         self.begin(False, self.slot(run), &txn, &sw.it.cursor)
         with nogil:
             rc = mdb_cursor_open(txn, self.slot(run), &rest.cursor)
@@ -347,7 +348,7 @@ cdef class Study:
         cdef RunIter it
         cdef size_t c
         cdef int rc = 0
-        it.run = run
+        it.run, it.dir = run, NULL
         self.begin(False, self.slot(run) if run else self.table, &txn, &it.cursor)
         with nogil:
             for i in range(n):

@@ -197,8 +197,8 @@ def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):
     db.close()
     tables, counts = read_tables(path, LAYOUT.tables)
     assert counts == [len(docs), 0]
-    for table, runs in enumerate(tables):  # the rewrite, then the return's run
-        assert [(run, len(values)) for run, _, values in runs] == [(1, 1540), (2, 1)]
+    for table, runs in enumerate(tables):  # the rewrite (ids above the dropped runs 1-3), the return
+        assert [(run, len(values)) for run, _, values in runs] == [(4, 1540), (5, 1)]
         assert runs[0][2] == LAYOUT.table_values([fp for k, fp in docs.items() if k != "back"],
                                                  table)
     if native_built():
@@ -208,8 +208,8 @@ def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):
         db.compact()
         check_exact(db, docs, probes)
     tables, counts = read_tables(path, LAYOUT.tables)
-    assert counts == [len(docs), 0]
-    assert all([(run, slot) for run, slot, _ in runs] == [(1, 0)] for runs in tables)
+    assert counts == [len(docs), 0]  # one run, its id above those the rewrite dropped
+    assert all([(run, slot) for run, slot, _ in runs] == [(4, 0)] for runs in tables)
 
 
 def test_the_stale_count_triggers_the_rewrite(tmp_path):

@@ -97,11 +97,15 @@ def test_today_table_scans_as_the_run(tmp_path):
                           np.frombuffer(study.scan(1, los, his), np.uint64))
 
 
-def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
+@pytest.mark.parametrize("directory_entries", [0, 3000, 1 << 24])
+def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_entries,
+                                                           monkeypatch):
     """The native backend: batches of
     every size leave several runs a table, removals stale entries, returns
     second copies; single and batch searches (the sweep) at and above the
-    built distance equal brute force, and a compaction leaves one run a table."""
+    built distance equal brute force, and a compaction leaves one run a table.
+    Runs are read through their block directories, through the B-tree, or
+    (3000) some one way and some the other."""
     import lmdb
     from conftest import STORAGE_LAYOUT
 
@@ -109,6 +113,8 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path):
     from simhashdb.storage import registry
     rng = np.random.default_rng(11)
     pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb.native import NativeStorage
+    monkeypatch.setattr(NativeStorage, "directory_entries", directory_entries)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
     fps = rng.integers(0, 2**64, 30_000, dtype=np.uint64)

@@ -3,7 +3,10 @@ run after the batch commits, a table's worth a transaction (tidy): the
 tables end each call merged, a rewrite cut short goes on where it stopped,
 and a failed tidy loses nothing."""
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 from conftest import brute_force, native_built
@@ -160,7 +163,8 @@ def test_both_backends_merge_and_rewrite_to_the_same_file(tmp_path, small_merges
     assert files[0] == files[1]
     tables, (distinct, stale) = files[0]
     assert distinct == len(set(docs.values())) and stale == 0
-    assert all([(run, slot) for run, slot, _ in runs] == [(1, 0)] for runs in tables)  # rewritten
+    # rewritten: one run in the first slot, its id above those of the runs it replaced
+    assert all([slot for _, slot, _ in runs] == [0] and runs[0][0] > 1 for runs in tables)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -179,8 +183,7 @@ def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
         check(db, docs, rng)
     tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
     assert (distinct, stale) == (600, 0)
-    assert all([(run, slot, len(values)) for run, slot, values in runs] == [(1, 0, 600)]
-               for runs in tables)
+    assert all([(slot, len(values)) for _, slot, values in runs] == [(0, 600)] for runs in tables)
     monkeypatch.undo()
     with DB(path, backend=backend) as db:  # nothing left to rewrite
         assert db._storage._transact(lambda txn: txn.tidy()) == (False, False)
@@ -201,3 +204,39 @@ def test_a_damaged_rewrite_marker_is_refused_not_followed(tmp_path, backend):
         with pytest.warns(MaintenanceWarning, match="the batch is stored"):
             db.delete_many([1])
         assert 1 not in db and 2 in db
+
+
+WRITER = """
+import json, sys
+from simhashdb import DB
+path, backend, gone, second = sys.argv[1], sys.argv[2], *json.load(open(sys.argv[3]))
+with DB(path, backend=backend) as db:
+    db.delete_many(gone)
+    db.insert_many(second.items())
+"""
+
+
+@pytest.mark.skipif(not native_built(), reason="the native backend was not built")
+@pytest.mark.parametrize("writer", ["lmdb", "py-lmdb"])
+def test_a_readers_block_directories_never_outlive_their_runs(tmp_path, writer):
+    """A native reader keeps each run's block directory, matched by the run's
+    id, slot and entries. Another process empties the tables and fills them
+    again with as many other fingerprints, so the new runs take the old ones'
+    slots and sizes: they take new ids, and the reader's searches stay exact."""
+    path, rng = str(tmp_path / "db"), random.Random(8)
+    first = {"a%d" % i: rng.getrandbits(64) for i in range(3000)}
+    second = {"b%d" % i: rng.getrandbits(64) for i in range(3000)}
+    with DB(path, distance=3, blocks=5, backend=writer) as db:
+        db.insert_many(first.items())
+    before, _ = read_tables(path, LAYOUT.tables)
+    (tmp_path / "batches.json").write_text(json.dumps([sorted(first), second]))
+    with DB(path, backend="lmdb", readonly=True) as reader:
+        check(reader, first, rng)  # reads the directories
+        subprocess.run([sys.executable, "-c", WRITER, path, writer, str(tmp_path / "batches.json")],
+                       check=True)
+        check(reader, second, rng)
+    after, _ = read_tables(path, LAYOUT.tables)
+    for old, new in zip(before, after):
+        assert [(slot, len(values)) for _, slot, values in new] == \
+            [(slot, len(values)) for _, slot, values in old] == [(0, 3000)]
+        assert new[0][0] > old[0][0]

@@ -39,11 +39,18 @@ class NativeStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, owned by native code."""
 
     backend = "lmdb"
+    # The largest run a search gives a block directory (a seek without a B-tree
+    # descent). Building one reads the whole run once (~90 MB at 2**24 entries),
+    # which must stay small next to the seeks it saves even when the file is
+    # larger than memory; larger runs are searched through the B-tree.
+    directory_entries = 1 << 24
+
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
         self._env.batch_merge = self.batch_merge
+        self._env.directory_entries = self.directory_entries
         self._open_dbs()
 
     def _open_dbs(self):

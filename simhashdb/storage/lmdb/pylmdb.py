@@ -23,6 +23,7 @@ from .files import RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
 
 META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
+RUN_IDS = b"run ids"  # meta: the highest run id a rewrite dropped (_put_run)
 REWRITE = b"rewrite"  # meta: the next table of a rewrite under way, and the stale count it began with
 MAX_VALUE = (1 << 64) - 1
 
@@ -201,12 +202,13 @@ class PyLmdbStorage(LmdbStorage):
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 directory = self._open_db(RUNS, env=target, txn=written)
+                run = int.from_bytes(source.get(RUN_IDS, db=self._dbs[META]) or bytes(8), "big") + 1
                 for table in range(self._layout.tables):
                     slots = [self._open_db(slot_name(table, slot), env=target, txn=written)
                              for slot in range(RUN_SLOTS)]
                     if fps:
-                        _write_run(written, slots[0], 1, self._layout.table_values(fps, table))
-                    written.put(_table_key(table), _directory_record([(1, 0, len(fps))] if fps
+                        _write_run(written, slots[0], run, self._layout.table_values(fps, table))
+                    written.put(_table_key(table), _directory_record([(run, 0, len(fps))] if fps
                                                                      else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 written.put(STALE, _count_bytes(0), db=meta)
@@ -508,7 +510,9 @@ class PyTxn(PyView, Txn):
         """Write ``values`` as a new run of ``table`` (the next id, the first
         free slot) and note it at the end of ``runs``."""
         slot = min(set(range(RUN_SLOTS)) - {s for _, s, _ in runs})
-        run = runs[-1][0] + 1 if runs else 1
+        # never an id given before in the table (the native backend caches
+        # block directories by run id): above the live runs' and the dropped
+        run = runs[-1][0] + 1 if runs else self._count(RUN_IDS) + 1
         _write_run(self._txn, self._storage._dbs[slot_name(table, slot)], run, values)
         runs.append((run, slot, len(values)))
 
@@ -549,11 +553,14 @@ class PyTxn(PyView, Txn):
         return True
 
     def _rewrite_table(self, table):
-        """Rewrite ``table`` from the index as its one run (id 1, slot 0), its
-        stale entries gone, as the native backend does."""
+        """Rewrite ``table`` from the index as its one run (slot 0, an id above
+        the dropped runs'), its stale entries gone, as the native backend does."""
         index = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
         fps = [_ext.unpack_key(k) for k in index.iternext_nodup(values=False)]
-        for _, slot, _ in self._directory(table):
+        directory = self._directory(table)
+        if directory and directory[-1][0] > self._count(RUN_IDS):
+            self._set_count(RUN_IDS, directory[-1][0])
+        for _, slot, _ in directory:
             self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
         runs = []
         if fps:

@@ -2370,6 +2370,7 @@ cdef class Txn:
             rc = open_cursors(&job.w)
             if rc == 0:
                 rc = tidy(&job.w, &more)
+        self.runs_written = self.runs_written or job.w.runs_written
         self.done(rc, "write to")
         return more
 

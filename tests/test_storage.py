@@ -202,6 +202,30 @@ def test_insert_if_new_sees_what_the_batch_stored_before(opener):
     assert_agrees(storage, {"old": 0b1111 << 40, "first": 1 << 20, "far": MAX})
 
 
+def test_a_write_searches_what_it_stored_and_the_next_snapshots_agree(opener):
+    """Searches inside the transaction that stored new runs see them, and
+    searches after its commit, in new snapshots, find what it committed (a
+    search reads no block directory of a run not yet committed)."""
+    storage, rng = opener(), random.Random(12)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(2000)}
+    pairs = list(docs.items())
+    put(storage, pairs[:1000])
+    probes = array("Q", [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[::40]])
+
+    def body(txn):
+        before = txn.search(probes, 3)
+        txn.upsert(documents(pairs[1000:]))
+        return before, txn.search(probes, 3)
+
+    before, inside = storage.write(body)
+    docs.update(more := {"m%d" % i: rng.getrandbits(64) for i in range(10)})
+    put(storage, more.items())  # a write that may reuse the first one's page buffers
+    for probe, old, new, after in zip(probes, before, inside, storage.search(probes, 3)):
+        assert hits_by_key(old) == oracle_hits(dict(pairs[:1000]), probe, 3)
+        assert hits_by_key(new) == oracle_hits(dict(pairs), probe, 3)
+        assert hits_by_key(after) == oracle_hits(docs, probe, 3)
+
+
 def test_insert_if_new_sees_what_the_batch_replaced(opener):
     """A document stored early in the batch replaces a key whose fingerprint a
     later one is near: the later one no longer finds it, and is stored."""

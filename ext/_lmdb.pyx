@@ -325,15 +325,23 @@ cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
         dir_free(old)
 
 
-cdef void dir_clear(DirCache* cache) noexcept nogil:
-    """Drop every cached directory (their holders keep theirs)."""
+cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
+    """Drop every cached directory (their holders keep theirs). ``last``: the
+    cache's end, when nothing else holds one, and a fork child's lock may have
+    been taken by a thread it does not have: no lock then."""
     cdef BlockDir* d
     cdef size_t at
+    if not last:
+        pthread_mutex_lock(&cache.lock)
     for at in range(MAX_TABLES * SLOTS):
-        if cache.dirs[at] != NULL:
-            d = cache.dirs[at]
-            cache.dirs[at] = NULL
-            dir_release(cache, d)
+        d = cache.dirs[at]
+        cache.dirs[at] = NULL
+        if d != NULL:
+            d.refs -= 1
+            if d.refs == 0:
+                dir_free(d)
+    if not last:
+        pthread_mutex_unlock(&cache.lock)
 
 
 cdef int dir_grow(BlockDir* d) noexcept nogil:
@@ -380,7 +388,7 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir*
         d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, v.mv_size
         d.n += 1
         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
-    if rc != MDB_NOTFOUND:
+    if rc and rc != MDB_NOTFOUND:  # (an item of another run ends this one, as for a cursor)
         return rc
     cdef size_t j
     d.tops = <uint64_t*>malloc(((d.n + DIR_STRIDE - 1) // DIR_STRIDE + 1) * sizeof(uint64_t))
@@ -766,10 +774,11 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
                 dir_publish(r.cache, t * SLOTS + r.slot[i], r.dir[i])
-            elif r.dir[i] != NULL:  # a damaged block: the cursor finds it if a search does
-                dir_free(r.dir[i])
-                r.dir[i] = NULL
-                rc = 0 if rc == CORRUPTED else rc
+            else:  # a damaged run: the cursor finds the damage if a search goes there
+                if r.dir[i] != NULL:
+                    dir_free(r.dir[i])
+                    r.dir[i] = NULL
+                rc = rc if rc == GUARD_FAULT or rc == NO_MEMORY else 0
         if rc:
             break
     return rc
@@ -1016,6 +1025,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
+    w.runs_written = True  # before any slot changes, whatever happens next
     while rc == 0 and (n or (merges_left(&r) if w.merge_limit == 0 else
                              merge_due(&r, w.merge_limit))):
         # a run id is never given twice in a table (so a block directory cached
@@ -1384,6 +1394,7 @@ cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) 
     cdef int rc = read_counter(w, RUN_IDS, &dropped) if n else 0
     if rc == 0 and n and w.table_runs[t].id[n - 1] > dropped:
         rc = write_counter(w, RUN_IDS, w.table_runs[t].id[n - 1])
+    w.runs_written = True
     for i in range(n):
         slots[i] = w.table_runs[t].slot[i]
     close_runs(&w.table_runs[t])
@@ -1746,7 +1757,7 @@ cdef class Env:
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         if self.dirs != NULL:  # every transaction, and so every holder, is gone
-            dir_clear(self.dirs)
+            dir_clear(self.dirs, True)
             pthread_mutex_destroy(&self.dirs.lock)
             free(self.dirs)
         free(self.layout.spec)
@@ -1857,7 +1868,7 @@ cdef class Env:
         """Set the map size (0: adopt the size another process set); no
         transaction of this process may be running."""
         self.check()
-        dir_clear(self.dirs)  # the map may move: the directories point into it
+        dir_clear(self.dirs, False)  # the map may move: the directories point into it
         cdef int rc = mdb_env_set_mapsize(self.env, size)
         if rc:
             raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
@@ -1883,7 +1894,7 @@ cdef class Env:
         return txn
 
     def close(self):
-        dir_clear(self.dirs)
+        dir_clear(self.dirs, False)
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         self.env = NULL

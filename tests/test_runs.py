@@ -287,3 +287,34 @@ def test_a_layout_of_many_tables_opens_with_room_for_their_runs(tmp_path):
     with DB(path) as db:
         probe = fps[20] ^ 0xFF
         assert [m.key for m in db.query(probe)] == [20] and db.check() == []
+
+
+def test_an_item_of_another_run_in_a_slot_ends_the_run_as_for_a_cursor(tmp_path, monkeypatch):
+    """A slot that holds, after its run's blocks, an item keyed by another
+    run (damage): searches read the run up to that item, through the block
+    directory as through the B-tree, and never fault."""
+    import lmdb
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb import DB
+    from simhashdb.storage.lmdb.native import NativeStorage
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64, 30_000, dtype=np.uint64)  # ~160 blocks a run
+    path = str(tmp_path / "db")
+    with DB(path, distance=3) as db:
+        db.insert_many((i, int(fp)) for i, fp in enumerate(fps))
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        raw = txn.get((0).to_bytes(2, "big"), db=env.open_db(b"runs", txn=txn, create=False))
+        run, slot = int.from_bytes(raw[:4], "big"), raw[4]
+        txn.put((run + 1).to_bytes(4, "big") + bytes(8), bytes(3),
+                db=env.open_db(b"runs:000:%02d" % slot, txn=txn, create=False))
+    env.close()
+    probes = [int(fp) ^ 0b101 for fp in fps[:300]]
+    answers = []
+    for entries in (0, 1 << 24):
+        monkeypatch.setattr(NativeStorage, "directory_entries", entries)
+        with DB(path, readonly=True) as db:
+            answers.append([sorted(m.key for m in found) for found in db.query_many(probes)])
+            answers.append([sorted(m.key for m in db.query(probe)) for probe in probes[:50]])
+    assert answers[0] == answers[2] and answers[1] == answers[3]
+    assert all(i in keys for i, keys in enumerate(answers[2]))

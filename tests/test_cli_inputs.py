@@ -26,8 +26,11 @@ def one_line_error(err):
 
 def test_ctrl_c_exits_130_with_one_line_and_keeps_committed_batches(tmp_path):
     db = str(tmp_path / "c.db")
+    # as from a terminal, whatever this process inherited (a job started in the
+    # background of a script ignores SIGINT, and so would the child)
     proc = subprocess.Popen(EXE + ["import", db, "--format", "dec", "--batch-size", "2"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     proc.stdin.write(b"1\n2\n3\n")  # one batch committed, one record waiting for more input
     proc.stdin.flush()
     deadline = time.monotonic() + 60

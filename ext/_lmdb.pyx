@@ -298,7 +298,8 @@ cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
         dir_free(d)
 
 
-cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run, uint64_t entries) noexcept nogil:
+cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run,
+                          uint64_t entries) noexcept nogil:
     """The cached directory of run ``run`` (with ``entries``) in slot ``at``
     (table * SLOTS + slot), referenced for the caller, or NULL."""
     pthread_mutex_lock(&cache.lock)
@@ -360,7 +361,8 @@ cdef int dir_grow(BlockDir* d) noexcept nogil:
     return 0
 
 
-cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir** out) noexcept nogil:
+cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
+                   BlockDir** out) noexcept nogil:
     """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
     first value, and where its value lies in the map."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))

@@ -81,50 +81,18 @@ cdef struct RunIter:
     const BlockDir* dir  # the run's directory (cursor unused), or NULL
     uint32_t run
     bint more       # blocks of the run may follow the current one
-    size_t at       # with a directory: the current block,
-    const uint8_t* src  # its value in the map,
-    size_t low_from, low_to  # and the bytes of its low bits copied into b.buf
+    size_t at       # with a directory: the current block
     size_t i        # the next entry of the block: 0 its first, i its (i-1)-th offset
     size_t pos      # where the next offset's high bit is looked for
     Block b
 
 
-cdef enum:
-    LOW_WINDOW = 64     # bytes of low bits copied at a time from a directory's block
-
-
 cdef int dir_load(RunIter* it, size_t at) noexcept nogil:
-    """Copy block ``at``'s header and high bits out of the map (guarded) and
-    check them. Its low bits follow as entries are read (need_low): a seek
-    reads one or two entries of a block's ~190, and the low bits are most of it."""
-    cdef size_t size = it.dir.sizes[at], high
-    it.at, it.src = at, it.dir.data[at]
-    if g_copy(it.b.buf, it.src, 3):
+    """Copy block ``at`` of the directory out of the map (guarded), check it."""
+    it.at = at
+    if g_copy(it.b.buf, it.dir.data[at], it.dir.sizes[at]):
         return CORRUPTED
-    cdef int rc = block_header(&it.b, it.dir.firsts[at], size)
-    if rc:
-        return rc
-    high = it.b.high - it.b.buf
-    if g_copy(it.b.buf + high, it.src + high, size - high):
-        return CORRUPTED
-    it.low_from = it.low_to = 3
-    return 0
-
-
-cdef int need_low(RunIter* it, size_t entry) noexcept nogil:
-    """Copy the low bits of offset ``entry`` of a block from dir_load, and the
-    next LOW_WINDOW bytes, where they are not copied yet."""
-    cdef size_t at = 3 + ((entry * it.b.L) >> 3), end = it.b.high - it.b.buf
-    cdef size_t upto = min(at + 9, end)  # read_bits reads 9 bytes (those past end are copied)
-    if at >= it.low_from and upto <= it.low_to:
-        return 0
-    if at < it.low_from or at > it.low_to:  # apart from the bytes copied: start again
-        it.low_from = it.low_to = at
-    upto = min(max(upto, it.low_to + LOW_WINDOW), end)
-    if g_copy(it.b.buf + it.low_to, it.src + it.low_to, upto - it.low_to):
-        return CORRUPTED
-    it.low_to = upto
-    return 0
+    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at])
 
 
 cdef void start_at(RunIter* it, uint64_t lo) noexcept nogil:
@@ -230,10 +198,6 @@ cdef int iter_next(RunIter* it, uint64_t* out) noexcept nogil:
             return CORRUPTED
         word = load_le64(it.b.high + 8 * w)
     p = 64 * w + ctz64(word)
-    if it.dir != NULL:
-        rc = need_low(it, it.i - 1)
-        if rc:
-            return rc
     out[0] = it.b.first + ((<uint64_t>(p - (it.i - 1)) << it.b.L)
                            | read_bits(it.b.low, (it.i - 1) * it.b.L, it.b.L))
     it.i += 1

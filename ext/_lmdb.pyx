@@ -176,7 +176,6 @@ include "_signature.pxi"
 include "_runs.pxi"
 
 
-
 cdef int value_fingerprint(const MDB_val* value, uint64_t* fp) noexcept nogil:
     """The fingerprint leading a document value (a msgpack array of an uint first)."""
     cdef const uint8_t* p = <const uint8_t*>value.mv_data
@@ -288,11 +287,16 @@ cdef void dir_free(BlockDir* d) noexcept nogil:
     free(d)
 
 
+cdef inline bint dir_unref(BlockDir* d) noexcept nogil:
+    """Drop one reference to ``d`` (the cache's lock held): whether it was the last."""
+    d.refs -= 1
+    return d.refs == 0
+
+
 cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
     """Drop one holder's reference to ``d``; the last frees it."""
     pthread_mutex_lock(&cache.lock)
-    d.refs -= 1
-    cdef bint last = d.refs == 0
+    cdef bint last = dir_unref(d)
     pthread_mutex_unlock(&cache.lock)
     if last:
         dir_free(d)
@@ -318,9 +322,7 @@ cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
     cdef BlockDir* old = cache.dirs[at]
     cache.dirs[at] = d
     d.refs += 1
-    if old != NULL:
-        old.refs -= 1
-    cdef bint last = old != NULL and old.refs == 0
+    cdef bint last = old != NULL and dir_unref(old)
     pthread_mutex_unlock(&cache.lock)
     if last:
         dir_free(old)
@@ -337,10 +339,8 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
     for at in range(MAX_TABLES * SLOTS):
         d = cache.dirs[at]
         cache.dirs[at] = NULL
-        if d != NULL:
-            d.refs -= 1
-            if d.refs == 0:
-                dir_free(d)
+        if d != NULL and dir_unref(d):
+            dir_free(d)
     if not last:
         pthread_mutex_unlock(&cache.lock)
 

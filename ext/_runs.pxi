@@ -36,31 +36,25 @@ cdef struct BlockDir:
     uint64_t* tops       # firsts[DIR_STRIDE * j]: a few KB that stay in cache
 
 
+cdef inline size_t last_at_most(const uint64_t* a, size_t lo, size_t hi, uint64_t x) noexcept nogil:
+    """The last index in [lo, hi) of the sorted ``a`` whose value is at most
+    ``x`` (``lo`` when none is)."""
+    cdef size_t below = upper_bound(a + lo, hi - lo, x)
+    return lo + below - 1 if below else lo
+
+
 cdef size_t dir_find(const BlockDir* d, uint64_t x, size_t lo, size_t hi) noexcept nogil:
     """The last block in [lo, hi) whose first value is at most ``x`` (``lo``
-    when none is), by binary search."""
-    cdef size_t mid
-    while hi - lo > 1:
-        mid = lo + (hi - lo) // 2
-        if d.firsts[mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    when none is)."""
+    return last_at_most(d.firsts, lo, hi, x)
 
 
 cdef size_t dir_seek(const BlockDir* d, uint64_t x) noexcept nogil:
     """dir_find over the whole directory: first among the tops, then in the
     stretch of DIR_STRIDE blocks that one begins (two short searches, where one
     over all the blocks would miss the cache at each of its last steps)."""
-    cdef size_t lo = 0, hi = (d.n + DIR_STRIDE - 1) // DIR_STRIDE, mid
-    while hi - lo > 1:
-        mid = lo + (hi - lo) // 2
-        if d.tops[mid] <= x:
-            lo = mid
-        else:
-            hi = mid
-    return dir_find(d, x, lo * DIR_STRIDE, min(lo * DIR_STRIDE + DIR_STRIDE, d.n))
+    cdef size_t top = last_at_most(d.tops, 0, (d.n + DIR_STRIDE - 1) // DIR_STRIDE, x)
+    return dir_find(d, x, top * DIR_STRIDE, min(top * DIR_STRIDE + DIR_STRIDE, d.n))
 
 
 cdef size_t dir_gallop(const BlockDir* d, uint64_t x, size_t at) noexcept nogil:

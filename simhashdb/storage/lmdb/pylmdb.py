@@ -202,7 +202,7 @@ class PyLmdbStorage(LmdbStorage):
                 fps = [_ext.unpack_key(k) for k in
                        source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
                 directory = self._open_db(RUNS, env=target, txn=written)
-                run = int.from_bytes(source.get(RUN_IDS, db=self._dbs[META]) or bytes(8), "big") + 1
+                run = _counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS) + 1
                 for table in range(self._layout.tables):
                     slots = [self._open_db(slot_name(table, slot), env=target, txn=written)
                              for slot in range(RUN_SLOTS)]
@@ -242,11 +242,7 @@ class PyView(View):
         return self._txn.stat(self._storage._dbs[table_name(0)])["entries"]
 
     def _count(self, name):
-        """A counter in meta (u64 big-endian; 0 where absent)."""
-        raw = self._cursor(META).get(name)
-        if raw is not None and len(raw) != 8:
-            raise _damaged(self._storage.path, "meta's %r" % name.decode())
-        return int.from_bytes(raw, "big") if raw else 0
+        return _counter(self._cursor(META).get(name), self._storage.path, name)
 
     def get(self, key):
         return self._cursor(DOCS).get(key)
@@ -646,6 +642,13 @@ def _directory_record(runs):
     """A directory of runs: (run id u32, slot u8, entries u64) a run, big-endian."""
     return b"".join(run.to_bytes(4, "big") + bytes([slot]) + entries.to_bytes(8, "big")
                     for run, slot, entries in runs)
+
+
+def _counter(raw, path, name):
+    """A counter in meta, read (u64 big-endian; 0 where absent)."""
+    if raw is not None and len(raw) != 8:
+        raise _damaged(path, "meta's %r" % name.decode())
+    return int.from_bytes(raw, "big") if raw else 0
 
 
 def _count_bytes(value):

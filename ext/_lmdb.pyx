@@ -19,6 +19,8 @@ batch, merged by size, scanned run by run, hits checked against the index.
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset, strlen
+from posix.types cimport pid_t
+from posix.unistd cimport getpid
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 
 cdef extern from "Python.h":
@@ -83,6 +85,8 @@ cdef extern from "lmdb.h" nogil:
     char* mdb_version(int* major, int* minor, int* patch)
     int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
     void mdb_txn_abort(MDB_txn* txn)
+    void mdb_txn_reset(MDB_txn* txn)
+    int mdb_txn_renew(MDB_txn* txn)
     size_t mdb_txn_id(MDB_txn* txn)
     int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
     void mdb_cursor_close(MDB_cursor* cursor)
@@ -109,6 +113,7 @@ cdef extern from "guard.h" nogil:
 cdef enum:
     MAX_TABLES = 1024
     SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
+    SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
     RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
@@ -1716,6 +1721,9 @@ cdef class Env:
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory
     cdef Layout layout
     cdef DirCache* dirs  # the runs' block directories, for searches
+    cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
+    cdef int spares
+    cdef pid_t pid       # the process that opened it (a fork child must not end its readers)
     cdef readonly bint broken
     cdef bytes path
 
@@ -1754,8 +1762,10 @@ cdef class Env:
         cdef int dead
         mdb_reader_check(self.env, &dead)
         self.layout.tables = 0
+        self.pid = getpid()
 
     def __dealloc__(self):
+        self.drop_spares()
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         if self.dirs != NULL:  # every transaction, and so every holder, is gone
@@ -1773,6 +1783,15 @@ cdef class Env:
             raise DamagedError("the database at %s faulted on a damaged file earlier; "
                                "restore it from a backup" % self.path.decode())
         return 0
+
+    cdef void drop_spares(self):
+        """End the kept read transactions, freeing their reader slots (not in
+        a fork child: the slots are the parent's)."""
+        cdef int i
+        for i in range(self.spares):
+            if self.env != NULL and not self.broken and getpid() == self.pid:
+                mdb_txn_abort(self.spare[i])
+        self.spares = 0
 
     cdef object fail(self, int rc, str what):
         if rc == GUARD_FAULT:
@@ -1887,8 +1906,16 @@ cdef class Env:
         self.check()
         cdef Txn txn = Txn.__new__(Txn)
         cdef int rc
-        with nogil:
-            rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
+        if not write and self.spares:  # renewing one keeps its reader slot: no lock, no malloc
+            self.spares -= 1
+            txn.txn = self.spare[self.spares]
+            rc = mdb_txn_renew(txn.txn)
+            if rc:
+                mdb_txn_abort(txn.txn)
+                txn.txn = NULL
+        else:
+            with nogil:
+                rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
         if rc:
             raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
         txn.env = self
@@ -1897,6 +1924,7 @@ cdef class Env:
 
     def close(self):
         dir_clear(self.dirs, False)
+        self.drop_spares()
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         self.env = NULL
@@ -1939,8 +1967,14 @@ cdef class Txn:
         return w
 
     def abort(self):
+        """End the transaction; a read one is kept for Env.begin to renew."""
         if self.txn != NULL and not self.env.broken:
-            mdb_txn_abort(self.txn)
+            if not self.write and self.env.env != NULL and self.env.spares < SPARE_READS:
+                mdb_txn_reset(self.txn)
+                self.env.spare[self.env.spares] = self.txn
+                self.env.spares += 1
+            else:
+                mdb_txn_abort(self.txn)
         self.txn = NULL
 
     def commit(self):

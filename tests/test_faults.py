@@ -462,6 +462,26 @@ def test_a_fork_child_searches_in_parallel_after_its_parent_did(tmp_path):
         assert run_forked(child, timeout=10) == (0, True)
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "redis"])
+def test_a_fork_child_closing_its_copy_leaves_the_parents_snapshots_alone(tmp_path, backend):
+    """A backend may keep ended snapshots to renew (their reader slots held):
+    the child's copies of them are the parent's, not the child's to end."""
+    fp = lambda i: i * 0x9E3779B97F4A7C15 % 2**64
+    with DB(str(tmp_path / "spares.db"), distance=3, backend=backend) as db:
+        db.insert_many((i, fp(i)) for i in range(100))
+        assert [m.key for m in db.query_many([fp(i) for i in range(4)])[3]] == [3]
+
+        def child():
+            db.close()
+            return True
+
+        assert run_forked(child, timeout=10) == (0, True)
+        for i in range(20):
+            assert [m.key for m in db.query(fp(i) ^ 1)] == [i]
+        db.insert(100, 12345)
+        assert len(db) == 101 and db.check() == []
+
+
 # SIGKILL during a bulk load and during compaction
 
 BULK_LOADER = """

@@ -68,7 +68,8 @@ cdef extern from "lmdb.h" nogil:
     ctypedef void MDB_assert_func(MDB_env* env, const char* msg)
     enum:
         MDB_NOSUBDIR, MDB_RDONLY, MDB_NOTLS, MDB_NOLOCK, MDB_NORDAHEAD, MDB_CREATE,
-        MDB_DUPSORT, MDB_DUPFIXED, MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_MULTIPLE,
+        MDB_DUPSORT, MDB_DUPFIXED, MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_NOOVERWRITE,
+        MDB_MULTIPLE,
         MDB_NOTFOUND, MDB_KEYEXIST, MDB_MAP_FULL, MDB_MAP_RESIZED, MDB_READERS_FULL,
         MDB_TXN_FULL
     int mdb_env_create(MDB_env** env)
@@ -1163,12 +1164,12 @@ cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
     """Note ``fp`` as changed, with whether the index had it before this batch
     (the first note of a fingerprint is taken before any of its changes)."""
     cdef int had = 0 if w.index_was_empty else has_entries(w.fp_cursor, fp)
-    if had < 0:
-        return had
+    return had if had < 0 else note_touched(touched, fp, had)
+
+
+cdef int note_touched(U64s* touched, uint64_t fp, bint had) noexcept nogil:
     cdef int rc = u64_push(touched, fp)
-    if rc == 0:
-        rc = u64_push(touched, <uint64_t>had)
-    return rc
+    return rc if rc else u64_push(touched, <uint64_t>had)
 
 
 cdef int put_table_entries(MDB_cursor* cursor, uint64_t* perms, size_t n) noexcept nogil:
@@ -1526,7 +1527,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef size_t i, fresh = 0
     cdef int rc
     cdef uint64_t old_fp
-    cdef bint appending = False, changed
+    cdef bint appending = False, changed, first, had
     cdef uint64_t* order = NULL
     cdef Doc* doc
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
@@ -1566,14 +1567,15 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         rc = g_cursor_put(w.doc_cursor, &k, &v, MDB_APPEND if appending else 0)
         if rc == 0:
             rc = note_bands(w, docs[i].value, docs[i].value_size, docs[i].fp, True)
-        if rc == 0 and changed:
-            rc = touch(w, touched, docs[i].fp)
+        if rc == 0 and changed:  # noted as its fingerprint goes into the index, below
             added[fresh] = docs[i]
             fresh += 1
         i += 1
     if rc == 0 and fresh:
         # the index entries in (fingerprint, key) order: the documents came in
-        # key order, and the radix sort by fingerprint is stable
+        # key order, and the radix sort by fingerprint is stable. A fingerprint's
+        # first put tells whether the index had it (a note after the ones
+        # unlink took, so theirs come first), without a lookup of its own.
         order = <uint64_t*>malloc(2 * fresh * sizeof(uint64_t))
         if order == NULL:
             rc = NO_MEMORY
@@ -1591,17 +1593,24 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             if rc:
                 break
             doc = &added[order[2 * i + 1]]
+            first, had = i == 0 or order[2 * i] != order[2 * i - 2], False
             write_be(fp_bytes, doc.fp, 8)
             k.mv_size, k.mv_data = 8, fp_bytes
             v.mv_size, v.mv_data = doc.key_size, <void*>doc.key
-            if appending and (i == 0 or order[2 * i] != order[2 * i - 2]):
-                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND)
-            elif appending:
-                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPENDDUP)
+            if appending:
+                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
             else:
-                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
-                if rc == MDB_KEYEXIST:
-                    rc = 0
+                if first:
+                    rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NOOVERWRITE)
+                    had = rc == MDB_KEYEXIST
+                if had or not first:  # another document's entry of the fingerprint
+                    k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
+                    v.mv_size, v.mv_data = doc.key_size, <void*>doc.key
+                    rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
+                    if rc == MDB_KEYEXIST:
+                        rc = 0
+            if rc == 0 and first:
+                rc = note_touched(touched, doc.fp, had)
         free(order)
     free(added)
     if rc == 0:

@@ -1168,6 +1168,7 @@ cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
 
 
 cdef int note_touched(U64s* touched, uint64_t fp, bint had) noexcept nogil:
+    """Note ``fp`` as changed, with whether the index ``had`` it before this batch."""
     cdef int rc = u64_push(touched, fp)
     return rc if rc else u64_push(touched, <uint64_t>had)
 
@@ -1796,10 +1797,10 @@ cdef class Env:
     cdef void drop_spares(self):
         """End the kept read transactions, freeing their reader slots (not in
         a fork child: the slots are the parent's)."""
+        cdef bint ours = self.env != NULL and not self.broken and getpid() == self.pid
         cdef int i
-        for i in range(self.spares):
-            if self.env != NULL and not self.broken and getpid() == self.pid:
-                mdb_txn_abort(self.spare[i])
+        for i in range(self.spares if ours else 0):
+            mdb_txn_abort(self.spare[i])
         self.spares = 0
 
     cdef object fail(self, int rc, str what):

@@ -28,7 +28,8 @@ REDIS = ["redis>=5.0", "hiredis>=2.0"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
-                                 "ext/_signature.pxi", "ext/_casefold.pxi", "ext/_codec.pxi"],
+                                 "ext/_signature.pxi", "ext/_casefold.pxi", "ext/_codec.pxi",
+                                 "ext/_gate.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._records", ["ext/_records.pyx"], depends=["ext/_values.pxi"],
                         extra_compile_args=["-O3"]),

@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """Native kernels: simhash accumulation, popcount, hashing, halo columns,
-permutations and the Hamming verifier. Takes ints and buffers, returns ints."""
+permutations and the Hamming verifier. Takes ints and buffers, returns ints.
+Also the gate an LMDB environment's transactions take turns at."""
 
 from array import array
 from bisect import insort
@@ -11,7 +12,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.math cimport sqrt
 from libc.string cimport memcpy, memset
 
-from simhashdb.errors import InvalidArgumentError, InvalidFingerprintError
+from simhashdb.errors import DatabaseError, InvalidArgumentError, InvalidFingerprintError
 
 cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
@@ -92,6 +93,9 @@ def as_fingerprints(hashes):
 
 
 include "_memory.pxi"
+
+
+include "_gate.pxi"
 
 
 include "_signature.pxi"

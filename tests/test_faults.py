@@ -482,6 +482,102 @@ def test_a_fork_child_closing_its_copy_leaves_the_parents_snapshots_alone(tmp_pa
         assert len(db) == 101 and db.check() == []
 
 
+# Interrupts: a signal handler's exception lands between any two steps
+
+class Interrupt(Exception):
+    pass
+
+
+armed = False  # whether the next SIGALRM raises Interrupt (it disarms itself)
+
+
+def interrupt(signum, frame):
+    global armed
+    if armed:
+        armed = False
+        raise Interrupt
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "redis"])
+def test_interrupts_anywhere_in_queries_and_writes_leave_no_transaction_behind(
+        tmp_path, backend):
+    """Queries and writes interrupted thousands of times, wherever the timer
+    lands: afterwards the database still compacts and closes, which wait for
+    every transaction to end (a turn left behind would hang them), and it
+    holds every write that returned."""
+    path = str(tmp_path / "interrupted.db")
+    fp = lambda i: i * 0x9E3779B97F4A7C15 % 2**64
+
+    def child():
+        db = DB(path, distance=3, backend=backend)
+        db.insert_many((i, fp(i)) for i in range(1000))
+        written, interrupts, i = set(range(1000)), 0, 1000
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+        global armed
+        while interrupts < 1500:
+            try:
+                armed = True
+                db.query(fp(i % 1000) ^ 3)
+                if i % 8 == 0:
+                    db.insert(i, fp(i))
+                    written.add(i)
+                i += 1
+            except Interrupt:
+                interrupts += 1
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        db.compact()
+        found = {k for k in written if db.get(k) is not None}
+        db.close()
+        return {"missing": len(written - found), "interrupts": interrupts}
+
+    status, result = run_forked(child, timeout=120)
+    assert status == 0 and result == {"missing": 0, "interrupts": 1500}, result
+
+
+def test_an_interrupted_wait_for_the_gate_leaves_it_open():
+    """A change of the environment interrupted while it waits for a running
+    transaction gives up its claim: later transactions do not wait for it."""
+    from simhashdb import _ext
+
+    def child():
+        import threading
+        gate, held, release = _ext.Gate(), threading.Event(), threading.Event()
+
+        def transaction():
+            with gate:
+                held.set()
+                release.wait()
+
+        holder = threading.Thread(target=transaction)
+        holder.start()
+        held.wait()
+        global armed
+        signal.signal(signal.SIGALRM, interrupt)
+        armed = True
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            with gate.exclusive("grow the map"):
+                return {"error": "the exclusive turn ran beside a transaction"}
+        except Interrupt:
+            pass
+        entered = threading.Event()
+
+        def another():
+            with gate:
+                entered.set()
+
+        second = threading.Thread(target=another)
+        second.start()
+        second.join(5)
+        release.set()
+        holder.join()
+        return {"entered": entered.is_set()}
+
+    assert run_forked(child, timeout=30) == (0, {"entered": True})
+
+
 # SIGKILL during a bulk load and during compaction
 
 BULK_LOADER = """

@@ -226,9 +226,20 @@ def band_entries(value, fingerprint):
     return [(key << 32) | (fingerprint >> 32) for key in bands(theirs)] if theirs else []
 
 
+_this_process = os.getpid()  # read on every query: os.getpid() is a system call
+
+
+def _forked():
+    global _this_process
+    _this_process = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def check_process(opened_in):
     """Raise DatabaseError in a process other than ``opened_in`` (a fork child
     of the process that opened a store: it must open its own)."""
-    if os.getpid() != opened_in:
+    if _this_process != opened_in:
         raise DatabaseError("this DB was opened in process %d before a fork; open a new "
                             "DB in the child process" % opened_in)

@@ -27,6 +27,7 @@ import time
 import warnings
 import weakref
 
+from ... import _ext
 from ...errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -482,64 +483,6 @@ def _fsync_path(path):
         os.close(fd)
 
 
-class Gate:
-    """Lets transactions run together, or one change of the environment itself
-    (growing the map, compacting, closing) run alone, as LMDB requires."""
-
-    def __init__(self):
-        self._lock = threading.Lock()  # taken directly on every turn: Condition's own
-        self._changed = threading.Condition(self._lock)  # __enter__ costs a query ~1 us
-        self._running = 0
-        self._exclusive = False
-        self._held = threading.local()
-
-    def enter(self):
-        """Begin a transaction's turn (shared with other transactions)."""
-        with self._lock:
-            while self._exclusive:
-                self._changed.wait()
-            self._running += 1
-        self._held.count = getattr(self._held, "count", 0) + 1
-
-    def leave(self):
-        """End a transaction's turn."""
-        self._held.count -= 1
-        with self._lock:
-            self._running -= 1
-            if self._exclusive and not self._running:
-                self._changed.notify_all()
-
-    @contextlib.contextmanager
-    def shared(self):
-        self.enter()
-        try:
-            yield
-        finally:
-            self.leave()
-
-    def held_here(self):
-        """Whether this thread is inside a transaction of its own."""
-        return getattr(self._held, "count", 0) > 0
-
-    @contextlib.contextmanager
-    def exclusive(self, what):
-        if self.held_here():
-            raise DatabaseError("cannot %s while this thread holds a read snapshot (an "
-                                "unfinished iteration); finish or close it first" % what)
-        with self._changed:
-            while self._exclusive:
-                self._changed.wait()
-            self._exclusive = True
-            while self._running:
-                self._changed.wait()
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._exclusive = False
-                self._changed.notify_all()
-
-
 class LmdbStorage(Storage):
     """What both LMDB backends share: the directory, the gate, one writer at a
     time, reader-slot sweeps, map growth, compaction and closing. A backend
@@ -566,7 +509,7 @@ class LmdbStorage(Storage):
                           DamagedDatabaseWarning, stacklevel=4)
             readonly = True
         self.path, self.readonly = self._dir.path, readonly
-        self._gate = Gate()
+        self._gate = _ext.Gate()
         self._write_lock = threading.Lock()
         self._pid = os.getpid()
         self._layout = None
@@ -585,7 +528,7 @@ class LmdbStorage(Storage):
     @contextlib.contextmanager
     def read(self):
         while True:
-            with self._gate.shared():
+            with self._gate:
                 self._check_usable()
                 try:
                     txn = self._begin_read()
@@ -614,7 +557,7 @@ class LmdbStorage(Storage):
         while True:
             failed = None
             try:
-                with self._gate.shared():
+                with self._gate:
                     self._check_usable()
                     self._clear_stale_readers()
                     with self._dir.writing(), self._errors("write to"):

@@ -110,20 +110,17 @@ class NativeStorage(LmdbStorage):
         return results
 
     def _search(self, probes, distance, flips):
-        gate = self._gate
         while True:
-            gate.enter()
-            try:
+            with self._gate:
                 self._check_usable()
-                txn = self._env.begin()
                 try:
-                    return txn.search(probes, distance, flips)
-                finally:
-                    txn.abort()
-            except self.map_resized:
-                pass
-            finally:
-                gate.leave()
+                    txn = self._env.begin()
+                    try:
+                        return txn.search(probes, distance, flips)
+                    finally:
+                        txn.abort()
+                except self.map_resized:
+                    pass
             self._resize(0)  # another process grew the map: adopt its size
 
     map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError

@@ -19,6 +19,7 @@ batch, merged by size, scanned run by run, hits checked against the index.
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset, strlen
+from posix.stdlib cimport posix_memalign
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -279,10 +280,19 @@ cdef int cmp_doc_key(const void* a, const void* b) noexcept nogil:
 # run is live and the map stays where it is (set_mapsize clears them), and
 # shared by the Env's threads. A directory is matched by its run's id, slot and
 # entries: run ids are never given twice in a table (add_run).
+#
+# The cache also keeps the last read snapshot's runs (a RunsView: every
+# table's runs, each with its directory), so that the searches of later read
+# snapshots of the same committed transaction (the same txn id) read no run
+# directory from the file and take no directory lock a run.
+
+cdef struct RunsView
+
 
 cdef struct DirCache:
     pthread_mutex_t lock
     BlockDir* dirs[MAX_TABLES * SLOTS]
+    RunsView* view
 
 
 cdef void dir_free(BlockDir* d) noexcept nogil:
@@ -335,9 +345,9 @@ cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
 
 
 cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
-    """Drop every cached directory (their holders keep theirs). ``last``: the
-    cache's end, when nothing else holds one, and a fork child's lock may have
-    been taken by a thread it does not have: no lock then."""
+    """Drop every cached directory and the cached view (their holders keep
+    theirs). ``last``: the cache's end, when nothing else holds one, and a fork
+    child's lock may have been taken by a thread it does not have: no lock then."""
     cdef BlockDir* d
     cdef size_t at
     if not last:
@@ -347,8 +357,79 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
         cache.dirs[at] = NULL
         if d != NULL and dir_unref(d):
             dir_free(d)
+    cdef RunsView* view = cache.view
+    cache.view = NULL
+    if view != NULL and view_unref(view):
+        view_free(view)
     if not last:
         pthread_mutex_unlock(&cache.lock)
+
+
+cdef inline bint view_unref(RunsView* v) noexcept nogil:
+    """Drop one reference to ``v`` (the cache's lock held): whether it was the last."""
+    v.refs -= 1
+    return v.refs == 0
+
+
+cdef void view_free(RunsView* v) noexcept nogil:
+    """Free ``v`` and its references to directories (the cache's lock held,
+    or at the cache's end)."""
+    cdef Py_ssize_t t
+    cdef size_t i
+    for t in range(v.tables):
+        for i in range(v.runs[t].n):
+            if dir_unref(v.runs[t].dir[i]):
+                dir_free(v.runs[t].dir[i])
+    free(v.runs)
+    free(v)
+
+
+cdef RunsView* view_acquire(DirCache* cache, size_t txnid) noexcept nogil:
+    """The cached view of transaction ``txnid``'s runs, referenced for the caller, or NULL."""
+    pthread_mutex_lock(&cache.lock)
+    cdef RunsView* v = cache.view
+    if v != NULL and v.txnid == txnid:
+        v.refs += 1
+    else:
+        v = NULL
+    pthread_mutex_unlock(&cache.lock)
+    return v
+
+
+cdef void view_release(DirCache* cache, RunsView* v) noexcept nogil:
+    pthread_mutex_lock(&cache.lock)
+    if view_unref(v):
+        view_free(v)
+    pthread_mutex_unlock(&cache.lock)
+
+
+cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t tables) noexcept nogil:
+    """Cache a view of ``runs`` (a read snapshot's, of transaction ``txnid``)
+    in place of the last, where every run has its directory."""
+    cdef Py_ssize_t t
+    cdef size_t i
+    for t in range(tables):
+        for i in range(runs[t].n):
+            if runs[t].dir[i] == NULL:
+                return
+    cdef RunsView* v = <RunsView*>malloc(sizeof(RunsView))
+    cdef TableRuns* copy = <TableRuns*>malloc(tables * sizeof(TableRuns) + 1)
+    if v == NULL or copy == NULL:
+        free(v)
+        free(copy)
+        return  # no view: searches read the runs as before
+    memcpy(copy, runs, tables * sizeof(TableRuns))
+    v.txnid, v.refs, v.tables, v.runs = txnid, 1, tables, copy
+    pthread_mutex_lock(&cache.lock)
+    for t in range(tables):
+        for i in range(runs[t].n):
+            runs[t].dir[i].refs += 1
+            copy[t].cursor[i] = NULL  # the snapshot's, closed with it
+    cdef RunsView* old = cache.view
+    cache.view = v
+    if old != NULL and view_unref(old):
+        view_free(old)
+    pthread_mutex_unlock(&cache.lock)
 
 
 cdef int dir_grow(BlockDir* d) noexcept nogil:
@@ -399,6 +480,12 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
     if rc and rc != MDB_NOTFOUND:  # (an item of another run ends this one, as for a cursor)
         return rc
     cdef size_t j
+    cdef void* lines = NULL  # firsts again, a stretch of DIR_STRIDE to a cache line
+    if posix_memalign(&lines, 64, d.n * sizeof(uint64_t) + 1):
+        return NO_MEMORY
+    memcpy(lines, d.firsts, d.n * sizeof(uint64_t))
+    free(d.firsts)
+    d.firsts, d.cap = <uint64_t*>lines, d.n
     d.tops = <uint64_t*>malloc(((d.n + DIR_STRIDE - 1) // DIR_STRIDE + 1) * sizeof(uint64_t))
     if d.tops == NULL:
         return NO_MEMORY
@@ -424,6 +511,13 @@ cdef struct TableRuns:
     DirCache* cache            # where the directories are held
 
 
+cdef struct RunsView:
+    size_t txnid            # the committed transaction whose runs these are
+    size_t refs             # its holders: the cache and the searches using it
+    Py_ssize_t tables
+    TableRuns* runs         # per table; every run with its directory, no cursors
+
+
 cdef struct Work:
     MDB_txn* txn
     MDB_dbi meta, docs, fps
@@ -446,6 +540,8 @@ cdef struct Work:
     uint64_t merged         # the entries this transaction's merges have taken
     bint untidy             # the batch left merges or a rewrite of the tables for tidy
     DirCache* dirs          # where a search finds and leaves block directories (NULL: none)
+    bint snapshot           # a read transaction: its runs may be cached as a view
+    RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
     uint64_t directory_entries  # the largest run a search gives a directory
     bint runs_written       # the transaction wrote runs (only committed runs get directories)
 
@@ -465,13 +561,22 @@ cdef int open_cursors(Work* w) noexcept nogil:
         w.table_cursors[t] = NULL
         if rc == 0 and not w.runs:
             rc = mdb_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
-    if w.runs:
-        w.table_runs = <TableRuns*>calloc(w.layout.tables + 1, sizeof(TableRuns))
-        if w.table_runs == NULL:
-            return NO_MEMORY
-        for t in range(w.layout.tables):
-            if rc == 0:
-                rc = load_runs(w, t)
+    if not w.runs or rc:
+        return rc
+    cdef bint viewed = w.snapshot and w.dirs != NULL
+    if viewed:
+        w.view = view_acquire(w.dirs, mdb_txn_id(w.txn))
+        if w.view != NULL:
+            w.table_runs = w.view.runs
+            return 0
+    w.table_runs = <TableRuns*>calloc(w.layout.tables + 1, sizeof(TableRuns))
+    if w.table_runs == NULL:
+        return NO_MEMORY
+    for t in range(w.layout.tables):
+        if rc == 0:
+            rc = load_runs(w, t)
+    if rc == 0 and viewed:
+        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, w.layout.tables)
     return rc
 
 
@@ -499,7 +604,9 @@ cdef void close_cursors(Work* w) noexcept nogil:
         for t in range(SIGNATURE_BANDS):
             if w.band_cursors[t] != NULL:
                 mdb_cursor_close(w.band_cursors[t])
-    if w.table_runs != NULL:
+    if w.view != NULL:
+        view_release(w.dirs, w.view)
+    elif w.table_runs != NULL:
         for t in range(w.layout.tables):
             close_runs(&w.table_runs[t])
         free(w.table_runs)
@@ -1811,6 +1918,8 @@ cdef class Env:
     def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create):
         """Open the sub-databases of a layout's tables (and the fixed ones)."""
         self.check()
+        if self.dirs != NULL:
+            dir_clear(self.dirs, False)  # a view holds the tables of the layout before
         cdef Py_ssize_t t, tables = prefixes.shape[0]
         cdef MDB_txn* txn
         cdef MDB_dbi main
@@ -1973,6 +2082,7 @@ cdef class Txn:
         w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
         w.dirs, w.runs_written = NULL, self.runs_written
+        w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
         return w
 

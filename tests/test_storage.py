@@ -226,6 +226,29 @@ def test_a_write_searches_what_it_stored_and_the_next_snapshots_agree(opener):
         assert hits_by_key(after) == oracle_hits(docs, probe, 3)
 
 
+def test_snapshots_of_different_commits_searched_in_turn_each_find_their_own(opener):
+    """An old snapshot and new ones, searched in turn, many times: each finds
+    what its commit held (a backend may keep the runs of the last snapshot
+    searched for the next snapshot of the same commit, never another's)."""
+    storage, rng = opener(), random.Random(13)
+    if not storage.snapshots:
+        pytest.skip("%s keeps no snapshots" % storage.backend)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(3000)}
+    pairs = list(docs.items())
+    put(storage, pairs[:1000])
+    probes = array("Q", [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[::30]])
+    held = {}
+    with storage.read() as old:
+        for end in (2000, 3000):
+            put(storage, pairs[end - 1000:end])
+            held[end] = dict(pairs[:end])
+            for _ in range(3):
+                for view_hits, now_hits, probe in zip(old.search(probes, 3),
+                                                      storage.search(probes, 3), probes):
+                    assert hits_by_key(view_hits) == oracle_hits(dict(pairs[:1000]), probe, 3)
+                    assert hits_by_key(now_hits) == oracle_hits(held[end], probe, 3)
+
+
 def test_insert_if_new_sees_what_the_batch_replaced(opener):
     """A document stored early in the batch replaces a key whose fingerprint a
     later one is near: the later one no longer finds it, and is stored."""

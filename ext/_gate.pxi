@@ -3,12 +3,16 @@
 # A transaction's turn is a count changed under the GIL by C code: nothing
 # between its check and its change can run another thread or a signal
 # handler, so it needs no lock. Only a change of the environment, and the
-# turns that wait behind one, take the condition.
+# turns that wait behind one, take the condition; their waits are timed, so
+# that a wake-up lost to an exception inside notify_all (Python code, where
+# a signal handler's exception may land) delays them, never stops them.
 
 import threading
 
 cdef extern from "pythread.h":
     unsigned long PyThread_get_thread_ident()
+
+WAKE_UP_SECONDS = 0.05  # the longest a lost wake-up delays a wait for the gate
 
 
 cdef class Gate:
@@ -30,17 +34,18 @@ cdef class Gate:
         if self.closed:
             with self.changed:
                 while self.closed:
-                    self.changed.wait()
+                    self.changed.wait(WAKE_UP_SECONDS)
                 self.running += 1
         else:
             self.running += 1
         self.held[me] = self.held.get(me, 0) + 1
 
     def __exit__(self, *exc_info):
-        """End a transaction's turn."""
+        """End a transaction's turn (on any thread: a generator that holds a
+        snapshot may be finished on another than the one that began it)."""
         cdef unsigned long me = PyThread_get_thread_ident()
-        cdef Py_ssize_t turns = self.held.pop(me) - 1
-        if turns:
+        cdef Py_ssize_t turns = self.held.pop(me, 0) - 1
+        if turns > 0:
             self.held[me] = turns
         self.running -= 1
         if self.closed and not self.running:
@@ -72,11 +77,11 @@ cdef class _Exclusive:
                                 "unfinished iteration); finish or close it first" % self.what)
         with gate.changed:
             while gate.closed:
-                gate.changed.wait()
+                gate.changed.wait(WAKE_UP_SECONDS)
             gate.closed = True
             try:
                 while gate.running:
-                    gate.changed.wait()
+                    gate.changed.wait(WAKE_UP_SECONDS)
             except BaseException:  # (an interrupt) the turns may go on
                 gate.closed = False
                 gate.changed.notify_all()

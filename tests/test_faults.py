@@ -501,28 +501,31 @@ def interrupt(signum, frame):
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "redis"])
 def test_interrupts_anywhere_in_queries_and_writes_leave_no_transaction_behind(
         tmp_path, backend):
-    """Queries and writes interrupted thousands of times, wherever the timer
-    lands: afterwards the database still compacts and closes, which wait for
-    every transaction to end (a turn left behind would hang them), and it
-    holds every write that returned."""
+    """Queries and writes interrupted at random points (a timer of 1 us to
+    1.5 ms each): afterwards the database still compacts and closes, which
+    wait for every transaction to end (a turn left behind would hang them
+    or make them refuse), and it holds every write that returned."""
     path = str(tmp_path / "interrupted.db")
     fp = lambda i: i * 0x9E3779B97F4A7C15 % 2**64
 
     def child():
+        global armed
         db = DB(path, distance=3, backend=backend)
         db.insert_many((i, fp(i)) for i in range(1000))
-        written, interrupts, i = set(range(1000)), 0, 1000
+        rng = random.Random(5)
+        written, done, interrupts = set(range(1000)), 0, 0
         signal.signal(signal.SIGALRM, interrupt)
-        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
-        global armed
-        while interrupts < 1500:
+        for i in range(1000, 5000):
+            limit = 40e-6 if i % 2 else 1.5e-3
+            signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-6, limit))
             try:
                 armed = True
                 db.query(fp(i % 1000) ^ 3)
-                if i % 8 == 0:
+                if i % 4 == 0:
                     db.insert(i, fp(i))
                     written.add(i)
-                i += 1
+                armed = False
+                done += 1
             except Interrupt:
                 interrupts += 1
         armed = False
@@ -530,10 +533,41 @@ def test_interrupts_anywhere_in_queries_and_writes_leave_no_transaction_behind(
         db.compact()
         found = {k for k in written if db.get(k) is not None}
         db.close()
-        return {"missing": len(written - found), "interrupts": interrupts}
+        return {"missing": len(written - found), "written": len(written) - 1000,
+                "done": done, "interrupts": interrupts}
 
-    status, result = run_forked(child, timeout=120)
-    assert status == 0 and result == {"missing": 0, "interrupts": 1500}, result
+    status, result = run_forked(child, timeout=180)
+    assert status == 0 and result["missing"] == 0, result
+    assert result["interrupts"] >= 300 and result["done"] >= 300 and result["written"] >= 20, result
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "redis"])
+def test_a_snapshot_finished_on_another_thread_ends_its_transaction(tmp_path, backend):
+    """An iteration begun on one thread and finished on another (a generator
+    handed to a worker) ends its snapshot: compaction and close, which wait
+    for every transaction, still run."""
+    import threading
+    path = str(tmp_path / "handed.db")
+
+    def child():
+        db = DB(path, distance=3, backend=backend)
+        db.insert_many((i, i << 20) for i in range(100))
+        records = iter(db)
+        next(records)
+
+        def worker():
+            db.query(5 << 20)  # the worker has had turns of its own
+            assert len(list(records)) == 99
+
+        for work in (worker, db.compact, db.close):
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join(20)
+            if thread.is_alive():
+                return {"hung": work.__name__}
+        return {"hung": None}
+
+    assert run_forked(child, timeout=60) == (0, {"hung": None})
 
 
 def test_an_interrupted_wait_for_the_gate_leaves_it_open():

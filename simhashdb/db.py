@@ -415,7 +415,7 @@ class DB:
             stored = dict(zip(keys, txn.get_many(keys)))  # before the batch
             found = store_new(txn)
             if refresh:
-                _restamp(txn, {hit[0]: hit[1] for hits in found for hit in hits}, now)
+                _restamp(txn, {hit[0] for hits in found for hit in hits}, now)
             replaced = []
             for (key, _, value), hits in zip(documents, found):
                 replaced.append(None if hits else stored[key])
@@ -1115,11 +1115,14 @@ def _now():
     return int(time.time())
 
 
-def _restamp(txn, fingerprints, now):
-    """Record the documents ``fingerprints`` ({encoded key: fingerprint}) as stored ``now``."""
-    if fingerprints:
-        txn.upsert([(key, fp, restamped(txn.get(key), now))
-                    for key, fp in fingerprints.items()])
+def _restamp(txn, keys, now):
+    """Record the documents of the encoded ``keys`` as stored ``now``, each as
+    it is now (a hit found early in a batch may have been replaced since)."""
+    values = [(key, txn.get(key)) for key in sorted(keys)]
+    documents = [(key, value_fingerprint(value), restamped(value, now))
+                 for key, value in values if value is not None]
+    if documents:
+        txn.upsert(documents)
 
 
 def _key_order(key):

@@ -82,6 +82,23 @@ def test_insert_if_new_refreshes_the_duplicates_it_found_when_asked(db, clock):
     assert db.check() == []
 
 
+def test_a_refreshed_duplicate_replaced_later_in_the_batch_keeps_its_new_fingerprint(db, clock):
+    """A record near "a" is a duplicate; a later record of the same batch
+    replaces "a" with a far fingerprint. The refresh stamps "a" as it is
+    after the batch, under its new fingerprint (it used to re-store the old
+    one beside the new value: an index that disagreed with the documents)."""
+    db.insert_many([("a", 0b1111), ("b", 2**40)])
+    clock.now = 5_000
+    far = 0xF0F0F0F000000000
+    found = db.insert_if_new_many([("x", 0b1110), ("a", far), ("y", 0b1101)], refresh=True)
+    assert [[m.key for m in hits] for hits in found] == [["a"], [], []]
+    assert db.get("a") == ("a", far, None, 5_000)
+    assert [m.key for m in db.query(0b1111)] == ["y"] and db.query(far)[0].key == "a"
+    assert db.check() == []
+    db.insert_many([("a", 3)])  # a later write of "a" finds it where its value says
+    assert db.get("a").fingerprint == 3 and db.check() == []
+
+
 @pytest.mark.parametrize("before", ["yesterday", None, True, float("nan"), float("inf"), [1]])
 def test_expire_rejects_what_is_not_a_time(db, before):
     db.insert("a", 1)

@@ -1118,9 +1118,9 @@ def _now():
 def _restamp(txn, keys, now):
     """Record the documents of the encoded ``keys`` as stored ``now``, each as
     it is now (a hit found early in a batch may have been replaced since)."""
-    values = [(key, txn.get(key)) for key in sorted(keys)]
+    keys = sorted(keys)
     documents = [(key, value_fingerprint(value), restamped(value, now))
-                 for key, value in values if value is not None]
+                 for key, value in zip(keys, txn.get_many(keys)) if value is not None]
     if documents:
         txn.upsert(documents)
 

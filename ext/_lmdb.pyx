@@ -38,8 +38,13 @@ cdef extern from "pthread.h" nogil:
     int pthread_mutex_destroy(pthread_mutex_t* m)
     int pthread_mutex_lock(pthread_mutex_t* m)
     int pthread_mutex_unlock(pthread_mutex_t* m)
+    ctypedef unsigned long pthread_t
+    int pthread_create(pthread_t* thread, const void* attr, void* (*start)(void*) noexcept nogil,
+                       void* arg)
+    int pthread_join(pthread_t thread, void** result)
 
 cdef extern from *:
+    void __builtin_prefetch(const void* p) nogil
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
     int ctz64 "__builtin_ctzll"(unsigned long long) nogil
     int clz64 "__builtin_clzll"(unsigned long long) nogil
@@ -1400,20 +1405,65 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     return rc
 
 
-cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) noexcept nogil:
-    """Append ``fps`` to every table as a new run (add_run); ``perms`` holds ``n``."""
-    cdef Py_ssize_t t
+cdef struct TableSort:  # one table's new run, permuted and sorted (sort_table)
+    const uint64_t* fps
+    size_t n
+    const long* spec
+    Py_ssize_t blocks
+    uint64_t* perms
+    int rc
+
+
+cdef void* sort_table(void* arg) noexcept nogil:
+    cdef TableSort* job = <TableSort*>arg
     cdef size_t i
+    for i in range(job.n):
+        job.perms[i] = permute_one(job.fps[i], job.spec, job.blocks)
+    job.rc = sort_records(job.perms, job.n, 1)
+    return NULL
+
+
+cdef size_t SORT_AHEAD_FROM = 65536  # entries from which a thread sorts the next table
+
+
+cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) noexcept nogil:
+    """Append ``fps`` to every table as a new run (add_run); ``perms`` holds
+    ``n``. For a large run, another thread permutes and sorts the next table's
+    while this one writes a table's (LMDB's writes stay on this thread)."""
+    cdef TableSort jobs[2]
+    cdef TableSort* cur
+    cdef TableSort* nxt
+    cdef pthread_t ahead
+    cdef bint ahead_started, threaded = n >= SORT_AHEAD_FROM and w.layout.tables > 1
+    cdef Py_ssize_t t
     cdef int rc = 0
+    cdef uint64_t* spare = <uint64_t*>malloc(n * sizeof(uint64_t)) if threaded else NULL
+    if threaded and spare == NULL:
+        threaded = False
+    for t in range(2):
+        jobs[t].fps, jobs[t].n, jobs[t].blocks = fps, n, w.layout.blocks
+        jobs[t].perms = spare if t == 1 and threaded else perms
+    jobs[0].spec = w.layout.spec
+    sort_table(&jobs[0])
+    rc = jobs[0].rc
     for t in range(w.layout.tables):
-        for i in range(n):
-            perms[i] = permute_one(fps[i], w.layout.spec + 3 * w.layout.blocks * t, w.layout.blocks)
-        rc = sort_records(perms, n, 1)
-        if rc == 0:
-            rc = add_run(w, t, perms, n)
         if rc:
-            return rc
-    return 0
+            break
+        cur, nxt = &jobs[t % 2], &jobs[(t + 1) % 2]
+        ahead_started = False
+        if threaded and t + 1 < w.layout.tables:
+            nxt.spec = w.layout.spec + 3 * w.layout.blocks * (t + 1)
+            ahead_started = pthread_create(&ahead, NULL, sort_table, nxt) == 0
+        rc = add_run(w, t, cur.perms, n)
+        if ahead_started:
+            pthread_join(ahead, NULL)
+        elif t + 1 < w.layout.tables:
+            nxt.spec = w.layout.spec + 3 * w.layout.blocks * (t + 1)
+            sort_table(nxt)
+        if rc == 0 and t + 1 < w.layout.tables:
+            rc = nxt.rc
+    free(spare)
+    return rc
 
 
 cdef int flush_pending(Work* w) noexcept nogil:
@@ -1628,6 +1678,9 @@ cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t ke
     return 0 if rc == MDB_NOTFOUND else rc
 
 
+cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
+
+
 cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     """Store documents (sorted by key, unique), replacing existing keys."""
     cdef MDB_val k, v, old
@@ -1637,7 +1690,8 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef uint64_t old_fp
     cdef bint appending = False, changed, first, had
     cdef uint64_t* order = NULL
-    cdef Doc* doc
+    cdef const uint8_t* key
+    cdef size_t key_size
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
     if added == NULL:
         return NO_MEMORY
@@ -1684,13 +1738,20 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         # key order, and the radix sort by fingerprint is stable. A fingerprint's
         # first put tells whether the index had it (a note after the ones
         # unlink took, so theirs come first), without a lookup of its own.
-        order = <uint64_t*>malloc(2 * fresh * sizeof(uint64_t))
+        # Each entry is (fingerprint, key, key size): a key of up to 8 bytes
+        # travels in it, so the puts read memory in order, not the documents at
+        # random; for a longer one it holds the address, loaded ahead of its put.
+        order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
         if order == NULL:
             rc = NO_MEMORY
         else:
             for i in range(fresh):
-                order[2 * i], order[2 * i + 1] = added[i].fp, i
-            rc = sort_records(order, fresh, 2)
+                order[3 * i], order[3 * i + 2] = added[i].fp, added[i].key_size
+                if added[i].key_size <= 8:
+                    memcpy(&order[3 * i + 1], added[i].key, added[i].key_size)
+                else:
+                    order[3 * i + 1] = <uint64_t>added[i].key
+            rc = sort_records(order, fresh, 3)
         if rc == 0:
             rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_LAST)
         if rc == MDB_NOTFOUND:
@@ -1700,11 +1761,16 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         for i in range(fresh):
             if rc:
                 break
-            doc = &added[order[2 * i + 1]]
-            first, had = i == 0 or order[2 * i] != order[2 * i - 2], False
-            write_be(fp_bytes, doc.fp, 8)
+            if i + KEYS_AHEAD < fresh and order[3 * (i + KEYS_AHEAD) + 2] > 8:
+                __builtin_prefetch(<const void*>order[3 * (i + KEYS_AHEAD) + 1])
+            key_size = order[3 * i + 2]
+            key = <const uint8_t*>(order + 3 * i + 1)
+            if key_size > 8:
+                key = <const uint8_t*>order[3 * i + 1]
+            first, had = i == 0 or order[3 * i] != order[3 * i - 3], False
+            write_be(fp_bytes, order[3 * i], 8)
             k.mv_size, k.mv_data = 8, fp_bytes
-            v.mv_size, v.mv_data = doc.key_size, <void*>doc.key
+            v.mv_size, v.mv_data = key_size, <void*>key
             if appending:
                 rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
             else:
@@ -1713,12 +1779,12 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                     had = rc == MDB_KEYEXIST
                 if had or not first:  # another document's entry of the fingerprint
                     k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
-                    v.mv_size, v.mv_data = doc.key_size, <void*>doc.key
+                    v.mv_size, v.mv_data = key_size, <void*>key
                     rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
                     if rc == MDB_KEYEXIST:
                         rc = 0
             if rc == 0 and first:
-                rc = note_touched(touched, doc.fp, had)
+                rc = note_touched(touched, order[3 * i], had)
         free(order)
     free(added)
     if rc == 0:

@@ -242,7 +242,10 @@ cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
 cdef int sort_records(uint64_t* data, size_t n, size_t stride) noexcept nogil:
     """Sort ``n`` records of ``stride`` uint64s by their first, stably."""
     cdef uint64_t* scratch
-    if n < 2:
+    cdef size_t i = 1
+    while i < n and data[(i - 1) * stride] <= data[i * stride]:
+        i += 1
+    if i >= n:  # already in order (an import's notes, often)
         return 0
     scratch = <uint64_t*>malloc(n * stride * sizeof(uint64_t))
     if scratch == NULL:

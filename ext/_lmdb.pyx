@@ -1843,6 +1843,30 @@ cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
     return kept
 
 
+cdef enum:
+    KEY_SLOT = 9  # records.PackedDocuments' slots
+    VALUE_SLOT = 20
+
+
+cdef Doc* load_packed(documents) except NULL:
+    """Point Doc structs at the slots of a records.PackedDocuments (which the
+    caller holds for as long as they are used)."""
+    cdef const uint8_t[::1] keys = documents.keys
+    cdef const uint8_t[::1] key_sizes = documents.key_sizes
+    cdef const uint8_t[::1] values = documents.values
+    cdef const uint8_t[::1] value_sizes = documents.value_sizes
+    cdef const uint64_t[::1] fps = documents.fingerprints
+    cdef size_t i, n = fps.shape[0]
+    cdef Doc* docs = <Doc*>malloc((n + 1) * sizeof(Doc))
+    if docs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        docs[i].key, docs[i].key_size = &keys[KEY_SLOT * i], key_sizes[i]
+        docs[i].value, docs[i].value_size = &values[VALUE_SLOT * i], value_sizes[i]
+        docs[i].fp, docs[i].seq = fps[i], i
+    return docs
+
+
 cdef Doc* load_docs(list documents, bint with_values) except NULL:
     """Point Doc structs at the bytes of (key, fingerprint, value) tuples (or keys)."""
     cdef size_t i, n = len(documents)
@@ -2408,15 +2432,17 @@ cdef class Txn:
             free(values.data)
         return out
 
-    cdef Job job(self, list items=None, bint with_values=False):
-        """The working state of one batch call, freed with it."""
+    cdef Job job(self, object items=None, bint with_values=False):
+        """The working state of one batch call, freed with it (``items``: a
+        list, or for upsert records.PackedDocuments)."""
         self.check()
         cdef Job job = Job.__new__(Job)
         job.w = self.work()
         job.w.band_changes = job.band_changes
         if items is not None:
             job.n = len(items)
-            job.docs = load_docs(items, with_values)
+            job.docs = load_docs(items, with_values) if type(items) is list \
+                else load_packed(items)
         return job
 
     cdef int done(self, int rc, str doing, Job job=None) except -1:
@@ -2526,8 +2552,9 @@ cdef class Txn:
                 PyGC_Enable()
         return 0
 
-    def upsert(self, list documents):
-        """Store (key, fingerprint, value) documents, replacing existing keys."""
+    def upsert(self, documents):
+        """Store (key, fingerprint, value) documents (a list, or
+        records.PackedDocuments), replacing existing keys."""
         cdef Job job = self.job(documents, True)
         cdef int rc
         with nogil:

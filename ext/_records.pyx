@@ -143,28 +143,67 @@ def first_negative(const uint8_t[::1] keys, int width, bint signed):
     return -1
 
 
+cdef enum:
+    KEY_SLOT = 9     # msgpack of an int in [0, 2**64): at most 9 bytes
+    VALUE_SLOT = 20  # [fingerprint, nil, stored_at]: at most 1 + 9 + 1 + 9 bytes
+
+
+cdef class PackedDocuments:
+    """Documents of int keys (encode_int_documents) in flat buffers, with no
+    object a record: each key in a slot of ``keys`` (KEY_SLOT bytes, its
+    length in ``key_sizes``), each value likewise in ``values``. A sequence
+    of (key, fingerprint, value) tuples, each made when asked for, for the
+    backends that read tuples; the native LMDB backend reads the buffers."""
+
+    cdef readonly bytes keys, key_sizes, values, value_sizes
+    cdef const uint64_t[::1] fps
+    cdef Py_ssize_t n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, Py_ssize_t i):
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("document index out of range")
+        cdef const unsigned char* sizes = self.key_sizes
+        cdef const unsigned char* value_sizes = self.value_sizes
+        return (self.keys[KEY_SLOT * i:KEY_SLOT * i + sizes[i]], self.fps[i],
+                self.values[VALUE_SLOT * i:VALUE_SLOT * i + value_sizes[i]])
+
+    @property
+    def fingerprints(self):
+        return self.fps
+
+
 def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
                          const uint64_t[::1] fps, Py_ssize_t start, Py_ssize_t stop,
                          uint64_t stored_at):
     """The documents of :func:`encode_plain_documents` for the records
     ``start`` to ``stop`` of non-negative int keys (a buffer of ``width``-byte
-    ints, ``signed`` or not) and the fingerprints ``fps``."""
-    cdef Py_ssize_t i
-    cdef unsigned char key[9]
-    cdef unsigned char value[20]
-    cdef Py_ssize_t key_size, size
-    cdef uint64_t fp
-    cdef list out = [None] * (stop - start)
-    for i in range(start, stop):
-        fp = fps[i]
-        key_size = pack_uint(key, <uint64_t>read_int(&keys[i * width], width, signed))
+    ints, ``signed`` or not) and the fingerprints ``fps``, as PackedDocuments."""
+    cdef Py_ssize_t i, n = stop - start
+    cdef PackedDocuments out = PackedDocuments.__new__(PackedDocuments)
+    out.n, out.fps = n, fps[start:stop]
+    out.keys = PyBytes_FromStringAndSize(NULL, KEY_SLOT * n)
+    out.key_sizes = PyBytes_FromStringAndSize(NULL, n)
+    out.values = PyBytes_FromStringAndSize(NULL, VALUE_SLOT * n)
+    out.value_sizes = PyBytes_FromStringAndSize(NULL, n)
+    cdef unsigned char* key = <unsigned char*><char*>out.keys
+    cdef unsigned char* key_size = <unsigned char*><char*>out.key_sizes
+    cdef unsigned char* value = <unsigned char*><char*>out.values
+    cdef unsigned char* value_size = <unsigned char*><char*>out.value_sizes
+    cdef Py_ssize_t size
+    for i in range(n):
+        key_size[i] = pack_uint(key + KEY_SLOT * i,
+                                <uint64_t>read_int(&keys[(start + i) * width], width, signed))
         value[0] = 0x93
-        size = 1 + pack_uint(value + 1, fp)
+        size = 1 + pack_uint(value + 1, fps[start + i])
         value[size] = 0xc0
         size += 1 + pack_uint(value + size + 1, stored_at)
-        document = ((<char*>key)[:key_size], fp, (<char*>value)[:size])
-        PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
-        out[i - start] = document
+        value_size[i] = size
+        value += VALUE_SLOT
     return out
 
 

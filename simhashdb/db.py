@@ -315,8 +315,8 @@ class DB:
         Or, in place of ``records``, ``keys=`` (a 1-d integer array, numpy or
         array.array, of keys in [0, 2**64)) and ``fingerprints=`` (a uint64
         array) of the same length: stored as the records ``zip(keys,
-        fingerprints)`` would be, encoded natively with no tuple a record to
-        make and check (see docs/database.md: Arrays in, arrays out).
+        fingerprints)`` would be, encoded natively into flat buffers, with no
+        Python object a record (see docs/database.md: Arrays in, arrays out).
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.

@@ -8,7 +8,7 @@ from array import array
 import pytest
 
 import simhashdb
-from simhashdb import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError
+from simhashdb import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, records
 from conftest import brute_force, flip, stored_keys, stored_value
 
 TOP = 2**64 - 1
@@ -89,6 +89,16 @@ def test_numpy_arrays(db, fixed_now):
     assert list(probes) == list(range(1000)) and list(distances) == [0] * 1000
     assert list(found) == list(range(999, -1, -1))
     assert np.asarray(found).dtype == np.uint64
+
+
+def test_array_documents_read_as_the_tuples_records_make():
+    keys, fps = array("Q", [9, 0, 127, 128, 2**32, TOP]), array("Q", [3, TOP, 0, 5, 2**63, 1])
+    packed = records.int_arrays(keys, fps)[1](1, 6, NOW)
+    expected = records.encode_documents(list(zip(keys[1:], fps[1:])), 512, NOW)
+    assert len(packed) == 5 and list(packed) == expected
+    assert packed[-1] == expected[-1] and packed[2] == expected[2]
+    with pytest.raises(IndexError):
+        packed[5]
 
 
 def test_a_repeated_key_keeps_its_last_fingerprint(db):

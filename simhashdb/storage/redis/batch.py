@@ -192,6 +192,7 @@ class RedisTxn(RedisView, Txn):
         self._new_params = raw
 
     def upsert(self, documents):
+        documents = list(documents)  # tuples, also of records.PackedDocuments
         self._load([d[0] for d in documents], [d[1] for d in documents])
         self._put(documents)
         self._rewritten.update(d[0] for d in documents)

@@ -2441,7 +2441,7 @@ cdef class Txn:
         job.w.band_changes = job.band_changes
         if items is not None:
             job.n = len(items)
-            job.docs = load_docs(items, with_values) if type(items) is list \
+            job.docs = load_docs(items, with_values) if isinstance(items, list) \
                 else load_packed(items)
         return job
 

@@ -185,7 +185,10 @@ def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
     ints, ``signed`` or not) and the fingerprints ``fps``, as PackedDocuments."""
     cdef Py_ssize_t i, n = stop - start
     cdef PackedDocuments out = PackedDocuments.__new__(PackedDocuments)
-    out.n, out.fps = n, fps[start:stop]
+    cdef array.array own = array.clone(array.array("Q"), n, False)  # the values' fingerprints,
+    for i in range(n):                                              # whatever the caller's become
+        own.data.as_ulonglongs[i] = fps[start + i]
+    out.n, out.fps = n, own
     out.keys = PyBytes_FromStringAndSize(NULL, KEY_SLOT * n)
     out.key_sizes = PyBytes_FromStringAndSize(NULL, n)
     out.values = PyBytes_FromStringAndSize(NULL, VALUE_SLOT * n)
@@ -199,7 +202,7 @@ def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
         key_size[i] = pack_uint(key + KEY_SLOT * i,
                                 <uint64_t>read_int(&keys[(start + i) * width], width, signed))
         value[0] = 0x93
-        size = 1 + pack_uint(value + 1, fps[start + i])
+        size = 1 + pack_uint(value + 1, out.fps[i])
         value[size] = 0xc0
         size += 1 + pack_uint(value + size + 1, stored_at)
         value_size[i] = size

@@ -101,6 +101,16 @@ def test_array_documents_read_as_the_tuples_records_make():
         packed[5]
 
 
+def test_array_documents_keep_the_fingerprints_they_were_encoded_with():
+    """A fingerprint array changed after encoding (another thread, while the
+    batch waits for the writer) changes neither a document nor its index entry."""
+    fps = array("Q", [1, 2])
+    packed = records.int_arrays(array("Q", [5, 6]), fps)[1](0, 2, NOW)
+    fps[0] = 2**40
+    assert list(packed) == records.encode_documents([(5, 1), (6, 2)], 512, NOW)
+    assert list(packed.fingerprints) == [1, 2]
+
+
 def test_a_repeated_key_keeps_its_last_fingerprint(db):
     db.insert_many(keys=[4, 4, 4], fingerprints=[1, 2, 3])
     assert len(db) == 1 and db[4].fingerprint == 3

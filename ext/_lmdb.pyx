@@ -2,18 +2,19 @@
 """The native LMDB backend's kernels, on the LMDB C API.
 
 One environment: ``meta``, ``docs`` (key -> value), ``fingerprints`` (sorted
-duplicates: 8-byte big-endian fingerprint -> key) and one table per
-permutation (sorted fixed-size duplicates: the big-endian permuted
-fingerprint as a 2-byte key and a 6-byte value). A search permutes, seeks,
-scans and verifies every table for a batch of probes in one call without
-the GIL; upserts and removals keep the index and the tables in step, and
-append to LMDB where the entries come after what is stored. Every LMDB call
-goes through a guard (guard.h) that turns a fault on a damaged file into an
-error; the environment is then marked broken.
+duplicates: 8-byte big-endian fingerprint -> key) and each permutation
+table kept as compressed sorted runs (issue 22, RUNS.md, ``_runs.pxi``): a
+run a batch, merged by size, scanned run by run, hits checked against the
+index. A search permutes, seeks, scans and verifies every table for a batch
+of probes in one call without the GIL; upserts and removals keep the index
+and the tables in step. Every LMDB call goes through a guard (guard.h) that
+turns a fault on a damaged file into an error; the environment is then
+marked broken.
 
-An Env opened with ``runs`` makes a new database keep each table as
-compressed sorted runs instead (issue 22, RUNS.md, ``_runs.pxi``): a run a
-batch, merged by size, scanned run by run, hits checked against the index.
+A database of simhashdb 0.3 keeps each table as one sorted-duplicates
+sub-database (the permuted fingerprint's top 2 bytes as key, the other 6 as
+value); an Env that finds tables of that form reads them (its ``runs`` is
+then false), and converts them table by table (convert_table).
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t

@@ -172,6 +172,24 @@ cdef class PackedDocuments:
         return (self.keys[KEY_SLOT * i:KEY_SLOT * i + sizes[i]], self.fps[i],
                 self.values[VALUE_SLOT * i:VALUE_SLOT * i + value_sizes[i]])
 
+    def __iter__(self):
+        return iter(self.tuples())
+
+    def tuples(self):
+        """Every document as a (key, fingerprint, value) tuple, in a list."""
+        cdef Py_ssize_t i
+        cdef const unsigned char* sizes = self.key_sizes
+        cdef const unsigned char* value_sizes = self.value_sizes
+        cdef const char* keys = self.keys
+        cdef const char* values = self.values
+        cdef list out = [None] * self.n
+        for i in range(self.n):
+            document = (PyBytes_FromStringAndSize(keys + KEY_SLOT * i, sizes[i]), self.fps[i],
+                        PyBytes_FromStringAndSize(values + VALUE_SLOT * i, value_sizes[i]))
+            PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
+            out[i] = document
+        return out
+
     @property
     def fingerprints(self):
         return self.fps

@@ -192,7 +192,7 @@ class RedisTxn(RedisView, Txn):
         self._new_params = raw
 
     def upsert(self, documents):
-        documents = list(documents)  # tuples, also of records.PackedDocuments
+        documents = list(documents)  # also of records.PackedDocuments (its tuples)
         self._load([d[0] for d in documents], [d[1] for d in documents])
         self._put(documents)
         self._rewritten.update(d[0] for d in documents)

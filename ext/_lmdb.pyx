@@ -1438,7 +1438,7 @@ cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) no
     cdef TableSort* cur
     cdef TableSort* nxt
     cdef pthread_t ahead
-    cdef bint ahead_started, threaded = n >= SORT_AHEAD_FROM and w.layout.tables > 1
+    cdef bint ahead_started, last, threaded = n >= SORT_AHEAD_FROM and w.layout.tables > 1
     cdef Py_ssize_t t
     cdef int rc = 0
     cdef uint64_t* spare = <uint64_t*>malloc(n * sizeof(uint64_t)) if threaded else NULL
@@ -1454,17 +1454,16 @@ cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) no
         if rc:
             break
         cur, nxt = &jobs[t % 2], &jobs[(t + 1) % 2]
-        ahead_started = False
-        if threaded and t + 1 < w.layout.tables:
-            nxt.spec = w.layout.spec + 3 * w.layout.blocks * (t + 1)
-            ahead_started = pthread_create(&ahead, NULL, sort_table, nxt) == 0
+        last = t + 1 == w.layout.tables
+        nxt.spec = w.layout.spec + 3 * w.layout.blocks * (t + 1)
+        ahead_started = threaded and not last and \
+            pthread_create(&ahead, NULL, sort_table, nxt) == 0
         rc = add_run(w, t, cur.perms, n)
         if ahead_started:
             pthread_join(ahead, NULL)
-        elif t + 1 < w.layout.tables:
-            nxt.spec = w.layout.spec + 3 * w.layout.blocks * (t + 1)
+        elif rc == 0 and not last:
             sort_table(nxt)
-        if rc == 0 and t + 1 < w.layout.tables:
+        if rc == 0 and not last:
             rc = nxt.rc
     free(spare)
     return rc
@@ -1842,11 +1841,6 @@ cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
         docs[kept] = docs[i]
         kept += 1
     return kept
-
-
-cdef enum:
-    KEY_SLOT = 9  # records.PackedDocuments' slots
-    VALUE_SLOT = 20
 
 
 cdef Doc* load_packed(documents) except NULL:

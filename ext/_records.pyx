@@ -143,11 +143,6 @@ def first_negative(const uint8_t[::1] keys, int width, bint signed):
     return -1
 
 
-cdef enum:
-    KEY_SLOT = 9     # msgpack of an int in [0, 2**64): at most 9 bytes
-    VALUE_SLOT = 20  # [fingerprint, nil, stored_at]: at most 1 + 9 + 1 + 9 bytes
-
-
 cdef class PackedDocuments:
     """Documents of int keys (encode_int_documents) in flat buffers, with no
     object a record: each key in a slot of ``keys`` (KEY_SLOT bytes, its
@@ -167,10 +162,7 @@ cdef class PackedDocuments:
             i += self.n
         if not 0 <= i < self.n:
             raise IndexError("document index out of range")
-        cdef const unsigned char* sizes = self.key_sizes
-        cdef const unsigned char* value_sizes = self.value_sizes
-        return (self.keys[KEY_SLOT * i:KEY_SLOT * i + sizes[i]], self.fps[i],
-                self.values[VALUE_SLOT * i:VALUE_SLOT * i + value_sizes[i]])
+        return self.document(i)
 
     def __iter__(self):
         return iter(self.tuples())
@@ -178,17 +170,20 @@ cdef class PackedDocuments:
     def tuples(self):
         """Every document as a (key, fingerprint, value) tuple, in a list."""
         cdef Py_ssize_t i
-        cdef const unsigned char* sizes = self.key_sizes
-        cdef const unsigned char* value_sizes = self.value_sizes
-        cdef const char* keys = self.keys
-        cdef const char* values = self.values
         cdef list out = [None] * self.n
         for i in range(self.n):
-            document = (PyBytes_FromStringAndSize(keys + KEY_SLOT * i, sizes[i]), self.fps[i],
-                        PyBytes_FromStringAndSize(values + VALUE_SLOT * i, value_sizes[i]))
+            document = self.document(i)
             PyObject_GC_UnTrack(document)  # of bytes and an int: no cycle to collect
             out[i] = document
         return out
+
+    cdef tuple document(self, Py_ssize_t i):
+        cdef const char* keys = self.keys
+        cdef const char* values = self.values
+        cdef const unsigned char* key_sizes = self.key_sizes
+        cdef const unsigned char* value_sizes = self.value_sizes
+        return (PyBytes_FromStringAndSize(keys + KEY_SLOT * i, key_sizes[i]), self.fps[i],
+                PyBytes_FromStringAndSize(values + VALUE_SLOT * i, value_sizes[i]))
 
     @property
     def fingerprints(self):
@@ -204,8 +199,7 @@ def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
     cdef Py_ssize_t i, n = stop - start
     cdef PackedDocuments out = PackedDocuments.__new__(PackedDocuments)
     cdef array.array own = array.clone(array.array("Q"), n, False)  # the values' fingerprints,
-    for i in range(n):                                              # whatever the caller's become
-        own.data.as_ulonglongs[i] = fps[start + i]
+    cdef unsigned long long* fp = own.data.as_ulonglongs            # whatever the caller's become
     out.n, out.fps = n, own
     out.keys = PyBytes_FromStringAndSize(NULL, KEY_SLOT * n)
     out.key_sizes = PyBytes_FromStringAndSize(NULL, n)
@@ -219,8 +213,9 @@ def encode_int_documents(const uint8_t[::1] keys, int width, bint signed,
     for i in range(n):
         key_size[i] = pack_uint(key + KEY_SLOT * i,
                                 <uint64_t>read_int(&keys[(start + i) * width], width, signed))
+        fp[i] = fps[start + i]
         value[0] = 0x93
-        size = 1 + pack_uint(value + 1, out.fps[i])
+        size = 1 + pack_uint(value + 1, fp[i])
         value[size] = 0xc0
         size += 1 + pack_uint(value + size + 1, stored_at)
         value_size[i] = size

@@ -1,6 +1,10 @@
 # The stored document value's bytes, read natively (see simhashdb.records for
 # the format), shared by _lmdb (band updates) and _records.
 
+cdef enum:  # the slots of records.PackedDocuments, which _lmdb reads
+    KEY_SLOT = 9     # msgpack of an int in [0, 2**64): at most 9 bytes
+    VALUE_SLOT = 20  # [fingerprint, nil, stored_at]: at most 1 + 9 + 1 + 9 bytes
+
 cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
     cdef uint64_t x = 0
     cdef int i

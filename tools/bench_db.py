@@ -314,8 +314,8 @@ def main():
             row["batch_vs_faiss_2x32"] = "%.2fx" % (row["batch_qps"] / faiss_qps)
     print("N = %d fingerprints (10%% planted near-duplicates), k = %d, %d probes, %d cores"
           % (n, K, len(qs), os.cpu_count()))
-    table(rows, ["method", "import_one_txn_s", "import_arrays_s", "import_batches_s", "p50_us", "p99_us",
-                 "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
+    table(rows, ["method", "import_one_txn_s", "import_arrays_s", "import_batches_s", "p50_us",
+                 "p99_us", "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
                  "bytes_per_fp_table", "batched_bytes_per_fp_table",
                  "compacted_bytes_per_fp_table", "recall", "note"])
     if k2_rows:

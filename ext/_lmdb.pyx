@@ -527,9 +527,27 @@ cdef struct RunsView:
     TableRuns* runs         # per table; every run with its directory, no cursors
 
 
+cdef enum:
+    INDEX_SLOTS = 8  # "fingerprints" and index:01 to index:07
+
+
+cdef struct Index:
+    bint opened
+    int n                            # sub-cursors open: on each slot in use, and the transaction's own
+    int slot[INDEX_SLOTS]
+    MDB_cursor* cursor[INDEX_SLOTS]
+    bint on[INDEX_SLOTS]             # positioned on an entry (merged reads)
+    int at                           # the sub-cursor of the merged position (-1: none)
+    MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
+
+
 cdef struct Work:
     MDB_txn* txn
-    MDB_dbi meta, docs, fps
+    MDB_dbi meta, docs
+    MDB_dbi* index_dbis     # the fingerprint index's slots (_index.pxi)
+    int index_slots         # how many the database has (1 where an older one is read)
+    int put_slot            # the slot the transaction puts new index entries into (-1: none yet)
+    Index ix
     MDB_dbi* tables
     bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
     MDB_dbi run_dir         # every table's directory of runs, keyed by the table (u16 BE)
@@ -539,7 +557,6 @@ cdef struct Work:
     MDB_dbi* bands          # the band tables (NULL where the database has none)
     Layout* layout
     MDB_cursor* doc_cursor
-    MDB_cursor* fp_cursor
     MDB_cursor** table_cursors
     MDB_cursor* band_cursors[SIGNATURE_BANDS]
     U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
@@ -561,8 +578,6 @@ cdef int open_cursors(Work* w) noexcept nogil:
     for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
         w.band_cursors[t] = NULL
     rc = mdb_cursor_open(w.txn, w.docs, &w.doc_cursor)
-    if rc == 0:
-        rc = mdb_cursor_open(w.txn, w.fps, &w.fp_cursor)
     w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
     if w.table_cursors == NULL:
         return NO_MEMORY
@@ -603,8 +618,7 @@ cdef void close_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
     if w.doc_cursor != NULL:
         mdb_cursor_close(w.doc_cursor)
-    if w.fp_cursor != NULL:
-        mdb_cursor_close(w.fp_cursor)
+    index_close(w)
     if w.table_cursors != NULL:
         for t in range(w.layout.tables):
             if w.table_cursors[t] != NULL:
@@ -845,17 +859,7 @@ cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, i
     return rc if rc else dedupe_hits(out)
 
 
-cdef int has_entries(MDB_cursor* fp_cursor, uint64_t fp) noexcept nogil:
-    """1 if the fingerprint index has ``fp``, 0 if not, or an LMDB error."""
-    cdef uint8_t key_bytes[8]
-    cdef MDB_val k, v
-    cdef int rc
-    write_be(key_bytes, fp, 8)
-    k.mv_size, k.mv_data = 8, key_bytes
-    rc = g_cursor_get(fp_cursor, &k, &v, MDB_SET)
-    if rc == MDB_NOTFOUND:
-        return 0
-    return 1 if rc == 0 else rc
+include "_index.pxi"
 
 
 # Tables kept as runs (RUNS.md): per table a directory of live runs, each run
@@ -1051,7 +1055,7 @@ cdef int drop_stale(Work* w, Hits* hits) noexcept nogil:
     cdef size_t i, kept = 0
     cdef int rc
     for i in range(hits.size):
-        rc = has_entries(w.fp_cursor, hits.data[i].fp)
+        rc = index_has(w, hits.data[i].fp, -1)
         if rc < 0:
             return rc
         if rc:
@@ -1083,7 +1087,7 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     for i in range(hits.size):
         write_be(fp_bytes, hits.data[i].fp, 8)
         k.mv_size, k.mv_data = 8, fp_bytes
-        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET)
+        rc = index_get(w, &k, &v, MDB_SET)
         while rc == 0:
             while out.used + v.mv_size > out.room:  # doubled until the key fits
                 if make_room(<void**>&out.bytes, &out.room, out.room, 1):
@@ -1096,7 +1100,7 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
             out.data[out.size].size = v.mv_size
             out.size += 1
             out.used += v.mv_size
-            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT_DUP)
+            rc = index_get(w, &k, &v, MDB_NEXT_DUP)
         if rc != MDB_NOTFOUND:
             return rc
     return 0
@@ -1216,7 +1220,7 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
     cdef int rc
     write_be(start, (entry & 0xFFFFFFFFULL) << 32, 8)
     k.mv_size, k.mv_data = 8, start
-    rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_SET_RANGE)
+    rc = index_get(w, &k, &v, MDB_SET_RANGE)
     while rc == 0:
         if k.mv_size != 8:
             return -30796  # MDB_CORRUPTED
@@ -1231,7 +1235,7 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
                 return 1
         elif rc != MDB_NOTFOUND:
             return rc
-        rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_NEXT)
+        rc = index_get(w, &k, &v, MDB_NEXT)
     return 0 if rc == MDB_NOTFOUND else rc
 
 
@@ -1279,7 +1283,7 @@ cdef int update_bands(Work* w) noexcept nogil:
 cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
     """Note ``fp`` as changed, with whether the index had it before this batch
     (the first note of a fingerprint is taken before any of its changes)."""
-    cdef int had = 0 if w.index_was_empty else has_entries(w.fp_cursor, fp)
+    cdef int had = 0 if w.index_was_empty else index_has(w, fp, -1)
     return had if had < 0 else note_touched(touched, fp, had)
 
 
@@ -1378,7 +1382,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     i = 0
     while rc == 0 and i < n:
         had = pairs[2 * i + 1]
-        now = has_entries(w.fp_cursor, pairs[2 * i]) if w.unlinked else 1
+        now = index_has(w, pairs[2 * i], -1) if w.unlinked else 1
         if now < 0:
             rc = now
         elif now and not had:
@@ -1478,7 +1482,7 @@ cdef int flush_pending(Work* w) noexcept nogil:
     for i in range(p.size if rc == 0 else 0):
         if kept and p.data[kept - 1] == p.data[i]:
             continue
-        rc = has_entries(w.fp_cursor, p.data[i])
+        rc = index_has(w, p.data[i], -1)
         if rc < 0:
             return rc
         if rc:
@@ -1584,7 +1588,7 @@ cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogi
     fps.data, fps.size, fps.cap = NULL, 0, 0
     cdef uint64_t* perms = NULL
     cdef Py_ssize_t t
-    cdef int rc = distinct_fingerprints(w.fp_cursor, &fps)
+    cdef int rc = distinct_fingerprints(w, &fps)
     if rc == 0:
         perms = <uint64_t*>malloc((fps.size + 1) * sizeof(uint64_t))
         if perms == NULL:
@@ -1677,8 +1681,7 @@ cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t ke
     write_be(fp_bytes, old_fp, 8)
     k.mv_size, k.mv_data = 8, fp_bytes
     v.mv_size, v.mv_data = key_size, <void*>key
-    rc = g_del(w.txn, w.fps, &k, &v)
-    return 0 if rc == MDB_NOTFOUND else rc
+    return index_delete(w, &k, &v)
 
 
 cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
@@ -1693,16 +1696,17 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef uint64_t old_fp
     cdef bint appending = False, changed, first, had
     cdef uint64_t* order = NULL
+    cdef MDB_cursor* put = NULL
     cdef const uint8_t* key
     cdef size_t key_size
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
     if added == NULL:
         return NO_MEMORY
-    rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_FIRST)
-    if rc and rc != MDB_NOTFOUND:
+    rc = index_empty(w)
+    if rc < 0:
         free(added)
         return rc
-    w.index_was_empty, w.unlinked = rc == MDB_NOTFOUND, False
+    w.index_was_empty, w.unlinked = rc == 1, False
     rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_LAST)
     if rc == MDB_NOTFOUND:
         appending, rc = True, 0
@@ -1756,7 +1760,9 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                     order[3 * i + 1] = <uint64_t>added[i].key
             rc = sort_records(order, fresh, 3)
         if rc == 0:
-            rc = g_cursor_get(w.fp_cursor, &k, &v, MDB_LAST)
+            rc = index_put_cursor(w, &put)
+        if rc == 0:
+            rc = g_cursor_get(put, &k, &v, MDB_LAST)
         if rc == MDB_NOTFOUND:
             appending, rc = True, 0
         elif rc == 0:
@@ -1771,19 +1777,24 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             if key_size > 8:
                 key = <const uint8_t*>order[3 * i + 1]
             first, had = i == 0 or order[3 * i] != order[3 * i - 3], False
+            if first and not w.index_was_empty:  # in the slots before the transaction's own
+                rc = index_has(w, order[3 * i], w.put_slot)
+                had, rc = rc == 1, rc if rc < 0 else 0
+                if rc:
+                    break
             write_be(fp_bytes, order[3 * i], 8)
             k.mv_size, k.mv_data = 8, fp_bytes
             v.mv_size, v.mv_data = key_size, <void*>key
             if appending:
-                rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
+                rc = g_cursor_put(put, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
             else:
-                if first:
-                    rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NOOVERWRITE)
+                if first and not had:
+                    rc = g_cursor_put(put, &k, &v, MDB_NOOVERWRITE)
                     had = rc == MDB_KEYEXIST
                 if had or not first:  # another document's entry of the fingerprint
                     k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
                     v.mv_size, v.mv_data = key_size, <void*>key
-                    rc = g_cursor_put(w.fp_cursor, &k, &v, MDB_NODUPDATA)
+                    rc = g_cursor_put(put, &k, &v, MDB_NODUPDATA)
                     if rc == MDB_KEYEXIST:
                         rc = 0
             if rc == 0 and first:
@@ -1914,7 +1925,9 @@ cdef class Env:
     """An LMDB environment with the simhashdb sub-databases."""
 
     cdef MDB_env* env
-    cdef MDB_dbi meta, docs, fps
+    cdef MDB_dbi meta, docs
+    cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_index.pxi)
+    cdef readonly int index_slots    # how many the database has (1: made before they were)
     cdef MDB_dbi tables[MAX_TABLES]
     cdef MDB_dbi bands[SIGNATURE_BANDS]
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
@@ -1949,7 +1962,7 @@ cdef class Env:
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, 4 + SIGNATURE_BANDS + self.max_tables * SLOTS + 1)
+        mdb_env_set_maxdbs(self.env, 4 + INDEX_SLOTS + SIGNATURE_BANDS + self.max_tables * SLOTS)
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -2029,8 +2042,15 @@ cdef class Env:
                 rc = g_dbi_open(txn, b"meta", MDB_CREATE, &self.meta)
         if rc == 0:
             rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
-        if rc == 0:
-            rc = g_dbi_open(txn, b"fingerprints", create_flag | MDB_DUPSORT, &self.fps)
+        self.index_slots = 0
+        for slot in range(INDEX_SLOTS):
+            if rc == 0 and self.index_slots == slot:
+                slot_name = b"index:%02d" % slot if slot else b"fingerprints"
+                rc = g_dbi_open(txn, slot_name, create_flag | MDB_DUPSORT, &self.index[slot])
+                if rc == MDB_NOTFOUND and slot and not create:  # made before there were slots
+                    rc = 0
+                else:
+                    self.index_slots += rc == 0
         cdef Py_ssize_t old = 0  # tables in simhashdb 0.3's form: read, not written
         for t in range(tables):
             if rc == 0:
@@ -2127,6 +2147,7 @@ cdef class Env:
             raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
         txn.env = self
         txn.write = write
+        txn.put_slot = -1
         return txn
 
     def close(self):
@@ -2145,6 +2166,7 @@ cdef class Txn:
     cdef bint write
     cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
     cdef bint runs_written     # a batch wrote runs: its searches take no block directories
+    cdef int put_slot          # the index slot this transaction puts into (-1: none yet)
 
     def __dealloc__(self):
         if self.txn != NULL and not self.env.broken:
@@ -2159,14 +2181,16 @@ cdef class Txn:
     cdef Work work(self):
         cdef Work w
         w.txn = self.txn
-        w.meta, w.docs, w.fps = self.env.meta, self.env.docs, self.env.fps
+        w.meta, w.docs = self.env.meta, self.env.docs
+        w.index_dbis, w.index_slots, w.put_slot = self.env.index, self.env.index_slots, self.put_slot
+        memset(&w.ix, 0, sizeof(Index))
         w.tables = self.env.tables
         w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
         w.bands = self.env.bands if self.env.has_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
-        w.doc_cursor = w.fp_cursor = NULL
+        w.doc_cursor = NULL
         w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
         w.dirs, w.runs_written = NULL, self.runs_written
@@ -2246,86 +2270,85 @@ cdef class Txn:
         return int.from_bytes(raw, "big") if raw else 0
 
     def entries(self, str which):
-        """Entries of ``docs``, ``fingerprints`` or a table (``table:N``)."""
+        """Entries of ``docs``, ``fingerprints`` (all its slots) or a table (``table:N``)."""
         self.check()
         cdef MDB_stat stat
-        cdef MDB_dbi dbi = self._dbi(which)
-        cdef int rc = g_stat(self.txn, dbi, &stat)
+        cdef int slot, rc = 0
+        cdef size_t total = 0
+        if which != "fingerprints":
+            rc = g_stat(self.txn, self._dbi(which), &stat)
+            total = stat.ms_entries
+        for slot in range(self.env.index_slots if which == "fingerprints" else 0):
+            if rc == 0:
+                rc = g_stat(self.txn, self.env.index[slot], &stat)
+                total += stat.ms_entries
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
-        return stat.ms_entries
+        return total
 
     cdef MDB_dbi _dbi(self, str which) except? 0:
         if which == "docs":
             return self.env.docs
-        if which == "fingerprints":
-            return self.env.fps
         return self.env.tables[int(which.split(":")[1])]
 
     def items(self, str which, bytes after=None, Py_ssize_t limit=4096):
         """Up to ``limit`` (key, value) items of ``docs`` or ``fingerprints`` in
         order, starting after the item (key) ``after`` (from the first: None)."""
         self.check()
-        cdef MDB_cursor* cursor
+        cdef MDB_cursor* cursor = NULL
         cdef MDB_val k, v
-        cdef int rc = mdb_cursor_open(self.txn, self._dbi(which), &cursor)
+        cdef Work w = self.work()
+        cdef bint index = which == "fingerprints"
+        cdef int rc = 0 if index else mdb_cursor_open(self.txn, self._dbi(which), &cursor)
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         out = []
         try:
             if after is None:
-                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+                rc = index_get(&w, &k, &v, MDB_FIRST) if index else \
+                    g_cursor_get(cursor, &k, &v, MDB_FIRST)
+            elif index:  # the first entry past (fingerprint, key): its fingerprint's next
+                k.mv_size, k.mv_data = 8, <char*>after
+                rc = index_get(&w, &k, &v, MDB_SET_RANGE)
+                while rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, 8) \
+                        == 0 and cmp_bytes(<uint8_t*>v.mv_data, v.mv_size,
+                                           <uint8_t*>after + 8, len(after) - 8) <= 0:
+                    rc = index_get(&w, &k, &v, MDB_NEXT)
             else:
-                rc = self._seek_after(cursor, after, which == "fingerprints", &k, &v)
+                k.mv_size, k.mv_data = len(after), <char*>after
+                rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+                if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after,
+                                         len(after)) == 0:
+                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
             while rc == 0 and len(out) < limit:
                 out.append((self._copy(&k), self._copy(&v)))
-                rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+                rc = index_get(&w, &k, &v, MDB_NEXT) if index else \
+                    g_cursor_get(cursor, &k, &v, MDB_NEXT)
         finally:
-            mdb_cursor_close(cursor)
+            if cursor != NULL:
+                mdb_cursor_close(cursor)
+            index_close(&w)
         if rc and rc != MDB_NOTFOUND:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return out
 
-    cdef int _seek_after(self, MDB_cursor* cursor, bytes after, bint pair, MDB_val* k,
-                         MDB_val* v) except? -1:
-        """Position past ``after``: a key, or an 8-byte key + value pair."""
-        cdef int rc
-        cdef bytes key = after[:8] if pair else after
-        k.mv_size, k.mv_data = len(key), <char*>key
-        if pair:
-            v.mv_size, v.mv_data = len(after) - 8, <char*>after + 8
-            rc = g_cursor_get(cursor, k, v, MDB_GET_BOTH_RANGE)
-            if rc == 0 and v.mv_size == len(after) - 8 and \
-                    memcmp(v.mv_data, <char*>after + 8, v.mv_size) == 0:
-                rc = g_cursor_get(cursor, k, v, MDB_NEXT)
-            elif rc == MDB_NOTFOUND:
-                rc = g_cursor_get(cursor, k, v, MDB_SET_RANGE)
-                while rc == 0 and k.mv_size == 8 and memcmp(k.mv_data, <char*>key, 8) == 0:
-                    rc = g_cursor_get(cursor, k, v, MDB_NEXT_NODUP)
-            return rc
-        rc = g_cursor_get(cursor, k, v, MDB_SET_RANGE)
-        if rc == 0 and k.mv_size == len(key) and memcmp(k.mv_data, <char*>key, k.mv_size) == 0:
-            rc = g_cursor_get(cursor, k, v, MDB_NEXT)
-        return rc
-
     def keys_of(self, uint64_t fp):
         """The keys indexed under ``fp``, in order."""
         self.check()
-        cdef MDB_cursor* cursor
         cdef MDB_val k, v
         cdef uint8_t fp_bytes[8]
         write_be(fp_bytes, fp, 8)
         k.mv_size, k.mv_data = 8, fp_bytes
-        cdef int rc = mdb_cursor_open(self.txn, self.env.fps, &cursor)
+        cdef Work w = self.work()
+        cdef int rc
         out = []
         try:
-            if rc == 0:
-                rc = g_cursor_get(cursor, &k, &v, MDB_SET)
+            rc = index_get(&w, &k, &v, MDB_SET)
             while rc == 0:
                 out.append(self._copy(&v))
-                rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_DUP)
+                rc = index_get(&w, &k, &v, MDB_NEXT_DUP)
         finally:
-            mdb_cursor_close(cursor)
+            index_close(&w)
         if rc and rc != MDB_NOTFOUND:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return out
@@ -2379,7 +2402,7 @@ cdef class Txn:
                     if kept and values.data[kept - 1] == values.data[i]:
                         continue
                     x = unpermute_one(values.data[i], spec, self.env.layout.blocks)
-                    rc = has_entries(job.w.fp_cursor, x)
+                    rc = index_has(&job.w, x, -1)
                     if rc < 0:
                         break
                     if rc:
@@ -2442,6 +2465,7 @@ cdef class Txn:
 
     cdef int done(self, int rc, str doing, Job job=None) except -1:
         if job is not None:
+            self.put_slot = job.w.put_slot
             self.untidy = self.untidy or job.w.untidy
             self.runs_written = self.runs_written or job.w.runs_written
         if rc:
@@ -2508,13 +2532,13 @@ cdef class Txn:
             found = results[job.hits.data[i].probe]
             write_be(start, job.hits.data[i].fp, 8)
             k.mv_size, k.mv_data = 8, start
-            rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_SET_RANGE)
+            rc = index_get(&job.w, &k, &v, MDB_SET_RANGE)
             while rc == 0 and k.mv_size == 8:
                 fp = read_be(<uint8_t*>k.mv_data, 8)
                 if (fp >> 32) != (job.hits.data[i].fp >> 32):
                     break
                 found.append((self._copy(&v), fp))
-                rc = g_cursor_get(job.w.fp_cursor, &k, &v, MDB_NEXT)
+                rc = index_get(&job.w, &k, &v, MDB_NEXT)
             self.done(0 if rc == MDB_NOTFOUND else rc, "search")
         return 0
 
@@ -2557,6 +2581,8 @@ cdef class Txn:
             if rc == 0:
                 job.n = sort_unique(job.docs, job.n)
                 rc = upsert(&job.w, job.docs, job.n, &job.touched)
+            if rc == 0:
+                rc = index_merges(&job.w, job.w.merge_limit)
         self.done(rc, "write to", job)
 
     def remove(self, list keys):
@@ -2613,6 +2639,8 @@ cdef class Txn:
                 i += 1
             if rc == 0:
                 rc = flush_pending(&job.w)
+            if rc == 0:
+                rc = index_merges(&job.w, job.w.merge_limit)
         free(fps)
         free(stored.data)
         self.done(rc, "write to", job)
@@ -2626,9 +2654,12 @@ cdef class Txn:
         cdef int rc
         with nogil:
             rc = open_cursors(&job.w)
+            if rc == 0:  # the index's merges, then the tables' share
+                rc = index_merges(&job.w, 0)
             if rc == 0:
                 rc = tidy(&job.w, &more)
         self.runs_written = self.runs_written or job.w.runs_written
+        self.put_slot = job.w.put_slot
         self.done(rc, "write to")
         return more
 
@@ -2704,17 +2735,19 @@ cdef class Txn:
         self.check()
         target.check()
         cdef int rc = 0
-        cdef MDB_dbi pairs[3][2]
+        cdef MDB_dbi pairs[2][2]
         pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta
         pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
-        pairs[2][0], pairs[2][1] = self.env.fps, target.env.fps
         cdef int which
         cdef bint bands = self.env.has_bands and target.env.has_bands
+        cdef Work source = self.work()
         with nogil:
-            for which in range(3):
+            for which in range(2):
                 if rc == 0:
-                    rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1],
-                                  which == 2)
+                    rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1], False)
+            if rc == 0:  # the index as one run, in its first slot
+                rc = index_copy(&source, target.txn, target.env.index[0])
+            index_close(&source)
             for which in range(SIGNATURE_BANDS if bands else 0):
                 if rc == 0:
                     rc = copy_dbi(self.txn, self.env.bands[which], target.txn,
@@ -2736,15 +2769,15 @@ cdef class Txn:
             close_cursors(&w)
 
 
-cdef int distinct_fingerprints(MDB_cursor* cursor, U64s* out) noexcept nogil:
+cdef int distinct_fingerprints(Work* w, U64s* out) noexcept nogil:
     cdef MDB_val k, v
-    cdef int rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+    cdef int rc = index_get(w, &k, &v, MDB_FIRST)
     while rc == 0:
         if k.mv_size != 8:
             return -30796
         rc = u64_push(out, read_be(<uint8_t*>k.mv_data, 8))
         if rc == 0:
-            rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_NODUP)
+            rc = index_get(w, &k, &v, MDB_NEXT_NODUP)
     return 0 if rc == MDB_NOTFOUND else rc
 
 

@@ -48,7 +48,9 @@ from .records import (
 from .storage import BANDS, band_entries
 from .storage.registry import open_storage
 
-FORMAT_VERSION = 3  # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4)
+# 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
+# 4: the LMDB fingerprint index in slots, a union of runs
+FORMAT_VERSION = 4
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at

@@ -193,6 +193,16 @@ def brute_force(docs, fingerprint, distance):
                   key=lambda m: (m[2], key_order(m[0])))
 
 
+def index_in_one_slot(env, txn):
+    """Move the fingerprint index into ``fingerprints`` and drop its other slots
+    (index:NN), as databases of format 3 and before kept it."""
+    first = env.open_db(b"fingerprints", txn=txn, dupsort=True)
+    for slot in range(1, 8):
+        db = env.open_db(b"index:%02d" % slot, txn=txn, dupsort=True)
+        txn.cursor(first).putmulti(list(txn.cursor(db).iternext()), dupdata=True)
+        txn.drop(db, delete=True)
+
+
 def as_in_0_3(path):
     """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
     table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
@@ -212,6 +222,7 @@ def as_in_0_3(path):
             for slot in range(8):
                 txn.drop(env.open_db(b"runs:%03d:%02d" % (t, slot), txn=txn), delete=True)
         txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+        index_in_one_slot(env, txn)
         meta = env.open_db(b"meta", txn=txn)
         assert txn.delete(b"distinct", db=meta)
         txn.delete(b"stale", db=meta)

@@ -9,15 +9,15 @@ from array import array
 
 import lmdb
 import pytest
-from conftest import as_in_0_3, brute_force, native_built
+from conftest import as_in_0_3, brute_force, index_in_one_slot, native_built
 
 import simhashdb
 from simhashdb import DB, _ext
 from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
-from simhashdb.storage.lmdb.files import RUN_RATIO, RUN_SLOTS, old_tables_error
+from simhashdb.storage.lmdb.files import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, old_tables_error
 from simhashdb.storage import registry
-from simhashdb.storage.lmdb.pylmdb import max_dbs, slot_name
+from simhashdb.storage.lmdb.pylmdb import index_name, max_dbs, slot_name
 
 MAX = 2**64 - 1
 LAYOUT = Layout(5, 3)
@@ -162,6 +162,106 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
         for table, runs in enumerate(tables):
             union = set().union(*(set(values) for _, _, values in runs))
             assert set(LAYOUT.table_values(list(docs.values()), table)) <= union
+
+
+def read_index(path):
+    """The fingerprint index as the file holds it: per slot, its set of
+    (fingerprint, key) entries (empty slots included)."""
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            slots = []
+            for slot in range(INDEX_SLOTS):
+                db = env.open_db(index_name(slot), txn=txn, create=False, dupsort=True)
+                slots.append({(_ext.unpack_key(k), v) for k, v in txn.cursor(db).iternext()})
+    finally:
+        env.close()
+    return slots
+
+
+@native
+def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
+    """A transaction puts its new index entries into a slot of its own, merges
+    keep few slots in use, and each document's entry is in exactly one slot:
+    after a bulk load, batches that add keys to fingerprints held in older
+    slots, move keys between fingerprints and delete from every slot, as
+    written by native and by py-lmdb in turn; exports page across slots."""
+    path, rng = str(tmp_path / "slots.db"), random.Random(8)
+    pool = [0, MAX] + [rng.getrandbits(64) for _ in range(400)]
+    docs = {"k%d" % i: rng.choice(pool) for i in range(5000)}  # ~12 keys a fingerprint
+    with DB(path, distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+    used = []
+    for step in range(40):
+        backend = "py-lmdb" if step % 10 == 9 else "lmdb"
+        with DB(path, backend=backend) as db:
+            batch = {"k%d" % rng.randrange(7000): rng.choice(pool + [rng.getrandbits(64)])
+                     for _ in range(rng.choice([1, 20, 150]))}
+            db.insert_many(batch.items())
+            docs.update(batch)
+            gone = rng.sample(sorted(docs), rng.choice([0, 3, 40]))
+            assert db.delete_many(gone) == len(gone)
+            for key in gone:
+                del docs[key]
+        slots = read_index(path)
+        entries = [(fp, msgpack_key(key)) for key, fp in docs.items()]
+        assert sum(len(slot) for slot in slots) == len(entries)
+        assert set().union(*slots) == set(entries)
+        used.append(sum(bool(slot) for slot in slots))
+        assert used[-1] <= INDEX_SLOTS - 1
+    assert max(used) >= 3  # entries were spread over slots
+    probes = [0, MAX, pool[5] ^ 0b111] + rng.sample(pool, 30)
+    for backend in ("lmdb", "py-lmdb"):
+        with DB(path, readonly=True, backend=backend) as db:
+            check_exact(db, docs, probes)
+            with db._storage.read() as view:
+                groups = list(view.fingerprint_groups())
+            assert [fp for fp, _ in groups] == sorted({fp for fp in docs.values()})
+            assert sum(len(keys) for _, keys in groups) == len(docs)
+            assert all(keys == sorted(keys) for _, keys in groups)
+    with DB(path) as db:
+        db.compact()
+    assert sum(bool(slot) for slot in read_index(path)) == 1
+
+
+def msgpack_key(key):
+    import msgpack
+    return msgpack.packb(key)
+
+
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
+    """A database of format 3 has its whole index in ``fingerprints`` and no
+    other slot: read-only it answers as it is; writable it gains the slots
+    and format 4, and what it writes next lands in them."""
+    import msgpack
+    path, rng = str(tmp_path / "f3.db"), random.Random(9)
+    docs = {i: rng.getrandbits(64) for i in range(3000)}
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        for start in range(0, 3000, 500):
+            db.insert_many(list(docs.items())[start:start + 500])
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
+    with env.begin(write=True) as txn:
+        index_in_one_slot(env, txn)
+        meta = env.open_db(b"meta", txn=txn)
+        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        params["format"] = 3
+        txn.put(b"params", msgpack.packb(params), db=meta)
+    env.close()
+    probes = [docs[i] ^ 0b101 for i in range(0, 3000, 97)]
+    with DB(path, readonly=True, backend=backend) as db:
+        assert db.stats()["format"] == 3
+        check_exact(db, docs, probes)
+    with DB(path, backend=backend) as db:
+        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION
+        new = {3000 + i: rng.getrandbits(64) for i in range(200)}
+        db.insert_many(new.items())
+        docs.update(new)
+        db.delete_many(range(0, 3000, 7))
+        for i in range(0, 3000, 7):
+            del docs[i]
+        check_exact(db, docs, probes + [new[3100]])
+    assert set().union(*read_index(path)) == {(fp, msgpack_key(key)) for key, fp in docs.items()}
 
 
 def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):

@@ -5,6 +5,7 @@ import pytest
 
 from conftest import as_in_0_3
 
+from simhashdb.db import FORMAT_VERSION
 from simhashdb.errors import DatabaseError
 
 np = pytest.importorskip("numpy")
@@ -210,7 +211,7 @@ def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
     simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))
     assert seen == [(t + 1, tables) for t in range(tables)]
     with DB(path) as db:
-        assert db.stats()["format"] == 3 and db.check() == []
+        assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
         assert [sorted(db.query(p)) for p in probes] == before
         db.delete_many(range(100))
         assert db.check() == []
@@ -266,7 +267,8 @@ def test_the_cli_says_how_to_convert_and_converts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "simhashdb-cli upgrade %s" % path in err
     assert cli.main(["upgrade", path]) == 0
-    assert json.loads(capsys.readouterr().out) == {"format": 3, "tables": DB(path, readonly=True).tables}
+    assert json.loads(capsys.readouterr().out) == {"format": FORMAT_VERSION,
+                                                   "tables": DB(path, readonly=True).tables}
     assert cli.main(["delete", path, "a"]) == 0
     assert [m.key for m in DB(path, readonly=True).query(1, 2)] == ["b"]
 

@@ -56,6 +56,7 @@ _META_MAGIC = 0xBEEFC0DE
 # (meta b"stale") exceed distinct / RUN_RATIO, follow its commit in
 # transactions of about a table's entries each (tidy).
 RUN_SLOTS, RUN_RATIO = 8, 4
+INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 _open_paths = {}  # (pid, path) -> weakref of the storage that has it open
 _open_paths_lock = threading.Lock()
 _open_storages = weakref.WeakSet()

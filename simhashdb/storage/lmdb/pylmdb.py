@@ -7,6 +7,7 @@ tables are in simhashdb 0.3's form (dupsort ``table:NNN``) opens read-only.
 """
 
 import contextlib
+import heapq
 import itertools
 import os
 import sys
@@ -19,7 +20,7 @@ from ... import _ext
 from ...errors import DatabaseError
 from ...records import value_fingerprint
 from .. import BANDS, Txn, View, band_entries
-from .files import RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
+from .files import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
 
 META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
@@ -41,9 +42,14 @@ def table_name(table):
 
 def max_dbs(tables):
     """The sub-databases an environment with room for ``tables`` tables opens:
-    meta, docs, fingerprints, the band tables, the directory of runs and each
-    table's slots (as the native backend)."""
-    return 4 + BANDS + tables * RUN_SLOTS + 1
+    meta, docs, the index's slots, the band tables, the directory of runs and
+    each table's slots (as the native backend)."""
+    return 4 + INDEX_SLOTS + BANDS + tables * RUN_SLOTS
+
+
+def index_name(slot):
+    """The sub-database name of the fingerprint index's slot ``slot``."""
+    return b"index:%02d" % slot if slot else FINGERPRINTS
 
 
 def slot_name(table, slot):
@@ -74,7 +80,15 @@ class PyLmdbStorage(LmdbStorage):
                     raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
                                         "use another directory" % self.path)
         self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
-        self._dbs[FINGERPRINTS] = self._open_db(FINGERPRINTS, dupsort=True)
+        self._index = []  # the index's slots (one where a database made before them is read)
+        for name in map(index_name, range(INDEX_SLOTS)):
+            try:
+                self._dbs[name] = self._open_db(name, dupsort=True)
+            except DatabaseError:
+                if not self._index or not self.readonly:
+                    raise
+                break
+            self._index.append(name)
         try:
             for name in BAND_TABLES:
                 self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)
@@ -192,15 +206,17 @@ class PyLmdbStorage(LmdbStorage):
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:
-                for name, dupsort in ((META, False), (DOCS, False), (FINGERPRINTS, True)):
-                    db = self._open_db(name, dupsort=dupsort, env=target, txn=written)
-                    items = source.cursor(self._dbs[name]).iternext()
-                    _fill(written.cursor(db), items, dupsort)
+                for name in (META, DOCS):
+                    db = self._open_db(name, env=target, txn=written)
+                    _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), False)
+                for name in map(index_name, range(INDEX_SLOTS)):  # the index as one run
+                    db = self._open_db(name, dupsort=True, env=target, txn=written)
+                    if name == FINGERPRINTS:
+                        _fill(written.cursor(db), _index_items(source, self), True)
                 for name in BAND_TABLES if name in self._dbs else ():
                     db = self._open_db(name, dupsort=True, dupfixed=True, env=target, txn=written)
                     _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), True)
-                fps = [_ext.unpack_key(k) for k in
-                       source.cursor(self._dbs[FINGERPRINTS]).iternext_nodup(values=False)]
+                fps = _distinct(_index_items(source, self))
                 directory = self._open_db(RUNS, env=target, txn=written)
                 run = _counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS) + 1
                 for table in range(self._layout.tables):
@@ -258,16 +274,21 @@ class PyView(View):
         return cursor.iternext()
 
     def keys_of(self, fingerprint):
-        cursor = self._cursor(FINGERPRINTS)
-        if not cursor.set_key(_ext.pack_key(fingerprint)):
-            return []
-        return list(cursor.iternext_dup())
+        fp_bytes = _ext.pack_key(fingerprint)
+        return sorted(key for cursor in self._index_cursors() if cursor.set_key(fp_bytes)
+                      for key in cursor.iternext_dup())
+
+    def _has(self, fp):
+        """Whether a slot of the index has ``fp``."""
+        fp_bytes = _ext.pack_key(fp)
+        return any(cursor.set_key(fp_bytes) for cursor in self._index_cursors())
+
+    def _index_cursors(self):
+        return [self._cursor(name) for name in self._storage._index]
 
     def fingerprint_groups(self):
-        cursor = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
-        if not cursor.first():
-            return
-        for fp_bytes, entries in itertools.groupby(cursor.iternext(), key=lambda item: item[0]):
+        items = _index_items(self._txn, self._storage)
+        for fp_bytes, entries in itertools.groupby(items, key=lambda item: item[0]):
             yield _ext.unpack_key(fp_bytes), [key for _, key in entries]
 
     def search(self, probes, distance):
@@ -313,11 +334,8 @@ class PyView(View):
     def _with_prefix(self, prefix):
         """(key, fingerprint) of the documents whose fingerprint starts with
         the 4 bytes ``prefix``."""
-        index = self._cursor(FINGERPRINTS)
-        if not index.set_range(prefix + bytes(4)):
-            return []
         found = []
-        for fp_bytes, key in index.iternext():
+        for fp_bytes, key in _index_items(self._txn, self._storage, prefix + bytes(4)):
             if fp_bytes[:4] != prefix:
                 break
             found.append((key, _ext.unpack_key(fp_bytes)))
@@ -332,11 +350,11 @@ class PyView(View):
     def table_fingerprints(self, table):
         layout = self._storage._layout
         if self._storage._runs:  # the union of the runs less the stale entries
-            values, index = array("Q"), self._cursor(FINGERPRINTS)
+            values = array("Q")
             for run, slot, _ in self._directory(table):
                 values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
             fps = (layout.unpermute(value, table) for value in values)
-            return [fp for fp in fps if index.set_key(_ext.pack_key(fp))]
+            return [fp for fp in fps if self._has(fp)]
         cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
         return [layout.unpermute(_ext.unpack_key(k + v), table) for k, v in cursor.iternext()] \
             if cursor.first() else []
@@ -384,7 +402,7 @@ class PyTxn(PyView, Txn):
     def upsert(self, documents):
         latest = {key: (fp, value) for key, fp, value in documents}
         touched, bands = {}, {}
-        docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)
+        docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)  # new entries: slot 0
         for key in sorted(latest):
             fp, value = latest[key]
             old = docs.get(key)
@@ -442,23 +460,23 @@ class PyTxn(PyView, Txn):
     def _touch(self, fp, touched):
         """Note ``fp`` as changed, first with whether the index had it before."""
         if fp not in touched:
-            touched[fp] = self._cursor(FINGERPRINTS).set_key(_ext.pack_key(fp))
+            touched[fp] = self._has(fp)
 
     def _unlink(self, fp, key, touched):
         self._touch(fp, touched)
-        index = self._cursor(FINGERPRINTS)
-        if index.set_key_dup(_ext.pack_key(fp), key):
-            index.delete()
+        for cursor in self._index_cursors():  # the slot that holds the entry
+            if cursor.set_key_dup(_ext.pack_key(fp), key):
+                cursor.delete()
+                break
 
     def _update_tables(self, touched):
         """Append to every table as a run the fingerprints the index gained; count
         those it lost as stale (their entries stay in the runs until a rewrite)."""
         if not touched:  # as native: a batch that changed no fingerprint checks nothing
             return
-        index = self._cursor(FINGERPRINTS)
         added, removed = [], []
         for fp, had in touched.items():
-            now = index.set_key(_ext.pack_key(fp))
+            now = self._has(fp)
             if now and not had:
                 added.append(fp)
             elif had and not now:
@@ -551,8 +569,7 @@ class PyTxn(PyView, Txn):
     def _rewrite_table(self, table):
         """Rewrite ``table`` from the index as its one run (slot 0, an id above
         the dropped runs'), its stale entries gone, as the native backend does."""
-        index = self._txn.cursor(self._storage._dbs[FINGERPRINTS])
-        fps = [_ext.unpack_key(k) for k in index.iternext_nodup(values=False)]
+        fps = _distinct(_index_items(self._txn, self._storage))
         directory = self._directory(table)
         if directory and directory[-1][0] > self._count(RUN_IDS):
             self._set_count(RUN_IDS, directory[-1][0])
@@ -611,6 +628,23 @@ def _note_bands(bands, value, fingerprint, added):
     taken away: {(band, entry): whether a document brings it}."""
     for band, entry in enumerate(band_entries(value, fingerprint)):
         bands[band, entry] = bands.get((band, entry), False) or added
+
+
+def _index_items(txn, storage, start=None):
+    """(fingerprint bytes, key) of every entry of the index's slots from
+    ``start`` (8 bytes) on, in order: the union of the slots."""
+    slots = []
+    for name in storage._index:
+        cursor = txn.cursor(storage._dbs[name])
+        if cursor.set_range(start) if start is not None else cursor.first():
+            slots.append(cursor.iternext())
+    return heapq.merge(*slots)
+
+
+def _distinct(items):
+    """The distinct fingerprints of sorted index ``items``."""
+    return [_ext.unpack_key(fp_bytes) for fp_bytes, _ in itertools.groupby(items,
+                                                                          key=lambda i: i[0])]
 
 
 def _fill(cursor, items, dupsort):

@@ -103,6 +103,27 @@ cdef int index_get(Work* w, MDB_val* k, MDB_val* v, MDB_cursor_op op) noexcept n
     return index_pick(ix, k, v)
 
 
+cdef int index_seek(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
+    """Position at the first entry at or past (``k``, ``v``): a fingerprint and
+    a key, found by a descent in each slot, however many keys the fingerprint has."""
+    cdef Index* ix = &w.ix
+    cdef MDB_val kk, vv
+    cdef int i, rc = index_open(w)
+    for i in range(ix.n if rc == 0 else 0):
+        kk, vv = k[0], v[0]
+        rc = g_cursor_get(ix.cursor[i], &kk, &vv, MDB_GET_BOTH_RANGE)
+        if rc == MDB_NOTFOUND:  # no such fingerprint, or every key of it comes before
+            kk = k[0]
+            rc = g_cursor_get(ix.cursor[i], &kk, &vv, MDB_SET_RANGE)
+            if rc == 0 and cmp_bytes(<const uint8_t*>kk.mv_data, kk.mv_size,
+                                     <const uint8_t*>k.mv_data, k.mv_size) == 0:
+                rc = g_cursor_get(ix.cursor[i], &kk, &vv, MDB_NEXT_NODUP)
+        ix.on[i] = rc == 0
+        if rc and rc != MDB_NOTFOUND:
+            return rc
+    return rc if rc and rc != MDB_NOTFOUND else index_pick(ix, k, v)
+
+
 cdef int index_has(Work* w, uint64_t fp, int skip_slot) noexcept nogil:
     """1 if a slot other than ``skip_slot`` has ``fp``, 0 if none, or an LMDB error."""
     cdef Index* ix = &w.ix

@@ -119,6 +119,7 @@ cdef extern from "guard.h" nogil:
     int g_copy(void* dst, const void* src, size_t n)
 
 cdef enum:
+    MAIN_DBI = 1        # LMDB's main database: the sub-databases' names and records
     MAX_TABLES = 1024
     SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
@@ -2148,6 +2149,10 @@ cdef class Env:
         txn.env = self
         txn.write = write
         txn.put_slot = -1
+        if 0 < self.index_slots < INDEX_SLOTS and index_slots_added(txn.txn):
+            txn.abort()  # the slots another process added must be read too
+            raise MapResizedError("the fingerprint index of %s gained slots: open them and "
+                                  "begin again" % self.path.decode())
         return txn
 
     def close(self):
@@ -2156,6 +2161,14 @@ cdef class Env:
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         self.env = NULL
+
+
+cdef bint index_slots_added(MDB_txn* txn) noexcept nogil:
+    """Whether the index's second slot exists in this snapshot (a database of
+    format 3, read here with one slot, opened writable by another process)."""
+    cdef MDB_val k, v
+    k.mv_size, k.mv_data = 8, <char*>b"index:01"
+    return g_get(txn, MAIN_DBI, &k, &v) == 0
 
 
 cdef class Txn:
@@ -2307,12 +2320,13 @@ cdef class Txn:
             if after is None:
                 rc = index_get(&w, &k, &v, MDB_FIRST) if index else \
                     g_cursor_get(cursor, &k, &v, MDB_FIRST)
-            elif index:  # the first entry past (fingerprint, key): its fingerprint's next
+            elif index:  # the first entry past (fingerprint, key)
                 k.mv_size, k.mv_data = 8, <char*>after
-                rc = index_get(&w, &k, &v, MDB_SET_RANGE)
-                while rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, 8) \
+                v.mv_size, v.mv_data = len(after) - 8, <char*>after + 8
+                rc = index_seek(&w, &k, &v)
+                if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, 8) \
                         == 0 and cmp_bytes(<uint8_t*>v.mv_data, v.mv_size,
-                                           <uint8_t*>after + 8, len(after) - 8) <= 0:
+                                           <uint8_t*>after + 8, len(after) - 8) == 0:
                     rc = index_get(&w, &k, &v, MDB_NEXT)
             else:
                 k.mv_size, k.mv_data = len(after), <char*>after

@@ -264,6 +264,58 @@ def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
     assert set().union(*read_index(path)) == {(fp, msgpack_key(key)) for key, fp in docs.items()}
 
 
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_a_reader_of_format_3_reads_the_slots_a_writer_adds(tmp_path, backend):
+    """A handle opened read-only on a database of format 3 reads one slot; once
+    another process opens it writable (adding the slots) and writes, the
+    reader's next snapshot reads every slot: old and new documents found."""
+    import subprocess
+    import sys
+
+    import msgpack
+    path, rng = str(tmp_path / "f3r.db"), random.Random(11)
+    docs = {i: rng.getrandbits(64) for i in range(400)}
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many(docs.items())
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
+    with env.begin(write=True) as txn:
+        index_in_one_slot(env, txn)
+        meta = env.open_db(b"meta", txn=txn)
+        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        params["format"] = 3
+        txn.put(b"params", msgpack.packb(params), db=meta)
+    env.close()
+    new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots merge
+    with DB(path, readonly=True, backend=backend) as reader:
+        check_exact(reader, docs, [docs[5], docs[7] ^ 0b11])
+        subprocess.run([sys.executable, "-c", "import sys; from simhashdb import DB; "
+                        "db = DB(sys.argv[1], backend=sys.argv[2]); "
+                        "db.insert_many(%r.items()); db.close()" % new, path, backend],
+                       check=True)
+        docs.update(new)
+        check_exact(reader, docs, [docs[5], docs[7] ^ 0b11, new[1100], new[1200] ^ 1])
+
+
+@native
+def test_a_fingerprint_of_thousands_of_keys_in_two_slots_pages_whole(tmp_path):
+    """Reads of the index go 4,096 entries at a time; one fingerprint with
+    6,000 keys in two slots (one slot's all before the page's end) is read
+    whole, in key order, once."""
+    path = str(tmp_path / "keys.db")
+    shared = 0x0123456789ABCDEF
+    with DB(path, distance=3, blocks=5) as db:
+        db.insert_many([("a%05d" % i, shared) for i in range(5000)] + [("x", 5), ("y", MAX)])
+        db.insert_many([("0%05d" % i, shared) for i in range(1000)] + [("z", 6)])
+    assert sum(bool(slot) for slot in read_index(path)) == 2
+    for backend in ("lmdb", "py-lmdb"):
+        with DB(path, readonly=True, backend=backend) as db, db._storage.read() as view:
+            groups = list(view.fingerprint_groups())
+        assert [fp for fp, _ in groups] == [5, 6, shared, MAX]
+        assert groups[2][1] == sorted(msgpack_key("0%05d" % i) for i in range(1000)) + \
+            sorted(msgpack_key("a%05d" % i) for i in range(5000))
+        assert [keys for fp, keys in groups if fp != shared] == [[msgpack_key(k)] for k in "xzy"]
+
+
 def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):
     path, rng = str(tmp_path / "stale.db"), random.Random(4)
     fps = list({rng.getrandbits(64) for _ in range(2000)} - {0, MAX}) + [0, MAX]

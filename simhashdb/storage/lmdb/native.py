@@ -11,7 +11,7 @@ from array import array
 
 from ... import _ext, _lmdb
 from .. import Txn, View
-from .files import LmdbStorage, old_tables_error
+from .files import INDEX_SLOTS, LmdbStorage, old_tables_error
 
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
@@ -82,6 +82,8 @@ class NativeStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
+        if self._env.index_slots < INDEX_SLOTS:  # another process may have added them
+            self._open_dbs()
 
     def open_tables(self, layout):
         self._layout = layout

@@ -140,6 +140,11 @@ class PyLmdbStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
+        for name in map(index_name, range(len(self._index), INDEX_SLOTS)):  # another
+            if self._env.begin().get(name) is None:  # process may have added them
+                break
+            self._dbs[name] = self._open_db(name, dupsort=True)
+            self._index.append(name)
 
     def open_tables(self, layout):
         """Open the tables of ``layout``: runs (made in a new database), or
@@ -167,7 +172,11 @@ class PyLmdbStorage(LmdbStorage):
 
     def _begin_read(self):
         with self._errors("read"):
-            return self._env.begin()
+            txn = self._env.begin()
+        if len(self._index) < INDEX_SLOTS and txn.get(index_name(1)) is not None:
+            txn.abort()  # the slots another process added must be read too
+            raise lmdb.MapResizedError("the fingerprint index of %s gained slots" % self.path)
+        return txn
 
     def _view(self, txn):
         return PyView(self, txn)

@@ -248,6 +248,7 @@ class PyView(View):
     def __init__(self, storage, txn):
         self._storage, self._txn = storage, txn
         self._cursors = {}
+        self._slots = None  # cursors on the index's slots in use (_index_cursors)
 
     def _cursor(self, name):
         cursor = self._cursors.get(name)
@@ -290,10 +291,19 @@ class PyView(View):
     def _has(self, fp):
         """Whether a slot of the index has ``fp``."""
         fp_bytes = _ext.pack_key(fp)
-        return any(cursor.set_key(fp_bytes) for cursor in self._index_cursors())
+        for cursor in self._index_cursors():
+            if cursor.set_key(fp_bytes):
+                return True
+        return False
 
     def _index_cursors(self):
-        return [self._cursor(name) for name in self._storage._index]
+        """Cursors on the index's slots in use, and on ``fingerprints``, which
+        takes this backend's puts (the others only lose entries here)."""
+        if self._slots is None:
+            dbs = self._storage._dbs
+            self._slots = [self._cursor(name) for name in self._storage._index
+                           if name == FINGERPRINTS or self._txn.stat(dbs[name])["entries"]]
+        return self._slots
 
     def fingerprint_groups(self):
         items = _index_items(self._txn, self._storage)

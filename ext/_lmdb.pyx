@@ -1,9 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """The native LMDB backend's kernels, on the LMDB C API.
 
-One environment: ``meta``, ``docs`` (key -> value), ``fingerprints`` (sorted
-duplicates: 8-byte big-endian fingerprint -> key) and each permutation
-table kept as compressed sorted runs (issue 22, RUNS.md, ``_runs.pxi``): a
+One environment: ``meta``, ``docs`` (key -> value), the fingerprint index
+(8-byte big-endian fingerprint -> key, sorted duplicates, kept in slots:
+``_index.pxi``) and each permutation table kept as compressed sorted runs (issue 22, RUNS.md, ``_runs.pxi``): a
 run a batch, merged by size, scanned run by run, hits checked against the
 index. A search permutes, seeks, scans and verifies every table for a batch
 of probes in one call without the GIL; upserts and removals keep the index

@@ -8,6 +8,7 @@ import random
 from array import array
 
 import lmdb
+import msgpack
 import pytest
 from conftest import as_in_0_3, brute_force, index_in_one_slot, native_built
 
@@ -204,7 +205,7 @@ def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
             for key in gone:
                 del docs[key]
         slots = read_index(path)
-        entries = [(fp, msgpack_key(key)) for key, fp in docs.items()]
+        entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
         assert sum(len(slot) for slot in slots) == len(entries)
         assert set().union(*slots) == set(entries)
         used.append(sum(bool(slot) for slot in slots))
@@ -224,22 +225,9 @@ def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
     assert sum(bool(slot) for slot in read_index(path)) == 1
 
 
-def msgpack_key(key):
-    import msgpack
-    return msgpack.packb(key)
-
-
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
-    """A database of format 3 has its whole index in ``fingerprints`` and no
-    other slot: read-only it answers as it is; writable it gains the slots
-    and format 4, and what it writes next lands in them."""
-    import msgpack
-    path, rng = str(tmp_path / "f3.db"), random.Random(9)
-    docs = {i: rng.getrandbits(64) for i in range(3000)}
-    with DB(path, distance=3, blocks=5, backend=backend) as db:
-        for start in range(0, 3000, 500):
-            db.insert_many(list(docs.items())[start:start + 500])
+def as_format_3(path):
+    """Rewrite the closed database at ``path`` as format 3 kept it: its whole
+    fingerprint index in ``fingerprints``."""
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
     with env.begin(write=True) as txn:
         index_in_one_slot(env, txn)
@@ -248,6 +236,19 @@ def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
         params["format"] = 3
         txn.put(b"params", msgpack.packb(params), db=meta)
     env.close()
+
+
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
+    """A database of format 3 has its whole index in ``fingerprints`` and no
+    other slot: read-only it answers as it is; writable it gains the slots
+    and format 4, and what it writes next lands in them."""
+    path, rng = str(tmp_path / "f3.db"), random.Random(9)
+    docs = {i: rng.getrandbits(64) for i in range(3000)}
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        for start in range(0, 3000, 500):
+            db.insert_many(list(docs.items())[start:start + 500])
+    as_format_3(path)
     probes = [docs[i] ^ 0b101 for i in range(0, 3000, 97)]
     with DB(path, readonly=True, backend=backend) as db:
         assert db.stats()["format"] == 3
@@ -261,7 +262,7 @@ def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
         for i in range(0, 3000, 7):
             del docs[i]
         check_exact(db, docs, probes + [new[3100]])
-    assert set().union(*read_index(path)) == {(fp, msgpack_key(key)) for key, fp in docs.items()}
+    assert set().union(*read_index(path)) == {(fp, msgpack.packb(key)) for key, fp in docs.items()}
 
 
 @pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
@@ -272,19 +273,11 @@ def test_a_reader_of_format_3_reads_the_slots_a_writer_adds(tmp_path, backend):
     import subprocess
     import sys
 
-    import msgpack
     path, rng = str(tmp_path / "f3r.db"), random.Random(11)
     docs = {i: rng.getrandbits(64) for i in range(400)}
     with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
-    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
-    with env.begin(write=True) as txn:
-        index_in_one_slot(env, txn)
-        meta = env.open_db(b"meta", txn=txn)
-        params = msgpack.unpackb(txn.get(b"params", db=meta))
-        params["format"] = 3
-        txn.put(b"params", msgpack.packb(params), db=meta)
-    env.close()
+    as_format_3(path)
     new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots merge
     with DB(path, readonly=True, backend=backend) as reader:
         check_exact(reader, docs, [docs[5], docs[7] ^ 0b11])
@@ -311,9 +304,9 @@ def test_a_fingerprint_of_thousands_of_keys_in_two_slots_pages_whole(tmp_path):
         with DB(path, readonly=True, backend=backend) as db, db._storage.read() as view:
             groups = list(view.fingerprint_groups())
         assert [fp for fp, _ in groups] == [5, 6, shared, MAX]
-        assert groups[2][1] == sorted(msgpack_key("0%05d" % i) for i in range(1000)) + \
-            sorted(msgpack_key("a%05d" % i) for i in range(5000))
-        assert [keys for fp, keys in groups if fp != shared] == [[msgpack_key(k)] for k in "xzy"]
+        assert groups[2][1] == sorted(msgpack.packb("0%05d" % i) for i in range(1000)) + \
+            sorted(msgpack.packb("a%05d" % i) for i in range(5000))
+        assert [keys for fp, keys in groups if fp != shared] == [[msgpack.packb(k)] for k in "xzy"]
 
 
 def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):

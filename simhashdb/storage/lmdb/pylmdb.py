@@ -4,6 +4,9 @@ backend, used where that one was not built (or with ``backend="py-lmdb"``).
 A new database keeps its tables as compressed sorted runs (RUNS.md), blocks
 coded by ``_ext`` exactly as the native backend codes them; a database whose
 tables are in simhashdb 0.3's form (dupsort ``table:NNN``) opens read-only.
+The fingerprint index is the union of its slots, as native keeps them; this
+backend puts new entries into ``fingerprints`` and leaves merging the slots
+to the native one (any slot may hold any entry).
 """
 
 import contextlib

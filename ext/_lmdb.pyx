@@ -2259,6 +2259,8 @@ cdef class Txn:
         return values
 
     cdef bytes _copy(self, MDB_val* v):
+        if v.mv_size >> 32:  # LMDB stores an item's size in 32 bits: a damaged page
+            raise self.env.fail(CORRUPTED, "cannot read %s" % self.env.path.decode())
         out = PyBytes_FromStringAndSize(NULL, v.mv_size)
         cdef int rc = g_copy(PyBytes_AS_STRING(out), v.mv_data, v.mv_size)
         if rc:

@@ -858,18 +858,18 @@ class DB:
             banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
             for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
                 docs += len(chunk)
-                fps = {}
+                fps = []  # a list: a damaged key may repeat another's
                 for key_bytes, value in chunk:
                     try:
-                        fps[key_bytes] = unpack(value)[0]
+                        fps.append(unpack(value)[0])
                     except (DatabaseError, TypeError, IndexError):
                         problems.append("document %r has a damaged record" % (key_bytes,))
+                        fps.append(None)
                         continue
-                    for entries, entry in zip(banded, band_entries(value, fps[key_bytes])):
+                    for entries, entry in zip(banded, band_entries(value, fps[-1])):
                         entries.append(entry)
-                indexed = view.keys_of_many(set(fps.values()))
-                for key_bytes, value in chunk:
-                    fp = fps.get(key_bytes)
+                indexed = view.keys_of_many(set(fps) - {None})
+                for (key_bytes, value), fp in zip(chunk, fps):
                     if fp is not None and key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "
                                         "fingerprint index" % (decode_key(key_bytes, value), fp))

@@ -181,6 +181,19 @@ cdef int index_sizes(Work* w, uint64_t* entries, int* used) noexcept nogil:
     return 0
 
 
+cdef int append_entry(MDB_cursor* dst, MDB_val* k, MDB_val* v, uint8_t* last,
+                      bint* have_last) noexcept nogil:
+    """Append an entry to a slot written in order: a key of the fingerprint
+    appended last (``last``, once ``have_last``), or a new fingerprint."""
+    if k.mv_size != 8:
+        return CORRUPTED
+    if have_last[0] and memcmp(last, k.mv_data, 8) == 0:
+        return g_cursor_put(dst, k, v, MDB_APPENDDUP)
+    memcpy(last, k.mv_data, 8)
+    have_last[0] = True
+    return g_cursor_put(dst, k, v, MDB_APPEND)
+
+
 cdef int index_merge(Work* w, int a, int b, const uint64_t* entries) noexcept nogil:
     """Merge slots ``a`` and ``b`` into a free slot (appending in order), or,
     where none is free, ``a`` into ``b``; the sources are emptied."""
@@ -211,17 +224,11 @@ cdef int index_merge(Work* w, int a, int b, const uint64_t* entries) noexcept no
         on[1] = False
     while rc == 0 and (on[0] or on[1]):
         i = 1 if not on[0] or (on[1] and cmp_entry(&k[1], &v[1], &k[0], &v[0]) < 0) else 0
-        if k[i].mv_size != 8:
-            rc = CORRUPTED
-            break
         if d < 0:
-            rc = g_cursor_put(dst, &k[i], &v[i], MDB_NODUPDATA)
-        elif have_last and memcmp(last, k[i].mv_data, 8) == 0:
-            rc = g_cursor_put(dst, &k[i], &v[i], MDB_APPENDDUP)
+            rc = g_cursor_put(dst, &k[i], &v[i], MDB_NODUPDATA) if k[i].mv_size == 8 \
+                else CORRUPTED
         else:
-            memcpy(last, k[i].mv_data, 8)
-            have_last = True
-            rc = g_cursor_put(dst, &k[i], &v[i], MDB_APPEND)
+            rc = append_entry(dst, &k[i], &v[i], last, &have_last)
         if rc == MDB_KEYEXIST:  # the same entry in both (never written so): kept once
             rc = 0
         if rc == 0:
@@ -302,15 +309,7 @@ cdef int index_copy(Work* w, MDB_txn* target, MDB_dbi dst_dbi) noexcept nogil:
         return rc
     rc = index_get(w, &k, &v, MDB_FIRST)
     while rc == 0:
-        if k.mv_size != 8:
-            rc = CORRUPTED
-            break
-        if have_last and memcmp(last, k.mv_data, 8) == 0:
-            rc = g_cursor_put(dst, &k, &v, MDB_APPENDDUP)
-        else:
-            memcpy(last, k.mv_data, 8)
-            have_last = True
-            rc = g_cursor_put(dst, &k, &v, MDB_APPEND)
+        rc = append_entry(dst, &k, &v, last, &have_last)
         if rc == 0:
             rc = index_get(w, &k, &v, MDB_NEXT)
     mdb_cursor_close(dst)

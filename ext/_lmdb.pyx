@@ -3,9 +3,9 @@
 
 One environment: ``meta``, ``docs`` (key -> value), the fingerprint index
 (8-byte big-endian fingerprint -> key, sorted duplicates, kept in slots:
-``_index.pxi``) and each permutation table kept as compressed sorted runs (issue 22, RUNS.md, ``_runs.pxi``): a
-run a batch, merged by size, scanned run by run, hits checked against the
-index. A search permutes, seeks, scans and verifies every table for a batch
+``_index.pxi``) and each permutation table kept as compressed sorted runs
+(issue 22, RUNS.md, ``_runs.pxi``): a run a batch, merged by size, scanned
+run by run, hits checked against the index. A search permutes, seeks, scans and verifies every table for a batch
 of probes in one call without the GIL; upserts and removals keep the index
 and the tables in step. Every LMDB call goes through a guard (guard.h) that
 turns a fault on a damaged file into an error; the environment is then
@@ -2311,7 +2311,7 @@ cdef class Txn:
         order, starting after the item (key) ``after`` (from the first: None)."""
         self.check()
         cdef MDB_cursor* cursor = NULL
-        cdef MDB_val k, v
+        cdef MDB_val k, v, after_k, after_v
         cdef Work w = self.work()
         cdef bint index = which == "fingerprints"
         cdef int rc = 0 if index else mdb_cursor_open(self.txn, self._dbi(which), &cursor)
@@ -2323,12 +2323,11 @@ cdef class Txn:
                 rc = index_get(&w, &k, &v, MDB_FIRST) if index else \
                     g_cursor_get(cursor, &k, &v, MDB_FIRST)
             elif index:  # the first entry past (fingerprint, key)
-                k.mv_size, k.mv_data = 8, <char*>after
-                v.mv_size, v.mv_data = len(after) - 8, <char*>after + 8
+                after_k.mv_size, after_k.mv_data = 8, <char*>after
+                after_v.mv_size, after_v.mv_data = len(after) - 8, <char*>after + 8
+                k, v = after_k, after_v
                 rc = index_seek(&w, &k, &v)
-                if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, 8) \
-                        == 0 and cmp_bytes(<uint8_t*>v.mv_data, v.mv_size,
-                                           <uint8_t*>after + 8, len(after) - 8) == 0:
+                if rc == 0 and cmp_entry(&k, &v, &after_k, &after_v) == 0:
                     rc = index_get(&w, &k, &v, MDB_NEXT)
             else:
                 k.mv_size, k.mv_data = len(after), <char*>after

@@ -486,8 +486,9 @@ class PyTxn(PyView, Txn):
 
     def _unlink(self, fp, key, touched):
         self._touch(fp, touched)
+        fp_bytes = _ext.pack_key(fp)
         for cursor in self._index_cursors():  # the slot that holds the entry
-            if cursor.set_key_dup(_ext.pack_key(fp), key):
+            if cursor.set_key_dup(fp_bytes, key):
                 cursor.delete()
                 break
 

@@ -62,6 +62,7 @@ cdef extern from "lmdb.h" nogil:
         size_t mv_size
         void* mv_data
     ctypedef struct MDB_stat:
+        size_t ms_leaf_pages
         size_t ms_entries
     ctypedef struct MDB_envinfo:
         size_t me_mapsize
@@ -96,6 +97,7 @@ cdef extern from "lmdb.h" nogil:
     void mdb_txn_reset(MDB_txn* txn)
     int mdb_txn_renew(MDB_txn* txn)
     size_t mdb_txn_id(MDB_txn* txn)
+    MDB_env* mdb_txn_env(MDB_txn* txn)
     int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
     void mdb_cursor_close(MDB_cursor* cursor)
     MDB_txn* mdb_cursor_txn(MDB_cursor* cursor)
@@ -1503,6 +1505,7 @@ cdef const char* DISTINCT = b"distinct"  # meta's counters (read_counter)
 cdef const char* STALE = b"stale"
 cdef const char* REWRITE = b"rewrite"  # a rewrite of the tables under way (tidy)
 cdef const char* RUN_IDS = b"run ids"  # the highest run id a rewrite dropped (see add_run)
+cdef const char* REMOVED = b"removed"  # documents removed since rewrite_sparse
 
 
 cdef inline MDB_val meta_key(const char* name) noexcept nogil:
@@ -1543,9 +1546,11 @@ cdef int add_to_counter(Work* w, const char* name, int64_t change) noexcept nogi
 
 
 cdef int note_if_stale(Work* w) noexcept nogil:
-    """Note for tidy a rewrite of the tables under way, or due: the stale
-    entries may exceed 1/RATIO of the distinct fingerprints."""
+    """Note for tidy a rewrite of the tables under way, or due (the stale
+    entries may exceed 1/RATIO of the distinct fingerprints), or one of the
+    documents (sparse_due)."""
     cdef uint64_t stale, distinct
+    cdef bint sparse
     cdef MDB_val k = meta_key(REWRITE), v
     cdef int rc = g_get(w.txn, w.meta, &k, &v)
     if rc == 0:
@@ -1555,7 +1560,9 @@ cdef int note_if_stale(Work* w) noexcept nogil:
     rc = read_counter(w, STALE, &stale)
     if rc == 0:
         rc = read_counter(w, DISTINCT, &distinct)
-    w.untidy = w.untidy or (rc == 0 and stale * RATIO > distinct)
+    if rc == 0:
+        rc = sparse_due(w, &sparse)
+    w.untidy = w.untidy or (rc == 0 and (sparse or stale * RATIO > distinct))
     return rc
 
 
@@ -1607,6 +1614,62 @@ cdef int end_rewrite(Work* w, uint64_t stale) noexcept nogil:
     cdef MDB_val k = meta_key(REWRITE)
     cdef int rc = g_del(w.txn, w.meta, &k, NULL)
     return write_counter(w, STALE, stale) if rc == 0 or rc == MDB_NOTFOUND else rc
+
+
+cdef int sparse_due(Work* w, bint* due) noexcept nogil:
+    """Whether the documents removed since rewrite_sparse (meta ``removed``)
+    are over 1/RATIO of the documents."""
+    cdef uint64_t removed
+    cdef MDB_stat docs
+    cdef int rc = read_counter(w, REMOVED, &removed)
+    if rc == 0:
+        rc = g_stat(w.txn, w.docs, &docs)
+    due[0] = rc == 0 and removed * RATIO > docs.ms_entries
+    return rc
+
+
+cdef int rewrite_dbi(MDB_txn* txn, MDB_txn* last, MDB_dbi dbi, bint dupsort) noexcept nogil:
+    """Empty sub-database ``dbi`` and append to it, in order, what snapshot
+    ``last`` holds in it."""
+    cdef int rc = g_drop(txn, dbi, 0)
+    return rc if rc else copy_dbi(last, dbi, txn, dbi, dupsort)
+
+
+cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
+    """Once the documents removed reach 1/RATIO of the documents (sparse_due),
+    write the documents, the index's slots and the band tables again, each
+    emptied and appended in order from a snapshot of the last commit. LMDB
+    merges a leaf only below a quarter full, so removals at random leave those
+    B-trees' leaves sparse, and new documents made the file grow round after
+    round. Only as a write transaction's first change, when it holds what that
+    snapshot holds (tidy's). ``done``: whether it rewrote them."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef MDB_txn* last = NULL
+    cdef int s, used
+    cdef bint due
+    cdef int rc = sparse_due(w, &due)
+    done[0] = False
+    if rc or not due:
+        return rc
+    rc = mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last)
+    if rc:
+        return rc
+    if mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):  # (always: the write lock is held)
+        rc = index_sizes(w, entries, &used)
+        index_close(w)
+        if rc == 0:
+            rc = rewrite_dbi(w.txn, last, w.docs, False)
+        for s in range(w.index_slots):
+            if rc == 0 and entries[s]:
+                rc = rewrite_dbi(w.txn, last, w.index_dbis[s], True)
+        for s in range(SIGNATURE_BANDS if w.bands != NULL else 0):
+            if rc == 0:
+                rc = rewrite_dbi(w.txn, last, w.bands[s], True)
+        if rc == 0:
+            rc = write_counter(w, REMOVED, 0)
+        done[0] = rc == 0
+    mdb_txn_abort(last)
+    return rc
 
 
 cdef int tidy(Work* w, bint* more) noexcept nogil:
@@ -1809,13 +1872,134 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     return rc
 
 
-cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noexcept nogil:
-    """Remove documents (sorted by key, unique) that are stored."""
+cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* keys,
+                       const MDB_val* values, size_t n) noexcept nogil:
+    """Empty sub-database ``dbi`` and append to it, in order, what snapshot
+    ``last`` holds in it but the entries ``keys`` (with ``values`` where a
+    sub-database of duplicates: the (key, value) pairs), sorted in its order."""
+    cdef MDB_cursor* reader = NULL
+    cdef MDB_cursor* writer = NULL
+    cdef MDB_val k, v
+    cdef uint8_t last_key[8]
+    cdef bint have_last = False
+    cdef size_t j = 0
+    cdef int c = 1, rc = g_drop(txn, dbi, 0)
+    if rc == 0:
+        rc = mdb_cursor_open(last, dbi, &reader)
+    if rc == 0:
+        rc = mdb_cursor_open(txn, dbi, &writer)
+    if rc == 0:
+        rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
+    while rc == 0:
+        while j < n:
+            c = cmp_entry(&keys[j], &values[j], &k, &v) if values != NULL else \
+                cmp_bytes(<const uint8_t*>keys[j].mv_data, keys[j].mv_size,
+                          <const uint8_t*>k.mv_data, k.mv_size)
+            if c >= 0:
+                break
+            j += 1
+        if j < n and c == 0:
+            j += 1
+        elif values != NULL:
+            rc = append_entry(writer, &k, &v, last_key, &have_last)
+        else:
+            rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
+        if rc == 0:
+            rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
+    if reader != NULL:
+        mdb_cursor_close(reader)
+    if writer != NULL:
+        mdb_cursor_close(writer)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* touched,
+                           size_t* count) noexcept nogil:
+    """Remove documents (sorted by key, unique) that are stored by writing the
+    documents and the index's slots again without them, appended in order from
+    ``last``, a snapshot holding what the transaction holds: their leaves come
+    out full, where removals in place would copy leaves and leave them sparse."""
     cdef MDB_val k, old
-    cdef uint64_t old_fp
+    cdef uint64_t fp
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef size_t i, found = 0
+    cdef int s, used, rc = 0
+    cdef uint64_t* gone = <uint64_t*>malloc((3 * n + 1) * sizeof(uint64_t))
+    cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * n + 1)
+    cdef MDB_val* keys = <MDB_val*>malloc((2 * n + 1) * sizeof(MDB_val))
+    if gone == NULL or fp_bytes == NULL or keys == NULL:
+        rc = NO_MEMORY
+    for i in range(n if rc == 0 else 0):  # (fingerprint, document, 0) of each stored one
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        rc = g_get(w.txn, w.docs, &k, &old)
+        if rc == MDB_NOTFOUND:
+            rc = 0
+            continue
+        if rc == 0 and value_fingerprint(&old, &fp) != 0:
+            rc = CORRUPTED
+        if rc == 0:
+            rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, fp, False)
+        if rc == 0:
+            rc = touch(w, touched, fp)
+        if rc:
+            break
+        gone[3 * found], gone[3 * found + 1], gone[3 * found + 2] = fp, i, 0
+        keys[found] = k
+        found += 1
+    if rc == 0:
+        rc = index_sizes(w, entries, &used)
+    index_close(w)  # the slots are written again below
+    if rc == 0 and found:
+        rc = copy_skipping(last, w.txn, w.docs, keys, NULL, found)
+    if rc == 0 and found:  # the index's entries in its order: by fingerprint, then key
+        rc = sort_records(gone, found, 3)  # (stable: the documents came in key order)
+    for i in range(found if rc == 0 else 0):
+        write_be(fp_bytes + 8 * i, gone[3 * i], 8)
+        keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
+        keys[n + i].mv_size = docs[gone[3 * i + 1]].key_size
+        keys[n + i].mv_data = <void*>docs[gone[3 * i + 1]].key
+    for s in range(w.index_slots if found else 0):
+        if rc == 0 and entries[s]:
+            rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + n, found)
+    if rc == 0:
+        w.unlinked = True
+        count[0] = found
+    free(gone)
+    free(fp_bytes)
+    free(keys)
+    return rc
+
+
+cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
+                bint may_rewrite) noexcept nogil:
+    """Remove documents (sorted by key, unique) that are stored: in place, or
+    (``may_rewrite``: the transaction has changed nothing yet) by writing the
+    documents and the index again without them, where the batch brings the
+    documents removed since they were last written whole (meta ``removed``)
+    over 1/RATIO of them (so each removal costs about RATIO entries written)."""
+    cdef MDB_val k, old
+    cdef MDB_stat docs_stat
+    cdef MDB_txn* last = NULL
+    cdef uint64_t old_fp, removed = 0
     cdef size_t i
     cdef int rc = 0
+    cdef bint rewritten = False
     w.index_was_empty, w.unlinked = False, True
+    if may_rewrite and n:
+        rc = read_counter(w, REMOVED, &removed)
+        if rc == 0:
+            rc = g_stat(w.txn, w.docs, &docs_stat)
+        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries:
+            rc = mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last)
+        if last != NULL and mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):
+            rc = remove_by_rewrite(w, last, docs, n, touched, count)
+            if rc == 0:
+                rc = write_counter(w, REMOVED, 0)
+            n, rewritten = 0, True
+        if last != NULL:
+            mdb_txn_abort(last)
+        if rc:
+            return rc
     for i in range(n):
         k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
         rc = g_get(w.txn, w.docs, &k, &old)
@@ -1833,7 +2017,10 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count) noex
         if rc:
             return rc
         count[0] += 1
-    rc = update_tables(w, touched)
+    if count[0] and not rewritten:
+        rc = add_to_counter(w, REMOVED, count[0])
+    if rc == 0:
+        rc = update_tables(w, touched)
     return rc if rc else update_bands(w)
 
 
@@ -2180,6 +2367,7 @@ cdef class Txn:
     cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
     cdef bint runs_written     # a batch wrote runs: its searches take no block directories
     cdef int put_slot          # the index slot this transaction puts into (-1: none yet)
+    cdef bint changed          # a batch call has changed its documents or index
 
     def __dealloc__(self):
         if self.txn != NULL and not self.env.broken:
@@ -2591,6 +2779,7 @@ cdef class Txn:
         records.PackedDocuments), replacing existing keys."""
         cdef Job job = self.job(documents, True)
         cdef int rc
+        self.changed = True
         with nogil:
             rc = open_cursors(&job.w)
             if rc == 0:
@@ -2605,11 +2794,13 @@ cdef class Txn:
         cdef Job job = self.job(keys, False)
         cdef size_t count = 0
         cdef int rc
+        cdef bint unchanged = not self.changed
+        self.changed = True
         with nogil:
             rc = open_cursors(&job.w)
             if rc == 0:
                 job.n = sort_unique(job.docs, job.n)
-                rc = remove(&job.w, job.docs, job.n, &job.touched, &count)
+                rc = remove(&job.w, job.docs, job.n, &job.touched, &count, unchanged)
         self.done(rc, "write to", job)
         return count
 
@@ -2618,6 +2809,7 @@ cdef class Txn:
         ``distance`` (as search), storing it when there are none."""
         cdef Job job = self.job(documents, True)
         cdef list results = [[] for _ in range(job.n)]
+        self.changed = True
         cdef size_t i, j = 0
         cdef int rc
         cdef bint replaced = False
@@ -2665,13 +2857,16 @@ cdef class Txn:
         """One transaction's share of the work batches left (see tidy); returns
         whether there is more."""
         cdef Job job = self.job()
-        cdef bint more = False
+        cdef bint more = False, unchanged = not self.changed
         cdef int rc
+        self.changed = True
         with nogil:
             rc = open_cursors(&job.w)
-            if rc == 0:  # the index's merges, then the tables' share
+            if rc == 0 and unchanged:  # a rewrite of what removals left sparse, else
+                rc = rewrite_sparse(&job.w, &more)  # the index's merges and the tables' share
+            if rc == 0 and not more:
                 rc = index_merges(&job.w, 0)
-            if rc == 0:
+            if rc == 0 and not more:
                 rc = tidy(&job.w, &more)
         self.runs_written = self.runs_written or job.w.runs_written
         self.put_slot = job.w.put_slot
@@ -2777,6 +2972,8 @@ cdef class Txn:
                     rc = rewrite_tables(&w, 0, w.layout.tables)
                 if rc == 0:
                     rc = end_rewrite(&w, 0)
+                if rc == 0:
+                    rc = write_counter(&w, REMOVED, 0)
             target.runs_written = True
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")

@@ -19,9 +19,12 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
   that removals left behind could reach a quarter of the table, every table
   is written again from the index (:data:`.files.RUN_RATIO`);
 - ``meta`` also holds ``b"distinct"`` (the distinct fingerprints),
-  ``b"stale"`` (fingerprints removed since the tables were last written whole)
-  and, while the tables are being written again, ``b"rewrite"`` (the next
-  table, and the stale count the rewrite began with; 8 bytes big-endian each).
+  ``b"stale"`` (fingerprints removed since the tables were last written whole),
+  ``b"removed"`` (documents removed since the documents and the index were
+  last written whole: past a quarter of the documents, the native backend
+  writes them again, in order, without the space removals left) and, while
+  the tables are being written again, ``b"rewrite"`` (the next table, and the
+  stale count the rewrite began with; 8 bytes big-endian each).
 
 Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
 (sorted, fixed-size duplicates: the permuted fingerprint's top 2 bytes as key,

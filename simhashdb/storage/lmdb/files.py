@@ -584,10 +584,11 @@ class LmdbStorage(Storage):
                 raise
 
     def _tidy(self):
-        """The merges and the rewrite of the tables a committed batch left, in
-        transactions of about a table's entries each, so the file needs room for
-        the tables and about one table more. A failure here loses nothing: it
-        warns, and the next batch tries again."""
+        """The merges and the rewrites a committed batch left (of the
+        documents and the index once removals passed a quarter of them, then of
+        the tables), in transactions of about a table's entries each, so the
+        file needs room for the tables and about one table more. A failure here
+        loses nothing: it warns, and the next batch tries again."""
         try:  # a rewrite takes a call a table, merges about one; more waits for the next batch
             for _ in range(2 * self._layout.tables + 2):
                 if not self._transact(lambda txn: txn.tidy())[0]:

@@ -29,6 +29,7 @@ META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
 RUN_IDS = b"run ids"  # meta: the highest run id a rewrite dropped (_put_run)
 REWRITE = b"rewrite"  # meta: the next table of a rewrite under way, and the stale count it began with
+REMOVED = b"removed"  # meta: documents removed since the native backend wrote them whole
 MAX_VALUE = (1 << 64) - 1
 
 
@@ -240,6 +241,7 @@ class PyLmdbStorage(LmdbStorage):
                                                                      else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 written.put(STALE, _count_bytes(0), db=meta)
+                written.put(REMOVED, _count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
         finally:
             target.close()
@@ -453,6 +455,8 @@ class PyTxn(PyView, Txn):
                 _note_bands(bands, old, value_fingerprint(old), False)
                 self._unlink(value_fingerprint(old), key, touched)
                 removed += 1
+        if removed:  # (removals in place: the native backend writes them whole again)
+            self._set_count(REMOVED, self._count(REMOVED) + removed)
         self._update_tables(touched)
         self._update_bands(bands)
         return removed

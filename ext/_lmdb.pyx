@@ -62,7 +62,6 @@ cdef extern from "lmdb.h" nogil:
         size_t mv_size
         void* mv_data
     ctypedef struct MDB_stat:
-        size_t ms_leaf_pages
         size_t ms_entries
     ctypedef struct MDB_envinfo:
         size_t me_mapsize
@@ -1649,11 +1648,8 @@ cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
     cdef bint due
     cdef int rc = sparse_due(w, &due)
     done[0] = False
-    if rc or not due:
-        return rc
-    rc = mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last)
-    if rc:
-        return rc
+    if rc or not due or mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
+        return rc  # (no reader slot for the snapshot: the next tidy tries again)
     if mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):  # (always: the write lock is held)
         rc = index_sizes(w, entries, &used)
         index_close(w)
@@ -1915,21 +1911,21 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
 
 cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* touched,
                            size_t* count) noexcept nogil:
-    """Remove documents (sorted by key, unique) that are stored by writing the
+    """Remove the stored ones of documents (sorted by key, unique): write the
     documents and the index's slots again without them, appended in order from
-    ``last``, a snapshot holding what the transaction holds: their leaves come
-    out full, where removals in place would copy leaves and leave them sparse."""
+    ``last``, a snapshot holding what the transaction holds. Their leaves come
+    out full, where removals in place copy leaves and leave them sparse."""
     cdef MDB_val k, old
     cdef uint64_t fp
     cdef uint64_t entries[INDEX_SLOTS]
     cdef size_t i, found = 0
     cdef int s, used, rc = 0
-    cdef uint64_t* gone = <uint64_t*>malloc((3 * n + 1) * sizeof(uint64_t))
+    cdef uint64_t* gone = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
     cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * n + 1)
     cdef MDB_val* keys = <MDB_val*>malloc((2 * n + 1) * sizeof(MDB_val))
     if gone == NULL or fp_bytes == NULL or keys == NULL:
         rc = NO_MEMORY
-    for i in range(n if rc == 0 else 0):  # (fingerprint, document, 0) of each stored one
+    for i in range(n if rc == 0 else 0):  # (fingerprint, document) of each stored one
         k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
         rc = g_get(w.txn, w.docs, &k, &old)
         if rc == MDB_NOTFOUND:
@@ -1943,7 +1939,7 @@ cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* to
             rc = touch(w, touched, fp)
         if rc:
             break
-        gone[3 * found], gone[3 * found + 1], gone[3 * found + 2] = fp, i, 0
+        gone[2 * found], gone[2 * found + 1] = fp, i
         keys[found] = k
         found += 1
     if rc == 0:
@@ -1952,12 +1948,12 @@ cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* to
     if rc == 0 and found:
         rc = copy_skipping(last, w.txn, w.docs, keys, NULL, found)
     if rc == 0 and found:  # the index's entries in its order: by fingerprint, then key
-        rc = sort_records(gone, found, 3)  # (stable: the documents came in key order)
+        rc = sort_records(gone, found, 2)  # (stable: the documents came in key order)
     for i in range(found if rc == 0 else 0):
-        write_be(fp_bytes + 8 * i, gone[3 * i], 8)
+        write_be(fp_bytes + 8 * i, gone[2 * i], 8)
         keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
-        keys[n + i].mv_size = docs[gone[3 * i + 1]].key_size
-        keys[n + i].mv_data = <void*>docs[gone[3 * i + 1]].key
+        keys[n + i].mv_size = docs[gone[2 * i + 1]].key_size
+        keys[n + i].mv_data = <void*>docs[gone[2 * i + 1]].key
     for s in range(w.index_slots if found else 0):
         if rc == 0 and entries[s]:
             rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + n, found)
@@ -1989,8 +1985,9 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         rc = read_counter(w, REMOVED, &removed)
         if rc == 0:
             rc = g_stat(w.txn, w.docs, &docs_stat)
-        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries:
-            rc = mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last)
+        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries and mdb_txn_begin(
+                mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
+            last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):
             rc = remove_by_rewrite(w, last, docs, n, touched, count)
             if rc == 0:

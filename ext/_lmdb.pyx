@@ -1912,9 +1912,10 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
 cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* touched,
                            size_t* count) noexcept nogil:
     """Remove the stored ones of documents (sorted by key, unique): write the
-    documents and the index's slots again without them, appended in order from
-    ``last``, a snapshot holding what the transaction holds. Their leaves come
-    out full, where removals in place copy leaves and leave them sparse."""
+    documents and the index's slots again without them, and the band tables
+    whole, appended in order from ``last``, a snapshot holding what the
+    transaction holds. Their leaves come out full, where removals in place copy
+    leaves and leave them sparse."""
     cdef MDB_val k, old
     cdef uint64_t fp
     cdef uint64_t entries[INDEX_SLOTS]
@@ -1957,6 +1958,9 @@ cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* to
     for s in range(w.index_slots if found else 0):
         if rc == 0 and entries[s]:
             rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + n, found)
+    for s in range(SIGNATURE_BANDS if w.bands != NULL and found else 0):
+        if rc == 0:  # written whole too; update_bands then takes out what no document holds
+            rc = rewrite_dbi(w.txn, last, w.bands[s], True)
     if rc == 0:
         w.unlinked = True
         count[0] = found

@@ -330,8 +330,8 @@ def words_text(rng, words):
     return " ".join(rng.choice(words) for _ in range(60))
 
 
-@native
-def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_path):
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_path, backend):
     """A batch that removes over a quarter of the documents writes the
     documents and the index's slots again, in order, without them: the
     documents left keep their stored bytes, each index entry is in one slot,
@@ -343,7 +343,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
     records = {(i if i % 3 else "k%d" % i): rng.choice(pool) for i in range(8000)}
     words = ["w%d" % i for i in range(300)]
     texts = {"t%d" % i: words_text(rng, words) for i in range(400)}
-    with DB(path, distance=3, blocks=5, recipe=simhashdb.RECIPE) as db:
+    with DB(path, distance=3, blocks=5, recipe=simhashdb.RECIPE, backend=backend) as db:
         for batch in range(0, 8000, 700):  # several slots
             db.insert_many(list(records.items())[batch:batch + 700])
         db.insert_text_many(texts.items())
@@ -351,7 +351,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
     stored, _ = read_sub_database(path, b"docs")
     gone = rng.sample(sorted(records, key=str), 3000) + rng.sample(sorted(texts), 150)
     gone += ["absent", 10**9]
-    with DB(path) as db:
+    with DB(path, backend=backend) as db:
         assert db.delete_many(gone) == len(gone) - 2
     for key in gone[:-2]:
         del docs[key]
@@ -368,12 +368,13 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
         name = b"band:%02d" % band
         assert read_sub_database(path, name, True)[0] == read_sub_database(fresh, name, True)[0]
     assert read_sub_database(path, b"docs")[1] <= read_sub_database(fresh, b"docs")[1] + 1
-    probes = [0, MAX, pool[7] ^ 0b11] + [docs[k] ^ 0b101 for k in rng.sample(sorted(docs, key=str), 40)]
-    for backend in ("lmdb", "py-lmdb"):
-        with DB(path, readonly=True, backend=backend) as db:
+    probes = [0, MAX, pool[7] ^ 0b11] + [docs[k] ^ 0b101
+                                         for k in rng.sample(sorted(docs, key=str), 40)]
+    for reader in ("lmdb", "py-lmdb") if native_built() else ("py-lmdb",):
+        with DB(path, readonly=True, backend=reader) as db:
             check_exact(db, docs, probes)
     few = rng.sample(sorted(docs, key=str), 5)
-    with DB(path) as db:
+    with DB(path, backend=backend) as db:
         db.delete_many(few)
     for key in few:
         del docs[key]
@@ -382,15 +383,15 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
         check_exact(db, docs, probes)
 
 
-@native
-def test_a_large_removal_after_a_change_in_its_transaction_removes_in_place(tmp_path):
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_a_large_removal_after_a_change_in_its_transaction_removes_in_place(tmp_path, backend):
     """The documents are written again from the last commit only by a
     transaction that has changed nothing yet: one that stored documents first
     removes in place and keeps them (the batch's tidy then writes them whole)."""
     from simhashdb.records import encode_documents, encode_key
     path, rng = str(tmp_path / "db"), random.Random(14)
     docs = {i: rng.getrandbits(64) for i in range(4000)}
-    with DB(path, distance=3, blocks=5) as db:
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
         new = {"new%d" % i: rng.getrandbits(64) for i in range(50)}
         gone = rng.sample(sorted(docs), 2000)
@@ -406,11 +407,10 @@ def test_a_large_removal_after_a_change_in_its_transaction_removes_in_place(tmp_
 
 @pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
 def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, backend):
-    """Small batches of removals remove in place and are counted (by either
-    backend); the native backend's batch that takes the count past a quarter of
-    the documents (or, after py-lmdb's, its next batch's tidy) writes the
-    documents and the index again whole, so random removals do not leave the
-    B-trees sparse."""
+    """Small batches of removals remove in place and are counted; the batch
+    that takes the count past a quarter of the documents writes the documents
+    and the index again whole, so random removals do not leave the B-trees
+    sparse."""
     path, rng = str(tmp_path / "db"), random.Random(13)
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
@@ -423,15 +423,7 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
     for key in order:
         del docs[key]
     probes = [0, MAX] + [fp ^ 0b110 for fp in rng.sample(sorted(docs.values()), 40)]
-    if backend == "py-lmdb":  # counted in place; the native backend's next batch writes them
-        assert read_removed(path) == 1400
-        assert read_sub_database(path, b"docs")[1] >= 0.9 * leaves
-        if not native_built():
-            return
-        with DB(path) as db:
-            db.insert_many([(-1, 7)])
-        docs[-1] = 7
-    assert read_removed(path) < 1400
+    assert read_removed(path) == 190  # (1,200 + 10) * 4 > 6,000 - 1,200: then written whole
     assert read_sub_database(path, b"docs")[1] <= 0.8 * leaves + 1
     entries, _ = read_sub_database(path, b"docs")
     assert [k for k, _ in entries] == sorted(msgpack.packb(k) for k in docs)

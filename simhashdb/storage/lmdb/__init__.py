@@ -21,8 +21,8 @@ LMDB's ``lock.mdb``) and simhashdb's lock files. Its sub-databases:
 - ``meta`` also holds ``b"distinct"`` (the distinct fingerprints),
   ``b"stale"`` (fingerprints removed since the tables were last written whole),
   ``b"removed"`` (documents removed since the documents and the index were
-  last written whole: past a quarter of the documents, the native backend
-  writes them again, in order, without the space removals left) and, while
+  last written whole: past a quarter of the documents, they are written
+  again, in order, without the space removals left) and, while
   the tables are being written again, ``b"rewrite"`` (the next table, and the
   stale count the rewrite began with; 8 bytes big-endian each).
 

@@ -29,7 +29,7 @@ META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
 DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
 RUN_IDS = b"run ids"  # meta: the highest run id a rewrite dropped (_put_run)
 REWRITE = b"rewrite"  # meta: the next table of a rewrite under way, and the stale count it began with
-REMOVED = b"removed"  # meta: documents removed since the native backend wrote them whole
+REMOVED = b"removed"  # meta: documents removed since they were last written whole (_write_whole)
 MAX_VALUE = (1 << 64) - 1
 
 
@@ -419,11 +419,13 @@ class PyTxn(PyView, Txn):
     """Reads and writes over the py-lmdb write transaction."""
 
     untidy = False  # a batch left merges or a rewrite of the tables for tidy()
+    changed = False  # a batch call has changed its documents or index
 
     def set_params(self, raw):
         self._cursor(META).put(b"params", raw)
 
     def upsert(self, documents):
+        self.changed = True
         latest = {key: (fp, value) for key, fp, value in documents}
         touched, bands = {}, {}
         docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)  # new entries: slot 0
@@ -445,21 +447,60 @@ class PyTxn(PyView, Txn):
         self._update_bands(bands)
 
     def remove(self, keys):
-        touched, bands = {}, {}
+        """Remove in place, or, as the native backend does, by writing the
+        documents and the index whole without them where the batch takes the
+        documents removed since they were last written whole past 1/RUN_RATIO
+        of them and the transaction changed nothing before."""
+        touched, bands, gone = {}, {}, []
         docs = self._cursor(DOCS)
-        removed = 0
-        for key in sorted(set(keys)):
-            old = docs.get(key)
-            if old is not None:
-                docs.delete()
-                _note_bands(bands, old, value_fingerprint(old), False)
-                self._unlink(value_fingerprint(old), key, touched)
-                removed += 1
-        if removed:  # (removals in place: the native backend writes them whole again)
-            self._set_count(REMOVED, self._count(REMOVED) + removed)
+        keys = sorted(set(keys))
+        last = None
+        if not self.changed and (self._count(REMOVED) + len(keys)) * RUN_RATIO > self.count():
+            last = self._snapshot()
+        self.changed = True
+        with last or contextlib.nullcontext():
+            for key in keys:
+                old = docs.get(key)
+                if old is not None:
+                    fp = value_fingerprint(old)
+                    _note_bands(bands, old, fp, False)
+                    gone.append((key, fp))
+                    if last is None:
+                        docs.delete()
+                        self._unlink(fp, key, touched)
+                    else:
+                        self._touch(fp, touched)
+            if last is not None:
+                self._write_whole(last, gone)
+            elif gone:
+                self._set_count(REMOVED, self._count(REMOVED) + len(gone))
         self._update_tables(touched)
         self._update_bands(bands)
-        return removed
+        return len(gone)
+
+    def _snapshot(self):
+        """A read transaction of the last commit, where it holds what this one
+        does (always, under the write lock), else None."""
+        last = self._storage._env.begin()
+        if last.id() + 1 == self._txn.id():
+            return last
+        last.abort()
+        return None
+
+    def _write_whole(self, last, gone=()):
+        """Write the documents and the index's slots again without the
+        documents ``gone`` [(key, fingerprint)], and the band tables whole,
+        each emptied and appended in order from snapshot ``last``."""
+        dbs, keys = self._storage._dbs, {key for key, _ in gone}
+        entries = {(_ext.pack_key(fp), key) for key, fp in gone}
+        _append(last, self._txn, dbs[DOCS], lambda k, v: k not in keys)
+        for name in self._storage._index:
+            if last.stat(dbs[name])["entries"]:
+                _append(last, self._txn, dbs[name], lambda k, v: (k, v) not in entries)
+        for name in BAND_TABLES if BAND_TABLES[0] in dbs else ():
+            _append(last, self._txn, dbs[name], lambda k, v: True)
+        self._cursors, self._slots = {}, None  # on emptied sub-databases
+        self._set_count(REMOVED, 0)
 
     def _update_bands(self, bands):
         """Put into the band tables the entries the batch brought ({(band,
@@ -517,8 +558,13 @@ class PyTxn(PyView, Txn):
             self._set_count(DISTINCT, distinct)
         if removed:
             self._set_count(STALE, stale)
-        self.untidy = (self.untidy or stale * RUN_RATIO > distinct
+        self.untidy = (self.untidy or stale * RUN_RATIO > distinct or self._sparse()
                        or self._cursor(META).get(REWRITE) is not None)
+
+    def _sparse(self):
+        """Whether the documents removed since they were last written whole
+        are over 1/RUN_RATIO of the documents (see tidy)."""
+        return self._count(REMOVED) * RUN_RATIO > self.count()
 
     def _set_count(self, name, value):
         self._cursor(META).put(name, _count_bytes(value))
@@ -564,8 +610,15 @@ class PyTxn(PyView, Txn):
         """One transaction's share of what batches left, as the native backend
         does: the next table of a rewrite of the tables (begun once the stale
         entries may exceed 1/RUN_RATIO of the distinct fingerprints), else the
-        deferred merges until they have taken about a table's entries. Returns
-        whether there is more."""
+        deferred merges until they have taken about a table's entries; first,
+        where removals left the documents sparse, the documents, the index and
+        the band tables written whole. Returns whether there is more."""
+        last = self._snapshot() if not self.changed and self._sparse() else None
+        self.changed = True
+        if last is not None:
+            with last:
+                self._write_whole(last)
+            return True
         meta = self._cursor(META)
         marker = meta.get(REWRITE)
         stale, distinct = self._count(STALE), self._count(DISTINCT)
@@ -655,6 +708,14 @@ def _note_bands(bands, value, fingerprint, added):
     taken away: {(band, entry): whether a document brings it}."""
     for band, entry in enumerate(band_entries(value, fingerprint)):
         bands[band, entry] = bands.get((band, entry), False) or added
+
+
+def _append(last, txn, db, keep):
+    """Empty ``db`` in ``txn`` and append to it, in order, the entries of
+    ``db`` in snapshot ``last`` that ``keep(key, value)``."""
+    txn.drop(db, delete=False)
+    txn.cursor(db).putmulti(((k, v) for k, v in last.cursor(db).iternext() if keep(k, v)),
+                            append=True)
 
 
 def _index_items(txn, storage, start=None):

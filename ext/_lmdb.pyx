@@ -1909,81 +1909,59 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
     return 0 if rc == MDB_NOTFOUND else rc
 
 
-cdef int remove_by_rewrite(Work* w, MDB_txn* last, Doc* docs, size_t n, U64s* touched,
-                           size_t* count) noexcept nogil:
-    """Remove the stored ones of documents (sorted by key, unique): write the
-    documents and the index's slots again without them, and the band tables
-    whole, appended in order from ``last``, a snapshot holding what the
-    transaction holds. Their leaves come out full, where removals in place copy
-    leaves and leave them sparse."""
-    cdef MDB_val k, old
-    cdef uint64_t fp
+cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
+                       size_t found) noexcept nogil:
+    """Write the documents and the index's slots again without the ``found``
+    documents ``gone`` ((fingerprint, index in ``docs``) pairs, in key order),
+    and the band tables whole, appended in order from ``last``, a snapshot
+    holding what the transaction holds. Their leaves come out full, where
+    removals in place copy leaves and leave them sparse."""
     cdef uint64_t entries[INDEX_SLOTS]
-    cdef size_t i, found = 0
-    cdef int s, used, rc = 0
-    cdef uint64_t* gone = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
-    cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * n + 1)
-    cdef MDB_val* keys = <MDB_val*>malloc((2 * n + 1) * sizeof(MDB_val))
-    if gone == NULL or fp_bytes == NULL or keys == NULL:
+    cdef size_t i
+    cdef int s, used, rc = index_sizes(w, entries, &used)
+    cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * found + 1)
+    cdef MDB_val* keys = <MDB_val*>malloc((2 * found + 1) * sizeof(MDB_val))
+    if fp_bytes == NULL or keys == NULL:
         rc = NO_MEMORY
-    for i in range(n if rc == 0 else 0):  # (fingerprint, document) of each stored one
-        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
-        rc = g_get(w.txn, w.docs, &k, &old)
-        if rc == MDB_NOTFOUND:
-            rc = 0
-            continue
-        if rc == 0 and value_fingerprint(&old, &fp) != 0:
-            rc = CORRUPTED
-        if rc == 0:
-            rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, fp, False)
-        if rc == 0:
-            rc = touch(w, touched, fp)
-        if rc:
-            break
-        gone[2 * found], gone[2 * found + 1] = fp, i
-        keys[found] = k
-        found += 1
-    if rc == 0:
-        rc = index_sizes(w, entries, &used)
     index_close(w)  # the slots are written again below
-    if rc == 0 and found:
+    for i in range(found if rc == 0 else 0):
+        keys[i].mv_size = docs[gone[2 * i + 1]].key_size
+        keys[i].mv_data = <void*>docs[gone[2 * i + 1]].key
+    if rc == 0:
         rc = copy_skipping(last, w.txn, w.docs, keys, NULL, found)
-    if rc == 0 and found:  # the index's entries in its order: by fingerprint, then key
+    if rc == 0:  # the index's entries in its order: by fingerprint, then key
         rc = sort_records(gone, found, 2)  # (stable: the documents came in key order)
     for i in range(found if rc == 0 else 0):
         write_be(fp_bytes + 8 * i, gone[2 * i], 8)
         keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
-        keys[n + i].mv_size = docs[gone[2 * i + 1]].key_size
-        keys[n + i].mv_data = <void*>docs[gone[2 * i + 1]].key
-    for s in range(w.index_slots if found else 0):
+        keys[found + i].mv_size = docs[gone[2 * i + 1]].key_size
+        keys[found + i].mv_data = <void*>docs[gone[2 * i + 1]].key
+    for s in range(w.index_slots):
         if rc == 0 and entries[s]:
-            rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + n, found)
-    for s in range(SIGNATURE_BANDS if w.bands != NULL and found else 0):
+            rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + found, found)
+    for s in range(SIGNATURE_BANDS if w.bands != NULL else 0):
         if rc == 0:  # written whole too; update_bands then takes out what no document holds
             rc = rewrite_dbi(w.txn, last, w.bands[s], True)
-    if rc == 0:
-        w.unlinked = True
-        count[0] = found
-    free(gone)
     free(fp_bytes)
     free(keys)
-    return rc
+    return rc if rc else write_counter(w, REMOVED, 0)
 
 
 cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
                 bint may_rewrite) noexcept nogil:
     """Remove documents (sorted by key, unique) that are stored: in place, or
     (``may_rewrite``: the transaction has changed nothing yet) by writing the
-    documents and the index again without them, where the batch brings the
-    documents removed since they were last written whole (meta ``removed``)
-    over 1/RATIO of them (so each removal costs about RATIO entries written)."""
+    documents and the index again without them (write_without), where the
+    batch brings the documents removed since they were last written whole
+    (meta ``removed``) over 1/RATIO of them (so each removal costs about RATIO
+    entries written)."""
     cdef MDB_val k, old
     cdef MDB_stat docs_stat
     cdef MDB_txn* last = NULL
     cdef uint64_t old_fp, removed = 0
+    cdef uint64_t* gone = NULL  # (fingerprint, index in docs) of each one stored
     cdef size_t i
     cdef int rc = 0
-    cdef bint rewritten = False
     w.index_was_empty, w.unlinked = False, True
     if may_rewrite and n:
         rc = read_counter(w, REMOVED, &removed)
@@ -1992,16 +1970,14 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries and mdb_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
-        if last != NULL and mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):
-            rc = remove_by_rewrite(w, last, docs, n, touched, count)
-            if rc == 0:
-                rc = write_counter(w, REMOVED, 0)
-            n, rewritten = 0, True
+        if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
+            mdb_txn_abort(last)  # (never: the write lock is held)
+            last = NULL
         if last != NULL:
-            mdb_txn_abort(last)
-        if rc:
-            return rc
-    for i in range(n):
+            gone = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
+            if gone == NULL:
+                rc = NO_MEMORY
+    for i in range(n if rc == 0 else 0):
         k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
         rc = g_get(w.txn, w.docs, &k, &old)
         if rc == MDB_NOTFOUND:
@@ -2011,15 +1987,23 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
             rc = -30796  # MDB_CORRUPTED
         if rc == 0:
             rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
-        if rc == 0:
+        if rc == 0 and last != NULL:
+            rc = touch(w, touched, old_fp)
+            gone[2 * count[0]], gone[2 * count[0] + 1] = old_fp, i
+        elif rc == 0:
             rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
-        if rc == 0:
-            rc = g_del(w.txn, w.docs, &k, NULL)
+            if rc == 0:
+                rc = g_del(w.txn, w.docs, &k, NULL)
         if rc:
-            return rc
+            break
         count[0] += 1
-    if count[0] and not rewritten:
+    if rc == 0 and last != NULL:
+        rc = write_without(w, last, docs, gone, count[0])
+    elif rc == 0 and count[0]:
         rc = add_to_counter(w, REMOVED, count[0])
+    if last != NULL:
+        mdb_txn_abort(last)
+    free(gone)
     if rc == 0:
         rc = update_tables(w, touched)
     return rc if rc else update_bands(w)

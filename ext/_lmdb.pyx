@@ -1878,7 +1878,7 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
     cdef MDB_val k, v
     cdef uint8_t last_key[8]
     cdef bint have_last = False
-    cdef size_t j = 0
+    cdef size_t j = 0, walked = 0
     cdef int c = 1, rc = g_drop(txn, dbi, 0)
     if rc == 0:
         rc = mdb_cursor_open(last, dbi, &reader)
@@ -1900,13 +1900,23 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
             rc = append_entry(writer, &k, &v, last_key, &have_last)
         else:
             rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
+        walked += 1
         if rc == 0:
             rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
     if reader != NULL:
         mdb_cursor_close(reader)
     if writer != NULL:
         mdb_cursor_close(writer)
-    return 0 if rc == MDB_NOTFOUND else rc
+    return walked_whole(last, dbi, walked) if rc == MDB_NOTFOUND else rc
+
+
+cdef int walked_whole(MDB_txn* txn, MDB_dbi dbi, size_t walked) noexcept nogil:
+    """0 if a walk of ``dbi`` met as many entries as LMDB counts in it, else
+    MDB_CORRUPTED: a damaged branch page can end a cursor's walk early, and a
+    copy must not drop what it did not reach."""
+    cdef MDB_stat stat
+    cdef int rc = g_stat(txn, dbi, &stat)
+    return rc if rc else (0 if stat.ms_entries == walked else CORRUPTED)
 
 
 cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
@@ -1947,6 +1957,21 @@ cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
     return rc if rc else write_counter(w, REMOVED, 0)
 
 
+cdef int count_stored(Work* w, const Doc* docs, size_t n, size_t* stored) noexcept nogil:
+    cdef MDB_val k, v
+    cdef size_t i
+    cdef int rc = 0
+    stored[0] = 0
+    for i in range(n):
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        rc = g_get(w.txn, w.docs, &k, &v)
+        if rc == 0:
+            stored[0] += 1
+        elif rc != MDB_NOTFOUND:
+            return rc
+    return 0
+
+
 cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
                 bint may_rewrite) noexcept nogil:
     """Remove documents (sorted by key, unique) that are stored: in place, or
@@ -1959,6 +1984,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
     cdef MDB_stat docs_stat
     cdef MDB_txn* last = NULL
     cdef uint64_t old_fp, removed = 0
+    cdef size_t stored = 0
     cdef uint64_t* gone = NULL  # (fingerprint, index in docs) of each one stored
     cdef size_t i
     cdef int rc = 0
@@ -1967,7 +1993,9 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         rc = read_counter(w, REMOVED, &removed)
         if rc == 0:
             rc = g_stat(w.txn, w.docs, &docs_stat)
-        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries and mdb_txn_begin(
+        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries:
+            rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
+        if rc == 0 and (removed + stored) * RATIO > docs_stat.ms_entries and mdb_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
@@ -2992,6 +3020,7 @@ cdef int copy_dbi(MDB_txn* source, MDB_dbi from_dbi, MDB_txn* target, MDB_dbi to
         mdb_cursor_close(reader)
         return rc
     cdef int op_rc
+    cdef size_t walked = 0
     rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
     while rc == 0:
         op_rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
@@ -3000,7 +3029,8 @@ cdef int copy_dbi(MDB_txn* source, MDB_dbi from_dbi, MDB_txn* target, MDB_dbi to
         if op_rc:
             rc = op_rc
             break
+        walked += 1
         rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
     mdb_cursor_close(reader)
     mdb_cursor_close(writer)
-    return 0 if rc == MDB_NOTFOUND else rc
+    return walked_whole(source, from_dbi, walked) if rc == MDB_NOTFOUND else rc

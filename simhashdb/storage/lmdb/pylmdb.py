@@ -210,6 +210,13 @@ class PyLmdbStorage(LmdbStorage):
             with self._gate.exclusive("abort a write"):
                 txn.abort()
 
+    def _walked(self, txn, names, walked):
+        """Refuse a copy whose walk of sub-databases ``names`` met fewer
+        entries than LMDB counts in them: a damaged branch page can end a walk
+        early, and a copy must not drop what it did not reach."""
+        if walked != sum(txn.stat(self._dbs[name])["entries"] for name in names):
+            raise _damaged(self.path, "part of %s" % b", ".join(names).decode())
+
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
@@ -221,14 +228,17 @@ class PyLmdbStorage(LmdbStorage):
             with self._env.begin() as source, target.begin(write=True) as written:
                 for name in (META, DOCS):
                     db = self._open_db(name, env=target, txn=written)
-                    _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), False)
+                    self._walked(source, [name], _fill(
+                        written.cursor(db), source.cursor(self._dbs[name]).iternext(), False))
                 for name in map(index_name, range(INDEX_SLOTS)):  # the index as one run
                     db = self._open_db(name, dupsort=True, env=target, txn=written)
                     if name == FINGERPRINTS:
-                        _fill(written.cursor(db), _index_items(source, self), True)
+                        self._walked(source, self._index, _fill(
+                            written.cursor(db), _index_items(source, self), True))
                 for name in BAND_TABLES if name in self._dbs else ():
                     db = self._open_db(name, dupsort=True, dupfixed=True, env=target, txn=written)
-                    _fill(written.cursor(db), source.cursor(self._dbs[name]).iternext(), True)
+                    self._walked(source, [name], _fill(
+                        written.cursor(db), source.cursor(self._dbs[name]).iternext(), True))
                 fps = _distinct(_index_items(source, self))
                 directory = self._open_db(RUNS, env=target, txn=written)
                 run = _counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS) + 1
@@ -454,8 +464,9 @@ class PyTxn(PyView, Txn):
         touched, bands, gone = {}, {}, []
         docs = self._cursor(DOCS)
         keys = sorted(set(keys))
-        last = None
-        if not self.changed and (self._count(REMOVED) + len(keys)) * RUN_RATIO > self.count():
+        last, removed = None, self._count(REMOVED)
+        if (not self.changed and (removed + len(keys)) * RUN_RATIO > self.count()
+                and (removed + sum(docs.set_key(k) for k in keys)) * RUN_RATIO > self.count()):
             last = self._snapshot()
         self.changed = True
         with last or contextlib.nullcontext():
@@ -478,6 +489,16 @@ class PyTxn(PyView, Txn):
         self._update_bands(bands)
         return len(gone)
 
+    def _append(self, last, name, keep, dupsort):
+        """Empty sub-database ``name`` and put into it, in order, its entries
+        in snapshot ``last`` that ``keep(key, value)``."""
+        db = self._storage._dbs[name]
+        self._txn.drop(db, delete=False)
+        walked = itertools.count()
+        kept = ((k, v) for (k, v), _ in zip(last.cursor(db).iternext(), walked) if keep(k, v))
+        _fill(self._txn.cursor(db), kept, dupsort)
+        self._storage._walked(last, [name], next(walked))
+
     def _snapshot(self):
         """A read transaction of the last commit, where it holds what this one
         does (always, under the write lock), else None."""
@@ -493,12 +514,12 @@ class PyTxn(PyView, Txn):
         each emptied and appended in order from snapshot ``last``."""
         dbs, keys = self._storage._dbs, {key for key, _ in gone}
         entries = {(_ext.pack_key(fp), key) for key, fp in gone}
-        _append(last, self._txn, dbs[DOCS], lambda k, v: k not in keys)
+        self._append(last, DOCS, lambda k, v: k not in keys, False)
         for name in self._storage._index:
             if last.stat(dbs[name])["entries"]:
-                _append(last, self._txn, dbs[name], lambda k, v: (k, v) not in entries)
+                self._append(last, name, lambda k, v: (k, v) not in entries, True)
         for name in BAND_TABLES if BAND_TABLES[0] in dbs else ():
-            _append(last, self._txn, dbs[name], lambda k, v: True)
+            self._append(last, name, lambda k, v: True, True)
         self._cursors, self._slots = {}, None  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
@@ -710,14 +731,6 @@ def _note_bands(bands, value, fingerprint, added):
         bands[band, entry] = bands.get((band, entry), False) or added
 
 
-def _append(last, txn, db, keep):
-    """Empty ``db`` in ``txn`` and append to it, in order, the entries of
-    ``db`` in snapshot ``last`` that ``keep(key, value)``."""
-    txn.drop(db, delete=False)
-    txn.cursor(db).putmulti(((k, v) for k, v in last.cursor(db).iternext() if keep(k, v)),
-                            append=True)
-
-
 def _index_items(txn, storage, start=None):
     """(fingerprint bytes, key) of every entry of the index's slots from
     ``start`` (8 bytes) on, in order: the union of the slots."""
@@ -736,14 +749,16 @@ def _distinct(items):
 
 
 def _fill(cursor, items, dupsort):
-    """Put sorted ``items`` into an empty sub-database, every one of them.
-    Appends only where there are no duplicates: py-lmdb before 3.0 appends
-    duplicates with MDB_APPEND, which refuses each value after a key's first
-    and putmulti counts it as not added instead of failing."""
+    """Put sorted ``items`` into an empty sub-database, every one of them;
+    returns how many. Appends only where there are no duplicates: py-lmdb
+    before 3.0 appends duplicates with MDB_APPEND, which refuses each value
+    after a key's first and putmulti counts it as not added instead of
+    failing."""
     consumed, added = cursor.putmulti(items, dupdata=dupsort, append=not dupsort)
     if added != consumed:
-        raise DatabaseError("compaction wrote %d of %d entries; the database is unchanged"
+        raise DatabaseError("a copy wrote %d of %d entries; the database is unchanged"
                             % (added, consumed))
+    return consumed
 
 
 def _old_entries(cursor, path, table):

@@ -501,8 +501,12 @@ class PyTxn(PyView, Txn):
 
     def _snapshot(self):
         """A read transaction of the last commit, where it holds what this one
-        does (always, under the write lock), else None."""
-        last = self._storage._env.begin()
+        does (always, under the write lock), else None (also where no reader
+        slot is free: removals then stay in place)."""
+        try:
+            last = self._storage._env.begin()
+        except lmdb.ReadersFullError:
+            return None
         if last.id() + 1 == self._txn.id():
             return last
         last.abort()

@@ -1642,27 +1642,14 @@ cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
     B-trees' leaves sparse, and new documents made the file grow round after
     round. Only as a write transaction's first change, when it holds what that
     snapshot holds (tidy's). ``done``: whether it rewrote them."""
-    cdef uint64_t entries[INDEX_SLOTS]
     cdef MDB_txn* last = NULL
-    cdef int s, used
     cdef bint due
     cdef int rc = sparse_due(w, &due)
     done[0] = False
     if rc or not due or mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
         return rc  # (no reader slot for the snapshot: the next tidy tries again)
     if mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):  # (always: the write lock is held)
-        rc = index_sizes(w, entries, &used)
-        index_close(w)
-        if rc == 0:
-            rc = rewrite_dbi(w.txn, last, w.docs, False)
-        for s in range(w.index_slots):
-            if rc == 0 and entries[s]:
-                rc = rewrite_dbi(w.txn, last, w.index_dbis[s], True)
-        for s in range(SIGNATURE_BANDS if w.bands != NULL else 0):
-            if rc == 0:
-                rc = rewrite_dbi(w.txn, last, w.bands[s], True)
-        if rc == 0:
-            rc = write_counter(w, REMOVED, 0)
+        rc = write_without(w, last, NULL, NULL, 0)
         done[0] = rc == 0
     mdb_txn_abort(last)
     return rc

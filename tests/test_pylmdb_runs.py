@@ -437,6 +437,40 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
         check_exact(db, docs, probes)
 
 
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path, backend,
+                                                                       monkeypatch):
+    """Writing the documents whole reads a snapshot, which takes a reader slot:
+    with every slot held by open reads, the batch removes in place and counts
+    the removals, and a later batch writes them whole once a slot is free."""
+    from simhashdb.storage.lmdb import files
+    monkeypatch.setattr(files, "LOCK_FILE_BYTES", 0)  # LMDB sizes the reader table
+    monkeypatch.setattr(files.LmdbStorage, "max_readers", 2)
+    path, rng = str(tmp_path / "db"), random.Random(15)
+    docs = {i: rng.getrandbits(64) for i in range(4000)}
+    gone = rng.sample(sorted(docs), 2000)
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many(docs.items())
+        views = [db._storage.read() for _ in range(2)]
+        for view in views:
+            view.__enter__().count()
+        assert db.delete_many(gone) == 2000
+        for view in views:
+            view.__exit__(None, None, None)
+    assert read_removed(path) == 2000
+    for key in gone:
+        del docs[key]
+    probes = [0, MAX] + [fp ^ 0b101 for fp in rng.sample(sorted(docs.values()), 30)]
+    with DB(path, backend=backend) as db:
+        check_exact(db, docs, probes)
+        assert db.delete_many([-1]) == 0  # the next batch's tidy writes them whole
+    assert read_removed(path) == 0
+    assert [k for k, _ in read_sub_database(path, b"docs")[0]] == sorted(
+        msgpack.packb(k) for k in docs)
+    with DB(path, readonly=True) as db:
+        check_exact(db, docs, probes)
+
+
 def sub_database_root(path, name):
     """The page number of sub-database ``name``'s root: from the file's newer
     meta page down the main database's B-tree (LMDB 0.9's 64-bit layout)."""

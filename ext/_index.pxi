@@ -282,6 +282,8 @@ cdef int index_put_cursor(Work* w, MDB_cursor** put) noexcept nogil:
     if w.ix.put != NULL:
         put[0] = w.ix.put
         return 0
+    if w.index_slots == 1:  # slots not added yet (see Env.open_dbs): the one there is
+        w.put_slot = 0
     while w.put_slot < 0 and rc == 0:
         rc = index_sizes(w, entries, &used)
         for s in range(w.index_slots):

@@ -2204,8 +2204,11 @@ cdef class Env:
             self.broken = True
         return lmdb_error(rc, what)
 
-    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create):
-        """Open the sub-databases of a layout's tables (and the fixed ones)."""
+    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create,
+                 bint add_index_slots):
+        """Open the sub-databases of a layout's tables (and the fixed ones); a
+        database whose index has one slot gains the others only with
+        ``add_index_slots`` (it writes to that slot alone until then)."""
         self.check()
         if self.dirs != NULL:
             dir_clear(self.dirs, False)  # a view holds the tables of the layout before
@@ -2234,8 +2237,9 @@ cdef class Env:
         for slot in range(INDEX_SLOTS):
             if rc == 0 and self.index_slots == slot:
                 slot_name = b"index:%02d" % slot if slot else b"fingerprints"
-                rc = g_dbi_open(txn, slot_name, create_flag | MDB_DUPSORT, &self.index[slot])
-                if rc == MDB_NOTFOUND and slot and not create:  # made before there were slots
+                rc = g_dbi_open(txn, slot_name, MDB_DUPSORT | (
+                    create_flag if add_index_slots or slot == 0 else 0), &self.index[slot])
+                if rc == MDB_NOTFOUND and slot:  # made before there were slots
                     rc = 0
                 else:
                     self.index_slots += rc == 0

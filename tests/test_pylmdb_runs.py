@@ -169,13 +169,16 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
 
 def read_index(path):
     """The fingerprint index as the file holds it: per slot, its set of
-    (fingerprint, key) entries (empty slots included)."""
+    (fingerprint, key) entries (empty slots included, slots not made left out)."""
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
     try:
         with env.begin() as txn:
             slots = []
             for slot in range(INDEX_SLOTS):
-                db = env.open_db(index_name(slot), txn=txn, create=False, dupsort=True)
+                try:
+                    db = env.open_db(index_name(slot), txn=txn, create=False, dupsort=True)
+                except lmdb.NotFoundError:
+                    break
                 slots.append({(_ext.unpack_key(k), v) for k, v in txn.cursor(db).iternext()})
     finally:
         env.close()
@@ -268,10 +271,13 @@ def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_a_reader_of_format_3_reads_the_slots_a_writer_adds(tmp_path, backend):
-    """A handle opened read-only on a database of format 3 reads one slot; once
-    another process opens it writable (adding the slots) and writes, the
-    reader's next snapshot reads every slot: old and new documents found."""
+def test_a_database_of_format_3_gains_the_index_slots_only_when_no_other_handle_is_open(
+        tmp_path, backend):
+    """simhashdb before format 4 reads and writes the index's first slot alone
+    (its stale rewrite would drop the tables' entries of any other), so a
+    writer adds the other slots only when no other handle has the database
+    open (an earlier version's writer may be one): until then it writes to the
+    first slot, and every handle finds every document."""
     import subprocess
     import sys
 
@@ -280,15 +286,30 @@ def test_a_reader_of_format_3_reads_the_slots_a_writer_adds(tmp_path, backend):
     with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
     as_format_3(path)
-    new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots merge
-    with DB(path, readonly=True, backend=backend) as reader:
-        check_exact(reader, docs, [docs[5], docs[7] ^ 0b11])
+    new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots would merge
+    with DB(path, readonly=True, backend=backend) as other:
+        check_exact(other, docs, [docs[5], docs[7] ^ 0b11])
         subprocess.run([sys.executable, "-c", "import sys; from simhashdb import DB; "
                         "db = DB(sys.argv[1], backend=sys.argv[2]); "
-                        "db.insert_many(%r.items()); db.close()" % new, path, backend],
-                       check=True)
+                        "db.insert_many(%r.items()); db.delete_many(range(0, 400, 2)); "
+                        "db.close()" % new, path, backend], check=True)
         docs.update(new)
-        check_exact(reader, docs, [docs[5], docs[7] ^ 0b11, new[1100], new[1200] ^ 1])
+        for key in range(0, 400, 2):  # over a quarter: written whole
+            del docs[key]
+        probes = [docs[5], docs[7] ^ 0b11, new[1100], new[1200] ^ 1, 0, MAX]
+        check_exact(other, docs, probes)
+    slots = read_index(path)
+    assert len(slots) == 1 and slots[0] == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
+    more = {2000 + i: rng.getrandbits(64) for i in range(300)}
+    with DB(path, backend=backend) as db:  # alone: the slots are added
+        db.insert_many(more.items())
+        docs.update(more)
+        check_exact(db, docs, probes + [more[2100] ^ 0b110])
+    slots = read_index(path)
+    assert len(slots) == INDEX_SLOTS
+    assert set().union(*slots) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
+    with DB(path, readonly=True, backend=backend) as db:
+        check_exact(db, docs, probes + [more[2100] ^ 0b110])
 
 
 @native

@@ -613,6 +613,19 @@ class LmdbStorage(Storage):
         and every transaction's setup grows with the room)."""
         return max(256, self._layout.tables if self._layout is not None else 0)
 
+    @contextlib.contextmanager
+    def _index_slots_addable(self):
+        """Yield whether this handle may add the fingerprint index's slots to a
+        database that has one (format 3): only while no other handle is open,
+        since simhashdb before format 4 reads and writes the first slot alone
+        (its stale rewrite would drop the tables' entries of the others). While
+        True, no other handle can open the database."""
+        if self.readonly:
+            yield False
+            return
+        with self._dir.alone() as alone:
+            yield alone
+
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)

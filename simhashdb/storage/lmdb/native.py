@@ -6,6 +6,7 @@ files are the same as the py-lmdb backend's.
 """
 
 import concurrent.futures
+import contextlib
 import os
 from array import array
 
@@ -55,12 +56,12 @@ class NativeStorage(LmdbStorage):
 
     def _open_dbs(self):
         layout = self._layout
-        if layout is None:
-            self._env.open_dbs(array("l"), array("Q"), [], not self.readonly)
-        else:
+        tables = (array("l"), array("Q"), []) if layout is None else (
+            layout.spec, layout.prefixes, layout.prefix_bits)
+        with self._index_slots_addable() if self._env.index_slots < INDEX_SLOTS else \
+                contextlib.nullcontext(True) as add_index_slots:
             try:
-                self._env.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits,
-                                   not self.readonly)
+                self._env.open_dbs(*tables, not self.readonly, add_index_slots)
             except _lmdb.OldTablesError as exc:
                 raise old_tables_error(self.path, converting=exc.args[0]) from None
 
@@ -140,7 +141,7 @@ class NativeStorage(LmdbStorage):
                                max_tables=self._room_for_tables())
             try:
                 layout = self._layout
-                target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
+                target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True, True)
                 source, written = self._env.begin(), target.begin(write=True)
                 try:
                     source.copy_into(written)

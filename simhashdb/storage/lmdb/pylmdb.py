@@ -85,14 +85,16 @@ class PyLmdbStorage(LmdbStorage):
                                         "use another directory" % self.path)
         self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
         self._index = []  # the index's slots (one where a database made before them is read)
-        for name in map(index_name, range(INDEX_SLOTS)):
-            try:
-                self._dbs[name] = self._open_db(name, dupsort=True)
-            except DatabaseError:
-                if not self._index or not self.readonly:
-                    raise
-                break
-            self._index.append(name)
+        with self._index_slots_addable() as add:
+            for name in map(index_name, range(INDEX_SLOTS)):
+                try:
+                    self._dbs[name] = self._open_db(name, dupsort=True,
+                                                    create=not self._index or add)
+                except DatabaseError:
+                    if not self._index:
+                        raise
+                    break
+                self._index.append(name)
         try:
             for name in BAND_TABLES:
                 self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)
@@ -104,10 +106,10 @@ class PyLmdbStorage(LmdbStorage):
         if self._layout is not None:
             self.open_tables(self._layout)
 
-    def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None):
+    def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None, create=True):
         try:
             return (env or self._env).open_db(name, txn=txn, dupsort=dupsort, dupfixed=dupfixed,
-                                              create=not self.readonly)
+                                              create=create and not self.readonly)
         except lmdb.NotFoundError:
             raise DatabaseError("%s has no %r sub-database: it is not a simhashdb database"
                                 % (self.path, name.decode())) from None

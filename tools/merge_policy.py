@@ -1,7 +1,8 @@
 """Merge policies of RUNS.md simulated: entries written per entry imported, per
-table, and the most live runs (counted as a batch's run is added, before the
-merges it starts), for an import of N entries in batches of B, into an
-empty table or over a base run of --base entries (its writes not counted).
+table, the most live runs (counted as a batch's run is added, before the
+merges it starts) and the live runs after a batch's merges, on average, for
+an import of N entries in batches of B, into an empty table or over a base
+run of --base entries (its writes not counted).
 
 A policy looks at the live runs' sizes, oldest first, after each batch and
 each merge, and names how many of the newest to merge next (0: none):
@@ -9,7 +10,9 @@ each merge, and names how many of the newest to merge next (0: none):
 - ratio F: the newest into the one before while newest * F > previous (the
   policy in RUNS.md);
 - tiers K: the K newest once they are of one size class, floor(log_K(size /
-  B)), so a class holds at most K - 1 runs.
+  B)), so a class holds at most K - 1 runs;
+- lazy C: none until there are more than C runs, then the newest j that
+  free j - 1 runs at the least entries written a run freed.
 
 tools/run_import.py runs the same policies with the real merge.
 
@@ -35,13 +38,20 @@ def tiers(k):
         {size_class(s, batch, k) for s in sizes[-k:]}) == 1 else 0
 
 
+def lazy(cap):
+    return lambda sizes, batch: 0 if len(sizes) <= cap else min(
+        range(2, len(sizes) + 1), key=lambda j: sum(sizes[-j:]) / (j - 1))
+
+
 POLICIES = {"ratio F = %d" % f: ratio(f) for f in (2, 4, 8)}
 POLICIES.update({"tiers K = %d" % k: tiers(k) for k in (4, 8, 16)})
+POLICIES.update({"lazy C = %d" % c: lazy(c) for c in (4, 6)})
 
 
 def simulate(n, batch, plan, base=0):
-    """(entries written per entry imported, most live runs)."""
-    sizes, written, most = [base] if base else [], 0, 0
+    """(entries written per entry imported, most live runs, mean live runs
+    after a batch's merges)."""
+    sizes, written, most, live, batches = [base] if base else [], 0, 0, 0, 0
     for start in range(0, n, batch):
         sizes.append(min(batch, n - start))
         written += sizes[-1]
@@ -49,7 +59,8 @@ def simulate(n, batch, plan, base=0):
         while (m := plan(sizes, batch)):
             sizes[-m:] = [sum(sizes[-m:])]
             written += sizes[-1]
-    return written / n, most
+        live, batches = live + len(sizes), batches + 1
+    return written / n, most, live / batches
 
 
 def main():
@@ -58,12 +69,12 @@ def main():
     parser.add_argument("--batch", type=int, nargs="+", default=[100_000, 1_000_000, 1_000])
     parser.add_argument("--base", type=int, default=0)
     args = parser.parse_args()
-    print("| batch | policy | writes per entry | most runs |")
-    print("|---|---|---|---|")
+    print("| batch | policy | writes per entry | most runs | runs after a batch |")
+    print("|---|---|---|---|---|")
     for batch in args.batch:
         for name, plan in POLICIES.items():
-            writes, most = simulate(args.n, batch, plan, args.base)
-            print("| {:,} | {} | {:.1f} | {} |".format(batch, name, writes, most))
+            writes, most, live = simulate(args.n, batch, plan, args.base)
+            print("| {:,} | {} | {:.1f} | {} | {:.1f} |".format(batch, name, writes, most, live))
 
 
 if __name__ == "__main__":

@@ -61,5 +61,6 @@ class DamagedDatabaseWarning(UserWarning):
 
 
 class MaintenanceWarning(UserWarning):
-    """A stored batch's follow-up work (merging the tables' runs) failed; the
-    next write tries it again."""
+    """Work that keeps the database fast waits: a stored batch's follow-up
+    (merging the tables' runs) failed and the next write tries it again, or
+    the fingerprint index waits for a writer with the database to itself."""

@@ -289,10 +289,12 @@ def test_a_database_of_format_3_gains_the_index_slots_only_when_no_other_handle_
     new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots would merge
     with DB(path, readonly=True, backend=backend) as other:
         check_exact(other, docs, [docs[5], docs[7] ^ 0b11])
-        subprocess.run([sys.executable, "-c", "import sys; from simhashdb import DB; "
-                        "db = DB(sys.argv[1], backend=sys.argv[2]); "
-                        "db.insert_many(%r.items()); db.delete_many(range(0, 400, 2)); "
-                        "db.close()" % new, path, backend], check=True)
+        writer = subprocess.run([sys.executable, "-c", "import sys; from simhashdb import DB; "
+                                 "db = DB(sys.argv[1], backend=sys.argv[2]); "
+                                 "db.insert_many(%r.items()); db.delete_many(range(0, 400, 2)); "
+                                 "db.close()" % new, path, backend],
+                                check=True, capture_output=True, text=True)
+        assert "keeps its fingerprint index in one slot" in writer.stderr
         docs.update(new)
         for key in range(0, 400, 2):  # over a quarter: written whole
             del docs[key]

@@ -626,6 +626,15 @@ class LmdbStorage(Storage):
         with self._dir.alone() as alone:
             yield alone
 
+    def _note_index_slots(self, slots):
+        """Warn a writer that has the index's first slot alone: it puts every
+        entry into one B-tree, which is slower, until the slots are added."""
+        if slots < INDEX_SLOTS and not self.readonly:
+            warnings.warn("%s keeps its fingerprint index in one slot while another handle has "
+                          "it open (a writer of simhashdb before format 4 would not see the "
+                          "others); writes are slower until it is opened writable with no other "
+                          "handle open" % self.path, MaintenanceWarning, stacklevel=5)
+
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)

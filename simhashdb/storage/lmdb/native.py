@@ -64,6 +64,7 @@ class NativeStorage(LmdbStorage):
                 self._env.open_dbs(*tables, not self.readonly, add_index_slots)
             except _lmdb.OldTablesError as exc:
                 raise old_tables_error(self.path, converting=exc.args[0]) from None
+        self._note_index_slots(self._env.index_slots)
 
     def _close_env(self):
         self._env.close()

@@ -95,6 +95,7 @@ class PyLmdbStorage(LmdbStorage):
                         raise
                     break
                 self._index.append(name)
+        self._note_index_slots(len(self._index))
         try:
             for name in BAND_TABLES:
                 self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)

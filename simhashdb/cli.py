@@ -524,8 +524,8 @@ def _note_rule(args, db):
         _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
               "fingerprints within %d bits, and a resemblance of at least %g; documents "
               "stored without text by their distance"
-              % (db.distance, args.threshold if args.threshold is not None
-                 else simhashdb.db.THRESHOLD))
+              % (db.distance if args.distance is None else args.distance,
+                 args.threshold if args.threshold is not None else simhashdb.db.THRESHOLD))
 
 
 def _record_json(record):
@@ -808,7 +808,9 @@ def build_parser():
         sub.add_argument("--output", default="-", help="output file (default: stdout)")
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
         sub.add_argument("--distance", type=int,
-                         help="largest distance (default: the database's, or 3)")
+                         help="largest distance (default: the database's, or 3); in a "
+                              "database of texts, of the fingerprints the text rule pairs "
+                              "(texts sharing a band are paired by resemblance alone)")
         threshold(sub, "in a database of texts, pairs of texts are decided by the text rule "
                        "(as import --if-new), and find-all prints their resemblance last")
         if name == "find-all":

@@ -172,8 +172,11 @@ def test_directory_import_with_globs_query_text_and_clusters(tmp_path, capsys, c
     assert str(corpus / "b.txt") not in keys
     assert run(capsys, "clusters", db)[1] == [[str(corpus / "a.txt"),
                                                str(corpus / "sub" / "a_copy.txt")]]
-    pairs = run(capsys, "find-all", db)[1]
+    code, pairs, err = run(capsys, "find-all", db)
     assert [p[:2] for p in pairs] == [[str(corpus / "a.txt"), str(corpus / "sub" / "a_copy.txt")]]
+    assert "fingerprints within 3 bits" in err
+    code, _, err = run(capsys, "clusters", db, "--distance", "1")
+    assert code == 0 and "fingerprints within 1 bits" in err  # the distance asked for
 
 
 @storage

@@ -242,6 +242,8 @@ class DB:
         self._format = params["format"]
         if self._format < FORMAT_VERSION:
             self._upgrade(params)
+        if not storage.readonly and self._format == FORMAT_VERSION:
+            storage.format_stored()
         return layout, stored
 
     def _upgrade(self, params):

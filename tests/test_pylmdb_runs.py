@@ -314,6 +314,28 @@ def test_a_database_of_format_3_gains_the_index_slots_only_when_no_other_handle_
         check_exact(db, docs, probes + [more[2100] ^ 0b110])
 
 
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_the_index_slots_are_added_only_once_format_4_is_stored(tmp_path, backend, monkeypatch):
+    """An earlier version may open a database of format 3 at any moment until
+    format 4 is stored, so a writer adds the slots only after that."""
+    path = str(tmp_path / "f3o.db")
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(300))
+    as_format_3(path)
+    storage = registry.backend_class(backend)
+    add_slots, formats = storage._add_index_slots, []
+
+    def stored_format_then_add(self):
+        with self.read() as view:
+            formats.append(msgpack.unpackb(view.params())["format"])
+        add_slots(self)
+
+    monkeypatch.setattr(storage, "_add_index_slots", stored_format_then_add)
+    with DB(path, backend=backend) as db:
+        assert db.stats()["format"] == 4
+    assert formats == [4] and len(read_index(path)) == INDEX_SLOTS
+
+
 @native
 def test_a_fingerprint_of_thousands_of_keys_in_two_slots_pages_whole(tmp_path):
     """Reads of the index go 4,096 entries at a time; one fingerprint with

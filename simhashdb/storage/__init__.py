@@ -178,6 +178,11 @@ class Storage(ABC):
     def open_tables(self, layout):
         """Use ``layout``'s permutation tables (creating them where writable)."""
 
+    def format_stored(self):
+        """Called on a writable storage once its parameters give this version's
+        format, which earlier versions refuse to open: a backend may now add
+        what they could not read (none by default)."""
+
     @abstractmethod
     def read(self):
         """A context manager giving a :class:`View` of one snapshot."""

@@ -613,27 +613,23 @@ class LmdbStorage(Storage):
         and every transaction's setup grows with the room)."""
         return max(256, self._layout.tables if self._layout is not None else 0)
 
-    @contextlib.contextmanager
-    def _index_slots_addable(self):
-        """Yield whether this handle may add the fingerprint index's slots to a
-        database that has one (format 3): only while no other handle is open,
-        since simhashdb before format 4 reads and writes the first slot alone
-        (its stale rewrite would drop the tables' entries of the others). While
-        True, no other handle can open the database."""
-        if self.readonly:
-            yield False
+    def format_stored(self):
+        """Add the fingerprint index's slots to a database that has one (made
+        at format 3, or just made), only while no other handle is open: a
+        writer of an earlier version, opened before the format was stored,
+        reads and writes the first slot alone (and its stale rewrite would drop
+        the tables' entries of the others). Until then every entry goes into
+        the first slot, which is slower: it warns."""
+        if self.readonly or self._index_slots() == INDEX_SLOTS:
             return
         with self._dir.alone() as alone:
-            yield alone
-
-    def _note_index_slots(self, slots):
-        """Warn a writer that has the index's first slot alone: it puts every
-        entry into one B-tree, which is slower, until the slots are added."""
-        if slots < INDEX_SLOTS and not self.readonly:
+            if alone:  # no other handle, so no other writer to wait for
+                self._add_index_slots()
+        if self._index_slots() < INDEX_SLOTS:
             warnings.warn("%s keeps its fingerprint index in one slot while another handle has "
                           "it open (a writer of simhashdb before format 4 would not see the "
                           "others); writes are slower until it is opened writable with no other "
-                          "handle open" % self.path, MaintenanceWarning, stacklevel=5)
+                          "handle open" % self.path, MaintenanceWarning, stacklevel=4)
 
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0

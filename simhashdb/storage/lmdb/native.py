@@ -6,7 +6,6 @@ files are the same as the py-lmdb backend's.
 """
 
 import concurrent.futures
-import contextlib
 import os
 from array import array
 
@@ -54,17 +53,20 @@ class NativeStorage(LmdbStorage):
         self._env.directory_entries = self.directory_entries
         self._open_dbs()
 
-    def _open_dbs(self):
+    def _open_dbs(self, add_index_slots=False):
         layout = self._layout
         tables = (array("l"), array("Q"), []) if layout is None else (
             layout.spec, layout.prefixes, layout.prefix_bits)
-        with self._index_slots_addable() if self._env.index_slots < INDEX_SLOTS else \
-                contextlib.nullcontext(True) as add_index_slots:
-            try:
-                self._env.open_dbs(*tables, not self.readonly, add_index_slots)
-            except _lmdb.OldTablesError as exc:
-                raise old_tables_error(self.path, converting=exc.args[0]) from None
-        self._note_index_slots(self._env.index_slots)
+        try:
+            self._env.open_dbs(*tables, not self.readonly, add_index_slots)
+        except _lmdb.OldTablesError as exc:
+            raise old_tables_error(self.path, converting=exc.args[0]) from None
+
+    def _index_slots(self):
+        return self._env.index_slots
+
+    def _add_index_slots(self):
+        self._open_dbs(add_index_slots=True)
 
     def _close_env(self):
         self._env.close()
@@ -84,8 +86,8 @@ class NativeStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
-        if self._env.index_slots < INDEX_SLOTS:  # another process may have added them
-            self._open_dbs()
+        if self.readonly and self._env.index_slots < INDEX_SLOTS:  # another process may
+            self._open_dbs()                                         # have added them
 
     def open_tables(self, layout):
         self._layout = layout

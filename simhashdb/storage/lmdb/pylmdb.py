@@ -85,17 +85,7 @@ class PyLmdbStorage(LmdbStorage):
                                         "use another directory" % self.path)
         self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
         self._index = []  # the index's slots (one where a database made before them is read)
-        with self._index_slots_addable() as add:
-            for name in map(index_name, range(INDEX_SLOTS)):
-                try:
-                    self._dbs[name] = self._open_db(name, dupsort=True,
-                                                    create=not self._index or add)
-                except DatabaseError:
-                    if not self._index:
-                        raise
-                    break
-                self._index.append(name)
-        self._note_index_slots(len(self._index))
+        self._open_index_slots(create=False)
         try:
             for name in BAND_TABLES:
                 self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)
@@ -147,11 +137,27 @@ class PyLmdbStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
-        for name in map(index_name, range(len(self._index), INDEX_SLOTS)):  # another
-            if self._env.begin().get(name) is None:  # process may have added them
+        if self.readonly:  # another process may have added slots (a writer sees it cannot)
+            self._open_index_slots(create=False)
+
+    def _open_index_slots(self, create):
+        """Open the index's slots from the first this handle lacks; without
+        ``create``, up to the first the database does not have."""
+        for name in map(index_name, range(len(self._index), INDEX_SLOTS)):
+            try:
+                self._dbs[name] = self._open_db(name, dupsort=True,
+                                                create=create or not self._index)
+            except DatabaseError:
+                if not self._index:
+                    raise
                 break
-            self._dbs[name] = self._open_db(name, dupsort=True)
             self._index.append(name)
+
+    def _index_slots(self):
+        return len(self._index)
+
+    def _add_index_slots(self):
+        self._open_index_slots(create=True)
 
     def open_tables(self, layout):
         """Open the tables of ``layout``: runs (made in a new database), or

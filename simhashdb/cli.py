@@ -34,6 +34,10 @@ class CliError(Exception):
     """An error in the command's input: one line on stderr, exit status 1."""
 
 
+class UsageError(CliError):
+    """Options that do not go together: one line on stderr, exit status 2."""
+
+
 # Commands
 
 
@@ -56,7 +60,7 @@ def cmd_import(args):
                                                                  else None))
                for given in args.files or ["-"]}
     if args.key is not None and list(formats.items()) != [("-", "text")]:
-        raise CliError("--key names the one text document read from stdin; other inputs are "
+        raise UsageError("--key names the one text document read from stdin; other inputs are "
                        "keyed by their path or line")
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
@@ -140,7 +144,7 @@ def cmd_query(args):
         if args.text:
             fingerprint = _fingerprinter(db, args)
             if args.distance is not None:
-                raise CliError("--distance is for fingerprints: --text finds near-duplicates "
+                raise UsageError("--distance is for fingerprints: --text finds near-duplicates "
                                "by the database's distance and the texts' resemblance")
             probes, results, skipped = [], [], {}
             reader = _reader(args, fingerprint)
@@ -434,7 +438,7 @@ def _spark_input(session, args):
         return session.createDataFrame(pyarrow.table(columns)), None, False
     signature = args.signature or "signature"
     if signature in columns:
-        raise CliError("--signature %s names the key or fingerprint column" % signature)
+        raise UsageError("--signature %s names the key or fingerprint column" % signature)
     columns[signature] = pyarrow.array(signatures, pyarrow.binary())
     return session.createDataFrame(pyarrow.table(columns)), signature, True
 
@@ -579,7 +583,7 @@ def _reader(args, fingerprint, stdin_key="<stdin>"):
 
 def _read_hashes(args):
     if args.blocks is None:
-        raise CliError("without a database PATH, give --blocks (and --distance) for the hashes")
+        raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
     return inputs.read_hashes(args.input, args.format)
 
 
@@ -894,7 +898,7 @@ def main(argv=None):
         message = " ".join(str(exc).split()) or type(exc).__name__
         print("simhashdb-cli: error: %s%s" % (message, "" if known else " (%s; run with --debug "
               "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     return 0
 
 

@@ -345,4 +345,4 @@ def test_text_goes_through_the_databases_text_methods(tmp_path, capsys):
     code, out, _ = run(capsys, "query", db, "--text", str(pages / "a_copy.txt"))
     assert out[0]["matches"][0]["key"] == stored.key
     code, _, err = run(capsys, "query", db, "--text", str(pages / "a.txt"), "--distance", "2")
-    assert code == 1 and "--distance is for fingerprints" in err
+    assert code == 2 and "--distance is for fingerprints" in err

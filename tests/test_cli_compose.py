@@ -95,6 +95,8 @@ def test_hex_is_accepted_wherever_decimal_is(tmp_path, capsys, monkeypatch):
     for command in ("find-all", "clusters"):
         code, out, _ = run(capsys, command, "--input", hashes, "--blocks", "4", "--distance", "1")
         assert code == 0 and out == [[values[1], values[0]]]
+        code, out, err = run(capsys, command, "--input", hashes)  # a usage error: status 2
+        assert code == 2 and out == [] and "give --blocks" in err
     code, out, _ = run(capsys, "find-all", "--input", hashes, "--blocks", "4", "--format", "dec")
     assert code == 1
     # all lines are read one way: hex, as one of them has a letter
@@ -142,7 +144,7 @@ def test_stdin_text_is_stored_under_key(tmp_path, capsys, monkeypatch):
     assert code == 1 and "--key" in err
     code, _, err = run(capsys, "import", db, "--key", "k", "--format", "dec", stdin="1\n",
                        monkeypatch=monkeypatch)
-    assert code == 1 and "--key" in err
+    assert code == 2 and "--key" in err
 
 
 @storage

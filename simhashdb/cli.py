@@ -554,6 +554,9 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
     except simhashdb.DatabaseNotFoundError:
+        if not create and os.path.isdir(path) and os.listdir(path):
+            raise CliError("no database at %s: it is a directory of other files; name a "
+                           "database's directory" % path) from None
         if not create:
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None

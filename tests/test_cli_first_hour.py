@@ -42,6 +42,16 @@ def test_a_mistyped_path_is_an_error_and_creates_nothing(tmp_path, capsys, comma
     assert not path.exists()
 
 
+def test_a_directory_of_other_files_is_not_offered_to_init(tmp_path, capsys):
+    """``init`` refuses a directory of other files, so the error for one named
+    as a database does not suggest it."""
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "p0.html").write_text("<html>a page</html>")
+    code, out, err = run(capsys, "stats", tmp_path / "pages")
+    assert code == 1 and "no database at" in err and "init" not in err
+    assert "directory of other files" in err and err.count("\n") == 1
+
+
 @pytest.mark.lmdb_only
 def test_a_folder_of_other_files_is_never_made_a_database(tmp_path, capsys):
     folder = tmp_path / "licences"

@@ -61,7 +61,12 @@ def cmd_import(args):
                for given in args.files or ["-"]}
     if args.key is not None and list(formats.items()) != [("-", "text")]:
         raise UsageError("--key names the one text document read from stdin; other inputs are "
-                       "keyed by their path or line")
+                         "keyed by their path or line")
+    walked = [given for given in formats if given != "-" and os.path.isdir(given)]
+    if walked and args.format not in (None, "text"):
+        raise UsageError("--format %s is for named files and stdin, and %s is a directory, whose "
+                         "files are walked as text documents: name the files instead"
+                         % (args.format, walked[0]))
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header) as db:

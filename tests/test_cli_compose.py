@@ -97,6 +97,8 @@ def test_hex_is_accepted_wherever_decimal_is(tmp_path, capsys, monkeypatch):
         assert code == 0 and out == [[values[1], values[0]]]
         code, out, err = run(capsys, command, "--input", hashes)  # a usage error: status 2
         assert code == 2 and out == [] and "give --blocks" in err
+    code, out, err = run(capsys, "import", db, tmp_path, "--format", "dec")
+    assert code == 2 and "is a directory" in err and "name the files" in err
     code, out, _ = run(capsys, "find-all", "--input", hashes, "--blocks", "4", "--format", "dec")
     assert code == 1
     # all lines are read one way: hex, as one of them has a letter

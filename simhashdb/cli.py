@@ -938,3 +938,7 @@ def _output_file(path):
 def main_exit():
     """Console-script entry point."""
     sys.exit(main())
+
+
+if __name__ == "__main__":  # python -m simhashdb.cli, as python -m simhashdb
+    main_exit()

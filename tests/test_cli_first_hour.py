@@ -89,3 +89,13 @@ def test_line_keys_of_two_files_never_collide(tmp_path, capsys):
         assert run(capsys, "import", tmp_path / "db", tmp_path / name)[0] == 0
     with simhashdb.DB(str(tmp_path / "db")) as db:
         assert len(db) == 4 and db.get(str(tmp_path / "b.txt") + ":1").fingerprint == 3
+
+
+def test_python_dash_m_of_the_cli_module_runs_it(tmp_path):
+    """``python -m simhashdb.cli`` is the command line too, not a silent no-op."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "simhashdb.cli", "stats", str(tmp_path / "no.db")],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "no database at" in done.stderr

@@ -384,6 +384,48 @@ def test_a_damaged_meta_page_transaction_id_is_an_error_not_a_rollback(tmp_path,
     assert damage_cases(pristine(backend), len(flips), flip_txnid, tmp_path) == []
 
 
+@pytest.mark.lmdb_only
+def test_a_meta_page_naming_another_page_size_is_an_error_not_a_signal(tmp_path, backend):
+    """LMDB maps the file with the page size of the newer meta page: a bit
+    flipped there, in either meta page, whichever is newer, is an error."""
+    path = str(tmp_path / "pristine")
+    with DB(path, distance=3, blocks=5, backend=backend) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(200))
+    outcomes = []
+    for newer in (0, 1):
+        while newer_meta(path) != newer:  # commits until that meta page is the newer
+            with DB(path, backend=backend) as db:
+                db.insert(-1, 1)
+        for meta in (0, 1):
+            for bit in (0, 12, 20, 24):
+                case = str(tmp_path / ("case%d%d%d" % (newer, meta, bit)))
+                shutil.copytree(path, case)
+                with open(os.path.join(case, "data.mdb"), "r+b") as f:
+                    f.seek(meta * 4096 + 40 + bit // 8)  # the page size: the free DB's md_pad
+                    byte = f.read(1)[0]
+                    f.seek(meta * 4096 + 40 + bit // 8)
+                    f.write(bytes([byte ^ (1 << bit % 8)]))
+                outcomes.append((newer, meta, bit) + run_forked(
+                    lambda: open_and_count(case, backend)))
+    assert [o for o in outcomes if o[3] != 0 or "error" not in o[4]] == []
+
+
+def newer_meta(path):
+    """Which of the data file's two meta pages holds the newer transaction."""
+    with open(os.path.join(path, "data.mdb"), "rb") as f:
+        head = f.read(2 * 4096)
+    ids = [int.from_bytes(head[meta * 4096 + META_TXNID[0]:][:8], "little") for meta in (0, 1)]
+    return ids.index(max(ids))
+
+
+def open_and_count(path, backend):
+    try:
+        with DB(path, backend=backend) as db:
+            return {"count": len(db)}
+    except SimhashDBError as exc:
+        return {"error": str(exc)}
+
+
 # Many snapshots, dropped handles, fork children (defects 4 and 5)
 
 def test_a_thousand_open_iterators(db):

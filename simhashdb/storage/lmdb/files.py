@@ -334,6 +334,10 @@ def _inspect(f, data):
             continue
         magic, version = struct.unpack_from("<II", page, 16)
         if magic == _META_MAGIC and version == 1:
+            # LMDB takes the page size from the newer meta page: another size
+            # than page 0's would map the file wrongly (a SIGBUS)
+            if struct.unpack_from("<I", page, _FREE_DB)[0] != page_size:
+                raise DatabaseError(damaged % "its meta pages disagree on the page size")
             free_root, = struct.unpack_from("<Q", page, _FREE_DB + 40)
             main_root, = struct.unpack_from("<Q", page, _FREE_DB + 48 + 40)
             last_page, txnid = struct.unpack_from("<QQ", page, _META_END - 16)

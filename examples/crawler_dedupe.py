@@ -17,6 +17,7 @@ Usage: python examples/crawler_dedupe.py [--db crawl.db] [--limit N]
 """
 
 import argparse
+import contextlib
 import html
 import itertools
 import pathlib
@@ -41,15 +42,16 @@ def pages() -> Iterator[tuple[str, Union[str, bytes]]]:
             yield "file://%s" % path, path.read_bytes()
         except OSError:
             continue
-    for path in sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
         if "site-packages" in path.parts:
             continue
         try:
             source = path.read_text("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        yield "https://example.org/%s" % path.name, TEMPLATE % (
-            path.name, path.name, html.escape(source))
+        name = path.relative_to(stdlib).as_posix()  # one URL a file: many share a basename
+        yield "https://example.org/%s" % name, TEMPLATE % (name, name, html.escape(source))
 
 
 def crawl(db: simhashdb.DB, limit: Optional[int], batch: int = 100) -> tuple[int, int]:
@@ -78,11 +80,13 @@ def main() -> None:
     parser.add_argument("--db", help="database directory (default: a new temporary one)")
     parser.add_argument("--limit", type=int, default=None, help="stop after N pages")
     args = parser.parse_args()
-    path = args.db or tempfile.mkdtemp(prefix="crawl-") + "/crawl.db"
-    with simhashdb.DB(path, recipe=simhashdb.RECIPE) as db:
-        crawl(db, args.limit)
-        gone = db.expire(time.time() - 30 * 86400)  # pages not seen in 30 days
-        print("%s holds %d documents (%d expired)" % (path, len(db), gone))
+    with contextlib.nullcontext(args.db) if args.db else tempfile.TemporaryDirectory(
+            prefix="crawl-") as where:
+        path = args.db or where + "/crawl.db"
+        with simhashdb.DB(path, recipe=simhashdb.RECIPE) as db:
+            crawl(db, args.limit)
+            gone = db.expire(time.time() - 30 * 86400)  # pages not seen in 30 days
+            print("%s holds %d documents (%d expired)" % (path, len(db), gone))
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def cmd_query(args):
             fingerprint = _fingerprinter(db, args)
             if args.distance is not None:
                 raise UsageError("--distance is for fingerprints: --text finds near-duplicates "
-                               "by the database's distance and the texts' resemblance")
+                                 "by the database's distance and the texts' resemblance")
             probes, results, skipped = [], [], {}
             reader = _reader(args, fingerprint)
             for path, data in reader.documents(args.text):
@@ -559,10 +559,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
     except simhashdb.DatabaseNotFoundError:
-        if not create and os.path.isdir(path) and os.listdir(path):
-            raise CliError("no database at %s: it is a directory of other files; name a "
-                           "database's directory" % path) from None
         if not create:
+            if os.path.isdir(path) and os.listdir(path):  # init would refuse it
+                raise CliError("no database at %s: it is a directory of other files; name a "
+                               "database's directory" % path) from None
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None
         made = {name: (like or {}).get(name) for name in ("distance", "blocks")}

@@ -137,7 +137,7 @@ class PyLmdbStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
-        if self.readonly:  # another process may have added slots (a writer sees it cannot)
+        if self.readonly:  # another process may have added slots (none can beside a writer)
             self._open_index_slots(create=False)
 
     def _open_index_slots(self, create):

@@ -286,7 +286,7 @@ def cmd_fingerprint(args):
         if args.format == "jsonl":
             _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
         else:
-            print(fp if args.format == "dec" else "%016x" % fp)
+            _write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
     _note_skipped(args, skipped)
 
 
@@ -365,13 +365,14 @@ def _spark_session(args):
     """The active Spark session or a new one (local workers run this Python),
     the simhashdb.spark module, and the exceptions Spark raises."""
     try:
+        import pyarrow  # noqa: F401 (texts and numbers go to Spark as Arrow tables)
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
         from pyspark.sql import SparkSession
 
         from simhashdb import spark
     except ImportError:
-        raise CliError("spark needs pyspark and Java 17 or later: pip install '.[spark]' "
+        raise CliError("spark needs pyspark, pyarrow and Java 17 or later: pip install '.[spark]' "
                        "in simhashdb's source directory") from None
     local = (args.master or "local").startswith("local")
     if local and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
@@ -506,7 +507,19 @@ _LINE_BREAKS = {ord(c): "\\u%04x" % ord(c) for c in "\x85\u2028\u2029"}
 
 def _emit(obj, stream=None):
     line = json.dumps(obj, default=_to_json, ensure_ascii=False).translate(_LINE_BREAKS)
-    (stream or sys.stdout).write(line + "\n")
+    _write(stream or sys.stdout, line + "\n")
+
+
+def _write(stream, text=None):
+    """Write ``text`` to an output (None: flush it); a failure, such as a full
+    disk, names the output (a closed pipe stays BrokenPipeError)."""
+    try:
+        stream.write(text) if text is not None else stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        name = "stdout" if stream is sys.stdout else getattr(stream, "name", "the output")
+        raise CliError("cannot write to %s: %s" % (name, exc.strerror or exc)) from None
 
 
 def _to_json(value):
@@ -886,7 +899,7 @@ def main(argv=None):
     try:
         with _output_file(output) as args.output_file:
             args.handler(args)
-            sys.stdout.flush()  # a full disk or closed pipe is reported here, not at exit
+            _write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
         _silence_stdout()
         return 0
@@ -933,6 +946,7 @@ def _output_file(path):
         raise CliError("cannot write %s: %s" % (path, exc.strerror)) from None
     with stream:
         yield stream
+        _write(stream)
 
 
 def main_exit():

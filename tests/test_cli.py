@@ -346,3 +346,16 @@ def test_text_goes_through_the_databases_text_methods(tmp_path, capsys):
     assert out[0]["matches"][0]["key"] == stored.key
     code, _, err = run(capsys, "query", db, "--text", str(pages / "a.txt"), "--distance", "2")
     assert code == 2 and "--distance is for fingerprints" in err
+
+
+@pytest.mark.parametrize("missing", ["pyarrow", "pyspark"])
+def test_spark_without_its_extras_says_what_to_install(tmp_path, capsys, monkeypatch, missing):
+    for name in list(sys.modules):
+        if name == missing or name.startswith(missing + "."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)  # import raises ImportError
+    (tmp_path / "in.txt").write_text("1\n2\n")
+    code, _, err = run(capsys, "spark", "find-all", tmp_path / "in.txt", "-")
+    assert code == 1
+    assert err.startswith("simhashdb-cli: error: spark needs pyspark, pyarrow")
+    assert "report it" not in err and "\n" not in err.strip()

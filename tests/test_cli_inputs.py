@@ -64,15 +64,19 @@ def test_closed_stdin_is_one_line(tmp_path):
         assert "standard input is closed" in done.stderr
 
 
-def test_a_full_disk_on_output_is_one_line(tmp_path):
+@pytest.mark.parametrize("argv", [["export", "DB"], ["stats", "DB"], ["fingerprint"],
+                                  ["find-all", "DB", "--output", "/dev/full"]])
+def test_a_full_disk_on_output_is_one_line_naming_the_output(tmp_path, argv):
     db = str(tmp_path / "f.db")
     with simhashdb.DB(db) as handle:
         handle.insert_many((i, i) for i in range(5000))
+    argv = [db if a == "DB" else a for a in argv]
     with open("/dev/full", "w") as full:
-        done = subprocess.run(EXE + ["export", db], stdout=full, stderr=subprocess.PIPE,
-                              text=True, timeout=60)
+        done = subprocess.run(EXE + argv, stdout=full, stderr=subprocess.PIPE, text=True,
+                              input="a line of text to fingerprint\n", timeout=60)
     assert done.returncode == 1 and one_line_error(done.stderr), done.stderr
-    assert "No space left on device" in done.stderr
+    output = "/dev/full" if "--output" in argv else "stdout"
+    assert "cannot write to %s: No space left on device" % output in done.stderr
 
 
 def test_a_fifo_in_a_directory_is_skipped_with_a_note(tmp_path):

@@ -43,6 +43,10 @@ class UsageError(CliError):
 
 def cmd_init(args):
     """Create a database (or show an existing one's parameters)."""
+    if (args.recipe or "").startswith("simhashdb-") and args.recipe not in simhashdb.RECIPES:
+        raise UsageError("%r is not one of simhashdb's recipes (%s); a recipe of your own needs "
+                         "a name that does not start with 'simhashdb-'"
+                         % (args.recipe, ", ".join(sorted(simhashdb.RECIPES))))
     with _open(args.path, args, create=True, recipe=args.recipe) as db:
         if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
             _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
@@ -734,7 +738,8 @@ def build_parser():
     creation(sub)
     sub.add_argument("--recipe", metavar="NAME",
                      help="the recipe of the fingerprints it will hold (one of: %s; or a name "
-                          "of your own)" % ", ".join(sorted(simhashdb.RECIPES)))
+                          "of your own, not starting with simhashdb-)"
+                          % ", ".join(sorted(simhashdb.RECIPES)))
 
     def walking(sub):
         sub.add_argument("--include", action="append", default=[], metavar="GLOB",

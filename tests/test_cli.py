@@ -359,3 +359,12 @@ def test_spark_without_its_extras_says_what_to_install(tmp_path, capsys, monkeyp
     assert code == 1
     assert err.startswith("simhashdb-cli: error: spark needs pyspark, pyarrow")
     assert "report it" not in err and "\n" not in err.strip()
+
+
+def test_init_with_a_mistyped_recipe_is_a_usage_error_and_creates_nothing(tmp_path, capsys):
+    mistyped = simhashdb.RECIPE.replace("idf", "ifd")
+    code, _, err = run(capsys, "init", tmp_path / "r.db", "--recipe", mistyped)
+    assert code == 2 and "is not one of simhashdb's recipes" in err and simhashdb.RECIPE in err
+    assert not (tmp_path / "r.db").exists()
+    code, out, _ = run(capsys, "init", tmp_path / "own.db", "--recipe", "my-shop/v1")
+    assert code == 0 and out[0]["recipe"] == "my-shop/v1"

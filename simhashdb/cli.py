@@ -131,9 +131,13 @@ def _import(args, db, reader, formats, counts, bar):
                                    if isinstance(record, TextRecord) else record)
         except (CliError, simhashdb.SimhashDBError) as exc:
             if not args.skip_invalid:
+                told = formats.get(source) in ("dec", "hex", "dec or hex") and not args.format
                 raise CliError("%s:%s: %s (%d records were imported before the batch that "
-                               "held this line; nothing of that batch was written)"
-                               % (source, line, exc, counts["imported"])) from None
+                               "held this line; nothing of that batch was written; "
+                               "--skip-invalid skips bad lines%s)"
+                               % (source, line, exc, counts["imported"],
+                                  ", --format text stores the file as one text document"
+                                  if told else "")) from None
             counts["invalid"] += 1
             continue
         if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):

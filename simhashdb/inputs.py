@@ -42,11 +42,14 @@ DEC = re.compile(r"[0-9]{1,40}")
 HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 DEC_BYTES = re.compile(DEC.pattern.encode())
 HEX_BYTES = re.compile(HEX.pattern.encode())
+BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
 PEEK = 1 << 16  # what format detection and an export's header read of an input
 BINARY_SAMPLE = 1 << 16
 DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
                  (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
                  (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
+OPENERS = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw), "bzip2": bz2.BZ2File,
+           "xz": lzma.LZMAFile}  # a stream of a compressed file's content
 
 
 class Skipped:
@@ -152,12 +155,13 @@ class Reader:
 
     def _line_records(self, given, fmt, progress):
         source = "<stdin>" if given == "-" else given
-        with open_input(given) as stream:
+        with open_input(given, decompressed=True) as stream:
             for number, raw in enumerate(stream, 1):
                 if progress is not None:
                     progress.update(len(raw))
                 try:
-                    line = decode(raw, "line").strip()
+                    line = decode(raw[len(BOM):] if number == 1 and raw.startswith(BOM) else raw,
+                                  "line").strip()
                     if not line:
                         continue
                     if fmt == "jsonl":
@@ -216,10 +220,11 @@ class Reader:
 
 def input_format(given, fmt=None):
     """The format of an input: ``fmt`` where given, "text" for a directory;
-    else jsonl for a .jsonl file; else, from every line of its first 64 KiB,
-    jsonl if each starts with "{", dec if each is decimal digits, dec or hex
-    as :func:`values_format` says if each is decimal or hex; any other named
-    file is one text document, while stdin must be given a format.
+    else jsonl for a .jsonl file; else, from every line of its first 64 KiB
+    (decompressed), jsonl if each starts with "{", dec if each is decimal
+    digits, dec or hex as :func:`values_format` says if more than half are
+    decimal or hex (the others are then bad lines); any other named file is
+    one text document, while stdin must be given a format.
 
     :raises InputError: stdin whose format cannot be told, or an unreadable file.
     """
@@ -229,12 +234,14 @@ def input_format(given, fmt=None):
         return fmt
     if given.endswith(".jsonl"):
         return "jsonl"
-    with open_input(given, peek=True) as stream:
+    with open_input(given, peek=True, decompressed=True) as stream:
         lines = [line.strip() for line in stream if line.strip()]
+    if lines and lines[0].startswith(BOM):
+        lines[0] = lines[0][len(BOM):]
     if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
     numbers = [line for line in lines if DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line)]
-    if len(numbers) >= max(1, 0.9 * len(lines)):  # a list of fingerprints, maybe a bad line
+    if numbers and 2 * len(numbers) > len(lines):  # fingerprints, maybe with bad lines
         if len(numbers) == len(lines) and all(DEC_BYTES.fullmatch(line) for line in lines):
             return "dec"
         return values_format(numbers) or "dec or hex"
@@ -250,7 +257,7 @@ def export_header(formats):
     given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
     if given is None:
         return {}
-    with open_input(given, peek=True) as lines:
+    with open_input(given, peek=True, decompressed=True) as lines:
         first = next((line for line in lines if line.strip()), b"")
     try:
         header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
@@ -289,8 +296,9 @@ def read_hashes(given, fmt=None):
 
     :raises InputError: for the first bad line, naming it.
     """
-    with open_input(given) as stream:
-        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
+    with open_input(given, decompressed=True) as stream:
+        lines = [(number, raw[len(BOM):].strip() if number == 1 and raw.startswith(BOM)
+                  else raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
     fmt = values_format([line for _, line in lines], fmt)
     hashes = []
     for number, line in lines:
@@ -385,9 +393,10 @@ def decode(raw, what):
 
 
 @contextlib.contextmanager
-def open_input(given, peek=False):
-    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
-    lines of its first 64 KiB, leaving stdin unread."""
+def open_input(given, peek=False, decompressed=False):
+    """The lines of a file or stdin ("-"), binary; with ``peek``, the complete
+    lines of its first 64 KiB, leaving stdin unread; with ``decompressed``,
+    those of a named gzip, bzip2 or xz file's content."""
     if given == "-":
         stream = stdin()
         if peek:
@@ -396,10 +405,24 @@ def open_input(given, peek=False):
             yield stream
         return
     try:
-        with open(given, "rb") as stream:
-            yield _complete_lines(stream.read(PEEK)) if peek else stream
+        raw = open(given, "rb")
     except OSError as exc:
         raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+    with raw:
+        compression = None
+        if decompressed:
+            head = raw.read(6)
+            raw.seek(0)
+            compression = next((name for magic, name, _, _ in DECOMPRESSORS
+                                if head.startswith(magic)), None)
+        stream = OPENERS[compression](raw) if compression else raw
+        try:
+            yield _complete_lines(stream.read(PEEK)) if peek else stream
+        except InputError:
+            raise
+        except (OSError, EOFError, lzma.LZMAError) as exc:
+            raise InputError("cannot read %s: %s" % (given, "damaged %s data" % compression
+                                                     if compression else exc.strerror)) from None
 
 
 def stdin():

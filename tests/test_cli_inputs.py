@@ -152,3 +152,49 @@ def test_query_arguments_are_plain_decimal_or_hex(tmp_path, capsys, value):
     simhashdb.DB(str(db)).close()
     code, out, err = run(capsys, "query", db, value)
     assert code == 1 and out == [] and one_line_error(err) and "is not a" in err
+
+
+@pytest.mark.parametrize("compress", ["gzip", "bz2", "lzma"])
+def test_a_compressed_export_or_list_imports_as_what_it_holds(tmp_path, capsys, compress):
+    opener = {"gzip": __import__("gzip").open, "bz2": __import__("bz2").open,
+              "lzma": __import__("lzma").open}[compress]
+    src = str(tmp_path / "src.db")
+    with simhashdb.DB(src) as db:
+        db.insert_many([("a", 1, {"m": 1}), (2, 2**64 - 1), (b"c", 12345)])
+    code, exported, _ = run(capsys, "export", src)
+    backup = tmp_path / "backup.jsonl.x"  # no telling name: the first bytes decide
+    with opener(backup, "wt") as out:
+        out.write("".join(json.dumps(line) + "\n" for line in exported))
+    assert run(capsys, "import", tmp_path / "back.db", backup)[1][0]["imported"] == 3
+    assert run(capsys, "export", tmp_path / "back.db")[1] == exported
+    listed = tmp_path / "fps.x"
+    with opener(listed, "wt") as out:
+        out.write("7\n0x1f\n")
+    assert run(capsys, "import", tmp_path / "list.db", listed)[1][0]["imported"] == 2
+    with simhashdb.DB(str(tmp_path / "list.db")) as db:
+        assert sorted(record.fingerprint for record in db) == [7, 31]
+    cut = tmp_path / "cut.x"
+    cut.write_bytes(backup.read_bytes()[:-12])
+    code, _, err = run(capsys, "import", tmp_path / "cut.db", cut)
+    assert code == 1 and one_line_error(err) and "cannot read" in err and "damaged" in err
+
+
+def test_a_list_of_fingerprints_with_a_bad_line_is_an_error_naming_it(tmp_path, capsys):
+    listed = tmp_path / "fps.txt"
+    listed.write_text("7400300736057530684\n1234\n12x\n55\n")
+    code, _, err = run(capsys, "import", tmp_path / "l.db", listed)
+    assert code == 1 and one_line_error(err)
+    assert "fps.txt:3:" in err and "--format text" in err and "--skip-invalid" in err
+    code, out, _ = run(capsys, "import", tmp_path / "l.db", listed, "--skip-invalid")
+    assert out[0]["imported"] == 3 and out[0]["invalid"] == 1
+
+
+def test_a_byte_order_mark_before_the_first_line_is_ignored(tmp_path, capsys):
+    bom = "\ufeff"
+    (tmp_path / "fps.txt").write_text(bom + "7400300736057530684\n1234\n")
+    (tmp_path / "docs.jsonl").write_text(bom + '{"key": "a", "fingerprint": 5}\n')
+    code, out, err = run(capsys, "import", tmp_path / "b.db", tmp_path / "fps.txt",
+                         tmp_path / "docs.jsonl")
+    assert code == 0 and out[0]["imported"] == 3, err
+    with simhashdb.DB(str(tmp_path / "b.db")) as db:
+        assert sorted(r.fingerprint for r in db) == [5, 1234, 7400300736057530684]

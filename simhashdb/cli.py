@@ -480,13 +480,14 @@ def _spark_value(value):
 
 
 def _stored_key(db, text, args):
-    """The key ``text`` names: a str with --str-keys; else for digits, the int
+    """The key ``text`` names: a str with --str-keys; else for an int written
+    as Python writes it (no leading zeros), the int
     key where one is stored, the str key where only that is (noted if both);
     else the str key, or the key ``import`` made of that path (absolute, and
     ``PATH:LINE`` for a line of a file), where only that is stored."""
     if args.str_keys:
         return text
-    if re.fullmatch(r"-?[0-9]{1,20}", text):
+    if re.fullmatch(r"-?[0-9]{1,20}", text) and str(int(text)) == text:  # not 0123: a str
         number = int(text)
         try:
             has_int = number in db
@@ -903,7 +904,7 @@ def build_parser():
 def main(argv=None):
     """Run simhashdb-cli with ``argv`` (default: sys.argv[1:]); returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     output = getattr(args, "output", "-")
     try:
         with _output_file(output) as args.output_file:
@@ -930,6 +931,22 @@ def main(argv=None):
               "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1
     return 0
+
+
+LISTS = ("files", "fingerprints", "keys")  # the commands' lists of arguments
+
+
+def _parse(parser, argv):
+    """The arguments, where a command's list may go on after its options
+    (`import db --format dec a.txt`, which argparse alone refuses)."""
+    args, rest = parser.parse_known_args(argv)
+    listed = next((name for name in LISTS if isinstance(getattr(args, name, None), list)), None)
+    if rest and listed and all(arg == "-" or not arg.startswith("-") or
+                               re.fullmatch(r"-[0-9]+", arg) for arg in rest):
+        getattr(args, listed).extend(rest)
+    elif rest:
+        parser.parse_args(argv)  # argparse's error for what it did not recognise
+    return args
 
 
 def _silence_stdout():

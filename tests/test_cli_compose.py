@@ -163,6 +163,32 @@ def test_get_and_delete_find_str_keys_made_of_digits(tmp_path, capsys):
         [{"deleted": 3, "requested": 4, "not_found": ["99"]}]
     with simhashdb.DB(str(db)) as handle:
         assert [r.key for r in handle] == ["7"]
+        handle.insert_many([(123, 5), ("0123", 6)])
+    assert run(capsys, "get", db, "0123")[1][0]["key"] == "0123"  # not the int 123
+    assert run(capsys, "get", db, "00123")[0] == 1
+    assert run(capsys, "delete", db, "0123")[1] == \
+        [{"deleted": 1, "requested": 1, "not_found": []}]
+    with simhashdb.DB(str(db)) as handle:
+        assert sorted(map(str, (r.key for r in handle))) == ["123", "7"]
+
+
+@pytest.mark.parametrize("argv", [["import", "DB", "--format", "dec", "FILE"],
+                                  ["import", "DB", "FILE", "--format", "dec", "FILE2"]])
+def test_a_commands_list_may_go_on_after_its_options(tmp_path, capsys, argv):
+    (tmp_path / "a.txt").write_text("1\n2\n")
+    (tmp_path / "b.txt").write_text("3\n")
+    db = tmp_path / "o.db"
+    names = {"DB": db, "FILE": tmp_path / "a.txt", "FILE2": tmp_path / "b.txt"}
+    code, out, err = run(capsys, *[names.get(a, a) for a in argv])
+    assert code == 0, err
+    assert out[0]["imported"] == (3 if "FILE2" in argv else 2)
+    code, out, _ = run(capsys, "query", db, "--distance", "0", "2", "1")
+    assert [o["query"] for o in out] == [2, 1] and all(len(o["matches"]) == 1 for o in out)
+    code, out, _ = run(capsys, "delete", db, "--str-keys", "%s:1" % (tmp_path / "a.txt"))
+    assert out == [{"deleted": 1, "requested": 1, "not_found": []}]
+    with pytest.raises(SystemExit) as exited:  # argparse's usage error
+        run(capsys, "import", db, "--bogus", tmp_path / "a.txt")
+    assert exited.value.code == 2
 
 
 @storage

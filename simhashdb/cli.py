@@ -11,12 +11,15 @@ import base64
 import contextlib
 import datetime
 import decimal
+import errno
+import io
 import json
 import os
 import re
 import sys
 import threading
 import time
+import warnings
 
 from tqdm import tqdm
 
@@ -59,6 +62,9 @@ def cmd_import(args):
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     if args.if_new:
         counts["unchanged"] = 0  # stored under their own key already, unchanged
+    if not args.if_new and (args.threshold is not None or args.refresh):
+        raise UsageError("--%s is for --if-new: without it, import stores every record"
+                         % ("threshold" if args.threshold is not None else "refresh"))
     stdin_text = "text" if args.key is not None else None  # --key names a text document
     formats = {given: inputs.input_format(given, args.format or (stdin_text if given == "-"
                                                                  else None))
@@ -580,6 +586,8 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             options[name] = getattr(args, "create_" + name)
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
+    except simhashdb.InvalidArgumentError as exc:  # the path or a parameter as given
+        raise UsageError(str(exc)) from None
     except simhashdb.DatabaseNotFoundError:
         if not create:
             if os.path.isdir(path) and os.listdir(path):  # init would refuse it
@@ -588,8 +596,11 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None
         made = {name: (like or {}).get(name) for name in ("distance", "blocks")}
-        db = simhashdb.DB(path, recipe=recipe, **dict(
-            {name: value for name, value in made.items() if value is not None}, **options))
+        try:
+            db = simhashdb.DB(path, recipe=recipe, **dict(
+                {name: value for name, value in made.items() if value is not None}, **options))
+        except simhashdb.InvalidArgumentError as exc:
+            raise UsageError(str(exc)) from None
         if db.tables > MANY_TABLES:
             print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
                   "fingerprint is stored in each, so inserts are slow and the file large; a "
@@ -903,11 +914,17 @@ def build_parser():
 
 def main(argv=None):
     """Run simhashdb-cli with ``argv`` (default: sys.argv[1:]); returns the exit status."""
+    if sys.stderr is None:  # closed (2>&-): errors are told by the exit status alone
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:  # closed (>&-): the first write is an error that says so
+        sys.stdout = _ClosedStdout()
     parser = build_parser()
     args = _parse(parser, argv)
     output = getattr(args, "output", "-")
     try:
-        with _output_file(output) as args.output_file:
+        with _output_file(output) as args.output_file, warnings.catch_warnings():
+            warnings.simplefilter("once")  # a warning as one line, once
+            warnings.showwarning = _show_warning
             args.handler(args)
             _write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
@@ -947,6 +964,17 @@ def _parse(parser, argv):
     elif rest:
         parser.parse_args(argv)  # argparse's error for what it did not recognise
     return args
+
+
+class _ClosedStdout(io.TextIOBase):
+    """What stands for a closed stdout: writing to it fails."""
+
+    def write(self, text):
+        raise OSError(errno.EBADF, "it is closed")
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print("simhashdb-cli: warning: %s" % " ".join(str(message).split()), file=sys.stderr)
 
 
 def _silence_stdout():

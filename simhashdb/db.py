@@ -46,7 +46,7 @@ from .records import (
     with_signature,
 )
 from .storage import BANDS, band_entries
-from .storage.registry import open_storage
+from .storage.registry import open_storage, scheme_of
 
 # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
 # 4: the LMDB fingerprint index in slots, a union of runs
@@ -190,6 +190,8 @@ class DB:
         if recipe is not None and not isinstance(recipe, str):
             raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
                                        % _ext.shown(recipe))
+        if create and not readonly and scheme_of(path) is None and not os.path.exists(path):
+            _new_layout(distance, blocks, expected_size)  # refused before any file is made
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
             self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
@@ -205,14 +207,11 @@ class DB:
         if raw is None:
             if storage.readonly:
                 raise DatabaseError("%s is not a simhashdb database" % storage.path)
-            k = DEFAULT_DISTANCE if distance is None else distance
-            Layout(k + 1, k)  # validates distance before choose_blocks uses it
-            m = Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE) \
-                if blocks is None else blocks
-            layout = Layout(m, k)
+            layout = _new_layout(distance, blocks, expected_size)
             storage.open_tables(layout)
-            params = msgpack.packb({"format": FORMAT_VERSION, "distance": k, "blocks": m,
-                                    "widths": layout.widths, "recipe": recipe})
+            params = msgpack.packb({"format": FORMAT_VERSION, "distance": layout.distance,
+                                    "blocks": layout.blocks, "widths": layout.widths,
+                                    "recipe": recipe})
 
             def store_params(txn):  # unless a concurrent creator stored its own first
                 existing = txn.params()
@@ -997,6 +996,15 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
     finally:
         storage.close()
     DB(path, backend=backend).close()
+
+
+def _new_layout(distance, blocks, expected_size):
+    """The layout a new database of these parameters gets; raises for one
+    that cannot be."""
+    k = DEFAULT_DISTANCE if distance is None else distance
+    Layout(k + 1, k)  # validates distance before choose_blocks uses it
+    return Layout(Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE)
+                  if blocks is None else blocks, k)
 
 
 def _stored_params(raw, path):

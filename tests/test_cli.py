@@ -368,3 +368,18 @@ def test_init_with_a_mistyped_recipe_is_a_usage_error_and_creates_nothing(tmp_pa
     assert not (tmp_path / "r.db").exists()
     code, out, _ = run(capsys, "init", tmp_path / "own.db", "--recipe", "my-shop/v1")
     assert code == 0 and out[0]["recipe"] == "my-shop/v1"
+
+
+@pytest.mark.parametrize("argv", [["init", "DB", "--distance", "70"],
+                                  ["init", "DB", "--blocks", "64", "--distance", "3"],
+                                  ["init", "DB", "--expected-size", "0"],
+                                  ["init", "redis:/localhost/x"],
+                                  ["import", "DB", "FILE", "--threshold", "0.5"],
+                                  ["import", "DB", "FILE", "--refresh"]])
+def test_option_values_that_cannot_be_are_usage_errors_that_make_nothing(tmp_path, capsys,
+                                                                         monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "n.txt").write_text("1\n")
+    code, out, err = run(capsys, *[{"DB": "u.db", "FILE": "n.txt"}.get(a, a) for a in argv])
+    assert code == 2 and out == [] and err.startswith("simhashdb-cli: error: "), err
+    assert sorted(os.listdir(tmp_path)) == ["n.txt"]

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -198,3 +199,33 @@ def test_a_byte_order_mark_before_the_first_line_is_ignored(tmp_path, capsys):
     assert code == 0 and out[0]["imported"] == 3, err
     with simhashdb.DB(str(tmp_path / "b.db")) as db:
         assert sorted(r.fingerprint for r in db) == [5, 1234, 7400300736057530684]
+
+
+def test_a_warning_is_one_line_once(tmp_path, capsys, monkeypatch):
+    def warns(args):
+        """Warn twice."""
+        for _ in range(2):
+            warnings.warn("a warning\n  written on two lines", simhashdb.MaintenanceWarning)
+
+    monkeypatch.setattr(cli, "cmd_stats", warns)
+    code, _, err = run(capsys, "stats", tmp_path / "w.db")
+    assert code == 0 and err == "simhashdb-cli: warning: a warning written on two lines\n"
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr", "both"])
+def test_a_closed_stdout_or_stderr_is_no_traceback(tmp_path, closed):
+    db = str(tmp_path / "c.db")
+    (tmp_path / "n.txt").write_text("1\n2\n")
+    for argv in (["import", db, str(tmp_path / "n.txt")], ["export", db]):
+        done = subprocess.run(EXE + argv, capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: [os.close(fd) for fd in
+                                                  {"stdout": [1], "stderr": [2],
+                                                   "both": [1, 2]}[closed]])
+        if closed == "stderr":
+            assert done.returncode == 0 and done.stdout and done.stderr == ""
+        else:
+            assert done.returncode == 1, done
+            assert done.stderr in ("", "simhashdb-cli: error: cannot write to stdout: it is "
+                                       "closed\n")
+    with simhashdb.DB(db) as handle:
+        assert len(handle) == 2

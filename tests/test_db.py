@@ -192,6 +192,24 @@ def test_blocks_are_chosen_from_distance_and_size(tmp_path):
         assert db.blocks == 5
 
 
+@pytest.mark.parametrize("params", [dict(blocks=64, distance=3), dict(blocks=2, distance=3),
+                                    dict(blocks=20, distance=10)])
+def test_a_database_that_cannot_be_made_leaves_nothing_behind(tmp_path, params):
+    path = tmp_path / "no.db"
+    with pytest.raises(simhashdb.InvalidArgumentError):
+        DB(str(path), **params)
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("url", ["redis:/localhost/x", "Redis://h:1/x", "rediss:h:1/x"])
+def test_a_path_like_a_mistyped_url_is_refused_not_made_a_directory(tmp_path, monkeypatch,
+                                                                   url):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(simhashdb.InvalidArgumentError, match="not a redis URL"):
+        DB(url)
+    assert os.listdir(tmp_path) == []
+
+
 def test_newer_format_is_refused(db_path):
     with DB(db_path) as db:
         db.insert("a", 1)

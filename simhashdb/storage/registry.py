@@ -77,9 +77,21 @@ def _warn_fallback(reason):
 
 
 def scheme_of(path):
-    """The backend a URL ``path`` names by its scheme, or None for a plain path."""
+    """The backend a URL ``path`` names by its scheme, or None for a plain path.
+
+    :raises InvalidArgumentError: a path that begins with a backend's scheme
+        but is not a URL of it (``redis:/host/x``, ``Redis://``): it would
+        otherwise be taken for a directory.
+    """
     scheme, sep, _ = str(path).partition("://")
-    return _schemes.get(scheme) if sep else None
+    if sep and scheme in _schemes:
+        return _schemes[scheme]
+    named = str(path).partition(":")[0].lower()
+    if named in _schemes:
+        raise InvalidArgumentError("%s is not a %s URL: write it as %s://host:port/name "
+                                   "(or ./%s for a directory of that name)"
+                                   % (path, _schemes[named], named, path))
+    return None
 
 
 def open_storage(path, readonly=False, create=True, backend=None):

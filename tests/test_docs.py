@@ -114,3 +114,16 @@ def test_the_pages_speak_to_users(page):
 def test_the_process_phrases_catch_leaks_and_spare_user_text():
     assert [leak for leak in LEAKS if not process_language(leak)] == []
     assert [text for text in USER_TEXT if process_language(text)] == []
+
+
+def test_the_readmes_python_runs_as_written_and_prints_what_it_says(tmp_path):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    done = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = [line.split("#")[1].split(":")[0].strip() for line in blocks[0].splitlines()
+            if line.lstrip().startswith("print(")]
+    printed = done.stdout.splitlines()
+    assert len(printed) == len(said) == 4
+    for line, comment in zip(printed, said):
+        assert line == comment or line.startswith(comment.split("...")[0]), (line, comment)

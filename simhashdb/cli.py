@@ -81,6 +81,10 @@ def cmd_import(args):
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header) as db:
         reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
+        if formats.get("-") in ("dec", "hex", "dec or hex") and args.key_prefix is None and \
+                len(db):
+            _note(args, "lines from stdin are keyed by their line number, so they replace the "
+                  "records stored under those numbers; --key-prefix P keeps them apart")
         try:
             with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)
@@ -298,7 +302,7 @@ def cmd_fingerprint(args):
             _skip(args, skipped, path, fp)
             continue
         if args.format == "jsonl":
-            _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp})
+            _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp, "recipe": args.recipe})
         else:
             _write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
     _note_skipped(args, skipped)

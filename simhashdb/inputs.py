@@ -252,17 +252,22 @@ def input_format(given, fmt=None):
 
 
 def export_header(formats):
-    """The parameters in the first line of the first JSON lines input, where
-    it is the header an export writes ({"simhashdb": {...}}), else {}."""
+    """The parameters in the first line of the first JSON lines input: those
+    of the header an export writes ({"simhashdb": {...}}), or the recipe a
+    line of `fingerprint` names; else {}."""
     given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
     if given is None:
         return {}
     with open_input(given, peek=True, decompressed=True) as lines:
         first = next((line for line in lines if line.strip()), b"")
     try:
-        header = json.loads(first).get("simhashdb") if first.lstrip().startswith(b"{") else None
+        obj = json.loads(first) if first.lstrip().startswith(b"{") else None
     except (ValueError, RecursionError):
         return {}  # reported with its line number when the records are read
+    if not isinstance(obj, dict):
+        return {}
+    header = obj.get("simhashdb", {"recipe": obj.get("recipe")} if "fingerprint" in obj and
+                     isinstance(obj.get("recipe"), str) else None)
     return header if isinstance(header, dict) else {}
 
 

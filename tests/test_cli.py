@@ -248,7 +248,8 @@ def test_fingerprint_command(tmp_path, capsys, corpus):
     code, out, _ = run(capsys, "fingerprint", corpus / "a.txt")
     assert out == [{"path": str(corpus / "a.txt"),
                     "fingerprint": simhashdb.fingerprint((corpus / "a.txt").read_bytes()),
-                    "hex": "%016x" % simhashdb.fingerprint((corpus / "a.txt").read_bytes())}]
+                    "hex": "%016x" % simhashdb.fingerprint((corpus / "a.txt").read_bytes()),
+                    "recipe": simhashdb.RECIPE}]
 
 
 @storage

@@ -49,7 +49,14 @@ def test_fingerprint_output_pipes_into_query_and_import(tmp_path, corpus):
     assert lines(sh("import", db, "--format", "jsonl", stdin=relative, cwd=tmp_path))[-1] == \
         {"imported": 1, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     with simhashdb.DB(str(db)) as handle:
-        assert len(handle) == 3
+        assert len(handle) == 3 and handle.recipe == simhashdb.RECIPE  # the lines name it
+    found = lines(sh("query", db, "--text", corpus / "a.txt"))  # so texts can be asked
+    assert found[0]["matches"][0]["key"] == str(corpus / "a.txt")
+    old = next(name for name in simhashdb.RECIPES if name != simhashdb.RECIPE)
+    other = sh("fingerprint", "--recipe", old, corpus / "b.txt")
+    done = subprocess.run(EXE + ["import", str(db)], input=other, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1 and b"cannot be compared" in done.stderr
 
 
 @storage

@@ -229,3 +229,20 @@ def test_a_closed_stdout_or_stderr_is_no_traceback(tmp_path, closed):
                                        "closed\n")
     with simhashdb.DB(db) as handle:
         assert len(handle) == 2
+
+
+def test_stdin_lines_keyed_by_number_into_a_filled_database_say_they_replace(
+        tmp_path, capsys, monkeypatch):
+    db = tmp_path / "s.db"
+    code, _, err = run(capsys, "import", db, "--format", "dec", stdin="1\n2\n",
+                       monkeypatch=monkeypatch)
+    assert code == 0 and "replace" not in err
+    code, _, err = run(capsys, "import", db, "--format", "dec", stdin="3\n",
+                       monkeypatch=monkeypatch)
+    assert code == 0 and "they replace the records stored under those numbers" in err
+    code, _, err = run(capsys, "import", db, "--format", "dec", "--key-prefix", "b:",
+                       stdin="4\n", monkeypatch=monkeypatch)
+    assert code == 0 and "replace" not in err
+    with simhashdb.DB(str(db)) as handle:
+        assert sorted((r.key, r.fingerprint) for r in handle if isinstance(r.key, int)) == \
+            [(1, 3), (2, 2)]

@@ -679,7 +679,8 @@ def _note_skipped(args, counts):
 
 def _note(args, message):
     """A remark on stderr (unless --quiet) that is not an error."""
-    if not args.quiet:
+    if not args.quiet:  # (a file name of other bytes than UTF-8 shown escaped)
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         print("simhashdb-cli: note: %s" % message, file=sys.stderr)
 
 
@@ -947,7 +948,8 @@ def main(argv=None):
             raise
         _silence_stdout()
         known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError))
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = " ".join(str(exc).split()).encode("utf-8", "backslashreplace").decode(
+            "utf-8") or type(exc).__name__
         print("simhashdb-cli: error: %s%s" % (message, "" if known else " (%s; run with --debug "
               "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1

@@ -117,8 +117,8 @@ class Reader:
         for given in inputs:
             if given != "-" and os.path.isdir(given):
                 for path in self._walk(given):
-                    yield path, read_text(path) if _is_regular(path) \
-                        else Skipped("not a regular file")
+                    yield path, Skipped("its name is not UTF-8") if not _utf8(path) else \
+                        read_text(path) if _is_regular(path) else Skipped("not a regular file")
             else:
                 yield given, read_text(given)
 
@@ -193,6 +193,8 @@ class Reader:
         else:
             raise InputError('expected an object with "key" (or "path") and "fingerprint" or '
                              '"text"')
+        if "fingerprint" in obj and "text" in obj:
+            raise InputError('give "fingerprint" or "text", not both')
         if "fingerprint" in obj:
             fp = json_fingerprint(obj["fingerprint"])
         elif isinstance(obj.get("text"), str):
@@ -371,7 +373,7 @@ def parse_fingerprint(text, fmt, what):
 def json_object(line):
     """The JSON object of a line (``{"$bytes": base64}`` read as bytes)."""
     try:
-        obj = json.loads(line, object_hook=_from_json)
+        obj = json.loads(line, object_hook=_from_json, parse_constant=_not_a_number)
     except json.JSONDecodeError as exc:
         raise InputError("not JSON: %s" % exc.msg) from None
     except RecursionError:
@@ -381,6 +383,11 @@ def json_object(line):
     if not isinstance(obj, dict):
         raise InputError("expected a JSON object, got %s" % type(obj).__name__)
     return obj
+
+
+def _not_a_number(name):
+    """NaN and Infinity, which Python reads but JSON does not have."""
+    raise ValueError("%s is not JSON (a number must be finite)" % name)
 
 
 def json_fingerprint(value):
@@ -450,6 +457,16 @@ def _size(path):
         return os.path.getsize(path) if path != "-" else 0
     except OSError:
         return 0
+
+
+def _utf8(path):
+    """Whether ``path`` can be a key: a str key is UTF-8 (a name of other bytes
+    reaches Python with surrogates in it)."""
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _is_regular(path):

@@ -246,3 +246,26 @@ def test_stdin_lines_keyed_by_number_into_a_filled_database_say_they_replace(
     with simhashdb.DB(str(db)) as handle:
         assert sorted((r.key, r.fingerprint) for r in handle if isinstance(r.key, int)) == \
             [(1, 3), (2, 2)]
+
+
+def test_a_walked_file_whose_name_is_not_utf8_is_skipped_with_a_note(tmp_path, capsys):
+    root = tmp_path / "odd"
+    root.mkdir()
+    (root / "good.txt").write_text("another document, with words of its own")
+    with open(os.path.join(os.fsencode(root), b"bad\xffname.txt"), "w") as odd:
+        odd.write("some text of a document here")
+    code, out, err = run(capsys, "import", tmp_path / "o.db", root)
+    assert code == 0 and out[0]["imported"] == 1
+    assert out[0]["skipped_files"] == {"its name is not UTF-8": 1} and "skipped" in err
+    code, out, _ = run(capsys, "fingerprint", root)
+    assert code == 0 and [o["path"] for o in out] == [str(root / "good.txt")]
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"key": "a", "fingerprint": 5, "meta": NaN}', "NaN is not JSON"),
+    ('{"key": "a", "fingerprint": 5, "meta": [Infinity]}', "Infinity is not JSON"),
+    ('{"key": "a", "fingerprint": 5, "text": "words"}', '"fingerprint" or "text", not both')])
+def test_json_lines_python_reads_but_json_has_not_are_errors(tmp_path, capsys, line, why):
+    (tmp_path / "in.jsonl").write_text(line + "\n")
+    code, _, err = run(capsys, "import", tmp_path / "j.db", tmp_path / "in.jsonl")
+    assert code == 1 and "in.jsonl:1:" in err and why in err

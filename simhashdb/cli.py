@@ -374,7 +374,7 @@ def cmd_export_parquet(args):
 
 
 def cmd_import_parquet(args):
-    """Import the documents of a Parquet file or directory (e.g. `spark dedupe` output)."""
+    """Import the documents of a Parquet file or directory, such as `spark dedupe` output."""
     with _open(args.path, args, create=True) as db:
         _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
 
@@ -939,9 +939,11 @@ def main(argv=None):
         if args.debug:
             raise
         _silence_stdout()
-        print("simhashdb-cli: interrupted: %s; every batch committed before stays in the "
-              "database, the rest was not written"
-              % getattr(args, "interrupted", "nothing more was written"), file=sys.stderr)
+        batched = args.handler in (cmd_import, cmd_import_parquet, cmd_delete, cmd_expire)
+        print("simhashdb-cli: interrupted%s" % (
+            ": %s; every batch committed before stays in the database, the rest was not "
+            "written" % getattr(args, "interrupted", "nothing more was written")
+            if batched else ""), file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:

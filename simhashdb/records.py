@@ -304,8 +304,8 @@ def whole_seconds(when, what):
 def _whole_seconds(when):
     seconds = whole_seconds(when, "stored_at")
     if not 0 <= seconds < 2**64:
-        raise InvalidArgumentError("stored_at must be a time from 1970-01-01 on, got %s"
-                                   % _ext.shown(when))
+        raise InvalidArgumentError("stored_at must be UNIX seconds in [0, 2**64), a time from "
+                                   "1970-01-01 on, got %s" % _ext.shown(when))
     return seconds
 
 

@@ -269,3 +269,13 @@ def test_json_lines_python_reads_but_json_has_not_are_errors(tmp_path, capsys, l
     (tmp_path / "in.jsonl").write_text(line + "\n")
     code, _, err = run(capsys, "import", tmp_path / "j.db", tmp_path / "in.jsonl")
     assert code == 1 and "in.jsonl:1:" in err and why in err
+
+
+def test_an_interrupted_read_says_interrupted_alone(tmp_path, capsys, monkeypatch):
+    def interrupted(args):
+        """Be interrupted."""
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_export", interrupted)
+    code, _, err = run(capsys, "export", tmp_path / "i.db")
+    assert code == 130 and err == "simhashdb-cli: interrupted\n"

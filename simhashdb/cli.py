@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import decimal
 import errno
+import importlib
 import io
 import json
 import os
@@ -383,7 +384,7 @@ def _spark_session(args):
     """The active Spark session or a new one (local workers run this Python),
     the simhashdb.spark module, and the exceptions Spark raises."""
     try:
-        import pyarrow  # noqa: F401 (texts and numbers go to Spark as Arrow tables)
+        importlib.import_module("pyarrow")  # texts and numbers go to Spark as Arrow tables
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
         from pyspark.sql import SparkSession

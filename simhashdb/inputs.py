@@ -423,8 +423,7 @@ def open_input(given, peek=False, decompressed=False):
     with raw:
         compression = None
         if decompressed:
-            head = raw.read(6)
-            raw.seek(0)
+            head = raw.peek(6)  # not read: a pipe cannot seek back
             compression = next((name for magic, name, _, _ in DECOMPRESSORS
                                 if head.startswith(magic)), None)
         stream = OPENERS[compression](raw) if compression else raw

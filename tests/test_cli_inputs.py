@@ -1,11 +1,15 @@
 """The command line on bad input, signals, closed and full streams: one-line
 errors, documented exit statuses, the database as of the last committed batch."""
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -157,8 +161,7 @@ def test_query_arguments_are_plain_decimal_or_hex(tmp_path, capsys, value):
 
 @pytest.mark.parametrize("compress", ["gzip", "bz2", "lzma"])
 def test_a_compressed_export_or_list_imports_as_what_it_holds(tmp_path, capsys, compress):
-    opener = {"gzip": __import__("gzip").open, "bz2": __import__("bz2").open,
-              "lzma": __import__("lzma").open}[compress]
+    opener = {"gzip": gzip.open, "bz2": bz2.open, "lzma": lzma.open}[compress]
     src = str(tmp_path / "src.db")
     with simhashdb.DB(src) as db:
         db.insert_many([("a", 1, {"m": 1}), (2, 2**64 - 1), (b"c", 12345)])
@@ -279,3 +282,22 @@ def test_an_interrupted_read_says_interrupted_alone(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(cli, "cmd_export", interrupted)
     code, _, err = run(capsys, "export", tmp_path / "i.db")
     assert code == 130 and err == "simhashdb-cli: interrupted\n"
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, capsys, compressed):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = "".join("%d\n" % i for i in range(1, 5001)).encode()
+    if compressed:
+        data = gzip.compress(data)
+
+    def feed():
+        with open(fifo, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    code, out, err = run(capsys, "import", tmp_path / "p.db", "--format", "dec", fifo)
+    writer.join()
+    assert code == 0 and out[0]["imported"] == 5000, err

@@ -2679,6 +2679,12 @@ cdef class Txn:
             raise self.env.fail(rc, "cannot %s %s" % (doing, self.env.path.decode()))
         return 0
 
+    @property
+    def snapshot(self):
+        """The id of the commit this transaction reads (or, writing, follows)."""
+        self.check()
+        return mdb_txn_id(self.txn)
+
     def search(self, const uint64_t[::1] probes, int distance, int flips):
         """For each probe, [(key, fingerprint, distance)] of every document within
         ``distance``, probing prefixes within ``flips`` bits of the probe's."""

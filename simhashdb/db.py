@@ -674,13 +674,15 @@ class DB:
         (probe index, distance, key); for databases whose keys are ints in
         [0, 2**64), else InvalidKeyError."""
         d = self._query_distance(distance)
-        found = self._storage.search(_ext.as_fingerprints(fingerprints), d)
+        probes = _ext.as_fingerprints(fingerprints)
+        found = self._storage.search(probes, d)
         if arrays:
             return hit_arrays(found)
         matches = _records.matches(found, Match)
         if matches is not None:
             return matches
-        with self._storage.read() as view:  # long keys are in their documents
+        with self._storage.read() as view:  # long keys are in their documents: searched
+            found = view.search(probes, d)  # again, in the snapshot that names them
             names = _names(view, found)
         found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
         return [_matches(hits, names) for hits in found]

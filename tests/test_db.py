@@ -1,6 +1,8 @@
 import itertools
 import os
 import random
+import subprocess
+import sys
 
 import msgpack
 import numpy as np
@@ -373,6 +375,34 @@ def test_db_find_all_and_clusters_equal_brute_force(tmp_path_factory, shape, dis
         assert sorted(db.find_all(distance), key=pair_order) == brute_force_pairs(docs, distance)
         assert sorted(db.clusters(distance), key=cluster_order) == \
             brute_force_clusters(docs, distance)
+
+
+WRITER = """
+import sys, simhashdb
+db = simhashdb.DB(sys.argv[1])
+x, y, probe = "x" * int(sys.argv[3]), "y" * int(sys.argv[3]), int(sys.argv[4])
+for i in range(int(sys.argv[2])):  # one document near the probe, under two keys in turn
+    db.insert((x, y)[i % 2], probe ^ (i % 2))
+    db.delete((y, x)[i % 2])
+"""
+
+
+@pytest.mark.parametrize("key_size", [1, 600])
+def test_a_large_query_many_answers_from_one_snapshot(db, db_path, key_size):
+    """A batch split over the cores reads one commit in every part, and keys
+    kept as digests (over 511 bytes) are named in the commit their hits came from."""
+    probe = 0x0123456789ABCDEF
+    db.insert("y" * key_size, probe ^ 1)  # a document near the probe from the start
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, db_path, "300", str(key_size),
+                               str(probe)])
+    calls = mixed = 0
+    while writer.poll() is None or calls == 0:
+        answers = {tuple(sorted(m.key for m in found))
+                   for found in db.query_many([probe] * 8192)}
+        mixed += len(answers) > 1 or () in answers  # parts of two commits, or a hit lost
+        calls += 1
+    assert writer.wait() == 0
+    assert mixed == 0, "%d of %d calls mixed snapshots" % (mixed, calls)
 
 
 def test_find_all_reads_one_snapshot_and_blocks_no_writer(db):

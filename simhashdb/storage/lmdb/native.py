@@ -104,30 +104,31 @@ class NativeStorage(LmdbStorage):
         return NativeView(self, txn)
 
     def search(self, probes, distance):
-        """Search in a snapshot of its own, split over the cores for large batches."""
+        """Search in a snapshot of its own, split over the cores for large
+        batches: a transaction a part, all of one commit."""
         flips = self._layout.prefix_flips(distance)
-        if len(probes) < PARALLEL_PROBES or THREADS < 2:
-            return self._search(probes, distance, flips)
-        step = -(-len(probes) // THREADS)
-        parts = [probes[i:i + step] for i in range(0, len(probes), step)]
-        results = []
-        for part in _pool().map(lambda part: self._search(part, distance, flips), parts):
-            results += part
-        return results
-
-    def _search(self, probes, distance, flips):
+        parts = THREADS if len(probes) >= PARALLEL_PROBES else 1
+        step = -(-len(probes) // parts) or 1
+        parts = [probes[i:i + step] for i in range(0, len(probes), step)] or [probes]
         while True:
+            resized = False
             with self._gate:
                 self._check_usable()
+                txns = []
                 try:
-                    txn = self._env.begin()
-                    try:
-                        return txn.search(probes, distance, flips)
-                    finally:
-                        txn.abort()
+                    txns = [self._env.begin() for _ in parts]  # (MDB_NOTLS: any thread's)
+                    if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
+                        found = [txns[0].search(parts[0], distance, flips)] if len(parts) == 1 \
+                            else _pool().map(lambda job: job[0].search(job[1], distance, flips),
+                                             zip(txns, parts))
+                        return [hits for part in found for hits in part]
                 except self.map_resized:
-                    pass
-            self._resize(0)  # another process grew the map: adopt its size
+                    resized = True
+                finally:
+                    for txn in txns:
+                        txn.abort()
+            if resized:
+                self._resize(0)  # another process grew the map: adopt its size
 
     map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError
 

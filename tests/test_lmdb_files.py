@@ -173,6 +173,11 @@ with simhashdb.DB(root + "/b.db", backend=backend) as db:
     result["kept"], result["problems"] = len(db), db.check()
     db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000, 6000))
     result["after freeing"] = len(db)
+    db.delete_many(range(1000, 3000))
+    fill()
+    attempt("compact on a full disk", db.compact)
+    free()
+    result["after compact failed"] = [len(db), db.check()]
 
 lock = root + "/b.db/lock.mdb"  # a lock file left sparse by a crash
 os.truncate(lock, 0)
@@ -211,6 +216,7 @@ def test_a_full_disk_is_an_error_that_says_so_and_loses_nothing(tmp_path, backen
         "create on a full disk": "DiskFullError", "left behind": False,
         "a batch on a full disk": "DiskFullError", "kept": 1000, "problems": [],
         "after freeing": 6000,
+        "compact on a full disk": "DiskFullError", "after compact failed": [4000, []],
         "open beside a sparse lock file": "DiskFullError", "open after freeing": "ok"}
 
 

@@ -685,10 +685,19 @@ class LmdbStorage(Storage):
         self._check_writable()
         with self._write_lock, self._gate.exclusive("compact"):
             self._check_usable()
-            with self._dir.compaction() as copy:
-                self._copy_to(copy)
-                self._close_env()
-            self._open_env()
+            closed = False
+            try:
+                with self._dir.compaction() as copy:
+                    try:
+                        with self._errors("compact"):
+                            self._copy_to(copy)
+                    except (OSError, DatabaseError) as exc:  # (the copy still takes space)
+                        raise self._dir.full_disk_error(exc, "compact") or exc
+                    self._close_env()
+                    closed = True
+            finally:
+                if closed:  # replaced or not, the data file is whole: open it again
+                    self._open_env()
 
     def convert_tables(self, tables, progress=None):
         """Rewrite tables kept in simhashdb 0.3's form (dupsort ``table:NNN``) as

@@ -18,7 +18,7 @@ cdef int index_open(Work* w) noexcept nogil:
     for s in range(w.index_slots):
         rc = g_stat(w.txn, w.index_dbis[s], &stat)
         if rc == 0 and (stat.ms_entries or s == w.put_slot):
-            rc = mdb_cursor_open(w.txn, w.index_dbis[s], &ix.cursor[ix.n])
+            rc = g_cursor_open(w.txn, w.index_dbis[s], &ix.cursor[ix.n])
             if rc == 0:
                 ix.slot[ix.n], ix.on[ix.n] = s, False
                 ix.n += 1
@@ -214,12 +214,12 @@ cdef int index_merge(Work* w, int a, int b, const uint64_t* entries) noexcept no
     src[0] = src[1] = NULL
     for i in range(2 if d >= 0 else 1):
         if rc == 0:
-            rc = mdb_cursor_open(w.txn, w.index_dbis[a if i == 0 else b], &src[i])
+            rc = g_cursor_open(w.txn, w.index_dbis[a if i == 0 else b], &src[i])
         if rc == 0:
             rc = g_cursor_get(src[i], &k[i], &v[i], MDB_FIRST)
             on[i], rc = rc == 0, 0 if rc == MDB_NOTFOUND else rc
     if rc == 0:
-        rc = mdb_cursor_open(w.txn, w.index_dbis[d if d >= 0 else b], &dst)
+        rc = g_cursor_open(w.txn, w.index_dbis[d if d >= 0 else b], &dst)
     if d < 0:
         on[1] = False
     while rc == 0 and (on[0] or on[1]):
@@ -295,7 +295,7 @@ cdef int index_put_cursor(Work* w, MDB_cursor** put) noexcept nogil:
     if rc == 0:
         rc = index_open(w)
     if rc == 0:
-        rc = mdb_cursor_open(w.txn, w.index_dbis[w.put_slot], &w.ix.put)
+        rc = g_cursor_open(w.txn, w.index_dbis[w.put_slot], &w.ix.put)
     put[0] = w.ix.put
     return rc
 
@@ -306,7 +306,7 @@ cdef int index_copy(Work* w, MDB_txn* target, MDB_dbi dst_dbi) noexcept nogil:
     cdef MDB_val k, v
     cdef uint8_t last[8]
     cdef bint have_last = False
-    cdef int rc = mdb_cursor_open(target, dst_dbi, &dst)
+    cdef int rc = g_cursor_open(target, dst_dbi, &dst)
     if rc:
         return rc
     rc = index_get(w, &k, &v, MDB_FIRST)

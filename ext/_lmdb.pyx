@@ -91,13 +91,11 @@ cdef extern from "lmdb.h" nogil:
     int mdb_reader_check(MDB_env* env, int* dead)
     char* mdb_strerror(int err)
     char* mdb_version(int* major, int* minor, int* patch)
-    int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
     void mdb_txn_abort(MDB_txn* txn)
     void mdb_txn_reset(MDB_txn* txn)
     int mdb_txn_renew(MDB_txn* txn)
     size_t mdb_txn_id(MDB_txn* txn)
     MDB_env* mdb_txn_env(MDB_txn* txn)
-    int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
     void mdb_cursor_close(MDB_cursor* cursor)
     MDB_txn* mdb_cursor_txn(MDB_cursor* cursor)
     MDB_dbi mdb_cursor_dbi(MDB_cursor* cursor)
@@ -117,6 +115,8 @@ cdef extern from "guard.h" nogil:
     int g_drop(MDB_txn* t, MDB_dbi d, int delete)
     int g_txn_commit(MDB_txn* t)
     int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
+    int g_cursor_open(MDB_txn* t, MDB_dbi d, MDB_cursor** c)
+    int g_txn_begin(MDB_env* e, MDB_txn* parent, unsigned int f, MDB_txn** t)
     int g_copy(void* dst, const void* src, size_t n)
 
 cdef enum:
@@ -579,14 +579,14 @@ cdef int open_cursors(Work* w) noexcept nogil:
     cdef int rc
     for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
         w.band_cursors[t] = NULL
-    rc = mdb_cursor_open(w.txn, w.docs, &w.doc_cursor)
+    rc = g_cursor_open(w.txn, w.docs, &w.doc_cursor)
     w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
     if w.table_cursors == NULL:
         return NO_MEMORY
     for t in range(w.layout.tables):
         w.table_cursors[t] = NULL
         if rc == 0 and not w.runs:
-            rc = mdb_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
+            rc = g_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
     if not w.runs or rc:
         return rc
     cdef bint viewed = w.snapshot and w.dirs != NULL
@@ -612,7 +612,7 @@ cdef int open_band_cursors(Work* w) noexcept nogil:
     cdef int b, rc = 0
     for b in range(SIGNATURE_BANDS if w.bands != NULL else 0):
         if rc == 0 and w.band_cursors[b] == NULL:
-            rc = mdb_cursor_open(w.txn, w.bands[b], &w.band_cursors[b])
+            rc = g_cursor_open(w.txn, w.bands[b], &w.band_cursors[b])
     return rc
 
 
@@ -899,7 +899,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
             r.dir[i] = dir_acquire(r.cache, t * SLOTS + r.slot[i], r.id[i], r.entries[i])
         if r.dir[i] != NULL:
             continue
-        rc = mdb_cursor_open(w.txn, w.run_slots[t * SLOTS + r.slot[i]], &r.cursor[i])
+        rc = g_cursor_open(w.txn, w.run_slots[t * SLOTS + r.slot[i]], &r.cursor[i])
         if rc == 0 and r.cache != NULL and r.entries[i] <= w.directory_entries:
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
@@ -1022,7 +1022,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
             r.cursor[i], r.dir[i], r.id[i], False, False
         rest.run, rest.dir, rest.cursor = r.id[i], r.dir[i], NULL
         if rest.dir == NULL:
-            rc = mdb_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]),
+            rc = g_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]),
                                  &rest.cursor)
         if rc:
             return rc
@@ -1646,7 +1646,7 @@ cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
     cdef bint due
     cdef int rc = sparse_due(w, &due)
     done[0] = False
-    if rc or not due or mdb_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
+    if rc or not due or g_txn_begin(mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
         return rc  # (no reader slot for the snapshot: the next tidy tries again)
     if mdb_txn_id(last) + 1 == mdb_txn_id(w.txn):  # (always: the write lock is held)
         rc = write_without(w, last, NULL, NULL, 0)
@@ -1868,9 +1868,9 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
     cdef size_t j = 0, walked = 0
     cdef int c = 1, rc = g_drop(txn, dbi, 0)
     if rc == 0:
-        rc = mdb_cursor_open(last, dbi, &reader)
+        rc = g_cursor_open(last, dbi, &reader)
     if rc == 0:
-        rc = mdb_cursor_open(txn, dbi, &writer)
+        rc = g_cursor_open(txn, dbi, &writer)
     if rc == 0:
         rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
     while rc == 0:
@@ -1982,7 +1982,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
             rc = g_stat(w.txn, w.docs, &docs_stat)
         if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries:
             rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
-        if rc == 0 and (removed + stored) * RATIO > docs_stat.ms_entries and mdb_txn_begin(
+        if rc == 0 and (removed + stored) * RATIO > docs_stat.ms_entries and g_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
@@ -2217,7 +2217,7 @@ cdef class Env:
         cdef MDB_dbi main
         cdef MDB_stat stat
         cdef unsigned int create_flag = MDB_CREATE if create else 0
-        cdef int rc = mdb_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
+        cdef int rc = g_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
         rc = g_dbi_open(txn, b"meta", 0, &self.meta)
@@ -2334,7 +2334,7 @@ cdef class Env:
                 txn.txn = NULL
         else:
             with nogil:
-                rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
+                rc = g_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
         if rc:
             raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
         txn.env = self
@@ -2506,7 +2506,7 @@ cdef class Txn:
         cdef MDB_val k, v, after_k, after_v
         cdef Work w = self.work()
         cdef bint index = which == "fingerprints"
-        cdef int rc = 0 if index else mdb_cursor_open(self.txn, self._dbi(which), &cursor)
+        cdef int rc = 0 if index else g_cursor_open(self.txn, self._dbi(which), &cursor)
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         out = []
@@ -2635,7 +2635,7 @@ cdef class Txn:
         values.data, values.size, values.cap = NULL, 0, 0
         cdef MDB_cursor* cursor
         cdef MDB_val k, v
-        cdef int rc = mdb_cursor_open(self.txn, dbi, &cursor)
+        cdef int rc = g_cursor_open(self.txn, dbi, &cursor)
         if rc == 0:
             with nogil:
                 rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
@@ -2910,7 +2910,7 @@ cdef class Txn:
             if rc == 0:
                 rc = g_drop(self.txn, slot, 0)
             if rc == 0:
-                rc = mdb_cursor_open(self.txn, old, &cursor)
+                rc = g_cursor_open(self.txn, old, &cursor)
             if rc == 0:
                 rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
             while rc == 0:
@@ -3009,10 +3009,10 @@ cdef int copy_dbi(MDB_txn* source, MDB_dbi from_dbi, MDB_txn* target, MDB_dbi to
     cdef MDB_cursor* reader
     cdef MDB_cursor* writer
     cdef MDB_val k, v
-    cdef int rc = mdb_cursor_open(source, from_dbi, &reader)
+    cdef int rc = g_cursor_open(source, from_dbi, &reader)
     if rc:
         return rc
-    rc = mdb_cursor_open(target, to_dbi, &writer)
+    rc = g_cursor_open(target, to_dbi, &writer)
     if rc:
         mdb_cursor_close(reader)
         return rc

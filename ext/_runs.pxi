@@ -519,14 +519,14 @@ cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, siz
         src[s].run, src[s].dbi = runs[s], dbis[s]
         src[s].buf = <uint64_t*>malloc(MOST * sizeof(uint64_t))
         src[s].vals = src[s].buf
-        rc = NO_MEMORY if src[s].buf == NULL else mdb_cursor_open(txn, dbis[s], &src[s].cursor)
+        rc = NO_MEMORY if src[s].buf == NULL else g_cursor_open(txn, dbis[s], &src[s].cursor)
         if rc == 0:
             rc = source_next(&src[s], MDB_SET_RANGE)
         if rc:
             break
     if rc == 0:
         src[m].vals, src[m].n = extra, n_extra
-        rc = mdb_cursor_open(txn, out, &wr.cursor)
+        rc = g_cursor_open(txn, out, &wr.cursor)
     if rc == 0:
         rc = merge_sources(src, m + 1, live, bufs, &wr)
     if wr.cursor != NULL:

@@ -58,9 +58,7 @@ cdef extern from "lmdb.h" nogil:
     int mdb_env_set_mapsize(MDB_env* env, size_t size)
     int mdb_env_set_maxdbs(MDB_env* env, MDB_dbi dbs)
     char* mdb_strerror(int err)
-    int mdb_txn_begin(MDB_env* env, MDB_txn* parent, unsigned int flags, MDB_txn** txn)
     void mdb_txn_abort(MDB_txn* txn)
-    int mdb_cursor_open(MDB_txn* txn, MDB_dbi dbi, MDB_cursor** cursor)
     void mdb_cursor_close(MDB_cursor* cursor)
 
 cdef extern from "guard.h" nogil:
@@ -71,6 +69,8 @@ cdef extern from "guard.h" nogil:
     int g_drop(MDB_txn* t, MDB_dbi d, int delete)
     int g_txn_commit(MDB_txn* t)
     int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
+    int g_cursor_open(MDB_txn* t, MDB_dbi d, MDB_cursor** c)
+    int g_txn_begin(MDB_env* e, MDB_txn* parent, unsigned int f, MDB_txn** t)
     int g_copy(void* dst, const void* src, size_t n)
 
 cdef int NO_MEMORY = -29999
@@ -179,7 +179,7 @@ cdef class Study:
             rc = mdb_env_open(self.env, path, MDB_NOTLS | MDB_NORDAHEAD | (0 if sync else MDB_NOSYNC),
                                0o644)
         if rc == 0:
-            rc = mdb_txn_begin(self.env, NULL, 0, &txn)
+            rc = g_txn_begin(self.env, NULL, 0, &txn)
             if rc == 0:
                 for slot in range(SLOTS):
                     if rc == 0:
@@ -205,9 +205,9 @@ cdef class Study:
         return 0
 
     cdef int begin(self, bint write, MDB_dbi dbi, MDB_txn** txn, MDB_cursor** cursor) except -1:
-        cdef int rc = mdb_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, txn)
+        cdef int rc = g_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, txn)
         if rc == 0:
-            rc = mdb_cursor_open(txn[0], dbi, cursor)
+            rc = g_cursor_open(txn[0], dbi, cursor)
             if rc:
                 mdb_txn_abort(txn[0])
         return self.check(rc)
@@ -227,7 +227,7 @@ cdef class Study:
         """{entries, depth, pages, bytes} of the runs (all slots) or ``table``."""
         cdef MDB_txn* txn
         cdef MDB_stat s
-        cdef int rc = mdb_txn_begin(self.env, NULL, MDB_RDONLY, &txn)
+        cdef int rc = g_txn_begin(self.env, NULL, MDB_RDONLY, &txn)
         self.check(rc)
         out = dict.fromkeys(("entries", "depth", "pages", "bytes"), 0)
         for dbi in (self.slots if which == "runs" else [self.table]):
@@ -270,7 +270,7 @@ cdef class Study:
         for s in range(m):
             ids[s] = sources[s]
             dbis[s] = self.slot(ids[s])
-        self.check(mdb_txn_begin(self.env, NULL, 0, &txn))
+        self.check(g_txn_begin(self.env, NULL, 0, &txn))
         with nogil:
             t0 = now()
             rc = merge_runs(txn, dbis, ids, m, extras, n_extra, drops, n_drop, self.slot(run), run,
@@ -323,7 +323,7 @@ cdef class Study:
         sw.it.dir = rest.dir = NULL
         self.begin(False, self.slot(run), &txn, &sw.it.cursor)
         with nogil:
-            rc = mdb_cursor_open(txn, self.slot(run), &rest.cursor)
+            rc = g_cursor_open(txn, self.slot(run), &rest.cursor)
             if rc == 0 and n:
                 rc = sweep_to(&sw, los[0])
             for i in range(n if rc == 0 else 0):

@@ -100,5 +100,9 @@ static int g_txn_commit(MDB_txn *t) {
     int rc_; GUARDED(mdb_txn_commit(t)); return rc_; }
 static int g_dbi_open(MDB_txn *t, const char *name, unsigned int f, MDB_dbi *d) {
     int rc_; GUARDED(mdb_dbi_open(t, name, f, d)); return rc_; }
+static int g_cursor_open(MDB_txn *t, MDB_dbi d, MDB_cursor **c) {
+    int rc_; GUARDED(mdb_cursor_open(t, d, c)); return rc_; }
+static int g_txn_begin(MDB_env *e, MDB_txn *parent, unsigned int f, MDB_txn **t) {
+    int rc_; GUARDED(mdb_txn_begin(e, parent, f, t)); return rc_; }
 static int g_copy(void *dst, const void *src, size_t n) {
     int rc_; GUARDED((memcpy(dst, src, n), 0)); return rc_; }

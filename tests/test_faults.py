@@ -10,6 +10,7 @@ import random
 import select
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -408,6 +409,35 @@ def test_a_meta_page_naming_another_page_size_is_an_error_not_a_signal(tmp_path,
                 outcomes.append((newer, meta, bit) + run_forked(
                     lambda: open_and_count(case, backend)))
     assert [o for o in outcomes if o[3] != 0 or "error" not in o[4]] == []
+
+
+def test_leaf_pages_marked_to_be_kept_are_an_error_on_write_not_a_signal(tmp_path):
+    """A flag bit of LMDB's (P_KEEP) set in leaf page headers: LMDB never
+    writes such a page back, so a commit leaves the file short of it, and
+    the next transaction's first look at a sub-database reads past the end.
+    Every LMDB call of the native backend is guarded, cursors' opening too."""
+    path = str(tmp_path / "kept")
+    with DB(path, distance=3, backend="lmdb") as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(3000))
+    with open(os.path.join(path, "data.mdb"), "r+b") as f:
+        data = f.read()
+        for page in range(2, len(data) // 4096):
+            number, _, flags = struct.unpack_from("<QHH", data, page * 4096)
+            if number == page and flags == 0x02:  # a leaf
+                f.seek(page * 4096 + 10)
+                f.write(struct.pack("<H", flags | 0x8000))
+
+    def write():
+        try:
+            with DB(path, backend="lmdb") as db:
+                db.delete_many(range(0, 3000, 3))
+                db.insert_many((i, i * 7919) for i in range(3000))
+                return {"wrote": len(db)}
+        except SimhashDBError as exc:
+            return {"error": type(exc).__name__}
+
+    status, result = run_forked(write)
+    assert status == 0 and "unexpected" not in result, result
 
 
 def newer_meta(path):

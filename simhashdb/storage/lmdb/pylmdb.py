@@ -601,6 +601,8 @@ class PyTxn(PyView, Txn):
         return self._count(REMOVED) * RUN_RATIO > self.count()
 
     def _set_count(self, name, value):
+        if value < 0:  # counted down past what was counted up: the file was damaged
+            raise _damaged(self._storage.path, "meta's %r" % name.decode())
         self._cursor(META).put(name, _count_bytes(value))
 
     def _add_run(self, table, values, tidying=False):

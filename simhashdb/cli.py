@@ -80,10 +80,11 @@ def cmd_import(args):
                          % (args.format, walked[0]))
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
-               recipe=header.get("recipe"), like=header) as db:
+               recipe=header.get("recipe"), like=header,
+               lines_recipe=header.get("lines_recipe")) as db:
         reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
         if formats.get("-") in ("dec", "hex", "dec or hex") and args.key_prefix is None and \
-                len(db):
+                1 in db:
             _note(args, "lines from stdin are keyed by their line number, so they replace the "
                   "records stored under those numbers; --key-prefix P keeps them apart")
         try:
@@ -93,6 +94,9 @@ def cmd_import(args):
             args.interrupted = "%d records were imported, in batches that were committed" \
                 % counts["imported"]
             raise
+        except inputs.InputError as exc:  # an input that could not be read on
+            raise CliError("%s (%d records were imported before, in batches that were "
+                           "committed)" % (exc, counts["imported"])) from None
     _emit(counts)
 
 
@@ -164,6 +168,8 @@ def cmd_query(args):
     """Print the stored documents near each fingerprint: arguments, stdin lines
     (fingerprints, or JSON lines with "fingerprint" as `fingerprint` prints),
     or the text of --text files and directories."""
+    if args.text and args.fingerprints:
+        raise UsageError("give fingerprints or --text files, not both")
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db, args)
@@ -578,13 +584,16 @@ def _record_json(record):
 # Plumbing
 
 
-def _open(path, args, readonly=False, create=False, text=False, recipe=None, like=None):
+def _open(path, args, readonly=False, create=False, text=False, recipe=None, like=None,
+          lines_recipe=None):
     """Open the database (with ``recipe``, one of that recipe); with ``create``,
     make it if there is none, with the parameters the command line gives, else
     those of ``like`` (an export's header), else the defaults; with ``text``,
     one that text will be fingerprinted for: it keeps a recipe it already has,
-    a new or empty one takes the default. Warns when it makes a database of
-    more than MANY_TABLES tables."""
+    a new or empty one takes the default; with ``lines_recipe`` (of the lines
+    `fingerprint` wrote), a new or empty one takes it, one of another recipe
+    refuses, and one of no recipe with documents takes them as before. Warns
+    when it makes a database of more than MANY_TABLES tables."""
     options = {}
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
@@ -611,10 +620,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
                   "fingerprint is stored in each, so inserts are slow and the file large; a "
                   "smaller --distance (queries above it are still exact) keeps it small"
                   % (db.distance, db.blocks, db.tables), file=sys.stderr)
-    if text and db.recipe not in simhashdb.RECIPES:
-        db.close()  # reopened naming the default: an empty database takes it, others refuse
-        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=simhashdb.RECIPE,
-                          **options)
+    named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
+    if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
+        db.close()  # reopened naming it: an empty database takes it, others refuse
+        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=named, **options)
     return db
 
 
@@ -929,8 +938,9 @@ def main(argv=None):
     output = getattr(args, "output", "-")
     try:
         with _output_file(output) as args.output_file, warnings.catch_warnings():
-            warnings.simplefilter("once")  # a warning as one line, once
-            warnings.showwarning = _show_warning
+            if not sys.warnoptions:  # (-W or PYTHONWARNINGS decide where given)
+                warnings.simplefilter("once", simhashdb.MaintenanceWarning)
+            warnings.showwarning = _show_warning  # a warning as one line
             args.handler(args)
             _write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
@@ -940,7 +950,8 @@ def main(argv=None):
         if args.debug:
             raise
         _silence_stdout()
-        batched = args.handler in (cmd_import, cmd_import_parquet, cmd_delete, cmd_expire)
+        batched = args.handler in (cmd_import, cmd_import_parquet, cmd_delete, cmd_expire,
+                                   cmd_upgrade)
         print("simhashdb-cli: interrupted%s" % (
             ": %s; every batch committed before stays in the database, the rest was not "
             "written" % getattr(args, "interrupted", "nothing more was written")
@@ -959,7 +970,7 @@ def main(argv=None):
     return 0
 
 
-LISTS = ("files", "fingerprints", "keys")  # the commands' lists of arguments
+LISTS = ("text", "files", "fingerprints", "keys")  # the commands' lists of arguments
 
 
 def _parse(parser, argv):
@@ -1006,7 +1017,7 @@ def _output_file(path):
     try:
         stream = open(path, "w", encoding="utf-8")
     except OSError as exc:
-        raise CliError("cannot write %s: %s" % (path, exc.strerror)) from None
+        raise CliError("cannot write to %s: %s" % (path, exc.strerror)) from None
     with stream:
         yield stream
         _write(stream)

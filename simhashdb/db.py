@@ -190,7 +190,8 @@ class DB:
         if recipe is not None and not isinstance(recipe, str):
             raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
                                        % _ext.shown(recipe))
-        if create and not readonly and scheme_of(path) is None and not os.path.exists(path):
+        if create and not readonly and scheme_of(path) is None and (
+                not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path)):
             _new_layout(distance, blocks, expected_size)  # refused before any file is made
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:

@@ -45,11 +45,16 @@ HEX_BYTES = re.compile(HEX.pattern.encode())
 BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
 PEEK = 1 << 16  # what format detection and an export's header read of an input
 BINARY_SAMPLE = 1 << 16
-DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError)),
-                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError)),
-                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError)))
-OPENERS = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw), "bzip2": bz2.BZ2File,
-           "xz": lzma.LZMAFile}  # a stream of a compressed file's content
+# (magic bytes, name, decompress whole, its errors, a stream of the content)
+DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError),
+                  lambda raw: gzip.GzipFile(fileobj=raw)),
+                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError), bz2.BZ2File),
+                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError),
+                  lzma.LZMAFile))
+
+
+class DamagedInput(InputError):
+    """A compressed input whose data is damaged."""
 
 
 class Skipped:
@@ -160,8 +165,7 @@ class Reader:
                 if progress is not None:
                     progress.update(len(raw))
                 try:
-                    line = decode(raw[len(BOM):] if number == 1 and raw.startswith(BOM) else raw,
-                                  "line").strip()
+                    line = decode(raw, "line").strip()
                     if not line:
                         continue
                     if fmt == "jsonl":
@@ -236,14 +240,19 @@ def input_format(given, fmt=None):
         return fmt
     if given.endswith(".jsonl"):
         return "jsonl"
-    with open_input(given, peek=True, decompressed=True) as stream:
-        lines = [line.strip() for line in stream if line.strip()]
-    if lines and lines[0].startswith(BOM):
-        lines[0] = lines[0][len(BOM):]
+    if given != "-" and not _is_regular(given):  # a look would take what it read
+        raise InputError("cannot tell the format of %s, which is not a regular file, without "
+                         "reading it: name it (--format)" % given)
+    try:
+        with open_input(given, peek=True, decompressed=True) as stream:
+            lines = [line.strip() for line in stream if line.strip()]
+    except DamagedInput:
+        return "text"  # which read_text skips, as damaged
     if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
     numbers = [line for line in lines if DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line)]
-    if numbers and 2 * len(numbers) > len(lines):  # fingerprints, maybe with bad lines
+    if numbers and numbers[0] is lines[0] and 2 * len(numbers) > len(lines):
+        # fingerprints, maybe with bad lines
         if len(numbers) == len(lines) and all(DEC_BYTES.fullmatch(line) for line in lines):
             return "dec"
         return values_format(numbers) or "dec or hex"
@@ -255,11 +264,11 @@ def input_format(given, fmt=None):
 
 def export_header(formats):
     """The parameters in the first line of the first JSON lines input: those
-    of the header an export writes ({"simhashdb": {...}}), or the recipe a
-    line of `fingerprint` names; else {}."""
+    of the header an export writes ({"simhashdb": {...}}), or as
+    ``lines_recipe`` the recipe a line of `fingerprint` names; else {}."""
     given = next((g for g, fmt in formats.items() if fmt == "jsonl"), None)
-    if given is None:
-        return {}
+    if given is None or given != "-" and not _is_regular(given):  # a pipe: a look would take
+        return {}                                                    # what it read
     with open_input(given, peek=True, decompressed=True) as lines:
         first = next((line for line in lines if line.strip()), b"")
     try:
@@ -268,8 +277,9 @@ def export_header(formats):
         return {}  # reported with its line number when the records are read
     if not isinstance(obj, dict):
         return {}
-    header = obj.get("simhashdb", {"recipe": obj.get("recipe")} if "fingerprint" in obj and
-                     isinstance(obj.get("recipe"), str) else None)
+    if {"path", "fingerprint", "hex", "recipe"} <= set(obj) and isinstance(obj["recipe"], str):
+        return {"lines_recipe": obj["recipe"]}  # a line `fingerprint` wrote
+    header = obj.get("simhashdb")
     return header if isinstance(header, dict) else {}
 
 
@@ -279,7 +289,7 @@ def read_text(path):
     its first 64 KiB, or more than a tenth of them not UTF-8)."""
     with open_input(path) as stream:
         data = stream.read()
-    for magic, name, decompress, errors in DECOMPRESSORS:
+    for magic, name, decompress, errors, _ in DECOMPRESSORS:
         if data.startswith(magic):
             try:
                 data = decompress(data)
@@ -304,8 +314,7 @@ def read_hashes(given, fmt=None):
     :raises InputError: for the first bad line, naming it.
     """
     with open_input(given, decompressed=True) as stream:
-        lines = [(number, raw[len(BOM):].strip() if number == 1 and raw.startswith(BOM)
-                  else raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
+        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
     fmt = values_format([line for _, line in lines], fmt)
     hashes = []
     for number, line in lines:
@@ -406,34 +415,53 @@ def decode(raw, what):
 
 @contextlib.contextmanager
 def open_input(given, peek=False, decompressed=False):
-    """The lines of a file or stdin ("-"), binary; with ``peek``, the complete
+    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
     lines of its first 64 KiB, leaving stdin unread; with ``decompressed``,
-    those of a named gzip, bzip2 or xz file's content."""
+    lines of records: those of a named gzip, bzip2 or xz file's content, a
+    byte order mark before the first left out.
+
+    :raises DamagedInput: compressed data that is damaged.
+    """
     if given == "-":
         stream = stdin()
         if peek:
-            yield _complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b"")
+            yield _lines(_complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b""),
+                         decompressed)
         else:
-            yield stream
+            yield _lines(stream, decompressed)
         return
     try:
         raw = open(given, "rb")
     except OSError as exc:
         raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
     with raw:
-        compression = None
-        if decompressed:
-            head = raw.peek(6)  # not read: a pipe cannot seek back
-            compression = next((name for magic, name, _, _ in DECOMPRESSORS
-                                if head.startswith(magic)), None)
-        stream = OPENERS[compression](raw) if compression else raw
+        head = raw.peek(6) if decompressed else b""  # not read: a pipe cannot seek back
+        compression = next((c for c in DECOMPRESSORS if head.startswith(c[0])), None)
+        stream = compression[4](raw) if compression else raw
         try:
-            yield _complete_lines(stream.read(PEEK)) if peek else stream
+            yield _lines(_complete_lines(stream.read(PEEK)) if peek else stream, decompressed)
         except InputError:
             raise
         except (OSError, EOFError, lzma.LZMAError) as exc:
-            raise InputError("cannot read %s: %s" % (given, "damaged %s data" % compression
-                                                     if compression else exc.strerror)) from None
+            if compression:
+                raise DamagedInput("cannot read %s: damaged %s data" % (given, compression[1])
+                                   ) from None
+            raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+
+
+def _lines(lines, records):
+    """``lines`` as they are (a document's stream), or, for ``records``, less
+    a byte order mark before the first line (a list of lines, or a stream)."""
+    if not records:
+        return lines
+    if isinstance(lines, list):
+        return [lines[0][len(BOM):]] + lines[1:] if lines and lines[0].startswith(BOM) else lines
+    return _without_bom(lines)
+
+
+def _without_bom(stream):
+    for number, line in enumerate(stream):
+        yield line[len(BOM):] if number == 0 and line.startswith(BOM) else line
 
 
 def stdin():

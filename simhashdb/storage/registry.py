@@ -86,10 +86,12 @@ def scheme_of(path):
     scheme, sep, _ = str(path).partition("://")
     if sep and scheme in _schemes:
         return _schemes[scheme]
-    named = str(path).partition(":")[0].lower()
-    if named in _schemes:
-        raise InvalidArgumentError("%s is not a %s URL: write it as %s://host:port/name "
-                                   "(or ./%s for a directory of that name)"
+    named, colon, _ = str(path).partition(":")
+    if colon and named.lower() in _schemes:  # (a directory named redis is a directory)
+        named = named.lower()
+        raise InvalidArgumentError("%s is not a %s URL as simhashdb reads them: write it as "
+                                   "%s://host:port/name, in lower case (or ./%s for a "
+                                   "directory of that name)"
                                    % (path, _schemes[named], named, path))
     return None
 

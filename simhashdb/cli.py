@@ -83,7 +83,7 @@ def cmd_import(args):
                recipe=header.get("recipe"), like=header,
                lines_recipe=header.get("lines_recipe")) as db:
         reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
-        if formats.get("-") in ("dec", "hex", "dec or hex") and args.key_prefix is None and \
+        if formats.get("-") in LIST_FORMATS and args.key_prefix is None and \
                 1 in db:
             _note(args, "lines from stdin are keyed by their line number, so they replace the "
                   "records stored under those numbers; --key-prefix P keeps them apart")
@@ -146,7 +146,7 @@ def _import(args, db, reader, formats, counts, bar):
                                    if isinstance(record, TextRecord) else record)
         except (CliError, simhashdb.SimhashDBError) as exc:
             if not args.skip_invalid:
-                told = formats.get(source) in ("dec", "hex", "dec or hex") and not args.format
+                told = formats.get(source) in LIST_FORMATS and not args.format
                 raise CliError("%s:%s: %s (%d records were imported before the batch that "
                                "held this line; nothing of that batch was written; "
                                "--skip-invalid skips bad lines%s)"
@@ -616,10 +616,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
         except simhashdb.InvalidArgumentError as exc:
             raise UsageError(str(exc)) from None
         if db.tables > MANY_TABLES:
-            print("simhashdb-cli: warning: distance %d with %d blocks makes %d tables: every "
-                  "fingerprint is stored in each, so inserts are slow and the file large; a "
-                  "smaller --distance (queries above it are still exact) keeps it small"
-                  % (db.distance, db.blocks, db.tables), file=sys.stderr)
+            _say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
+                 "stored in each, so inserts are slow and the file large; a smaller --distance "
+                 "(queries above it are still exact) keeps it small"
+                 % (db.distance, db.blocks, db.tables))
     named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
     if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
         db.close()  # reopened naming it: an empty database takes it, others refuse
@@ -689,9 +689,15 @@ def _note_skipped(args, counts):
 
 def _note(args, message):
     """A remark on stderr (unless --quiet) that is not an error."""
-    if not args.quiet:  # (a file name of other bytes than UTF-8 shown escaped)
-        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-        print("simhashdb-cli: note: %s" % message, file=sys.stderr)
+    if not args.quiet:
+        _say("note", message)
+
+
+def _say(kind, message):
+    """``simhashdb-cli: KIND: MESSAGE`` on stderr, as one line (a file name of
+    other bytes than UTF-8 shown escaped)."""
+    message = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
+    print("simhashdb-cli: %s: %s" % (kind, message), file=sys.stderr)
 
 
 def _distance(args):
@@ -962,15 +968,15 @@ def main(argv=None):
             raise
         _silence_stdout()
         known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError))
-        message = " ".join(str(exc).split()).encode("utf-8", "backslashreplace").decode(
-            "utf-8") or type(exc).__name__
-        print("simhashdb-cli: error: %s%s" % (message, "" if known else " (%s; run with --debug "
-              "for the traceback and report it)" % type(exc).__name__), file=sys.stderr)
+        _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
+                                " (%s; run with --debug for the traceback and report it)"
+                                % type(exc).__name__))
         return 2 if isinstance(exc, UsageError) else 1
     return 0
 
 
 LISTS = ("text", "files", "fingerprints", "keys")  # the commands' lists of arguments
+LIST_FORMATS = ("dec", "hex", "dec or hex")  # inputs.input_format's lists of fingerprints
 
 
 def _parse(parser, argv):
@@ -994,7 +1000,7 @@ class _ClosedStdout(io.TextIOBase):
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print("simhashdb-cli: warning: %s" % " ".join(str(message).split()), file=sys.stderr)
+    _say("warning", str(message))
 
 
 def _silence_stdout():

@@ -228,11 +228,13 @@ def input_format(given, fmt=None):
     """The format of an input: ``fmt`` where given, "text" for a directory;
     else jsonl for a .jsonl file; else, from every line of its first 64 KiB
     (decompressed), jsonl if each starts with "{", dec if each is decimal
-    digits, dec or hex as :func:`values_format` says if more than half are
-    decimal or hex (the others are then bad lines); any other named file is
-    one text document, while stdin must be given a format.
+    digits, dec or hex as :func:`values_format` says if the first line and
+    more than half are decimal or hex (the others are then bad lines); any
+    other named regular file is one text document (damaged compressed data
+    too, which read_text skips), while stdin must be given a format.
 
-    :raises InputError: stdin whose format cannot be told, or an unreadable file.
+    :raises InputError: stdin whose format cannot be told, a named pipe (a
+        look would take what it read), or an unreadable file.
     """
     if given != "-" and os.path.isdir(given):
         return "text"
@@ -440,8 +442,6 @@ def open_input(given, peek=False, decompressed=False):
         stream = compression[4](raw) if compression else raw
         try:
             yield _lines(_complete_lines(stream.read(PEEK)) if peek else stream, decompressed)
-        except InputError:
-            raise
         except (OSError, EOFError, lzma.LZMAError) as exc:
             if compression:
                 raise DamagedInput("cannot read %s: damaged %s data" % (given, compression[1])
@@ -451,16 +451,12 @@ def open_input(given, peek=False, decompressed=False):
 
 def _lines(lines, records):
     """``lines`` as they are (a document's stream), or, for ``records``, less
-    a byte order mark before the first line (a list of lines, or a stream)."""
-    if not records:
-        return lines
-    if isinstance(lines, list):
-        return [lines[0][len(BOM):]] + lines[1:] if lines and lines[0].startswith(BOM) else lines
-    return _without_bom(lines)
+    a byte order mark before the first line."""
+    return _without_bom(lines) if records else lines
 
 
-def _without_bom(stream):
-    for number, line in enumerate(stream):
+def _without_bom(lines):
+    for number, line in enumerate(lines):
         yield line[len(BOM):] if number == 0 and line.startswith(BOM) else line
 
 

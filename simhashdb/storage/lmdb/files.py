@@ -685,7 +685,6 @@ class LmdbStorage(Storage):
         self._check_writable()
         with self._write_lock, self._gate.exclusive("compact"):
             self._check_usable()
-            closed = False
             try:
                 with self._dir.compaction() as copy:
                     try:
@@ -694,9 +693,8 @@ class LmdbStorage(Storage):
                     except (OSError, DatabaseError) as exc:  # (the copy still takes space)
                         raise self._dir.full_disk_error(exc, "compact") or exc
                     self._close_env()
-                    closed = True
             finally:
-                if closed:  # replaced or not, the data file is whole: open it again
+                if self._env is None:  # replaced or not, the data file is whole: open it again
                     self._open_env()
 
     def convert_tables(self, tables, progress=None):

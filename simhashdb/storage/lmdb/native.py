@@ -107,8 +107,7 @@ class NativeStorage(LmdbStorage):
         """Search in a snapshot of its own, split over the cores for large
         batches: a transaction a part, all of one commit."""
         flips = self._layout.prefix_flips(distance)
-        parts = THREADS if len(probes) >= PARALLEL_PROBES else 1
-        step = -(-len(probes) // parts) or 1
+        step = -(-len(probes) // (THREADS if len(probes) >= PARALLEL_PROBES else 1)) or 1
         parts = [probes[i:i + step] for i in range(0, len(probes), step)] or [probes]
         while True:
             resized = False
@@ -118,9 +117,8 @@ class NativeStorage(LmdbStorage):
                 try:
                     txns = [self._env.begin() for _ in parts]  # (MDB_NOTLS: any thread's)
                     if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
-                        found = [txns[0].search(parts[0], distance, flips)] if len(parts) == 1 \
-                            else _pool().map(lambda job: job[0].search(job[1], distance, flips),
-                                             zip(txns, parts))
+                        found = (map if len(parts) == 1 else _pool().map)(
+                            lambda job: job[0].search(job[1], distance, flips), zip(txns, parts))
                         return [hits for part in found for hits in part]
                 except self.map_resized:
                     resized = True

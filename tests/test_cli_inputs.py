@@ -285,13 +285,10 @@ def test_an_interrupted_read_says_interrupted_alone(tmp_path, capsys, monkeypatc
     assert code == 130 and err == "simhashdb-cli: interrupted\n"
 
 
-@pytest.mark.parametrize("compressed", [False, True])
-def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed):
-    fifo = tmp_path / "fifo"
+def feeding(fifo, data):
+    """Make the named pipe ``fifo`` and a thread that writes ``data`` into it
+    once a reader opens it."""
     os.mkfifo(fifo)
-    data = "".join("%d\n" % i for i in range(1, 5001)).encode()
-    if compressed:
-        data = gzip.compress(data)
 
     def feed():
         with open(fifo, "wb") as out:
@@ -299,6 +296,14 @@ def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed):
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
+    return writer
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed):
+    fifo = tmp_path / "fifo"
+    data = "".join("%d\n" % i for i in range(1, 5001)).encode()
+    writer = feeding(fifo, gzip.compress(data) if compressed else data)
     done = subprocess.run(EXE + ["import", str(tmp_path / "p.db"), "--format", "dec",
                                  str(fifo)], capture_output=True, text=True, timeout=60)
     writer.join(60)
@@ -308,13 +313,10 @@ def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed):
 
 def test_a_pipe_of_json_lines_is_read_whole_and_one_of_unknown_format_is_refused(tmp_path):
     lines = "".join(json.dumps({"key": "k%05d" % i, "fingerprint": i}) + "\n"
-                    for i in range(20000))  # over the 64 KiB a look at a file takes
+                    for i in range(20000)).encode()  # over the 64 KiB a look at a file takes
     for given, compress in (("--format", False), ("--format", True), (None, False)):
         fifo = tmp_path / ("fifo%s%s" % (given, compress))
-        os.mkfifo(fifo)
-        data = gzip.compress(lines.encode()) if compress else lines.encode()
-        writer = threading.Thread(target=lambda: open(fifo, "wb").write(data), daemon=True)
-        writer.start()
+        writer = feeding(fifo, gzip.compress(lines) if compress else lines)
         argv = ["import", str(tmp_path / "j.db"), str(fifo)] + \
             (["--format", "jsonl"] if given else [])
         done = subprocess.run(EXE + argv, capture_output=True, text=True, timeout=60)

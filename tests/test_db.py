@@ -150,6 +150,30 @@ def test_batches_land_whole_or_not_at_all(db):
     assert len(db) == 11
 
 
+def test_a_stream_of_batches_commits_in_order_up_to_the_first_failure(db, monkeypatch):
+    """The batches of a stream land in order (the last record of a key wins);
+    the first batch that fails to encode or to write stops the stream: the
+    batches before it are committed, it and the ones after it are not."""
+    assert db.insert_many((("k%d" % (i % 4), i) for i in range(10)), batch_size=3) == 10
+    assert {r.key: r.fingerprint for r in db} == {"k0": 8, "k1": 9, "k2": 6, "k3": 7}
+    with pytest.raises(InvalidFingerprintError):
+        db.insert_many((("a%d" % i, -1 if i == 7 else i) for i in range(12)), batch_size=3)
+    assert sorted(r.key for r in db if r.key[0] == "a") == ["a%d" % i for i in range(6)]
+    writes, write = [], db._storage.write
+
+    def failing_second(body):
+        writes.append(body)
+        if len(writes) == 2:
+            raise DatabaseError("the disk failed")
+        return write(body)
+
+    monkeypatch.setattr(db._storage, "write", failing_second)
+    with pytest.raises(DatabaseError, match="the disk failed"):
+        db.insert_many((("b%d" % i, i) for i in range(12)), batch_size=3)
+    assert len(writes) == 2
+    assert sorted(r.key for r in db if r.key[0] == "b") == ["b0", "b1", "b2"]
+
+
 @pytest.mark.parametrize("key", [1.5, None, ("t",), True, 2**64, -2**63 - 1, "\ud800"])
 def test_bad_keys(db, key):
     with pytest.raises(InvalidKeyError):

@@ -520,6 +520,7 @@ cdef struct TableRuns:
     MDB_cursor* cursor[SLOTS]  # on each run's slot, where it has no directory
     BlockDir* dir[SLOTS]       # each run's block directory, or NULL
     DirCache* cache            # where the directories are held
+    uint32_t written_from      # the first run id this write transaction wrote (0: none)
 
 
 cdef struct RunsView:
@@ -572,6 +573,9 @@ cdef struct Work:
     RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
     uint64_t directory_entries  # the largest run a search gives a directory
     bint runs_written       # the transaction wrote runs (only committed runs get directories)
+    size_t merge_threads    # the threads a large merge of committed runs is cut among
+    uint64_t threaded_merge  # the least entries a merge takes to be cut so
+    uint64_t* threaded_merges  # the Env's count of merges cut so
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -1142,6 +1146,145 @@ cdef bint merges_left(const TableRuns* r) noexcept nogil:
     return r.n >= SLOTS - 1
 
 
+# A large merge of committed runs in parts: ranges of values, each merged on a
+# thread of its own from the runs' block directories (the pages of a committed
+# run stay put in the map while the transaction lasts: LMDB writes its new pages
+# elsewhere, and frees the run's only when the transaction commits), the first
+# put as it goes, the others kept in memory and appended after it
+
+cdef enum:
+    MAX_PARTS = 16
+
+
+cdef struct Part:
+    const BlockDir** dirs   # the runs merged
+    size_t m
+    uint64_t lo, hi         # the part's values: from lo, below hi if bounded
+    bint bounded
+    uint32_t run
+    MDB_cursor* cursor      # where the first part puts its blocks (NULL: into sink)
+    Blocks sink
+    size_t blocks, entries
+    int rc
+
+
+cdef int merge_part(Part* p) noexcept nogil:
+    """Merge the part's values of its runs into a run's blocks."""
+    cdef Source* src = <Source*>calloc(p.m + 1, sizeof(Source))
+    cdef size_t* live = <size_t*>malloc((p.m + 1) * sizeof(size_t))
+    cdef uint64_t* bufs[2]
+    cdef RunWriter wr
+    cdef size_t s
+    cdef const BlockDir* d
+    cdef int rc = 0
+    bufs[0] = <uint64_t*>malloc((p.m + 1) * MOST * sizeof(uint64_t))
+    bufs[1] = <uint64_t*>malloc((p.m + 1) * MOST * sizeof(uint64_t))
+    memset(&wr, 0, sizeof(RunWriter))
+    wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
+    wr.run, wr.guess, wr.cursor, wr.sink = p.run, 2, p.cursor, &p.sink
+    if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
+        rc = NO_MEMORY
+    for s in range(p.m if rc == 0 else 0):
+        d = p.dirs[s]
+        src[s].dir, src[s].run, src[s].lo, src[s].hi, src[s].bounded = d, d.run, p.lo, p.hi, p.bounded
+        src[s].at = dir_seek(d, p.lo) if d.n else 0
+        src[s].end = upper_bound(d.firsts, d.n, p.hi - 1) if p.bounded else d.n
+        src[s].buf = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+        src[s].vals = src[s].buf
+        rc = NO_MEMORY if src[s].buf == NULL else source_next_block(&src[s])
+        if rc:
+            break
+    if rc == 0:
+        rc = merge_sources(src, p.m + 1, live, bufs, &wr)
+    for s in range(p.m if src != NULL else 0):
+        free(src[s].buf)
+    free(src)
+    free(live)
+    free(bufs[0])
+    free(bufs[1])
+    free(wr.out)
+    p.blocks, p.entries = wr.blocks, wr.entries
+    return rc
+
+
+cdef void* merge_part_thread(void* part) noexcept nogil:
+    (<Part*>part).rc = merge_part(<Part*>part)
+    return NULL
+
+
+cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
+                        const uint64_t* entries, size_t m, MDB_dbi out, uint32_t run,
+                        size_t* blocks, size_t* written) noexcept nogil:
+    """merge_runs of the ``m`` committed runs ``runs`` (no extra values, none
+    dropped), cut into up to ``w.merge_threads`` parts of about equal size."""
+    cdef BlockDir* dirs[SLOTS]
+    cdef Part parts[MAX_PARTS]
+    cdef pthread_t threads[MAX_PARTS]
+    cdef bint started[MAX_PARTS]
+    cdef MDB_cursor* cursor = NULL
+    cdef uint8_t key[12]
+    cdef MDB_val k, v
+    cdef size_t s, i, at, largest = 0, n = min(w.merge_threads, <size_t>MAX_PARTS)
+    cdef uint64_t first
+    cdef uint16_t size
+    cdef int rc = 0
+    memset(dirs, 0, sizeof(dirs))
+    memset(parts, 0, sizeof(parts))
+    memset(started, 0, sizeof(started))
+    for s in range(m):
+        rc = g_cursor_open(w.txn, dbis[s], &cursor)
+        if rc == 0:
+            rc = dir_build(cursor, runs[s], entries[s], &dirs[s])
+        if cursor != NULL:
+            mdb_cursor_close(cursor)
+            cursor = NULL
+        if rc:
+            break
+        if dirs[s].n > dirs[largest].n:
+            largest = s
+    if rc == 0:  # the parts' bounds: blocks of the largest run, evenly spaced
+        n = max(1, min(n, dirs[largest].n))
+        for i in range(n):
+            parts[i].dirs, parts[i].m, parts[i].run = <const BlockDir**>dirs, m, run
+            parts[i].lo = dirs[largest].firsts[dirs[largest].n * i // n] if i else 0
+            if i:
+                parts[i - 1].hi, parts[i - 1].bounded = parts[i].lo, True
+        rc = g_cursor_open(w.txn, out, &parts[0].cursor)
+    if rc == 0 and n > 1:
+        w.threaded_merges[0] += 1
+    for i in range(1, n if rc == 0 else 0):
+        started[i] = pthread_create(&threads[i], NULL, merge_part_thread, &parts[i]) == 0
+    if rc == 0:
+        rc = merge_part(&parts[0])
+    for i in range(1, n):
+        if started[i]:
+            pthread_join(threads[i], NULL)
+        elif rc == 0:
+            parts[i].rc = merge_part(&parts[i])
+        rc = rc if rc else parts[i].rc
+    blocks[0] = written[0] = 0
+    for i in range(n):
+        blocks[0] += parts[i].blocks
+        written[0] += parts[i].entries
+        at = 0
+        while rc == 0 and i and at < parts[i].sink.size:
+            memcpy(&first, parts[i].sink.data + at, 8)
+            memcpy(&size, parts[i].sink.data + at + 8, 2)
+            write_be(key, run, 4)
+            write_be(key + 4, first, 8)
+            k.mv_size, k.mv_data = 12, key
+            v.mv_size, v.mv_data = size, parts[i].sink.data + at + 10
+            rc = g_cursor_put(parts[0].cursor, &k, &v, MDB_APPEND)
+            at += 10 + size
+        free(parts[i].sink.data)
+    if parts[0].cursor != NULL:
+        mdb_cursor_close(parts[0].cursor)
+    for s in range(m):
+        if dirs[s] != NULL:
+            dir_free(dirs[s])
+    return rc
+
+
 cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
     """Append sorted ``perms`` (if ``n``) to table ``t`` as a new run, then merge
     the two newest runs while merge_due within ``w.merge_limit``, so a table
@@ -1162,6 +1305,8 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
         slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else <uint32_t>(dropped + 1)
+        if w.table_runs[t].written_from == 0:
+            w.table_runs[t].written_from = id
         if n:  # the batch's run
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
                             w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
@@ -1170,8 +1315,13 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
             ids[0], ids[1] = r.id[r.n - 2], r.id[r.n - 1]
             dbis[0] = w.run_slots[t * SLOTS + r.slot[r.n - 2]]
             dbis[1] = w.run_slots[t * SLOTS + r.slot[r.n - 1]]
-            rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0, w.run_slots[t * SLOTS + slot],
-                            id, &blocks, &entries)
+            if w.merge_threads > 1 and ids[1] < w.table_runs[t].written_from and \
+                    r.entries[r.n - 2] + r.entries[r.n - 1] >= w.threaded_merge:
+                rc = merge_in_parts(w, dbis, ids, r.entries + r.n - 2, 2,
+                                    w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+            else:
+                rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0,
+                                w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
             if rc == 0:
                 rc = g_drop(w.txn, dbis[0], 0)
             if rc == 0:
@@ -2125,6 +2275,9 @@ cdef class Env:
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory
+    cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
+    cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
+    cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
     cdef Layout layout
     cdef DirCache* dirs  # the runs' block directories, for searches
     cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
@@ -2401,6 +2554,8 @@ cdef class Txn:
         w.dirs, w.runs_written = NULL, self.runs_written
         w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
+        w.merge_threads, w.threaded_merge = self.env.merge_threads, self.env.threaded_merge
+        w.threaded_merges = &self.env.threaded_merges
         return w
 
     def abort(self):

@@ -307,8 +307,30 @@ cdef enum:
     OUT = 4 * MOST      # the buffer's values: a full block fits three times over
 
 
+cdef struct Blocks:
+    uint8_t* data       # each block: its first value (8 bytes), its size (2), its value
+    size_t size, cap
+
+
+cdef int blocks_push(Blocks* out, uint64_t first, const uint8_t* value, uint16_t size) noexcept nogil:
+    """Append a block to ``out``."""
+    cdef size_t need = out.size + 10 + size, cap = max(out.size + 10 + size, 2 * out.cap)
+    cdef void* grown
+    if need > out.cap:
+        grown = realloc(out.data, cap)
+        if grown == NULL:
+            return NO_MEMORY
+        out.data, out.cap = <uint8_t*>grown, cap
+    memcpy(out.data + out.size, &first, 8)
+    memcpy(out.data + out.size + 8, &size, 2)
+    memcpy(out.data + out.size + 10, value, size)
+    out.size = need
+    return 0
+
+
 cdef struct RunWriter:
-    MDB_cursor* cursor
+    MDB_cursor* cursor  # where blocks are put, or NULL: into ``sink``
+    Blocks* sink
     uint32_t run
     uint64_t* out       # OUT values: [0, clean) checked, [clean, n) not yet
     size_t clean, n
@@ -348,7 +370,10 @@ cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
         write_be(key + 4, wr.out[start], 8)
         k.mv_size, k.mv_data = 12, key
         v.mv_size, v.mv_data = encode_block(wr.out + start, n, wr.buf), wr.buf
-        rc = g_cursor_put(wr.cursor, &k, &v, MDB_APPEND)
+        if wr.cursor == NULL:
+            rc = blocks_push(wr.sink, wr.out[start], wr.buf, v.mv_size)
+        else:
+            rc = g_cursor_put(wr.cursor, &k, &v, MDB_APPEND)
         if rc:
             return rc
         wr.blocks += 1
@@ -363,7 +388,11 @@ cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
 # Reading runs to merge: a block decoded at a time into an array
 
 cdef struct Source:
-    MDB_cursor* cursor  # NULL: ``vals`` is the whole source
+    MDB_cursor* cursor  # NULL: ``vals`` is the whole source, or ``dir`` gives its blocks
+    const BlockDir* dir
+    size_t at, end      # with ``dir``: the next block, and the end of those to read
+    uint64_t lo, hi     # with ``dir``: the values read, from lo, below hi if ``bounded``
+    bint bounded
     MDB_dbi dbi
     uint32_t run
     const uint64_t* vals
@@ -392,8 +421,35 @@ cdef int source_next(Source* s, MDB_cursor_op op) noexcept nogil:
     return rc
 
 
+cdef int source_next_block(Source* s) noexcept nogil:
+    """Decode the next block of ``s.dir`` that holds values in [lo, hi) (copied
+    out of the map, guarded), and keep only those; n = 0 past the last."""
+    cdef int rc
+    s.i = s.n = 0
+    while s.at < s.end:
+        if g_copy(s.b.buf, s.dir.data[s.at], s.dir.sizes[s.at]):
+            return CORRUPTED
+        rc = block_header(&s.b, s.dir.firsts[s.at], s.dir.sizes[s.at])
+        if rc == 0:
+            rc = decode_entries(&s.b, s.buf)
+        if rc:
+            return rc
+        s.at += 1
+        s.n = s.b.c + 1
+        if s.lo > s.buf[0]:
+            s.i = upper_bound(s.buf, s.n, s.lo - 1)
+        if s.bounded and s.buf[s.n - 1] >= s.hi:
+            s.n, s.end = upper_bound(s.buf, s.n, s.hi - 1), s.at
+        if s.i < s.n:
+            return 0
+        s.i = s.n = 0
+    return 0
+
+
 cdef int source_refill(Source* s) noexcept nogil:
     """The run's next block, once the current one is used up."""
+    if s.i == s.n and s.dir != NULL:
+        return source_next_block(s)
     if s.i == s.n and s.cursor != NULL:
         return source_next(s, MDB_NEXT)
     return 0
@@ -512,7 +568,7 @@ cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, siz
     bufs[1] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
     wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
     wr.run, wr.clean, wr.n, wr.blocks, wr.guess, wr.entries = run, 0, 0, 0, 2, 0
-    wr.drop, wr.n_drop, wr.cursor = drop, n_drop, NULL
+    wr.drop, wr.n_drop, wr.cursor, wr.sink = drop, n_drop, NULL, NULL
     if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
         rc = NO_MEMORY
     for s in range(m if rc == 0 else 0):

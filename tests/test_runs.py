@@ -98,15 +98,17 @@ def test_today_table_scans_as_the_run(tmp_path):
                           np.frombuffer(study.scan(1, los, his), np.uint64))
 
 
-@pytest.mark.parametrize("directory_entries", [0, 3000, 1 << 24])
+@pytest.mark.parametrize("directory_entries,threaded", [(0, False), (3000, False),
+                                                        (1 << 24, False), (3000, True)])
 def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_entries,
-                                                           monkeypatch):
+                                                           threaded, monkeypatch):
     """The native backend: batches of
     every size leave several runs a table, removals stale entries, returns
     second copies; single and batch searches (the sweep) at and above the
     built distance equal brute force, and a compaction leaves one run a table.
     Runs are read through their block directories, through the B-tree, or
-    (3000) some one way and some the other."""
+    (3000) some one way and some the other. ``threaded``: every merge that
+    follows a batch's commit is cut into three ranges merged on threads."""
     import lmdb
     from conftest import STORAGE_LAYOUT
 
@@ -114,8 +116,13 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
     from simhashdb.storage import registry
     rng = np.random.default_rng(11)
     pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
     from simhashdb.storage.lmdb.native import NativeStorage
     monkeypatch.setattr(NativeStorage, "directory_entries", directory_entries)
+    if threaded:
+        monkeypatch.setattr(NativeStorage, "batch_merge", 300)  # merges follow the commit
+        monkeypatch.setattr(NativeStorage, "threaded_merge", 1)
+        monkeypatch.setattr(native, "THREADS", 3)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
     fps = rng.integers(0, 2**64, 30_000, dtype=np.uint64)
@@ -128,15 +135,6 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
         storage.write(lambda txn: txn.upsert(docs))
         live.update((k, int(fps[k])) for k in keys)
 
-    at = 0
-    for size in (9000, 1, 2500, 40, 700, 3000, 5, 600, 9000):
-        upsert(range(at, at + size))
-        at += size
-    gone = [k for k in live if k % 5 == 0]
-    storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
-    for k in gone:
-        del live[k]
-    upsert(gone[::4])  # back under their old keys
 
     def check():
         keys = np.array(list(live), dtype=np.int64)
@@ -168,6 +166,17 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
         env.close()
         return runs
 
+    at = 0
+    for size in (9000, 1, 2500, 40, 700, 3000, 5, 600, 9000):
+        upsert(range(at, at + size))
+        at += size
+    check()
+    assert (storage._env.threaded_merges > 10) == threaded
+    gone = [k for k in live if k % 5 == 0]
+    storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
+    for k in gone:
+        del live[k]
+    upsert(gone[::4])  # back under their old keys
     check()
     assert min(runs_per_table()) > 1
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))

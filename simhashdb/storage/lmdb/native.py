@@ -44,6 +44,9 @@ class NativeStorage(LmdbStorage):
     # which must stay small next to the seeks it saves even when the file is
     # larger than memory; larger runs are searched through the B-tree.
     directory_entries = 1 << 24
+    # A merge of committed runs of at least this many entries is cut into
+    # ranges of values merged on THREADS threads at once.
+    threaded_merge = 1 << 20
 
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
@@ -51,6 +54,7 @@ class NativeStorage(LmdbStorage):
                               max_tables=self._room_for_tables())
         self._env.batch_merge = self.batch_merge
         self._env.directory_entries = self.directory_entries
+        self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge
         self._open_dbs()
 
     def _open_dbs(self, add_index_slots=False):

@@ -1285,16 +1285,34 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
     return rc
 
 
+cdef size_t cascade(const TableRuns* r) noexcept nogil:
+    """How many of the newest runs (two at least) merging the two newest while
+    merges_left would make one, the sizes taken as sums."""
+    cdef uint64_t merged = r.entries[r.n - 1]
+    cdef size_t i, k = r.n
+    cdef bint left = True
+    while left and k >= 2:
+        merged += r.entries[k - 2]
+        k -= 1
+        left = k >= SLOTS - 1 or (k >= 2 and merged * RATIO > r.entries[k - 2])
+        for i in range(1, k - 1):
+            left = left or r.entries[i] * RATIO > r.entries[i - 1]
+    return r.n - k + 1
+
+
 cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
     """Append sorted ``perms`` (if ``n``) to table ``t`` as a new run, then merge
     the two newest runs while merge_due within ``w.merge_limit``, so a table
-    keeps about log_RATIO(N / batch) runs; bigger merges are noted for tidy."""
+    keeps about log_RATIO(N / batch) runs; bigger merges are noted for tidy.
+    Where the runs those merges would take are committed and hold
+    ``w.threaded_merge`` entries or more, they are merged at once, in parts."""
     cdef TableRuns r = w.table_runs[t]
-    cdef uint32_t ids[2]
-    cdef MDB_dbi dbis[2]
-    cdef size_t blocks, entries
+    cdef uint32_t ids[SLOTS]
+    cdef MDB_dbi dbis[SLOTS]
+    cdef size_t blocks, entries, i, m
     cdef uint32_t id
-    cdef uint64_t dropped = 0
+    cdef uint64_t dropped = 0, taken
+    cdef bint threaded
     cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
@@ -1311,23 +1329,30 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
                             w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
             n = 0
-        else:  # the two newest into one
-            ids[0], ids[1] = r.id[r.n - 2], r.id[r.n - 1]
-            dbis[0] = w.run_slots[t * SLOTS + r.slot[r.n - 2]]
-            dbis[1] = w.run_slots[t * SLOTS + r.slot[r.n - 1]]
-            if w.merge_threads > 1 and ids[1] < w.table_runs[t].written_from and \
-                    r.entries[r.n - 2] + r.entries[r.n - 1] >= w.threaded_merge:
-                rc = merge_in_parts(w, dbis, ids, r.entries + r.n - 2, 2,
-                                    w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
-            else:
-                rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0,
+            r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
+            r.n += 1
+            continue
+        # the newest into one: two, or, in parts, as many as the merges of two would take
+        threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
+        m = cascade(&r) if threaded else 2
+        taken = 0
+        for i in range(m):
+            ids[i], dbis[i] = r.id[r.n - m + i], w.run_slots[t * SLOTS + r.slot[r.n - m + i]]
+            taken += r.entries[r.n - m + i]
+        if threaded and taken >= w.threaded_merge:
+            rc = merge_in_parts(w, dbis, ids, r.entries + r.n - m, m,
                                 w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+        else:
+            m, taken = 2, r.entries[r.n - 2] + r.entries[r.n - 1]
+            ids[0], dbis[0] = r.id[r.n - 2], w.run_slots[t * SLOTS + r.slot[r.n - 2]]
+            ids[1], dbis[1] = r.id[r.n - 1], w.run_slots[t * SLOTS + r.slot[r.n - 1]]
+            rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0,
+                            w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+        for i in range(m):
             if rc == 0:
-                rc = g_drop(w.txn, dbis[0], 0)
-            if rc == 0:
-                rc = g_drop(w.txn, dbis[1], 0)
-            w.merged += r.entries[r.n - 2] + r.entries[r.n - 1]
-            r.n -= 2
+                rc = g_drop(w.txn, dbis[i], 0)
+        w.merged += taken
+        r.n -= m
         r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
         r.n += 1
     w.untidy = w.untidy or merges_left(&r)

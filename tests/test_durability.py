@@ -18,6 +18,8 @@ WRITER = """
 import sys, simhashdb
 from simhashdb.storage.lmdb.files import LmdbStorage
 LmdbStorage.batch_merge = 4000  # bigger merges follow the batch's commit: killed there too
+from simhashdb.storage.lmdb.native import NativeStorage
+NativeStorage.threaded_merge = 8000  # and the biggest are merged in parts, on threads
 path, start = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, sys.argv[3])
 from test_durability import batch_records, batch_deletes

@@ -364,8 +364,9 @@ class DB:
         the next batch is encoded while the last is written (on a thread of its
         own, natively, without the GIL), so an import keeps two cores busy. A
         batch that fails to encode or to write stops there: the batches before
-        it are committed, and it and those after it are not written."""
-        if one:
+        it are committed, and it and those after it are not written. Inside an
+        iteration of this thread, batches are written on this thread."""
+        if one or self._storage.holds_snapshot():
             return sum(self._upsert(batch) for batch in batches)
         written, pending = 0, None
         with ThreadPoolExecutor(1, thread_name_prefix="simhashdb-writer") as writer:

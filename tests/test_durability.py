@@ -204,6 +204,35 @@ def test_growth_inside_an_iteration_of_the_same_thread_fails_clearly(db_path, mo
         assert len(db) == 1 and db.check() == []
 
 
+STREAM_IN_AN_ITERATION = """
+import sys
+from simhashdb import DB, DatabaseError
+from simhashdb.storage.lmdb.files import LmdbStorage
+LmdbStorage.initial_map_size = 1 << 20
+with DB(sys.argv[1], distance=3, blocks=6) as db:
+    db.insert("a", 1)
+    try:
+        for _ in db:
+            db.insert_many(((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1, 100_000)),
+                           batch_size=1000)
+    except DatabaseError as exc:
+        print(exc)
+    print(db.check())
+"""
+
+
+@pytest.mark.lmdb_only
+def test_a_stream_of_batches_inside_an_iteration_of_the_same_thread_fails_clearly(db_path):
+    """Batches written behind the caller's encoding run on this thread while
+    it iterates: the map's growth then refuses, where it would wait forever."""
+    done = subprocess.run([sys.executable, "-c", STREAM_IN_AN_ITERATION, db_path],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "cannot grow the map while this thread holds a read snapshot (an unfinished "
+        "iteration); finish or close it first", "[]"]
+
+
 UPGRADER = """
 import sys, simhashdb
 simhashdb.upgrade(sys.argv[1], progress=lambda done, tables: print(done, flush=True))

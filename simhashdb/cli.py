@@ -600,8 +600,6 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             options[name] = getattr(args, "create_" + name)
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
-    except simhashdb.InvalidArgumentError as exc:  # the path or a parameter as given
-        raise UsageError(str(exc)) from None
     except simhashdb.DatabaseNotFoundError:
         if not create:
             if os.path.isdir(path) and os.listdir(path):  # init would refuse it
@@ -610,11 +608,8 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None
         made = {name: (like or {}).get(name) for name in ("distance", "blocks")}
-        try:
-            db = simhashdb.DB(path, recipe=recipe, **dict(
-                {name: value for name, value in made.items() if value is not None}, **options))
-        except simhashdb.InvalidArgumentError as exc:
-            raise UsageError(str(exc)) from None
+        db = simhashdb.DB(path, recipe=recipe, **dict(
+            {name: value for name, value in made.items() if value is not None}, **options))
         if db.tables > MANY_TABLES:
             _say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
                  "stored in each, so inserts are slow and the file large; a smaller --distance "
@@ -971,7 +966,7 @@ def main(argv=None):
         _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
                                 " (%s; run with --debug for the traceback and report it)"
                                 % type(exc).__name__))
-        return 2 if isinstance(exc, UsageError) else 1
+        return 2 if isinstance(exc, (UsageError, simhashdb.InvalidArgumentError)) else 1
     return 0
 
 

@@ -376,7 +376,8 @@ def test_init_with_a_mistyped_recipe_is_a_usage_error_and_creates_nothing(tmp_pa
                                   ["init", "DB", "--expected-size", "0"],
                                   ["init", "redis:/localhost/x"],
                                   ["import", "DB", "FILE", "--threshold", "0.5"],
-                                  ["import", "DB", "FILE", "--refresh"]])
+                                  ["import", "DB", "FILE", "--refresh"],
+                                  ["find-all", "--input", "FILE", "--blocks", "64"]])
 def test_option_values_that_cannot_be_are_usage_errors_that_make_nothing(tmp_path, capsys,
                                                                          monkeypatch, argv):
     monkeypatch.chdir(tmp_path)
@@ -384,3 +385,10 @@ def test_option_values_that_cannot_be_are_usage_errors_that_make_nothing(tmp_pat
     code, out, err = run(capsys, *[{"DB": "u.db", "FILE": "n.txt"}.get(a, a) for a in argv])
     assert code == 2 and out == [] and err.startswith("simhashdb-cli: error: "), err
     assert sorted(os.listdir(tmp_path)) == ["n.txt"]
+
+
+def test_a_query_distance_that_cannot_be_is_a_usage_error(tmp_path, capsys):
+    db = str(tmp_path / "q.db")
+    assert run(capsys, "init", db)[0] == 0
+    code, out, err = run(capsys, "query", db, "5", "--distance", "70")
+    assert code == 2 and out == [] and "distance must be an int in [0, 64]" in err, err

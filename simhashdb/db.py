@@ -3,7 +3,7 @@ upserts, insert-if-new, text decisions, retention, queries, all pairs."""
 
 from __future__ import annotations
 
-import collections.abc
+import collections
 import datetime
 import itertools
 import os
@@ -11,7 +11,6 @@ import sys
 import time
 import warnings
 from array import array
-from concurrent.futures import ThreadPoolExecutor
 from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union,
                     overload)
 
@@ -340,9 +339,12 @@ class DB:
             return self._insert_arrays(records, batch_size, keys, fingerprints)
         if records is None:
             raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=")
-        batches = (encode_documents(batch, self._storage.max_key_bytes, _now())
-                   for batch in _batches(records, batch_size))
-        return self._upsert_batches(batches, _fits(records, batch_size))
+        written = 0
+        for batch in _batches(records, batch_size):
+            encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
+            self._storage.write(lambda txn: txn.upsert(encoded))
+            written += len(encoded)
+        return written
 
     def _insert_arrays(self, records, batch_size, keys, fingerprints):
         if records is not None:
@@ -353,38 +355,10 @@ class DB:
             raise InvalidArgumentError("insert_many takes keys= and fingerprints= together")
         _check_batch_size(batch_size)
         n, encode = int_arrays(keys, fingerprints)
-        batches = (encode(start, min(start + batch_size, n), _now())
-                   for start in range(0, n, batch_size))
-        self._upsert_batches(batches, n <= batch_size)
+        for start in range(0, n, batch_size):
+            batch = encode(start, min(start + batch_size, n), _now())
+            self._storage.write(lambda txn: txn.upsert(batch))
         return n
-
-    def _upsert_batches(self, batches, one):
-        """Upsert each batch of encoded documents in a transaction of its own,
-        in order; returns how many documents. Unless there is ``one`` batch,
-        the next batch is encoded while the last is written (on a thread of its
-        own, natively, without the GIL), so an import keeps two cores busy. A
-        batch that fails to encode or to write stops there: the batches before
-        it are committed, and it and those after it are not written. Inside an
-        iteration of this thread, batches are written on this thread."""
-        if one or self._storage.holds_snapshot():
-            return sum(self._upsert(batch) for batch in batches)
-        written, pending = 0, None
-        with ThreadPoolExecutor(1, thread_name_prefix="simhashdb-writer") as writer:
-            try:
-                for batch in batches:
-                    if pending is not None:
-                        done, pending = pending, None
-                        written += done.result()
-                    pending = writer.submit(self._upsert, batch)
-            except BaseException:
-                if pending is not None:
-                    pending.result()  # an earlier batch's failure comes first
-                raise
-            return written + (pending.result() if pending is not None else 0)
-
-    def _upsert(self, batch):
-        self._storage.write(lambda txn: txn.upsert(batch))
-        return len(batch)
 
     def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
@@ -473,12 +447,13 @@ class DB:
                          batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
-        def documents(batch):
+        written = 0
+        for batch in _batches(records, batch_size):
             now = _now()
-            return [self._text_document(*_text_record(r), html, now)[0] for r in batch]
-
-        return self._upsert_batches(map(documents, _batches(records, batch_size)),
-                                    _fits(records, batch_size))
+            documents = [self._text_document(*_text_record(r), html, now)[0] for r in batch]
+            self._storage.write(lambda txn: txn.upsert(documents))
+            written += len(documents)
+        return written
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
                            html: bool = False, threshold: Optional[float] = None,
@@ -956,9 +931,8 @@ class DB:
         """
         from . import parquet
         recipe, records = parquet.read(path, key, fingerprint)
-        recipe = recipe or RECIPE
-
-        def documents(batch):
+        recipe, written = recipe or RECIPE, 0
+        for batch in _batches(records, batch_size):
             signatures = [record[4] for record in batch]
             encoded = encode_documents([record[:4] for record in batch],
                                        self._storage.max_key_bytes, _now())
@@ -970,9 +944,9 @@ class DB:
                         "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
                         "import them into a database of theirs" % (path, recipe, self.path,
                                                                     self.recipe))
-            return encoded
-
-        return self._upsert_batches(map(documents, _batches(records, batch_size)), False)
+            self._storage.write(lambda txn: txn.upsert(encoded))
+            written += len(encoded)
+        return written
 
     def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""
@@ -1139,11 +1113,6 @@ def _batches(items, size):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
                                    % _ext.shown(items))
     return _chunks(items, size)
-
-
-def _fits(items, size):
-    """Whether ``items`` is known to make one batch of ``size``."""
-    return isinstance(items, collections.abc.Sized) and len(items) <= size
 
 
 def _chunks(items, size):

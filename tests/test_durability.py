@@ -223,8 +223,9 @@ with DB(sys.argv[1], distance=3, blocks=6) as db:
 
 @pytest.mark.lmdb_only
 def test_a_stream_of_batches_inside_an_iteration_of_the_same_thread_fails_clearly(db_path):
-    """Batches written behind the caller's encoding run on this thread while
-    it iterates: the map's growth then refuses, where it would wait forever."""
+    """A stream of batches written while this thread iterates: the map's
+    growth refuses clearly (it waits for every snapshot to end, this thread's
+    own too: a write on another thread would wait forever)."""
     done = subprocess.run([sys.executable, "-c", STREAM_IN_AN_ITERATION, db_path],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -192,12 +192,6 @@ class Storage(ABC):
         """Run ``body(txn)`` in one :class:`Txn` and land it; returns its
         result. ``body`` may run more than once (see the contract)."""
 
-    def holds_snapshot(self):
-        """Whether this thread is inside a :meth:`read` (an unfinished
-        iteration): its writes must then run on this thread, since a write
-        that has to wait for every snapshot to end would wait for this one."""
-        return False
-
     def search(self, probes, distance):
         """:meth:`View.search` over a snapshot of its own (backends may answer
         it faster than through :meth:`read`)."""

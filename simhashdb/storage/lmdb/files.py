@@ -548,9 +548,6 @@ class LmdbStorage(Storage):
                     return
             self._resize(0)  # another process grew the map: adopt its size
 
-    def holds_snapshot(self):
-        return self._gate.held_here()
-
     def write(self, body):
         self._check_writable()
         with self._write_lock:

@@ -520,7 +520,7 @@ cdef struct TableRuns:
     MDB_cursor* cursor[SLOTS]  # on each run's slot, where it has no directory
     BlockDir* dir[SLOTS]       # each run's block directory, or NULL
     DirCache* cache            # where the directories are held
-    uint32_t written_from      # the first run id this write transaction wrote (0: none)
+    uint32_t written_from      # the first run id this call wrote into the table (0: none)
 
 
 cdef struct RunsView:
@@ -1250,8 +1250,6 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
             if i:
                 parts[i - 1].hi, parts[i - 1].bounded = parts[i].lo, True
         rc = g_cursor_open(w.txn, out, &parts[0].cursor)
-    if rc == 0 and n > 1:
-        w.threaded_merges[0] += 1
     for i in range(1, n if rc == 0 else 0):
         started[i] = pthread_create(&threads[i], NULL, merge_part_thread, &parts[i]) == 0
     if rc == 0:
@@ -1282,6 +1280,8 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
     for s in range(m):
         if dirs[s] != NULL:
             dir_free(dirs[s])
+    if rc == 0 and n > 1:
+        w.threaded_merges[0] += 1
     return rc
 
 
@@ -1342,6 +1342,11 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         if threaded and taken >= w.threaded_merge:
             rc = merge_in_parts(w, dbis, ids, r.entries + r.n - m, m,
                                 w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+            if rc == NO_MEMORY:  # the parts held in memory: stream the merge instead
+                rc = g_drop(w.txn, w.run_slots[t * SLOTS + slot], 0)
+                if rc == 0:
+                    rc = merge_runs(w.txn, dbis, ids, m, NULL, 0, NULL, 0,
+                                    w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
         else:
             m, taken = 2, r.entries[r.n - 2] + r.entries[r.n - 1]
             ids[0], dbis[0] = r.id[r.n - 2], w.run_slots[t * SLOTS + r.slot[r.n - 2]]
@@ -2579,7 +2584,10 @@ cdef class Txn:
         w.dirs, w.runs_written = NULL, self.runs_written
         w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
-        w.merge_threads, w.threaded_merge = self.env.merge_threads, self.env.threaded_merge
+        # runs below written_from are committed only if no earlier call of the
+        # transaction wrote runs: only then may merges read them from other threads
+        w.merge_threads = 1 if self.runs_written else self.env.merge_threads
+        w.threaded_merge = self.env.threaded_merge
         w.threaded_merges = &self.env.threaded_merges
         return w
 

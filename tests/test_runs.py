@@ -186,6 +186,45 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
     assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)
 
 
+def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
+    """Merges in parts read their sources from other threads, so only runs
+    committed before the transaction qualify: after an upsert in the same
+    transaction (whose run is not committed), tidy merges on its own thread."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
+    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)
+    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
+    monkeypatch.setattr(native, "THREADS", 3)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    rng = np.random.default_rng(5)
+    fps = [int(x) for x in rng.integers(0, 2**64, 6000, dtype=np.uint64)]
+
+    def documents(start, end):
+        return records.encode_documents([(k, fps[k]) for k in range(start, end)], 511, 0)
+
+    for start in range(0, 4000, 500):
+        batch = documents(start, start + 500)
+        storage.write(lambda txn: txn.upsert(batch))
+    assert storage._env.threaded_merges
+    batch, in_parts = documents(4000, 6000), []
+
+    def upsert_then_tidy(txn):
+        txn.upsert(batch)
+        before = storage._env.threaded_merges
+        txn.tidy()
+        in_parts.append(storage._env.threaded_merges - before)
+
+    storage.write(upsert_then_tidy)
+    assert in_parts and not any(in_parts)
+    with storage.read() as view:
+        assert sorted(view.table_fingerprints(2)) == sorted(set(fps))
+
+
 def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
     """Tables in 0.3's form: read-only opens search them; a writable open says
     how to convert; upgrade() converts a table a transaction (a conversion cut

@@ -15,7 +15,8 @@ from .files import INDEX_SLOTS, LmdbStorage, old_tables_error
 
 ITEMS_PER_READ = 4096
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
-THREADS = min(os.cpu_count() or 1, 8)
+THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count() or 1, 8)  # the cores this process may run on
 _threads = None
 
 

@@ -879,7 +879,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     cdef uint8_t buf[13 * SLOTS]
     cdef uint8_t key[2]
     cdef MDB_val k, v
-    cdef size_t i
+    cdef size_t i, j
     cdef int rc
     close_runs(r)
     write_be(key, t, 2)
@@ -897,6 +897,9 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         r.entries[i] = read_be(buf + 13 * i + 5, 8)
         if r.slot[i] >= SLOTS:
             return CORRUPTED
+        for j in range(i):  # a slot named twice (a merge drops its sources' slots)
+            if r.slot[j] == r.slot[i]:
+                return CORRUPTED
         r.n = i + 1
         r.cursor[i], r.dir[i] = NULL, NULL
         if r.cache != NULL:
@@ -1323,6 +1326,9 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
         slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else <uint32_t>(dropped + 1)
+        if slot < 0:  # a directory of more runs than merges leave
+            rc = CORRUPTED
+            break
         if w.table_runs[t].written_from == 0:
             w.table_runs[t].written_from = id
         if n:  # the batch's run

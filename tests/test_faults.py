@@ -440,6 +440,38 @@ def test_leaf_pages_marked_to_be_kept_are_an_error_on_write_not_a_signal(tmp_pat
     assert status == 0 and "unexpected" not in result, result
 
 
+@pytest.mark.lmdb_only
+@pytest.mark.parametrize("slots", [list(range(8)), [0, 1, 1]])
+def test_a_run_directory_naming_every_slot_or_one_twice_is_an_error_on_write(tmp_path, backend,
+                                                                             slots):
+    """A table's directory of runs, damaged to name all eight of its slots
+    (merges leave at most six runs, and a write needs a free slot) or one
+    slot twice (a merge drops its sources' slots): a write is refused, never
+    put into another table's slot or a slot a live run holds."""
+    import lmdb
+    path = str(tmp_path / "slots")
+    with DB(path, distance=3, backend=backend) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(3000))
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        runs = env.open_db(b"runs", txn=txn, create=False)
+        txn.put((0).to_bytes(2, "big"), b"".join(
+            (i + 1).to_bytes(4, "big") + bytes([slot]) + (0).to_bytes(8, "big")
+            for i, slot in enumerate(slots)), db=runs)
+    env.close()
+
+    def write():
+        try:
+            with DB(path, backend=backend) as db:
+                db.insert_many((i, i * 7919) for i in range(3000, 6000))
+                return {"wrote": len(db)}
+        except SimhashDBError as exc:
+            return {"error": type(exc).__name__, "says": str(exc)}
+
+    status, result = run_forked(write)
+    assert status == 0 and result.get("error") == "DatabaseError", result
+
+
 def newer_meta(path):
     """Which of the data file's two meta pages holds the newer transaction."""
     with open(os.path.join(path, "data.mdb"), "rb") as f:

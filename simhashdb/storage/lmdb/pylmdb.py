@@ -409,7 +409,8 @@ class PyView(View):
             return []
         runs = [(int.from_bytes(raw[i:i + 4], "big"), raw[i + 4],
                  int.from_bytes(raw[i + 5:i + 13], "big")) for i in range(0, len(raw), 13)]
-        if len(raw) % 13 or len(runs) > RUN_SLOTS or any(s >= RUN_SLOTS for _, s, _ in runs):
+        slots = [s for _, s, _ in runs]
+        if len(raw) % 13 or len(set(slots)) != len(slots) or any(s >= RUN_SLOTS for s in slots):
             raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
         return runs
 
@@ -632,7 +633,10 @@ class PyTxn(PyView, Txn):
     def _put_run(self, table, runs, values):
         """Write ``values`` as a new run of ``table`` (the next id, the first
         free slot) and note it at the end of ``runs``."""
-        slot = min(set(range(RUN_SLOTS)) - {s for _, s, _ in runs})
+        free = set(range(RUN_SLOTS)) - {s for _, s, _ in runs}
+        if not free:  # a directory of more runs than merges leave
+            raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+        slot = min(free)
         # never an id given before in the table (the native backend caches
         # block directories by run id): above the live runs' and the dropped
         run = runs[-1][0] + 1 if runs else self._count(RUN_IDS) + 1

@@ -1174,19 +1174,12 @@ cdef struct Part:
 cdef int merge_part(Part* p) noexcept nogil:
     """Merge the part's values of its runs into a run's blocks."""
     cdef Source* src = <Source*>calloc(p.m + 1, sizeof(Source))
-    cdef size_t* live = <size_t*>malloc((p.m + 1) * sizeof(size_t))
-    cdef uint64_t* bufs[2]
     cdef RunWriter wr
     cdef size_t s
     cdef const BlockDir* d
-    cdef int rc = 0
-    bufs[0] = <uint64_t*>malloc((p.m + 1) * MOST * sizeof(uint64_t))
-    bufs[1] = <uint64_t*>malloc((p.m + 1) * MOST * sizeof(uint64_t))
+    cdef int rc = NO_MEMORY if src == NULL else 0
     memset(&wr, 0, sizeof(RunWriter))
-    wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
     wr.run, wr.guess, wr.cursor, wr.sink = p.run, 2, p.cursor, &p.sink
-    if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
-        rc = NO_MEMORY
     for s in range(p.m if rc == 0 else 0):
         d = p.dirs[s]
         src[s].dir, src[s].run, src[s].lo, src[s].hi, src[s].bounded = d, d.run, p.lo, p.hi, p.bounded
@@ -1198,14 +1191,10 @@ cdef int merge_part(Part* p) noexcept nogil:
         if rc:
             break
     if rc == 0:
-        rc = merge_sources(src, p.m + 1, live, bufs, &wr)
+        rc = merge_sources(src, p.m + 1, &wr)
     for s in range(p.m if src != NULL else 0):
         free(src[s].buf)
     free(src)
-    free(live)
-    free(bufs[0])
-    free(bufs[1])
-    free(wr.out)
     p.blocks, p.entries = wr.blocks, wr.entries
     return rc
 
@@ -1312,6 +1301,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef TableRuns r = w.table_runs[t]
     cdef uint32_t ids[SLOTS]
     cdef MDB_dbi dbis[SLOTS]
+    cdef MDB_dbi out
     cdef size_t blocks, entries, i, m
     cdef uint32_t id
     cdef uint64_t dropped = 0, taken
@@ -1331,9 +1321,9 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
             break
         if w.table_runs[t].written_from == 0:
             w.table_runs[t].written_from = id
+        out = w.run_slots[t * SLOTS + slot]
         if n:  # the batch's run
-            rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0,
-                            w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+            rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0, out, id, &blocks, &entries)
             n = 0
             r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
             r.n += 1
@@ -1342,23 +1332,18 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
         m = cascade(&r) if threaded else 2
         taken = 0
+        for i in range(r.n - m, r.n):
+            taken += r.entries[i]
+        if threaded and taken < w.threaded_merge:
+            m, threaded, taken = 2, False, r.entries[r.n - 2] + r.entries[r.n - 1]
         for i in range(m):
             ids[i], dbis[i] = r.id[r.n - m + i], w.run_slots[t * SLOTS + r.slot[r.n - m + i]]
-            taken += r.entries[r.n - m + i]
-        if threaded and taken >= w.threaded_merge:
-            rc = merge_in_parts(w, dbis, ids, r.entries + r.n - m, m,
-                                w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
-            if rc == NO_MEMORY:  # the parts held in memory: stream the merge instead
-                rc = g_drop(w.txn, w.run_slots[t * SLOTS + slot], 0)
-                if rc == 0:
-                    rc = merge_runs(w.txn, dbis, ids, m, NULL, 0, NULL, 0,
-                                    w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
-        else:
-            m, taken = 2, r.entries[r.n - 2] + r.entries[r.n - 1]
-            ids[0], dbis[0] = r.id[r.n - 2], w.run_slots[t * SLOTS + r.slot[r.n - 2]]
-            ids[1], dbis[1] = r.id[r.n - 1], w.run_slots[t * SLOTS + r.slot[r.n - 1]]
-            rc = merge_runs(w.txn, dbis, ids, 2, NULL, 0, NULL, 0,
-                            w.run_slots[t * SLOTS + slot], id, &blocks, &entries)
+        if threaded:
+            rc = merge_in_parts(w, dbis, ids, r.entries + r.n - m, m, out, id, &blocks, &entries)
+            if rc == NO_MEMORY:  # the parts held in memory: streamed instead
+                rc, threaded = g_drop(w.txn, out, 0), False
+        if rc == 0 and not threaded:
+            rc = merge_runs(w.txn, dbis, ids, m, NULL, 0, NULL, 0, out, id, &blocks, &entries)
         for i in range(m):
             if rc == 0:
                 rc = g_drop(w.txn, dbis[i], 0)

@@ -522,20 +522,27 @@ cdef int merge_round(Source* src, size_t* live, size_t n, uint64_t** bufs, RunWr
     return writer_take(wr, piece[0], size[0])
 
 
-cdef int merge_sources(Source* src, size_t m, size_t* live, uint64_t** bufs,
-                       RunWriter* wr) noexcept nogil:
-    """Merge the sources into ``wr``: one copied, two merged as they stream,
-    more in rounds (merge_round)."""
+cdef int merge_sources(Source* src, size_t m, RunWriter* wr) noexcept nogil:
+    """Merge the ``m`` sources into ``wr`` (its buffer allocated for the merge):
+    one copied, two merged as they stream, more in rounds (merge_round)."""
+    cdef size_t* live = <size_t*>malloc(m * sizeof(size_t))
+    cdef uint64_t* bufs[2]
     cdef size_t s, n
     cdef int rc = 0
-    while True:
+    bufs[0] = <uint64_t*>malloc(m * MOST * sizeof(uint64_t))
+    bufs[1] = <uint64_t*>malloc(m * MOST * sizeof(uint64_t))
+    wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
+    if live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
+        rc = NO_MEMORY
+    while rc == 0:
         n = 0
         for s in range(m):
             if src[s].i < src[s].n:
                 live[n] = s
                 n += 1
         if n == 0:
-            return writer_flush(wr, True)
+            rc = writer_flush(wr, True)
+            break
         if n == 1:
             rc = writer_take(wr, src[live[0]].vals + src[live[0]].i, src[live[0]].n - src[live[0]].i)
             src[live[0]].i = src[live[0]].n
@@ -548,8 +555,12 @@ cdef int merge_sources(Source* src, size_t m, size_t* live, uint64_t** bufs,
         for s in range(n):
             if rc == 0:
                 rc = source_refill(&src[live[s]])
-        if rc:
-            return rc
+    free(live)
+    free(bufs[0])
+    free(bufs[1])
+    free(wr.out)
+    wr.out = NULL
+    return rc
 
 
 cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, size_t m,
@@ -559,18 +570,11 @@ cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, siz
     (< 64) runs ``runs`` (in the slots ``dbis``) and the sorted ``extra``
     values, less the sorted ``drop`` values; the sources stay where they are."""
     cdef Source* src = <Source*>calloc(m + 1, sizeof(Source))
-    cdef size_t* live = <size_t*>malloc((m + 1) * sizeof(size_t))
-    cdef uint64_t* bufs[2]
     cdef RunWriter wr
     cdef size_t s
-    cdef int rc = 0
-    bufs[0] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
-    bufs[1] = <uint64_t*>malloc((m + 1) * MOST * sizeof(uint64_t))
-    wr.out = <uint64_t*>malloc(OUT * sizeof(uint64_t))
+    cdef int rc = NO_MEMORY if src == NULL else 0
     wr.run, wr.clean, wr.n, wr.blocks, wr.guess, wr.entries = run, 0, 0, 0, 2, 0
     wr.drop, wr.n_drop, wr.cursor, wr.sink = drop, n_drop, NULL, NULL
-    if src == NULL or live == NULL or bufs[0] == NULL or bufs[1] == NULL or wr.out == NULL:
-        rc = NO_MEMORY
     for s in range(m if rc == 0 else 0):
         src[s].run, src[s].dbi = runs[s], dbis[s]
         src[s].buf = <uint64_t*>malloc(MOST * sizeof(uint64_t))
@@ -584,7 +588,7 @@ cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, siz
         src[m].vals, src[m].n = extra, n_extra
         rc = g_cursor_open(txn, out, &wr.cursor)
     if rc == 0:
-        rc = merge_sources(src, m + 1, live, bufs, &wr)
+        rc = merge_sources(src, m + 1, &wr)
     if wr.cursor != NULL:
         mdb_cursor_close(wr.cursor)
     for s in range(m if src != NULL else 0):
@@ -592,9 +596,5 @@ cdef int merge_runs(MDB_txn* txn, const MDB_dbi* dbis, const uint32_t* runs, siz
             mdb_cursor_close(src[s].cursor)
         free(src[s].buf)
     free(src)
-    free(live)
-    free(bufs[0])
-    free(bufs[1])
-    free(wr.out)
     blocks[0], entries[0] = wr.blocks, wr.entries
     return rc

@@ -456,8 +456,11 @@ def _lines(lines, records):
 
 
 def _without_bom(lines):
-    for number, line in enumerate(lines):
-        yield line[len(BOM):] if number == 0 and line.startswith(BOM) else line
+    lines = iter(lines)
+    for first in lines:
+        yield first[len(BOM):] if first.startswith(BOM) else first
+        break
+    yield from lines  # (the rest without a Python step a line)
 
 
 def stdin():

@@ -117,11 +117,10 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
     rng = np.random.default_rng(11)
     pytest.importorskip("simhashdb._lmdb")
     from simhashdb.storage.lmdb import native
-    from simhashdb.storage.lmdb.native import NativeStorage
-    monkeypatch.setattr(NativeStorage, "directory_entries", directory_entries)
+    monkeypatch.setattr(native.NativeStorage, "directory_entries", directory_entries)
     if threaded:
-        monkeypatch.setattr(NativeStorage, "batch_merge", 300)  # merges follow the commit
-        monkeypatch.setattr(NativeStorage, "threaded_merge", 1)
+        monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)  # merges follow the commit
+        monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
         monkeypatch.setattr(native, "THREADS", 3)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
@@ -134,7 +133,6 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
         docs = records.encode_documents([(k, int(fps[k])) for k in keys], 511, 0)
         storage.write(lambda txn: txn.upsert(docs))
         live.update((k, int(fps[k])) for k in keys)
-
 
     def check():
         keys = np.array(list(live), dtype=np.int64)

@@ -573,9 +573,11 @@ cdef struct Work:
     RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
     uint64_t directory_entries  # the largest run a search gives a directory
     bint runs_written       # the transaction wrote runs (only committed runs get directories)
+    bint index_committed    # no earlier call of the transaction changed the index
     size_t merge_threads    # the threads a large merge of committed runs is cut among
     uint64_t threaded_merge  # the least entries a merge takes to be cut so
     uint64_t* threaded_merges  # the Env's count of merges cut so
+    uint64_t* shared_lookups  # the Env's count of batches whose lookups a thread shared
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -1905,6 +1907,100 @@ cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t ke
 cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
 
 
+# Whether a batch's new fingerprints were in the index before: a descent in
+# each slot but the batch's own, about 250 ns a slot, nearly all of it waiting
+# on memory. A large batch whose transaction changed no other slot shares
+# them with a thread reading the last commit (the same slots: the writer holds
+# the lock), which begins while the writer puts the index entries.
+
+cdef enum:
+    LOOKUP_CHUNK = 512          # lookups taken at a time
+    SHARED_LOOKUPS = 4096       # the fewest new fingerprints shared with a thread
+
+
+cdef extern from *:
+    """
+    #define chunk_take(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)
+    #define chunk_stop(p, n) __atomic_store_n((p), (n), __ATOMIC_RELAXED)
+    """
+    size_t chunk_take(size_t* p, size_t n) nogil
+    void chunk_stop(size_t* p, size_t n) nogil
+
+
+cdef struct Lookups:
+    MDB_env* env
+    MDB_dbi dbis[INDEX_SLOTS]   # the slots with entries, but the batch's own
+    int slots
+    const uint64_t* order       # the batch's index entries (fingerprint first), sorted
+    size_t n
+    uint8_t* had                # per entry: 1 if its fingerprint was there
+    size_t next                 # the first entry no one has taken
+    int rc                      # the thread's
+
+
+cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
+    """Take chunks of the entries and note whether each one's fingerprint
+    (where it is the first entry of it) is in one of the slots, in ``txn``."""
+    cdef MDB_cursor* cursors[INDEX_SLOTS]
+    cdef uint8_t key_bytes[8]
+    cdef MDB_val k, v
+    cdef size_t i, end
+    cdef int s, opened = 0, rc = 0
+    while rc == 0 and opened < l.slots:
+        rc = g_cursor_open(txn, l.dbis[opened], &cursors[opened])
+        opened += rc == 0
+    i = chunk_take(&l.next, LOOKUP_CHUNK) if rc == 0 else l.n
+    while i < l.n:
+        end = min(i + LOOKUP_CHUNK, l.n)
+        while rc == 0 and i < end:
+            if i == 0 or l.order[3 * i] != l.order[3 * i - 3]:
+                write_be(key_bytes, l.order[3 * i], 8)
+                for s in range(l.slots):
+                    k.mv_size, k.mv_data = 8, key_bytes
+                    rc = g_cursor_get(cursors[s], &k, &v, MDB_SET)
+                    if rc != MDB_NOTFOUND:
+                        l.had[i] = rc == 0
+                        break
+                rc = 0 if rc == MDB_NOTFOUND else rc
+            i += 1
+        i = chunk_take(&l.next, LOOKUP_CHUNK) if rc == 0 else l.n
+    for s in range(opened):
+        mdb_cursor_close(cursors[s])
+    return rc
+
+
+cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lookups* l,
+                       pthread_t* thread, bint* started) noexcept nogil:
+    """Set up the lookups of ``order``'s fingerprints in the slots with entries
+    but the transaction's own (none where the index was empty), with room
+    after ``l.had`` for the writer's notes of its own slot; where ``shared``
+    and there are enough, start a thread that takes a share."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef int s, used, rc = 0
+    l.env, l.order, l.n, l.next, l.rc, l.slots = mdb_txn_env(w.txn), order, n, 0, 0, 0
+    l.had = <uint8_t*>calloc(2 * n + 1, 1)
+    if l.had == NULL:
+        return NO_MEMORY
+    if not w.index_was_empty:
+        rc = index_sizes(w, entries, &used)
+    for s in range(w.index_slots if rc == 0 and not w.index_was_empty else 0):
+        if entries[s] and s != w.put_slot:
+            l.dbis[l.slots] = w.index_dbis[s]
+            l.slots += 1
+    started[0] = rc == 0 and shared and l.slots > 0 and n >= SHARED_LOOKUPS and \
+        w.merge_threads > 1 and pthread_create(thread, NULL, look_up_thread, l) == 0
+    return rc
+
+
+cdef void* look_up_thread(void* lookups) noexcept nogil:
+    cdef Lookups* l = <Lookups*>lookups
+    cdef MDB_txn* txn
+    if g_txn_begin(l.env, NULL, MDB_RDONLY, &txn) == 0:  # (else the writer takes them all)
+        l.rc = look_up(l, txn)
+        mdb_txn_abort(txn)
+    return NULL
+
+
 cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     """Store documents (sorted by key, unique), replacing existing keys."""
     cdef MDB_val k, v, old
@@ -1917,7 +2013,13 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef MDB_cursor* put = NULL
     cdef const uint8_t* key
     cdef size_t key_size
+    cdef uint64_t merged
+    cdef Lookups lookups
+    cdef pthread_t thread
+    cdef bint started = False
+    cdef uint8_t* own
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
+    memset(&lookups, 0, sizeof(Lookups))
     if added == NULL:
         return NO_MEMORY
     rc = index_empty(w)
@@ -1961,8 +2063,9 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     if rc == 0 and fresh:
         # the index entries in (fingerprint, key) order: the documents came in
         # key order, and the radix sort by fingerprint is stable. A fingerprint's
-        # first put tells whether the index had it (a note after the ones
-        # unlink took, so theirs come first), without a lookup of its own.
+        # first put tells whether the transaction's own slot had it, lookups
+        # whether the others did (noted after the puts, and after the notes
+        # unlink took, so theirs come first).
         # Each entry is (fingerprint, key, key size): a key of up to 8 bytes
         # travels in it, so the puts read memory in order, not the documents at
         # random; for a longer one it holds the address, loaded ahead of its put.
@@ -1977,6 +2080,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                 else:
                     order[3 * i + 1] = <uint64_t>added[i].key
             rc = sort_records(order, fresh, 3)
+        merged = w.merged
         if rc == 0:
             rc = index_put_cursor(w, &put)
         if rc == 0:
@@ -1985,6 +2089,10 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             appending, rc = True, 0
         elif rc == 0:
             appending = order[0] > read_be(<uint8_t*>k.mv_data, 8)
+        if rc == 0:  # the slots before the transaction's own: shared where they are as committed
+            rc = lookups_begin(w, order, fresh, w.index_committed and not w.unlinked and
+                               merged == w.merged, &lookups, &thread, &started)
+        own = lookups.had + fresh  # whether the transaction's own slot had it
         for i in range(fresh):
             if rc:
                 break
@@ -1995,28 +2103,36 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             if key_size > 8:
                 key = <const uint8_t*>order[3 * i + 1]
             first, had = i == 0 or order[3 * i] != order[3 * i - 3], False
-            if first and not w.index_was_empty:  # in the slots before the transaction's own
-                rc = index_has(w, order[3 * i], w.put_slot)
-                had, rc = rc == 1, rc if rc < 0 else 0
-                if rc:
-                    break
             write_be(fp_bytes, order[3 * i], 8)
             k.mv_size, k.mv_data = 8, fp_bytes
             v.mv_size, v.mv_data = key_size, <void*>key
             if appending:
                 rc = g_cursor_put(put, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
             else:
-                if first and not had:
+                if first:
                     rc = g_cursor_put(put, &k, &v, MDB_NOOVERWRITE)
                     had = rc == MDB_KEYEXIST
+                    own[i] = had
                 if had or not first:  # another document's entry of the fingerprint
                     k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
                     v.mv_size, v.mv_data = key_size, <void*>key
                     rc = g_cursor_put(put, &k, &v, MDB_NODUPDATA)
                     if rc == MDB_KEYEXIST:
                         rc = 0
-            if rc == 0 and first:
-                rc = note_touched(touched, order[3 * i], had)
+        if rc == 0 and lookups.slots:  # the writer's share
+            rc = look_up(&lookups, w.txn)
+        else:
+            chunk_stop(&lookups.next, fresh)
+        if started:
+            pthread_join(thread, NULL)
+            rc = rc if rc else lookups.rc
+            w.shared_lookups[0] += 1
+        for i in range(fresh if rc == 0 else 0):
+            if i == 0 or order[3 * i] != order[3 * i - 3]:
+                rc = note_touched(touched, order[3 * i], own[i] or lookups.had[i])
+                if rc:
+                    break
+        free(lookups.had)
         free(order)
     free(added)
     if rc == 0:
@@ -2299,6 +2415,7 @@ cdef class Env:
     cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
     cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
+    cdef readonly uint64_t shared_lookups  # batches whose index lookups a thread shared
     cdef Layout layout
     cdef DirCache* dirs  # the runs' block directories, for searches
     cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
@@ -2572,7 +2689,7 @@ cdef class Txn:
         w.doc_cursor = NULL
         w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
-        w.dirs, w.runs_written = NULL, self.runs_written
+        w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
         w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
         # runs below written_from are committed only if no earlier call of the
@@ -2580,6 +2697,7 @@ cdef class Txn:
         w.merge_threads = 1 if self.runs_written else self.env.merge_threads
         w.threaded_merge = self.env.threaded_merge
         w.threaded_merges = &self.env.threaded_merges
+        w.shared_lookups = &self.env.shared_lookups
         return w
 
     def abort(self):
@@ -2968,6 +3086,7 @@ cdef class Txn:
         records.PackedDocuments), replacing existing keys."""
         cdef Job job = self.job(documents, True)
         cdef int rc
+        job.w.index_committed = not self.changed
         self.changed = True
         with nogil:
             rc = open_cursors(&job.w)

@@ -184,6 +184,39 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
     assert runs_per_table() == [1] * len(STORAGE_LAYOUT.prefixes)
 
 
+def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypatch):
+    """Whether each new fingerprint was indexed before is looked up in the
+    earlier slots by the writer and a thread reading the last commit, in
+    turns: a batch with half its fingerprints indexed under other keys (some
+    in slots merged, some not) is noted exactly, and the thread took part."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
+    monkeypatch.setattr(native, "THREADS", 2)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.format_stored()  # the index in slots
+    rng = np.random.default_rng(9)
+    fps = [int(x) for x in rng.integers(0, 2**64, 20_000, dtype=np.uint64)]
+    fps[16_000:] = fps[:4000]  # under other keys
+
+    def upsert(start, end):
+        docs = records.encode_documents([(k, fps[k]) for k in range(start, end)], 511, 0)
+        storage.write(lambda txn: txn.upsert(docs))
+
+    for start in range(0, 12_000, 3000):
+        upsert(start, start + 3000)
+    assert storage._env.shared_lookups == 0  # (batches under SHARED_LOOKUPS)
+    upsert(12_000, 20_000)
+    assert storage._env.shared_lookups == 1
+    with storage.read() as view:
+        assert view.distinct() == len(set(fps))
+        assert sorted(view.table_fingerprints(1)) == sorted(set(fps))
+
+
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
     """Merges in parts read their sources from other threads, so only runs
     committed before the transaction qualify: after an upsert in the same

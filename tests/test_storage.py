@@ -191,6 +191,33 @@ def test_searches_stay_exact_over_batches_of_removals_and_returns(opener):
                 assert hits_by_key(hits) == oracle_hits(docs, probe, distance), (round_, probe)
 
 
+def test_large_batches_that_bring_back_indexed_fingerprints_keep_everything_in_step(opener):
+    """Batches of thousands of new keys, some under fingerprints the index
+    holds in earlier batches' slots (some twice in one batch, some whose old
+    keys were removed): each is noted once, as it was or was not stored."""
+    storage, rng = opener(), random.Random(8)
+    storage.format_stored()  # what a backend adds at this version's format (LMDB: index slots)
+    first = [rng.getrandbits(64) for _ in range(5000)]
+    docs = dict(enumerate(first))
+    put(storage, docs.items())
+    second = {5000 + i: rng.getrandbits(64) for i in range(5000)}
+    put(storage, second.items())
+    docs.update(second)
+    again = first[:2500] + first[:200] + [rng.getrandbits(64) for _ in range(2500)]
+    batch = {10_000 + i: fp for i, fp in enumerate(again)}
+    put(storage, batch.items())
+    docs.update(batch)
+    assert_agrees(storage, docs)
+    gone = list(range(1000))  # their fingerprints live on under 10_000 and up
+    assert remove(storage, gone) == len(gone)
+    for k in gone:
+        del docs[k]
+    batch = {"s%d" % i: fp for i, fp in enumerate(first[:1500] + [fp + 1 for fp in first[:3000]])}
+    put(storage, batch.items())
+    docs.update(batch)
+    assert_agrees(storage, docs)
+
+
 def test_insert_if_new_sees_what_the_batch_stored_before(opener):
     storage = opener()
     put(storage, [("old", 0b1111 << 40)])

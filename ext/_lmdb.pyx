@@ -1909,7 +1909,7 @@ cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
 
 # Whether a batch's new fingerprints were in the index before: a descent in
 # each slot but the batch's own, about 250 ns a slot, nearly all of it waiting
-# on memory. A large batch whose transaction changed no other slot shares
+# on memory. A large batch whose transaction changed no slot before it shares
 # them with a thread reading the last commit (the same slots: the writer holds
 # the lock), which begins while the writer puts the index entries.
 
@@ -1995,9 +1995,40 @@ cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lo
 cdef void* look_up_thread(void* lookups) noexcept nogil:
     cdef Lookups* l = <Lookups*>lookups
     cdef MDB_txn* txn
-    if g_txn_begin(l.env, NULL, MDB_RDONLY, &txn) == 0:  # (else the writer takes them all)
+    cdef int rc = g_txn_begin(l.env, NULL, MDB_RDONLY, &txn)
+    if rc == 0:
         l.rc = look_up(l, txn)
         mdb_txn_abort(txn)
+    elif rc == GUARD_FAULT:  # (other failures, such as a full reader table: the writer takes all)
+        l.rc = rc
+    return NULL
+
+
+cdef struct Entries:
+    const Doc* docs
+    size_t n
+    uint64_t* order
+    int rc
+
+
+cdef int index_order(Entries* e) noexcept nogil:
+    """The documents' index entries in (fingerprint, key) order, the documents
+    being in key order and the radix sort by fingerprint stable. Each entry is
+    (fingerprint, key, key size): a key of up to 8 bytes travels in it, so the
+    puts read memory in order, not the documents at random; for a longer one
+    it holds the address, loaded ahead of its put."""
+    cdef size_t i
+    for i in range(e.n):
+        e.order[3 * i], e.order[3 * i + 2] = e.docs[i].fp, e.docs[i].key_size
+        if e.docs[i].key_size <= 8:
+            memcpy(&e.order[3 * i + 1], e.docs[i].key, e.docs[i].key_size)
+        else:
+            e.order[3 * i + 1] = <uint64_t>e.docs[i].key
+    return sort_records(e.order, e.n, 3)
+
+
+cdef void* index_order_thread(void* entries) noexcept nogil:
+    (<Entries*>entries).rc = index_order(<Entries*>entries)
     return NULL
 
 
@@ -2018,6 +2049,9 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef pthread_t thread
     cdef bint started = False
     cdef uint8_t* own
+    cdef Entries entries
+    cdef pthread_t sorter
+    cdef bint sorting = False
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
     memset(&lookups, 0, sizeof(Lookups))
     if added == NULL:
@@ -2033,6 +2067,12 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     elif rc == 0 and n:
         appending = cmp_bytes(docs[0].key, docs[0].key_size, <uint8_t*>k.mv_data,
                               k.mv_size) > 0
+    if rc == 0 and appending and n >= SHARED_LOOKUPS and w.merge_threads > 1:
+        # every document is new: its index entries are sorted while it is put
+        entries.docs, entries.n, entries.rc = docs, n, 0
+        entries.order = order = <uint64_t*>malloc(3 * n * sizeof(uint64_t))
+        sorting = order != NULL and pthread_create(&sorter, NULL, index_order_thread,
+                                                   &entries) == 0
     i = 0
     while rc == 0 and i < n:
         k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
@@ -2060,26 +2100,19 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             added[fresh] = docs[i]
             fresh += 1
         i += 1
+    if sorting:
+        pthread_join(sorter, NULL)
+        rc = rc if rc else entries.rc
     if rc == 0 and fresh:
-        # the index entries in (fingerprint, key) order: the documents came in
-        # key order, and the radix sort by fingerprint is stable. A fingerprint's
-        # first put tells whether the transaction's own slot had it, lookups
-        # whether the others did (noted after the puts, and after the notes
-        # unlink took, so theirs come first).
-        # Each entry is (fingerprint, key, key size): a key of up to 8 bytes
-        # travels in it, so the puts read memory in order, not the documents at
-        # random; for a longer one it holds the address, loaded ahead of its put.
-        order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
-        if order == NULL:
-            rc = NO_MEMORY
-        else:
-            for i in range(fresh):
-                order[3 * i], order[3 * i + 2] = added[i].fp, added[i].key_size
-                if added[i].key_size <= 8:
-                    memcpy(&order[3 * i + 1], added[i].key, added[i].key_size)
-                else:
-                    order[3 * i + 1] = <uint64_t>added[i].key
-            rc = sort_records(order, fresh, 3)
+        # the index entries (index_order). A fingerprint's first put tells
+        # whether the transaction's own slot had it, lookups whether the others
+        # did (noted after the puts, and after the notes unlink took, so theirs
+        # come first).
+        if not sorting:
+            free(order)
+            entries.docs, entries.n = added, fresh
+            entries.order = order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
+            rc = NO_MEMORY if order == NULL else index_order(&entries)
         merged = w.merged
         if rc == 0:
             rc = index_put_cursor(w, &put)
@@ -2089,10 +2122,14 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             appending, rc = True, 0
         elif rc == 0:
             appending = order[0] > read_be(<uint8_t*>k.mv_data, 8)
-        if rc == 0:  # the slots before the transaction's own: shared where they are as committed
-            rc = lookups_begin(w, order, fresh, w.index_committed and not w.unlinked and
-                               merged == w.merged, &lookups, &thread, &started)
-        own = lookups.had + fresh  # whether the transaction's own slot had it
+        # the slots before the transaction's own, shared where they are as
+        # committed (the entries unlink took out: their fingerprints' notes
+        # were taken before, and the first note of a fingerprint counts)
+        if rc == 0:
+            rc = lookups_begin(w, order, fresh, w.index_committed and merged == w.merged,
+                               &lookups, &thread, &started)
+        if rc == 0:
+            own = lookups.had + fresh  # whether the transaction's own slot had it
         for i in range(fresh):
             if rc:
                 break
@@ -2121,7 +2158,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                         rc = 0
         if rc == 0 and lookups.slots:  # the writer's share
             rc = look_up(&lookups, w.txn)
-        else:
+        if rc:
             chunk_stop(&lookups.next, fresh)
         if started:
             pthread_join(thread, NULL)
@@ -2133,7 +2170,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                 if rc:
                     break
         free(lookups.had)
-        free(order)
+    free(order)
     free(added)
     if rc == 0:
         rc = update_tables(w, touched)
@@ -3252,6 +3289,7 @@ cdef class Txn:
         sub-databases in order (appending), and its tables as one run each."""
         self.check()
         target.check()
+        target.changed = True
         cdef int rc = 0
         cdef MDB_dbi pairs[2][2]
         pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta

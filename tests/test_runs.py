@@ -188,7 +188,9 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
     """Whether each new fingerprint was indexed before is looked up in the
     earlier slots by the writer and a thread reading the last commit, in
     turns: a batch with half its fingerprints indexed under other keys (some
-    in slots merged, some not) is noted exactly, and the thread took part."""
+    in slots merged, some not), and batches that move most documents to
+    another's fingerprint or a new one, are noted exactly, the thread taking
+    part."""
     from conftest import STORAGE_LAYOUT
 
     from simhashdb import records
@@ -212,9 +214,60 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
     assert storage._env.shared_lookups == 0  # (batches under SHARED_LOOKUPS)
     upsert(12_000, 20_000)
     assert storage._env.shared_lookups == 1
+    live = dict(enumerate(fps))
     with storage.read() as view:
         assert view.distinct() == len(set(fps))
         assert sorted(view.table_fingerprints(1)) == sorted(set(fps))
+    for turn in (1, 2):  # two keys in three move to another's fingerprint, or a new one
+        moved = {k: live[(k + 997 * turn) % 20_000] for k in range(20_000) if k % 3}
+        moved.update((k, int(rng.integers(0, 2**64, dtype=np.uint64))) for k in range(1, 20_000, 6))
+        storage.write(lambda txn: txn.upsert(records.encode_documents(moved.items(), 511, 0)))
+        live.update(moved)
+        assert storage._env.shared_lookups == 1 + turn
+        with storage.read() as view:
+            assert view.distinct() == len(set(live.values()))
+            assert sorted(view.table_fingerprints(1)) == sorted(set(live.values()))
+
+
+def test_a_large_batch_after_changes_in_its_transaction_looks_up_what_the_transaction_holds(
+        tmp_path, monkeypatch):
+    """A removal or a batch earlier in the same transaction changes the slots
+    a thread reading the last commit would see: the lookups are the writer's
+    then, and the fingerprints the transaction removed or added are noted as
+    it holds them (a batch sharing them regardless counts some 800 too few)."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
+    monkeypatch.setattr(native, "THREADS", 2)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.format_stored()
+    rng = np.random.default_rng(1)
+    fps = [int(x) for x in rng.integers(0, 2**64, 16_000, dtype=np.uint64)]
+    live = {k: fps[k] for k in range(8000)}
+    storage.write(lambda txn: txn.upsert(records.encode_documents(live.items(), 511, 0)))
+    back = {100_000 + k: fps[k] for k in range(1000)}  # removed below, back under new keys
+    back.update((k, fps[k]) for k in range(8000, 12_000))
+    more = {200_000 + k: fps[k] for k in range(8000, 8500)}  # the first batch's, again
+    more.update((k, fps[k]) for k in range(12_000, 16_000))
+
+    def body(txn):
+        txn.remove([records.encode_key(k) for k in range(1000)])
+        txn.upsert(records.encode_documents(back.items(), 511, 0))
+        txn.upsert(records.encode_documents(more.items(), 511, 0))
+
+    storage.write(body)
+    assert storage._env.shared_lookups == 0
+    for k in range(1000):
+        del live[k]
+    live.update(back)
+    live.update(more)
+    with storage.read() as view:
+        assert view.distinct() == len(set(live.values()))
+        assert sorted(view.table_fingerprints(1)) == sorted(set(live.values()))
 
 
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):

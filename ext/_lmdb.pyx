@@ -1936,6 +1936,7 @@ cdef struct Lookups:
     uint8_t* had                # per entry: 1 if its fingerprint was there
     size_t next                 # the first entry no one has taken
     int rc                      # the thread's
+    bint began                  # the thread began its snapshot
 
 
 cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
@@ -1977,7 +1978,7 @@ cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lo
     and there are enough, start a thread that takes a share."""
     cdef uint64_t entries[INDEX_SLOTS]
     cdef int s, used, rc = 0
-    l.env, l.order, l.n, l.next, l.rc, l.slots = mdb_txn_env(w.txn), order, n, 0, 0, 0
+    l.env, l.order, l.n, l.next, l.rc, l.slots, l.began = mdb_txn_env(w.txn), order, n, 0, 0, 0, 0
     l.had = <uint8_t*>calloc(2 * n + 1, 1)
     if l.had == NULL:
         return NO_MEMORY
@@ -1996,11 +1997,13 @@ cdef void* look_up_thread(void* lookups) noexcept nogil:
     cdef Lookups* l = <Lookups*>lookups
     cdef MDB_txn* txn
     cdef int rc = g_txn_begin(l.env, NULL, MDB_RDONLY, &txn)
+    l.began = rc == 0
     if rc == 0:
-        l.rc = look_up(l, txn)
+        rc = look_up(l, txn)
         mdb_txn_abort(txn)
-    elif rc == GUARD_FAULT:  # (other failures, such as a full reader table: the writer takes all)
+    if rc == GUARD_FAULT or (rc and l.began):  # (else, such as a full reader table: the writer's)
         l.rc = rc
+        chunk_stop(&l.next, l.n)
     return NULL
 
 
@@ -2048,7 +2051,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef Lookups lookups
     cdef pthread_t thread
     cdef bint started = False
-    cdef uint8_t* own
+    cdef uint8_t* own = NULL
     cdef Entries entries
     cdef pthread_t sorter
     cdef bint sorting = False
@@ -2108,10 +2111,11 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         # whether the transaction's own slot had it, lookups whether the others
         # did (noted after the puts, and after the notes unlink took, so theirs
         # come first).
-        if not sorting:
-            free(order)
+        if not sorting:  # (a buffer for a thread that did not start holds them too)
             entries.docs, entries.n = added, fresh
-            entries.order = order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
+            if order == NULL:
+                order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
+            entries.order = order
             rc = NO_MEMORY if order == NULL else index_order(&entries)
         merged = w.merged
         if rc == 0:
@@ -2123,8 +2127,11 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         elif rc == 0:
             appending = order[0] > read_be(<uint8_t*>k.mv_data, 8)
         # the slots before the transaction's own, shared where they are as
-        # committed (the entries unlink took out: their fingerprints' notes
-        # were taken before, and the first note of a fingerprint counts)
+        # committed. They are where no earlier call changed the index and no
+        # merge freed a slot (every merge counts in w.merged): then the two
+        # views differ only by the entries unlink took out, each of whose
+        # fingerprints was noted first (touch, before the deletion, as it stood
+        # before the batch), and the first note of a fingerprint counts
         if rc == 0:
             rc = lookups_begin(w, order, fresh, w.index_committed and merged == w.merged,
                                &lookups, &thread, &started)
@@ -2163,7 +2170,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         if started:
             pthread_join(thread, NULL)
             rc = rc if rc else lookups.rc
-            w.shared_lookups[0] += 1
+            w.shared_lookups[0] += lookups.began
         for i in range(fresh if rc == 0 else 0):
             if i == 0 or order[3 * i] != order[3 * i - 3]:
                 rc = note_touched(touched, order[3 * i], own[i] or lookups.had[i])

@@ -124,8 +124,8 @@ cdef int index_seek(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
     return rc if rc and rc != MDB_NOTFOUND else index_pick(ix, k, v)
 
 
-cdef int index_has(Work* w, uint64_t fp, int skip_slot) noexcept nogil:
-    """1 if a slot other than ``skip_slot`` has ``fp``, 0 if none, or an LMDB error."""
+cdef int index_has(Work* w, uint64_t fp) noexcept nogil:
+    """1 if a slot has ``fp``, 0 if none, or an LMDB error."""
     cdef Index* ix = &w.ix
     cdef uint8_t key_bytes[8]
     cdef MDB_val k, v
@@ -136,13 +136,12 @@ cdef int index_has(Work* w, uint64_t fp, int skip_slot) noexcept nogil:
     ix.at = -1  # the lookups move the sub-cursors
     for i in range(ix.n):
         ix.on[i] = False
-        if ix.slot[i] != skip_slot:
-            k.mv_size, k.mv_data = 8, key_bytes
-            rc = g_cursor_get(ix.cursor[i], &k, &v, MDB_SET)
-            if rc == 0:
-                return 1
-            if rc != MDB_NOTFOUND:
-                return rc
+        k.mv_size, k.mv_data = 8, key_bytes
+        rc = g_cursor_get(ix.cursor[i], &k, &v, MDB_SET)
+        if rc == 0:
+            return 1
+        if rc != MDB_NOTFOUND:
+            return rc
     return 0
 
 

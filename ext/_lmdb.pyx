@@ -1066,7 +1066,7 @@ cdef int drop_stale(Work* w, Hits* hits) noexcept nogil:
     cdef size_t i, kept = 0
     cdef int rc
     for i in range(hits.size):
-        rc = index_has(w, hits.data[i].fp, -1)
+        rc = index_has(w, hits.data[i].fp)
         if rc < 0:
             return rc
         if rc:
@@ -1458,7 +1458,7 @@ cdef int update_bands(Work* w) noexcept nogil:
 cdef int touch(Work* w, U64s* touched, uint64_t fp) noexcept nogil:
     """Note ``fp`` as changed, with whether the index had it before this batch
     (the first note of a fingerprint is taken before any of its changes)."""
-    cdef int had = 0 if w.index_was_empty else index_has(w, fp, -1)
+    cdef int had = 0 if w.index_was_empty else index_has(w, fp)
     return had if had < 0 else note_touched(touched, fp, had)
 
 
@@ -1557,7 +1557,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     i = 0
     while rc == 0 and i < n:
         had = pairs[2 * i + 1]
-        now = index_has(w, pairs[2 * i], -1) if w.unlinked else 1
+        now = index_has(w, pairs[2 * i]) if w.unlinked else 1
         if now < 0:
             rc = now
         elif now and not had:
@@ -1657,7 +1657,7 @@ cdef int flush_pending(Work* w) noexcept nogil:
     for i in range(p.size if rc == 0 else 0):
         if kept and p.data[kept - 1] == p.data[i]:
             continue
-        rc = index_has(w, p.data[i], -1)
+        rc = index_has(w, p.data[i])
         if rc < 0:
             return rc
         if rc:
@@ -2950,7 +2950,7 @@ cdef class Txn:
                     if kept and values.data[kept - 1] == values.data[i]:
                         continue
                     x = unpermute_one(values.data[i], spec, self.env.layout.blocks)
-                    rc = index_has(&job.w, x, -1)
+                    rc = index_has(&job.w, x)
                     if rc < 0:
                         break
                     if rc:

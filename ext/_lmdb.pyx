@@ -1915,7 +1915,7 @@ cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
 
 cdef enum:
     LOOKUP_CHUNK = 512          # lookups taken at a time
-    SHARED_LOOKUPS = 4096       # the fewest new fingerprints shared with a thread
+    THREAD_SHARE = 4096         # the fewest new documents a thread shares the work of
 
 
 cdef extern from *:
@@ -1988,7 +1988,7 @@ cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lo
         if entries[s] and s != w.put_slot:
             l.dbis[l.slots] = w.index_dbis[s]
             l.slots += 1
-    started[0] = rc == 0 and shared and l.slots > 0 and n >= SHARED_LOOKUPS and \
+    started[0] = rc == 0 and shared and l.slots > 0 and n >= THREAD_SHARE and \
         w.merge_threads > 1 and pthread_create(thread, NULL, look_up_thread, l) == 0
     return rc
 
@@ -2070,7 +2070,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     elif rc == 0 and n:
         appending = cmp_bytes(docs[0].key, docs[0].key_size, <uint8_t*>k.mv_data,
                               k.mv_size) > 0
-    if rc == 0 and appending and n >= SHARED_LOOKUPS and w.merge_threads > 1:
+    if rc == 0 and appending and n >= THREAD_SHARE and w.merge_threads > 1:
         # every document is new: its index entries are sorted while it is put
         entries.docs, entries.n, entries.rc = docs, n, 0
         entries.order = order = <uint64_t*>malloc(3 * n * sizeof(uint64_t))

@@ -211,7 +211,7 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
 
     for start in range(0, 12_000, 3000):
         upsert(start, start + 3000)
-    assert storage._env.shared_lookups == 0  # (batches under SHARED_LOOKUPS)
+    assert storage._env.shared_lookups == 0  # (batches under THREAD_SHARE)
     upsert(12_000, 20_000)
     assert storage._env.shared_lookups == 1
     live = dict(enumerate(fps))

@@ -112,26 +112,38 @@ class NativeStorage(LmdbStorage):
         """Search in a snapshot of its own, split over the cores for large
         batches: a transaction a part, all of one commit."""
         flips = self._layout.prefix_flips(distance)
-        step = -(-len(probes) // (THREADS if len(probes) >= PARALLEL_PROBES else 1)) or 1
-        parts = [probes[i:i + step] for i in range(0, len(probes), step)] or [probes]
+        split = THREADS > 1 and len(probes) >= PARALLEL_PROBES
         while True:
-            resized = False
             with self._gate:
                 self._check_usable()
-                txns = []
                 try:
-                    txns = [self._env.begin() for _ in parts]  # (MDB_NOTLS: any thread's)
-                    if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
-                        found = (map if len(parts) == 1 else _pool().map)(
-                            lambda job: job[0].search(job[1], distance, flips), zip(txns, parts))
-                        return [hits for part in found for hits in part]
-                except self.map_resized:
-                    resized = True
-                finally:
-                    for txn in txns:
+                    if split:
+                        return self._search_parts(probes, distance, flips)
+                    txn = self._env.begin()
+                    try:
+                        return txn.search(probes, distance, flips)
+                    finally:
                         txn.abort()
-            if resized:
-                self._resize(0)  # another process grew the map: adopt its size
+                except self.map_resized:
+                    pass
+            self._resize(0)  # another process grew the map: adopt its size
+
+    def _search_parts(self, probes, distance, flips):
+        """A part of the probes a core, each in a transaction of its own, all of
+        one commit (MDB_NOTLS: a transaction may run on any thread)."""
+        step = -(-len(probes) // THREADS)
+        parts = [probes[i:i + step] for i in range(0, len(probes), step)]
+        while True:
+            txns = []
+            try:
+                txns = [self._env.begin() for _ in parts]
+                if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
+                    found = _pool().map(lambda job: job[0].search(job[1], distance, flips),
+                                        zip(txns, parts))
+                    return [hits for part in found for hits in part]
+            finally:
+                for txn in txns:
+                    txn.abort()
 
     map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError
 

@@ -193,83 +193,352 @@ cdef int append_entry(MDB_cursor* dst, MDB_val* k, MDB_val* v, uint8_t* last,
     return g_cursor_put(dst, k, v, MDB_APPEND)
 
 
-cdef int index_merge(Work* w, int a, int b, const uint64_t* entries) noexcept nogil:
-    """Merge slots ``a`` and ``b`` into a free slot (appending in order), or,
-    where none is free, ``a`` into ``b``; the sources are emptied."""
-    cdef MDB_cursor* src[2]
+cdef int index_merge_in_place(Work* w, int a, int b, uint64_t entries) noexcept nogil:
+    """Merge slot ``a`` into slot ``b`` (where no slot is free; ``entries``
+    in both); ``a`` is emptied."""
+    cdef MDB_cursor* src = NULL
     cdef MDB_cursor* dst = NULL
-    cdef MDB_val k[2]
-    cdef MDB_val v[2]
-    cdef bint on[2]
-    cdef uint8_t last[8]
-    cdef bint have_last = False
-    cdef int i, d = -1, s, rc = 0
-    for s in range(w.index_slots):
-        if d < 0 and entries[s] == 0:
-            d = s
-    index_close(w)  # emptied slots leave their cursors nowhere
+    cdef MDB_val k, v
+    cdef int rc = g_cursor_open(w.txn, w.index_dbis[a], &src)
+    index_close(w)  # the emptied slot leaves its cursor nowhere
     if w.put_slot == a or w.put_slot == b:
         w.put_slot = -1
-    src[0] = src[1] = NULL
-    for i in range(2 if d >= 0 else 1):
-        if rc == 0:
-            rc = g_cursor_open(w.txn, w.index_dbis[a if i == 0 else b], &src[i])
-        if rc == 0:
-            rc = g_cursor_get(src[i], &k[i], &v[i], MDB_FIRST)
-            on[i], rc = rc == 0, 0 if rc == MDB_NOTFOUND else rc
     if rc == 0:
-        rc = g_cursor_open(w.txn, w.index_dbis[d if d >= 0 else b], &dst)
-    if d < 0:
-        on[1] = False
-    while rc == 0 and (on[0] or on[1]):
-        i = 1 if not on[0] or (on[1] and cmp_entry(&k[1], &v[1], &k[0], &v[0]) < 0) else 0
-        if d < 0:
-            rc = g_cursor_put(dst, &k[i], &v[i], MDB_NODUPDATA) if k[i].mv_size == 8 \
-                else CORRUPTED
-        else:
-            rc = append_entry(dst, &k[i], &v[i], last, &have_last)
+        rc = g_cursor_open(w.txn, w.index_dbis[b], &dst)
+    if rc == 0:
+        rc = g_cursor_get(src, &k, &v, MDB_FIRST)
+    while rc == 0:
+        rc = g_cursor_put(dst, &k, &v, MDB_NODUPDATA) if k.mv_size == 8 else CORRUPTED
         if rc == MDB_KEYEXIST:  # the same entry in both (never written so): kept once
             rc = 0
         if rc == 0:
-            rc = g_cursor_get(src[i], &k[i], &v[i], MDB_NEXT)
-            on[i], rc = rc == 0, 0 if rc == MDB_NOTFOUND else rc
-    for i in range(2):
-        if src[i] != NULL:
-            mdb_cursor_close(src[i])
+            rc = g_cursor_get(src, &k, &v, MDB_NEXT)
+    if src != NULL:
+        mdb_cursor_close(src)
     if dst != NULL:
         mdb_cursor_close(dst)
+    rc = 0 if rc == MDB_NOTFOUND else rc
     if rc == 0:
         rc = g_drop(w.txn, w.index_dbis[a], 0)
-    if rc == 0 and d >= 0:
-        rc = g_drop(w.txn, w.index_dbis[b], 0)
-    w.merged += entries[a] + entries[b]
+    w.merged += entries
     return rc
 
 
-cdef int index_merges(Work* w, uint64_t limit) noexcept nogil:
-    """Merge the two smallest slots in use while the smaller holds over 1/RATIO
-    of the other's entries, or the slots run short; a merge of more than
-    ``limit`` entries (0: any) is left for tidy (``w.untidy``)."""
-    cdef uint64_t entries[INDEX_SLOTS]
-    cdef int a, b, s, used, rc = 0
+# A merge into a free slot reads its sources in (fingerprint, key) order
+# (Slots) and appends. Where the sources are as the last commit left them,
+# a thread reads them in a snapshot of that commit and hands the entries to the
+# writer in chunks (Feed), so that the writer's thread only puts.
+
+cdef struct Slots:
+    MDB_cursor* cursor[INDEX_SLOTS]
+    MDB_val k[INDEX_SLOTS]
+    MDB_val v[INDEX_SLOTS]
+    bint on[INDEX_SLOTS]
+    int n
+
+
+cdef inline int slot_next(Slots* s, int i, MDB_cursor_op op) noexcept nogil:
+    cdef int rc = g_cursor_get(s.cursor[i], &s.k[i], &s.v[i], op)
+    s.on[i] = rc == 0
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int slots_open(Slots* s, MDB_txn* txn, const MDB_dbi* dbis, int n) noexcept nogil:
+    """Cursors on the slots ``dbis``, each at its first entry."""
+    cdef int rc = 0
+    s.n = 0
+    while rc == 0 and s.n < n:
+        rc = g_cursor_open(txn, dbis[s.n], &s.cursor[s.n])
+        if rc == 0:
+            s.n += 1
+            rc = slot_next(s, s.n - 1, MDB_FIRST)
+    return rc
+
+
+cdef void slots_close(Slots* s) noexcept nogil:
+    cdef int i
+    for i in range(s.n):
+        mdb_cursor_close(s.cursor[i])
+    s.n = 0
+
+
+cdef int slots_least(const Slots* s) noexcept nogil:
+    """The source whose entry comes first (-1: every one is at its end)."""
+    cdef int i, at = -1
+    for i in range(s.n):
+        if s.on[i] and (at < 0 or cmp_entry(&s.k[i], &s.v[i], &s.k[at], &s.v[at]) < 0):
+            at = i
+    return at
+
+
+cdef int slots_pass(Slots* s, int at) noexcept nogil:
+    """Move the sources past source ``at``'s entry: an entry in two of them
+    (never written so) is given once."""
+    cdef int i, rc = 0
+    for i in range(s.n):
+        if rc == 0 and i != at and s.on[i] and \
+                cmp_entry(&s.k[i], &s.v[i], &s.k[at], &s.v[at]) == 0:
+            rc = slot_next(s, i, MDB_NEXT)
+    return rc if rc else slot_next(s, at, MDB_NEXT)
+
+
+cdef enum:
+    FEED_FROM = 1 << 16     # the fewest entries a merge takes for a thread to read them
+                            # (or Work.threaded_merge, where that is fewer)
+    FEED_CHUNK = 1 << 18    # bytes of entries handed over at a time
+    FEED_CHUNKS = 8         # chunks in flight
+
+
+cdef struct Feed:
+    MDB_env* env
+    size_t snapshot         # the commit the sources are read in: the write transaction's last
+    MDB_dbi dbis[INDEX_SLOTS]
+    int n
+    pthread_mutex_t lock
+    pthread_cond_t moved    # a chunk was filled or emptied, or the thread ended or must stop
+    uint8_t* chunk[FEED_CHUNKS]
+    size_t size[FEED_CHUNKS]
+    size_t filled, emptied  # chunks so far (chunk i is chunk[i % FEED_CHUNKS])
+    bint began, ended, stop
+    int rc                  # the thread's
+
+
+cdef bint feed_wait_room(Feed* f) noexcept nogil:
+    """Publish the chunk the thread filled and wait for room for the next;
+    False when the writer stopped."""
+    pthread_mutex_lock(&f.lock)
+    f.filled += 1
+    pthread_cond_broadcast(&f.moved)
+    while f.filled - f.emptied == FEED_CHUNKS and not f.stop:
+        pthread_cond_wait(&f.moved, &f.lock)
+    cdef bint go_on = not f.stop
+    pthread_mutex_unlock(&f.lock)
+    return go_on
+
+
+cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
+    """Merge the sources in ``txn`` into chunks: each entry its fingerprint
+    (8 bytes), its key's size (u16 LE) and the key."""
+    cdef Slots src
+    cdef uint8_t* out
+    cdef size_t used = 0, need
+    cdef int at, rc = slots_open(&src, txn, f.dbis, f.n)
+    cdef bint go_on = True
+    out = f.chunk[f.filled % FEED_CHUNKS]
+    while rc == 0 and go_on:
+        at = slots_least(&src)
+        if at < 0:
+            break
+        if src.k[at].mv_size != 8 or src.v[at].mv_size > 0xFFFF:
+            rc = CORRUPTED
+            break
+        need = 10 + src.v[at].mv_size
+        if used + need > FEED_CHUNK:
+            f.size[f.filled % FEED_CHUNKS] = used
+            go_on = feed_wait_room(f)
+            out, used = f.chunk[f.filled % FEED_CHUNKS], 0
+            if not go_on:
+                break
+        if g_copy(out + used, src.k[at].mv_data, 8) or \
+                g_copy(out + used + 10, src.v[at].mv_data, src.v[at].mv_size):
+            rc = CORRUPTED
+            break
+        out[used + 8], out[used + 9] = src.v[at].mv_size & 0xFF, src.v[at].mv_size >> 8
+        used += need
+        rc = slots_pass(&src, at)
+    slots_close(&src)
+    if rc == 0 and go_on and used:
+        f.size[f.filled % FEED_CHUNKS] = used
+        feed_wait_room(f)
+    return rc
+
+
+cdef void* feed_thread(void* feed) noexcept nogil:
+    cdef Feed* f = <Feed*>feed
+    cdef MDB_txn* txn = NULL
+    cdef int rc = g_txn_begin(f.env, NULL, MDB_RDONLY, &txn)
+    cdef bint began = rc == 0 and mdb_txn_id(txn) == f.snapshot  # (always: the write lock is held)
+    if began:
+        rc = feed_fill(f, txn)
+    if txn != NULL:
+        mdb_txn_abort(txn)
+    pthread_mutex_lock(&f.lock)
+    f.began, f.ended, f.rc = began, True, rc if began else 0
+    pthread_cond_broadcast(&f.moved)
+    pthread_mutex_unlock(&f.lock)
+    return NULL
+
+
+cdef int feed_drain(Feed* f, MDB_cursor* dst) noexcept nogil:
+    """Append the thread's chunks' entries to ``dst`` until it ends."""
+    cdef uint8_t last[8]
+    cdef bint have_last = False
+    cdef MDB_val k, v
+    cdef uint8_t* p
+    cdef uint8_t* end
+    cdef int rc = 0
     while rc == 0:
-        rc = index_sizes(w, entries, &used)
+        pthread_mutex_lock(&f.lock)
+        while f.emptied == f.filled and not f.ended:
+            pthread_cond_wait(&f.moved, &f.lock)
+        if f.emptied == f.filled:  # ended
+            pthread_mutex_unlock(&f.lock)
+            break
+        pthread_mutex_unlock(&f.lock)
+        p = f.chunk[f.emptied % FEED_CHUNKS]
+        end = p + f.size[f.emptied % FEED_CHUNKS]
+        while rc == 0 and p < end:
+            k.mv_size, k.mv_data = 8, p
+            v.mv_size, v.mv_data = p[8] | (<size_t>p[9] << 8), p + 10
+            rc = append_entry(dst, &k, &v, last, &have_last)
+            p += 10 + v.mv_size
+        pthread_mutex_lock(&f.lock)
+        f.emptied += 1
+        f.stop = rc != 0
+        pthread_cond_broadcast(&f.moved)
+        pthread_mutex_unlock(&f.lock)
+    return rc
+
+
+cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
+                    bint* fed) noexcept nogil:
+    """Merge the slots ``dbis``, as the last commit left them, into ``dst``
+    with a thread that reads them; ``fed``: whether the thread read them (else
+    nothing was appended: no thread, or no snapshot for it)."""
+    cdef Feed f
+    cdef pthread_t thread
+    cdef int i, rc = 0
+    memset(&f, 0, sizeof(Feed))
+    fed[0] = False
+    f.env, f.snapshot, f.n = mdb_txn_env(w.txn), mdb_txn_id(w.txn) - 1, n
+    memcpy(f.dbis, dbis, n * sizeof(MDB_dbi))
+    for i in range(FEED_CHUNKS):
+        f.chunk[i] = <uint8_t*>malloc(FEED_CHUNK)
+        if f.chunk[i] == NULL:
+            rc = NO_MEMORY
+    if rc == 0 and pthread_mutex_init(&f.lock, NULL) == 0:
+        if pthread_cond_init(&f.moved, NULL) == 0:
+            if pthread_create(&thread, NULL, feed_thread, &f) == 0:
+                rc = feed_drain(&f, dst)
+                pthread_join(thread, NULL)
+                fed[0] = f.began
+                rc = rc if rc else f.rc
+            pthread_cond_destroy(&f.moved)
+        pthread_mutex_destroy(&f.lock)
+    for i in range(FEED_CHUNKS):
+        free(f.chunk[i])
+    return 0 if rc == NO_MEMORY else rc  # (no memory for the chunks: the writer reads)
+
+
+cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
+                     bint committed) noexcept nogil:
+    """Merge the ``n`` slots ``slots`` (``entries`` in all) into the free slot
+    ``d``, appending in order, and empty them; ``committed``: the slots are as
+    the last commit left them."""
+    cdef MDB_dbi dbis[INDEX_SLOTS]
+    cdef MDB_cursor* dst = NULL
+    cdef Slots src
+    cdef uint8_t last[8]
+    cdef bint have_last = False, fed = False
+    cdef int i, at, rc
+    index_close(w)  # emptied slots leave their cursors nowhere
+    for i in range(n):
+        dbis[i] = w.index_dbis[slots[i]]
+        if w.put_slot == slots[i]:
+            w.put_slot = -1
+    rc = g_cursor_open(w.txn, w.index_dbis[d], &dst)
+    if rc == 0 and committed and entries >= min(<uint64_t>FEED_FROM, w.threaded_merge) and \
+            w.merge_threads > 1:
+        rc = feed_merge(w, dbis, n, dst, &fed)
+        w.fed_merges[0] += fed
+    if rc == 0 and not fed:
+        rc = slots_open(&src, w.txn, dbis, n)
+        at = slots_least(&src) if rc == 0 else -1
+        while at >= 0:  # each put before its source moves on, so its page is held
+            rc = append_entry(dst, &src.k[at], &src.v[at], last, &have_last)
+            if rc == 0:
+                rc = slots_pass(&src, at)
+            at = slots_least(&src) if rc == 0 else -1
+        slots_close(&src)
+    if dst != NULL:
+        mdb_cursor_close(dst)
+    for i in range(n):
+        if rc == 0:
+            rc = g_drop(w.txn, dbis[i], 0)
+    w.merged += entries
+    return rc
+
+
+cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, int* chain,
+                     uint64_t* total, bint* untidy) noexcept nogil:
+    """The slots of the next merge (how many; 0: none): the two smallest in use
+    while the smaller holds over 1/RATIO of the other, or the slots run short,
+    and then, one at a time, the smallest other slot while what the chain
+    holds is among the two smallest and would be merged with it, as merges of
+    two would go, written once. A merge of more than ``limit`` entries (0: any)
+    is left (``untidy``)."""
+    cdef uint32_t taken = 0
+    cdef uint64_t x, y
+    cdef int s, a, b, n = 0
+    total[0] = 0
+    while True:
         a = b = -1
-        for s in range(w.index_slots):
-            if entries[s] == 0:
+        for s in range(slots):
+            if entries[s] == 0 or (taken >> s) & 1:
                 continue
             if a < 0 or entries[s] < entries[a]:
                 a, b = s, a
             elif b < 0 or entries[s] < entries[b]:
                 b = s
-        if rc or b < 0:
+        if n == 0 and b < 0 or n and (a < 0 or (b >= 0 and entries[b] < total[0])):
             break
-        if used < INDEX_SLOTS - 1 and entries[a] * RATIO <= entries[b]:
+        x = entries[a] if n == 0 else min(total[0], entries[a])
+        y = entries[b] if n == 0 else max(total[0], entries[a])
+        if used < INDEX_SLOTS - 1 and x * RATIO <= y:
             break
-        if used < INDEX_SLOTS - 1 and limit and entries[a] + entries[b] > limit:
-            w.untidy = True
+        if used < INDEX_SLOTS - 1 and limit and x + y > limit:
+            untidy[0] = True
             break
-        rc = index_merge(w, a, b, entries)
+        chain[n] = a
+        n += 1
+        taken |= 1 << a
+        if n == 1:
+            chain[n] = b
+            n += 1
+            taken |= 1 << b
+        total[0] = x + y
+        used -= 1
+    return n
+
+
+cdef int index_merges(Work* w, uint64_t limit, bint committed) noexcept nogil:
+    """The merges merge_chain calls for, until there are none; a merge of more
+    than ``limit`` entries (0: any) is left for tidy (``w.untidy``).
+    ``committed``: the slots are as the last commit left them, so that a
+    merge of slots this call has not written may be read by a thread."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef uint64_t total
+    cdef int chain[INDEX_SLOTS]
+    cdef uint32_t written = 0, taken
+    cdef int i, s, n, d, used, rc = 0
+    while rc == 0:
+        rc = index_sizes(w, entries, &used)
+        n = merge_chain(entries, w.index_slots, used, limit, chain, &total, &w.untidy) \
+            if rc == 0 else 0
+        if n == 0:
+            break
+        d, taken = -1, 0
+        for i in range(n):
+            taken |= 1 << chain[i]
+        for s in range(w.index_slots):
+            if d < 0 and entries[s] == 0:
+                d = s
+        if d < 0:  # every slot in use (a writer of another kind)
+            rc = index_merge_in_place(w, chain[0], chain[1], entries[chain[0]] + entries[chain[1]])
+            written |= taken
+        else:
+            rc = index_merge(w, chain, n, d, total, committed and not (written & taken))
+            written |= taken | (1 << d)
     return rc
 
 
@@ -289,7 +558,7 @@ cdef int index_put_cursor(Work* w, MDB_cursor** put) noexcept nogil:
             if w.put_slot < 0 and entries[s] == 0:
                 w.put_slot = s
         if rc == 0 and w.put_slot < 0:  # every slot in use (a writer of another kind)
-            rc = index_merges(w, 0)
+            rc = index_merges(w, 0, False)
     index_close(w)  # opened again with the slot among the ones it reads
     if rc == 0:
         rc = index_open(w)

@@ -39,6 +39,12 @@ cdef extern from "pthread.h" nogil:
     int pthread_mutex_destroy(pthread_mutex_t* m)
     int pthread_mutex_lock(pthread_mutex_t* m)
     int pthread_mutex_unlock(pthread_mutex_t* m)
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_cond_init(pthread_cond_t* c, const void* attr)
+    int pthread_cond_destroy(pthread_cond_t* c)
+    int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
+    int pthread_cond_broadcast(pthread_cond_t* c)
     ctypedef unsigned long pthread_t
     int pthread_create(pthread_t* thread, const void* attr, void* (*start)(void*) noexcept nogil,
                        void* arg)
@@ -578,6 +584,7 @@ cdef struct Work:
     uint64_t threaded_merge  # the least entries a merge takes to be cut so
     uint64_t* threaded_merges  # the Env's count of merges cut so
     uint64_t* shared_lookups  # the Env's count of batches whose lookups a thread shared
+    uint64_t* fed_merges    # the Env's count of index merges whose sources a thread read
 
 
 cdef int open_cursors(Work* w) noexcept nogil:
@@ -2460,6 +2467,7 @@ cdef class Env:
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
     cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
     cdef readonly uint64_t shared_lookups  # batches whose index lookups a thread shared
+    cdef readonly uint64_t fed_merges  # index merges whose sources a thread read
     cdef Layout layout
     cdef DirCache* dirs  # the runs' block directories, for searches
     cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
@@ -2742,6 +2750,7 @@ cdef class Txn:
         w.threaded_merge = self.env.threaded_merge
         w.threaded_merges = &self.env.threaded_merges
         w.shared_lookups = &self.env.shared_lookups
+        w.fed_merges = &self.env.fed_merges
         return w
 
     def abort(self):
@@ -3138,7 +3147,7 @@ cdef class Txn:
                 job.n = sort_unique(job.docs, job.n)
                 rc = upsert(&job.w, job.docs, job.n, &job.touched)
             if rc == 0:
-                rc = index_merges(&job.w, job.w.merge_limit)
+                rc = index_merges(&job.w, job.w.merge_limit, False)
         self.done(rc, "write to", job)
 
     def remove(self, list keys):
@@ -3199,7 +3208,7 @@ cdef class Txn:
             if rc == 0:
                 rc = flush_pending(&job.w)
             if rc == 0:
-                rc = index_merges(&job.w, job.w.merge_limit)
+                rc = index_merges(&job.w, job.w.merge_limit, False)
         free(fps)
         free(stored.data)
         self.done(rc, "write to", job)
@@ -3217,7 +3226,7 @@ cdef class Txn:
             if rc == 0 and unchanged:  # a rewrite of what removals left sparse, else
                 rc = rewrite_sparse(&job.w, &more)  # the index's merges and the tables' share
             if rc == 0 and not more:
-                rc = index_merges(&job.w, 0)
+                rc = index_merges(&job.w, 0, unchanged)
             if rc == 0 and not more:
                 rc = tidy(&job.w, &more)
         self.runs_written = self.runs_written or job.w.runs_written

@@ -186,6 +186,40 @@ def read_index(path):
 
 
 @native
+def test_a_batch_into_an_index_whose_every_slot_holds_entries_merges_two_in_place(tmp_path):
+    """A file whose eight index slots all hold entries (spread so by another
+    program) leaves a batch no free slot to put into: the writer merges the
+    smallest into another in place, and every entry stays, once."""
+    path, rng = str(tmp_path / "full.db"), random.Random(3)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(3000)}
+    for i in range(0, 3000, 10):  # a few keys a fingerprint
+        docs["d%d" % i] = docs["k%d" % i]
+    with DB(path, distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+    entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
+    with env.begin(write=True) as txn:
+        slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
+        for db_ in slots:
+            txn.drop(db_, delete=False)
+        for i, (fp, key) in enumerate(sorted(entries)):
+            txn.put(struct.pack(">Q", fp), key, db=slots[(i * 7) % INDEX_SLOTS])
+    env.close()
+    assert all(read_index(path))
+    batch = {"n%d" % i: rng.getrandbits(64) for i in range(200)}
+    batch["n0"] = docs["k1"]
+    with DB(path) as db:
+        db.insert_many(batch.items())
+        docs.update(batch)
+        check_exact(db, docs, [docs["k1"] ^ 0b101] + rng.sample(list(docs.values()), 20))
+    slots = read_index(path)
+    entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
+    assert sum(len(slot) for slot in slots) == len(entries)
+    assert set().union(*slots) == set(entries)
+    assert sum(bool(slot) for slot in slots) <= INDEX_SLOTS - 1
+
+
+@native
 def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
     """A transaction puts its new index entries into a slot of its own, merges
     keep few slots in use, and each document's entry is in exactly one slot:

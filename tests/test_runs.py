@@ -270,6 +270,50 @@ def test_a_large_batch_after_changes_in_its_transaction_looks_up_what_the_transa
         assert sorted(view.table_fingerprints(1)) == sorted(set(live.values()))
 
 
+def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_path, monkeypatch):
+    """tidy's index merges read slots as the last commit left them on a thread,
+    in chunks the writer appends: every entry lands once, across chunks (long
+    keys fill one every few thousand entries), with many keys a fingerprint
+    (spread over several slots), removals between batches, and a chain of
+    merges taken in one pass."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb import records
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
+    monkeypatch.setattr(native, "THREADS", 2)
+    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)  # the merges left for tidy
+    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.format_stored()
+    rng = np.random.default_rng(4)
+    shared = [int(x) for x in rng.integers(0, 2**64, 50, dtype=np.uint64)]
+    live = {}
+    for batch in range(12):
+        docs = {}
+        for i in range(5000):
+            key = ("k%d-%d-" % (batch, i)) + "x" * int(rng.integers(0, 300)) if i % 2 else \
+                batch * 10_000 + i
+            docs[key] = shared[i % 50] if i % 7 == 0 else int(rng.integers(0, 2**64, dtype=np.uint64))
+        storage.write(lambda txn: txn.upsert(records.encode_documents(docs.items(), 511, 0)))
+        live.update(docs)
+        gone = list(live)[batch * 300:batch * 300 + 200]
+        storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
+        for k in gone:
+            del live[k]
+    assert storage._env.fed_merges > 3
+    expected = {}
+    for k, fp in live.items():
+        expected.setdefault(fp, set()).add(k)
+    with storage.read() as view:
+        assert view.distinct() == len(expected)
+        groups = {fp: [records.unpack(k) for k in keys] for fp, keys in view.fingerprint_groups()}
+    assert sum(len(keys) for keys in groups.values()) == len(live)
+    assert {fp: set(keys) for fp, keys in groups.items()} == expected
+
+
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
     """Merges in parts read their sources from other threads, so only runs
     committed before the transaction qualify: after an upsert in the same

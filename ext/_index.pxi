@@ -199,10 +199,11 @@ cdef int index_merge_in_place(Work* w, int a, int b, uint64_t entries) noexcept 
     cdef MDB_cursor* src = NULL
     cdef MDB_cursor* dst = NULL
     cdef MDB_val k, v
-    cdef int rc = g_cursor_open(w.txn, w.index_dbis[a], &src)
+    cdef int rc
     index_close(w)  # the emptied slot leaves its cursor nowhere
     if w.put_slot == a or w.put_slot == b:
         w.put_slot = -1
+    rc = g_cursor_open(w.txn, w.index_dbis[a], &src)
     if rc == 0:
         rc = g_cursor_open(w.txn, w.index_dbis[b], &dst)
     if rc == 0:
@@ -303,13 +304,13 @@ cdef struct Feed:
     int rc                  # the thread's
 
 
-cdef bint feed_wait_room(Feed* f) noexcept nogil:
-    """Publish the chunk the thread filled and wait for room for the next;
-    False when the writer stopped."""
+cdef bint feed_publish(Feed* f, bint last) noexcept nogil:
+    """Publish the chunk the thread filled and, unless it is the ``last``,
+    wait for room for the next; False when the writer stopped."""
     pthread_mutex_lock(&f.lock)
     f.filled += 1
     pthread_cond_broadcast(&f.moved)
-    while f.filled - f.emptied == FEED_CHUNKS and not f.stop:
+    while not last and f.filled - f.emptied == FEED_CHUNKS and not f.stop:
         pthread_cond_wait(&f.moved, &f.lock)
     cdef bint go_on = not f.stop
     pthread_mutex_unlock(&f.lock)
@@ -335,7 +336,7 @@ cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
         need = 10 + src.v[at].mv_size
         if used + need > FEED_CHUNK:
             f.size[f.filled % FEED_CHUNKS] = used
-            go_on = feed_wait_room(f)
+            go_on = feed_publish(f, False)
             out, used = f.chunk[f.filled % FEED_CHUNKS], 0
             if not go_on:
                 break
@@ -349,7 +350,7 @@ cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
     slots_close(&src)
     if rc == 0 and go_on and used:
         f.size[f.filled % FEED_CHUNKS] = used
-        feed_wait_room(f)
+        feed_publish(f, True)
     return rc
 
 
@@ -363,7 +364,8 @@ cdef void* feed_thread(void* feed) noexcept nogil:
     if txn != NULL:
         mdb_txn_abort(txn)
     pthread_mutex_lock(&f.lock)
-    f.began, f.ended, f.rc = began, True, rc if began else 0
+    f.began, f.ended = began, True
+    f.rc = rc if began or rc == GUARD_FAULT else 0  # (else, such as a full reader table: the writer reads)
     pthread_cond_broadcast(&f.moved)
     pthread_mutex_unlock(&f.lock)
     return NULL
@@ -414,9 +416,11 @@ cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
     memcpy(f.dbis, dbis, n * sizeof(MDB_dbi))
     for i in range(FEED_CHUNKS):
         f.chunk[i] = <uint8_t*>malloc(FEED_CHUNK)
-        if f.chunk[i] == NULL:
-            rc = NO_MEMORY
-    if rc == 0 and pthread_mutex_init(&f.lock, NULL) == 0:
+        if f.chunk[i] == NULL:  # no memory for them: the writer reads
+            for i in range(FEED_CHUNKS):
+                free(f.chunk[i])
+            return 0
+    if pthread_mutex_init(&f.lock, NULL) == 0:
         if pthread_cond_init(&f.moved, NULL) == 0:
             if pthread_create(&thread, NULL, feed_thread, &f) == 0:
                 rc = feed_drain(&f, dst)
@@ -427,7 +431,7 @@ cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
         pthread_mutex_destroy(&f.lock)
     for i in range(FEED_CHUNKS):
         free(f.chunk[i])
-    return 0 if rc == NO_MEMORY else rc  # (no memory for the chunks: the writer reads)
+    return rc
 
 
 cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
@@ -470,27 +474,24 @@ cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
 
 
 cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, int* chain,
-                     uint64_t* total, bint* untidy) noexcept nogil:
+                     uint64_t* total, uint32_t* taken, bint* untidy) noexcept nogil:
     """The slots of the next merge (how many; 0: none): the two smallest in use
-    while the smaller holds over 1/RATIO of the other, or the slots run short,
-    and then, one at a time, the smallest other slot while what the chain
-    holds is among the two smallest and would be merged with it, as merges of
-    two would go, written once. A merge of more than ``limit`` entries (0: any)
-    is left (``untidy``)."""
-    cdef uint32_t taken = 0
+    while the smaller holds over 1/RATIO of the other (or the slots run short),
+    extended while its output would be merged next. A merge of more than
+    ``limit`` entries (0: any) is left (``untidy``)."""
     cdef uint64_t x, y
     cdef int s, a, b, n = 0
-    total[0] = 0
+    total[0], taken[0] = 0, 0
     while True:
         a = b = -1
         for s in range(slots):
-            if entries[s] == 0 or (taken >> s) & 1:
+            if entries[s] == 0 or (taken[0] >> s) & 1:
                 continue
             if a < 0 or entries[s] < entries[a]:
                 a, b = s, a
             elif b < 0 or entries[s] < entries[b]:
                 b = s
-        if n == 0 and b < 0 or n and (a < 0 or (b >= 0 and entries[b] < total[0])):
+        if (n == 0 and b < 0) or (n and (a < 0 or (b >= 0 and entries[b] < total[0]))):
             break
         x = entries[a] if n == 0 else min(total[0], entries[a])
         y = entries[b] if n == 0 else max(total[0], entries[a])
@@ -501,11 +502,11 @@ cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limi
             break
         chain[n] = a
         n += 1
-        taken |= 1 << a
+        taken[0] |= 1 << a
         if n == 1:
             chain[n] = b
             n += 1
-            taken |= 1 << b
+            taken[0] |= 1 << b
         total[0] = x + y
         used -= 1
     return n
@@ -520,22 +521,20 @@ cdef int index_merges(Work* w, uint64_t limit, bint committed) noexcept nogil:
     cdef uint64_t total
     cdef int chain[INDEX_SLOTS]
     cdef uint32_t written = 0, taken
-    cdef int i, s, n, d, used, rc = 0
+    cdef int s, n, d, used, rc = 0
     while rc == 0:
         rc = index_sizes(w, entries, &used)
-        n = merge_chain(entries, w.index_slots, used, limit, chain, &total, &w.untidy) \
+        n = merge_chain(entries, w.index_slots, used, limit, chain, &total, &taken, &w.untidy) \
             if rc == 0 else 0
         if n == 0:
             break
-        d, taken = -1, 0
-        for i in range(n):
-            taken |= 1 << chain[i]
+        d = -1
         for s in range(w.index_slots):
             if d < 0 and entries[s] == 0:
                 d = s
         if d < 0:  # every slot in use (a writer of another kind)
             rc = index_merge_in_place(w, chain[0], chain[1], entries[chain[0]] + entries[chain[1]])
-            written |= taken
+            written |= (1 << chain[0]) | (1 << chain[1])
         else:
             rc = index_merge(w, chain, n, d, total, committed and not (written & taken))
             written |= taken | (1 << d)

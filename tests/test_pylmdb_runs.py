@@ -196,15 +196,8 @@ def test_a_batch_into_an_index_whose_every_slot_holds_entries_merges_two_in_plac
         docs["d%d" % i] = docs["k%d" % i]
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
-    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
-    with env.begin(write=True) as txn:
-        slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
-        for db_ in slots:
-            txn.drop(db_, delete=False)
-        for i, (fp, key) in enumerate(sorted(entries)):
-            txn.put(struct.pack(">Q", fp), key, db=slots[(i * 7) % INDEX_SLOTS])
-    env.close()
+    spread_index(path, docs, [len(docs) // INDEX_SLOTS + (slot < len(docs) % INDEX_SLOTS)
+                              for slot in range(INDEX_SLOTS)])
     assert all(read_index(path))
     batch = {"n%d" % i: rng.getrandbits(64) for i in range(200)}
     batch["n0"] = docs["k1"]
@@ -217,6 +210,48 @@ def test_a_batch_into_an_index_whose_every_slot_holds_entries_merges_two_in_plac
     assert sum(len(slot) for slot in slots) == len(entries)
     assert set().union(*slots) == set(entries)
     assert sum(bool(slot) for slot in slots) <= INDEX_SLOTS - 1
+
+
+def spread_index(path, docs, sizes):
+    """Write the index's entries of ``docs`` into its slots anew, ``sizes[i]``
+    of them (in fingerprint order, dealt out) into slot i, as another program could."""
+    entries = sorted((fp, msgpack.packb(key)) for key, fp in docs.items())
+    assert sum(sizes) == len(entries)
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
+    with env.begin(write=True) as txn:
+        slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
+        for db in slots:
+            txn.drop(db, delete=False)
+        owner = [slot for slot, size in enumerate(sizes) for _ in range(size)]
+        random.Random(len(entries)).shuffle(owner)
+        for (fp, key), slot in zip(entries, owner):
+            txn.put(struct.pack(">Q", fp), key, db=slots[slot])
+    env.close()
+
+
+@native
+def test_a_merge_of_a_slot_merged_earlier_in_the_same_tidy_is_read_by_the_writer(
+        tmp_path, monkeypatch):
+    """tidy's index merges have a thread read slots as the last commit left
+    them; a merge that takes a slot an earlier merge of the same transaction
+    wrote (slots of 12k, 12k, 10k and 10k entries: the two of 10k, then the
+    rest) is read by the writer, or the 20k entries written would be read as
+    the empty slot the commit holds."""
+    from simhashdb.storage.lmdb import native as native_storage
+    monkeypatch.setattr(native_storage, "THREADS", 2)
+    monkeypatch.setattr(native_storage.NativeStorage, "threaded_merge", 1)
+    path, rng = str(tmp_path / "chain.db"), random.Random(6)
+    docs = {"k%d" % i: rng.getrandbits(64) for i in range(44_000)}
+    with DB(path, distance=3, blocks=5) as db:
+        db.insert_many(docs.items())
+    spread_index(path, docs, [12_000, 12_000, 10_000, 10_000])
+    with DB(path) as db:
+        db._storage.write(lambda txn: txn.tidy())
+        assert db._storage._env.fed_merges == 1
+        check_exact(db, docs, rng.sample(list(docs.values()), 20))
+    slots = read_index(path)
+    assert [len(slot) for slot in slots if slot] == [44_000]
+    assert set().union(*slots) == {(fp, msgpack.packb(key)) for key, fp in docs.items()}
 
 
 @native

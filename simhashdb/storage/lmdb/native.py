@@ -47,7 +47,8 @@ class NativeStorage(LmdbStorage):
     directory_entries = 1 << 24
     # A merge of committed runs of at least this many entries is cut into
     # ranges of values merged on THREADS threads at once; an index merge of
-    # committed slots of as many (or 65,536) has a thread read its sources.
+    # committed slots of 65,536 entries or more (fewer where this is lower)
+    # has a thread read its sources.
     threaded_merge = 1 << 20
 
     def _open_env(self):

@@ -49,7 +49,7 @@ class NativeStorage(LmdbStorage):
     # ranges of values merged on THREADS threads at once; an index merge of
     # committed slots of 65,536 entries or more (fewer where this is lower)
     # has a thread read its sources.
-    threaded_merge = 1 << 20
+    threaded_merge = 1 << 18
 
     def _open_env(self):
         self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),

@@ -409,6 +409,7 @@ cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
     nothing was appended: no thread, or no snapshot for it)."""
     cdef Feed f
     cdef pthread_t thread
+    cdef bint chunks = True
     cdef int i, rc = 0
     memset(&f, 0, sizeof(Feed))
     fed[0] = False
@@ -416,11 +417,8 @@ cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
     memcpy(f.dbis, dbis, n * sizeof(MDB_dbi))
     for i in range(FEED_CHUNKS):
         f.chunk[i] = <uint8_t*>malloc(FEED_CHUNK)
-        if f.chunk[i] == NULL:  # no memory for them: the writer reads
-            for i in range(FEED_CHUNKS):
-                free(f.chunk[i])
-            return 0
-    if pthread_mutex_init(&f.lock, NULL) == 0:
+        chunks = chunks and f.chunk[i] != NULL  # (no memory for them: the writer reads)
+    if chunks and pthread_mutex_init(&f.lock, NULL) == 0:
         if pthread_cond_init(&f.moved, NULL) == 0:
             if pthread_create(&thread, NULL, feed_thread, &f) == 0:
                 rc = feed_drain(&f, dst)

@@ -185,6 +185,32 @@ def read_index(path):
     return slots
 
 
+def assert_index_holds(path, docs):
+    """Each document's (fingerprint, key) is in exactly one slot of the file's index."""
+    slots = read_index(path)
+    entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
+    assert sum(len(slot) for slot in slots) == len(entries)
+    assert set().union(*slots) == set(entries)
+    return slots
+
+
+def spread_index(path, docs, sizes):
+    """Write the index's entries of ``docs`` into its slots anew, ``sizes[i]``
+    of them (dealt out at random) into slot i, as another program could."""
+    entries = sorted((fp, msgpack.packb(key)) for key, fp in docs.items())
+    assert sum(sizes) == len(entries)
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
+    with env.begin(write=True) as txn:
+        slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
+        for db in slots:
+            txn.drop(db, delete=False)
+        owner = [slot for slot, size in enumerate(sizes) for _ in range(size)]
+        random.Random(len(entries)).shuffle(owner)
+        for (fp, key), slot in zip(entries, owner):
+            txn.put(struct.pack(">Q", fp), key, db=slots[slot])
+    env.close()
+
+
 @native
 def test_a_batch_into_an_index_whose_every_slot_holds_entries_merges_two_in_place(tmp_path):
     """A file whose eight index slots all hold entries (spread so by another
@@ -205,28 +231,8 @@ def test_a_batch_into_an_index_whose_every_slot_holds_entries_merges_two_in_plac
         db.insert_many(batch.items())
         docs.update(batch)
         check_exact(db, docs, [docs["k1"] ^ 0b101] + rng.sample(list(docs.values()), 20))
-    slots = read_index(path)
-    entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
-    assert sum(len(slot) for slot in slots) == len(entries)
-    assert set().union(*slots) == set(entries)
+    slots = assert_index_holds(path, docs)
     assert sum(bool(slot) for slot in slots) <= INDEX_SLOTS - 1
-
-
-def spread_index(path, docs, sizes):
-    """Write the index's entries of ``docs`` into its slots anew, ``sizes[i]``
-    of them (in fingerprint order, dealt out) into slot i, as another program could."""
-    entries = sorted((fp, msgpack.packb(key)) for key, fp in docs.items())
-    assert sum(sizes) == len(entries)
-    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
-    with env.begin(write=True) as txn:
-        slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
-        for db in slots:
-            txn.drop(db, delete=False)
-        owner = [slot for slot, size in enumerate(sizes) for _ in range(size)]
-        random.Random(len(entries)).shuffle(owner)
-        for (fp, key), slot in zip(entries, owner):
-            txn.put(struct.pack(">Q", fp), key, db=slots[slot])
-    env.close()
 
 
 @native
@@ -249,9 +255,8 @@ def test_a_merge_of_a_slot_merged_earlier_in_the_same_tidy_is_read_by_the_writer
         db._storage.write(lambda txn: txn.tidy())
         assert db._storage._env.fed_merges == 1
         check_exact(db, docs, rng.sample(list(docs.values()), 20))
-    slots = read_index(path)
+    slots = assert_index_holds(path, docs)
     assert [len(slot) for slot in slots if slot] == [44_000]
-    assert set().union(*slots) == {(fp, msgpack.packb(key)) for key, fp in docs.items()}
 
 
 @native
@@ -278,10 +283,7 @@ def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
             assert db.delete_many(gone) == len(gone)
             for key in gone:
                 del docs[key]
-        slots = read_index(path)
-        entries = [(fp, msgpack.packb(key)) for key, fp in docs.items()]
-        assert sum(len(slot) for slot in slots) == len(entries)
-        assert set().union(*slots) == set(entries)
+        slots = assert_index_holds(path, docs)
         used.append(sum(bool(slot) for slot in slots))
         assert used[-1] <= INDEX_SLOTS - 1
     assert max(used) >= 3  # entries were spread over slots

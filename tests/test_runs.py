@@ -314,6 +314,90 @@ def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_p
     assert {fp: set(keys) for fp, keys in groups.items()} == expected
 
 
+def _fed_index_storage(tmp_path, monkeypatch, **storage_attrs):
+    """A native storage whose tidy merges every index slot on a thread."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import files, native
+    monkeypatch.setattr(native, "THREADS", 2)
+    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)
+    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
+    for name, value in storage_attrs.items():
+        monkeypatch.setattr(files.LmdbStorage, name, value)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.format_stored()
+    return storage
+
+
+def _write_and_check_index(storage, batches, seed, holding=None, live=None, pad=0):
+    """Write ``batches`` of 4,000 documents (a tenth of ``live``, the documents
+    stored, removed after each), then (after ``holding``, a list of read
+    transactions, is aborted) check the index against what was written:
+    every (fingerprint, key) once (keys ``pad`` bytes longer). Returns ``live``."""
+    from simhashdb import records
+    rng = np.random.default_rng(seed)
+    live = {} if live is None else live
+    for batch in range(batches):
+        docs = {"%d-%d-%d%s" % (seed, batch, i, "x" * pad): int(rng.integers(0, 2**64, dtype=np.uint64))
+                for i in range(4000)}
+        storage.write(lambda txn: txn.upsert(records.encode_documents(docs.items(), 511, 0)))
+        live.update(docs)
+        gone = list(live)[batch * 400:batch * 400 + 400]
+        storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
+        for k in gone:
+            del live[k]
+    for txn in holding or ():
+        txn.abort()
+    expected = {}
+    for k, fp in live.items():
+        expected.setdefault(fp, []).append(k)
+    with storage.read() as view:
+        groups = {fp: sorted(records.unpack(k) for k in keys) for fp, keys in view.fingerprint_groups()}
+    assert groups == {fp: sorted(keys) for fp, keys in expected.items()}
+    return live
+
+
+def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_path, monkeypatch):
+    """A map that grows by 256 KB at a time fills during tidy's merges, while
+    the thread feeds chunks (keys of 300 bytes: a merge's entries fill the
+    ring of chunks, so the thread waits for room); the thread stops, the
+    merge is undone, the map grows, the merge runs again, and the index holds
+    every entry once."""
+    from simhashdb.storage.lmdb import native
+    storage = _fed_index_storage(tmp_path, monkeypatch, initial_map_size=1 << 20)
+    full_in_tidy = []
+    tidy = native.NativeTxn.tidy
+
+    def watched_tidy(txn):
+        try:
+            return tidy(txn)
+        except native._lmdb.MapFullError:
+            full_in_tidy.append(storage._env.fed_merges)
+            raise
+    monkeypatch.setattr(native.NativeTxn, "tidy", watched_tidy)
+    monkeypatch.setattr(storage, "_grow", lambda: storage._resize(storage._map_size() + (1 << 18)))
+    _write_and_check_index(storage, 12, seed=8, pad=300)
+    assert full_in_tidy and max(full_in_tidy) > 0 and storage._env.fed_merges > 3
+
+
+def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path, monkeypatch):
+    """With every reader slot held, the thread cannot begin its snapshot: the
+    writer reads the merges' slots itself, and loses nothing."""
+    from simhashdb import DatabaseError
+    storage = _fed_index_storage(tmp_path, monkeypatch)
+    holding = []
+    with pytest.raises(DatabaseError, match="too many open snapshots"):
+        while len(holding) < 100_000:
+            holding.append(storage._env.begin())
+    live = _write_and_check_index(storage, 12, seed=9, holding=holding)
+    assert len(holding) > 100 and storage._env.fed_merges == 0
+    _write_and_check_index(storage, 2, seed=10, live=live)
+    assert storage._env.fed_merges > 0
+
+
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
     """Merges in parts read their sources from other threads, so only runs
     committed before the transaction qualify: after an upsert in the same

@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import fnmatch
 import gzip
+import io
 import json
 import lzma
 import os
@@ -43,6 +44,7 @@ HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 DEC_BYTES = re.compile(DEC.pattern.encode())
 HEX_BYTES = re.compile(HEX.pattern.encode())
 BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
+MAGIC = 6  # the longest compression magic (xz's)
 PEEK = 1 << 16  # what format detection and an export's header read of an input
 BINARY_SAMPLE = 1 << 16
 # (magic bytes, name, decompress whole, its errors, a stream of the content)
@@ -437,7 +439,10 @@ def open_input(given, peek=False, decompressed=False):
     except OSError as exc:
         raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
     with raw:
-        head = raw.peek(6) if decompressed else b""  # not read: a pipe cannot seek back
+        head = raw.peek(MAGIC) if decompressed else b""  # not read: a pipe cannot seek back
+        if 0 < len(head) < MAGIC:  # a pipe's first read was short: wait for the rest
+            head = raw.read(MAGIC)
+            raw = io.BufferedReader(_Rejoined(head, raw))
         compression = next((c for c in DECOMPRESSORS if head.startswith(c[0])), None)
         stream = compression[4](raw) if compression else raw
         try:
@@ -447,6 +452,23 @@ def open_input(given, peek=False, decompressed=False):
                 raise DamagedInput("cannot read %s: damaged %s data" % (given, compression[1])
                                    ) from None
             raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+
+
+class _Rejoined(io.RawIOBase):
+    """The bytes ``head``, read from ``rest`` already, then the rest of it."""
+
+    def __init__(self, head, rest):
+        self._head, self._rest = head, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        if not self._head:
+            return self._rest.readinto(buffer)
+        n = min(len(buffer), len(self._head))
+        buffer[:n], self._head = self._head[:n], self._head[n:]
+        return n
 
 
 def _lines(lines, records):

@@ -285,25 +285,30 @@ def test_an_interrupted_read_says_interrupted_alone(tmp_path, capsys, monkeypatc
     assert code == 130 and err == "simhashdb-cli: interrupted\n"
 
 
-def feeding(fifo, data):
+def feeding(fifo, data, first=0):
     """Make the named pipe ``fifo`` and a thread that writes ``data`` into it
-    once a reader opens it."""
+    once a reader opens it (its ``first`` bytes alone, then the rest after a
+    pause, as a slow producer would)."""
     os.mkfifo(fifo)
 
     def feed():
-        with open(fifo, "wb") as out:
-            out.write(data)
+        with open(fifo, "wb", buffering=0) as out:
+            if first:
+                out.write(data[:first])
+                time.sleep(0.5)
+            out.write(data[first:])
 
     writer = threading.Thread(target=feed, daemon=True)
     writer.start()
     return writer
 
 
-@pytest.mark.parametrize("compressed", [False, True])
-def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed):
+@pytest.mark.parametrize("compressed,first", [(False, 0), (True, 0), (True, 1), (False, 1)])
+def test_a_named_pipe_with_its_format_given_is_read_whole(tmp_path, compressed, first):
+    """Also when the pipe's first read gives one byte (half of gzip's magic)."""
     fifo = tmp_path / "fifo"
     data = "".join("%d\n" % i for i in range(1, 5001)).encode()
-    writer = feeding(fifo, gzip.compress(data) if compressed else data)
+    writer = feeding(fifo, gzip.compress(data) if compressed else data, first)
     done = subprocess.run(EXE + ["import", str(tmp_path / "p.db"), "--format", "dec",
                                  str(fifo)], capture_output=True, text=True, timeout=60)
     writer.join(60)

@@ -197,12 +197,15 @@ def cmd_query(args):
 
 def cmd_delete(args):
     """Delete documents by key (arguments or stdin lines); a key of digits is
-    the int key if there is one, else the str key."""
+    the int key if there is one, else the str key. A key given again counts
+    once, so deleted + not found = requested."""
     texts = args.keys or inputs.stdin_lines()
     with _open(args.path, args) as db:
-        keys = [_stored_key(db, text, args) for text in texts]
-        missing = [text for text, key in zip(texts, keys) if key not in db]
-        _emit({"deleted": db.delete_many(keys), "requested": len(keys), "not_found": missing})
+        named = {}  # stored key -> the text that first named it
+        for text in texts:
+            named.setdefault(_stored_key(db, text, args), text)
+        missing = [text for key, text in named.items() if key not in db]
+        _emit({"deleted": db.delete_many(named), "requested": len(named), "not_found": missing})
 
 
 def cmd_get(args):

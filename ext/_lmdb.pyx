@@ -68,6 +68,7 @@ cdef extern from "lmdb.h" nogil:
         size_t mv_size
         void* mv_data
     ctypedef struct MDB_stat:
+        unsigned int ms_psize
         size_t ms_entries
     ctypedef struct MDB_envinfo:
         size_t me_mapsize
@@ -92,6 +93,7 @@ cdef extern from "lmdb.h" nogil:
     int mdb_env_set_maxreaders(MDB_env* env, unsigned int readers)
     int mdb_env_set_maxdbs(MDB_env* env, MDB_dbi dbs)
     int mdb_env_info(MDB_env* env, MDB_envinfo* info)
+    int mdb_env_stat(MDB_env* env, MDB_stat* stat)
     int mdb_env_set_assert(MDB_env* env, MDB_assert_func* func)
     int mdb_env_sync(MDB_env* env, int force)
     int mdb_reader_check(MDB_env* env, int* dead)
@@ -2640,12 +2642,16 @@ cdef class Env:
             self.layout.prefix_bits[t] = prefix_bits[t]
 
     def info(self):
-        """Map size, last transaction id and reader slots in use."""
+        """Map size, the bytes of it in use (up to the last page), last
+        transaction id and reader slots in use."""
         self.check()
         cdef MDB_envinfo info
+        cdef MDB_stat stat
         mdb_env_info(self.env, &info)
-        return {"map_size": info.me_mapsize, "last_txnid": info.me_last_txnid,
-                "readers": info.me_numreaders, "max_readers": info.me_maxreaders}
+        mdb_env_stat(self.env, &stat)
+        return {"map_size": info.me_mapsize, "used": (info.me_last_pgno + 1) * stat.ms_psize,
+                "last_txnid": info.me_last_txnid, "readers": info.me_numreaders,
+                "max_readers": info.me_maxreaders}
 
     def set_mapsize(self, size_t size):
         """Set the map size (0: adopt the size another process set); no

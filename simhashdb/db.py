@@ -342,7 +342,7 @@ class DB:
         written = 0
         for batch in _batches(records, batch_size):
             encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
-            self._storage.write(lambda txn: txn.upsert(encoded))
+            self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
         return written
 
@@ -356,8 +356,9 @@ class DB:
         _check_batch_size(batch_size)
         n, encode = int_arrays(keys, fingerprints)
         for start in range(0, n, batch_size):
-            batch = encode(start, min(start + batch_size, n), _now())
-            self._storage.write(lambda txn: txn.upsert(batch))
+            stop = min(start + batch_size, n)
+            batch = encode(start, stop, _now())
+            self._storage.write(lambda txn: txn.upsert(batch), stop - start)
         return n
 
     def delete(self, key: Key) -> bool:
@@ -451,7 +452,7 @@ class DB:
         for batch in _batches(records, batch_size):
             now = _now()
             documents = [self._text_document(*_text_record(r), html, now)[0] for r in batch]
-            self._storage.write(lambda txn: txn.upsert(documents))
+            self._storage.write(lambda txn: txn.upsert(documents), len(documents))
             written += len(documents)
         return written
 
@@ -944,7 +945,7 @@ class DB:
                         "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
                         "import them into a database of theirs" % (path, recipe, self.path,
                                                                     self.recipe))
-            self._storage.write(lambda txn: txn.upsert(encoded))
+            self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
         return written
 

@@ -143,7 +143,7 @@ class MemoryStorage(Storage):
             snapshot = copy.deepcopy(self._state())
         yield MemoryView(snapshot, self._layout)
 
-    def write(self, body):
+    def write(self, body, documents=0):
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
         with self._lock:

@@ -161,11 +161,11 @@ def test_a_stream_of_batches_commits_in_order_up_to_the_first_failure(db, monkey
     assert sorted(r.key for r in db if r.key[0] == "a") == ["a%d" % i for i in range(6)]
     writes, write = [], db._storage.write
 
-    def failing_second(body):
+    def failing_second(body, documents=0):
         writes.append(body)
         if len(writes) == 2:
             raise DatabaseError("the disk failed")
-        return write(body)
+        return write(body, documents)
 
     monkeypatch.setattr(db._storage, "write", failing_second)
     with pytest.raises(DatabaseError, match="the disk failed"):
@@ -312,6 +312,29 @@ def test_map_grows_by_itself(db_path, monkeypatch):
         db.insert_many((i, rng.getrandbits(64), "m" * 50) for i in range(30000))
         assert len(db) == 30000 and db.stats()["map_size"] > 1 << 20
         assert db.check() == []
+
+
+@pytest.mark.lmdb_only
+@pytest.mark.parametrize("arrays", [False, True])
+def test_a_batch_too_large_for_the_map_is_written_once(db_path, monkeypatch, arrays):
+    """The map grows before a batch that would not fit in it, so its
+    transaction runs once: filling the map would undo it and run it again."""
+    monkeypatch.setattr("simhashdb.storage.lmdb.files.LmdbStorage.initial_map_size", 1 << 20)
+    rng = np.random.default_rng(3)
+    keys, fps = np.arange(40000, dtype=np.uint64), rng.integers(0, 2**64, 40000, dtype=np.uint64)
+    with DB(db_path, distance=3, blocks=6) as db:
+        runs, write = [], db._storage.write
+
+        def counted(body, documents=0):
+            return write(lambda txn: (runs.append(documents), body(txn))[1], documents)
+        monkeypatch.setattr(db._storage, "write", counted)
+        if arrays:
+            db.insert_many(keys=keys, fingerprints=fps, batch_size=keys.size)
+        else:
+            db.insert_many(zip(keys.tolist(), fps.tolist()), batch_size=keys.size)
+        assert runs == [40000] and db.stats()["map_size"] >= 4 << 20
+        assert db.check() == [] and len(db) == 40000
+        assert db.get(39999).fingerprint == int(fps[-1])
 
 
 def test_stats(db):

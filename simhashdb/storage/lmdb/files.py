@@ -45,6 +45,10 @@ MAX_READERS = 4096
 LOCK_FILE_BYTES = 192 + 64 * (MAX_READERS - 1)
 # what a database directory may hold besides its data file
 OWN_FILES = {LOCK_FILE, "simhashdb.lock", "compact.lock", "write.lock", DATA_FILE + COMPACT_SUFFIX}
+# The map a batch may take a document: its document, index entry and copied
+# pages, and an entry a table (twice what a large batch into an empty
+# database takes: ~112 bytes a document with 10 tables)
+MAP_A_DOCUMENT, MAP_A_TABLE_ENTRY = 128, 16
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
 _META_MAGIC = 0xBEEFC0DE
 # Tables kept as compressed runs (RUNS.md), the same on both backends: per
@@ -548,9 +552,10 @@ class LmdbStorage(Storage):
                     return
             self._resize(0)  # another process grew the map: adopt its size
 
-    def write(self, body):
+    def write(self, body, documents=0):
         self._check_writable()
         with self._write_lock:
+            self._make_room(documents)
             result, untidy = self._transact(body)
             if untidy:
                 self._tidy()
@@ -586,6 +591,24 @@ class LmdbStorage(Storage):
                 if isinstance(exc, DatabaseError):
                     raise self._dir.full_disk_error(exc, "write to") or exc
                 raise
+
+    def _make_room(self, documents):
+        """Grow the map ahead of a batch of ``documents`` that may not fit in
+        what is left of it, with half the data's size to spare for the merges
+        that follow it: a transaction that fills the map is undone and run
+        again, which costs a large batch (or merge) its whole time once more.
+        (Not while this thread holds a snapshot: growing would wait for it,
+        and the batch may fit.)"""
+        if not documents or self._layout is None or self._gate.held_here():
+            return
+        need = documents * (MAP_A_DOCUMENT + MAP_A_TABLE_ENTRY * self._layout.tables)
+        while True:
+            with self._gate:
+                self._check_usable()
+                used, size = self._map_used(), self._map_size()
+            if used + used // 2 + need <= size:
+                return
+            self._grow()
 
     def _tidy(self):
         """The merges and the rewrites a committed batch left (of the

@@ -85,6 +85,9 @@ class NativeStorage(LmdbStorage):
     def _map_size(self):
         return self._env.info()["map_size"]
 
+    def _map_used(self):
+        return self._env.info()["used"]
+
     def lmdb_version(self):
         return _lmdb.version()
 

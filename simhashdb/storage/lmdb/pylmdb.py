@@ -129,6 +129,9 @@ class PyLmdbStorage(LmdbStorage):
     def _map_size(self):
         return self._env.info()["map_size"]
 
+    def _map_used(self):
+        return (self._env.info()["last_pgno"] + 1) * self._env.stat()["psize"]
+
     def lmdb_version(self):
         return lmdb.version()
 

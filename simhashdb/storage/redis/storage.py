@@ -369,9 +369,10 @@ class RedisStorage(Storage):
 
     # Writes and the rest of Storage
 
-    def write(self, body):
+    def write(self, body, documents=0):
         """Run ``body(txn)`` under the database's write lock; its changes land
-        whole, acknowledged once a replica of every node they touch has them."""
+        whole, acknowledged once a replica of every node they touch has them
+        (``documents``: unused, a cluster's memory is not reserved)."""
         self.check_usable()
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)

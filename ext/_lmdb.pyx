@@ -2655,7 +2655,8 @@ cdef class Env:
 
     def set_mapsize(self, size_t size):
         """Set the map size (0: adopt the size another process set); no
-        transaction of this process may be running."""
+        transaction of this process may be running. Where it fails, LMDB
+        keeps no map at all: close the environment."""
         self.check()
         dir_clear(self.dirs, False)  # the map may move: the directories point into it
         cdef int rc = mdb_env_set_mapsize(self.env, size)

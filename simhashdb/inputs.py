@@ -465,7 +465,7 @@ class _Rejoined(io.RawIOBase):
 
     def readinto(self, buffer):
         if not self._head:
-            return self._rest.readinto(buffer)
+            return self._rest.readinto1(buffer)  # what one read gives: a pipe's lines as they come
         n = min(len(buffer), len(self._head))
         buffer[:n], self._head = self._head[:n], self._head[n:]
         return n

@@ -234,6 +234,34 @@ def test_a_stream_of_batches_inside_an_iteration_of_the_same_thread_fails_clearl
         "iteration); finish or close it first", "[]"]
 
 
+GROWTH_REFUSED = """
+import resource, sys
+import numpy as np
+from simhashdb import DB
+from simhashdb.storage.lmdb import files
+with open("/proc/self/status") as status:
+    mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (3 << 30),) * 2)  # room for the map of 1 GiB
+files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than that
+with DB(sys.argv[1], distance=3, blocks=6) as db:
+    fps = np.random.default_rng(1).integers(0, 2**64, 20000, dtype=np.uint64)
+    db.insert_many(keys=np.arange(20000, dtype=np.uint64), fingerprints=fps)
+    print(len(db), db.check(), db.stats()["map_size"] >> 20,
+          [m.key for m in db.query(int(fps[7]), 0)])
+"""
+
+
+@pytest.mark.lmdb_only
+def test_a_map_that_cannot_grow_ahead_of_a_batch_still_takes_it(db_path):
+    """Growing the map ahead of a batch fails where address space is short
+    (a limit on it here); the map is the one before, and the batch, which
+    fits, is written."""
+    done = subprocess.run([sys.executable, "-c", GROWTH_REFUSED, db_path],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "20000 [] 1024 [7]"
+
+
 UPGRADER = """
 import sys, simhashdb
 simhashdb.upgrade(sys.argv[1], progress=lambda done, tables: print(done, flush=True))

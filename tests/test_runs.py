@@ -366,21 +366,28 @@ def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_p
     ring of chunks, so the thread waits for room); the thread stops, the
     merge is undone, the map grows, the merge runs again, and the index holds
     every entry once."""
+    import faulthandler
+
     from simhashdb.storage.lmdb import native
     storage = _fed_index_storage(tmp_path, monkeypatch, initial_map_size=1 << 20)
-    full_in_tidy = []
+    fed_in_a_filled_tidy = []
     tidy = native.NativeTxn.tidy
 
     def watched_tidy(txn):
+        fed = storage._env.fed_merges
         try:
             return tidy(txn)
         except native._lmdb.MapFullError:
-            full_in_tidy.append(storage._env.fed_merges)
+            fed_in_a_filled_tidy.append(storage._env.fed_merges > fed)
             raise
     monkeypatch.setattr(native.NativeTxn, "tidy", watched_tidy)
     monkeypatch.setattr(storage, "_grow", lambda: storage._resize(storage._map_size() + (1 << 18)))
-    _write_and_check_index(storage, 12, seed=8, pad=300)
-    assert full_in_tidy and max(full_in_tidy) > 0 and storage._env.fed_merges > 3
+    faulthandler.dump_traceback_later(600, exit=True)  # a thread never told to stop hangs
+    try:
+        _write_and_check_index(storage, 12, seed=8, pad=300)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert any(fed_in_a_filled_tidy) and storage._env.fed_merges > 3
 
 
 def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path, monkeypatch):
@@ -389,13 +396,18 @@ def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path
     from simhashdb import DatabaseError
     storage = _fed_index_storage(tmp_path, monkeypatch)
     holding = []
-    with pytest.raises(DatabaseError, match="too many open snapshots"):
-        while len(holding) < 100_000:
-            holding.append(storage._env.begin())
-    live = _write_and_check_index(storage, 12, seed=9, holding=holding)
-    assert len(holding) > 100 and storage._env.fed_merges == 0
-    _write_and_check_index(storage, 2, seed=10, live=live)
-    assert storage._env.fed_merges > 0
+    try:
+        with pytest.raises(DatabaseError, match="too many open snapshots"):
+            while len(holding) < 100_000:
+                holding.append(storage._env.begin())
+        live = _write_and_check_index(storage, 12, seed=9, holding=holding)
+        assert len(holding) > 100 and storage._env.fed_merges == 0
+        _write_and_check_index(storage, 2, seed=10, live=live)  # the same merges, fed again
+        assert storage._env.fed_merges > 0
+    finally:
+        for txn in holding:
+            txn.abort()
+        storage.close()
 
 
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):

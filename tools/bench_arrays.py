@@ -40,8 +40,8 @@ def load(workdir, name, backend, insert):
     assert db.tables == 10 and db.distance == 3
     write, writing = db._storage.write, []
 
-    def timed_write(body):
-        seconds, result = timed(lambda: write(body))
+    def timed_write(body, documents=0):
+        seconds, result = timed(lambda: write(body, documents))
         writing.append(seconds)
         return result
 

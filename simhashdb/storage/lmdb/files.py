@@ -598,7 +598,8 @@ class LmdbStorage(Storage):
         that follow it: a transaction that fills the map is undone and run
         again, which costs a large batch (or merge) its whole time once more.
         (Not while this thread holds a snapshot: growing would wait for it,
-        and the batch may fit.)"""
+        and the batch may fit; nor where the map cannot grow now, such as
+        under a limit of address space: the batch may fit.)"""
         if not documents or self._layout is None or self._gate.held_here():
             return
         need = documents * (MAP_A_DOCUMENT + MAP_A_TABLE_ENTRY * self._layout.tables)
@@ -608,7 +609,10 @@ class LmdbStorage(Storage):
                 used, size = self._map_used(), self._map_size()
             if used + used // 2 + need <= size:
                 return
-            self._grow()
+            try:
+                self._grow()
+            except DatabaseError:
+                return
 
     def _tidy(self):
         """The merges and the rewrites a committed batch left (of the
@@ -699,10 +703,17 @@ class LmdbStorage(Storage):
         self._resize(2 * size)
 
     def _resize(self, map_size):
-        """Set the map size (0: adopt another process's), with no transaction running."""
+        """Set the map size (0: adopt another process's), with no transaction
+        running. LMDB keeps no map after a failed growth (no address space
+        for it): the file is opened again, as it was."""
         with self._gate.exclusive("grow the map"):
             self._check_usable()
-            self._set_mapsize(map_size)
+            try:
+                self._set_mapsize(map_size)
+            except DatabaseError:
+                self._close_env()
+                self._open_env()
+                raise
 
     def compact(self):
         self._check_writable()

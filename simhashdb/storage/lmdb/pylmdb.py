@@ -139,7 +139,8 @@ class PyLmdbStorage(LmdbStorage):
         return self._env.info()["num_readers"]
 
     def _set_mapsize(self, map_size):
-        self._env.set_mapsize(map_size)
+        with self._errors("grow the map of"):
+            self._env.set_mapsize(map_size)
         if self.readonly:  # another process may have added slots (none can beside a writer)
             self._open_index_slots(create=False)
 

@@ -22,8 +22,6 @@ import threading
 import time
 import warnings
 
-from tqdm import tqdm
-
 import simhashdb
 from simhashdb import inputs
 from simhashdb.db import size_of
@@ -703,6 +701,7 @@ def _distance(args):
 
 
 def _progress(args, what, unit="it", total=None):
+    from tqdm import tqdm  # imported here: a fifth of the start, and most verbs show no progress
     return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
                 total=total, disable=args.quiet or not sys.stderr.isatty())
 

@@ -370,7 +370,7 @@ class DB:
         deleted = 0
         for batch in _batches(keys, batch_size):
             encoded = [encode_key(k, self._storage.max_key_bytes) for k in batch]
-            deleted += self._storage.write(lambda txn: txn.remove(encoded))
+            deleted += self._storage.write(lambda txn: txn.remove(encoded), len(encoded))
         return deleted
 
     def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
@@ -432,7 +432,7 @@ class DB:
                 matches = [_matches(hits, names) for hits in found]
             return replaced, matches
 
-        replaced, found = self._storage.write(body)
+        replaced, found = self._storage.write(body, len(documents))
         return [Matches(hits, old and decode(decode_key(key, old), old))
                 for (key, _, _), hits, old in zip(documents, found, replaced)]
 

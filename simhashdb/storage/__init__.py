@@ -191,8 +191,8 @@ class Storage(ABC):
     def write(self, body, documents=0):
         """Run ``body(txn)`` in one :class:`Txn` and land it; returns its
         result. ``body`` may run more than once (see the contract).
-        ``documents``: about how many documents it writes, so that a backend
-        can make room for them first."""
+        ``documents``: about how many documents it writes or removes, so
+        that a backend can make room for them first."""
 
     def search(self, probes, distance):
         """:meth:`View.search` over a snapshot of its own (backends may answer

@@ -593,13 +593,14 @@ class LmdbStorage(Storage):
                 raise
 
     def _make_room(self, documents):
-        """Grow the map ahead of a batch of ``documents`` that may not fit in
-        what is left of it, with half the data's size to spare for the merges
-        that follow it: a transaction that fills the map is undone and run
-        again, which costs a large batch (or merge) its whole time once more.
-        (Not while this thread holds a snapshot: growing would wait for it,
-        and the batch may fit; nor where the map cannot grow now, such as
-        under a limit of address space: the batch may fit.)"""
+        """Grow the map ahead of a batch of ``documents`` (written, or
+        removed: removals may write the documents and the index whole) that
+        may not fit in what is left of it, with half the data's size to spare
+        for the merges that follow it: a transaction that fills the map is
+        undone and run again, which costs a large batch (or merge) its whole
+        time once more. (Not while this thread holds a snapshot: growing would
+        wait for it; nor where the map cannot grow now, such as under a limit
+        of address space. The batch may fit.)"""
         if not documents or self._layout is None or self._gate.held_here():
             return
         need = documents * (MAP_A_DOCUMENT + MAP_A_TABLE_ENTRY * self._layout.tables)

@@ -270,6 +270,18 @@ def test_a_large_batch_after_changes_in_its_transaction_looks_up_what_the_transa
         assert sorted(view.table_fingerprints(1)) == sorted(set(live.values()))
 
 
+def _upsert_then_remove(storage, docs, live, gone):
+    """Write ``docs``, then remove the documents at ``gone`` (a slice) of
+    ``live``, the documents stored, which is kept in step."""
+    from simhashdb import records
+    storage.write(lambda txn: txn.upsert(records.encode_documents(docs.items(), 511, 0)))
+    live.update(docs)
+    removed = list(live)[gone]
+    storage.write(lambda txn: txn.remove([records.encode_key(k) for k in removed]))
+    for k in removed:
+        del live[k]
+
+
 def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_path, monkeypatch):
     """tidy's index merges read slots as the last commit left them on a thread,
     in chunks the writer appends: every entry lands once, across chunks (long
@@ -297,12 +309,7 @@ def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_p
             key = ("k%d-%d-" % (batch, i)) + "x" * int(rng.integers(0, 300)) if i % 2 else \
                 batch * 10_000 + i
             docs[key] = shared[i % 50] if i % 7 == 0 else int(rng.integers(0, 2**64, dtype=np.uint64))
-        storage.write(lambda txn: txn.upsert(records.encode_documents(docs.items(), 511, 0)))
-        live.update(docs)
-        gone = list(live)[batch * 300:batch * 300 + 200]
-        storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
-        for k in gone:
-            del live[k]
+        _upsert_then_remove(storage, docs, live, slice(batch * 300, batch * 300 + 200))
     assert storage._env.fed_merges > 3
     expected = {}
     for k, fp in live.items():
@@ -343,12 +350,7 @@ def _write_and_check_index(storage, batches, seed, holding=None, live=None, pad=
     for batch in range(batches):
         docs = {"%d-%d-%d%s" % (seed, batch, i, "x" * pad): int(rng.integers(0, 2**64, dtype=np.uint64))
                 for i in range(4000)}
-        storage.write(lambda txn: txn.upsert(records.encode_documents(docs.items(), 511, 0)))
-        live.update(docs)
-        gone = list(live)[batch * 400:batch * 400 + 400]
-        storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
-        for k in gone:
-            del live[k]
+        _upsert_then_remove(storage, docs, live, slice(batch * 400, batch * 400 + 400))
     for txn in holding or ():
         txn.abort()
     expected = {}

@@ -282,24 +282,32 @@ def _upsert_then_remove(storage, docs, live, gone):
         del live[k]
 
 
+def _fed_index_storage(tmp_path, monkeypatch, **storage_attrs):
+    """A native storage whose tidy merges every index slot on a thread."""
+    from conftest import STORAGE_LAYOUT
+
+    from simhashdb.storage import registry
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import files, native
+    monkeypatch.setattr(native, "THREADS", 2)
+    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)  # the merges left for tidy
+    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
+    for name, value in storage_attrs.items():
+        monkeypatch.setattr(files.LmdbStorage, name, value)
+    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
+    storage.open_tables(STORAGE_LAYOUT)
+    storage.format_stored()
+    return storage
+
+
 def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_path, monkeypatch):
     """tidy's index merges read slots as the last commit left them on a thread,
     in chunks the writer appends: every entry lands once, across chunks (long
     keys fill one every few thousand entries), with many keys a fingerprint
     (spread over several slots), removals between batches, and a chain of
     merges taken in one pass."""
-    from conftest import STORAGE_LAYOUT
-
     from simhashdb import records
-    from simhashdb.storage import registry
-    pytest.importorskip("simhashdb._lmdb")
-    from simhashdb.storage.lmdb import native
-    monkeypatch.setattr(native, "THREADS", 2)
-    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)  # the merges left for tidy
-    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
-    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
-    storage.open_tables(STORAGE_LAYOUT)
-    storage.format_stored()
+    storage = _fed_index_storage(tmp_path, monkeypatch)
     rng = np.random.default_rng(4)
     shared = [int(x) for x in rng.integers(0, 2**64, 50, dtype=np.uint64)]
     live = {}
@@ -319,24 +327,6 @@ def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_p
         groups = {fp: [records.unpack(k) for k in keys] for fp, keys in view.fingerprint_groups()}
     assert sum(len(keys) for keys in groups.values()) == len(live)
     assert {fp: set(keys) for fp, keys in groups.items()} == expected
-
-
-def _fed_index_storage(tmp_path, monkeypatch, **storage_attrs):
-    """A native storage whose tidy merges every index slot on a thread."""
-    from conftest import STORAGE_LAYOUT
-
-    from simhashdb.storage import registry
-    pytest.importorskip("simhashdb._lmdb")
-    from simhashdb.storage.lmdb import files, native
-    monkeypatch.setattr(native, "THREADS", 2)
-    monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)
-    monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
-    for name, value in storage_attrs.items():
-        monkeypatch.setattr(files.LmdbStorage, name, value)
-    storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
-    storage.open_tables(STORAGE_LAYOUT)
-    storage.format_stored()
-    return storage
 
 
 def _write_and_check_index(storage, batches, seed, holding=None, live=None, pad=0):

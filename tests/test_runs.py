@@ -402,6 +402,43 @@ def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path
         storage.close()
 
 
+@pytest.mark.parametrize("threads", [2, 1])
+def test_a_damaged_entry_met_by_an_index_merge_undoes_it_with_a_warning(tmp_path, monkeypatch,
+                                                                       threads):
+    """An index entry whose fingerprint is not 8 bytes, met by tidy's merge of
+    the slot that holds it, whether a thread reads the slots (its own error,
+    handed to the writer) or the writer does: the merge is undone, the batch
+    before it stays stored, and the write warns that the merge failed."""
+    import lmdb
+
+    from simhashdb import MaintenanceWarning, records
+    storage = _fed_index_storage(tmp_path, monkeypatch)
+    first = {"a%d" % i: i * 0x9E3779B97F4A7C15 % 2**64 for i in range(4000)}
+    storage.write(lambda txn: txn.upsert(records.encode_documents(first.items(), 511, 0)))
+    storage.close()
+    env = lmdb.open(str(tmp_path / "db"), max_dbs=4096)
+    with env.begin(write=True) as txn:
+        damaged = 0
+        for name in [b"fingerprints"] + [b"index:%02d" % i for i in range(1, 8)]:
+            slot = env.open_db(name, txn=txn, dupsort=True, create=False)
+            if txn.stat(slot)["entries"]:
+                txn.put(b"\x00" * 7, records.encode_key("damaged"), db=slot)
+                damaged += 1
+    env.close()
+    assert damaged == 1
+    storage = _fed_index_storage(tmp_path, monkeypatch)
+    storage._env.merge_threads = threads
+    second = {"b%d" % i: i * 0xD1B54A32D192ED03 % 2**64 for i in range(4000)}
+    with pytest.warns(MaintenanceWarning, match="merging the tables' runs after it failed"):
+        storage.write(lambda txn: txn.upsert(records.encode_documents(second.items(), 511, 0)))
+    assert storage._env.fed_merges == (threads > 1)
+    with storage.read() as view:
+        assert view.count() == 8000
+        assert [records.unpack(k) for k in view.keys_of(second["b7"])] == ["b7"]
+        assert [records.unpack(k) for k in view.keys_of(first["a7"])] == ["a7"]
+    storage.close()
+
+
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
     """Merges in parts read their sources from other threads, so only runs
     committed before the transaction qualify: after an upsert in the same

@@ -241,7 +241,7 @@ from simhashdb import DB
 from simhashdb.storage.lmdb import files
 with open("/proc/self/status") as status:
     mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
-resource.setrlimit(resource.RLIMIT_AS, (mapped + (3 << 30),) * 2)  # room for the map of 1 GiB
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (3 << 30),) * 2)  # room for a map of 2 GiB, not 4
 files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than that
 with DB(sys.argv[1], distance=3, blocks=6) as db:
     fps = np.random.default_rng(1).integers(0, 2**64, 20000, dtype=np.uint64)
@@ -254,12 +254,53 @@ with DB(sys.argv[1], distance=3, blocks=6) as db:
 @pytest.mark.lmdb_only
 def test_a_map_that_cannot_grow_ahead_of_a_batch_still_takes_it(db_path):
     """Growing the map ahead of a batch fails where address space is short
-    (a limit on it here); the map is the one before, and the batch, which
-    fits, is written."""
+    (a limit on it here) past 2 GiB; the map is the last one that could be
+    mapped, and the batch, which fits, is written."""
     done = subprocess.run([sys.executable, "-c", GROWTH_REFUSED, db_path],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "20000 [] 1024 [7]"
+    assert done.stdout.split("\n")[0] == "20000 [] 2048 [7]"
+
+
+GROWTH_AND_REOPEN_REFUSED = """
+import os, resource, sys
+import numpy as np
+from simhashdb import DB
+from simhashdb.storage.lmdb import files
+files.LmdbStorage.initial_map_size = 64 << 20
+files.MAP_A_DOCUMENT = files.MAP_A_TABLE_ENTRY = 0  # no growth ahead while the file fills
+with DB(sys.argv[1], distance=3, blocks=5, expected_size=250000) as db:
+    db.insert_many(keys=np.arange(250000, dtype=np.uint64),
+                   fingerprints=np.random.default_rng(1).integers(0, 2**64, 250000, dtype=np.uint64))
+    print(db.stats()["map_size"] >> 20, os.path.getsize(sys.argv[1] + "/data.mdb") >> 20)
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 20), resource.RLIM_INFINITY))
+    files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than the map
+    try:
+        db.insert_many((250000 + i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000))
+    except MemoryError:  # the batch's own memory, in so little room: it lands whole or not at all
+        pass
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY,) * 2)
+    print(db.stats()["map_size"] >> 20, db.check(), len(db) in (250000, 251000))
+    db.insert_many((260000 + i, i * 7919) for i in range(1000))
+    print(len(db) in (251000, 252000), [m.key for m in db.query(999 * 7919, 0)])
+"""
+
+
+@pytest.mark.lmdb_only
+def test_a_failed_growth_of_a_map_over_half_full_keeps_the_handle(db_path):
+    """The map cannot grow (address space is short), and the data file is over
+    half the map, so a map of twice the file (what opening it asks for) does
+    not fit either: the file is opened again at the size it had, and the
+    handle reads and writes as before."""
+    done = subprocess.run([sys.executable, "-c", GROWTH_AND_REOPEN_REFUSED, db_path],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    first, after, written = done.stdout.split("\n")[:3]
+    size, data = map(int, first.split())
+    assert size == 64 and data > size // 2
+    assert after == "64 [] True" and written == "True [260999]"
 
 
 UPGRADER = """

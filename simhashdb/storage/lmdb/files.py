@@ -613,6 +613,8 @@ class LmdbStorage(Storage):
             try:
                 self._grow()
             except DatabaseError:
+                if self._env is None:  # not even the map it had could be mapped again
+                    raise
                 return
 
     def _tidy(self):
@@ -706,14 +708,16 @@ class LmdbStorage(Storage):
     def _resize(self, map_size):
         """Set the map size (0: adopt another process's), with no transaction
         running. LMDB keeps no map after a failed growth (no address space
-        for it): the file is opened again, as it was."""
+        for it): the file is opened again at the size it had (a larger one
+        may not fit either)."""
         with self._gate.exclusive("grow the map"):
             self._check_usable()
+            had = self._map_size()
             try:
                 self._set_mapsize(map_size)
             except DatabaseError:
                 self._close_env()
-                self._open_env()
+                self._open_env(had)
                 raise
 
     def compact(self):

@@ -51,8 +51,9 @@ class NativeStorage(LmdbStorage):
     # has a thread read its sources.
     threaded_merge = 1 << 18
 
-    def _open_env(self):
-        self._env = _lmdb.Env(self.path.encode(), self.readonly, self._map_size_to_open(),
+    def _open_env(self, map_size=0):
+        self._env = _lmdb.Env(self.path.encode(), self.readonly,
+                              map_size or self._map_size_to_open(),
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
         self._env.batch_merge = self.batch_merge

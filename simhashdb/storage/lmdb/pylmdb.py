@@ -67,10 +67,10 @@ class PyLmdbStorage(LmdbStorage):
     backend = "py-lmdb"
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
 
-    def _open_env(self):
+    def _open_env(self, map_size=0):
         self._room = self._room_for_tables()  # the most tables it can open
         try:
-            self._env = lmdb.open(self.path, map_size=self._map_size_to_open(),
+            self._env = lmdb.open(self.path, map_size=map_size or self._map_size_to_open(),
                                   max_dbs=max_dbs(self._room), readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)

@@ -803,3 +803,39 @@ def test_sigkill_during_compaction_of_template_pages_keeps_every_record(db_path)
             assert not os.path.exists(os.path.join(db_path, "data.mdb.compact"))
             assert db.check() == []
             assert {r.key: r.fingerprint for r in db} == docs
+
+
+@pytest.mark.parametrize("threads_start", [0, 1])
+def test_a_batch_query_where_no_thread_can_start_is_answered_whole(tmp_path, monkeypatch,
+                                                                   threads_start):
+    """A query_many large enough to be split over the cores, where the pool can
+    start no thread (no address space or threads left: RuntimeError), or one
+    and then none: the parts left run on the calling thread, and the answer is
+    the one a query a probe gives."""
+    import concurrent.futures
+    pytest.importorskip("simhashdb._lmdb")
+    from simhashdb.storage.lmdb import native
+    rng = random.Random(21)
+    docs = {i: rng.getrandbits(64) for i in range(20_000)}
+    probes = [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[:native.PARALLEL_PROBES]]
+    probes += [rng.getrandbits(64) for _ in range(100)]
+    workers = concurrent.futures.ThreadPoolExecutor(2)
+
+    class Starved:
+        started = 0
+
+        def submit(self, *job):
+            if self.started == threads_start:
+                raise RuntimeError("can't start new thread")
+            self.started += 1
+            return workers.submit(*job)
+    starved = Starved()
+    monkeypatch.setattr(native, "THREADS", 3)
+    monkeypatch.setattr(native, "_pool", lambda: starved)
+    with DB(str(tmp_path / "db"), distance=3, backend="lmdb") as db:
+        db.insert_many(docs.items())
+        found = db.query_many(probes)
+        assert [sorted(found_one) for found_one in found] == \
+            [sorted(db.query(probe)) for probe in probes]
+    workers.shutdown()
+    assert starved.started == threads_start and sum(map(len, found)) >= native.PARALLEL_PROBES

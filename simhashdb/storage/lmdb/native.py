@@ -136,18 +136,29 @@ class NativeStorage(LmdbStorage):
 
     def _search_parts(self, probes, distance, flips):
         """A part of the probes a core, each in a transaction of its own, all of
-        one commit (MDB_NOTLS: a transaction may run on any thread)."""
+        one commit (MDB_NOTLS: a transaction may run on any thread): the first
+        part on this thread, the others on the pool's, or on this one where no
+        thread can start (no address space or threads left, or at exit)."""
         step = -(-len(probes) // THREADS)
         parts = [probes[i:i + step] for i in range(0, len(probes), step)]
         while True:
-            txns = []
+            txns, running = [], []
             try:
                 txns = [self._env.begin() for _ in parts]
                 if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
-                    found = _pool().map(lambda job: job[0].search(job[1], distance, flips),
-                                        zip(txns, parts))
+                    try:
+                        for txn, part in zip(txns[1:], parts[1:]):
+                            running.append(_pool().submit(txn.search, part, distance, flips))
+                    except RuntimeError:
+                        pass
+                    found = [txns[0].search(parts[0], distance, flips)]
+                    found += [job.result() for job in running]
+                    found += [txn.search(part, distance, flips)
+                              for txn, part in zip(txns[1 + len(running):],
+                                                   parts[1 + len(running):])]
                     return [hits for part in found for hits in part]
             finally:
+                concurrent.futures.wait(running)  # their transactions end after them
                 for txn in txns:
                     txn.abort()
 

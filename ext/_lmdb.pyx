@@ -97,6 +97,8 @@ cdef extern from "lmdb.h" nogil:
     int mdb_env_set_assert(MDB_env* env, MDB_assert_func* func)
     int mdb_env_sync(MDB_env* env, int force)
     int mdb_reader_check(MDB_env* env, int* dead)
+    ctypedef int (*MDB_msg_func)(const char* msg, void* ctx)
+    int mdb_reader_list(MDB_env* env, MDB_msg_func func, void* ctx)
     char* mdb_strerror(int err)
     char* mdb_version(int* major, int* minor, int* patch)
     void mdb_txn_abort(MDB_txn* txn)
@@ -2449,6 +2451,11 @@ cdef class Job:
         free(self.hits.data)
 
 
+cdef int add_reader_line(const char* msg, void* lines) noexcept with gil:
+    (<list>lines).append(msg.decode("ascii", "replace"))
+    return 0
+
+
 cdef class Env:
     """An LMDB environment with the simhashdb sub-databases."""
 
@@ -2662,6 +2669,16 @@ cdef class Env:
         cdef int rc = mdb_env_set_mapsize(self.env, size)
         if rc:
             raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
+
+    def readers(self):
+        """LMDB's reader table as mdb_reader_list writes it (as py-lmdb's
+        ``readers()``): a header, then a line a slot in use: its process,
+        thread, and the transaction of its snapshot ("-" for a slot kept
+        with none)."""
+        self.check()
+        lines = []
+        mdb_reader_list(self.env, add_reader_line, <void*>lines)
+        return "".join(lines)
 
     def reader_check(self):
         """Clear the reader slots of dead processes; returns how many."""

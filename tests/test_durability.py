@@ -303,6 +303,42 @@ def test_a_failed_growth_of_a_map_over_half_full_keeps_the_handle(db_path):
     assert after == "64 [] True" and written == "True [260999]"
 
 
+SNAPSHOT_HOLDER = """
+import sys, simhashdb
+with simhashdb.DB(sys.argv[1], readonly=True) as db, db._storage.read():
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.lmdb_only
+def test_growing_the_map_warns_of_open_snapshots_not_of_kept_reader_slots(db_path):
+    """Growing the map warns of the snapshots open, whose pages cannot be
+    reused until they end: one held by another process, not the reader slots
+    that batch queries keep for the next ones."""
+    import warnings
+    with DB(db_path, distance=3) as db:
+        fps = [random.Random(5).getrandbits(64) for _ in range(6000)]
+        db.insert_many(enumerate(fps))
+        db.query_many(fps)  # split over the cores: their threads' slots are kept
+
+        def warned():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                db._storage._grow()
+            return [str(w.message).split(" while ")[-1][:20] for w in caught
+                    if issubclass(w.category, ResourceWarning)]
+        assert warned() == []
+        holder = subprocess.Popen([sys.executable, "-c", SNAPSHOT_HOLDER, db_path],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            assert warned() == ["1 snapshots are open"]
+        finally:
+            holder.communicate("", timeout=60)
+        assert warned() == [] and len(db.query_many(fps)) == len(fps)
+
+
 UPGRADER = """
 import sys, simhashdb
 simhashdb.upgrade(sys.argv[1], progress=lambda done, tables: print(done, flush=True))

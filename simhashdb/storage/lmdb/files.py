@@ -698,12 +698,18 @@ class LmdbStorage(Storage):
         """Double the map, after freeing dead readers' slots; warn when live
         snapshots hold pages back."""
         self._clear_stale_readers(now=float("inf"))
-        size, readers = self._map_size(), self._live_readers()
-        if readers > 1:
+        size, snapshots = self._map_size(), self._open_snapshots()
+        if snapshots:
             warnings.warn("%s: growing the map to %d bytes while %d snapshots are open; pages "
                           "freed since the oldest began cannot be reused until it ends"
-                          % (self.path, 2 * size, readers - 1), ResourceWarning, stacklevel=4)
+                          % (self.path, 2 * size, snapshots), ResourceWarning, stacklevel=4)
         self._resize(2 * size)
+
+    def _open_snapshots(self):
+        """Snapshots open in every process: the reader slots that hold a
+        transaction (LMDB counts the slots kept for later queries too)."""
+        return sum(1 for line in self._env.readers().splitlines()[1:]
+                   if line.split()[-1:] != ["-"])
 
     def _resize(self, map_size):
         """Set the map size (0: adopt another process's), with no transaction

@@ -92,9 +92,6 @@ class NativeStorage(LmdbStorage):
     def lmdb_version(self):
         return _lmdb.version()
 
-    def _live_readers(self):
-        return self._env.info()["readers"]
-
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
         if self.readonly and self._env.index_slots < INDEX_SLOTS:  # another process may

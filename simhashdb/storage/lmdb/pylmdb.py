@@ -135,9 +135,6 @@ class PyLmdbStorage(LmdbStorage):
     def lmdb_version(self):
         return lmdb.version()
 
-    def _live_readers(self):
-        return self._env.info()["num_readers"]
-
     def _set_mapsize(self, map_size):
         with self._errors("grow the map of"):
             self._env.set_mapsize(map_size)

@@ -2452,8 +2452,11 @@ cdef class Job:
 
 
 cdef int add_reader_line(const char* msg, void* lines) noexcept with gil:
-    (<list>lines).append(msg.decode("ascii", "replace"))
-    return 0
+    try:
+        (<list>lines).append(msg.decode("ascii", "replace"))
+        return 0
+    except BaseException:  # (no memory): mdb_reader_list stops and returns this
+        return -1
 
 
 cdef class Env:
@@ -2677,7 +2680,8 @@ cdef class Env:
         with none)."""
         self.check()
         lines = []
-        mdb_reader_list(self.env, add_reader_line, <void*>lines)
+        if mdb_reader_list(self.env, add_reader_line, <void*>lines) < 0:
+            raise MemoryError("no memory to list the reader slots of %s" % self.path.decode())
         return "".join(lines)
 
     def reader_check(self):

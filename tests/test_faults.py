@@ -805,37 +805,77 @@ def test_sigkill_during_compaction_of_template_pages_keeps_every_record(db_path)
             assert {r.key: r.fingerprint for r in db} == docs
 
 
-@pytest.mark.parametrize("threads_start", [0, 1])
+@pytest.mark.parametrize("threads_start", [0, 1, 2])
 def test_a_batch_query_where_no_thread_can_start_is_answered_whole(tmp_path, monkeypatch,
                                                                    threads_start):
-    """A query_many large enough to be split over the cores, where the pool can
-    start no thread (no address space or threads left: RuntimeError), or one
-    and then none: the parts left run on the calling thread, and the answer is
-    the one a query a probe gives."""
+    """A query_many split over four cores, where the pool can start no thread
+    (no address space or threads left: RuntimeError), or one or two and then
+    none (the executor has queued the part whose thread did not start, and a
+    thread it started may take it later): every part is searched once, no
+    transaction is searched after it ends or ends while searched, and the
+    answer is the one a query a probe gives."""
     import concurrent.futures
+    import threading
     pytest.importorskip("simhashdb._lmdb")
     from simhashdb.storage.lmdb import native
     rng = random.Random(21)
     docs = {i: rng.getrandbits(64) for i in range(20_000)}
     probes = [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[:native.PARALLEL_PROBES]]
     probes += [rng.getrandbits(64) for _ in range(100)]
-    workers = concurrent.futures.ThreadPoolExecutor(2)
+    searched, wrong = [], []
 
-    class Starved:
-        started = 0
+    class Watched:
+        def __init__(self, txn):
+            self.txn, self.searching, self.ended = txn, 0, False
+            self.snapshot = txn.snapshot
 
-        def submit(self, *job):
-            if self.started == threads_start:
-                raise RuntimeError("can't start new thread")
-            self.started += 1
-            return workers.submit(*job)
-    starved = Starved()
-    monkeypatch.setattr(native, "THREADS", 3)
-    monkeypatch.setattr(native, "_pool", lambda: starved)
+        def search(self, *args):
+            if self.ended:
+                wrong.append("searched after its end")
+                return []
+            self.searching += 1
+            time.sleep(0.05)  # a thread started late has time to take a queued part
+            try:
+                return self.txn.search(*args)
+            finally:
+                self.searching -= 1
+                searched.append(self)
+
+        def abort(self):
+            if self.searching:
+                wrong.append("ended while searched")
+            self.ended = True
+            self.txn.abort()
+
+    class WatchedEnv:
+        def __init__(self, env):
+            self.env = env
+
+        def begin(self, write=False):
+            return Watched(self.env.begin()) if not write else self.env.begin(write)
+
+        def __getattr__(self, name):
+            return getattr(self.env, name)
+
+    started = []
+    start = threading.Thread.start
+
+    def starved_start(thread):
+        if len(started) == threads_start:
+            raise RuntimeError("can't start new thread")
+        started.append(thread)
+        start(thread)
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    monkeypatch.setattr(native, "THREADS", 4)
+    monkeypatch.setattr(native, "_threads", pool)
     with DB(str(tmp_path / "db"), distance=3, backend="lmdb") as db:
         db.insert_many(docs.items())
+        expected = [sorted(db.query(probe)) for probe in probes]
+        monkeypatch.setattr(db._storage, "_env", WatchedEnv(db._storage._env))
+        monkeypatch.setattr(threading.Thread, "start", starved_start)
         found = db.query_many(probes)
-        assert [sorted(found_one) for found_one in found] == \
-            [sorted(db.query(probe)) for probe in probes]
-    workers.shutdown()
-    assert starved.started == threads_start and sum(map(len, found)) >= native.PARALLEL_PROBES
+        monkeypatch.undo()
+        pool.shutdown(wait=True)  # parts queued for threads that never started ran, if ever
+        assert len(started) == threads_start
+        assert wrong == [] and len(searched) == 4 and len(set(map(id, searched))) == 4
+        assert [sorted(found_one) for found_one in found] == expected

@@ -3,9 +3,9 @@ IndexBinaryMultiHash and numpy brute force.
 
 N random fingerprints, 10% of them planted near-duplicates (1 to 5 bits from
 another), k = 3. Probes: half near a stored fingerprint (0 to 3 bits flipped),
-half random. A batch query's rate is the median of five calls after a first
-one, for every method. Recall of every method is checked against brute force. A second
-table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
+half random. The rate of a batch query (query_many, faiss's range_search) is
+the median of five calls after a first one. Recall of every method is checked
+against brute force. A second table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
 
 Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
        [--import both|one|batches] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
@@ -73,7 +73,7 @@ BATCH_CALLS = 5  # timed calls of a batch query, after one that warms: their med
 
 def batch_rate(search, qs):
     """Queries a second of ``search(qs)``: the median of BATCH_CALLS calls after
-    a first one (the same rule for every method); and the first call's answer."""
+    a first one (the same rule for ours and faiss's); and the first call's answer."""
     answer = search(qs)
     times = []
     for _ in range(BATCH_CALLS):

@@ -698,7 +698,9 @@ class LmdbStorage(Storage):
         """Double the map, after freeing dead readers' slots; warn when live
         snapshots hold pages back."""
         self._clear_stale_readers(now=float("inf"))
-        size, snapshots = self._map_size(), self._open_snapshots()
+        with self._gate:
+            self._check_usable()
+            size, snapshots = self._map_size(), self._open_snapshots()
         if snapshots:
             warnings.warn("%s: growing the map to %d bytes while %d snapshots are open; pages "
                           "freed since the oldest began cannot be reused until it ends"

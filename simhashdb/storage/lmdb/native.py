@@ -7,6 +7,7 @@ files are the same as the py-lmdb backend's.
 
 import concurrent.futures
 import os
+import threading
 from array import array
 
 from ... import _ext, _lmdb
@@ -34,6 +35,40 @@ def _forget_pool():
 
 
 os.register_at_fork(after_in_child=_forget_pool)
+
+
+class _Part:
+    """A part of a search split over the cores: run once, by whichever thread
+    claims it first."""
+
+    def __init__(self, txn, probes, distance, flips):
+        self._search = lambda: txn.search(probes, distance, flips)
+        self._claim, self._done = threading.Lock(), threading.Event()
+        self._found = self._error = None
+
+    def run(self):
+        """Search, unless another thread has claimed the part."""
+        if self._claim.acquire(blocking=False):
+            try:
+                self._found = self._search()
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                self._done.set()
+
+    def result(self):
+        """The part's hits: searched here if no thread has claimed it."""
+        self.run()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._found
+
+    def close(self):
+        """Wait for the thread that claimed the part, or claim it, so none will."""
+        if self._claim.acquire(blocking=False):
+            self._done.set()
+        self._done.wait()
 
 
 class NativeStorage(LmdbStorage):
@@ -133,29 +168,26 @@ class NativeStorage(LmdbStorage):
 
     def _search_parts(self, probes, distance, flips):
         """A part of the probes a core, each in a transaction of its own, all of
-        one commit (MDB_NOTLS: a transaction may run on any thread): the first
-        part on this thread, the others on the pool's, or on this one where no
-        thread can start (no address space or threads left, or at exit)."""
+        one commit (MDB_NOTLS: a transaction may run on any thread): the pool's
+        threads and this one take parts as they come, and this one takes every
+        part no thread could (no address space or threads left, or at exit)."""
         step = -(-len(probes) // THREADS)
-        parts = [probes[i:i + step] for i in range(0, len(probes), step)]
         while True:
-            txns, running = [], []
+            txns, parts = [], []
             try:
-                txns = [self._env.begin() for _ in parts]
+                txns = [self._env.begin() for _ in range(0, len(probes), step)]
                 if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
+                    parts = [_Part(txn, probes[i * step:(i + 1) * step], distance, flips)
+                             for i, txn in enumerate(txns)]
                     try:
-                        for txn, part in zip(txns[1:], parts[1:]):
-                            running.append(_pool().submit(txn.search, part, distance, flips))
+                        for part in parts[1:]:
+                            _pool().submit(part.run)
                     except RuntimeError:
                         pass
-                    found = [txns[0].search(parts[0], distance, flips)]
-                    found += [job.result() for job in running]
-                    found += [txn.search(part, distance, flips)
-                              for txn, part in zip(txns[1 + len(running):],
-                                                   parts[1 + len(running):])]
-                    return [hits for part in found for hits in part]
+                    return [hits for part in parts for hits in part.result()]
             finally:
-                concurrent.futures.wait(running)  # their transactions end after them
+                for part in parts:
+                    part.close()  # no thread searches a transaction after it ends
                 for txn in txns:
                     txn.abort()
 

@@ -382,3 +382,42 @@ def test_sigkill_during_an_upgrade_leaves_every_table_whole(db_path):
         for probe, found in zip(probes, db.query_many(probes)):
             assert sorted((m.key, m.fingerprint, m.distance) for m in found) == \
                 brute_force(docs, probe, 3)
+
+
+@pytest.mark.lmdb_only
+def test_a_tidy_whose_map_can_neither_grow_nor_be_mapped_again_says_to_reopen(db_path, backend,
+                                                                             monkeypatch):
+    """The map fills during the merges after a batch, it cannot grow, and the
+    file cannot be mapped again either: the batch is stored, the warning says
+    to open the database again (not that the next write tries again), and
+    the database opened again has the batch."""
+    from simhashdb import MaintenanceWarning
+    db = DB(db_path, distance=3, backend=backend)
+    db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(2000))
+    storage, writer = db._storage, db._storage._writer
+
+    class Filling:  # a writer whose batches leave merges, and whose merges fill the map
+        untidy = True
+
+        def __init__(self, txn):
+            self.txn = writer(txn)
+
+        def tidy(self):
+            raise storage.map_full("the map is full")
+
+        def __getattr__(self, name):
+            return getattr(self.txn, name)
+
+    def refused(*args):
+        raise DatabaseError("cannot map: Cannot allocate memory")
+    monkeypatch.setattr(storage, "_writer", Filling)
+    monkeypatch.setattr(storage, "_set_mapsize", refused)
+    monkeypatch.setattr(storage, "_open_env", refused)
+    with pytest.warns(MaintenanceWarning, match="could not be mapped again: open the database"):
+        db.insert_many((i, i * 7919) for i in range(2000, 3000))
+    with pytest.raises(DatabaseError, match="is closed"):
+        len(db)
+    monkeypatch.undo()
+    db.close()
+    with DB(db_path, backend=backend) as again:
+        assert len(again) == 3000 and again.check() == []

@@ -628,8 +628,10 @@ class LmdbStorage(Storage):
                 if not self._transact(lambda txn: txn.tidy())[0]:
                     break
         except (DatabaseError, MemoryError) as exc:
+            then = "the next write tries again" if self._env is not None else \
+                "the file could not be mapped again: open the database again"
             warnings.warn("%s: the batch is stored, but merging the tables' runs after it "
-                          "failed (%s); the next write tries again" % (self.path, exc),
+                          "failed (%s); %s" % (self.path, exc, then),
                           MaintenanceWarning, stacklevel=4)
 
     def _abort(self, txn):

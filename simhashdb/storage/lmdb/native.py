@@ -172,13 +172,13 @@ class NativeStorage(LmdbStorage):
         threads and this one take parts as they come, and this one takes every
         part no thread could (no address space or threads left, or at exit)."""
         step = -(-len(probes) // THREADS)
+        chunks = [probes[i:i + step] for i in range(0, len(probes), step)]
         while True:
             txns, parts = [], []
             try:
-                txns = [self._env.begin() for _ in range(0, len(probes), step)]
+                txns = [self._env.begin() for _ in chunks]
                 if len({txn.snapshot for txn in txns}) == 1:  # else a commit came between
-                    parts = [_Part(txn, probes[i * step:(i + 1) * step], distance, flips)
-                             for i, txn in enumerate(txns)]
+                    parts = [_Part(txn, chunk, distance, flips) for txn, chunk in zip(txns, chunks)]
                     try:
                         for part in parts[1:]:
                             _pool().submit(part.run)

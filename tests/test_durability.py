@@ -234,14 +234,23 @@ def test_a_stream_of_batches_inside_an_iteration_of_the_same_thread_fails_clearl
         "iteration); finish or close it first", "[]"]
 
 
-GROWTH_REFUSED = """
-import resource, sys
+ADDRESS_SPACE = """
+import resource
+
+
+def limit_address_space(extra):
+    \"\"\"Limit this process's address space to what it maps now, and ``extra`` more.\"\"\"
+    with open("/proc/self/status") as status:
+        mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, resource.RLIM_INFINITY))
+"""
+
+GROWTH_REFUSED = ADDRESS_SPACE + """
+import sys
 import numpy as np
 from simhashdb import DB
 from simhashdb.storage.lmdb import files
-with open("/proc/self/status") as status:
-    mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
-resource.setrlimit(resource.RLIMIT_AS, (mapped + (3 << 30),) * 2)  # room for a map of 2 GiB, not 4
+limit_address_space(3 << 30)  # room for a map of 2 GiB, not 4
 files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than that
 with DB(sys.argv[1], distance=3, blocks=6) as db:
     fps = np.random.default_rng(1).integers(0, 2**64, 20000, dtype=np.uint64)
@@ -262,8 +271,8 @@ def test_a_map_that_cannot_grow_ahead_of_a_batch_still_takes_it(db_path):
     assert done.stdout.split("\n")[0] == "20000 [] 2048 [7]"
 
 
-GROWTH_AND_REOPEN_REFUSED = """
-import os, resource, sys
+GROWTH_AND_REOPEN_REFUSED = ADDRESS_SPACE + """
+import os, sys
 import numpy as np
 from simhashdb import DB
 from simhashdb.storage.lmdb import files
@@ -273,9 +282,7 @@ with DB(sys.argv[1], distance=3, blocks=5, expected_size=250000) as db:
     db.insert_many(keys=np.arange(250000, dtype=np.uint64),
                    fingerprints=np.random.default_rng(1).integers(0, 2**64, 250000, dtype=np.uint64))
     print(db.stats()["map_size"] >> 20, os.path.getsize(sys.argv[1] + "/data.mdb") >> 20)
-    with open("/proc/self/status") as status:
-        mapped = next(int(line.split()[1]) for line in status if line.startswith("VmSize")) << 10
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + (16 << 20), resource.RLIM_INFINITY))
+    limit_address_space(16 << 20)
     files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than the map
     refused, set_mapsize = [], db._storage._set_mapsize
     def watched(size):

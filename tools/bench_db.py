@@ -5,7 +5,8 @@ N random fingerprints, 10% of them planted near-duplicates (1 to 5 bits from
 another), k = 3. Probes: half near a stored fingerprint (0 to 3 bits flipped),
 half random. The rate of a batch query (query_many, faiss's range_search) is
 the median of five calls after a first one. Recall of every method is checked
-against brute force. A second table: query_many above the built distance (k2 = 3..6 on the k = 3 database).
+against brute force. A second table: query_many above the built distance (k2 =
+3..6 on the k = 3 database).
 
 Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
        [--import both|one|batches] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]

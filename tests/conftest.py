@@ -188,9 +188,9 @@ def key_order(key):
 
 def brute_force(docs, fingerprint, distance):
     """The oracle: every (key, fingerprint, distance) within ``distance``, sorted."""
-    hits = [(bin(fp ^ fingerprint).count("1"), key, fp) for key, fp in docs.items()]
-    return sorted(((k, fp, d) for d, k, fp in hits if d <= distance),
-                  key=lambda m: (m[2], key_order(m[0])))
+    hits = [(key, fp, d) for key, fp in docs.items()
+            if (d := (fp ^ fingerprint).bit_count()) <= distance]
+    return sorted(hits, key=lambda m: (m[2], key_order(m[0])))
 
 
 def index_in_one_slot(env, txn):

@@ -335,7 +335,8 @@ def test_growing_the_map_warns_of_open_snapshots_not_of_kept_reader_slots(db_pat
     native = pytest.importorskip("simhashdb.storage.lmdb.native")
     monkeypatch.setattr(native, "THREADS", 2)  # a batch query split over two threads
     with DB(db_path, distance=3) as db:
-        fps = [random.Random(5).getrandbits(64) for _ in range(6000)]
+        rng = random.Random(5)
+        fps = [rng.getrandbits(64) for _ in range(6000)]
         db.insert_many(enumerate(fps))
         db.query_many(fps)  # split over the cores: their threads' slots are kept
 

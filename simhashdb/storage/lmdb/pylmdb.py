@@ -467,6 +467,24 @@ class PyTxn(PyView, Txn):
         self._update_tables(touched)
         self._update_bands(bands)
 
+    def insert_if_new(self, documents, distance):
+        """As :meth:`Txn.insert_if_new`, with one upsert for the call: the
+        documents it stores are kept aside (their keys' stored versions left
+        out of the hits) and written together at its end, as the native
+        backend does (an upsert a document added runs and merges each time)."""
+        stored = self.search(array("Q", [fp for _, fp, _ in documents]), distance)
+        kept, found = {}, []
+        for (key, fp, value), hits in zip(documents, stored):
+            hits = [hit for hit in hits if hit[0] not in kept] + [
+                (other, theirs, d) for other, (theirs, _) in kept.items()
+                if (d := (theirs ^ fp).bit_count()) <= distance]
+            if not hits:
+                kept[key] = (fp, value)
+            found.append(hits)
+        if kept:
+            self.upsert([(key, fp, value) for key, (fp, value) in kept.items()])
+        return found
+
     def remove(self, keys):
         """Remove in place, or, as the native backend does, by writing the
         documents and the index whole without them where the batch takes the

@@ -123,9 +123,8 @@ class Reader:
         ``inputs`` (files, walked directories, ``"-"``)."""
         for given in inputs:
             if given != "-" and os.path.isdir(given):
-                for path in self._walk(given):
-                    yield path, Skipped("its name is not UTF-8") if not _utf8(path) else \
-                        read_text(path) if _is_regular(path) else Skipped("not a regular file")
+                for path, unread in self._walk(given):
+                    yield path, unread or _walked_text(path)
             else:
                 yield given, read_text(given)
 
@@ -135,7 +134,7 @@ class Reader:
         if "-" in inputs:
             return None
         return sum(_size(path) for given in inputs
-                   for path in (self._walk(given) if os.path.isdir(given) else [given]))
+                   for path, _ in (self._walk(given) if os.path.isdir(given) else [(given, None)]))
 
     def fingerprint_of(self, data):
         """The fingerprint of a document's text, or Skipped where it has no text
@@ -212,7 +211,11 @@ class Reader:
         return key, fp, obj.get("meta"), obj.get("stored_at")
 
     def _walk(self, root):
-        for directory, subdirs, files in os.walk(root):
+        """(path, None) of each file below ``root`` that the patterns take, and
+        (path, Skipped) of each directory that cannot be read."""
+        unread = []
+        for directory, subdirs, files in os.walk(root, onerror=unread.append):
+            yield from _unread_directories(unread)
             subdirs.sort()
             for name in sorted(files):
                 path = os.path.join(directory, name)
@@ -223,7 +226,34 @@ class Reader:
                 if any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g)
                        for g in self.exclude):
                     continue
-                yield path
+                yield path, None
+        yield from _unread_directories(unread)
+
+
+def _unread_directories(errors):
+    """(directory, Skipped) of each error os.walk met listing one, taken out of ``errors``."""
+    while errors:
+        error = errors.pop(0)
+        yield error.filename, Skipped("a directory that cannot be read (%s)" % error.strerror)
+
+
+def _walked_text(path):
+    """The text of a file met in a directory walk, or Skipped: one that cannot
+    be a document or cannot be read is noted and the walk goes on (a file
+    given by name that cannot be read is an error)."""
+    if not _utf8(path):
+        return Skipped("its name is not UTF-8")
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return Skipped("a broken link" if os.path.islink(path) else
+                       "cannot be read (%s)" % exc.strerror)
+    if not stat.S_ISREG(mode):  # a FIFO, socket or device: reading it may never end
+        return Skipped("not a regular file")
+    try:
+        return read_text(path)
+    except InputError as exc:
+        return Skipped("cannot be read (%s)" % str(exc).rsplit(": ", 1)[-1])
 
 
 def input_format(given, fmt=None):
@@ -518,12 +548,12 @@ def _utf8(path):
 
 
 def _is_regular(path):
-    """Whether ``path`` is a regular file (or a link to one): FIFOs, sockets and
-    devices met in a directory walk are skipped, as reading them may never end."""
+    """Whether ``path`` is a regular file (or a link to one); True where it
+    cannot be seen (reading it reports why)."""
     try:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
-        return True  # reading it reports why it cannot be read
+        return True
 
 
 def _from_json(obj):

@@ -97,6 +97,43 @@ def test_a_fifo_in_a_directory_is_skipped_with_a_note(tmp_path):
     assert "note: skipped %s: not a regular file" % (root / "pipe") in done.stderr
 
 
+def test_files_and_directories_of_a_walk_that_cannot_be_read_are_skipped_with_a_note(tmp_path):
+    """A broken link, a file and a directory the process may not read, met in a
+    walked directory, are skipped and counted as a FIFO is (a broken link
+    stopped the import, and an unreadable directory was left out silently);
+    a file named on the command line that cannot be read is still an error."""
+    root = tmp_path / "dir"
+    (root / "locked").mkdir(parents=True)
+    (root / "a.txt").write_text("some words of text to fingerprint " * 20)
+    (root / "locked" / "b.txt").write_text("other words of another text " * 20)
+    (root / "c.txt").write_text("a third text that nobody may read " * 20)
+    os.symlink(tmp_path / "nowhere", root / "dangling")
+    os.chmod(root / "locked", 0)
+    os.chmod(root / "c.txt", 0)
+    # without root's right to read what it may not (os.setuid would not drop it for root)
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] \
+        if os.geteuid() == 0 else []
+    if drop and subprocess.run(drop + ["true"]).returncode != 0:
+        pytest.skip("root here cannot drop its capabilities")
+    try:
+        done = subprocess.run(drop + EXE + ["import", str(tmp_path / "d.db"), str(root)],
+                              capture_output=True, text=True, timeout=60)
+        named = subprocess.run(EXE + ["import", str(tmp_path / "e.db"), str(root / "dangling")],
+                               capture_output=True, text=True, timeout=60)
+    finally:
+        os.chmod(root / "locked", 0o755)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.splitlines()[-1])
+    assert summary["imported"] == 1 and summary["skipped_files"] == {
+        "a broken link": 1, "cannot be read (Permission denied)": 1,
+        "a directory that cannot be read (Permission denied)": 1}
+    for path, why in (("dangling", "a broken link"), ("c.txt", "cannot be read"),
+                      ("locked", "a directory that cannot be read")):
+        assert "note: skipped %s: %s" % (root / path, why) in done.stderr
+    assert named.returncode == 1 and one_line_error(named.stderr), named.stderr
+    assert "cannot read %s: No such file or directory" % (root / "dangling") in named.stderr
+
+
 @pytest.mark.parametrize("fmt,line", [
     ("dec", "1_000"), ("dec", "+7"), ("dec", "-7"), ("dec", "\u0663\u0664"), ("dec", "\uff17"),
     ("dec", "7 8"), ("dec", "0x10"), ("hex", "ff_ff"), ("hex", "+ff"), ("hex", "0x"),

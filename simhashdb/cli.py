@@ -185,7 +185,15 @@ def cmd_query(args):
                     results.append(db.query_text(data, html=args.html, threshold=args.threshold))
             _note_skipped(args, skipped)
         else:
-            probes = inputs.probes(args.fingerprints or inputs.stdin_lines(), args.format)
+            probes = []
+            for label, fp, recipe in inputs.probes(args.fingerprints or inputs.stdin_lines(),
+                                                   args.format):
+                if recipe is not None and db.recipe is not None and recipe != db.recipe:
+                    raise CliError("the fingerprint of %s was made with %r, and this database's "
+                                   "with %r: it would match nothing; query the text (--text), "
+                                   "or fingerprint it with --recipe %s"
+                                   % (label or fp, recipe, db.recipe, db.recipe))
+                probes.append((label, fp))
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
             out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}

@@ -366,8 +366,9 @@ def stdin_lines():
 
 
 def probes(lines, fmt=None):
-    """(label or None, fingerprint) of query input: fingerprints, or JSON lines
-    with "fingerprint" (and "path" or "key" as the label)."""
+    """(label or None, fingerprint, recipe or None) of query input: fingerprints,
+    or JSON lines with "fingerprint" (and "path" or "key" as the label, and
+    the "recipe" that made it, as `fingerprint` prints them)."""
     plain = [line for line in lines if not line.startswith("{")]
     fmt = values_format(plain, fmt)
     found = []
@@ -377,9 +378,10 @@ def probes(lines, fmt=None):
             if "fingerprint" not in obj:
                 raise InputError('a JSON query line needs "fingerprint", as `fingerprint` '
                                  'prints: %s' % line[:60])
-            found.append((obj.get("path", obj.get("key")), json_fingerprint(obj["fingerprint"])))
+            found.append((obj.get("path", obj.get("key")), json_fingerprint(obj["fingerprint"]),
+                          obj.get("recipe")))
         else:
-            found.append((None, parse_fingerprint(line, fmt, "argument")))
+            found.append((None, parse_fingerprint(line, fmt, "argument"), None))
     return found
 
 

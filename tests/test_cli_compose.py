@@ -57,6 +57,12 @@ def test_fingerprint_output_pipes_into_query_and_import(tmp_path, corpus):
     done = subprocess.run(EXE + ["import", str(db)], input=other, capture_output=True,
                           timeout=120)
     assert done.returncode == 1 and b"cannot be compared" in done.stderr
+    # a query of lines of another recipe is refused as well (it matched nothing, exit 0)
+    done = subprocess.run(EXE + ["query", str(db)], input=printed + other, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == b"", done.stdout
+    assert ("the fingerprint of %s was made with %r" % (corpus / "b.txt", old)).encode() \
+        in done.stderr and b"--recipe " + simhashdb.RECIPE.encode() in done.stderr
 
 
 @storage

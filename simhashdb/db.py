@@ -54,6 +54,7 @@ FORMAT_VERSION = 4
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
+CHECK_CHUNK = 1000  # documents check() reads the index entries of at once
 THRESHOLD = 0.45  # the text rule's least resemblance (docs/database.md: Text in, decisions out)
 
 Key = Union[str, bytes, int]
@@ -859,9 +860,9 @@ class DB:
     def _check_contents(self):
         problems = []
         with self._storage.read() as view:
-            docs = 0
+            docs, shared = 0, {}  # shared: the keys of fingerprints of more documents than a chunk
             banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
-            for chunk in _chunks(view.documents(), 1000):  # the index read a chunk at a time
+            for chunk in _chunks(view.documents(), CHECK_CHUNK):  # the index read a chunk at a time
                 docs += len(chunk)
                 fps = []  # a list: a damaged key may repeat another's
                 for key_bytes, value in chunk:
@@ -873,7 +874,10 @@ class DB:
                         continue
                     for entries, entry in zip(banded, band_entries(value, fps[-1])):
                         entries.append(entry)
-                indexed = view.keys_of_many(set(fps) - {None})
+                indexed = {fp: set(keys) for fp, keys in
+                           view.keys_of_many(set(fps) - {None} - shared.keys()).items()}
+                shared.update((fp, keys) for fp, keys in indexed.items() if len(keys) > CHECK_CHUNK)
+                indexed.update(shared)  # (a fingerprint of many documents is read once, not a chunk)
                 for (key_bytes, value), fp in zip(chunk, fps):
                     if fp is not None and key_bytes not in indexed[fp]:
                         problems.append("document %r (fingerprint %d) is missing from the "

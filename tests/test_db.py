@@ -367,6 +367,42 @@ def test_check_reports_a_damaged_table(db):
     assert len(problems) == 1 and "table 3" in problems[0] and "2 missing" in problems[0]
 
 
+def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, monkeypatch):
+    """Documents are checked a chunk at a time against the index: the keys of a
+    fingerprint of more documents than a chunk are read once, not once a chunk
+    (25k documents of one fingerprint took 9 s, 100k 175 s), and a document
+    missing from such a fingerprint's entries is still named."""
+    import contextlib
+
+    import simhashdb.db
+    monkeypatch.setattr(simhashdb.db, "CHECK_CHUNK", 100)
+    db.insert_many([(i, 12345) for i in range(3000)] + [(-i, i * 7919) for i in range(1, 500)])
+    read, real = [], db._storage.read
+
+    @contextlib.contextmanager
+    def counted():
+        with real() as view:
+            keys_of_many = view.keys_of_many
+            view.keys_of_many = lambda fps: read.append(keys_of_many(fps)) or read[-1]
+            yield view
+    monkeypatch.setattr(db._storage, "read", counted)
+    assert db.check() == []
+    assert sum(len(keys) for found in read for keys in found.values()) == 3499
+    if db.backend in ("lmdb", "py-lmdb"):  # one entry of the shared fingerprint lost
+        import lmdb
+        db.close()
+        env = lmdb.open(db.path, max_dbs=4096)
+        with env.begin(write=True) as txn:
+            for name in [b"fingerprints"] + [b"index:%02d" % s for s in range(1, 8)]:
+                txn.delete((12345).to_bytes(8, "big"), msgpack.packb(1717),
+                           db=env.open_db(name, txn=txn, dupsort=True))
+        env.close()
+        with DB(db.path) as reopened:
+            problems = reopened.check()
+        assert [p for p in problems if "document 1717 " in p and "missing from the fingerprint "
+                "index" in p] and "3498 entries for 3499 documents" in " ".join(problems), problems
+
+
 def test_use_after_fork_is_refused(db):
     pid = os.fork()
     if pid == 0:

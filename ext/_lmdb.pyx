@@ -2486,6 +2486,7 @@ cdef class Env:
     cdef int spares
     cdef pid_t pid       # the process that opened it (a fork child must not end its readers)
     cdef readonly bint broken
+    cdef public str damage  # why the file was found damaged before it was mapped, or None
     cdef bytes path
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
@@ -2557,6 +2558,10 @@ cdef class Env:
     cdef object fail(self, int rc, str what):
         if rc == GUARD_FAULT:
             self.broken = True
+            if self.damage:  # the fault's cause, known: what it says is the way out
+                return DamagedError("%s: LMDB faulted (signal %d) reading the data file, which "
+                                    "is damaged: %s; restore it from a backup"
+                                    % (what, guard_last_signal(), self.damage))
         return lmdb_error(rc, what)
 
     def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create,

@@ -91,6 +91,7 @@ class NativeStorage(LmdbStorage):
                               map_size or self._map_size_to_open(),
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
+        self._env.damage = self._dir.doubt
         self._env.batch_merge = self.batch_merge
         self._env.directory_entries = self.directory_entries
         self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge

@@ -153,7 +153,7 @@ class DB:
 
     A new database stores its parameters; reopening uses them.
 
-    :param path: the database directory; created if missing.
+    :param path: the database directory; created if missing (in a directory that exists).
     :param int distance: the distance the tables are built for: queries up to
         it cost one range scan per table, beyond it more (default: 3 for a new
         database, the stored value for an existing one).

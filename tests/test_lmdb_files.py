@@ -283,3 +283,13 @@ def test_an_insert_if_new_batch_grows_the_file_as_an_insert_of_it_does(tmp_path,
             assert len(db) == 4000 and db.check() == []
             sizes.append(db.stats()["disk_bytes"])
     assert sizes[1] <= 1.5 * sizes[0], sizes
+
+
+def test_a_database_is_made_in_a_directory_that_exists_not_in_a_new_tree(tmp_path, backend):
+    """A path whose parent is missing (a typo) is an error naming the parent:
+    the whole tree was made without a word before."""
+    with pytest.raises(DatabaseError, match="no directory %s to make it in" % (tmp_path / "typo")):
+        DB(str(tmp_path / "typo" / "crawl.db"))
+    assert not (tmp_path / "typo").exists()
+    with DB(str(tmp_path / "crawl.db")) as db:  # one level is made, as LMDB's own open does
+        db.insert("a", 1)

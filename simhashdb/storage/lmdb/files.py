@@ -98,8 +98,12 @@ class LmdbDirectory:
         self.created = []  # what opening made: removed by abandon()
         try:
             if not readonly and not os.path.isdir(self.path):
-                self._disk_errors(os.makedirs, self.path, exist_ok=True)
-                self.created.append(self.path)
+                parent = os.path.dirname(os.path.abspath(self.path))
+                if not os.path.isdir(parent):  # a typo is an error, not a tree of directories
+                    raise DatabaseError("cannot create a database at %s: there is no directory "
+                                        "%s to make it in" % (self.path, parent))
+                if self._disk_errors(_make_directory, self.path):
+                    self.created.append(self.path)
             self._handle_lock = self._lock_file("simhashdb.lock")
             self._compact_lock = self._lock_file("compact.lock")
             self._write_lock = self._lock_file("write.lock")
@@ -301,6 +305,17 @@ class LmdbDirectory:
         with _open_paths_lock:
             if _open_paths.get(self._key) is self._ref:
                 del _open_paths[self._key]
+
+
+def _make_directory(path):
+    """Make the directory ``path``; False where another process made it first."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return False
+    return True
 
 
 def inspect_data_file(data):

@@ -2591,6 +2591,7 @@ cdef class Env:
                                     "use another directory" % self.path.decode())
             if rc == 0:
                 rc = g_dbi_open(txn, b"meta", MDB_CREATE, &self.meta)
+                add_index_slots = True  # a new database has every slot from the start
         if rc == 0:
             rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
         self.index_slots = 0
@@ -2716,7 +2717,7 @@ cdef class Env:
         txn.env = self
         txn.write = write
         txn.put_slot = -1
-        if 0 < self.index_slots < INDEX_SLOTS and index_slots_added(txn.txn):
+        if 0 < self.index_slots < INDEX_SLOTS and index_slot_exists(txn.txn, self.index_slots):
             txn.abort()  # the slots another process added must be read too
             raise MapResizedError("the fingerprint index of %s gained slots: open them and "
                                   "begin again" % self.path.decode())
@@ -2730,11 +2731,16 @@ cdef class Env:
         self.env = NULL
 
 
-cdef bint index_slots_added(MDB_txn* txn) noexcept nogil:
-    """Whether the index's second slot exists in this snapshot (a database of
-    format 3, read here with one slot, opened writable by another process)."""
+cdef bint index_slot_exists(MDB_txn* txn, int slot) noexcept nogil:
+    """Whether the index's slot ``slot`` (1-7) exists in this snapshot: a slot
+    past those open was added by another process (to a database of format 3
+    read here with one slot, or one whose slots an interrupted open made in
+    part)."""
     cdef MDB_val k, v
-    k.mv_size, k.mv_data = 8, <char*>b"index:01"
+    cdef char name[8]
+    memcpy(name, b"index:0", 7)
+    name[7] = <char>(48 + slot)  # '0' + slot
+    k.mv_size, k.mv_data = 8, name
     return g_get(txn, MAIN_DBI, &k, &v) == 0
 
 

@@ -293,3 +293,36 @@ def test_a_database_is_made_in_a_directory_that_exists_not_in_a_new_tree(tmp_pat
     assert not (tmp_path / "typo").exists()
     with DB(str(tmp_path / "crawl.db")) as db:  # one level is made, as LMDB's own open does
         db.insert("a", 1)
+
+
+OPEN_AND_COUNT = """
+import sys, simhashdb
+with simhashdb.DB(sys.argv[1], readonly=sys.argv[2] == "read") as db:
+    print(len(db), db.check() == [], len(db.query(1 * 7919, 2)))
+"""
+
+
+def test_an_index_with_some_of_its_slots_opens_and_gains_the_rest(tmp_path, backend):
+    """A database whose fingerprint index has slots 0-5 of 8 (py-lmdb made them
+    a commit each, so a creation killed part way left that) opens, read-only
+    and writable, where every open spun for ever: a snapshot that saw a slot
+    past those open took it for slots another process had added. A writable
+    open adds the rest."""
+    import lmdb
+    path = str(tmp_path / "db")
+    with DB(path, distance=3) as db:
+        db.insert_many((i, i * 7919) for i in range(1000))
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        assert all(txn.get(b"index:%02d" % slot) is not None for slot in range(1, 8))
+        for slot in (6, 7):
+            txn.drop(env.open_db(b"index:%02d" % slot, txn=txn, create=False), delete=True)
+    env.close()
+    for mode in ("read", "write", "read"):
+        done = subprocess.run([sys.executable, "-c", OPEN_AND_COUNT, path, mode],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.split() == ["1000", "True", "1"], done.stderr
+    env = lmdb.open(path, max_dbs=4096, readonly=True, lock=False)
+    with env.begin() as txn:
+        assert txn.get(b"index:06") is not None and txn.get(b"index:07") is not None
+    env.close()

@@ -78,22 +78,24 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._runs = False  # whether the tables are kept as runs (known once they are open)
-        if not self.readonly and self._env.stat()["entries"]:
-            with self._env.begin() as txn:
-                if txn.get(META) is None:
-                    raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
-                                        "use another directory" % self.path)
-        self._dbs = {name: self._open_db(name) for name in (META, DOCS)}
-        self._index = []  # the index's slots (one where a database made before them is read)
-        self._open_index_slots(create=False)
-        try:
-            for name in BAND_TABLES:
-                self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True)
-        except DatabaseError:
-            if not self.readonly:
-                raise
-            for name in BAND_TABLES:  # made before bands were, opened read-only
-                self._dbs.pop(name, None)
+        with self._env.begin() as txn:
+            new = not self.readonly and txn.get(META) is None
+        if new and self._env.stat()["entries"]:
+            raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
+                                "use another directory" % self.path)
+        # what a new database needs is made in one transaction: a crash leaves all or none
+        with self._making() as txn:
+            self._dbs = {name: self._open_db(name, txn=txn) for name in (META, DOCS)}
+            self._index = []  # the index's slots (one where a database made before them is read)
+            self._open_index_slots(create=new, txn=txn)
+            try:
+                for name in BAND_TABLES:
+                    self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True, txn=txn)
+            except DatabaseError:
+                if not self.readonly:
+                    raise
+                for name in BAND_TABLES:  # made before bands were, opened read-only
+                    self._dbs.pop(name, None)
         if self._layout is not None:
             self.open_tables(self._layout)
 
@@ -141,12 +143,18 @@ class PyLmdbStorage(LmdbStorage):
         if self.readonly:  # another process may have added slots (none can beside a writer)
             self._open_index_slots(create=False)
 
-    def _open_index_slots(self, create):
+    def _making(self):
+        """The write transaction in which sub-databases are made (none read-only)."""
+        return contextlib.nullcontext() if self.readonly else self._env.begin(write=True)
+
+    def _open_index_slots(self, create, txn=None):
         """Open the index's slots from the first this handle lacks; without
         ``create``, up to the first the database does not have."""
         for name in map(index_name, range(len(self._index), INDEX_SLOTS)):
+            if not (create or not self._index) and txn is not None and txn.get(name) is None:
+                break  # (a write transaction must not meet a failed open)
             try:
-                self._dbs[name] = self._open_db(name, dupsort=True,
+                self._dbs[name] = self._open_db(name, dupsort=True, txn=txn,
                                                 create=create or not self._index)
             except DatabaseError:
                 if not self._index:
@@ -158,7 +166,8 @@ class PyLmdbStorage(LmdbStorage):
         return len(self._index)
 
     def _add_index_slots(self):
-        self._open_index_slots(create=True)
+        with self._making() as txn:
+            self._open_index_slots(create=True, txn=txn)
 
     def open_tables(self, layout):
         """Open the tables of ``layout``: runs (made in a new database), or
@@ -187,7 +196,7 @@ class PyLmdbStorage(LmdbStorage):
     def _begin_read(self):
         with self._errors("read"):
             txn = self._env.begin()
-        if len(self._index) < INDEX_SLOTS and txn.get(index_name(1)) is not None:
+        if len(self._index) < INDEX_SLOTS and txn.get(index_name(len(self._index))) is not None:
             txn.abort()  # the slots another process added must be read too
             raise lmdb.MapResizedError("the fingerprint index of %s gained slots" % self.path)
         return txn

@@ -427,3 +427,37 @@ def signature(const uint8_t[::1] value, size_t size):
         return None
     cdef const uint8_t* found = value_signature(&value[0], value.shape[0], size)
     return None if found == NULL else (<const char*>found)[:size]
+
+
+cdef Py_ssize_t read_uint(const uint8_t* p, Py_ssize_t at, Py_ssize_t n, uint64_t* out) noexcept:
+    """The msgpack unsigned int at ``p[at:]`` into ``out``; the offset after
+    it, or -1 where there is none there."""
+    cdef Py_ssize_t width
+    if at >= n:
+        return -1
+    if p[at] < 0x80:
+        out[0] = p[at]
+        return at + 1
+    if not 0xcc <= p[at] <= 0xcf:
+        return -1
+    width = 1 << (p[at] - 0xcc)
+    if at + 1 + width > n:
+        return -1
+    out[0] = read_be(p + at + 1, <int>width)
+    return at + 1 + width
+
+
+def plain_items(const uint8_t[::1] value):
+    """[fingerprint, None, stored_at] of a plain document value (an array of
+    an unsigned int, nil and an unsigned int, as a record without metadata
+    is stored), or None for any other (read and checked the general way)."""
+    cdef Py_ssize_t n = value.shape[0], at
+    cdef uint64_t fp, when
+    if n < 4 or value[0] != 0x93:
+        return None
+    at = read_uint(&value[0], 1, n, &fp)
+    if at < 0 or at >= n or value[at] != 0xc0:
+        return None
+    if read_uint(&value[0], at + 1, n, &when) != n:
+        return None
+    return [fp, None, when]

@@ -32,6 +32,7 @@ from .records import (
     Record,
     decode,
     decode_key,
+    document_items,
     encode_documents,
     encode_key,
     hit_arrays,
@@ -40,7 +41,6 @@ from .records import (
     restamped,
     signature as stored_signature,
     stored_at,
-    unpack,
     value_fingerprint,
     whole_seconds,
     with_signature,
@@ -867,9 +867,10 @@ class DB:
                 fps = []  # a list: a damaged key may repeat another's
                 for key_bytes, value in chunk:
                     try:
-                        fps.append(unpack(value)[0])
-                    except (DatabaseError, TypeError, IndexError):
-                        problems.append("document %r has a damaged record" % (key_bytes,))
+                        fps.append(document_items(value)[0])
+                    except DatabaseError as exc:
+                        problems.append("document %r has a damaged record (%s)"
+                                        % (_shown_key(key_bytes), getattr(exc, "why", exc)))
                         fps.append(None)
                         continue
                     for entries, entry in zip(banded, band_entries(value, fps[-1])):
@@ -1118,6 +1119,14 @@ def _batches(items, size):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
                                    % _ext.shown(items))
     return _chunks(items, size)
+
+
+def _shown_key(key_bytes):
+    """A stored key as a message shows it: decoded where it can be."""
+    try:
+        return decode_key(key_bytes) if not is_digest(key_bytes) else key_bytes
+    except DatabaseError:
+        return key_bytes
 
 
 def _chunks(items, size):

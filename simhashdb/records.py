@@ -219,6 +219,15 @@ def with_signature(value, signature):
     return msgpack.packb(items)
 
 
+def damaged(why):
+    """The error of a stored record that is not what simhashdb writes (its
+    ``why`` says what is wrong, for :meth:`DB.check`)."""
+    error = DatabaseError("a stored record is damaged (%s): restore the database from a "
+                          "backup, or `export` what is readable" % why)
+    error.why = str(why)
+    return error
+
+
 def unpack(data):
     """A stored key or value, decoded.
 
@@ -227,14 +236,36 @@ def unpack(data):
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
-                            "backup, or `export` what is readable" % exc) from None
+        raise damaged(exc) from None
+
+
+def document_items(value):
+    """The items of a document value (see the module's docstring), checked.
+
+    :raises DatabaseError: the value is not one simhashdb writes (damaged).
+    """
+    items = _records.plain_items(value)
+    if items is not None:
+        return items
+    items = unpack(value)
+    n = len(items) if type(items) is list else 0
+    if not 2 <= n <= 5:
+        raise damaged("a document is not an array of 2 to 5 items")
+    if type(items[0]) is not int or not 0 <= items[0] < 2**64:
+        raise damaged("a document's fingerprint is not an int in [0, 2**64)")
+    if n > 2 and items[2] is not None and (type(items[2]) is not int
+                                           or not 0 <= items[2] < 2**64):
+        raise damaged("a document's stored time is not UNIX seconds")
+    if n > 3 and (items[3] is not None and type(items[3]) is not bytes
+                  or n > 4 and type(items[4]) is not bytes):
+        raise damaged("a document's signature or long key is not bytes")
+    return items
 
 
 def decode(key, value):
     """The Record of ``key`` (decoded; a long key's digest is replaced by the
     key its value holds) from its stored value."""
-    items = unpack(value)
+    items = document_items(value)
     if len(items) > 4:
         key = unpack(items[4])
     return Record(key, items[0], items[1], items[2] if len(items) > 2 else None)
@@ -243,7 +274,10 @@ def decode(key, value):
 def decode_key(key_bytes, value=None):
     """A stored key, decoded; a long key's digest needs its ``value``."""
     if is_digest(key_bytes):
-        return unpack(unpack(value)[4])
+        items = document_items(value)
+        if len(items) < 5:
+            raise damaged("a document of a long key does not hold the key")
+        return unpack(items[4])
     return unpack(key_bytes)
 
 
@@ -252,7 +286,7 @@ def signature(value):
     stored without one, or of a text with no word to sign)."""
     theirs = _records.signature(value, _ext.SIGNATURE_BYTES)
     if theirs is None:
-        items = unpack(value)
+        items = document_items(value)
         theirs = items[3] if len(items) > 3 else None
     return theirs if theirs and any(theirs) else None
 
@@ -260,7 +294,10 @@ def signature(value):
 def stored_at(value):
     """The stored time a document value records, or None."""
     unpacker, count = _after_meta(value)
-    return unpacker.unpack() if count > 2 else None
+    when = _read(unpacker.unpack) if count > 2 else None
+    if when is not None and (type(when) is not int or not 0 <= when < 2**64):
+        raise damaged("a document's stored time is not UNIX seconds")
+    return when
 
 
 def restamped(value, now):
@@ -269,7 +306,7 @@ def restamped(value, now):
     unpacker, count = _after_meta(value)
     head = value[1:unpacker.tell()]
     if count > 2:
-        unpacker.skip()
+        _read(unpacker.skip)
     return bytes([0x90 | max(count, 3)]) + head + msgpack.packb(now) + value[unpacker.tell():]
 
 
@@ -280,12 +317,12 @@ def value_fingerprint(value):
         value = value[3:] if value[:1] == b"\xdc" else value[5:]
     else:
         value = value[1:]
-    tag = value[0]
-    if tag < 0x80:
+    tag = value[0] if value else None
+    if tag is not None and tag < 0x80:
         return tag
     width = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}.get(tag)
-    if width is None:
-        raise DatabaseError("a document record is damaged: its fingerprint is unreadable")
+    if width is None or len(value) < 1 + width:
+        raise damaged("a document's fingerprint is unreadable")
     return int.from_bytes(value[1:1 + width], "big")
 
 
@@ -314,11 +351,17 @@ def _after_meta(value):
     and the number of items the value holds."""
     unpacker = msgpack.Unpacker()
     unpacker.feed(value)
-    try:
-        count = unpacker.read_array_header()
-        unpacker.skip()
-        unpacker.skip()
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise DatabaseError("a stored record is damaged (%s): restore the database from a "
-                            "backup, or `export` what is readable" % exc) from None
+    count = _read(unpacker.read_array_header)
+    if count < 2:
+        raise damaged("a document is not an array of 2 to 5 items")
+    _read(unpacker.skip)
+    _read(unpacker.skip)
     return unpacker, count
+
+
+def _read(step):
+    """``step()`` of an Unpacker of a stored record; DatabaseError where it is damaged."""
+    try:
+        return step()
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise damaged(exc) from None

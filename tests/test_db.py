@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 from conftest import as_tuples, brute_force, flip, key_order, store_params, stored_params
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import simhashdb
@@ -533,6 +533,32 @@ def test_plain_records_are_encoded_natively_exactly_as_msgpack_does(records, sto
         assert encode_documents(iter(records), MAX_KEY_BYTES, stored_at) == expected
     else:
         assert native is None
+
+
+@given(st.lists(st.one_of(st.integers(-2**65, 2**65), st.none(), st.binary(max_size=3),
+                          st.booleans()), max_size=5), st.binary(max_size=3), st.binary(max_size=2))
+@example([2**64 - 1, None, 0], b"\x00", b"\x00")
+@example([127, None, 128], b"\x00", b"")
+@example([128, None, 2**32], b"\x00" * 3, b"\xc0")
+def test_document_values_read_natively_as_msgpack_reads_them_or_are_damaged(items, cut, tail):
+    """A document value's items: the native reading of a plain one ([unsigned
+    int, nil, unsigned int]) gives what msgpack gives, and every value, cut
+    short or with bytes after it too, is that or a DatabaseError, never
+    another exception."""
+    from simhashdb.records import document_items
+    try:
+        value = msgpack.packb(items)
+    except OverflowError:
+        return
+    for raw in (value, value[:-len(cut) or None], value + tail):
+        plain = simhashdb._records.plain_items(raw)
+        if plain is not None:
+            assert raw == value and plain == items and items[1] is None
+        try:
+            read = document_items(raw)
+        except DatabaseError:
+            continue
+        assert read == msgpack.unpackb(raw) and 2 <= len(read) <= 5
 
 
 @pytest.mark.parametrize("record", [("k", 1, {"m": 1}), (True, 1), ("\ud800", 1), ("k", 2**64),

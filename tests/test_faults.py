@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import msgpack
 import pytest
 from conftest import BACKENDS, as_tuples, brute_force
 
@@ -438,6 +439,52 @@ def test_leaf_pages_marked_to_be_kept_are_an_error_on_write_not_a_signal(tmp_pat
 
     status, result = run_forked(write)
     assert status == 0 and "unexpected" not in result, result
+
+
+FP7 = 7 * 0x9E3779B97F4A7C15 % 2**64
+DAMAGED_VALUES = {  # document 7's value, as damage or a foreign writer could leave it
+    "cut short": None, "empty": b"", "not msgpack": b"\xc1\xc1",
+    "a map": msgpack.packb({"a": 1}), "one item": msgpack.packb([FP7]),
+    "six items": msgpack.packb([FP7, None, 5, None, b"k", 9]),
+    "a str fingerprint": msgpack.packb(["x", None, 5]),
+    "a str stored time": msgpack.packb([FP7, None, "abc"]),
+    "a list stored time": msgpack.packb([FP7, None, [1, 2]]),
+    "a negative stored time": msgpack.packb([FP7, None, -5]),
+    "an ext stored time": msgpack.packb([FP7, None, msgpack.ExtType(1, b"abc")]),
+    "a str signature": msgpack.packb([FP7, None, 5, "sig"]),
+}
+
+
+@pytest.mark.lmdb_only
+@pytest.mark.parametrize("damage", sorted(DAMAGED_VALUES))
+def test_a_damaged_document_record_is_a_database_error_everywhere(tmp_path, backend, damage):
+    """A document whose value is not what simhashdb writes: every call that
+    reads it raises DatabaseError (expire, insert_if_new with refresh,
+    clusters, check raised msgpack's OutOfData, TypeError, KeyError or
+    IndexError), or answers; check() names it."""
+    import lmdb
+    path = str(tmp_path / "db")
+    with DB(path, distance=3) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64, None, 10**9 + i) for i in range(100))
+    env = lmdb.open(path, max_dbs=4096)
+    with env.begin(write=True) as txn:
+        docs = env.open_db(b"docs", txn=txn, create=False)
+        value = DAMAGED_VALUES[damage]
+        txn.put(msgpack.packb(7), txn.get(msgpack.packb(7), db=docs)[:-3] if value is None
+                else value, db=docs)
+    env.close()
+    with DB(path) as db:
+        problems = db.check()
+        assert any("document 7 has a damaged record" in p for p in problems), problems
+        for call in (lambda: db.expire(2 * 10**9), lambda: list(db.clusters()),
+                     lambda: db.insert_if_new_many([("z", FP7 ^ 1)], refresh=True),
+                     lambda: db.insert_if_new_many([(7, FP7 ^ 0xFFFF0000)]),
+                     lambda: db.insert(7, FP7 ^ 3), lambda: db.get(7), lambda: list(db),
+                     lambda: db.find_all(), lambda: db.delete_many(range(0, 100, 2))):
+            try:
+                call()
+            except SimhashDBError:
+                pass
 
 
 @pytest.mark.lmdb_only

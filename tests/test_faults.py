@@ -926,3 +926,26 @@ def test_a_batch_query_where_no_thread_can_start_is_answered_whole(tmp_path, mon
         assert len(started) == threads_start
         assert wrong == [] and len(searched) == 4 and len(set(map(id, searched))) == 4
         assert [sorted(found_one) for found_one in found] == expected
+
+
+def test_a_py_lmdb_error_raised_as_a_system_error_is_a_database_error(tmp_path):
+    """py-lmdb's Cursor.delete on a damaged page returns with LMDB's error set,
+    which Python raises as SystemError ('returned a result with an exception
+    set') chained to it: the backend reports the LMDB error as DatabaseError.
+    Other SystemErrors are not its to rename."""
+    import lmdb
+
+    from simhashdb.storage import registry
+    storage = registry.open_storage(str(tmp_path / "db"), backend="py-lmdb")
+    try:
+        with pytest.raises(DatabaseError, match="cannot write to .*Located page was wrong type"):
+            with storage._errors("write to"):
+                try:
+                    raise lmdb.CorruptedError("Located page was wrong type")
+                except lmdb.Error:
+                    raise SystemError("returned a result with an exception set")
+        with pytest.raises(SystemError):
+            with storage._errors("write to"):
+                raise SystemError("something else")
+    finally:
+        storage.close()

@@ -212,6 +212,10 @@ class PyLmdbStorage(LmdbStorage):
             raise
         except lmdb.Error as exc:
             raise DatabaseError("cannot %s %s: %s" % (doing, self.path, exc)) from None
+        except SystemError as exc:  # py-lmdb's cursor.delete() on a damaged page
+            if not isinstance(exc.__context__, lmdb.Error):
+                raise
+            raise DatabaseError("cannot %s %s: %s" % (doing, self.path, exc.__context__)) from None
 
     map_resized, map_full = lmdb.MapResizedError, lmdb.MapFullError
 

@@ -1036,7 +1036,14 @@ def _output_file(path):
 
 def main_exit():
     """Console-script entry point."""
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:  # before a command began (main's own handler tells the rest)
+        if "--debug" in sys.argv:
+            raise
+        print("simhashdb-cli: interrupted", file=sys.stderr)
+        status = 130
+    sys.exit(status)
 
 
 if __name__ == "__main__":  # python -m simhashdb.cli, as python -m simhashdb

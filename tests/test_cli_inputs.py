@@ -322,6 +322,19 @@ def test_an_interrupted_read_says_interrupted_alone(tmp_path, capsys, monkeypatc
     assert code == 130 and err == "simhashdb-cli: interrupted\n"
 
 
+def test_an_interrupt_while_the_command_line_is_read_is_one_line(monkeypatch, capsys):
+    """Ctrl-C before a command begins (while its parser is built) exits 130
+    with one line, not a KeyboardInterrupt traceback."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    monkeypatch.setattr(sys, "argv", ["simhashdb-cli", "stats", "x.db"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main_exit()
+    assert exited.value.code == 130 and capsys.readouterr().err == "simhashdb-cli: interrupted\n"
+
+
 def feeding(fifo, data, first=0):
     """Make the named pipe ``fifo`` and a thread that writes ``data`` into it
     once a reader opens it (its ``first`` bytes alone, then the rest after a

@@ -233,6 +233,34 @@ class PyLmdbStorage(LmdbStorage):
             with self._gate.exclusive("abort a write"):
                 txn.abort()
 
+    def check(self):
+        """The directory's problems, and those py-lmdb's own verifier finds in
+        the data file (py-lmdb 3 and later), read without LMDB, which would
+        abort the process on some damaged pages: once it finds any, this
+        handle refuses to read the file."""
+        try:
+            from lmdb.verify import VerifyError, verify
+        except ImportError:  # an earlier py-lmdb
+            return super().check()
+        with self.read():  # a snapshot held, so that no writer reuses the pages walked
+            try:
+                found = verify(self._dir.data)
+            except (VerifyError, OSError) as exc:
+                found = [str(exc)]
+        if found:
+            self._unreadable = "%s%s" % ("; ".join(found[:3]), "; and %d more" % (len(found) - 3)
+                                         if len(found) > 3 else "")
+        return super().check() + ["%s is damaged: %s" % (self._dir.data, why) for why in found]
+
+    def _check_usable(self):
+        super()._check_usable()
+        if self._unreadable:
+            raise DatabaseError("%s is damaged (%s): py-lmdb could crash reading it; open it "
+                                "with the native backend to check and export what is readable, "
+                                "or restore it from a backup" % (self._dir.data, self._unreadable))
+
+    _unreadable = None  # what check() found damaged in the data file
+
     def _walked(self, txn, names, walked):
         """Refuse a copy whose walk of sub-databases ``names`` met fewer
         entries than LMDB counts in them: a damaged branch page can end a walk

@@ -112,8 +112,9 @@ def _import(args, db, reader, formats, counts, bar):
                          if text else db.insert_if_new_many(batch, batch_size=size,
                                                             refresh=args.refresh))
             for (source, line), record, found in zip(where, batch, found_all):
-                if found and {m.key for m in found} == {record[0]}:
-                    counts["unchanged"] += 1  # already stored under its key
+                own = [m for m in found if m.key == record[0]]
+                if own and (len(own) == len(found) or own[0].distance == 0):
+                    counts["unchanged"] += 1  # already stored under its key (others near too)
                 elif found:
                     counts["near_duplicates"] += 1
                     _emit({"skipped": record[0], "source": source, "line": line,

@@ -188,6 +188,12 @@ def test_if_new_skips_near_duplicates_also_within_the_input(tmp_path, capsys, co
     assert skipped[0]["skipped"] == str(corpus / "sub" / "a_copy.txt")
     assert skipped[0]["matches"][0]["key"] == str(corpus / "a.txt")
     assert run(capsys, "stats", db)[1][0]["count"] == 2
+    # the corpus again, all of it stored first: each document is there under its own
+    # key, unchanged, though another is near it too (they were reported as skipped)
+    assert run(capsys, "import", db, corpus, "--exclude", "*.log")[0] == 0
+    code, out, _ = run(capsys, "import", db, corpus, "--exclude", "*.log", "--if-new")
+    assert code == 0 and out == [{"imported": 0, "invalid": 0, "near_duplicates": 0,
+                                  "skipped_files": {}, "unchanged": 3}]
 
 
 @pytest.mark.parametrize("fmt,lines,message", [

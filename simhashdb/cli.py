@@ -973,7 +973,7 @@ def main(argv=None):
         if args.debug:
             raise
         _silence_stdout()
-        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError))
+        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError, ImportError))
         _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
                                 " (%s; run with --debug for the traceback and report it)"
                                 % type(exc).__name__))

@@ -368,6 +368,19 @@ def test_spark_without_its_extras_says_what_to_install(tmp_path, capsys, monkeyp
     assert "report it" not in err and "\n" not in err.strip()
 
 
+def test_parquet_without_pyarrow_says_what_to_install_not_to_report_it(tmp_path, capsys,
+                                                                      monkeypatch):
+    for name in list(sys.modules):
+        if name == "pyarrow" or name.startswith("pyarrow.") or name == "simhashdb.parquet":
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import raises ImportError
+    with simhashdb.DB(str(tmp_path / "p.db")) as db:
+        db.insert("a", 1)
+    code, _, err = run(capsys, "export-parquet", tmp_path / "p.db", tmp_path / "out.parquet")
+    assert code == 1 and err.startswith("simhashdb-cli: error: Parquet needs pyarrow: pip install")
+    assert "report it" not in err and "\n" not in err.strip()
+
+
 def test_init_with_a_mistyped_recipe_is_a_usage_error_and_creates_nothing(tmp_path, capsys):
     mistyped = simhashdb.RECIPE.replace("idf", "ifd")
     code, _, err = run(capsys, "init", tmp_path / "r.db", "--recipe", mistyped)

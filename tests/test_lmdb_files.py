@@ -326,3 +326,31 @@ def test_an_index_with_some_of_its_slots_opens_and_gains_the_rest(tmp_path, back
     with env.begin() as txn:
         assert txn.get(b"index:06") is not None and txn.get(b"index:07") is not None
     env.close()
+
+
+def test_a_database_the_user_may_only_read_reads_and_refuses_writes_saying_why(tmp_path,
+                                                                               backend):
+    """A database directory (and files) without write permission: reading
+    commands work, a write is one line that says what to do, in words for
+    the command line as for the library."""
+    path = tmp_path / "ro.db"
+    with DB(str(path)) as db:
+        db.insert_many([("a", 1), ("b", 2)])
+    for item in [path, *path.iterdir()]:
+        item.chmod(0o555 if item.is_dir() else 0o444)
+    drop = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] \
+        if os.geteuid() == 0 else []
+    if drop and subprocess.run(drop + ["true"]).returncode != 0:
+        pytest.skip("root here cannot drop its capabilities")
+    cli = drop + [sys.executable, "-m", "simhashdb"]
+    try:
+        stats = subprocess.run(cli + ["stats", str(path)], capture_output=True, text=True,
+                               timeout=60)
+        delete = subprocess.run(cli + ["delete", str(path), "a"], capture_output=True, text=True,
+                                timeout=60)
+    finally:
+        path.chmod(0o755)
+    assert stats.returncode == 0 and json.loads(stats.stdout)["count"] == 2, stats.stderr
+    assert delete.returncode == 1 and delete.stderr == (
+        "simhashdb-cli: error: cannot write in %s (Permission denied): fix its permissions, or "
+        "open it read-only\n" % path), delete.stderr

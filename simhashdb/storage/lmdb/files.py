@@ -142,8 +142,8 @@ class LmdbDirectory:
                     "cannot open %s: %s" % (self.path, exc.strerror)) from None
             if self.readonly:
                 return None
-            raise DatabaseError("cannot write in %s: open it with readonly=True or fix its "
-                                "permissions" % self.path) from None
+            raise DatabaseError("cannot write in %s (%s): fix its permissions, or open it "
+                                "read-only" % (self.path, exc.strerror)) from None
         if not existed:
             self.created.append(path)
         self._locks.append(handle)

@@ -40,8 +40,9 @@ def main() -> None:
         shown = sorted(((r, others) for r, others in near if any(m.distance for m in others)),
                        key=lambda item: (min(m.distance for m in item[1] if m.distance),
                                          item[0].key))
-        print("%d files have near-duplicates that are not exact copies; the %d closest:"
-              % (len(shown), min(SHOWN, len(shown))))
+        print("%d files have a near-duplicate 1 to %d bits away; the %d closest, with the "
+              "files near each (0 bits: the same fingerprint):"
+              % (len(shown), db.distance, min(SHOWN, len(shown))))
         for record, others in shown[:SHOWN]:
             print("  %s (%016x)" % (str(record.key), record.fingerprint))
             for match in others[:4]:

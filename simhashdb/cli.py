@@ -186,6 +186,11 @@ def cmd_query(args):
                     results.append(db.query_text(data, html=args.html, threshold=args.threshold))
             _note_skipped(args, skipped)
         else:
+            files = [arg for arg in args.fingerprints if os.path.exists(arg)
+                     and not (inputs.DEC.fullmatch(arg) or inputs.HEX.fullmatch(arg))]
+            if files:
+                raise UsageError("%s is a file, not a fingerprint: to query the text of files, "
+                                 "name them after --text" % files[0])
             probes = []
             for label, fp, recipe in inputs.probes(args.fingerprints or inputs.stdin_lines(),
                                                    args.format):
@@ -193,7 +198,7 @@ def cmd_query(args):
                     raise CliError("the fingerprint of %s was made with %r, and this database's "
                                    "with %r: it would match nothing; query the text (--text), "
                                    "or fingerprint it with --recipe %s"
-                                   % (label or fp, recipe, db.recipe, db.recipe))
+                                   % (label or fp, recipe, db.recipe, db.recipe.split("/")[0]))
                 probes.append((label, fp))
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
@@ -282,10 +287,11 @@ def cmd_export(args):
 
 def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
-    if args.path:
+    if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar:
+            pairs = db.find_all(args.distance, threshold=args.threshold)
             _note_rule(args, db)
-            for pair in db.find_all(args.distance, threshold=args.threshold):
+            for pair in pairs:
                 _emit(_pair_json(pair), args.output_file)
                 bar.update()
         return
@@ -297,10 +303,11 @@ def cmd_find_all(args):
 
 def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
-    if args.path:
+    if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar:
+            clusters = db.clusters(args.distance, threshold=args.threshold)
             _note_rule(args, db)
-            for cluster in db.clusters(args.distance, threshold=args.threshold):
+            for cluster in clusters:
                 _emit(cluster, args.output_file)
                 bar.update()
         return
@@ -641,16 +648,42 @@ def _reader(args, fingerprint, stdin_key="<stdin>"):
                          stdin_key=stdin_key, fingerprint=fingerprint)
 
 
+def _of_a_database(args):
+    """Whether find-all or clusters is of a database (PATH), not of a file of
+    hashes; the options of the one given to the other are a usage error."""
+    hashes = [name for name in ("input", "format", "blocks", "duplicates")
+              if getattr(args, name, None) not in (None, False)]
+    if args.path and hashes:
+        raise UsageError("--%s is for a file of hashes, and %s names a database: give one or "
+                         "the other" % (hashes[0], args.path))
+    return bool(args.path)
+
+
 def _read_hashes(args):
     if args.blocks is None:
         raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
-    return inputs.read_hashes(args.input, args.format)
+    return inputs.read_hashes(args.input or "-", args.format)
 
 
 def _fingerprinter(db, args):
     """Text to fingerprint by the database's recipe (the default if it has none)."""
     options = simhashdb.RECIPES.get(db.recipe, simhashdb.RECIPES[simhashdb.RECIPE])
     return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
+
+
+def _recipe(text):
+    """A recipe named in full, or one of simhashdb's by its first part (simhashdb-3)."""
+    named = [name for name in simhashdb.RECIPES if text in (name, name.split("/")[0])]
+    return named[0] if len(named) == 1 else text
+
+
+def _known_recipe(text):
+    """One of simhashdb's recipes (see _recipe)."""
+    if _recipe(text) not in simhashdb.RECIPES:
+        raise argparse.ArgumentTypeError("%r is not one of simhashdb's recipes: %s (or their "
+                                         "full names)" % (text, ", ".join(sorted(
+                                             name.split("/")[0] for name in simhashdb.RECIPES))))
+    return _recipe(text)
 
 
 def _duration(text):
@@ -777,12 +810,12 @@ def build_parser():
                          metavar="N",
                          help="documents expected, to choose blocks (default: 10,000,000)")
 
-    sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe " + simhashdb.RECIPE)
+    sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe simhashdb-3")
     creation(sub)
-    sub.add_argument("--recipe", metavar="NAME",
-                     help="the recipe of the fingerprints it will hold (one of: %s; or a name "
-                          "of your own, not starting with simhashdb-)"
-                          % ", ".join(sorted(simhashdb.RECIPES)))
+    sub.add_argument("--recipe", metavar="NAME", type=_recipe,
+                     help="the recipe of the fingerprints it will hold (one of: %s, each also "
+                          "named by its first part, such as simhashdb-3; or a name of your "
+                          "own, not starting with simhashdb-)" % ", ".join(sorted(simhashdb.RECIPES)))
 
     def walking(sub):
         sub.add_argument("--include", action="append", default=[], metavar="GLOB",
@@ -873,8 +906,7 @@ def build_parser():
         sub = command(name, example, path=False)
         sub.add_argument("path", nargs="?", metavar="PATH",
                          help="a database (default: read hashes from --input)")
-        sub.add_argument("--input", default="-",
-                         help="file of hashes, one a line (default: stdin)")
+        sub.add_argument("--input", help="file of hashes, one a line (default: stdin)")
         sub.add_argument("--format", choices=("dec", "hex"),
                          help="how --input hashes are written (default: decimal if all are "
                               "digits only, else hex)")
@@ -934,8 +966,9 @@ def build_parser():
     walking(sub)
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
     sub.add_argument("--html", action="store_true", help="the files are HTML")
-    sub.add_argument("--recipe", choices=sorted(simhashdb.RECIPES), default=simhashdb.RECIPE,
-                     help="the fingerprint recipe (default: the current one)")
+    sub.add_argument("--recipe", type=_known_recipe, default=simhashdb.RECIPE, metavar="NAME",
+                     help="the fingerprint recipe, named in full or by its first part "
+                          "(simhashdb-1 to simhashdb-3; default: the current one)")
     return parser
 
 

@@ -741,10 +741,11 @@ class DB:
         its reads sees whole batches, but a batch written meanwhile may be seen
         by later reads only). It streams the pairs of a database of
         fingerprints; the text rule reads every document's signature first
-        (256 bytes a document in memory).
+        (256 bytes a document in memory). Bad arguments raise at the call.
         """
-        d = self._scan_distance(distance)
-        least = _threshold(threshold)
+        return self._find_all(self._scan_distance(distance), _threshold(threshold))
+
+    def _find_all(self, d, least):
         with self._storage.read() as view:
             if self.recipe is not None:
                 keys, fps, signatures = _texts(view)
@@ -781,9 +782,11 @@ class DB:
         """Connected components of the graph of :meth:`find_all`'s pairs (the
         text rule in a database of a recipe): lists of keys, each sorted, the
         clusters in the order of their least fingerprint, from one snapshot
-        (on Redis, reads that each see whole batches, as :meth:`find_all`)."""
-        d = self._scan_distance(distance)
-        least = _threshold(threshold)
+        (on Redis, reads that each see whole batches, as :meth:`find_all`).
+        Bad arguments raise at the call."""
+        return self._clusters(self._scan_distance(distance), _threshold(threshold))
+
+    def _clusters(self, d, least):
         with self._storage.read() as view:
             if self.recipe is not None:
                 keys, fps, signatures = _texts(view)

@@ -410,8 +410,12 @@ def parse_fingerprint(text, fmt, what):
     elif fmt != "dec" and HEX.fullmatch(text):
         value = int(HEX.fullmatch(text).group(2), 16)
     else:
-        raise InputError("%s %r is not a %s fingerprint" % (
-            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex")))
+        pair = len(text.split()) == 2 and all(DEC.fullmatch(t) or HEX.fullmatch(t)
+                                              for t in text.split())
+        raise InputError("%s %r is not a %s fingerprint%s" % (
+            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex"),
+            ' (a key and a fingerprint? write JSON lines: {"key": 1, "fingerprint": 7919})'
+            if pair else ""))
     return _ext.check_fingerprint(value)
 
 

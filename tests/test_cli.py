@@ -411,3 +411,28 @@ def test_a_query_distance_that_cannot_be_is_a_usage_error(tmp_path, capsys):
     assert run(capsys, "init", db)[0] == 0
     code, out, err = run(capsys, "query", db, "5", "--distance", "70")
     assert code == 2 and out == [] and "distance must be an int in [0, 64]" in err, err
+
+
+def test_mistakes_of_a_first_hour_are_one_line_that_says_what_to_do(tmp_path, capsys,
+                                                                     monkeypatch):
+    """Options for a file of hashes given with a database (ignored before),
+    a distance above the database's (refused only after a note saying the
+    pairs were within it), a file given to query as a fingerprint, and a
+    key and a fingerprint on a line of a list of fingerprints."""
+    db = tmp_path / "m.db"
+    page = tmp_path / "page.txt"
+    page.write_text("some words of a page to fingerprint")
+    assert run(capsys, "import", db, page)[0] == 0
+    code, out, err = run(capsys, "find-all", db, "--input", page)
+    assert code == 2 and out == [] and err == (
+        "simhashdb-cli: error: --input is for a file of hashes, and %s names a database: give "
+        "one or the other\n" % db)
+    code, out, err = run(capsys, "clusters", db, "--distance", "6")
+    assert code == 2 and err.count("\n") == 1 and "distance in [0, 3]" in err, err
+    code, out, err = run(capsys, "query", db, page)
+    assert code == 2 and err == ("simhashdb-cli: error: %s is a file, not a fingerprint: to query "
+                                 "the text of files, name them after --text\n" % page)
+    code, _, err = run(capsys, "import", db, "--format", "dec", stdin="1\t7919\n",
+                       monkeypatch=monkeypatch)
+    assert code == 1 and "line '1\\t7919' is not a decimal fingerprint (a key and a fingerprint? " \
+        "write JSON lines: {\"key\": 1, \"fingerprint\": 7919})" in err, err

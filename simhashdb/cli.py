@@ -288,8 +288,8 @@ def cmd_export(args):
 def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar:
-            pairs = db.find_all(args.distance, threshold=args.threshold)
+        with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar, \
+                contextlib.closing(db.find_all(args.distance, threshold=args.threshold)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
                 _emit(_pair_json(pair), args.output_file)
@@ -304,10 +304,10 @@ def cmd_find_all(args):
 def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar:
-            clusters = db.clusters(args.distance, threshold=args.threshold)
+        with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar, \
+                contextlib.closing(db.clusters(args.distance, threshold=args.threshold)) as found:
             _note_rule(args, db)
-            for cluster in clusters:
+            for cluster in found:
                 _emit(cluster, args.output_file)
                 bar.update()
         return

@@ -688,11 +688,11 @@ def _known_recipe(text):
 
 def _duration(text):
     """Seconds of a duration such as 90s, 45m, 12h, 30d or 2w."""
-    match = re.fullmatch(r"([0-9]+)([smhdw])", text.strip())
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smhdw])", text.strip())
     if not match:
         raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
-                                         "h, d or w (e.g. 30d)" % text)
-    return int(match.group(1)) * SECONDS[match.group(2)]
+                                         "h, d or w (e.g. 30d, 1.5d)" % text)
+    return round(float(match.group(1)) * SECONDS[match.group(2)])
 
 
 def _fraction(text):
@@ -742,16 +742,17 @@ def _distance(args):
     return 3 if args.distance is None else args.distance
 
 
-def _progress(args, what, unit="it", total=None):
+def _progress(args, what, unit="it", total=None, bar_format=None):
     from tqdm import tqdm  # imported here: a fifth of the start, and most verbs show no progress
     return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
-                total=total, disable=args.quiet or not sys.stderr.isatty())
+                total=total, disable=args.quiet or not sys.stderr.isatty(),
+                bar_format=bar_format)
 
 
 @contextlib.contextmanager
 def _working(args, what):
     """A progress line that shows the time spent while one long call runs."""
-    with _progress(args, what) as bar:
+    with _progress(args, what, bar_format="{desc}: running for {elapsed}") as bar:
         if bar.disable:
             yield
             return
@@ -785,6 +786,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="simhashdb-cli", parents=[flags(False)],
         description="Near-duplicate fingerprint database on the command line.")
+    parser.add_argument("--version", action="version", version="simhashdb " + simhashdb.__version__)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name, example, path=True):

@@ -125,8 +125,8 @@ def test_expire_forgets_what_was_stored_long_ago_and_export_keeps_the_times(tmp_
     assert times["old"] == now - 40 * 86400 and abs(times["new"] - now) < 60
     assert run(capsys, "expire", db, "--older-than", "30d")[1] == [{"expired": 2}]
     assert sorted(r["key"] for r in run(capsys, "export", db)[1][1:]) == ["new", "recent"]
-    assert run(capsys, "expire", db, "--older-than", "30m")[1] == [{"expired": 1}]
-    for bad in ("30", "30 days", "-1d", "\u0663d", "1.5h"):
+    assert run(capsys, "expire", db, "--older-than", "0.5h")[1] == [{"expired": 1}]  # 30m
+    for bad in ("30", "30 days", "-1d", "\u0663d", "1.5.5h", ".5h"):
         with pytest.raises(SystemExit) as usage:
             cli.main(["expire", str(db), "--older-than=" + bad])
         assert usage.value.code == 2 and "is not a duration" in capsys.readouterr().err

@@ -85,6 +85,10 @@ def cmd_import(args):
                 1 in db:
             _note(args, "lines from stdin are keyed by their line number, so they replace the "
                   "records stored under those numbers; --key-prefix P keeps them apart")
+        for given in walked if args.include else ():
+            if not reader.walks_a_file(given):
+                _note(args, "no file below %s matches --include %s" % (
+                    given, " ".join(args.include)))
         try:
             with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)

@@ -136,6 +136,10 @@ class Reader:
         return sum(_size(path) for given in inputs
                    for path, _ in (self._walk(given) if os.path.isdir(given) else [(given, None)]))
 
+    def walks_a_file(self, root):
+        """Whether the walk of the directory ``root`` takes any file."""
+        return any(unread is None for _, unread in self._walk(root))
+
     def fingerprint_of(self, data):
         """The fingerprint of a document's text, or Skipped where it has no text
         to fingerprint (0, the fingerprint of nothing, would match every other
@@ -464,6 +468,12 @@ def open_input(given, peek=False, decompressed=False):
     """
     if given == "-":
         stream = stdin()
+        head = stream.peek(MAGIC)[:MAGIC] if decompressed and hasattr(stream, "peek") else b""
+        compression = next((c[1] for c in DECOMPRESSORS if head.startswith(c[0])), None)
+        if compression:
+            raise InputError("stdin is %s data: decompress it on the way in (| %s -dc |) or "
+                             "name the file, which is read decompressed"
+                             % (compression, compression))
         if peek:
             yield _lines(_complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b""),
                          decompressed)

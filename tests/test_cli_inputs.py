@@ -455,3 +455,23 @@ def test_query_text_takes_every_file_after_its_options(tmp_path, capsys):
                                                       str(tmp_path / "b.txt")], err
     code, _, err = run(capsys, "query", db, "5", "--text", tmp_path / "a.txt")
     assert code == 2 and "not both" in err
+
+
+def test_compressed_stdin_says_to_decompress_it_and_a_walk_that_takes_nothing_says_so(tmp_path):
+    """gzip data on stdin (only named files are read decompressed) is one line
+    that says so, where it was 'line is not valid UTF-8 (byte 1)'; an
+    --include that takes no file of a directory is a note, where the import
+    said nothing."""
+    lines = b"".join(b'{"key": %d, "fingerprint": %d}\n' % (i, i * 7919) for i in range(50))
+    for fmt in ([], ["--format", "jsonl"]):
+        done = subprocess.run(EXE + ["import", str(tmp_path / "z.db")] + fmt,
+                              input=gzip.compress(lines), capture_output=True, timeout=60)
+        assert done.returncode == 1 and done.stderr == (
+            b"simhashdb-cli: error: stdin is gzip data: decompress it on the way in "
+            b"(| gzip -dc |) or name the file, which is read decompressed\n"), done.stderr
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "pages" / "a.html").write_text("<p>some words of a page</p>")
+    done = subprocess.run(EXE + ["import", str(tmp_path / "p.db"), str(tmp_path / "pages"),
+                                 "--include", "*.htm"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["imported"] == 0
+    assert "note: no file below %s matches --include *.htm" % (tmp_path / "pages") in done.stderr

@@ -803,7 +803,7 @@ def build_parser():
         if path:
             sub.add_argument("path", metavar="PATH",
                              help="the database: a directory, or redis://host:port/name")
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, usage_of=sub)
         return sub
 
     def creation(sub):
@@ -1032,8 +1032,8 @@ def _parse(parser, argv):
     if rest and listed and all(arg == "-" or not arg.startswith("-") or
                                re.fullmatch(r"-[0-9]+", arg) for arg in rest):
         getattr(args, listed).extend(rest)
-    elif rest:
-        parser.parse_args(argv)  # argparse's error for what it did not recognise
+    elif rest:  # argparse's error, with the command's usage
+        getattr(args, "usage_of", parser).error("unrecognized arguments: %s" % " ".join(rest))
     return args
 
 

@@ -436,3 +436,13 @@ def test_mistakes_of_a_first_hour_are_one_line_that_says_what_to_do(tmp_path, ca
                        monkeypatch=monkeypatch)
     assert code == 1 and "line '1\\t7919' is not a decimal fingerprint (a key and a fingerprint? " \
         "write JSON lines: {\"key\": 1, \"fingerprint\": 7919})" in err, err
+
+
+def test_an_argument_too_many_shows_the_commands_usage(tmp_path, capsys):
+    """`get PATH KEY` given two keys: the error shows get's usage, not the
+    list of commands."""
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["get", str(tmp_path / "k.db"), "a", "b"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and err.startswith("usage: simhashdb-cli get ")
+    assert err.endswith("simhashdb-cli get: error: unrecognized arguments: b\n")

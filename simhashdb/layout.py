@@ -8,6 +8,7 @@ table, so a query needs to look only at the entries that share the probe's
 leading blocks in each table.
 """
 
+import collections
 import itertools
 import math
 from array import array
@@ -172,3 +173,30 @@ class Layout:
             return math.comb(m, distance) * (table_cost + expected_size / 2.0 ** prefix)
         usable = [m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES]
         return min(usable, key=cost)
+
+
+class NearIndex:
+    """Fingerprints in memory by the leading blocks of each of a layout's
+    tables: the near-duplicates among a batch's own documents, found as the
+    tables find them (exact at any distance)."""
+
+    def __init__(self, layout):
+        self._layout = layout
+        self._tables = [collections.defaultdict(set) for _ in range(layout.tables)]
+
+    def add(self, fp):
+        perms, _ = self._layout.scan_bounds(fp)
+        for table, perm, prefix in zip(self._tables, perms, self._layout.prefixes):
+            table[perm & prefix].add(perm)
+
+    def search(self, fp, distance):
+        """(fingerprint, distance) of each one within ``distance`` of ``fp``."""
+        if not any(self._tables):
+            return []
+
+        def scan(table, first, last, perm):  # a range is all of one prefix's bucket
+            bucket = self._tables[table].get(first, ())
+            return [(other, (other ^ perm).bit_count()) for other in bucket
+                    if (other ^ perm).bit_count() <= distance]
+
+        return list(self._layout.near(fp, distance, scan).items())

@@ -807,3 +807,36 @@ def test_a_layout_of_more_than_256_tables_reopens_with_room_for_them(tmp_path):
             found = db.query_many(array("Q", [docs["k3"] ^ 0b1111111]), distance=7)[0]
             assert [(m.key, m.fingerprint) for m in found] == \
                 [(k, fp) for k, fp, _ in brute_force(docs, docs["k3"] ^ 0b1111111, 7)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_py_lmdb_insert_if_new_decides_as_one_upsert_a_document_would(tmp_path, seed):
+    """py-lmdb's insert_if_new keeps a batch's new documents aside (found among
+    themselves by a NearIndex of the layout's tables) and writes them with one
+    upsert at its end: its answers and what it stores equal the generic
+    Txn.insert_if_new, which upserts each document as it goes, for repeated
+    keys, keys stored before or earlier in the transaction, near and equal
+    fingerprints, at and above the built distance."""
+    from simhashdb.records import encode_documents
+    from simhashdb.storage import Txn
+    from simhashdb.storage.lmdb.pylmdb import PyTxn
+    rng = random.Random(seed)
+    distance = rng.choice([0, 1, 3, 5, 8])
+    bases = [0, 0b111, 0xFF, 0xF0F0, 1 << 40, 3 << 40, rng.getrandbits(64)]
+    keys = ["k%d" % i for i in range(6)]
+
+    def fp():
+        return rng.choice(bases) ^ (1 << rng.randrange(64) if rng.random() < 0.5 else 0)
+    stored = [(k, fp()) for k in rng.sample(keys, 3)]
+    before = encode_documents([(rng.choice(keys), fp())], 511, 1)
+    batch = encode_documents([(rng.choice(keys), fp(), i) for i in range(rng.randrange(1, 12))],
+                             511, 1)
+    outcomes = []
+    for decide in (Txn.insert_if_new, PyTxn.insert_if_new):
+        with DB(str(tmp_path / decide.__qualname__), distance=3, backend="py-lmdb") as db:
+            db.insert_many(stored)
+            found = db._storage.write(lambda txn: (txn.upsert(before),
+                                                   decide(txn, batch, distance))[1])
+            outcomes.append(([sorted(hits) for hits in found],
+                             sorted((r.key, r.fingerprint, r.meta) for r in db), db.check()))
+    assert outcomes[0] == outcomes[1] and outcomes[1][2] == []

@@ -9,6 +9,7 @@ backend puts new entries into ``fingerprints`` and leaves merging the slots
 to the native one (any slot may hold any entry).
 """
 
+import collections
 import contextlib
 import heapq
 import itertools
@@ -21,6 +22,7 @@ import lmdb
 
 from ... import _ext
 from ...errors import DatabaseError
+from ...layout import NearIndex
 from ...records import value_fingerprint
 from .. import BANDS, Txn, View, band_entries
 from .files import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
@@ -514,13 +516,18 @@ class PyTxn(PyView, Txn):
         out of the hits) and written together at its end, as the native
         backend does (an upsert a document added runs and merges each time)."""
         stored = self.search(array("Q", [fp for _, fp, _ in documents]), distance)
-        kept, found = {}, []
+        kept, keys_of, near, found = {}, collections.defaultdict(set), NearIndex(
+            self._storage._layout), []
         for (key, fp, value), hits in zip(documents, stored):
             hits = [hit for hit in hits if hit[0] not in kept] + [
-                (other, theirs, d) for other, (theirs, _) in kept.items()
-                if (d := (theirs ^ fp).bit_count()) <= distance]
+                (other, theirs, bits) for theirs, bits in near.search(fp, distance)
+                for other in keys_of[theirs]]
             if not hits:
+                if key in kept:
+                    keys_of[kept[key][0]].discard(key)
                 kept[key] = (fp, value)
+                keys_of[fp].add(key)
+                near.add(fp)
             found.append(hits)
         if kept:
             self.upsert([(key, fp, value) for key, (fp, value) in kept.items()])

@@ -2,12 +2,12 @@
 see the committed data and the batch's own changes, and its plan is what the
 write protocol lands."""
 
-import collections
 import heapq
 from array import array
 
 from ... import _redis
 from ..._ext import SIGNATURE_BYTES, bands
+from ...layout import NearIndex
 from ...records import signature, value_fingerprint
 from .. import BANDS, Txn
 from .view import RedisView
@@ -27,7 +27,7 @@ class RedisTxn(RedisView, Txn):
         self._fps = {}        # fp -> its keys (sorted) after this batch, for fps read
         self._fps_committed = {}
         self._new_params = None
-        self._near = None  # a _NearIndex of the fps this batch gave keys, once searched
+        self._near = None  # a NearIndex of the fps this batch gave keys, once searched
         self._own_bands = None  # an _OwnBands of the documents it stored, once band-searched
 
     def _read(self, read):
@@ -179,7 +179,7 @@ class RedisTxn(RedisView, Txn):
     def _own_hits(self, fp, distance):
         """Hits among the documents this batch stored."""
         if self._near is None:
-            self._near = _NearIndex(self._db.layout)
+            self._near = NearIndex(self._db.layout)
             for other, keys in self._fps.items():
                 if any(key in self._docs for key in keys):
                     self._near.add(other)
@@ -296,29 +296,3 @@ class _OwnBands:
         for band in range(BANDS):
             found.update(self._by_key.get(band << 32 | keys[band], ()))
         return list(found.items())
-
-
-class _NearIndex:
-    """Fingerprints in memory by the leading blocks of each table: the
-    near-duplicates among a batch's own documents."""
-
-    def __init__(self, layout):
-        self._layout = layout
-        self._tables = [collections.defaultdict(set) for _ in range(layout.tables)]
-
-    def add(self, fp):
-        perms, _ = self._layout.scan_bounds(fp)
-        for table, perm, prefix in zip(self._tables, perms, self._layout.prefixes):
-            table[perm & prefix].add(perm)
-
-    def search(self, fp, distance):
-        """(fingerprint, distance) of each one within ``distance`` of ``fp``."""
-        if not any(self._tables):
-            return []
-
-        def scan(table, first, last, perm):  # a range is all of one prefix's bucket
-            bucket = self._tables[table].get(first, ())
-            return [(other, (other ^ perm).bit_count()) for other in bucket
-                    if (other ^ perm).bit_count() <= distance]
-
-        return list(self._layout.near(fp, distance, scan).items())

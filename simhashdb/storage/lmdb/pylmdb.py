@@ -80,13 +80,13 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._runs = False  # whether the tables are kept as runs (known once they are open)
-        with self._env.begin() as txn:
-            new = not self.readonly and txn.get(META) is None
-        if new and self._env.stat()["entries"]:
-            raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
-                                "use another directory" % self.path)
-        # what a new database needs is made in one transaction: a crash leaves all or none
+        # what a new database needs is made in one transaction (whose write lock
+        # also orders two processes making it at once): a crash leaves all or none
         with self._making() as txn:
+            new = txn is not None and txn.get(META) is None
+            if new and txn.cursor().first():
+                raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
+                                    "use another directory" % self.path)
             self._dbs = {name: self._open_db(name, txn=txn) for name in (META, DOCS)}
             self._index = []  # the index's slots (one where a database made before them is read)
             self._open_index_slots(create=new, txn=txn)

@@ -991,3 +991,27 @@ def test_py_lmdb_checks_a_damaged_file_without_lmdb_and_then_refuses_it(tmp_path
             assert "refused" in result and "native backend" in result["refused"], result
         shutil.rmtree(path)
     assert reported > 0
+
+
+def test_py_lmdb_trusts_its_verifier_only_on_a_file_no_commit_changed_meanwhile(tmp_path,
+                                                                              monkeypatch):
+    """What the verifier finds while another process commits may be that
+    process's new pages, not damage (it reads the file's size before its meta
+    pages): check() walks the file again, and where a commit came during
+    every walk it says so and the handle still reads; a finding in a file
+    that stayed still is damage, and the handle refuses to read."""
+    verify = pytest.importorskip("lmdb.verify")
+    from simhashdb.storage.lmdb import pylmdb
+    path = str(tmp_path / "db")
+    with DB(path, backend="py-lmdb") as db:
+        db.insert_many((i, i * 7919) for i in range(100))
+    monkeypatch.setattr(verify, "verify", lambda data: ["reachable page 19 is beyond EOF"])
+    commits = iter(range(1000))
+    monkeypatch.setattr(pylmdb.PyLmdbStorage, "_file_state", lambda self: next(commits))
+    with DB(path, backend="py-lmdb") as db:
+        assert [p for p in db.check() if "changed while it was verified" in p]
+        assert len(db) == 100 and next(commits) == 2 * pylmdb.VERIFY_TRIES
+        monkeypatch.setattr(pylmdb.PyLmdbStorage, "_file_state", lambda self: 7)
+        assert [p for p in db.check() if p.endswith("is damaged: reachable page 19 is beyond EOF")]
+        with pytest.raises(DatabaseError, match="py-lmdb could crash reading it"):
+            len(db)

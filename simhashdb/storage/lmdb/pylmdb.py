@@ -41,6 +41,9 @@ _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, neve
 BAND_TABLES = [b"band:%02d" % band for band in range(BANDS)]
 
 
+VERIFY_TRIES = 3  # walks of the data file check() makes while other processes commit
+
+
 def table_name(table):
     """The sub-database name of permutation table ``table`` in 0.3's form."""
     return b"table:%03d" % table
@@ -238,21 +241,31 @@ class PyLmdbStorage(LmdbStorage):
     def check(self):
         """The directory's problems, and those py-lmdb's own verifier finds in
         the data file (py-lmdb 3 and later), read without LMDB, which would
-        abort the process on some damaged pages: once it finds any, this
-        handle refuses to read the file."""
+        abort the process on some damaged pages: once it finds any in a file
+        no commit changed while it read, this handle refuses to read it."""
         try:
             from lmdb.verify import VerifyError, verify
         except ImportError:  # an earlier py-lmdb
             return super().check()
-        with self.read():  # a snapshot held, so that no writer reuses the pages walked
+        for _ in range(VERIFY_TRIES):
+            before = self._file_state()
             try:
                 found = verify(self._dir.data)
             except (VerifyError, OSError) as exc:
                 found = [str(exc)]
+            if not found or self._file_state() == before:
+                break
+        else:  # a writer committed while each walk read the file: what it found may be that
+            return super().check() + ["%s changed while it was verified (another process "
+                                      "writes to it): check it again" % self._dir.data]
         if found:
             self._unreadable = "%s%s" % ("; ".join(found[:3]), "; and %d more" % (len(found) - 3)
                                          if len(found) > 3 else "")
         return super().check() + ["%s is damaged: %s" % (self._dir.data, why) for why in found]
+
+    def _file_state(self):
+        """The last commit's id and the data file's size."""
+        return self._env.info()["last_txnid"], os.path.getsize(self._dir.data)
 
     def _check_usable(self):
         super()._check_usable()

@@ -447,17 +447,21 @@ cdef Py_ssize_t read_uint(const uint8_t* p, Py_ssize_t at, Py_ssize_t n, uint64_
     return at + 1 + width
 
 
-def plain_items(const uint8_t[::1] value):
-    """[fingerprint, None, stored_at] of a plain document value (an array of
-    an unsigned int, nil and an unsigned int, as a record without metadata
-    is stored), or None for any other (read and checked the general way)."""
-    cdef Py_ssize_t n = value.shape[0], at
+def plain_items(object value):
+    """[fingerprint, None, stored_at] of a plain document value (bytes: an
+    array of an unsigned int, nil and an unsigned int, as a record without
+    metadata is stored), or None for any other (read and checked the general
+    way)."""
+    if type(value) is not bytes:
+        return None
+    cdef const uint8_t* p = <const uint8_t*><char*>value
+    cdef Py_ssize_t n = len(<bytes>value), at
     cdef uint64_t fp, when
-    if n < 4 or value[0] != 0x93:
+    if n < 4 or p[0] != 0x93:
         return None
-    at = read_uint(&value[0], 1, n, &fp)
-    if at < 0 or at >= n or value[at] != 0xc0:
+    at = read_uint(p, 1, n, &fp)
+    if at < 0 or at >= n or p[at] != 0xc0:
         return None
-    if read_uint(&value[0], at + 1, n, &when) != n:
+    if read_uint(p, at + 1, n, &when) != n:
         return None
     return [fp, None, when]

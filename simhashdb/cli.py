@@ -200,9 +200,11 @@ def cmd_query(args):
                                                    args.format):
                 if recipe is not None and db.recipe is not None and recipe != db.recipe:
                     raise CliError("the fingerprint of %s was made with %r, and this database's "
-                                   "with %r: it would match nothing; query the text (--text), "
-                                   "or fingerprint it with --recipe %s"
-                                   % (label or fp, recipe, db.recipe, db.recipe.split("/")[0]))
+                                   "with %r: it would match nothing; %s"
+                                   % (label or fp, recipe, db.recipe, "query the text (--text), "
+                                      "or fingerprint it with --recipe %s" % db.recipe.split("/")[0]
+                                      if db.recipe in simhashdb.RECIPES else
+                                      "make its fingerprint as the database's were made"))
                 probes.append((label, fp))
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
@@ -656,7 +658,7 @@ def _of_a_database(args):
     """Whether find-all or clusters is of a database (PATH), not of a file of
     hashes; the options of the one given to the other are a usage error."""
     hashes = [name for name in ("input", "format", "blocks", "duplicates")
-              if getattr(args, name, None) not in (None, False)]
+              if getattr(args, name, None) is not None and getattr(args, name) is not False]
     if args.path and hashes:
         raise UsageError("--%s is for a file of hashes, and %s names a database: give one or "
                          "the other" % (hashes[0], args.path))

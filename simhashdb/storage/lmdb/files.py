@@ -87,7 +87,7 @@ class LmdbDirectory:
             raise DatabaseNotFoundError("no database at %s%s" % (
                 self.path, " to open read-only" if readonly else ""))
         if not os.path.exists(self.data) and os.path.isdir(self.path) and \
-                set(os.listdir(self.path)) - OWN_FILES:
+                set(os.listdir(self.path)) - OWN_FILES - {DATA_FILE}:  # (made meanwhile)
             raise DatabaseError("%s holds other files and no database: name a new or empty "
                                 "directory for a database" % self.path)
         self._register(owner)
@@ -665,8 +665,9 @@ class LmdbStorage(Storage):
         return max(256, self._layout.tables if self._layout is not None else 0)
 
     def format_stored(self):
-        """Add the fingerprint index's slots to a database that has one (made
-        at format 3, or just made), only while no other handle is open: a
+        """Add the fingerprint index's slots to a database that has fewer (one,
+        made at format 3; some, where an earlier py-lmdb's creation of them was
+        cut short), only while no other handle is open: a
         writer of an earlier version, opened before the format was stored,
         reads and writes the first slot alone (and its stale rewrite would drop
         the tables' entries of the others). Until then every entry goes into

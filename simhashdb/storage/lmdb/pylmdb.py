@@ -156,11 +156,11 @@ class PyLmdbStorage(LmdbStorage):
         """Open the index's slots from the first this handle lacks; without
         ``create``, up to the first the database does not have."""
         for name in map(index_name, range(len(self._index), INDEX_SLOTS)):
-            if not (create or not self._index) and txn is not None and txn.get(name) is None:
+            made = create or not self._index  # (the first slot is made in any database)
+            if not made and txn is not None and txn.get(name) is None:
                 break  # (a write transaction must not meet a failed open)
             try:
-                self._dbs[name] = self._open_db(name, dupsort=True, txn=txn,
-                                                create=create or not self._index)
+                self._dbs[name] = self._open_db(name, dupsort=True, txn=txn, create=made)
             except DatabaseError:
                 if not self._index:
                     raise
@@ -195,7 +195,7 @@ class PyLmdbStorage(LmdbStorage):
             names = [table_name(table) for table in range(layout.tables)]
             flags = {"dupsort": True, "dupfixed": True}
         # made in one write transaction; a read transaction would close them as it ends
-        with contextlib.nullcontext() if self.readonly else self._env.begin(write=True) as txn:
+        with self._making() as txn:
             self._dbs.update((name, self._open_db(name, txn=txn, **flags)) for name in names)
 
     def _begin_read(self):

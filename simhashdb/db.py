@@ -25,7 +25,7 @@ from .errors import (
     ParameterMismatchError,
 )
 from ._ext import bands
-from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature
+from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, recipe_named
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import (
@@ -164,7 +164,8 @@ class DB:
     :param int expected_size: documents you expect, to choose ``blocks``
         (default: 10,000,000).
     :param str recipe: the name of the recipe that made the fingerprints, e.g.
-        ``simhashdb.RECIPE`` for :func:`fingerprint`'s defaults; stored, and
+        ``simhashdb.RECIPE`` for :func:`fingerprint`'s defaults (simhashdb's
+        recipes may be named by their first part, ``"simhashdb-3"``); stored, and
         checked on every later open that names one, so that fingerprints of
         different recipes are never mixed (default: None, unnamed).
     :param backend: ``"lmdb"`` (native, the default where built), ``"py-lmdb"``,
@@ -191,6 +192,8 @@ class DB:
         if recipe is not None and not isinstance(recipe, str):
             raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
                                        % _ext.shown(recipe))
+        if recipe is not None:
+            recipe = recipe_named(recipe)
         if create and not readonly and scheme_of(path) is None and (
                 not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path)):
             _new_layout(distance, blocks, expected_size)  # refused before any file is made

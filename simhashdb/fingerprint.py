@@ -64,6 +64,21 @@ RECIPES = {  # name -> the fingerprint() options that make it; older ones stay u
 }
 
 
+def recipe_named(name: str) -> str:
+    """The recipe ``name`` names: one of simhashdb's, in full or by its first
+    part ("simhashdb-3"), else ``name`` itself, a recipe of the caller's own.
+    A short name of simhashdb's that this version does not know is refused."""
+    named = [full for full in RECIPES if name in (full, full.split("/")[0])]
+    if len(named) == 1:
+        return named[0]
+    if name.startswith("simhashdb-") and "/" not in name:
+        raise InvalidArgumentError(
+            "%r is not one of simhashdb's recipes (%s, or their full names); a recipe of "
+            "your own needs a name that does not start with 'simhashdb-'"
+            % (name, ", ".join(sorted(full.split("/")[0] for full in RECIPES))))
+    return name
+
+
 class _Default:
     def __repr__(self):
         return "default"

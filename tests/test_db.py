@@ -518,6 +518,17 @@ def test_recipes_are_stored_and_never_mixed(tmp_path):
         DB(unnamed, recipe=simhashdb.RECIPE)
 
 
+def test_a_recipe_of_simhashdb_is_named_by_its_first_part_and_an_unknown_one_refused(tmp_path):
+    short = simhashdb.RECIPE.split("/")[0]
+    with DB(str(tmp_path / "s.db"), recipe=short) as db:
+        assert db.recipe == simhashdb.RECIPE
+        db.insert_text("a", "the same words in the same order")
+        assert [m.key for m in db.query_text("the same words in the same order")] == ["a"]
+    with pytest.raises(simhashdb.InvalidArgumentError, match="does not start with 'simhashdb-'"):
+        DB(str(tmp_path / "n.db"), recipe="simhashdb-99")
+    assert not (tmp_path / "n.db").exists()
+
+
 @given(st.lists(st.tuples(
     st.one_of(st.integers(-2**63, 2**64 - 1), st.binary(max_size=600),
               st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)),

@@ -25,6 +25,7 @@ import warnings
 import simhashdb
 from simhashdb import inputs
 from simhashdb.db import size_of
+from simhashdb.fingerprint import recipe_named
 from simhashdb.inputs import FORMATS, Skipped, TextRecord
 
 DEFAULT_BATCH = 10_000
@@ -92,6 +93,10 @@ def cmd_import(args):
         try:
             with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)
+            if reader.unread_fields:
+                _note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
+                      "path), fingerprint (or text), meta and stored_at"
+                      % ", ".join(sorted(map(repr, reader.unread_fields))))
         except KeyboardInterrupt:
             args.interrupted = "%d records were imported, in batches that were committed" \
                 % counts["imported"]
@@ -99,6 +104,12 @@ def cmd_import(args):
         except inputs.InputError as exc:  # an input that could not be read on
             raise CliError("%s (%d records were imported before, in batches that were "
                            "committed)" % (exc, counts["imported"])) from None
+        except simhashdb.SimhashDBError as exc:  # a batch that could not be stored (disk full)
+            if not counts["imported"] or isinstance(exc, simhashdb.InvalidArgumentError):
+                raise
+            raise CliError("%s; the %d records imported before, in batches that were "
+                           "committed, stay" % (str(exc).rstrip("."), counts["imported"])
+                           ) from None
     _emit(counts)
 
 
@@ -597,6 +608,9 @@ def _note_rule(args, db):
               "stored without text by their distance"
               % (db.distance if args.distance is None else args.distance,
                  args.threshold if args.threshold is not None else simhashdb.db.THRESHOLD))
+    elif args.threshold is not None:
+        _note(args, "--threshold has no say here: the database holds fingerprints of no "
+              "recipe, not texts, paired by their distance alone")
 
 
 def _record_json(record):
@@ -666,6 +680,9 @@ def _of_a_database(args):
 
 
 def _read_hashes(args):
+    if args.threshold is not None:
+        raise UsageError("--threshold is for the texts of a database (PATH): hashes are paired "
+                         "by their distance alone")
     if args.blocks is None:
         raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
     return inputs.read_hashes(args.input or "-", args.format)
@@ -679,8 +696,10 @@ def _fingerprinter(db, args):
 
 def _recipe(text):
     """A recipe named in full, or one of simhashdb's by its first part (simhashdb-3)."""
-    named = [name for name in simhashdb.RECIPES if text in (name, name.split("/")[0])]
-    return named[0] if len(named) == 1 else text
+    try:
+        return recipe_named(text)
+    except simhashdb.InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _known_recipe(text):

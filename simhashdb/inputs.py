@@ -43,8 +43,11 @@ DEC = re.compile(r"[0-9]{1,40}")
 HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 DEC_BYTES = re.compile(DEC.pattern.encode())
 HEX_BYTES = re.compile(HEX.pattern.encode())
+HEX_LETTERS = re.compile(rb"[0-9a-fA-F]{1,40}")  # hex as `fingerprint --format hex` prints it
 BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
 MAGIC = 6  # the longest compression magic (xz's)
+JSON_FIELDS = {"key", "path", "fingerprint", "text", "meta", "stored_at",
+               "hex", "recipe"}  # what a JSON line's record is made of, or `fingerprint` writes
 PEEK = 1 << 16  # what format detection and an export's header read of an input
 BINARY_SAMPLE = 1 << 16
 # (magic bytes, name, decompress whole, its errors, a stream of the content)
@@ -84,6 +87,9 @@ class Reader:
         None: such a document is an InputError (default: ``"<stdin>"``).
     :param fingerprint: a text's fingerprint, to tell a document with no text
         to fingerprint (empty, white space, markup alone): it is Skipped.
+
+    ``unread_fields`` collects the fields of JSON lines that no record takes
+    (a misspelt "metadata", say), for the caller to tell.
     """
 
     include: Sequence[str] = ()
@@ -92,6 +98,7 @@ class Reader:
     key_prefix: Optional[str] = None
     stdin_key: Optional[str] = "<stdin>"
     fingerprint: Callable = default_fingerprint
+    unread_fields: set = dataclasses.field(default_factory=set)
 
     def records(self, formats, progress=None):
         """(source, line, record) of the inputs, ``formats`` mapping each to its
@@ -195,6 +202,7 @@ class Reader:
         obj = json_object(line)
         if list(obj) == ["simhashdb"]:
             return None
+        self.unread_fields.update(obj.keys() - JSON_FIELDS)
         if "key" in obj:
             key = obj["key"]
         elif isinstance(obj.get("path"), str) and obj["path"] != "-":
@@ -267,7 +275,9 @@ def input_format(given, fmt=None):
     digits, dec or hex as :func:`values_format` says if the first line and
     more than half are decimal or hex (the others are then bad lines); any
     other named regular file is one text document (damaged compressed data
-    too, which read_text skips), while stdin must be given a format.
+    too, which read_text skips), while stdin must be given a format (but
+    when it is empty). A file whose first 64 KiB are decimal digits is hex
+    where any of its lines is hex with letters (and no 0x).
 
     :raises InputError: stdin whose format cannot be told, a named pipe (a
         look would take what it read), or an unreadable file.
@@ -292,12 +302,27 @@ def input_format(given, fmt=None):
     if numbers and numbers[0] is lines[0] and 2 * len(numbers) > len(lines):
         # fingerprints, maybe with bad lines
         if len(numbers) == len(lines) and all(DEC_BYTES.fullmatch(line) for line in lines):
-            return "dec"
+            return "hex" if given != "-" and _hex_further(given) else "dec"
         return values_format(numbers) or "dec or hex"
+    if given == "-" and not lines and hasattr(stdin(), "peek"):
+        return "dec"  # nothing to read: no records, in any format
     if given == "-":
         raise InputError("cannot tell the format of stdin from its first lines; name it "
                          "(--format)")
     return "text"
+
+
+def _hex_further(given):
+    """Whether a line of file ``given`` is hex with letters and no 0x: the
+    values of a file of fingerprints are then all hex, wherever that line is."""
+    try:
+        with open_input(given, decompressed=True) as lines:
+            for line in lines:
+                if not line.rstrip().isdigit() and HEX_LETTERS.fullmatch(line.strip()):
+                    return True
+    except InputError:  # damaged compressed data: the import reads up to it, and says so
+        pass
+    return False
 
 
 def export_header(formats):

@@ -446,3 +446,69 @@ def test_an_argument_too_many_shows_the_commands_usage(tmp_path, capsys):
     err = capsys.readouterr().err
     assert usage.value.code == 2 and err.startswith("usage: simhashdb-cli get ")
     assert err.endswith("simhashdb-cli get: error: unrecognized arguments: b\n")
+
+
+def test_a_batch_that_cannot_be_stored_says_what_earlier_batches_committed(
+        tmp_path, capsys, monkeypatch):
+    db = tmp_path / "full.db"
+    stored = simhashdb.DB.insert_many
+
+    def fills_the_disk(self, records, **kwargs):
+        if len(self):
+            raise simhashdb.DiskFullError("cannot write to %s: the disk is full (0 bytes free): "
+                                          "free some space, then retry; nothing of this was "
+                                          "written" % db)
+        return stored(self, records, **kwargs)
+    monkeypatch.setattr(simhashdb.DB, "insert_many", fills_the_disk)
+    code, _, err = run(capsys, "import", db, "--format", "dec", "--batch-size", "2",
+                       stdin="1\n2\n3\n4\n", monkeypatch=monkeypatch)
+    assert code == 1 and "the disk is full" in err
+    assert "the 2 records imported before, in batches that were committed, stay" in err
+    with simhashdb.DB(str(db)) as opened:
+        assert sorted(record.key for record in opened) == [1, 2]
+
+
+def test_json_lines_fields_no_record_takes_are_told(tmp_path, capsys, monkeypatch):
+    lines = ('{"key": "m", "fingerprint": 5, "metadata": {"x": 1}}\n'
+             '{"key": "n", "fingerprint": 6, "meta": 1}\n')
+    code, out, err = run(capsys, "import", tmp_path / "j.db", "--format", "jsonl",
+                         stdin=lines, monkeypatch=monkeypatch)
+    assert code == 0 and out[-1]["imported"] == 2
+    assert "fields 'metadata' were not read" in err and "'meta'" not in err
+
+
+def test_a_file_of_fingerprints_with_hex_letters_past_the_first_look_is_all_hex(
+        tmp_path, capsys):
+    listed = tmp_path / "fps.txt"
+    digits = ["%016d" % (10**15 + i) for i in range(25000)]  # > 64 KiB of digits only
+    listed.write_text("\n".join(digits + ["abcdef0123456789"]) + "\n")
+    code, out, err = run(capsys, "import", tmp_path / "h.db", listed)
+    assert code == 0 and out[-1]["imported"] == 25001, err
+    with simhashdb.DB(str(tmp_path / "h.db")) as db:
+        assert db.get("%s:1" % listed).fingerprint == int(digits[0], 16)
+        assert db.get("%s:25001" % listed).fingerprint == 0xabcdef0123456789
+
+
+def test_an_empty_stdin_imports_nothing_and_white_space_alone_too(tmp_path, capsys, monkeypatch):
+    def run_on(given):  # a stdin that can be looked at without taking its lines, as sys.stdin
+        buffered = io.BufferedReader(io.BytesIO(given.encode()))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(buffered))
+        return run(capsys, "import", tmp_path / "e.db")
+    for given in ("", "\n  \n"):
+        code, out, err = run_on(given)
+        assert code == 0 and out[-1]["imported"] == 0 and "error" not in err
+    code, _, err = run_on("a few words\n")
+    assert code == 1 and "cannot tell the format of stdin" in err
+
+
+def test_a_threshold_where_no_texts_are_paired_is_told(tmp_path, capsys, monkeypatch):
+    (tmp_path / "h.txt").write_text("1\n3\n")
+    code, _, err = run(capsys, "find-all", "--input", tmp_path / "h.txt", "--blocks", "4",
+                       "--threshold", "0.4")
+    assert code == 2 and "--threshold is for the texts of a database" in err
+    run(capsys, "import", tmp_path / "k.db", "--format", "dec", stdin="1\n3\n",
+        monkeypatch=monkeypatch)
+    code, out, err = run(capsys, "find-all", tmp_path / "k.db", "--threshold", "0.5")
+    assert code == 0 and out == [[1, 2, 1]] and "--threshold has no say here" in err
+    code, out, err = run(capsys, "find-all", tmp_path / "k.db")
+    assert code == 0 and out == [[1, 2, 1]] and err == ""

@@ -179,10 +179,17 @@ class DB:
     :raises DatabaseError: the path is a file, or is not a simhashdb database.
     """
 
-    def __init__(self, path: Union[str, os.PathLike], distance: Optional[int] = None,
+    def __init__(self, path: Union[str, bytes, os.PathLike], distance: Optional[int] = None,
                  blocks: Optional[int] = None, readonly: bool = False,
                  expected_size: Optional[int] = None, recipe: Optional[str] = None,
                  backend: Any = None, create: bool = True) -> None:
+        try:
+            path = os.fsdecode(path)  # str, bytes or os.PathLike: a str, as os.listdir names it
+        except TypeError:
+            raise InvalidArgumentError("path must be a directory's path (str, bytes or "
+                                       "os.PathLike) or a URL, got %s" % _ext.shown(path)) from None
+        if "\0" in path:
+            raise InvalidArgumentError("path %r holds a NUL character" % path)
         for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
                                        ("expected_size", expected_size, 1, 2**64)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)

@@ -130,6 +130,9 @@ def tokenize(text: str, unit: str = "words") -> list[str]:
     """The native tokens of ``text`` (normalise it first). ``unit="words"``:
     words, and single CJK characters (punctuation, symbols, spaces and ``_``
     separate words); ``unit="chars"``: every character but white space."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError("tokenize expects normalised text, a str (normalize() makes "
+                                   "one of bytes), got %s" % type(text).__name__)
     return _ext.tokens_utf8(text.encode("utf-8", "surrogatepass"), _check_unit(unit) == "chars")
 
 

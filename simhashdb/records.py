@@ -330,7 +330,11 @@ def whole_seconds(when, what):
     """A datetime or a UNIX time (int or float) as whole seconds since the epoch,
     floored (for ``what``, in messages)."""
     if isinstance(when, datetime.datetime):
-        when = when.timestamp()
+        try:
+            when = when.timestamp()
+        except (ValueError, OverflowError) as exc:  # naive, within a day of year 1 or 9999
+            raise InvalidArgumentError("%s must be a time in the range of UNIX times, got %s (%s)"
+                                       % (what, when, exc)) from None
     elif not (isinstance(when, int) and not isinstance(when, bool)
               or isinstance(when, float) and math.isfinite(when)):
         raise InvalidArgumentError("%s must be a datetime or a UNIX time (int or float), got "

@@ -265,6 +265,7 @@ def test_readonly_and_closed(db_path):
             db.insert("b", 2)
     with pytest.raises(DatabaseError, match="closed"):
         db.query(1)
+    assert any("closed" in problem for problem in db.check())
 
 
 @pytest.mark.lmdb_only
@@ -694,3 +695,16 @@ def test_a_batch_of_85_000_lands_whole_in_every_table_and_the_index(db):
     assert len(db) == len(docs) and db.check() == []
     for probe in [0, 2**64 - 1, flip(fps[1], [0, 63])] + rng.sample(fps, 40):
         assert as_tuples(db.query(probe, 3)) == brute_force(docs, probe, 3)
+
+
+@pytest.mark.lmdb_only
+def test_a_path_as_bytes_or_a_name_that_is_not_utf8_opens_and_compacts(tmp_path, backend):
+    for path in (os.fsencode(str(tmp_path / "bytes.db")), str(tmp_path / "name_\udcff.db")):
+        with DB(path, backend=backend) as db:
+            db.insert_many([(i, i * 7919) for i in range(500)])
+        with DB(path, backend=backend) as db:
+            db.compact()
+            assert len(db) == 500 and db.query(7919) == [Match(1, 7919, 0)] and db.check() == []
+    for path in (5, None, str(tmp_path / "nul\0.db")):
+        with pytest.raises(simhashdb.InvalidArgumentError, match="path"):
+            DB(path, backend=backend)

@@ -168,6 +168,9 @@ def test_tokenize_splits_cjk_into_characters_and_keeps_words():
     assert simhashdb.tokenize("naïve—café, x_y «ok» 3.14 🙂 ok") == [
         "naïve", "café", "x", "y", "ok", "3", "14", "ok"]
     assert simhashdb.tokenize("a b,c", unit="chars") == ["a", "b", ",", "c"]
+    for not_text in (b"abc", None, 5):
+        with pytest.raises(simhashdb.InvalidArgumentError, match="expects normalised text"):
+            simhashdb.tokenize(not_text)
 
 
 @given(st.text(max_size=80))

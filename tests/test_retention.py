@@ -107,6 +107,15 @@ def test_expire_rejects_what_is_not_a_time(db, before):
     assert len(db) == 1
 
 
+def test_a_datetime_no_unix_time_can_say_is_refused(db):
+    db.insert("a", 1)
+    with pytest.raises(InvalidArgumentError, match="range of UNIX times"):
+        db.expire(datetime.datetime.min)
+    with pytest.raises(InvalidArgumentError, match="range of UNIX times"):
+        db.insert_many([("b", 2), ("c", 3, None, datetime.datetime.min)])
+    assert len(db) == 1
+
+
 @pytest.mark.parametrize("stored_at", ["now", -1, 2.0**64, True])
 def test_a_bad_stored_time_is_refused_and_nothing_is_written(db, stored_at):
     with pytest.raises(InvalidArgumentError):

@@ -87,7 +87,7 @@ class NativeStorage(LmdbStorage):
     threaded_merge = 1 << 18
 
     def _open_env(self, map_size=0):
-        self._env = _lmdb.Env(self.path.encode(), self.readonly,
+        self._env = _lmdb.Env(os.fsencode(self.path), self.readonly,
                               map_size or self._map_size_to_open(),
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
@@ -203,7 +203,7 @@ class NativeStorage(LmdbStorage):
         while True:
             if os.path.exists(copy):
                 os.unlink(copy)
-            target = _lmdb.Env(copy.encode(), False, map_size, 1, True, False,
+            target = _lmdb.Env(os.fsencode(copy), False, map_size, 1, True, False,
                                max_tables=self._room_for_tables())
             try:
                 layout = self._layout

@@ -75,7 +75,7 @@ class PyLmdbStorage(LmdbStorage):
     def _open_env(self, map_size=0):
         self._room = self._room_for_tables()  # the most tables it can open
         try:
-            self._env = lmdb.open(self.path, map_size=map_size or self._map_size_to_open(),
+            self._env = lmdb.open(os.fsencode(self.path), map_size=map_size or self._map_size_to_open(),
                                   max_dbs=max_dbs(self._room), readonly=self.readonly,
                                   max_readers=self.max_readers, subdir=True,
                                   lock=self._dir.locked)
@@ -247,6 +247,8 @@ class PyLmdbStorage(LmdbStorage):
             from lmdb.verify import VerifyError, verify
         except ImportError:  # an earlier py-lmdb
             return super().check()
+        if self._env is None:  # closed: the check of the contents says so
+            return super().check()
         for _ in range(VERIFY_TRIES):
             before = self._file_state()
             try:
@@ -287,7 +289,7 @@ class PyLmdbStorage(LmdbStorage):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
         one run each (no stale entries; meta brings the distinct count)."""
-        target = lmdb.open(copy, map_size=self._map_size_to_open(),
+        target = lmdb.open(os.fsencode(copy), map_size=self._map_size_to_open(),
                            max_dbs=max_dbs(self._room_for_tables()),
                            subdir=False, lock=False)
         try:

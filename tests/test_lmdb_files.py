@@ -378,3 +378,28 @@ def test_two_processes_making_one_database_at_once_both_open_it(tmp_path, backen
         assert [maker.returncode for maker in makers] == [0, 0], errors
         with DB(path) as db:
             assert sorted(r.key for r in db) == ["a", "b"] and db.check() == []
+
+
+def test_an_inspection_a_commit_overlapped_is_made_again_and_a_steady_finding_stands(
+        tmp_path, monkeypatch):
+    """An open beside other handles inspects a file they may commit to: a
+    finding made while the file changed is looked at again, not reported."""
+    from simhashdb.storage.lmdb import files
+    with DB(str(tmp_path / "d.db")) as db:
+        db.insert("a", 1)
+    data = str(tmp_path / "d.db" / "data.mdb")
+    real, calls = files.inspect_data_file, []
+
+    def overlapped(path):
+        calls.append(path)
+        if len(calls) == 1:
+            with open(path, "ab") as grown:  # a commit meanwhile
+                grown.write(bytes(4096))
+            return "its data file ends at byte 1, but pages in use run to byte 2", None
+        return real(path)
+    monkeypatch.setattr(files, "inspect_data_file", overlapped)
+    assert files._inspect_while_written(data) == (None, None) and len(calls) == 2
+    steady = lambda path: calls.append(path) or ("a steady finding", None)  # noqa: E731
+    monkeypatch.setattr(files, "inspect_data_file", steady)
+    del calls[:]
+    assert files._inspect_while_written(data) == ("a steady finding", None) and len(calls) == 1

@@ -49,6 +49,8 @@ OWN_FILES = {LOCK_FILE, "simhashdb.lock", "compact.lock", "write.lock", DATA_FIL
 # pages, and an entry a table (twice what a large batch into an empty
 # database takes: ~112 bytes a document with 10 tables)
 MAP_A_DOCUMENT, MAP_A_TABLE_ENTRY = 128, 16
+INSPECT_TRIES = 5  # inspections of a file other handles write to, for a finding that holds
+MAKING_SECONDS = 10  # how long an open waits for another handle to write a new file's first pages
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
 _META_MAGIC = 0xBEEFC0DE
 # Tables kept as compressed runs (RUNS.md), the same on both backends: per
@@ -110,7 +112,10 @@ class LmdbDirectory:
             with self.alone() as alone:
                 if alone and os.path.exists(self.data + COMPACT_SUFFIX) and not readonly:
                     os.unlink(self.data + COMPACT_SUFFIX)  # a compaction that died
-                self.doubt, full_size = inspect_data_file(self.data)
+                if not alone:
+                    _wait_while_made(self.data)
+                self.doubt, full_size = (inspect_data_file(self.data) if alone
+                                         else _inspect_while_written(self.data))
                 if alone and full_size and not readonly:  # so that the next open need not look
                     os.truncate(self.data, full_size)
                 if self.locked:
@@ -318,6 +323,46 @@ def _make_directory(path):
     return True
 
 
+def _wait_while_made(data, seconds=MAKING_SECONDS):
+    """Wait (up to ``seconds``) while the data file is too short to hold its
+    meta pages: another handle that makes the database writes them in LMDB's
+    open, after it made the file and under a lock of LMDB's."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if os.path.getsize(data) >= _META_END:
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.002)
+
+
+def _inspect_while_written(data, tries=INSPECT_TRIES):
+    """inspect_data_file where other handles may commit meanwhile: a finding
+    counts once an inspection made it in a file no write changed meanwhile
+    (a commit rewrites a meta page and the pages it names)."""
+    for _ in range(tries):
+        before = _written_state(data)
+        try:
+            found = inspect_data_file(data)
+        except DatabaseError as exc:
+            found = exc
+        if found == (None, None) or _written_state(data) == before:
+            break
+        time.sleep(0.02)
+    if isinstance(found, DatabaseError):
+        raise found
+    return found
+
+
+def _written_state(data):
+    try:
+        stat = os.stat(data)
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def inspect_data_file(data):
     """What the data file's own meta pages say of it, before LMDB maps it.
 
@@ -337,15 +382,16 @@ def inspect_data_file(data):
 
 def _inspect(f, data):
     """inspect_data_file on the open data file ``f``."""
-    size = os.fstat(f.fileno()).st_size
     damaged = "%s is damaged (%%s): LMDB cannot read it safely; restore it from a backup" % data
-    head = os.pread(f.fileno(), 8192, 0)
+    pages = os.pread(f.fileno(), 2 * 65536, 0)  # the meta pages, before the size: a commit
+    size = os.fstat(f.fileno()).st_size         # writes its pages before the meta naming them
+    head = pages[:8192]
     if size == 0 or len(head) < _META_END:
         raise DatabaseError(damaged % ("%d bytes long" % size))
     page_size = struct.unpack_from("<I", head, _FREE_DB)[0]  # the free DB's md_pad
     if page_size < 512 or page_size & (page_size - 1) or page_size > 65536:
         raise DatabaseError(damaged % "its page size is unreadable")
-    pages = os.pread(f.fileno(), 2 * page_size, 0)
+    pages = pages[:2 * page_size]
     metas = []
     for offset in (0, page_size):
         page = pages[offset:offset + page_size]

@@ -62,8 +62,10 @@ def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
 def _whole_key(key, pack=msgpack.packb):
     """msgpack(key), checked."""
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
-        raise InvalidKeyError("keys must be str, bytes or int, got %s %s"
-                              % (type(key).__name__, _ext.shown(key)))
+        raise InvalidKeyError("keys must be str, bytes or int, got %s %s%s"
+                              % (type(key).__name__, _ext.shown(key),
+                                 " (int(key) makes it one)" if hasattr(key, "__index__")
+                                 and not isinstance(key, bool) else ""))
     try:
         encoded = pack(key)
     except OverflowError:

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,6 +48,7 @@ def contents(db):
     ((True, 1), InvalidKeyError, "keys must be str, bytes or int"),
     ((None, 1), InvalidKeyError, "keys must be str, bytes or int"),
     ((1.5, 1), InvalidKeyError, "keys must be str, bytes or int"),
+    ((np.int64(7), 1), InvalidKeyError, "(int(key) makes it one)"),
     (("k", True), InvalidFingerprintError, "got bool True"),
     (("k", HUGE), InvalidFingerprintError, "an int of 16610 bits"),
     (("k", -1), InvalidFingerprintError, "[0, 2**64)"),

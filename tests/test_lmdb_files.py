@@ -403,3 +403,12 @@ def test_an_inspection_a_commit_overlapped_is_made_again_and_a_steady_finding_st
     monkeypatch.setattr(files, "inspect_data_file", steady)
     del calls[:]
     assert files._inspect_while_written(data) == ("a steady finding", None) and len(calls) == 1
+
+    def always_overlapped(path):  # a writer that commits during every look
+        with open(path, "ab") as grown:
+            grown.write(bytes(4096))
+        return steady(path)
+    monkeypatch.setattr(files, "inspect_data_file", always_overlapped)
+    del calls[:]
+    assert files._inspect_while_written(data) == (None, None)
+    assert len(calls) == files.INSPECT_TRIES

@@ -340,16 +340,20 @@ def _wait_while_made(data, seconds=MAKING_SECONDS):
 def _inspect_while_written(data, tries=INSPECT_TRIES):
     """inspect_data_file where other handles may commit meanwhile: a finding
     counts once an inspection made it in a file no write changed meanwhile
-    (a commit rewrites a meta page and the pages it names)."""
+    (a commit rewrites a meta page and the pages it names); none counts where
+    every one of ``tries`` overlapped a write (the writer reads the file well)."""
     for _ in range(tries):
         before = _written_state(data)
         try:
             found = inspect_data_file(data)
         except DatabaseError as exc:
             found = exc
-        if found == (None, None) or _written_state(data) == before:
+        if not isinstance(found, DatabaseError) and found[0] is None or \
+                _written_state(data) == before:
             break
         time.sleep(0.02)
+    else:  # a writer committed during every look: what each found may have been its commit
+        return None, None
     if isinstance(found, DatabaseError):
         raise found
     return found

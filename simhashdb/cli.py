@@ -694,21 +694,18 @@ def _fingerprinter(db, args):
     return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
 
 
-def _recipe(text):
-    """A recipe named in full, or one of simhashdb's by its first part (simhashdb-3)."""
+def _recipe(text, ours=False):
+    """A recipe named in full, or one of simhashdb's by its first part
+    (simhashdb-3); with ``ours``, one of simhashdb's only."""
     try:
-        return recipe_named(text)
+        return recipe_named(text, ours)
     except simhashdb.InvalidArgumentError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _known_recipe(text):
     """One of simhashdb's recipes (see _recipe)."""
-    if _recipe(text) not in simhashdb.RECIPES:
-        raise argparse.ArgumentTypeError("%r is not one of simhashdb's recipes: %s (or their "
-                                         "full names)" % (text, ", ".join(sorted(
-                                             name.split("/")[0] for name in simhashdb.RECIPES))))
-    return _recipe(text)
+    return _recipe(text, ours=True)
 
 
 def _duration(text):

@@ -64,18 +64,20 @@ RECIPES = {  # name -> the fingerprint() options that make it; older ones stay u
 }
 
 
-def recipe_named(name: str) -> str:
+def recipe_named(name: str, ours: bool = False) -> str:
     """The recipe ``name`` names: one of simhashdb's, in full or by its first
     part ("simhashdb-3"), else ``name`` itself, a recipe of the caller's own.
-    A short name of simhashdb's that this version does not know is refused."""
+    A short name of simhashdb's that this version does not know is refused,
+    and with ``ours``, any name but one of simhashdb's."""
     named = [full for full in RECIPES if name in (full, full.split("/")[0])]
     if len(named) == 1:
         return named[0]
-    if name.startswith("simhashdb-") and "/" not in name:
+    if ours or name.startswith("simhashdb-") and "/" not in name:
         raise InvalidArgumentError(
-            "%r is not one of simhashdb's recipes (%s, or their full names); a recipe of "
-            "your own needs a name that does not start with 'simhashdb-'"
-            % (name, ", ".join(sorted(full.split("/")[0] for full in RECIPES))))
+            "%r is not one of simhashdb's recipes (%s, or their full names)%s"
+            % (name, ", ".join(sorted(full.split("/")[0] for full in RECIPES)),
+               "" if ours else "; a recipe of your own needs a name that does not start "
+                               "with 'simhashdb-'"))
     return name
 
 

@@ -43,7 +43,6 @@ DEC = re.compile(r"[0-9]{1,40}")
 HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 DEC_BYTES = re.compile(DEC.pattern.encode())
 HEX_BYTES = re.compile(HEX.pattern.encode())
-HEX_LETTERS = re.compile(rb"[0-9a-fA-F]{1,40}")  # hex as `fingerprint --format hex` prints it
 BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
 MAGIC = 6  # the longest compression magic (xz's)
 JSON_FIELDS = {"key", "path", "fingerprint", "text", "meta", "stored_at",
@@ -317,9 +316,7 @@ def _hex_further(given):
     values of a file of fingerprints are then all hex, wherever that line is."""
     try:
         with open_input(given, decompressed=True) as lines:
-            for line in lines:
-                if not line.rstrip().isdigit() and HEX_LETTERS.fullmatch(line.strip()):
-                    return True
+            return values_format(line for line in lines if not line.rstrip().isdigit()) == "hex"
     except InputError:  # damaged compressed data: the import reads up to it, and says so
         pass
     return False

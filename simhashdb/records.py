@@ -255,9 +255,8 @@ def document_items(value):
         raise damaged("a document is not an array of 2 to 5 items")
     if type(items[0]) is not int or not 0 <= items[0] < 2**64:
         raise damaged("a document's fingerprint is not an int in [0, 2**64)")
-    if n > 2 and items[2] is not None and (type(items[2]) is not int
-                                           or not 0 <= items[2] < 2**64):
-        raise damaged("a document's stored time is not UNIX seconds")
+    if n > 2:
+        _stored_time(items[2])
     if n > 3 and (items[3] is not None and type(items[3]) is not bytes
                   or n > 4 and type(items[4]) is not bytes):
         raise damaged("a document's signature or long key is not bytes")
@@ -296,7 +295,11 @@ def signature(value):
 def stored_at(value):
     """The stored time a document value records, or None."""
     unpacker, count = _after_meta(value)
-    when = _read(unpacker.unpack) if count > 2 else None
+    return _stored_time(_read(unpacker.unpack)) if count > 2 else None
+
+
+def _stored_time(when):
+    """``when``, a document's stored time as read: None or UNIX seconds."""
     if when is not None and (type(when) is not int or not 0 <= when < 2**64):
         raise damaged("a document's stored time is not UNIX seconds")
     return when

@@ -223,33 +223,6 @@ def _tag_of(name):
     return re.compile(r"<(/?)%s(?=[\s/>])[^<>]*>" % re.escape(name), re.I)
 
 
-def _as_markup(markup):
-    """``markup`` as a str (UTF-8 bytes decoded, invalid bytes replaced)."""
-    if isinstance(markup, (bytes, bytearray, memoryview)):
-        return bytes(markup).decode("utf-8", errors="replace")
-    if not isinstance(markup, str):
-        raise InvalidArgumentError("expected HTML as str or bytes, got %s"
-                                   % type(markup).__name__)
-    return markup
-
-
-def strip_html(markup: Text) -> str:
-    """The text of an HTML document, as recipe 3 reads it: comments, CDATA
-    sections, script, style, template and noscript elements and tags each
-    become one space; character references are decoded as :func:`html.unescape`.
-    Markup left open (a tag, a quoted value, a comment) runs to the end of the
-    document, and ``</script foo>`` ends a script, as in browsers; one native
-    pass, linear in the document's length.
-
-    It gives the words of :func:`html_to_text` ten times faster, but for those
-    two cases, where html.parser shows some of the markup as text
-    (tests/test_html.py)."""
-    markup = _as_markup(markup)
-    text = _ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
-        "utf-8", "surrogatepass")
-    return html.unescape(text) if "&" in text else text
-
-
 class _TextExtractor(html.parser.HTMLParser):
     _SKIPPED = {"script", "style", "template", "noscript"}
 

@@ -149,7 +149,7 @@ class Decision(list):
     ``replaced`` is the Record a stored document replaced under its key, or None.
     """
 
-    def __init__(self, matches=(), key: Key = None, status: str = "stored",
+    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
                  reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
         super().__init__(matches)
         self.key, self.status, self.reason, self.replaced = key, status, reason, replaced

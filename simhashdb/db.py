@@ -560,15 +560,25 @@ class DB:
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            valid, refused = _each_valid(
-                batch, lambda record: self._text_document(*_text_record(record), html, now),
-                invalid)
-            texts = [text for _, text in valid]
-
-            results += _in_order(batch, valid, refused, self._store_if_new(
-                [document for document, _ in texts],
-                lambda txn: self._text_if_new(txn, texts, least), refresh, now))
+            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                          least, refresh, now)
         return results
+
+    def _prepared_texts(self, batch, html, now, invalid):
+        """The fingerprinted, encoded text records of ``batch``: ([(position,
+        (document, signature))] of the valid ones, {position: reason} of the
+        others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
+        return _each_valid(
+            batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
+
+    def _texts_if_new(self, batch, prepared, least, refresh, now):
+        """The Decisions of ``batch``, its ``prepared`` texts decided (and the
+        new ones stored) in one transaction."""
+        valid, refused = prepared
+        texts = [text for _, text in valid]
+        return _in_order(batch, valid, refused, self._store_if_new(
+            [document for document, _ in texts],
+            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
                    threshold: Optional[float] = None) -> list[TextMatch]:

@@ -120,7 +120,7 @@ class AsyncDB:
         while self._arriving:
             calls = self._arriving[:PREPARE_CHUNK]
             del self._arriving[:PREPARE_CHUNK]
-            prepared = await loop.run_in_executor(self._preparer, _prepare, self._db, calls)
+            prepared = await loop.run_in_executor(self._preparer, _prepared, self._db, calls)
             self._ready += [(*call, done) for call, done in zip(calls, prepared)]
             self._committing = _running(self._committing, self._commit)
 
@@ -144,7 +144,7 @@ def _running(task, stage):
     return task if task is not None and not task.done() else asyncio.ensure_future(stage())
 
 
-def _prepare(db, calls):
+def _prepared(db, calls):
     """What each call needs done before its transaction: a text insert's
     record fingerprinted and checked (or the error of that), None for others."""
     prepared = []

@@ -428,7 +428,7 @@ class DB:
 
     def insert_if_new_many(self, records: Iterable[RecordLike], distance: Optional[int] = None,
                            batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False, *,
-                           invalid: str = "report") -> list[Decision]:
+                           invalid: Literal["report", "raise"] = "report") -> list[Decision]:
         """:meth:`insert_if_new` for each record, in order, one transaction per
         batch of ``batch_size`` records; a record is also checked against the
         records stored before it.
@@ -543,7 +543,7 @@ class DB:
     def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                                 threshold: Optional[float] = None, refresh: bool = False,
                                 batch_size: int = DEFAULT_BATCH_SIZE,
-                                invalid: str = "report") -> list[Decision]:
+                                invalid: Literal["report", "raise"] = "report") -> list[Decision]:
         """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
         meta)`` record, in order, one transaction per batch of ``batch_size``
         records; a record is also checked against the records stored before it.
@@ -1276,9 +1276,9 @@ def _record_key(record):
 
 def _status(key, hits):
     """The status of the encoded ``key`` whose near-duplicates are ``hits``."""
-    own = [hit for hit in hits if hit[0] == key]
     if not hits:
         return "stored"
+    own = [hit for hit in hits if hit[0] == key]
     if own and (len(hits) == 1 or own[0][2] == 0):
         return "unchanged"
     return "duplicate"

@@ -97,6 +97,19 @@ def test_each_caller_gets_its_own_result_or_error(tmp_path):
     assert gone == [True, False] and stats["count"] == 1
 
 
+def test_calls_are_run_in_the_order_they_were_made(tmp_path):
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            return await asyncio.gather(
+                db.query_text(page(1)), db.insert_text_if_new("a", page(1)),
+                db.query_text(page(1)), db.delete("a"), db.query_text(page(1)),
+                db.insert_text_if_new("a", page(1), html="main"))
+
+    before, stored, after, deleted, gone, again = asyncio.run(run())
+    assert (before, stored.status, [m.key for m in after]) == ([], "stored", ["a"])
+    assert (deleted, gone, again.status) == (True, [], "stored")
+
+
 def test_a_failed_group_writes_nothing_and_each_call_is_retried_alone(tmp_path):
     grouped = simhashdb.DB._texts_if_new  # a group's transaction
 

@@ -124,7 +124,8 @@ def _import(args, db, reader, formats, counts, bar):
             found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
                                                     threshold=args.threshold,
                                                     refresh=args.refresh)
-                         if text else db.insert_if_new_many(batch, batch_size=size,
+                         if text else db.insert_if_new_many([r[:4] for r in batch],
+                                                            batch_size=size,
                                                             refresh=args.refresh))
             for (source, line), record, found in zip(where, batch, found_all):
                 own = [m for m in found if m.key == record[0]]
@@ -141,6 +142,9 @@ def _import(args, db, reader, formats, counts, bar):
                                "fingerprint_before": found.replaced.fingerprint})
         elif text:
             counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
+        elif any(len(record) == 5 for record in batch):  # exported texts, with signatures
+            counts["imported"] += db.import_records(batch, db.recipe, batch_size=size,
+                                                    source="the input")
         else:
             counts["imported"] += db.insert_many(batch, batch_size=size)
         batch.clear()
@@ -157,7 +161,7 @@ def _import(args, db, reader, formats, counts, bar):
                 raise CliError("this database holds fingerprints made with %r, a recipe "
                                "this simhashdb cannot fingerprint text with" % (db.recipe,))
             simhashdb.check_record((record[0], 0, *record[2:])
-                                   if isinstance(record, TextRecord) else record)
+                                   if isinstance(record, TextRecord) else record[:4])
         except (CliError, simhashdb.SimhashDBError) as exc:
             if not args.skip_invalid:
                 told = formats.get(source) in LIST_FORMATS and not args.format
@@ -297,7 +301,7 @@ def cmd_export(args):
     with _open(args.path, args, readonly=True) as db, \
             _progress(args, "export", total=len(db)) as bar:
         _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
-        for record in db:
+        for record in db.export_records():
             _emit(_record_json(record))
             bar.update()
 
@@ -614,8 +618,13 @@ def _note_rule(args, db):
 
 
 def _record_json(record):
-    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta,
-            "stored_at": record.stored_at}
+    """A record's JSON line: key, fingerprint, meta, stored_at, and a text's
+    resemblance signature where an exported record has one."""
+    key, fingerprint, meta, stored_at, *signature = record
+    out = {"key": key, "fingerprint": fingerprint, "meta": meta, "stored_at": stored_at}
+    if signature and signature[0] is not None:
+        out["signature"] = signature[0]
+    return out
 
 
 # Plumbing

@@ -29,6 +29,8 @@ from simhashdb.fingerprint import recipe_named
 from simhashdb.inputs import FORMATS, Skipped, TextRecord
 
 DEFAULT_BATCH = 10_000
+BATCH_SECONDS = 2  # an import commits a batch read for this long, full or not
+PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
 MANY_TABLES = 100
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -77,6 +79,10 @@ def cmd_import(args):
         raise UsageError("--format %s is for named files and stdin, and %s is a directory, whose "
                          "files are walked as text documents: name the files instead"
                          % (args.format, walked[0]))
+    if list(formats) == ["-"] and inputs.stdin_is_empty():
+        _note(args, "stdin is empty: nothing was imported (and no database made)")
+        _emit(counts)
+        return
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header,
@@ -98,8 +104,9 @@ def cmd_import(args):
                       "path), fingerprint (or text), meta and stored_at"
                       % ", ".join(sorted(map(repr, reader.unread_fields))))
         except KeyboardInterrupt:
-            args.interrupted = "%d records were imported, in batches that were committed" \
-                % counts["imported"]
+            args.interrupted = ("%d records were imported, in batches that were committed (a "
+                                "batch commits at %d records or after %d s of reading)"
+                                % (counts["imported"], args.batch_size, BATCH_SECONDS))
             raise
         except inputs.InputError as exc:  # an input that could not be read on
             raise CliError("%s (%d records were imported before, in batches that were "
@@ -114,8 +121,11 @@ def cmd_import(args):
 
 
 def _import(args, db, reader, formats, counts, bar):
-    """Read the records of ``formats`` and store them in batches, counting in ``counts``."""
+    """Read the records of ``formats`` and store them in batches, counting in
+    ``counts``: a batch commits when full or after BATCH_SECONDS of reading;
+    without a terminal, the counts go to stderr every PROGRESS_SECONDS."""
     batch, where = [], []
+    began = reported = time.monotonic()
 
     def flush():
         size = len(batch) or 1
@@ -175,10 +185,16 @@ def _import(args, db, reader, formats, counts, bar):
             continue
         if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):
             flush()  # a batch goes whole through the text methods or the fingerprint ones
+        if not batch:
+            began = time.monotonic()
         batch.append(record)
         where.append((source, line))
-        if len(batch) >= args.batch_size:
+        if len(batch) >= args.batch_size or time.monotonic() - began >= BATCH_SECONDS:
             flush()
+            if bar.disable and not args.quiet and time.monotonic() - reported >= PROGRESS_SECONDS:
+                reported = time.monotonic()
+                print("simhashdb-cli: import: %s so far" % json.dumps(counts), file=sys.stderr,
+                      flush=True)
     flush()
 
 
@@ -879,7 +895,8 @@ def build_parser():
     walking(sub)
     rooting(sub)
     sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
-                     help="records per transaction (default: %d)" % DEFAULT_BATCH)
+                     help="records per transaction, at most (default: %d; a batch also "
+                     "commits after %d s of reading)" % (DEFAULT_BATCH, BATCH_SECONDS))
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
                           "the input; print the skipped ones. Texts are near-duplicates by "

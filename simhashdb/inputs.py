@@ -563,6 +563,13 @@ def stdin():
     return sys.stdin.buffer
 
 
+def stdin_is_empty():
+    """Whether standard input is known to hold nothing (False where it cannot be
+    told without reading it)."""
+    stream = stdin()
+    return hasattr(stream, "peek") and not stream.peek(1)
+
+
 def _complete_lines(head):
     """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
     lines = head[:PEEK].splitlines()

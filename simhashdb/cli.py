@@ -13,6 +13,7 @@ import datetime
 import decimal
 import errno
 import importlib
+import inspect
 import io
 import json
 import os
@@ -326,7 +327,8 @@ def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar, \
-                contextlib.closing(db.find_all(args.distance, threshold=args.threshold)) as pairs:
+                contextlib.closing(db.find_all(_scan_distance(args, db),
+                                               threshold=args.threshold)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
                 _emit(_pair_json(pair), args.output_file)
@@ -342,7 +344,8 @@ def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar, \
-                contextlib.closing(db.clusters(args.distance, threshold=args.threshold)) as found:
+                contextlib.closing(db.clusters(_scan_distance(args, db),
+                                               threshold=args.threshold)) as found:
             _note_rule(args, db)
             for cluster in found:
                 _emit(cluster, args.output_file)
@@ -662,6 +665,12 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             options[name] = getattr(args, "create_" + name)
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
+    except simhashdb.ParameterMismatchError as exc:
+        if getattr(exc, "parameter", None) is None:
+            raise
+        raise CliError("%s was created with --%s %d, not %d: leave --%s out, or give --%s %d"
+                         % (path, exc.parameter, exc.stored, options[exc.parameter],
+                            exc.parameter, exc.parameter, exc.stored)) from None
     except simhashdb.DatabaseNotFoundError:
         if not create:
             if os.path.isdir(path) and os.listdir(path):  # init would refuse it
@@ -753,6 +762,14 @@ def _fraction(text):
     return value
 
 
+def _distance_option(text):
+    """An int in [0, 64] (for --distance)."""
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > 64:
+        raise argparse.ArgumentTypeError("%r is not a distance: give a whole number of bits "
+                                         "in [0, 64]" % text)
+    return int(text)
+
+
 def _positive(text):
     """An int >= 1 (for --batch-size)."""
     if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
@@ -783,6 +800,15 @@ def _say(kind, message):
     other bytes than UTF-8 shown escaped)."""
     message = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
     print("simhashdb-cli: %s: %s" % (kind, message), file=sys.stderr)
+
+
+def _scan_distance(args, db):
+    """--distance of find-all or clusters on a database: at most the database's."""
+    if args.distance is not None and args.distance > db.distance:
+        raise UsageError("--distance %d is above the distance %s was built for, %d: find-all "
+                         "and clusters of a database go up to it (query goes beyond)"
+                         % (args.distance, args.path, db.distance))
+    return args.distance
 
 
 def _distance(args):
@@ -840,7 +866,7 @@ def build_parser():
         handler = globals()["cmd_" + name.replace("-", "_")]
         summary = " ".join(handler.__doc__.split()).split(". ")[0].rstrip(".")
         sub = commands.add_parser(name, parents=[common], help=summary,
-                                  description=handler.__doc__,
+                                  description=inspect.cleandoc(handler.__doc__),
                                   epilog="Example:\n  " + example,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         if path:
@@ -850,7 +876,8 @@ def build_parser():
         return sub
 
     def creation(sub):
-        sub.add_argument("--distance", dest="create_distance", type=int, metavar="K",
+        sub.add_argument("--distance", dest="create_distance", type=_distance_option,
+                         metavar="K",
                          help="the distance a new database is built for: queries up to it "
                               "cost one range a table, beyond it more (default: 3)")
         sub.add_argument("--blocks", dest="create_blocks", type=int, metavar="M",
@@ -925,7 +952,7 @@ def build_parser():
     sub.add_argument("--format", choices=("dec", "hex"),
                      help="how fingerprints are written (default: decimal if all are digits "
                           "only, else hex)")
-    sub.add_argument("--distance", type=int, metavar="K",
+    sub.add_argument("--distance", type=_distance_option, metavar="K",
                      help="query fingerprints at any distance, exactly (default: the "
                           "database's; above it a query probes more prefixes); not for --text")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
@@ -962,12 +989,14 @@ def build_parser():
                               "digits only, else hex)")
         sub.add_argument("--output", default="-", help="output file (default: stdout)")
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
-        sub.add_argument("--distance", type=int,
+        sub.add_argument("--distance", type=_distance_option,
                          help="largest distance (default: the database's, or 3); in a "
                               "database of texts, of the fingerprints the text rule pairs "
                               "(texts sharing a band are paired by resemblance alone)")
         threshold(sub, "in a database of texts, pairs of texts are decided by the text rule "
-                       "(as import --if-new), and find-all prints their resemblance last")
+                       "(as import --if-new)%s" % (", and their resemblance is printed last"
+                                                   if name == "find-all" else
+                                                   ": a cluster is joined by such pairs"))
         if name == "find-all":
             sub.add_argument("--duplicates", action="store_true",
                              help="with --input, also print [a, a] for a repeated hash")
@@ -979,7 +1008,8 @@ def build_parser():
     sub.add_argument("target", metavar="OUTPUT",
                      help="*.parquet, or a JSON lines file (- for stdout)")
     sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
-    sub.add_argument("--distance", type=int, help="largest distance of a pair (default: 3)")
+    sub.add_argument("--distance", type=_distance_option,
+                     help="largest distance of a pair (default: 3)")
     sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
     sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")
     sub.add_argument("--fingerprint", default="fingerprint",

@@ -235,9 +235,11 @@ class DB:
         params = _stored_params(raw, storage.path)
         for name, given in (("distance", distance), ("blocks", blocks)):
             if given is not None and given != params[name]:
-                raise ParameterMismatchError(
+                mismatch = ParameterMismatchError(
                     "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
                     % (storage.path, name, params[name], given, name, name, params[name]))
+                mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
+                raise mismatch
         layout = Layout(params["blocks"], params["distance"])
         storage.open_tables(layout)
         stored = params.get("recipe")

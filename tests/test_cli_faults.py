@@ -23,7 +23,10 @@ WORDS = ["river", "bridge", "morning", "farmer", "cattle", "school", "valley", "
 def run(capsys, *argv, stdin=None, monkeypatch=None):
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-    code = cli.main([str(a) for a in argv])
+    try:
+        code = cli.main([str(a) for a in argv])
+    except SystemExit as exc:  # a usage error, told by argparse
+        code = exc.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -134,3 +137,26 @@ def test_make_run_says_what_it_does_before_it_compiles():
                            capture_output=True, text=True, check=True).stdout.splitlines()
     build = next(i for i, step in enumerate(steps) if "pip install" in step and "-e ." in step)
     assert any(step.startswith("echo") and "building" in step for step in steps[:build])
+
+
+@pytest.mark.usefixtures("backend")
+def test_messages_and_help_speak_the_command_lines_words(tmp_path, capsys):
+    path = tmp_path / "db"
+    assert run(capsys, "init", path, "--distance", 3)[0] == 0
+    for argv, said in (
+            (["init", path, "--distance", 5], "created with --distance 3, not 5: leave "
+                                              "--distance out, or give --distance 3"),
+            (["find-all", path, "--distance", 5], "--distance 5 is above the distance"),
+            (["clusters", path, "--distance", 4], "--distance 4 is above the distance"),
+            (["query", path, "1", "--distance", 70], "--distance: '70' is not a distance")):
+        code, _, err = run(capsys, *argv)
+        assert code in (1, 2) and said in err, err
+        assert "distance=" not in err and "find_all" not in err
+    for command in ("query", "delete", "upgrade", "export", "clusters"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        usage = capsys.readouterr().out
+        description = usage.split("\n\n")[1]
+        assert not any(line.startswith(" ") for line in description.splitlines()), usage
+        if command == "clusters":
+            assert "find-all" not in usage

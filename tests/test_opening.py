@@ -53,7 +53,8 @@ def test_a_failed_open_leaves_no_file_of_the_database_open_or_mapped(tmp_path, b
     assert held_files(path) == []
 
 
-def test_an_open_that_fails_on_a_nearly_full_disk_is_named_by_its_fault(tmp_path, monkeypatch, backend):
+def test_an_open_that_fails_on_a_nearly_full_disk_is_named_by_its_fault(tmp_path, monkeypatch,
+                                                                        backend):
     monkeypatch.setattr(LmdbDirectory, "free_bytes", lambda self: 1 << 20)
     with pytest.raises(DatabaseError) as refused:
         DB("/proc/self/db")
@@ -101,7 +102,8 @@ def file_digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def test_a_database_of_0_3_opens_read_only_as_it_is_and_a_refused_open_writes_nothing(tmp_path, backend):
+def test_a_database_of_0_3_opens_read_only_as_it_is_and_a_refused_open_writes_nothing(
+        tmp_path, backend):
     path = str(tmp_path / "db")
     fps = [i * 0x9E3779B97F4A7C15 % 2**64 for i in range(500)]
     with DB(path, distance=3) as db:

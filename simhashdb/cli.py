@@ -205,6 +205,7 @@ def cmd_query(args):
     or the text of --text files and directories."""
     if args.text and args.fingerprints:
         raise UsageError("give fingerprints or --text files, not both")
+    _bits(args.distance, 64)
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db, args)
@@ -663,6 +664,7 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
+    _bits(options.get("distance"), 63)
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
     except simhashdb.ParameterMismatchError as exc:
@@ -762,12 +764,12 @@ def _fraction(text):
     return value
 
 
-def _distance_option(text):
-    """An int in [0, 64] (for --distance)."""
-    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) > 64:
-        raise argparse.ArgumentTypeError("%r is not a distance: give a whole number of bits "
-                                         "in [0, 64]" % text)
-    return int(text)
+def _bits(distance, high):
+    """A --distance, refused (a usage error) unless in [0, high]."""
+    if distance is not None and not 0 <= distance <= high:
+        raise UsageError("--distance takes a number of bits in [0, %d], got %d"
+                         % (high, distance))
+    return distance
 
 
 def _positive(text):
@@ -808,7 +810,7 @@ def _scan_distance(args, db):
         raise UsageError("--distance %d is above the distance %s was built for, %d: find-all "
                          "and clusters of a database go up to it (query goes beyond)"
                          % (args.distance, args.path, db.distance))
-    return args.distance
+    return _bits(args.distance, db.distance)
 
 
 def _distance(args):
@@ -876,8 +878,7 @@ def build_parser():
         return sub
 
     def creation(sub):
-        sub.add_argument("--distance", dest="create_distance", type=_distance_option,
-                         metavar="K",
+        sub.add_argument("--distance", dest="create_distance", type=int, metavar="K",
                          help="the distance a new database is built for: queries up to it "
                               "cost one range a table, beyond it more (default: 3)")
         sub.add_argument("--blocks", dest="create_blocks", type=int, metavar="M",
@@ -952,7 +953,7 @@ def build_parser():
     sub.add_argument("--format", choices=("dec", "hex"),
                      help="how fingerprints are written (default: decimal if all are digits "
                           "only, else hex)")
-    sub.add_argument("--distance", type=_distance_option, metavar="K",
+    sub.add_argument("--distance", type=int, metavar="K",
                      help="query fingerprints at any distance, exactly (default: the "
                           "database's; above it a query probes more prefixes); not for --text")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
@@ -989,7 +990,7 @@ def build_parser():
                               "digits only, else hex)")
         sub.add_argument("--output", default="-", help="output file (default: stdout)")
         sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
-        sub.add_argument("--distance", type=_distance_option,
+        sub.add_argument("--distance", type=int,
                          help="largest distance (default: the database's, or 3); in a "
                               "database of texts, of the fingerprints the text rule pairs "
                               "(texts sharing a band are paired by resemblance alone)")
@@ -1008,7 +1009,7 @@ def build_parser():
     sub.add_argument("target", metavar="OUTPUT",
                      help="*.parquet, or a JSON lines file (- for stdout)")
     sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
-    sub.add_argument("--distance", type=_distance_option,
+    sub.add_argument("--distance", type=int,
                      help="largest distance of a pair (default: 3)")
     sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
     sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")

@@ -148,9 +148,12 @@ def test_messages_and_help_speak_the_command_lines_words(tmp_path, capsys):
                                               "--distance out, or give --distance 3"),
             (["find-all", path, "--distance", 5], "--distance 5 is above the distance"),
             (["clusters", path, "--distance", 4], "--distance 4 is above the distance"),
-            (["query", path, "1", "--distance", 70], "--distance: '70' is not a distance")):
+            (["query", path, "1", "--distance", 70], "--distance takes a number of bits in "
+                                                     "[0, 64], got 70"),
+            (["init", tmp_path / "new", "--distance", 70], "--distance takes a number of bits "
+                                                           "in [0, 63], got 70")):
         code, _, err = run(capsys, *argv)
-        assert code in (1, 2) and said in err, err
+        assert code in (1, 2) and said in err and err.count("\n") == 1, err
         assert "distance=" not in err and "find_all" not in err
     for command in ("query", "delete", "upgrade", "export", "clusters"):
         with pytest.raises(SystemExit):

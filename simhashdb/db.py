@@ -971,10 +971,10 @@ class DB:
         """
         recipe, written = recipe or RECIPE, 0
         for batch in _batches(records, batch_size):
-            signatures = [record[4] if isinstance(record, (tuple, list)) and len(record) == 5
-                          else None for record in batch]
-            encoded = encode_documents([record[:4] if signature is not None else record
-                                        for record, signature in zip(batch, signatures)],
+            whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
+            signatures = [record[4] if five else None for record, five in zip(batch, whole)]
+            encoded = encode_documents([record[:4] if five else record
+                                        for record, five in zip(batch, whole)],
                                        self._storage.max_key_bytes, _now())
             if any(signatures):
                 encoded = [(k, fp, _signed(value, theirs, source))

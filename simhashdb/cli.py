@@ -420,6 +420,32 @@ def cmd_import_parquet(args):
         _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
 
 
+def cmd_serve(args):
+    """Serve a database over HTTP with JSON, for crawlers in any language.
+
+Endpoints: POST /v1/insert-text-if-new, /v1/query-text, /v1/insert-if-new and
+/v1/query (one item, or {"items": [...]}); DELETE /v1/documents/KEY;
+GET /v1/stats; GET /healthz. The writes of concurrent requests are grouped
+into transactions, and each is on disk before its answer is sent. SIGINT or
+SIGTERM stops it: the requests in flight are answered, then the database is
+closed. The guide is docs/crawlers.md."""
+    try:
+        from simhashdb import server
+    except ImportError:
+        raise CliError("serve needs aiohttp: pip install '.[server]' in simhashdb's source "
+                       "directory") from None
+    token = args.token or os.environ.get(server.TOKEN_VARIABLE) or None
+    if args.max_body < 1:
+        raise UsageError("--max-body must be at least 1 (MiB), got %g" % args.max_body)
+    _open(args.path, args, create=True).close()  # made with the options given, or checked
+    try:
+        server.serve(args.path, args.host, args.port, token=token,
+                     max_body=int(args.max_body * 2**20))
+    except OSError as exc:
+        raise CliError("cannot listen on %s port %d: %s" % (args.host, args.port,
+                                                            exc.strerror or exc)) from None
+
+
 def _spark_session(args):
     """The active Spark session or a new one (local workers run this Python),
     the simhashdb.spark module, and the exceptions Spark raises."""
@@ -983,6 +1009,17 @@ def build_parser():
             sub.add_argument("--key", default="key", help="key column (default: key)")
             sub.add_argument("--fingerprint", default="fingerprint",
                              help="fingerprint column (default: fingerprint)")
+
+    sub = command("serve", "simhashdb-cli serve crawl.db --port 8750")
+    creation(sub)
+    sub.add_argument("--host", default="127.0.0.1",
+                     help="the address to listen on (default: 127.0.0.1, this machine only)")
+    sub.add_argument("--port", type=int, default=8750, help="the port (default: 8750; 0: any)")
+    sub.add_argument("--token", help="ask every request but GET /healthz for the header "
+                                     "'Authorization: Bearer TOKEN' (default: $SIMHASHDB_TOKEN; "
+                                     "unset: no token)")
+    sub.add_argument("--max-body", type=float, default=32, metavar="MIB",
+                     help="the largest request body, in MiB (default: 32)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE",

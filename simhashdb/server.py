@@ -191,6 +191,8 @@ async def _json_body(request):
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise _RequestError(400, "the body is not JSON (%s): send one JSON object" % exc) from None
+    except RecursionError:
+        raise _RequestError(400, "the body's JSON is nested too deeply") from None
     if not isinstance(body, dict):
         raise _RequestError(400, "the body must be a JSON object, got %s" % _kind(body))
     return body
@@ -258,6 +260,11 @@ async def _json_errors(request, handler):
         return _json({"error": str(exc)}, 507)
     except DatabaseError as exc:
         return _json({"error": str(exc)}, 503)
+    except Exception:
+        request.app.logger.exception("simhashdb-cli serve: %s %s failed", request.method,
+                                     request.path)
+        return _json({"error": "the server failed on this request (its log has the "
+                               "traceback): report it"}, 500)
 
 
 def _bearer(token):

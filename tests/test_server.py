@@ -155,6 +155,7 @@ BAD = [
     ("insert-text-if-new", b'{"key": "a", "text": ', 400, "not JSON"),
     ("insert-text-if-new", b"\xff\xfe", 400, "not JSON"),
     ("insert-text-if-new", b'["a", "b"]', 400, "must be a JSON object, got a list"),
+    ("insert-text-if-new", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
     ("insert-text-if-new", b'{"key": 7, "text": "words here"}', 400, "'key' must be a string"),
     ("insert-text-if-new", b'{"key": "a", "text": 7}', 400, "'text' must be a string"),
     ("insert-text-if-new", b'{"key": "a", "text": "w", "html": "yes"}', 400, "true or false"),

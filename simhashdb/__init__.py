@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, Pair, TextMatch, TextPair, upgrade
+from .db import DB, Decision, Match, Pair, TextMatch, TextPair, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -59,6 +59,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseError",
     "DatabaseNotFoundError",
+    "Decision",
     "DiskFullError",
     "FormatVersionError",
     "InvalidKeyError",
@@ -66,7 +67,6 @@ __all__ = [
     "KeyNotFoundError",
     "MaintenanceWarning",
     "Match",
-    "Matches",
     "Pair",
     "TextMatch",
     "TextPair",

@@ -123,20 +123,20 @@ def _import(args, db, reader, formats, counts, bar):
         if args.if_new:
             found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
                                                     threshold=args.threshold,
-                                                    refresh=args.refresh)
+                                                    refresh=args.refresh, invalid="raise")
                          if text else db.insert_if_new_many(batch, batch_size=size,
-                                                            refresh=args.refresh))
+                                                            refresh=args.refresh,
+                                                            invalid="raise"))
             for (source, line), record, found in zip(where, batch, found_all):
-                own = [m for m in found if m.key == record[0]]
-                if own and (len(own) == len(found) or own[0].distance == 0):
-                    counts["unchanged"] += 1  # already stored under its key (others near too)
-                elif found:
+                if found.status == "unchanged":
+                    counts["unchanged"] += 1
+                elif found.status == "duplicate":
                     counts["near_duplicates"] += 1
                     _emit({"skipped": record[0], "source": source, "line": line,
                            "matches": [_match_json(m) for m in found]})
                 else:
                     counts["imported"] += 1
-                    if getattr(found, "replaced", None):
+                    if found.replaced:
                         _emit({"replaced": record[0], "source": source, "line": line,
                                "fingerprint_before": found.replaced.fingerprint})
         elif text:

@@ -5,7 +5,7 @@ import tempfile
 from array import array
 
 import simhashdb
-from simhashdb import DB, Match, Matches, Pair, Record, TextMatch
+from simhashdb import DB, Decision, Match, Pair, Record, TextMatch
 from simhashdb.chunking import ngrams, select_ngrams
 from simhashdb.halohash import BitAverageHaloHash
 
@@ -24,9 +24,13 @@ def main() -> None:
         count: int = db.insert_many([("b", fp2), ("c", fp ^ 1, None)])
         matches: list[Match] = db.query(fp)
         distances = [m.distance + 0 for m in matches]
-        found: Matches = db.insert_if_new("d", fp ^ 3)
+        found: Decision = db.insert_if_new("d", fp ^ 3)
         replaced: Record | None = found.replaced
-        text_found: Matches = db.insert_text_if_new("e", text + " and more", refresh=True)
+        status: str = found.status
+        text_found: Decision = db.insert_text_if_new("e", text + " and more", refresh=True)
+        decisions: list[Decision] = db.insert_text_if_new_many([("f", ""), ("g", text)],
+                                                               invalid="report")
+        reasons = [d.reason for d in decisions if d.status == "invalid"]
         for match in db.query_text(text):
             if isinstance(match, TextMatch) and match.resemblance is not None:
                 alike = max(alike, match.resemblance)

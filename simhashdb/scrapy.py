@@ -19,6 +19,9 @@ Settings (with their defaults):
 - ``SIMHASHDB_TEXT_FIELD = "text"``: the item field of its text (a string or
   a list of strings); items without both fields pass untouched.
 - ``SIMHASHDB_HTML = True``: the text is HTML (its markup is left out).
+- ``SIMHASHDB_THRESHOLD = None``: the least resemblance of a near-duplicate
+  (None: the database's default, 0.45); with another, each page is its own
+  transaction, as grouped calls take the default only.
 - ``SIMHASHDB_META_FIELDS = []``: item fields stored with the page as its metadata.
 - ``SIMHASHDB_DROP = ["duplicate"]``: the statuses whose items or responses
   are dropped (of ``"stored"``, ``"unchanged"``, ``"duplicate"``, ``"invalid"``).
@@ -30,6 +33,7 @@ in ``response.meta["simhashdb_decision"]``. The crawl's stats count the
 statuses (``simhashdb/stored``, ...).
 """
 
+import asyncio
 import os
 
 from itemadapter import ItemAdapter
@@ -66,6 +70,8 @@ class _Component:
         if unknown:
             raise InvalidArgumentError("SIMHASHDB_DROP holds %r, not a status; the statuses are "
                                        "%s" % (unknown[0], ", ".join(STATUSES)))
+        self.threshold = settings.getfloat("SIMHASHDB_THRESHOLD") if settings.get(
+            "SIMHASHDB_THRESHOLD") is not None else None
         self.stats = crawler.stats
         self.db = None
 
@@ -87,7 +93,14 @@ class _Component:
         if not self._databases[where][1]:
             await self._databases.pop(where)[0].close()
 
-    def _counted(self, decision):
+    async def _decide(self, key, text, meta, html):
+        """The page's Decision, counted in the crawl's stats."""
+        if self.threshold is None:
+            decision = await self.db.insert_text_if_new(key, text, meta, html=html)
+        else:  # AsyncDB's groups take no threshold: the DB's own call, on a thread
+            decision = (await asyncio.to_thread(
+                self.db.db.insert_text_if_new_many, [(key, text, meta)], html=html,
+                threshold=self.threshold))[0]
         self.stats.inc_value("simhashdb/" + decision.status)
         return decision
 
@@ -127,8 +140,7 @@ class NearDuplicatePipeline(_Component):
         if isinstance(text, (list, tuple)):  # what a selector's getall() gives
             text = "\n".join(text)
         meta = {name: fields[name] for name in self.meta_fields if name in fields} or None
-        decision = self._counted(await self.db.insert_text_if_new(key, text, meta,
-                                                                  html=self.html))
+        decision = await self._decide(key, text, meta, self.html)
         if self.status_field:
             fields[self.status_field] = decision.status
         if decision.status in self.drop:
@@ -155,8 +167,7 @@ class NearDuplicateMiddleware(_Component):
         if (not isinstance(response, HtmlResponse) or response.status != 200
                 or request.meta.get("simhashdb") is False):
             return response
-        decision = self._counted(await self.db.insert_text_if_new(response.url, response.text,
-                                                                  html=True))
+        decision = await self._decide(response.url, response.text, None, True)
         request.meta["simhashdb_decision"] = decision
         if decision.status in self.drop:
             raise IgnoreRequest("%s is %s" % (response.url, self._why(decision)))

@@ -13,7 +13,7 @@ import threading
 
 import scrapy
 
-KINDS = ("exact copy", "date banner", "comments and an ad", "two words changed")
+KINDS = ("same text", "date banner", "comments and an ad", "two words changed")  # (titles differ)
 
 
 def build(root, originals=20, words=300, seed=7):

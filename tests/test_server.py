@@ -316,8 +316,8 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path):
             pending = [asyncio.ensure_future(post(http, "insert-text-if-new",
                                                   {"key": "k%d" % i, "text": page(i)}))
                        for i in range(64)]
-            await asyncio.sleep(0.05)
-            process.send_signal(signal.SIGTERM)
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            process.send_signal(signal.SIGTERM)  # with the others in flight
             for key, done in zip(("k%d" % i for i in range(64)),
                                  await asyncio.gather(*pending, return_exceptions=True)):
                 if isinstance(done, dict):
@@ -328,6 +328,6 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path):
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
-    assert acknowledged  # (requests sent before the signal are answered)
+    assert acknowledged
     with simhashdb.DB(path) as db:
         assert acknowledged <= {r.key for r in db}

@@ -38,7 +38,7 @@ MAX_ITEMS = 10_000  # items of one request
 TOKEN_VARIABLE = "SIMHASHDB_TOKEN"
 DB = web.AppKey("db", object)  # the application's AsyncDB
 # what one page's item may hold, by endpoint; the first field is required
-TEXT_FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata"),
+FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata"),
                "query-text": ("text", "key", "html"),
                "insert-if-new": ("fingerprint", "key", "metadata"),
                "query": ("fingerprint", "key", "distance")}
@@ -59,7 +59,7 @@ def make_app(db, *, token=None, max_body=MAX_BODY):
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/v1/stats", _stats)
     app.router.add_delete("/v1/documents/{key:.+}", _delete)
-    for name in TEXT_FIELDS:
+    for name in FIELDS:
         app.router.add_post("/v1/" + name, _decide)
     return app
 
@@ -109,10 +109,10 @@ async def _decide(request):
     body = await _json_body(request)
     if "items" in body:
         if set(body) != {"items"} or not isinstance(body["items"], list):
-            raise _RequestError(400, 'a batch is {"items": [...]}, a list of items and nothing else')
+            raise _Refused(400, 'a batch is {"items": [...]}: a list of items, nothing else')
         if len(body["items"]) > MAX_ITEMS:
-            raise _RequestError(413, "a request holds at most %d items, got %d: send them in "
-                              "several requests" % (MAX_ITEMS, len(body["items"])))
+            raise _Refused(413, "a request holds at most %d items, got %d: send them in "
+                           "several requests" % (MAX_ITEMS, len(body["items"])))
         items = [_item(item, endpoint, "items[%d]: " % i) for i, item in enumerate(body["items"])]
         answers = await asyncio.gather(*(_answer(request.app[DB], endpoint, item)
                                          for item in items))
@@ -147,27 +147,28 @@ async def _answer(db, endpoint, item):
 def _item(item, endpoint, where):
     """``item`` checked against what ``endpoint`` takes; a 400 error says
     what is wrong with it."""
-    fields = TEXT_FIELDS[endpoint]
+    fields = FIELDS[endpoint]
     if not isinstance(item, dict):
-        raise _RequestError(400, "%san item is a JSON object, got %s" % (where, _kind(item)))
+        raise _Refused(400, "%san item is a JSON object, got %s" % (where, _kind(item)))
     unknown = sorted(set(item) - set(fields))
     if unknown:
-        raise _RequestError(400, "%sunknown field %r: an item of /v1/%s has %s"
-                          % (where, unknown[0], endpoint, ", ".join(fields)))
+        raise _Refused(400, "%sunknown field %r: an item of /v1/%s has %s"
+                       % (where, unknown[0], endpoint, ", ".join(fields)))
     needed = [fields[0]] + (["key"] if endpoint.startswith("insert") else [])
     missing = [name for name in needed if name not in item]
     if missing:
-        raise _RequestError(400, "%s%r is missing" % (where, missing[0]))
+        raise _Refused(400, "%s%r is missing" % (where, missing[0]))
     for name, kinds, what in (("key", str, "a string"), ("text", str, "a string"),
                               ("html", bool, "true or false")):
         if name in item and not isinstance(item[name], kinds):
-            raise _RequestError(400, "%s%r must be %s, got %s" % (where, name, what, _kind(item[name])))
+            raise _Refused(400, "%s%r must be %s, got %s"
+                           % (where, name, what, _kind(item[name])))
     if "fingerprint" in item:
         item["fingerprint"] = _fingerprint(item["fingerprint"], where)
     distance = item.get("distance")
     if distance is not None and (type(distance) is not int or not 0 <= distance <= 63):
-        raise _RequestError(400, "%s'distance' must be an integer in [0, 63], got %s"
-                          % (where, _kind(distance)))
+        raise _Refused(400, "%s'distance' must be an integer in [0, 63], got %s"
+                       % (where, _kind(distance)))
     return item
 
 
@@ -179,8 +180,8 @@ def _fingerprint(value, where):
         except ValueError:
             value = None
     if type(value) is not int or not 0 <= value < 2**64:
-        raise _RequestError(400, "%s'fingerprint' must be an integer in [0, 2**64) or a string of up "
-                          "to 16 hex digits" % where)
+        raise _Refused(400, "%s'fingerprint' must be an integer in [0, 2**64) or a string "
+                       "of up to 16 hex digits" % where)
     return value
 
 
@@ -190,11 +191,11 @@ async def _json_body(request):
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise _RequestError(400, "the body is not JSON (%s): send one JSON object" % exc) from None
+        raise _Refused(400, "the body is not JSON (%s): send one JSON object" % exc) from None
     except RecursionError:
-        raise _RequestError(400, "the body's JSON is nested too deeply") from None
+        raise _Refused(400, "the body's JSON is nested too deeply") from None
     if not isinstance(body, dict):
-        raise _RequestError(400, "the body must be a JSON object, got %s" % _kind(body))
+        raise _Refused(400, "the body must be a JSON object, got %s" % _kind(body))
     return body
 
 
@@ -214,7 +215,7 @@ async def _healthz(request):
 # Answers and errors
 
 
-class _RequestError(SimhashDBError):
+class _Refused(SimhashDBError):
     """A request the server refuses: answered with ``status`` and ``{"error": message}``."""
 
     def __init__(self, status, message, headers=()):
@@ -247,15 +248,16 @@ async def _json_errors(request, handler):
     """Every error answered as JSON: ``{"error": "what was wrong"}``."""
     try:
         return await handler(request)
-    except _RequestError as exc:
+    except _Refused as exc:
         response = _json({"error": str(exc)}, exc.status)
         response.headers.update(exc.headers)
         return response
     except web.HTTPException as exc:  # aiohttp's own: no route, wrong method, body too large
         if exc.status < 400:
             raise
-        told = "%s: send less in one request" % exc.text.rstrip(".") if exc.status == 413 else exc.reason
-        return _json({"error": told}, exc.status)
+        if exc.status == 413:
+            return _json({"error": "%s: send less in one request" % exc.text.rstrip(".")}, 413)
+        return _json({"error": exc.reason}, exc.status)
     except DiskFullError as exc:
         return _json({"error": str(exc)}, 507)
     except DatabaseError as exc:
@@ -272,9 +274,10 @@ def _bearer(token):
 
     @web.middleware
     async def check(request, handler):
+        given = request.headers.get("Authorization", "").encode(errors="surrogateescape")
         if expected is not None and request.path != "/healthz" and not hmac.compare_digest(
-                request.headers.get("Authorization", "").encode(errors="surrogateescape"), expected):
-            raise _RequestError(401, "this server asks for a token: send the header "
-                              "'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
+                given, expected):
+            raise _Refused(401, "this server asks for a token: send the header "
+                           "'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
         return await handler(request)
     return check

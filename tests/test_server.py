@@ -94,7 +94,8 @@ def test_fingerprint_queries_find_what_a_scan_finds(tmp_path):
     rng = random.Random(5)
     stored = {}
     for i in range(300):
-        fp = rng.getrandbits(64) if i % 3 != 1 else stored["f%d" % (i - 1)] ^ (1 << rng.randrange(64))
+        near = i % 3 == 1  # a bit away from the one before
+        fp = stored["f%d" % (i - 1)] ^ (1 << rng.randrange(64)) if near else rng.getrandbits(64)
         stored["f%d" % i] = fp
 
     async def scenario():

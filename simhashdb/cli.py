@@ -437,13 +437,16 @@ closed. The guide is docs/crawlers.md."""
     token = args.token or os.environ.get(server.TOKEN_VARIABLE) or None
     if args.max_body < 1:
         raise UsageError("--max-body must be at least 1 (MiB), got %g" % args.max_body)
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be in [0, 65535] (0: any free port), got %d" % args.port)
     _open(args.path, args, create=True).close()  # made with the options given, or checked
     try:
         server.serve(args.path, args.host, args.port, token=token,
                      max_body=int(args.max_body * 2**20))
     except OSError as exc:
-        raise CliError("cannot listen on %s port %d: %s" % (args.host, args.port,
-                                                            exc.strerror or exc)) from None
+        raise CliError("cannot listen on %s port %d: %s; choose another --host or --port"
+                       % (args.host, args.port, os.strerror(exc.errno) if exc.errno else exc)
+                       ) from None
 
 
 def _spark_session(args):

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.parse
@@ -332,3 +333,15 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path):
     assert acknowledged
     with simhashdb.DB(path) as db:
         assert acknowledged <= {r.key for r in db}
+
+
+def test_serve_refuses_a_port_it_cannot_have(tmp_path, capsys):
+    from simhashdb import cli
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["serve", str(tmp_path / "x.db"), "--port", str(port)]) == 1
+    assert "port %d: Address already in use; choose another" % port in capsys.readouterr().err
+    assert cli.main(["serve", str(tmp_path / "x.db"), "--port", "70000"]) == 2
+    assert "--port must be in [0, 65535]" in capsys.readouterr().err

@@ -20,7 +20,7 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .db import DB, Decision, Key, Match, Text, TextMatch
+from .db import DB, Decision, Html, Key, Match, Text, TextMatch
 from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
@@ -52,7 +52,7 @@ class AsyncDB:
         return self._db
 
     async def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                                 html: bool = False) -> Decision:
+                                 html: Html = False) -> Decision:
         """:meth:`DB.insert_text_if_new`, grouped with other tasks' calls."""
         return await self._call("insert_text", html, (key, text, meta))
 
@@ -60,7 +60,7 @@ class AsyncDB:
         """:meth:`DB.insert_if_new`, grouped with other tasks' calls."""
         return await self._call("insert", None, (key, fingerprint, meta))
 
-    async def query_text(self, text: Text, *, html: bool = False) -> list[TextMatch]:
+    async def query_text(self, text: Text, *, html: Html = False) -> list[TextMatch]:
         """:meth:`DB.query_text`, grouped with other tasks' calls."""
         return await self._call("query_text", html, text)
 

@@ -28,7 +28,7 @@ from .errors import (
     ParameterMismatchError,
 )
 from ._ext import bands
-from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, recipe_named
+from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import (
@@ -488,13 +488,15 @@ class DB:
 
     # Text in, decisions out
 
-    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: bool = False) -> None:
+    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: Html = False) -> None:
         """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
-        stripped) by the database's recipe and store it under ``key`` (upsert),
-        with its resemblance signature (see :meth:`insert_text_if_new`)."""
+        stripped; with ``html="main"``, its main content only, without menus,
+        banners, footers and sidebars: :func:`main_content`) by the database's
+        recipe and store it under ``key`` (upsert), with its resemblance
+        signature (see :meth:`insert_text_if_new`)."""
         self.insert_text_many([(key, text, meta)], html=html)
 
-    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                          batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
@@ -507,7 +509,7 @@ class DB:
         return written
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                           html: bool = False, threshold: Optional[float] = None,
+                           html: Html = False, threshold: Optional[float] = None,
                            refresh: bool = False) -> Decision:
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
         document is a near-duplicate of it (the crawler's dedupe step).
@@ -538,7 +540,7 @@ class DB:
         return self.insert_text_if_new_many([(key, text, meta)], html=html, threshold=threshold,
                                             refresh=refresh, invalid="raise")[0]
 
-    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                                 threshold: Optional[float] = None, refresh: bool = False,
                                 batch_size: int = DEFAULT_BATCH_SIZE,
                                 invalid: str = "report") -> list[Decision]:
@@ -575,14 +577,14 @@ class DB:
                 [document for document, _ in texts], store_new, refresh, now))
         return results
 
-    def query_text(self, text: Text, *, html: bool = False,
+    def query_text(self, text: Text, *, html: Html = False,
                    threshold: Optional[float] = None) -> list[TextMatch]:
         """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
         decides), as Matches sorted by (distance, key), each with its
         ``resemblance``."""
         return self.query_text_many([text], html=html, threshold=threshold)[0]
 
-    def query_text_many(self, texts: Iterable[Text], *, html: bool = False,
+    def query_text_many(self, texts: Iterable[Text], *, html: Html = False,
                         threshold: Optional[float] = None) -> list[list[TextMatch]]:
         """:meth:`query_text` for each of ``texts``, over one snapshot."""
         if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):

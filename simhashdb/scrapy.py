@@ -18,7 +18,9 @@ Settings (with their defaults):
 - ``SIMHASHDB_KEY_FIELD = "url"``: the item field that keys a page.
 - ``SIMHASHDB_TEXT_FIELD = "text"``: the item field of its text (a string or
   a list of strings); items without both fields pass untouched.
-- ``SIMHASHDB_HTML = True``: the text is HTML (its markup is left out).
+- ``SIMHASHDB_HTML = True``: the text is HTML (its markup is left out);
+  ``"main"``: its main content only, without menus, headers, footers and
+  asides (for the middleware too).
 - ``SIMHASHDB_THRESHOLD = None``: the least resemblance of a near-duplicate
   (None: the database's default, 0.45); with another, each page is its own
   transaction, as grouped calls take the default only.
@@ -70,6 +72,9 @@ class _Component:
         if unknown:
             raise InvalidArgumentError("SIMHASHDB_DROP holds %r, not a status; the statuses are "
                                        "%s" % (unknown[0], ", ".join(STATUSES)))
+        self.html = settings.get("SIMHASHDB_HTML", True)
+        if self.html != "main":
+            self.html = settings.getbool("SIMHASHDB_HTML", True)
         self.threshold = settings.getfloat("SIMHASHDB_THRESHOLD") if settings.get(
             "SIMHASHDB_THRESHOLD") is not None else None
         self.stats = crawler.stats
@@ -128,7 +133,6 @@ class NearDuplicatePipeline(_Component):
         settings = crawler.settings
         self.key_field = settings.get("SIMHASHDB_KEY_FIELD", "url")
         self.text_field = settings.get("SIMHASHDB_TEXT_FIELD", "text")
-        self.html = settings.getbool("SIMHASHDB_HTML", True)
         self.meta_fields = settings.getlist("SIMHASHDB_META_FIELDS", [])
         self.status_field = settings.get("SIMHASHDB_STATUS_FIELD")
 
@@ -167,7 +171,7 @@ class NearDuplicateMiddleware(_Component):
         if (not isinstance(response, HtmlResponse) or response.status != 200
                 or request.meta.get("simhashdb") is False):
             return response
-        decision = await self._decide(response.url, response.text, None, True)
+        decision = await self._decide(response.url, response.text, None, self.html or True)
         request.meta["simhashdb_decision"] = decision
         if decision.status in self.drop:
             raise IgnoreRequest("%s is %s" % (response.url, self._why(decision)))

@@ -158,11 +158,13 @@ def _item(item, endpoint, where):
     missing = [name for name in needed if name not in item]
     if missing:
         raise _Refused(400, "%s%r is missing" % (where, missing[0]))
-    for name, kinds, what in (("key", str, "a string"), ("text", str, "a string"),
-                              ("html", bool, "true or false")):
-        if name in item and not isinstance(item[name], kinds):
-            raise _Refused(400, "%s%r must be %s, got %s"
-                           % (where, name, what, _kind(item[name])))
+    for name in ("key", "text"):
+        if name in item and not isinstance(item[name], str):
+            raise _Refused(400, "%s%r must be a string, got %s" % (where, name, _kind(item[name])))
+    html = item.get("html", False)
+    if not (isinstance(html, bool) or html == "main"):
+        raise _Refused(400, '%s\'html\' must be true, false or "main", got %s'
+                       % (where, _kind(html)))
     if "fingerprint" in item:
         item["fingerprint"] = _fingerprint(item["fingerprint"], where)
     distance = item.get("distance")

@@ -27,6 +27,9 @@ WORDS = ("river bridge farmer cattle school valley volunteer sandbag street offi
          "train station garden winter summer letter paper window").split()
 
 
+FRAME = "<nav>%s</nav><main>%%s</main>" % " ".join(WORDS)  # a page's text in a template
+
+
 def page(seed, words=120):
     rng = random.Random(seed)
     return " ".join(rng.choice(WORDS) + str(rng.randrange(50)) for _ in range(words))
@@ -70,9 +73,10 @@ def test_text_decisions_are_the_librarys(tmp_path):
             batch = await post(http, "insert-text-if-new", {"items": [
                 {"key": key, "text": text, "html": True} for key, text in stream]})
             queried = await post(http, "query-text", {"items": [{"text": t} for t in edited]})
-            return answers, batch["items"], queried["items"]
+            framed = await post(http, "query-text", {"text": FRAME % edited[0], "html": "main"})
+            return answers, batch["items"], queried["items"], framed
 
-    answers, batch, queried = asyncio.run(scenario())
+    answers, batch, queried, framed = asyncio.run(scenario())
     with simhashdb.DB(tmp_path / "library.db") as db:
         for (key, text), answer in zip(stream, answers):
             expected = db.insert_text_if_new_many([(key, text)], html=True, invalid="report")[0]
@@ -86,6 +90,8 @@ def test_text_decisions_are_the_librarys(tmp_path):
         assert "no words" in answers[-1]["reason"]
         assert [a["status"] for a in batch] == ["unchanged"] * 6 + ["duplicate"] * 3 + [
             "unchanged"] * 2 + ["invalid"]  # the same pages again
+        assert [m["key"] for m in framed["matches"]] == [
+            m.key for m in db.query_text(FRAME % edited[0], html="main")] != []
         for text, answer in zip(edited, queried):
             assert [m["key"] for m in answer["matches"]] == [m.key for m in db.query_text(text)]
             assert answer["status"] == "duplicate"
@@ -160,7 +166,8 @@ BAD = [
     ("insert-text-if-new", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
     ("insert-text-if-new", b'{"key": 7, "text": "words here"}', 400, "'key' must be a string"),
     ("insert-text-if-new", b'{"key": "a", "text": 7}', 400, "'text' must be a string"),
-    ("insert-text-if-new", b'{"key": "a", "text": "w", "html": "yes"}', 400, "true or false"),
+    ("insert-text-if-new", b'{"key": "a", "text": "w", "html": "yes"}', 400,
+     'true, false or "main"'),
     ("insert-text-if-new", b'{"text": "words"}', 400, "'key' is missing"),
     ("insert-text-if-new", b'{"key": "a", "txt": "words"}', 400, "unknown field 'txt'"),
     ("insert-text-if-new", b'{"items": {"key": "a"}}', 400, "a list of items"),

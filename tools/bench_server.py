@@ -10,14 +10,17 @@ database (``DB(path, recipe=simhashdb.RECIPE)``, every commit durable):
   posting one page a request to ``/v1/insert-text-if-new``.
 
 The runs alternate, ``--rounds`` times. Prints pages/s, the ratios to the
-batches of the round, and the server's latencies (p50, p99) as its clients
-saw them.
+batches of the round, the server's latencies (p50, p99) as its clients saw
+them, and the CPU time a page took (all threads: of this process for the
+batches and the awaits; of the server's process while the clients posted,
+and apart of its clients), which a busy machine sways less than the rates.
 
 Usage: python tools/bench_server.py [--pages N] [--clients C] [--rounds R]
 """
 
 import argparse
 import asyncio
+import os
 import re
 import statistics
 import subprocess
@@ -31,16 +34,32 @@ from bench_aio import awaits, batches, pages, timed
 import simhashdb
 
 
+def cpu_of(run, *args):
+    """(pages/s, CPU s of this process) of ``run(path, items, ...)``."""
+    before = time.process_time()
+    rate = len(args[1]) / timed(run, *args)
+    return rate, time.process_time() - before
+
+
 def served(path, items, clients):
-    """(pages/s, p50 s, p99 s) of C clients posting ``items`` to a server of ``path``."""
+    """(pages/s, p50 s, p99 s, the server's CPU s, its clients' CPU s) of C
+    clients posting ``items`` to a server of ``path``."""
     server = subprocess.Popen([sys.executable, "-m", "simhashdb", "serve", str(path), "--port",
                                "0"], stderr=subprocess.PIPE, text=True)
     try:
         url = re.search(r"serving on (\S+)", server.stderr.readline()).group(1)
-        return asyncio.run(_post_all(url, items, clients))
+        before, started = time.process_time(), cpu_seconds(server.pid)
+        outcome = asyncio.run(_post_all(url, items, clients))
+        return outcome + (cpu_seconds(server.pid) - started, time.process_time() - before)
     finally:
         server.terminate()
         server.wait()
+
+
+def cpu_seconds(pid):
+    """The CPU time of process ``pid`` so far, all its threads (Linux's /proc)."""
+    fields = open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _post_all(url, items, clients):
@@ -75,18 +94,22 @@ def main():
     print("%d pages (%.1f MB of HTML), %d clients and tasks\n" % (
         len(items), sum(len(b) for _, b in items) / 1e6, args.clients))
     print("| round | batches of 1,000 pages/s | awaits pages/s | ratio | server pages/s | ratio "
-          "| server p50 / p99 ms |\n|---|---|---|---|---|---|---|")
+          "| server p50 / p99 ms | CPU ms a page: batches, awaits, server (its clients) |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="bench-server-") as where:
-            runs = [("batches", lambda: len(items) / timed(batches, where + "/b", items, options)),
-                    ("awaits", lambda: len(items) / timed(awaits, where + "/a", items, options,
-                                                          args.clients)),
+            runs = [("batches", lambda: cpu_of(batches, where + "/b", items, options)),
+                    ("awaits", lambda: cpu_of(awaits, where + "/a", items, options,
+                                              args.clients)),
                     ("server", lambda: served(where + "/s", items, args.clients))]
-            rate = {name: run() for name, run in (runs if r % 2 == 0 else runs[::-1])}
-        served_rate, p50, p99 = rate["server"]
-        print("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.1f / %.1f |" % (
-            r + 1, rate["batches"], rate["awaits"], rate["awaits"] / rate["batches"],
-            served_rate, served_rate / rate["batches"], p50 * 1000, p99 * 1000), flush=True)
+            got = {name: run() for name, run in (runs if r % 2 == 0 else runs[::-1])}
+        (base, base_cpu), (aio, aio_cpu) = got["batches"], got["awaits"]
+        rate, p50, p99, server_cpu, client_cpu = got["server"]
+        per_page = 1000 / len(items)
+        print("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.1f / %.1f | %.2f, %.2f, %.2f (%.2f) |"
+              % (r + 1, base, aio, aio / base, rate, rate / base, p50 * 1000, p99 * 1000,
+                 base_cpu * per_page, aio_cpu * per_page, server_cpu * per_page,
+                 client_cpu * per_page), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .db import DB, Decision, Html, Key, Match, Text, TextMatch
+from .db import THRESHOLD, DB, Decision, Html, Key, Match, Text, TextMatch, _now
 from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
+PREPARE_CHUNK = 8  # calls fingerprinted at a time, while the group before them commits
 
 
 class AsyncDB:
@@ -41,9 +42,12 @@ class AsyncDB:
 
     def __init__(self, path: Any, **options: Any) -> None:
         self._db = DB(path, **options)
+        self._preparer = ThreadPoolExecutor(1, thread_name_prefix="simhashdb-aio-prepare")
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="simhashdb-aio")
-        self._pending: list[tuple[str, Any, Any, asyncio.Future]] = []
-        self._flushing: Optional[asyncio.Task] = None
+        self._arriving: list[tuple[str, Any, Any, asyncio.Future]] = []
+        self._ready: list[tuple[str, Any, Any, asyncio.Future, Any]] = []
+        self._preparing: Optional[asyncio.Task] = None
+        self._committing: Optional[asyncio.Task] = None
         self._closed = False
 
     @property
@@ -81,9 +85,12 @@ class AsyncDB:
         if self._closed:
             return
         self._closed = True
-        if self._flushing is not None:
-            await asyncio.shield(self._flushing)
+        if self._preparing is not None:
+            await asyncio.shield(self._preparing)
+        if self._committing is not None:  # (started by the last of the preparing)
+            await asyncio.shield(self._committing)
         await asyncio.get_running_loop().run_in_executor(self._worker, self._db.close)
+        self._preparer.shutdown()
         self._worker.shutdown()
 
     async def __aenter__(self) -> AsyncDB:
@@ -98,21 +105,30 @@ class AsyncDB:
     async def _call(self, kind, option, argument):
         if self._closed:
             raise DatabaseError("this AsyncDB of %s is closed" % self._db.path)
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._pending.append((kind, option, argument, future))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = loop.create_task(self._flush())
+        future = asyncio.get_running_loop().create_future()
+        self._arriving.append((kind, option, argument, future))
+        self._preparing = _running(self._preparing, self._prepare)
         return await future
 
-    async def _flush(self):
-        """Run the pending calls, a group at a time, until none are left."""
+    async def _prepare(self):
+        """Fingerprint the calls that arrive, a few at a time, while the
+        worker commits the group before them; hand them on, in order."""
         loop = asyncio.get_running_loop()
-        while self._pending:
-            calls = self._pending[:GROUP_LIMIT]
-            del self._pending[:GROUP_LIMIT]
+        while self._arriving:
+            calls = self._arriving[:PREPARE_CHUNK]
+            del self._arriving[:PREPARE_CHUNK]
+            prepared = await loop.run_in_executor(self._preparer, _prepare, self._db, calls)
+            self._ready += [(*call, done) for call, done in zip(calls, prepared)]
+            self._committing = _running(self._committing, self._commit)
+
+    async def _commit(self):
+        """Run the prepared calls, a group at a time, until none are left."""
+        loop = asyncio.get_running_loop()
+        while self._ready:
+            calls = self._ready[:GROUP_LIMIT]
+            del self._ready[:GROUP_LIMIT]
             outcomes = await loop.run_in_executor(self._worker, _run, self._db, calls)
-            for (*_, future), (ok, value) in zip(calls, outcomes):
+            for (_, _, _, future, _), (ok, value) in zip(calls, outcomes):
                 if not future.done():  # its caller may have been cancelled
                     if ok:
                         future.set_result(value)
@@ -120,31 +136,63 @@ class AsyncDB:
                         future.set_exception(value)
 
 
+def _running(task, stage):
+    """``task`` while it runs, else a new task of the coroutine function ``stage``."""
+    return task if task is not None and not task.done() else asyncio.ensure_future(stage())
+
+
+def _prepare(db, calls):
+    """What each call needs done before its transaction: a text insert's
+    record fingerprinted and checked (or the error of that), None for others."""
+    prepared = []
+    for kind, html, argument, _ in calls:
+        try:
+            prepared.append(db._prepared_texts([argument], html, _now(), "report")
+                            if kind == "insert_text" else None)
+        except Exception as exc:  # the caller's own error
+            prepared.append(exc)
+    return prepared
+
+
+def _merged(prepared):
+    """One batch's (valid, refused) of the one-record ones of its calls."""
+    valid, refused = [], {}
+    for i, (one_valid, one_refused) in enumerate(prepared):
+        valid += [(i, text) for _, text in one_valid]
+        refused.update((i, reason) for reason in one_refused.values())
+    return valid, refused
+
+
 _GROUPED = {
-    "insert_text": lambda db, html, records: db.insert_text_if_new_many(
-        records, html=html, batch_size=len(records)),
-    "insert": lambda db, _, records: db.insert_if_new_many(records, batch_size=len(records)),
-    "query_text": lambda db, html, texts: db.query_text_many(texts, html=html),
-    "query": lambda db, distance, fingerprints: db.query_many(fingerprints, distance),
-    "delete": lambda db, _, keys: [db.delete(key) for key in keys],
-    "stats": lambda db, _, nones: [db.stats() for _ in nones],
+    "insert_text": lambda db, _, records, prepared: db._texts_if_new(
+        records, _merged(prepared), THRESHOLD, False, _now()),
+    "insert": lambda db, _, records, __: db.insert_if_new_many(records, batch_size=len(records)),
+    "query_text": lambda db, html, texts, _: db.query_text_many(texts, html=html),
+    "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
+    "delete": lambda db, _, keys, __: [db.delete(key) for key in keys],
+    "stats": lambda db, _, nones, __: [db.stats() for _ in nones],
 }
 
 
 def _run(db, calls):
-    """(True, result) or (False, error) of each call, its consecutive calls of
-    one kind and option run as one group."""
+    """(True, result) or (False, error) of each prepared call, its consecutive
+    calls of one kind and option run as one group."""
     outcomes = []
     for (kind, option), group in itertools.groupby(calls, key=lambda call: call[:2]):
-        outcomes += _run_group(db, kind, option, [argument for _, _, argument, _ in group])
+        group = list(group)
+        outcomes += _run_group(db, kind, option, [call[2] for call in group],
+                               [call[4] for call in group])
     return outcomes
 
 
-def _run_group(db, kind, option, arguments):
-    try:
-        return [(True, result) for result in _GROUPED[kind](db, option, arguments)]
-    except Exception as exc:  # handed to the callers: each alone gets its own
-        if len(arguments) == 1:
-            return [(False, exc)]
-        return [outcome for argument in arguments
-                for outcome in _run_group(db, kind, option, [argument])]
+def _run_group(db, kind, option, arguments, prepared):
+    if len(arguments) == 1 and isinstance(prepared[0], Exception):
+        return [(False, prepared[0])]
+    if not any(isinstance(done, Exception) for done in prepared):
+        try:
+            return [(True, result) for result in _GROUPED[kind](db, option, arguments, prepared)]
+        except Exception as exc:  # handed to the callers: each alone gets its own
+            if len(arguments) == 1:
+                return [(False, exc)]
+    return [outcome for argument, done in zip(arguments, prepared)
+            for outcome in _run_group(db, kind, option, [argument], [done])]

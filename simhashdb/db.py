@@ -149,7 +149,7 @@ class Decision(list):
     ``replaced`` is the Record a stored document replaced under its key, or None.
     """
 
-    def __init__(self, matches=(), key: Key = None, status: str = "stored",
+    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
                  reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
         super().__init__(matches)
         self.key, self.status, self.reason, self.replaced = key, status, reason, replaced
@@ -560,22 +560,25 @@ class DB:
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            valid, refused = _each_valid(
-                batch, lambda record: self._text_document(*_text_record(record), html, now),
-                invalid)
-            texts = [text for _, text in valid]
-
-            def store_new(txn):
-                found = []
-                for document, signature in texts:
-                    found += self._text_hits(txn, [document[1]], [signature], least)
-                    if not found[-1]:
-                        txn.upsert([document])
-                return found
-
-            results += _in_order(batch, valid, refused, self._store_if_new(
-                [document for document, _ in texts], store_new, refresh, now))
+            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                          least, refresh, now)
         return results
+
+    def _prepared_texts(self, batch, html, now, invalid):
+        """The fingerprinted, encoded text records of ``batch``: ([(position,
+        (document, signature))] of the valid ones, {position: reason} of the
+        others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
+        return _each_valid(
+            batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
+
+    def _texts_if_new(self, batch, prepared, least, refresh, now):
+        """The Decisions of ``batch``, its ``prepared`` texts decided (and the
+        new ones stored) in one transaction."""
+        valid, refused = prepared
+        texts = [text for _, text in valid]
+        return _in_order(batch, valid, refused, self._store_if_new(
+            [document for document, _ in texts],
+            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
                    threshold: Optional[float] = None) -> list[TextMatch]:
@@ -634,6 +637,23 @@ class DB:
         key_bytes, fp, value = encode_documents([(key, fp, meta)],
                                                         self._storage.max_key_bytes, now)[0]
         return (key_bytes, fp, with_signature(value, signature)), signature
+
+    def _text_if_new(self, txn, texts, least):
+        """The hits of each (document, signature) of ``texts`` in order, each
+        stored when it has none, as if decided one after another: all are
+        searched at once against what ``txn`` held before them, the texts kept
+        earlier in the batch are compared in memory (:class:`_Kept`), and the
+        kept ones are stored together, so a batch writes each structure once."""
+        found = self._text_hits(txn, [d[1] for d, _ in texts], [s for _, s in texts], least)
+        kept = _Kept(self.distance, least)
+        for i, (document, signature) in enumerate(texts):
+            if kept.documents:  # a stored hit a kept text replaced is gone
+                found[i] = [hit for hit in found[i] if hit[0] not in kept.documents] + \
+                    kept.hits(document[1], signature)
+            if not found[i]:
+                kept.add(document, signature)
+        txn.upsert(list(kept.documents.values()))
+        return found
 
     def _text_hits(self, view, fps, signatures, least):
         """For each text (fingerprint, signature), its near-duplicates by the
@@ -1046,6 +1066,53 @@ class DB:
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
                 "got %s" % (self.distance, _ext.shown(distance)))
         return distance
+
+
+class _Kept:
+    """The texts a batch of :meth:`DB.insert_text_if_new_many` has kept so
+    far (``documents``: key -> encoded document, the last one a key kept),
+    found by the text rule as the database would find them: by a shared band,
+    or by a fingerprint within the distance, through the d + 1 blocks of its
+    64 bits (two fingerprints within d bits agree on one of them)."""
+
+    def __init__(self, distance, least):
+        parts = min(distance + 1, 64)
+        self.distance, self.least = distance, least
+        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+        self.documents, self.signatures = {}, {}
+        self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
+
+    def _blocks(self, fp):
+        return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
+
+    def add(self, document, signature):
+        key, fp, _ = document
+        self.documents[key], self.signatures[key] = document, signature
+        for band in enumerate(bands(signature)):
+            self.by_band[band].append(document)
+        for block in self._blocks(fp):
+            self.by_block[block].append(document)
+
+    def hits(self, fp, signature):
+        """The kept texts near a text, as :meth:`DB._text_hits` gives hits."""
+        ours = bands(signature)
+        candidates = itertools.chain(
+            *(self.by_band.get(band, ()) for band in enumerate(ours)),
+            *(self.by_block.get(block, ()) for block in self._blocks(fp)))
+        hits = {}
+        for document in candidates:
+            key, theirs, _ = document
+            if key in hits or self.documents[key] is not document:  # seen, or replaced
+                continue
+            d, their_signature = _ext.num_differing_bits(fp, theirs), self.signatures[key]
+            if not (ours and their_signature):  # as a document stored without text
+                if d <= self.distance:
+                    hits[key] = (key, theirs, d, None)
+                continue
+            alike = _ext.banded_resemblance(signature, their_signature, d <= self.distance)
+            if alike >= self.least:
+                hits[key] = (key, theirs, d, alike)
+        return list(hits.values())
 
 
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,

@@ -51,15 +51,15 @@ def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
     with simhashdb.DB(tmp_path / "batch", recipe=simhashdb.RECIPE) as db:
         expected = db.insert_text_if_new_many(records, html=True)
     groups = []
-    grouped = simhashdb.DB.insert_text_if_new_many
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
 
-    def counting(self, records, **options):
+    def counting(self, records, *args):
         groups.append(len(records))
-        return grouped(self, records, **options)
+        return grouped(self, records, *args)
 
     async def run():
         async with AsyncDB(tmp_path / "aio", recipe=simhashdb.RECIPE) as db:
-            with mock.patch.object(simhashdb.DB, "insert_text_if_new_many", counting):
+            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
                 return await insert_all(db, records), await db.stats()
 
     decisions, stats = asyncio.run(run())
@@ -98,16 +98,16 @@ def test_each_caller_gets_its_own_result_or_error(tmp_path):
 
 
 def test_a_failed_group_writes_nothing_and_each_call_is_retried_alone(tmp_path):
-    grouped = simhashdb.DB.insert_text_if_new_many
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
 
-    def failing(self, records, **options):  # as a full disk would, for a batch holding "bad"
+    def failing(self, records, *args):  # as a full disk would, for a group holding "bad"
         if any(key == "bad" for key, *_ in records):
             raise DiskFullError("the disk is full")
-        return grouped(self, records, **options)
+        return grouped(self, records, *args)
 
     async def run():
         async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
-            with mock.patch.object(simhashdb.DB, "insert_text_if_new_many", failing):
+            with mock.patch.object(simhashdb.DB, "_texts_if_new", failing):
                 return await asyncio.gather(
                     *(db.insert_text_if_new(key, page(i)) for i, key in
                       enumerate(["a", "b", "bad", "c"])), return_exceptions=True)
@@ -128,7 +128,7 @@ def test_a_closed_asyncdb_refuses_calls_and_closing_finishes_the_pending(tmp_pat
         await db.close()
         with pytest.raises(DatabaseError, match="closed"):
             await db.query(1)
-        return [task.result().status for task in pending]
+        return [decision.status for decision in await asyncio.gather(*pending)]
 
     assert asyncio.run(run()) == ["stored"] * 20
     with simhashdb.DB(tmp_path / "db") as db:

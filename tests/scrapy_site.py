@@ -83,3 +83,26 @@ class SiteSpider(scrapy.Spider):
         else:
             yield {"url": response.url, "text": response.text,
                    "title": response.css("title::text").get()}
+
+
+def crawl_twice(url, db):
+    """Two spiders of one CrawlerProcess crawl the site at once into one
+    database; prints each crawl's simhashdb stats as a JSON line."""
+    import json
+
+    from scrapy.crawler import CrawlerProcess
+    process = CrawlerProcess(settings={
+        "SIMHASHDB_PATH": db, "ITEM_PIPELINES": {"simhashdb.scrapy.NearDuplicatePipeline": 300},
+        "LOG_LEVEL": "ERROR", "TELNETCONSOLE_ENABLED": False})
+    crawlers = [process.create_crawler(SiteSpider) for _ in range(2)]
+    for crawler in crawlers:
+        process.crawl(crawler, start=url)
+    process.start()
+    for crawler in crawlers:
+        print(json.dumps({name: count for name, count in crawler.stats.get_stats().items()
+                          if name.startswith("simhashdb/")}))
+
+
+if __name__ == "__main__":
+    import sys
+    crawl_twice(*sys.argv[1:])

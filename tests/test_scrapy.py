@@ -99,3 +99,17 @@ def test_the_example_drops_the_mirrors_copies(tmp_path):
                           "--pages", "60"], capture_output=True, text=True, check=True).stdout
     crawled, stored, dropped, unchanged = map(int, re.findall(r"\d+", out)[:4])
     assert dropped == 10 and stored + dropped + unchanged == crawled  # one module in five
+
+
+def test_two_spiders_of_one_process_share_the_database(site, tmp_path):
+    url, copies, _ = site
+    db = tmp_path / "crawl.db"
+    out = subprocess.run([sys.executable, scrapy_site.__file__, url, str(db)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    first, second = map(json.loads, out.stdout.splitlines())
+    decided = {name: first.get(name, 0) + second.get(name, 0) for name in {*first, *second}}
+    assert decided["simhashdb/stored"] == len(copies)  # one page of each pair, once
+    assert sum(decided.values()) == 4 * len(copies)  # every page, by each spider
+    with simhashdb.DB(db) as database:
+        assert one_of_each_pair({record.key for record in database}, url, copies)

@@ -75,8 +75,8 @@ class _Component:
         self.html = settings.get("SIMHASHDB_HTML", True)
         if self.html != "main":
             self.html = settings.getbool("SIMHASHDB_HTML", True)
-        self.threshold = settings.getfloat("SIMHASHDB_THRESHOLD") if settings.get(
-            "SIMHASHDB_THRESHOLD") is not None else None
+        self.threshold = None if settings.get("SIMHASHDB_THRESHOLD") is None else \
+            settings.getfloat("SIMHASHDB_THRESHOLD")
         self.stats = crawler.stats
         self.db = None
 
@@ -88,7 +88,6 @@ class _Component:
         where = os.path.abspath(self.path)
         if where not in self._databases:
             self._databases[where] = [AsyncDB(self.path), 0]
-            await self._databases[where][0].__aenter__()
         self._databases[where][1] += 1
         self.db = self._databases[where][0]
 

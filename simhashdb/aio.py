@@ -9,8 +9,9 @@ Usage::
 
 The calls that many tasks make at once are grouped: the inserts into one
 transaction (group commit), the queries into one snapshot, run on a worker
-thread while the event loop goes on. An insert's await returns once its group
-is committed, so what it acknowledges survives a crash.
+thread while the event loop goes on; pages are fingerprinted on another
+thread while the group before them commits. An insert's await returns once
+its group is committed, so what it acknowledges survives a crash.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .db import THRESHOLD, DB, Decision, Html, Key, Match, Text, TextMatch, _now
 from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
-PREPARE_CHUNK = 8  # calls fingerprinted at a time, while the group before them commits
+PREPARE_CHUNK = 32  # calls fingerprinted at a time, while the group before them commits
 
 
 class AsyncDB:
@@ -32,12 +33,14 @@ class AsyncDB:
     the database as ``DB(path, **options)`` does, and its calls are awaitable.
 
     Calls from many tasks are grouped and run on one worker thread, in the
-    order they were made: consecutive inserts of one kind are one
-    transaction (durable when their awaits return), consecutive queries of
-    one kind read one snapshot. A group that fails writes nothing; each of
-    its calls is then run alone, so each caller gets its own result or error.
-    An invalid record (such as a page with no words) is not an error: its
-    Decision says ``"invalid"`` and why, as the batch calls' ``invalid="report"``.
+    order they were made (text inserts fingerprinted beforehand on another
+    thread, while the group before them commits): consecutive inserts of one
+    kind are one transaction (durable when their awaits return), consecutive
+    queries of one kind read one snapshot. A group that fails writes nothing;
+    each of its calls is then run alone, so each caller gets its own result
+    or error. An invalid record (such as a page with no words) is not an
+    error: its Decision says ``"invalid"`` and why, as the batch calls'
+    ``invalid="report"``. The database opens when the AsyncDB is made.
     """
 
     def __init__(self, path: Any, **options: Any) -> None:

@@ -6,6 +6,7 @@ from array import array
 
 import simhashdb
 from simhashdb import DB, Decision, Match, Pair, Record, TextMatch
+from simhashdb.aio import AsyncDB
 from simhashdb.chunking import ngrams, select_ngrams
 from simhashdb.halohash import BitAverageHaloHash
 
@@ -48,6 +49,17 @@ def main() -> None:
     grams = list(select_ngrams(ngrams("abcdef", 3)))
     print(first_key, prints, alike, bits, pairs, clusters, count, distances, replaced, text_found,
           stored_at, every, groups, gone, stats, halo.distance(halo), grams)
+
+
+async def crawl(path: str, pages: list[tuple[str, str]]) -> list[str]:
+    """AsyncDB as a crawler's tasks use it."""
+    async with AsyncDB(path, recipe=simhashdb.RECIPE) as db:
+        statuses = [(await db.insert_text_if_new(url, body, html="main")).status
+                    for url, body in pages]
+        near: list[TextMatch] = await db.query_text(pages[0][1], html=True)
+        gone: bool = await db.delete(pages[0][0])
+        found: Decision = await db.insert_if_new("fp", 12345)
+        return statuses + [m.key for m in near if isinstance(m.key, str)] + [str(gone), found.status]
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, Pair, TextMatch, TextPair, upgrade
+from .db import DB, Decision, Match, Pair, TextMatch, TextPair, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -43,6 +43,7 @@ from .fingerprint import (
     fingerprint_many,
     fingerprint_with_signature,
     html_to_text,
+    main_content,
     normalize,
     resemblance,
     shingle,
@@ -60,6 +61,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseError",
     "DatabaseNotFoundError",
+    "Decision",
     "DiskFullError",
     "FormatVersionError",
     "InvalidKeyError",
@@ -67,7 +69,6 @@ __all__ = [
     "KeyNotFoundError",
     "MaintenanceWarning",
     "Match",
-    "Matches",
     "Pair",
     "TextMatch",
     "TextPair",
@@ -88,6 +89,7 @@ __all__ = [
     "fingerprint_many",
     "fingerprint_with_signature",
     "html_to_text",
+    "main_content",
     "normalize",
     "num_differing_bits",
     "num_differing_bits_many",

@@ -134,21 +134,21 @@ def _import(args, db, reader, formats, counts, bar):
         if args.if_new:
             found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
                                                     threshold=args.threshold,
-                                                    refresh=args.refresh)
+                                                    refresh=args.refresh, invalid="raise")
                          if text else db.insert_if_new_many([r[:4] for r in batch],
                                                             batch_size=size,
-                                                            refresh=args.refresh))
+                                                            refresh=args.refresh,
+                                                            invalid="raise"))
             for (source, line), record, found in zip(where, batch, found_all):
-                own = [m for m in found if m.key == record[0]]
-                if own and (len(own) == len(found) or own[0].distance == 0):
-                    counts["unchanged"] += 1  # already stored under its key (others near too)
-                elif found:
+                if found.status == "unchanged":
+                    counts["unchanged"] += 1
+                elif found.status == "duplicate":
                     counts["near_duplicates"] += 1
                     _emit({"skipped": record[0], "source": source, "line": line,
                            "matches": [_match_json(m) for m in found]})
                 else:
                     counts["imported"] += 1
-                    if getattr(found, "replaced", None):
+                    if found.replaced:
                         _emit({"replaced": record[0], "source": source, "line": line,
                                "fingerprint_before": found.replaced.fingerprint})
         elif text:
@@ -442,6 +442,35 @@ def cmd_import_parquet(args):
     """Import the documents of a Parquet file or directory, such as `spark dedupe` output."""
     with _open(args.path, args, create=True) as db:
         _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
+
+
+def cmd_serve(args):
+    """Serve a database over HTTP with JSON, for crawlers in any language.
+
+Endpoints: POST /v1/insert-text-if-new, /v1/query-text, /v1/insert-if-new and
+/v1/query (one item, or {"items": [...]}); DELETE /v1/documents/KEY;
+GET /v1/stats; GET /healthz. The writes of concurrent requests are grouped
+into transactions, and each is on disk before its answer is sent. SIGINT or
+SIGTERM stops it: the requests in flight are answered, then the database is
+closed. The guide is docs/crawlers.md."""
+    try:
+        from simhashdb import server
+    except ImportError:
+        raise CliError("serve needs aiohttp: pip install '.[server]' in simhashdb's source "
+                       "directory") from None
+    token = args.token or os.environ.get(server.TOKEN_VARIABLE) or None
+    if args.max_body < 1:
+        raise UsageError("--max-body must be at least 1 (MiB), got %g" % args.max_body)
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be in [0, 65535] (0: any free port), got %d" % args.port)
+    _open(args.path, args, create=True).close()  # made with the options given, or checked
+    try:
+        server.serve(args.path, args.host, args.port, token=token,
+                     max_body=int(args.max_body * 2**20))
+    except OSError as exc:
+        raise CliError("cannot listen on %s port %d: %s; choose another --host or --port"
+                       % (args.host, args.port, os.strerror(exc.errno) if exc.errno else exc)
+                       ) from None
 
 
 def _spark_session(args):
@@ -1040,6 +1069,17 @@ def build_parser():
             sub.add_argument("--key", default="key", help="key column (default: key)")
             sub.add_argument("--fingerprint", default="fingerprint",
                              help="fingerprint column (default: fingerprint)")
+
+    sub = command("serve", "simhashdb-cli serve crawl.db --port 8750")
+    creation(sub)
+    sub.add_argument("--host", default="127.0.0.1",
+                     help="the address to listen on (default: 127.0.0.1, this machine only)")
+    sub.add_argument("--port", type=int, default=8750, help="the port (default: 8750; 0: any)")
+    sub.add_argument("--token", help="ask every request but GET /healthz for the header "
+                                     "'Authorization: Bearer TOKEN' (default: $SIMHASHDB_TOKEN; "
+                                     "unset: no token)")
+    sub.add_argument("--max-body", type=float, default=32, metavar="MIB",
+                     help="the largest request body, in MiB (default: 32)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE",

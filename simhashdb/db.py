@@ -21,11 +21,14 @@ from .errors import (
     DatabaseError,
     FormatVersionError,
     InvalidArgumentError,
+    InvalidFingerprintError,
+    InvalidKeyError,
+    InvalidMetadataError,
     KeyNotFoundError,
     ParameterMismatchError,
 )
 from ._ext import bands
-from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, recipe_named
+from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import (
@@ -129,14 +132,32 @@ class TextPair(Pair):
             *self, self.resemblance)
 
 
-class Matches(list):
-    """What :meth:`DB.insert_if_new` found: a list of Matches (empty when the
-    document was stored) whose ``replaced`` is the Record the stored document
-    replaced under the same key, or None."""
+class Decision(list):
+    """What an ``*_if_new`` call decided for one document: the list of the
+    near-duplicates it found (Matches; TextMatches for texts), sorted by
+    (distance, key), with the document's ``key``, its ``status`` and the
+    ``reason`` of an invalid one (else None):
 
-    def __init__(self, matches=(), replaced=None):
+    - ``"stored"``: no near-duplicate; the document was written (the list is empty);
+    - ``"unchanged"``: the document stored under the same key is a near-duplicate
+      of it, and either the only one or identical (distance 0): nothing was
+      written (with ``refresh``, its time only);
+    - ``"duplicate"``: near-duplicates of other keys (the list): nothing written;
+    - ``"invalid"``: the record cannot be stored (``reason`` says why); nothing
+      written (the list is empty).
+
+    ``replaced`` is the Record a stored document replaced under its key, or None.
+    """
+
+    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
+                 reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
         super().__init__(matches)
-        self.replaced = replaced
+        self.key, self.status, self.reason, self.replaced = key, status, reason, replaced
+
+    def __repr__(self):
+        return "Decision(key=%r, status=%r, %s%s)" % (
+            self.key, self.status, list.__repr__(self),
+            "" if self.reason is None else ", reason=%r" % self.reason)
 
 
 class DB:
@@ -387,7 +408,7 @@ class DB:
         return deleted
 
     def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
-                      distance: Optional[int] = None, refresh: bool = False) -> Matches:
+                      distance: Optional[int] = None, refresh: bool = False) -> Decision:
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
@@ -399,65 +420,85 @@ class DB:
 
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
-        :returns: :class:`Matches`, the near-duplicates found sorted by
-            (distance, key): empty when the document was stored.
+        :returns: a :class:`Decision`: its ``status`` ("stored", "unchanged" or
+            "duplicate"), and the near-duplicates found sorted by (distance, key).
+        :raises InvalidFingerprintError: for a bad fingerprint (the message
+            names the key); InvalidKeyError, InvalidMetadataError likewise.
         """
         return self.insert_if_new_many([(key, fingerprint, meta)], distance,
-                                       refresh=refresh)[0]
+                                       refresh=refresh, invalid="raise")[0]
 
     def insert_if_new_many(self, records: Iterable[RecordLike], distance: Optional[int] = None,
-                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False
-                           ) -> list[Matches]:
+                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False, *,
+                           invalid: str = "report") -> list[Decision]:
         """:meth:`insert_if_new` for each record, in order, one transaction per
-        batch; a record is also checked against the records stored before it.
+        batch of ``batch_size`` records; a record is also checked against the
+        records stored before it.
 
-        :returns: one list of matches per record.
+        :param str invalid: what a bad record does: ``"report"`` (default: its
+            Decision is ``"invalid"`` with the ``reason``, and the other records
+            of its batch are decided and stored as if it were not there) or
+            ``"raise"`` (its error, naming its key; nothing of its batch is
+            written, and earlier batches stay).
+        :returns: one :class:`Decision` per record, in order.
         """
         d = self._query_distance(distance)
-        results = []
+        _check_invalid(invalid)
+        limit, results = self._storage.max_key_bytes, []
         for batch in _batches(records, batch_size):
             now = _now()
-            encoded = encode_documents(batch, self._storage.max_key_bytes, now)
-            results += self._store_if_new(encoded, lambda txn: txn.insert_if_new(encoded, d),
-                                          refresh, now)
+            try:
+                valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
+            except _INVALID_RECORD:
+                valid, refused = _each_valid(
+                    batch, lambda record: encode_documents([record], limit, now)[0], invalid)
+            encoded = [document for _, document in valid]
+            results += _in_order(batch, valid, refused, self._store_if_new(
+                encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
         return results
 
     def _store_if_new(self, documents, store_new, refresh, now):
         """In one transaction: ``store_new(txn)`` stores each of the encoded
         (key, fingerprint, value) ``documents`` that has no near-duplicate and
         returns the hits of each; with ``refresh``, the hits are recorded as
-        stored ``now``. Returns a :class:`Matches` per document, with the
-        Record each stored one replaced."""
+        stored ``now``. Returns (matches, status, the Record it replaced or
+        None) per document."""
+        if not documents:
+            return []
+
         def body(txn):
             keys = [key for key, _, _ in documents]
             stored = dict(zip(keys, txn.get_many(keys)))  # before the batch
             found = store_new(txn)
             if refresh:
                 _restamp(txn, {hit[0] for hits in found for hit in hits}, now)
-            replaced = []
+            replaced, statuses = [], []
             for (key, _, value), hits in zip(documents, found):
                 replaced.append(None if hits else stored[key])
+                statuses.append(_status(key, hits))
                 if not hits:
                     stored[key] = value
             matches = _records.matches(found, Match)
             if matches is None:  # long keys or text hits: names read in the transaction
                 names = _names(txn, found)
                 matches = [_matches(hits, names) for hits in found]
-            return replaced, matches
+            return replaced, statuses, matches
 
-        replaced, found = self._storage.write(body, len(documents))
-        return [Matches(hits, old and decode(decode_key(key, old), old))
-                for (key, _, _), hits, old in zip(documents, found, replaced)]
+        replaced, statuses, found = self._storage.write(body, len(documents))
+        return [(hits, status, old and decode(decode_key(key, old), old))
+                for (key, _, _), hits, status, old in zip(documents, found, statuses, replaced)]
 
     # Text in, decisions out
 
-    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: bool = False) -> None:
+    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: Html = False) -> None:
         """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
-        stripped) by the database's recipe and store it under ``key`` (upsert),
-        with its resemblance signature (see :meth:`insert_text_if_new`)."""
+        stripped; with ``html="main"``, its main content only, without menus,
+        banners, footers and sidebars: :func:`main_content`) by the database's
+        recipe and store it under ``key`` (upsert), with its resemblance
+        signature (see :meth:`insert_text_if_new`)."""
         self.insert_text_many([(key, text, meta)], html=html)
 
-    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                          batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
@@ -470,8 +511,8 @@ class DB:
         return written
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                           html: bool = False, threshold: Optional[float] = None,
-                           refresh: bool = False) -> Matches:
+                           html: Html = False, threshold: Optional[float] = None,
+                           refresh: bool = False) -> Decision:
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
         document is a near-duplicate of it (the crawler's dedupe step).
 
@@ -493,42 +534,63 @@ class DB:
             [0, 1] (default: 0.45; docs/database.md, Text in, decisions out, says why).
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
-        :raises InvalidArgumentError: for a text with nothing to fingerprint.
-        :returns: :class:`Matches`, the near-duplicates sorted by (distance,
-            key), each with its ``resemblance``; empty when the text was stored.
+        :raises InvalidArgumentError: for a text with nothing to fingerprint
+            (the message names its key).
+        :returns: a :class:`Decision`: its ``status``, and the near-duplicates
+            sorted by (distance, key), each with its ``resemblance``.
         """
         return self.insert_text_if_new_many([(key, text, meta)], html=html, threshold=threshold,
-                                            refresh=refresh)[0]
+                                            refresh=refresh, invalid="raise")[0]
 
-    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                                 threshold: Optional[float] = None, refresh: bool = False,
-                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[Matches]:
+                                batch_size: int = DEFAULT_BATCH_SIZE,
+                                invalid: str = "report") -> list[Decision]:
         """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
-        meta)`` record, in order, one transaction per batch; a record is also
-        checked against the records stored before it.
+        meta)`` record, in order, one transaction per batch of ``batch_size``
+        records; a record is also checked against the records stored before it.
 
-        :returns: one :class:`Matches` per record.
+        :param str invalid: what a bad record (such as a text with no words)
+            does: ``"report"`` (default: its Decision is ``"invalid"`` with the
+            ``reason``, and the other records of its batch are decided and
+            stored) or ``"raise"`` (its error, naming its key; nothing of its
+            batch is written, and earlier batches stay).
+        :returns: one :class:`Decision` per record, in order.
         """
         least = _threshold(threshold)
+        _check_invalid(invalid)
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            texts = [self._text_document(*_text_record(r), html, now) for r in batch]
-
-            results += self._store_if_new([document for document, _ in texts],
-                                          lambda txn: self._text_if_new(txn, texts, least),
-                                          refresh, now)
+            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                          least, refresh, now)
         return results
 
-    def query_text(self, text: Text, *, html: bool = False,
-                   threshold: Optional[float] = None) -> list[Match]:
+    def _prepared_texts(self, batch, html, now, invalid):
+        """The fingerprinted, encoded text records of ``batch``: ([(position,
+        (document, signature))] of the valid ones, {position: reason} of the
+        others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
+        return _each_valid(
+            batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
+
+    def _texts_if_new(self, batch, prepared, least, refresh, now):
+        """The Decisions of ``batch``, its ``prepared`` texts decided (and the
+        new ones stored) in one transaction."""
+        valid, refused = prepared
+        texts = [text for _, text in valid]
+        return _in_order(batch, valid, refused, self._store_if_new(
+            [document for document, _ in texts],
+            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
+
+    def query_text(self, text: Text, *, html: Html = False,
+                   threshold: Optional[float] = None) -> list[TextMatch]:
         """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
         decides), as Matches sorted by (distance, key), each with its
         ``resemblance``."""
         return self.query_text_many([text], html=html, threshold=threshold)[0]
 
-    def query_text_many(self, texts: Iterable[Text], *, html: bool = False,
-                        threshold: Optional[float] = None) -> list[list[Match]]:
+    def query_text_many(self, texts: Iterable[Text], *, html: Html = False,
+                        threshold: Optional[float] = None) -> list[list[TextMatch]]:
         """:meth:`query_text` for each of ``texts``, over one snapshot."""
         if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
             raise InvalidArgumentError("expected an iterable of texts, got %s"
@@ -1189,6 +1251,58 @@ def size_of(stats):
     """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
     (its name, the bytes the database takes where its backend keeps it)."""
     return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
+
+
+_INVALID_RECORD = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
+                   InvalidMetadataError)
+
+
+def _check_invalid(invalid):
+    if invalid not in ("raise", "report"):
+        raise InvalidArgumentError('invalid must be "raise" or "report", got %s'
+                                   % _ext.shown(invalid))
+
+
+def _each_valid(records, encode, invalid):
+    """([(position, encode(record))] of the records ``encode`` takes, {position:
+    reason} of those it refuses); with ``invalid="raise"``, the first refusal
+    raises, naming the record's key."""
+    valid, refused = [], {}
+    for i, record in enumerate(records):
+        try:
+            valid.append((i, encode(record)))
+        except _INVALID_RECORD as exc:
+            if invalid == "raise":
+                raise type(exc)("record %d of the batch (key %s): %s"
+                                % (i, _ext.shown(_record_key(record)), exc)) from None
+            refused[i] = str(exc)
+    return valid, refused
+
+
+def _in_order(records, valid, refused, decided):
+    """The Decisions of a batch's ``records``, in order: the ``decided``
+    (matches, status, replaced) of the ``valid`` ones, and the ``refused``."""
+    decisions = [None] * len(records)
+    for (i, _), (hits, status, replaced) in zip(valid, decided):
+        decisions[i] = Decision(hits, records[i][0], status, replaced=replaced)
+    for i, reason in refused.items():
+        decisions[i] = Decision((), _record_key(records[i]), "invalid", reason)
+    return decisions
+
+
+def _record_key(record):
+    """A record's key, or None for a record that is not a tuple or list."""
+    return record[0] if isinstance(record, (tuple, list)) and record else None
+
+
+def _status(key, hits):
+    """The status of the encoded ``key`` whose near-duplicates are ``hits``."""
+    own = [hit for hit in hits if hit[0] == key]
+    if not hits:
+        return "stored"
+    if own and (len(hits) == 1 or own[0][2] == 0):
+        return "unchanged"
+    return "duplicate"
 
 
 def _text_record(record):

@@ -43,7 +43,8 @@ def test_every_command_has_help_with_an_example(capsys):
     commands = parser._subparsers._group_actions[0].choices
     assert set(commands) == {"init", "import", "query", "delete", "get", "stats", "compact",
                              "check", "export", "find-all", "clusters", "fingerprint",
-                             "expire", "spark", "export-parquet", "import-parquet", "upgrade"}
+                             "expire", "spark", "export-parquet", "import-parquet", "upgrade",
+                             "serve"}
     for sub in commands.values():
         assert "Example:\n  simhashdb-cli " in sub.format_help()
 

@@ -25,6 +25,8 @@ def lmdb_flags():
 # it does not fully support pandas 3 yet
 SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
+SERVER = ["aiohttp>=3.9"]
+SCRAPY = ["scrapy>=2.13"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
@@ -79,7 +81,11 @@ setup(
         "redis": REDIS,
         # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
         "spark": SPARK,
-        "test": SPARK + REDIS + [
+        # simhashdb-cli serve (simhashdb.server): HTTP with JSON for crawlers in any language
+        "server": SERVER,
+        # simhashdb.scrapy: the item pipeline and downloader middleware
+        "scrapy": SCRAPY,
+        "test": SPARK + REDIS + SERVER + SCRAPY + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

@@ -35,7 +35,7 @@ from .errors import (
     SimhashDBError,
 )
 from .matching import find_all, find_all_indices, find_clusters
-from .records import Record, check_record
+from .records import MAX_KEY_SIZE, Record, check_record
 from .fingerprint import (
     RECIPE,
     RECIPES,
@@ -53,6 +53,7 @@ from .fingerprint import (
 )
 
 __all__ = [
+    "MAX_KEY_SIZE",
     "RECIPE",
     "RECIPES",
     "DB",

@@ -256,9 +256,11 @@ class DB:
         params = _stored_params(raw, storage.path)
         for name, given in (("distance", distance), ("blocks", blocks)):
             if given is not None and given != params[name]:
-                raise ParameterMismatchError(
+                mismatch = ParameterMismatchError(
                     "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
                     % (storage.path, name, params[name], given, name, name, params[name]))
+                mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
+                raise mismatch
         layout = Layout(params["blocks"], params["distance"])
         storage.open_tables(layout)
         stored = params.get("recipe")
@@ -1003,9 +1005,12 @@ class DB:
         from . import parquet
         if self.recipe is None:
             return parquet.export(self, path)
-        return parquet.export(self._with_signatures(), path, self.recipe)
+        return parquet.export(self.export_records(), path, self.recipe)
 
-    def _with_signatures(self):
+    def export_records(self) -> Iterator[tuple]:
+        """Every document, from one snapshot, as a ``(key, fingerprint, meta,
+        stored_at, signature)`` record (``signature``: a text's resemblance
+        signature, else None), which :meth:`import_records` stores back whole."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
                 yield decode(decode_key(key_bytes, value), value) + (stored_signature(value),)
@@ -1022,18 +1027,34 @@ class DB:
         """
         from . import parquet
         recipe, records = parquet.read(path, key, fingerprint)
+        return self.import_records(records, recipe, batch_size, source=path)
+
+    def import_records(self, records: Iterable[tuple], recipe: Optional[str] = None,
+                       batch_size: int = DEFAULT_BATCH_SIZE, source: str = "the records") -> int:
+        """:meth:`insert_many` records as :meth:`export_records` gives them;
+        returns how many. A record's fifth item, a text's signature (or None),
+        is kept, so that the text is found by the text rule, in a database of
+        ``recipe``, the recipe of the texts (default: :data:`RECIPE`); an
+        empty database without one takes it.
+
+        :raises ParameterMismatchError: the database is of another recipe.
+        :raises InvalidArgumentError: a signature is not one (``source`` names
+            where the records come from).
+        """
         recipe, written = recipe or RECIPE, 0
         for batch in _batches(records, batch_size):
-            signatures = [record[4] for record in batch]
-            encoded = encode_documents([record[:4] for record in batch],
+            whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
+            signatures = [record[4] if five else None for record, five in zip(batch, whole)]
+            encoded = encode_documents([record[:4] if five else record
+                                        for record, five in zip(batch, whole)],
                                        self._storage.max_key_bytes, _now())
             if any(signatures):
-                encoded = [(k, fp, _signed(value, theirs, path))
+                encoded = [(k, fp, _signed(value, theirs, source))
                            for (k, fp, value), theirs in zip(encoded, signatures)]
                 if recipe != (self.recipe or self._adopt_recipe(recipe)):
                     raise ParameterMismatchError(
                         "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
-                        "import them into a database of theirs" % (path, recipe, self.path,
+                        "import them into a database of theirs" % (source, recipe, self.path,
                                                                     self.recipe))
             self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
@@ -1192,16 +1213,16 @@ def _matches(hits, names):
 _new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
-def _signed(value, signature, path):
+def _signed(value, signature, source):
     """A document value with the text's ``signature`` (None: none) read from
-    the Parquet ``path``."""
+    ``source``."""
     if signature is None:
         return value
     if not isinstance(signature, bytes) or len(signature) != _ext.SIGNATURE_BYTES:
         raise InvalidArgumentError(
-            "%s has a signature column of other values than resemblance signatures (%d "
-            "bytes, from simhashdb.fingerprint_with_signature): rename that column"
-            % (path, _ext.SIGNATURE_BYTES))
+            "%s has signatures of other values than resemblance signatures (%d bytes, from "
+            "simhashdb.fingerprint_with_signature): rename that column or field"
+            % (source, _ext.SIGNATURE_BYTES))
     return with_signature(value, signature)
 
 

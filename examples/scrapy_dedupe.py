@@ -22,6 +22,8 @@ import sysconfig
 import tempfile
 import threading
 import urllib.parse
+from collections.abc import Iterator
+from typing import Any
 
 import scrapy
 from scrapy.crawler import CrawlerProcess
@@ -35,18 +37,18 @@ class SiteSpider(scrapy.Spider):
 
     name = "site"
 
-    def __init__(self, start, **kwargs):
+    def __init__(self, start: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = [start]
         self.allowed_domains = [urllib.parse.urlsplit(start).hostname]
 
-    def parse(self, response):
+    def parse(self, response: Any) -> Iterator[Any]:
         yield {"path": urllib.parse.urlsplit(response.url).path, "text": response.text,
                "title": response.css("title::text").get()}
         yield from response.follow_all(css="a")
 
 
-def write_site(root, pages):
+def write_site(root: pathlib.Path, pages: int) -> None:
     """Write about ``pages`` pages of the standard library's modules into ``root``."""
     stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
     modules = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 2000)[:pages * 5 // 6]
@@ -65,12 +67,12 @@ def write_site(root, pages):
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
+    def log_message(self, *args: Any) -> None:
         pass
 
 
 @contextlib.contextmanager
-def local_site(pages):
+def local_site(pages: int) -> Iterator[str]:
     """Serve a site of about ``pages`` pages on 127.0.0.1; yields its start URL."""
     with tempfile.TemporaryDirectory(prefix="site-") as root:
         write_site(pathlib.Path(root), pages)
@@ -83,7 +85,7 @@ def local_site(pages):
             server.shutdown()
 
 
-def crawl(start, db, pages):
+def crawl(start: str, db: str, pages: int) -> None:
     process = CrawlerProcess(settings={
         "SIMHASHDB_PATH": db,
         "ITEM_PIPELINES": {"simhashdb.scrapy.NearDuplicatePipeline": 300},
@@ -103,7 +105,7 @@ def crawl(start, db, pages):
                           count.get("simhashdb/unchanged", 0)))
 
 
-def main():
+def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--db", default="scrapy-crawl.db",
                         help="the database directory (default: scrapy-crawl.db)")

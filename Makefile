@@ -30,8 +30,8 @@ PY := $(VENV)/bin/python
 
 SOURCES := setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h \
 	ext/_tables.pxi ext/_memory.pxi ext/_signature.pxi ext/_values.pxi ext/_runs.pxi \
-	ext/_codec.pxi ext/_gate.pxi \
-	ext/_runs.pyx ext/_records.pyx ext/_redis.pyx
+	ext/_codec.pxi ext/_gate.pxi ext/_format.pxi ext/_index.pxi \
+	ext/_records.pyx ext/_redis.pyx
 
 $(PY):
 	python3 -m venv $(VENV)

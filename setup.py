@@ -55,11 +55,8 @@ if flags is None:
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
                                 depends=["ext/guard.h", "ext/_tables.pxi", "ext/_signature.pxi",
-                                         "ext/_values.pxi", "ext/_runs.pxi", "ext/_codec.pxi"],
-                                extra_compile_args=["-O3"], **flags))
-    # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
-    extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"],
-                                depends=["ext/guard.h", "ext/_runs.pxi", "ext/_codec.pxi"],
+                                         "ext/_values.pxi", "ext/_runs.pxi", "ext/_codec.pxi",
+                                         "ext/_format.pxi", "ext/_index.pxi"],
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

@@ -474,7 +474,7 @@ cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
 cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, int* chain,
                      uint64_t* total, uint32_t* taken, bint* untidy) noexcept nogil:
     """The slots of the next merge (how many; 0: none): the two smallest in use
-    while the smaller holds over 1/RATIO of the other (or the slots run short),
+    while the smaller holds over 1/RUN_RATIO of the other (or the slots run short),
     extended while its output would be merged next. A merge of more than
     ``limit`` entries (0: any) is left (``untidy``)."""
     cdef uint64_t x, y
@@ -493,7 +493,7 @@ cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limi
             break
         x = entries[a] if n == 0 else min(total[0], entries[a])
         y = entries[b] if n == 0 else max(total[0], entries[a])
-        if used < INDEX_SLOTS - 1 and x * RATIO <= y:
+        if used < INDEX_SLOTS - 1 and x * RUN_RATIO <= y:
             break
         if used < INDEX_SLOTS - 1 and limit and x + y > limit:
             untidy[0] = True

@@ -31,6 +31,15 @@ cdef extern from "Python.h":
     int PyGC_Enable()
 
 from simhashdb.errors import DatabaseError
+from simhashdb.storage.lmdb import format as lmdb_format
+
+include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
+
+cdef bytes META_NAME = lmdb_format.META.name(), DOCS_NAME = lmdb_format.DOCS.name()
+cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
+cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
+index_name, band_name = lmdb_format.INDEX.name, lmdb_format.BAND.name
+run_slot_name, old_table_name = lmdb_format.TABLE_RUNS.name, lmdb_format.OLD_TABLE.name
 
 cdef extern from "pthread.h" nogil:
     ctypedef struct pthread_mutex_t:
@@ -132,9 +141,7 @@ cdef extern from "guard.h" nogil:
 cdef enum:
     MAIN_DBI = 1        # LMDB's main database: the sub-databases' names and records
     MAX_TABLES = 1024
-    SLOTS = 8           # a table kept as runs: slot sub-databases, at most one live run each
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
-    RATIO = 4           # merge the newest run into the one before while newest * RATIO > previous
 cdef int NO_MEMORY = -29999
 
 
@@ -312,7 +319,7 @@ cdef struct RunsView
 
 cdef struct DirCache:
     pthread_mutex_t lock
-    BlockDir* dirs[MAX_TABLES * SLOTS]
+    BlockDir* dirs[MAX_TABLES * RUN_SLOTS]
     RunsView* view
 
 
@@ -342,7 +349,7 @@ cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
 cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run,
                           uint64_t entries) noexcept nogil:
     """The cached directory of run ``run`` (with ``entries``) in slot ``at``
-    (table * SLOTS + slot), referenced for the caller, or NULL."""
+    (table * RUN_SLOTS + slot), referenced for the caller, or NULL."""
     pthread_mutex_lock(&cache.lock)
     cdef BlockDir* d = cache.dirs[at]
     if d != NULL and d.run == run and d.entries == entries:
@@ -373,7 +380,7 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
     cdef size_t at
     if not last:
         pthread_mutex_lock(&cache.lock)
-    for at in range(MAX_TABLES * SLOTS):
+    for at in range(MAX_TABLES * RUN_SLOTS):
         d = cache.dirs[at]
         cache.dirs[at] = NULL
         if d != NULL and dir_unref(d):
@@ -474,7 +481,7 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
     """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
     first value, and where its value lies in the map."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
-    cdef uint8_t key[12]
+    cdef uint8_t key[RUN_KEY_BYTES]
     cdef MDB_val k, v
     cdef uint64_t first
     cdef int rc = NO_MEMORY if d == NULL else 0
@@ -484,7 +491,7 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
     d.run, d.entries, d.refs = run, entries, 1
     write_be(key, run, 4)
     memset(key + 4, 0, 8)
-    k.mv_size, k.mv_data = 12, key
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key
     rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
     while rc == 0 and in_run(&k, run):
         first = read_be(<const uint8_t*>k.mv_data + 4, 8)
@@ -524,11 +531,11 @@ cdef struct Layout:
 
 cdef struct TableRuns:
     size_t n                # live runs, oldest first (ids ascending)
-    uint32_t id[SLOTS]
-    uint8_t slot[SLOTS]
-    uint64_t entries[SLOTS]
-    MDB_cursor* cursor[SLOTS]  # on each run's slot, where it has no directory
-    BlockDir* dir[SLOTS]       # each run's block directory, or NULL
+    uint32_t id[RUN_SLOTS]
+    uint8_t slot[RUN_SLOTS]
+    uint64_t entries[RUN_SLOTS]
+    MDB_cursor* cursor[RUN_SLOTS]  # on each run's slot, where it has no directory
+    BlockDir* dir[RUN_SLOTS]       # each run's block directory, or NULL
     DirCache* cache            # where the directories are held
     uint32_t written_from      # the first run id this call wrote into the table (0: none)
 
@@ -538,10 +545,6 @@ cdef struct RunsView:
     size_t refs             # its holders: the cache and the searches using it
     Py_ssize_t tables
     TableRuns* runs         # per table; every run with its directory, no cursors
-
-
-cdef enum:
-    INDEX_SLOTS = 8  # "fingerprints" and index:01 to index:07
 
 
 cdef struct Index:
@@ -564,7 +567,7 @@ cdef struct Work:
     MDB_dbi* tables
     bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
     MDB_dbi run_dir         # every table's directory of runs, keyed by the table (u16 BE)
-    MDB_dbi* run_slots      # per table: SLOTS slot sub-databases
+    MDB_dbi* run_slots      # per table: RUN_SLOTS slot sub-databases
     TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
     U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
     MDB_dbi* bands          # the band tables (NULL where the database has none)
@@ -889,26 +892,26 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     """Read table ``t``'s directory ((id u32, slot u8, entries u64) a run,
     big-endian, oldest first) and open a cursor on each live run's slot."""
     cdef TableRuns* r = &w.table_runs[t]
-    cdef uint8_t buf[13 * SLOTS]
-    cdef uint8_t key[2]
+    cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
+    cdef uint8_t key[TABLE_KEY_BYTES]
     cdef MDB_val k, v
     cdef size_t i, j
     cdef int rc
     close_runs(r)
-    write_be(key, t, 2)
-    k.mv_size, k.mv_data = 2, key
+    write_be(key, t, TABLE_KEY_BYTES)
+    k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
     rc = g_get(w.txn, w.run_dir, &k, &v)
     if rc == MDB_NOTFOUND:
         return 0
-    if rc == 0 and (v.mv_size % 13 or v.mv_size > 13 * SLOTS):
+    if rc == 0 and (v.mv_size % RUN_RECORD_BYTES or v.mv_size > RUN_RECORD_BYTES * RUN_SLOTS):
         rc = CORRUPTED
     if rc == 0 and g_copy(buf, v.mv_data, v.mv_size):
         rc = CORRUPTED
     r.cache = NULL if w.runs_written else w.dirs
-    for i in range(v.mv_size // 13 if rc == 0 else 0):
-        r.id[i], r.slot[i] = read_be(buf + 13 * i, 4), buf[13 * i + 4]
-        r.entries[i] = read_be(buf + 13 * i + 5, 8)
-        if r.slot[i] >= SLOTS:
+    for i in range(v.mv_size // RUN_RECORD_BYTES if rc == 0 else 0):
+        r.id[i], r.slot[i] = read_be(buf + RUN_RECORD_BYTES * i, 4), buf[RUN_RECORD_BYTES * i + 4]
+        r.entries[i] = read_be(buf + RUN_RECORD_BYTES * i + 5, 8)
+        if r.slot[i] >= RUN_SLOTS:
             return CORRUPTED
         for j in range(i):  # a slot named twice (a merge drops its sources' slots)
             if r.slot[j] == r.slot[i]:
@@ -916,14 +919,14 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         r.n = i + 1
         r.cursor[i], r.dir[i] = NULL, NULL
         if r.cache != NULL:
-            r.dir[i] = dir_acquire(r.cache, t * SLOTS + r.slot[i], r.id[i], r.entries[i])
+            r.dir[i] = dir_acquire(r.cache, t * RUN_SLOTS + r.slot[i], r.id[i], r.entries[i])
         if r.dir[i] != NULL:
             continue
-        rc = g_cursor_open(w.txn, w.run_slots[t * SLOTS + r.slot[i]], &r.cursor[i])
+        rc = g_cursor_open(w.txn, w.run_slots[t * RUN_SLOTS + r.slot[i]], &r.cursor[i])
         if rc == 0 and r.cache != NULL and r.entries[i] <= w.directory_entries:
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
-                dir_publish(r.cache, t * SLOTS + r.slot[i], r.dir[i])
+                dir_publish(r.cache, t * RUN_SLOTS + r.slot[i], r.dir[i])
             else:  # a damaged run: the cursor finds the damage if a search goes there
                 if r.dir[i] != NULL:
                     dir_free(r.dir[i])
@@ -948,17 +951,17 @@ cdef void close_runs(TableRuns* r) noexcept nogil:
 
 cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
     """Write ``r`` as table ``t``'s directory, then load it back (with cursors)."""
-    cdef uint8_t buf[13 * SLOTS]
-    cdef uint8_t key[2]
+    cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
+    cdef uint8_t key[TABLE_KEY_BYTES]
     cdef MDB_val k, v
     cdef size_t i
     for i in range(r.n):
-        write_be(buf + 13 * i, r.id[i], 4)
-        buf[13 * i + 4] = r.slot[i]
-        write_be(buf + 13 * i + 5, r.entries[i], 8)
-    write_be(key, t, 2)
-    k.mv_size, k.mv_data = 2, key
-    v.mv_size, v.mv_data = 13 * r.n, buf
+        write_be(buf + RUN_RECORD_BYTES * i, r.id[i], 4)
+        buf[RUN_RECORD_BYTES * i + 4] = r.slot[i]
+        write_be(buf + RUN_RECORD_BYTES * i + 5, r.entries[i], 8)
+    write_be(key, t, TABLE_KEY_BYTES)
+    k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
+    v.mv_size, v.mv_data = RUN_RECORD_BYTES * r.n, buf
     w.runs_written = True
     cdef int rc = g_put(w.txn, w.run_dir, &k, &v, 0)
     return rc if rc else load_runs(w, t)
@@ -1129,11 +1132,11 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
 
 
 cdef int free_slot(TableRuns* r) noexcept nogil:
-    """A slot no live run holds (one is free while r.n < SLOTS)."""
+    """A slot no live run holds (one is free while r.n < RUN_SLOTS)."""
     cdef int s
     cdef size_t i
     cdef bint held
-    for s in range(SLOTS):
+    for s in range(RUN_SLOTS):
         held = False
         for i in range(r.n):
             held = held or r.slot[i] == s
@@ -1143,23 +1146,23 @@ cdef int free_slot(TableRuns* r) noexcept nogil:
 
 
 cdef bint merge_due(const TableRuns* r, uint64_t limit) noexcept nogil:
-    """Whether to merge the two newest runs now: the newest is over 1/RATIO of
+    """Whether to merge the two newest runs now: the newest is over 1/RUN_RATIO of
     the one before and the two hold at most ``limit`` entries (0: any number),
     or the slots run short."""
     if r.n < 2:
         return False
-    return r.n >= SLOTS - 1 or (r.entries[r.n - 1] * RATIO > r.entries[r.n - 2] and (
+    return r.n >= RUN_SLOTS - 1 or (r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2] and (
         limit == 0 or r.entries[r.n - 1] + r.entries[r.n - 2] <= limit))
 
 
 cdef bint merges_left(const TableRuns* r) noexcept nogil:
-    """Whether some run is over 1/RATIO of the one before it (a merge a batch
+    """Whether some run is over 1/RUN_RATIO of the one before it (a merge a batch
     left for tidy, which merges the newest runs until there is none)."""
     cdef size_t i
     for i in range(1, r.n):
-        if r.entries[i] * RATIO > r.entries[i - 1]:
+        if r.entries[i] * RUN_RATIO > r.entries[i - 1]:
             return True
-    return r.n >= SLOTS - 1
+    return r.n >= RUN_SLOTS - 1
 
 
 # A large merge of committed runs in parts: ranges of values, each merged on a
@@ -1222,12 +1225,12 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
                         size_t* blocks, size_t* written) noexcept nogil:
     """merge_runs of the ``m`` committed runs ``runs`` (no extra values, none
     dropped), cut into up to ``w.merge_threads`` parts of about equal size."""
-    cdef BlockDir* dirs[SLOTS]
+    cdef BlockDir* dirs[RUN_SLOTS]
     cdef Part parts[MAX_PARTS]
     cdef pthread_t threads[MAX_PARTS]
     cdef bint started[MAX_PARTS]
     cdef MDB_cursor* cursor = NULL
-    cdef uint8_t key[12]
+    cdef uint8_t key[RUN_KEY_BYTES]
     cdef MDB_val k, v
     cdef size_t s, i, at, largest = 0, n = min(w.merge_threads, <size_t>MAX_PARTS)
     cdef uint64_t first
@@ -1275,7 +1278,7 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
             memcpy(&size, parts[i].sink.data + at + 8, 2)
             write_be(key, run, 4)
             write_be(key + 4, first, 8)
-            k.mv_size, k.mv_data = 12, key
+            k.mv_size, k.mv_data = RUN_KEY_BYTES, key
             v.mv_size, v.mv_data = size, parts[i].sink.data + at + 10
             rc = g_cursor_put(parts[0].cursor, &k, &v, MDB_APPEND)
             at += 10 + size
@@ -1299,9 +1302,9 @@ cdef size_t cascade(const TableRuns* r) noexcept nogil:
     while left and k >= 2:
         merged += r.entries[k - 2]
         k -= 1
-        left = k >= SLOTS - 1 or (k >= 2 and merged * RATIO > r.entries[k - 2])
+        left = k >= RUN_SLOTS - 1 or (k >= 2 and merged * RUN_RATIO > r.entries[k - 2])
         for i in range(1, k - 1):
-            left = left or r.entries[i] * RATIO > r.entries[i - 1]
+            left = left or r.entries[i] * RUN_RATIO > r.entries[i - 1]
     return r.n - k + 1
 
 
@@ -1312,8 +1315,8 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     Where the runs those merges would take are committed and hold
     ``w.threaded_merge`` entries or more, they are merged at once, in parts."""
     cdef TableRuns r = w.table_runs[t]
-    cdef uint32_t ids[SLOTS]
-    cdef MDB_dbi dbis[SLOTS]
+    cdef uint32_t ids[RUN_SLOTS]
+    cdef MDB_dbi dbis[RUN_SLOTS]
     cdef MDB_dbi out
     cdef size_t blocks, entries, i, m
     cdef uint32_t id
@@ -1334,7 +1337,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
             break
         if w.table_runs[t].written_from == 0:
             w.table_runs[t].written_from = id
-        out = w.run_slots[t * SLOTS + slot]
+        out = w.run_slots[t * RUN_SLOTS + slot]
         if n:  # the batch's run
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0, out, id, &blocks, &entries)
             n = 0
@@ -1350,7 +1353,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         if threaded and taken < w.threaded_merge:
             m, threaded, taken = 2, False, r.entries[r.n - 2] + r.entries[r.n - 1]
         for i in range(m):
-            ids[i], dbis[i] = r.id[r.n - m + i], w.run_slots[t * SLOTS + r.slot[r.n - m + i]]
+            ids[i], dbis[i] = r.id[r.n - m + i], w.run_slots[t * RUN_SLOTS + r.slot[r.n - m + i]]
         if threaded:
             rc = merge_in_parts(w, dbis, ids, r.entries + r.n - m, m, out, id, &blocks, &entries)
             if rc == NO_MEMORY:  # the parts held in memory: streamed instead
@@ -1684,11 +1687,15 @@ cdef int flush_pending(Work* w) noexcept nogil:
     return rc if rc or p.size == 0 else note_if_stale(w)
 
 
-cdef const char* DISTINCT = b"distinct"  # meta's counters (read_counter)
-cdef const char* STALE = b"stale"
-cdef const char* REWRITE = b"rewrite"  # a rewrite of the tables under way (tidy)
-cdef const char* RUN_IDS = b"run ids"  # the highest run id a rewrite dropped (see add_run)
-cdef const char* REMOVED = b"removed"  # documents removed since rewrite_sparse
+# meta's counters (read_counter), named in format.py
+cdef bytes distinct_key = lmdb_format.DISTINCT, stale_key = lmdb_format.STALE
+cdef bytes rewrite_key = lmdb_format.REWRITE, run_ids_key = lmdb_format.RUN_IDS
+cdef bytes removed_key = lmdb_format.REMOVED
+cdef const char* DISTINCT = distinct_key  # the distinct fingerprints
+cdef const char* STALE = stale_key  # fingerprints removed since the tables were written whole
+cdef const char* REWRITE = rewrite_key  # a rewrite of the tables under way (tidy)
+cdef const char* RUN_IDS = run_ids_key  # the highest run id a rewrite dropped (see add_run)
+cdef const char* REMOVED = removed_key  # documents removed since rewrite_sparse
 
 
 cdef inline MDB_val meta_key(const char* name) noexcept nogil:
@@ -1730,7 +1737,7 @@ cdef int add_to_counter(Work* w, const char* name, int64_t change) noexcept nogi
 
 cdef int note_if_stale(Work* w) noexcept nogil:
     """Note for tidy a rewrite of the tables under way, or due (the stale
-    entries may exceed 1/RATIO of the distinct fingerprints), or one of the
+    entries may exceed 1/RUN_RATIO of the distinct fingerprints), or one of the
     documents (sparse_due)."""
     cdef uint64_t stale, distinct
     cdef bint sparse
@@ -1745,14 +1752,14 @@ cdef int note_if_stale(Work* w) noexcept nogil:
         rc = read_counter(w, DISTINCT, &distinct)
     if rc == 0:
         rc = sparse_due(w, &sparse)
-    w.untidy = w.untidy or (rc == 0 and (sparse or stale * RATIO > distinct))
+    w.untidy = w.untidy or (rc == 0 and (sparse or stale * RUN_RATIO > distinct))
     return rc
 
 
 cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) noexcept nogil:
     """Write table ``t`` as one run of the index's fingerprints ``fps``, dropping
     its runs; ``perms`` has room for them."""
-    cdef uint8_t slots[SLOTS]
+    cdef uint8_t slots[RUN_SLOTS]
     cdef size_t i, n = w.table_runs[t].n
     cdef uint64_t dropped = 0
     cdef int rc = read_counter(w, RUN_IDS, &dropped) if n else 0
@@ -1764,7 +1771,7 @@ cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) 
     close_runs(&w.table_runs[t])
     for i in range(n):
         if rc == 0:
-            rc = g_drop(w.txn, w.run_slots[t * SLOTS + slots[i]], 0)
+            rc = g_drop(w.txn, w.run_slots[t * RUN_SLOTS + slots[i]], 0)
     for i in range(fps.size):
         perms[i] = permute_one(fps.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                w.layout.blocks)
@@ -1801,13 +1808,13 @@ cdef int end_rewrite(Work* w, uint64_t stale) noexcept nogil:
 
 cdef int sparse_due(Work* w, bint* due) noexcept nogil:
     """Whether the documents removed since rewrite_sparse (meta ``removed``)
-    are over 1/RATIO of the documents."""
+    are over 1/RUN_RATIO of the documents."""
     cdef uint64_t removed
     cdef MDB_stat docs
     cdef int rc = read_counter(w, REMOVED, &removed)
     if rc == 0:
         rc = g_stat(w.txn, w.docs, &docs)
-    due[0] = rc == 0 and removed * RATIO > docs.ms_entries
+    due[0] = rc == 0 and removed * RUN_RATIO > docs.ms_entries
     return rc
 
 
@@ -1819,7 +1826,7 @@ cdef int rewrite_dbi(MDB_txn* txn, MDB_txn* last, MDB_dbi dbi, bint dupsort) noe
 
 
 cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
-    """Once the documents removed reach 1/RATIO of the documents (sparse_due),
+    """Once the documents removed reach 1/RUN_RATIO of the documents (sparse_due),
     write the documents, the index's slots and the band tables again, each
     emptied and appended in order from a snapshot of the last commit. LMDB
     merges a leaf only below a quarter full, so removals at random leave those
@@ -1841,7 +1848,7 @@ cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
 
 cdef int tidy(Work* w, bint* more) noexcept nogil:
     """One transaction's share of what batches left: the next table of a rewrite
-    of the tables (begun once the stale entries may exceed 1/RATIO of the
+    of the tables (begun once the stale entries may exceed 1/RUN_RATIO of the
     distinct fingerprints; meta ``rewrite`` holds the next table and the stale
     count it began with), else the tables' deferred merges until they have taken
     about a table's entries, so the file needs room for the tables and about one
@@ -1867,7 +1874,7 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     rc = read_counter(w, STALE, &stale)
     if rc == 0:
         rc = read_counter(w, DISTINCT, &distinct)
-    if rc == 0 and not rewriting and stale * RATIO > distinct:
+    if rc == 0 and not rewriting and stale * RUN_RATIO > distinct:
         rewriting, began = True, stale
     more[0] = rewriting
     if rc or rewriting:
@@ -2307,7 +2314,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
     (``may_rewrite``: the transaction has changed nothing yet) by writing the
     documents and the index again without them (write_without), where the
     batch brings the documents removed since they were last written whole
-    (meta ``removed``) over 1/RATIO of them (so each removal costs about RATIO
+    (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs about RUN_RATIO
     entries written)."""
     cdef MDB_val k, old
     cdef MDB_stat docs_stat
@@ -2322,9 +2329,9 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         rc = read_counter(w, REMOVED, &removed)
         if rc == 0:
             rc = g_stat(w.txn, w.docs, &docs_stat)
-        if rc == 0 and (removed + n) * RATIO > docs_stat.ms_entries:
+        if rc == 0 and (removed + n) * RUN_RATIO > docs_stat.ms_entries:
             rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
-        if rc == 0 and (removed + stored) * RATIO > docs_stat.ms_entries and g_txn_begin(
+        if rc == 0 and (removed + stored) * RUN_RATIO > docs_stat.ms_entries and g_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
@@ -2471,7 +2478,7 @@ cdef class Env:
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
     cdef MDB_dbi run_dir
-    cdef MDB_dbi run_slots[MAX_TABLES * SLOTS]
+    cdef MDB_dbi run_slots[MAX_TABLES * RUN_SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory
@@ -2491,7 +2498,7 @@ cdef class Env:
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
                   bint nolock, bint subdir=True, Py_ssize_t max_tables=256):
-        """``max_tables``: room for that many tables (each takes SLOTS
+        """``max_tables``: room for that many tables (each takes RUN_SLOTS
         sub-databases, and every transaction's setup grows with the room)."""
         self.path = path
         self.max_tables = min(max_tables, MAX_TABLES)
@@ -2506,7 +2513,7 @@ cdef class Env:
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
-        mdb_env_set_maxdbs(self.env, 4 + INDEX_SLOTS + SIGNATURE_BANDS + self.max_tables * SLOTS)
+        mdb_env_set_maxdbs(self.env, lmdb_format.max_dbs(self.max_tables))
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
         cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
@@ -2580,7 +2587,7 @@ cdef class Env:
         cdef int rc = g_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
-        rc = g_dbi_open(txn, b"meta", 0, &self.meta)
+        rc = g_dbi_open(txn, META_NAME, 0, &self.meta)
         if rc == MDB_NOTFOUND and create:  # new, unless the file holds other data
             rc = g_dbi_open(txn, NULL, 0, &main)
             if rc == 0:
@@ -2590,15 +2597,14 @@ cdef class Env:
                 raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
                                     "use another directory" % self.path.decode())
             if rc == 0:
-                rc = g_dbi_open(txn, b"meta", MDB_CREATE, &self.meta)
+                rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
                 add_index_slots = True  # a new database has every slot from the start
         if rc == 0:
-            rc = g_dbi_open(txn, b"docs", create_flag, &self.docs)
+            rc = g_dbi_open(txn, DOCS_NAME, create_flag, &self.docs)
         self.index_slots = 0
         for slot in range(INDEX_SLOTS):
             if rc == 0 and self.index_slots == slot:
-                slot_name = b"index:%02d" % slot if slot else b"fingerprints"
-                rc = g_dbi_open(txn, slot_name, MDB_DUPSORT | (
+                rc = g_dbi_open(txn, index_name(slot), MDB_DUPSORT | (
                     create_flag if add_index_slots or slot == 0 else 0), &self.index[slot])
                 if rc == MDB_NOTFOUND and slot:  # made before there were slots
                     rc = 0
@@ -2607,7 +2613,7 @@ cdef class Env:
         cdef Py_ssize_t old = 0  # tables in simhashdb 0.3's form: read, not written
         for t in range(tables):
             if rc == 0:
-                rc = g_dbi_open(txn, b"table:%03d" % t, MDB_DUPSORT | MDB_DUPFIXED,
+                rc = g_dbi_open(txn, old_table_name(t), MDB_DUPSORT | MDB_DUPFIXED,
                                 &self.tables[t])
                 old += rc == 0
                 rc = 0 if rc == MDB_NOTFOUND else rc
@@ -2620,17 +2626,17 @@ cdef class Env:
             raise DatabaseError("this handle has room for %d tables, not %d"
                                 % (self.max_tables, tables))
         if rc == 0 and self.runs:
-            rc = g_dbi_open(txn, b"runs", create_flag, &self.run_dir)
+            rc = g_dbi_open(txn, RUN_DIRECTORY_NAME, create_flag, &self.run_dir)
         for t in range(tables):
             if rc == 0 and self.runs:
-                for slot in range(SLOTS):
+                for slot in range(RUN_SLOTS):
                     if rc == 0:
-                        rc = g_dbi_open(txn, b"runs:%03d:%02d" % (t, slot), create_flag,
-                                        &self.run_slots[t * SLOTS + slot])
+                        rc = g_dbi_open(txn, run_slot_name(t, slot), create_flag,
+                                        &self.run_slots[t * RUN_SLOTS + slot])
         self.has_bands = rc == 0
         for t in range(SIGNATURE_BANDS):
             if rc == 0 and self.has_bands:
-                rc = g_dbi_open(txn, b"band:%02d" % t, create_flag | MDB_DUPSORT | MDB_DUPFIXED,
+                rc = g_dbi_open(txn, band_name(t), create_flag | MDB_DUPSORT | MDB_DUPFIXED,
                                 &self.bands[t])
                 if rc == MDB_NOTFOUND and not create:  # made before bands were
                     rc, self.has_bands = 0, False
@@ -2717,7 +2723,8 @@ cdef class Env:
         txn.env = self
         txn.write = write
         txn.put_slot = -1
-        if 0 < self.index_slots < INDEX_SLOTS and index_slot_exists(txn.txn, self.index_slots):
+        if 0 < self.index_slots < INDEX_SLOTS and sub_database_exists(
+                txn.txn, index_name(self.index_slots)):
             txn.abort()  # the slots another process added must be read too
             raise MapResizedError("the fingerprint index of %s gained slots: open them and "
                                   "begin again" % self.path.decode())
@@ -2731,16 +2738,13 @@ cdef class Env:
         self.env = NULL
 
 
-cdef bint index_slot_exists(MDB_txn* txn, int slot) noexcept nogil:
-    """Whether the index's slot ``slot`` (1-7) exists in this snapshot: a slot
-    past those open was added by another process (to a database of format 3
-    read here with one slot, or one whose slots an interrupted open made in
-    part)."""
+cdef bint sub_database_exists(MDB_txn* txn, const char* name) noexcept nogil:
+    """Whether the sub-database ``name`` exists in this snapshot (an index
+    slot past those open was added by another process: to a database of
+    format 3 read here with one slot, or one whose slots an interrupted open
+    made in part)."""
     cdef MDB_val k, v
-    cdef char name[8]
-    memcpy(name, b"index:0", 7)
-    name[7] = <char>(48 + slot)  # '0' + slot
-    k.mv_size, k.mv_data = 8, name
+    k.mv_size, k.mv_data = strlen(name), <char*>name
     return g_get(txn, MAIN_DBI, &k, &v) == 0
 
 
@@ -2861,20 +2865,23 @@ cdef class Txn:
         """The number of distinct fingerprints (the entries of table 0, or the
         counter of a database whose tables are runs)."""
         if not self.env.runs:
-            return self.entries("table:000")
+            return self.entries(old_table_name(0))
         raw = self.get(DISTINCT, True)
         return int.from_bytes(raw, "big") if raw else 0
 
-    def entries(self, str which):
-        """Entries of ``docs``, ``fingerprints`` (all its slots) or a table (``table:N``)."""
+    def entries(self, bytes which):
+        """Entries of the sub-database ``which`` (named as in format.py):
+        documents, the index (its first slot's name: all its slots) or a table
+        in 0.3's form."""
         self.check()
         cdef MDB_stat stat
         cdef int slot, rc = 0
         cdef size_t total = 0
-        if which != "fingerprints":
+        cdef bint index = which == INDEX_NAME
+        if not index:
             rc = g_stat(self.txn, self._dbi(which), &stat)
             total = stat.ms_entries
-        for slot in range(self.env.index_slots if which == "fingerprints" else 0):
+        for slot in range(self.env.index_slots if index else 0):
             if rc == 0:
                 rc = g_stat(self.txn, self.env.index[slot], &stat)
                 total += stat.ms_entries
@@ -2882,19 +2889,20 @@ cdef class Txn:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return total
 
-    cdef MDB_dbi _dbi(self, str which) except? 0:
-        if which == "docs":
+    cdef MDB_dbi _dbi(self, bytes which) except? 0:
+        if which == DOCS_NAME:
             return self.env.docs
-        return self.env.tables[int(which.split(":")[1])]
+        return self.env.tables[int(which.split(b":")[1])]
 
-    def items(self, str which, bytes after=None, Py_ssize_t limit=4096):
-        """Up to ``limit`` (key, value) items of ``docs`` or ``fingerprints`` in
-        order, starting after the item (key) ``after`` (from the first: None)."""
+    def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
+        """Up to ``limit`` (key, value) items of the documents or the index (as
+        ``entries`` names them) in order, starting after the item (key)
+        ``after`` (from the first: None)."""
         self.check()
         cdef MDB_cursor* cursor = NULL
         cdef MDB_val k, v, after_k, after_v
         cdef Work w = self.work()
-        cdef bint index = which == "fingerprints"
+        cdef bint index = which == INDEX_NAME
         cdef int rc = 0 if index else g_cursor_open(self.txn, self._dbi(which), &cursor)
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
@@ -3278,25 +3286,26 @@ cdef class Txn:
         ``table:NNN``, already in order), as one run, then drop the old table;
         nothing where it is converted already."""
         self.check()
-        name = b"table:%03d" % table
+        name = old_table_name(table)
         cdef const char* old_name = name
+        cdef const char* run_directory = RUN_DIRECTORY_NAME
         cdef MDB_dbi old, slot, run_dir
         cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
-        for number in reversed(range(SLOTS)):  # every slot of the table, slot 0 last
-            slot_name = b"runs:%03d:%02d" % (table, number)
+        for number in reversed(range(RUN_SLOTS)):  # every slot of the table, slot 0 last
+            slot_name = run_slot_name(table, number)
             if rc == 0:
                 rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
         cdef MDB_cursor* cursor = NULL
         cdef MDB_val k, v
         cdef U64s values
         values.data, values.size, values.cap = NULL, 0, 0
-        cdef uint8_t record[13]
-        cdef uint8_t key[2]
+        cdef uint8_t record[RUN_RECORD_BYTES]
+        cdef uint8_t key[TABLE_KEY_BYTES]
         cdef size_t blocks, entries = 0
         cdef Work w = self.work()
         with nogil:
             if rc == 0:
-                rc = g_dbi_open(self.txn, b"runs", MDB_CREATE, &run_dir)
+                rc = g_dbi_open(self.txn, run_directory, MDB_CREATE, &run_dir)
             if rc == 0:
                 rc = g_drop(self.txn, slot, 0)
             if rc == 0:
@@ -3321,9 +3330,9 @@ cdef class Txn:
                 write_be(record, 1, 4)
                 record[4] = 0
                 write_be(record + 5, entries, 8)
-                write_be(key, table, 2)
-                k.mv_size, k.mv_data = 2, key
-                v.mv_size, v.mv_data = 13 if entries else 0, record
+                write_be(key, table, TABLE_KEY_BYTES)
+                k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
+                v.mv_size, v.mv_data = RUN_RECORD_BYTES if entries else 0, record
                 rc = g_put(self.txn, run_dir, &k, &v, 0)
             if rc == 0 and table == 0:  # the counters tables kept as runs need
                 rc = write_counter(&w, DISTINCT, entries)

@@ -27,6 +27,7 @@ from simhashdb import (
     SimhashDBError,
 )
 from simhashdb.layout import Layout
+from simhashdb.storage.lmdb import format as lmdb_format
 
 MAX = 2**64 - 1
 pytestmark = pytest.mark.usefixtures("backend")  # every test here runs on each backend
@@ -361,7 +362,8 @@ def test_check_reports_a_damaged_table(db):
     db.close()
     env = lmdb.open(db.path, max_dbs=4096)
     with env.begin(write=True) as txn:  # table 3's run (one block) lost
-        assert txn.drop(env.open_db(b"runs:003:00", txn=txn), delete=False) is None
+        slot = env.open_db(lmdb_format.TABLE_RUNS.name(3, 0), txn=txn)
+        assert txn.drop(slot, delete=False) is None
     env.close()
     db = DB(db.path)
     problems = db.check()
@@ -394,7 +396,7 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
         db.close()
         env = lmdb.open(db.path, max_dbs=4096)
         with env.begin(write=True) as txn:
-            for name in [b"fingerprints"] + [b"index:%02d" % s for s in range(1, 8)]:
+            for name in lmdb_format.INDEX.names():
                 txn.delete((12345).to_bytes(8, "big"), msgpack.packb(1717),
                            db=env.open_db(name, txn=txn, dupsort=True))
         env.close()

@@ -100,6 +100,7 @@ cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
     return x
 
 
+include "_format.pxi"
 include "_runs.pxi"
 
 

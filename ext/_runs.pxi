@@ -1,7 +1,17 @@
-# Compressed sorted runs in LMDB (issue 22, RUNS.md), shared by _runs (the
-# study) and _lmdb (tables kept as runs): the codec (_codec.pxi) on LMDB items.
-# The host module provides the LMDB and guard.h declarations,
-# popcount64/ctz64/clz64, read_be/write_be and NO_MEMORY.
+# Compressed sorted runs in LMDB (issue 22, RUNS.md), shared by _lmdb (tables
+# kept as runs) and the prototype in tools/runs_prototype: the codec
+# (_codec.pxi) on LMDB items. The host module provides NO_MEMORY and the
+# format's constants (_format.pxi).
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy, memmove, memset
+from bits cimport ctz64, read_be, write_be
+from clmdb cimport (
+    g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_APPEND, MDB_cursor, mdb_cursor_close,
+    MDB_cursor_op, MDB_dbi, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT, MDB_NOTFOUND, MDB_PREV,
+    MDB_SET_RANGE, MDB_txn, MDB_val,
+)
 
 include "_codec.pxi"
 

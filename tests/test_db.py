@@ -645,11 +645,12 @@ def test_version_and_type_information_ship_with_the_package():
     assert simhashdb.__version__ == importlib.metadata.version("simhashdb")
     package = importlib.resources.files("simhashdb")
     assert package.joinpath("py.typed").is_file()
-    stub = package.joinpath("_ext.pyi").read_text()
     init = package.joinpath("__init__.py").read_text()
-    imported = regex.search(r"from \._ext import \(([^)]*)\)", init).group(1).split(",")
-    for name in filter(None, (n.strip() for n in imported)):
-        assert regex.search(r"^def %s\(" % name, stub, regex.M), name
+    for module in ("_ext", "_text"):
+        stub = package.joinpath(module + ".pyi").read_text()
+        imported = regex.search(r"from \.%s import \(([^)]*)\)" % module, init).group(1).split(",")
+        for name in filter(None, (n.strip() for n in imported)):
+            assert regex.search(r"^def %s\(" % name, stub, regex.M), name
 
 
 def test_insert_if_new_keeps_the_match_a_later_record_of_the_batch_moves(db):

@@ -7,7 +7,7 @@ from libc.string cimport memcpy, memset
 from posix.stdlib cimport posix_memalign
 from bits cimport read_be, write_be
 from clmdb cimport (
-    g_cursor_get, MDB_cursor, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE, MDB_val, pthread_mutex_lock,
+    g_copy, g_cursor_get, MDB_cursor, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE, MDB_val, pthread_mutex_lock,
     pthread_mutex_t, pthread_mutex_unlock,
 )
 
@@ -188,11 +188,13 @@ cdef int dir_grow(BlockDir* d) noexcept nogil:
 cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
                    BlockDir** out) noexcept nogil:
     """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
-    first value, and where its value lies in the map."""
+    first value, and where its value lies in the map. A run whose blocks hold
+    other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced)."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
     cdef uint8_t key[RUN_KEY_BYTES]
+    cdef uint8_t count[2]  # a block's header: its entries after the first
     cdef MDB_val k, v
-    cdef uint64_t first
+    cdef uint64_t first, counted = 0
     cdef int rc = NO_MEMORY if d == NULL else 0
     out[0] = d
     if rc:
@@ -211,11 +213,17 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
             rc = dir_grow(d)
             if rc:
                 break
+        if g_copy(count, v.mv_data, 2):
+            rc = CORRUPTED
+            break
+        counted += 1 + (count[0] | (<uint64_t>count[1] << 8))
         d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, v.mv_size
         d.n += 1
         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
     if rc and rc != MDB_NOTFOUND:  # (an item of another run ends this one, as for a cursor)
         return rc
+    if counted != entries:
+        return RUN_DAMAGED
     cdef size_t j
     cdef void* lines = NULL  # firsts again, a stretch of DIR_STRIDE to a cache line
     if posix_memalign(&lines, 64, d.n * sizeof(uint64_t) + 1):

@@ -43,6 +43,7 @@ cdef enum:
     MAX_TABLES = 1024
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
 cdef int NO_MEMORY = -29999
+cdef int RUN_DAMAGED = -29998  # a run holds fewer or more entries than its directory says
 
 
 class MapFullError(DatabaseError):
@@ -70,6 +71,10 @@ cdef object lmdb_error(int rc, str what):
                             "`export` what is readable" % (what, guard_last_signal()))
     if rc == NO_MEMORY:
         return MemoryError("%s: out of memory" % what)
+    if rc == RUN_DAMAGED:
+        return DamagedError("%s: a run of the tables is damaged (its blocks hold other than the "
+                            "entries it was written with); db.check() lists the damage, and "
+                            "compact() writes the tables again from the fingerprint index" % what)
     if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:
         return MapFullError("%s: %s" % (what, mdb_strerror(rc).decode()))
     if rc == MDB_MAP_RESIZED:

@@ -54,11 +54,11 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
                 dir_publish(r.cache, t * RUN_SLOTS + r.slot[i], r.dir[i])
-            else:  # a damaged run: the cursor finds the damage if a search goes there
+            else:  # a damaged block: the cursor finds it if a search goes there
                 if r.dir[i] != NULL:
                     dir_free(r.dir[i])
                     r.dir[i] = NULL
-                rc = rc if rc == GUARD_FAULT or rc == NO_MEMORY else 0
+                rc = rc if rc == GUARD_FAULT or rc == NO_MEMORY or rc == RUN_DAMAGED else 0
         if rc:
             break
     return rc

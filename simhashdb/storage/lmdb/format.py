@@ -129,6 +129,12 @@ def directory_runs(raw):
     return runs
 
 
+def block_entries(value):
+    """The entries of a run's block, from its stored value: its header counts
+    those after the first (2 bytes, little-endian)."""
+    return 1 + (value[0] | value[1] << 8) if len(value) >= 2 else 0
+
+
 def block_key(run, first):
     """The key of run ``run``'s block whose first value is ``first``."""
     return run.to_bytes(4, "big") + first.to_bytes(8, "big")

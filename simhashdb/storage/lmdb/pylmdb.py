@@ -38,6 +38,7 @@ from .format import (
     RUN_RATIO,
     RUN_SLOTS,
     STALE,
+    block_entries,
     block_key,
     directory_key,
     directory_record,
@@ -75,6 +76,7 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._runs = False  # whether the tables are kept as runs (known once they are open)
+        self._whole_runs = set()  # (table, run id, entries) of runs found whole (_check_run)
         # what a new database needs is made in one transaction (whose write lock
         # also orders two processes making it at once): a crash leaves all or none
         with self._making() as txn:
@@ -467,7 +469,27 @@ class PyView(View):
         runs = directory_runs(raw)
         if runs is None:
             raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+        for run, slot, entries in runs:
+            if (table, run, entries) not in self._storage._whole_runs:
+                self._check_run(table, run, slot, entries)
         return runs
+
+    def _check_run(self, table, run, slot, entries):
+        """Refuse a run whose blocks hold other than its ``entries`` (a block
+        lost from it, or miscounted); a run found whole is not read again (run
+        ids are never given twice in a table)."""
+        cursor = self._cursor(slot_name(table, slot))
+        prefix = block_key(run, 0)[:4]
+        counted, at = 0, cursor.set_range(prefix)
+        while at and cursor.key()[:4] == prefix:
+            counted += block_entries(cursor.value())
+            at = cursor.next()
+        if counted != entries:
+            raise DatabaseError("%s is damaged: a run of table %d holds %d entries, not the %d "
+                                "it was written with; db.check() lists the damage, and "
+                                "compact() writes the tables again from the fingerprint index"
+                                % (self._storage.path, table, counted, entries))
+        self._storage._whole_runs.add((table, run, entries))
 
     def _run_range(self, table, run, slot, lo, hi):
         """The values of run ``run`` (in ``slot`` of ``table``) in [lo, hi],

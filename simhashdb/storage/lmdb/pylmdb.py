@@ -398,7 +398,7 @@ class PyView(View):
         fingerprint), a stale one not at all (keys_of gives it no key)."""
         layout = self._storage._layout
         if self._storage._runs:
-            directories = [self._directory(t) for t in range(layout.tables)]
+            directories = [self._whole_directory(t) for t in range(layout.tables)]
 
             def scan(table, first, last, perm):
                 entries = array("Q")
@@ -469,15 +469,21 @@ class PyView(View):
         runs = directory_runs(raw)
         if runs is None:
             raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+        return runs
+
+    def _whole_directory(self, table):
+        """The directory of ``table``'s runs, each run refused if its blocks
+        hold other than its entries (a block lost from it, or miscounted): a
+        search must not answer without them. A run found whole is not read
+        again (run ids are never given twice in a table)."""
+        runs = self._directory(table)
         for run, slot, entries in runs:
             if (table, run, entries) not in self._storage._whole_runs:
                 self._check_run(table, run, slot, entries)
         return runs
 
     def _check_run(self, table, run, slot, entries):
-        """Refuse a run whose blocks hold other than its ``entries`` (a block
-        lost from it, or miscounted); a run found whole is not read again (run
-        ids are never given twice in a table)."""
+        """Count the entries of run ``run``'s blocks against ``entries``."""
         cursor = self._cursor(slot_name(table, slot))
         prefix = block_key(run, 0)[:4]
         counted, at = 0, cursor.set_range(prefix)
@@ -485,9 +491,10 @@ class PyView(View):
             counted += block_entries(cursor.value())
             at = cursor.next()
         if counted != entries:
-            raise DatabaseError("%s is damaged: a run of table %d holds %d entries, not the %d "
-                                "it was written with; db.check() lists the damage, and "
-                                "compact() writes the tables again from the fingerprint index"
+            raise DatabaseError("%s is damaged: a block of table %d is unreadable (its run's "
+                                "blocks hold %d entries, not the %d it was written with); "
+                                "db.check() lists the damage, and compact() writes the tables "
+                                "again from the fingerprint index"
                                 % (self._storage.path, table, counted, entries))
         self._storage._whole_runs.add((table, run, entries))
 

@@ -51,16 +51,23 @@ include "_runs.pxi"
 # Today's table: a dupsort sub-database, the top 2 bytes of a value its key
 # and the other 6 a fixed-size duplicate
 
+cdef inline void table_entry(uint64_t x, uint8_t* kb, uint8_t* vb, MDB_val* k,
+                             MDB_val* v) noexcept nogil:
+    """Point ``k`` and ``v`` at ``x`` as today's table keeps it: its top 2
+    bytes in ``kb``, the other 6 in ``vb``."""
+    write_be(kb, x >> 48, 2)
+    write_be(vb, x, 6)
+    k.mv_size, k.mv_data = 2, kb
+    v.mv_size, v.mv_data = 6, vb
+
+
 cdef int table_put(MDB_cursor* cursor, uint64_t x, bint append, uint64_t* last,
                    bint* have_last) noexcept nogil:
     cdef uint8_t kb[2]
     cdef uint8_t vb[6]
     cdef MDB_val k, v
     cdef int rc
-    write_be(kb, x >> 48, 2)
-    write_be(vb, x, 6)
-    k.mv_size, k.mv_data = 2, kb
-    v.mv_size, v.mv_data = 6, vb
+    table_entry(x, kb, vb, &k, &v)
     if not append:
         rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
         return 0 if rc == MDB_KEYEXIST else rc
@@ -76,10 +83,7 @@ cdef int scan_table(MDB_cursor* cursor, uint64_t lo, uint64_t hi, size_t* count)
     cdef uint8_t vb[6]
     cdef MDB_val k, v
     cdef uint64_t x
-    write_be(kb, lo >> 48, 2)
-    write_be(vb, lo, 6)
-    k.mv_size, k.mv_data = 2, kb
-    v.mv_size, v.mv_data = 6, vb
+    table_entry(lo, kb, vb, &k, &v)
     cdef int rc = g_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
     if rc == MDB_NOTFOUND:
         if (lo >> 48) == (hi >> 48):

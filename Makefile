@@ -28,10 +28,7 @@ PY := $(VENV)/bin/python
 		|| { echo "simhashdb: Java is missing (the Spark tests need it): install a Java 17+ runtime (Debian/Ubuntu: default-jre-headless), then run make again" >&2; exit 1; }
 	@touch $@
 
-SOURCES := setup.py pyproject.toml ext/_ext.pyx ext/_match.pxi ext/_lmdb.pyx ext/guard.h \
-	ext/_tables.pxi ext/_memory.pxi ext/_signature.pxi ext/_values.pxi ext/_runs.pxi \
-	ext/_codec.pxi ext/_gate.pxi \
-	ext/_runs.pyx ext/_records.pyx ext/_redis.pyx
+SOURCES := setup.py pyproject.toml $(wildcard ext/*.pyx ext/*.pxi ext/*.pxd ext/*.h)
 
 $(PY):
 	python3 -m venv $(VENV)

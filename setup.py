@@ -28,15 +28,24 @@ REDIS = ["redis>=5.0", "hiredis>=2.0"]
 SERVER = ["aiohttp>=3.9"]
 SCRAPY = ["scrapy>=2.13"]
 
+# the engine's parts (_lmdb.pyx includes them in order); every extension cimports ext/bits.pxd
+LMDB_PARTS = ["ext/_buffers.pxi", "ext/_dirs.pxi", "ext/_work.pxi", "ext/_search.pxi",
+              "ext/_old_tables.pxi", "ext/_index.pxi", "ext/_merges.pxi", "ext/_bands.pxi",
+              "ext/_writes.pxi", "ext/_tidy.pxi", "ext/_upsert.pxi", "ext/_env.pxi", "ext/_txn.pxi"]
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
-                        depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
-                                 "ext/_signature.pxi", "ext/_casefold.pxi", "ext/_codec.pxi",
+                        depends=["ext/bits.pxd", "ext/_match.pxi", "ext/_tables.pxi",
+                                 "ext/_memory.pxi", "ext/_signature.pxi", "ext/_codec.pxi",
                                  "ext/_gate.pxi"],
                         extra_compile_args=["-O3"]),
-              Extension("simhashdb._records", ["ext/_records.pyx"], depends=["ext/_values.pxi"],
+              Extension("simhashdb._text", ["ext/_text.pyx"],
+                        depends=["ext/bits.pxd", "ext/_memory.pxi", "ext/_signature.pxi",
+                                 "ext/_casefold.pxi"],
                         extra_compile_args=["-O3"]),
+              Extension("simhashdb._records", ["ext/_records.pyx"],
+                        depends=["ext/bits.pxd", "ext/_values.pxi"], extra_compile_args=["-O3"]),
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
-                        depends=["ext/_tables.pxi", "ext/_memory.pxi", "ext/_signature.pxi"],
+                        depends=["ext/bits.pxd", "ext/_tables.pxi", "ext/_memory.pxi",
+                                 "ext/_signature.pxi"],
                         extra_compile_args=["-O3"])]
 # SIMHASHDB_NO_NATIVE_LMDB=1 leaves the native backend out on purpose;
 # SIMHASHDB_REQUIRE_NATIVE_LMDB=1 (make wheel) fails the build rather than leave it out
@@ -56,12 +65,10 @@ if flags is None:
         % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/_tables.pxi", "ext/_signature.pxi",
-                                         "ext/_values.pxi", "ext/_runs.pxi", "ext/_codec.pxi"],
-                                extra_compile_args=["-O3"], **flags))
-    # the compressed runs of issue 22, measured by tools/run_study.py (RUNS.md)
-    extensions.append(Extension("simhashdb._runs", ["ext/_runs.pyx"],
-                                depends=["ext/guard.h", "ext/_runs.pxi", "ext/_codec.pxi"],
+                                depends=["ext/guard.h", "ext/clmdb.pxd", "ext/bits.pxd",
+                                         "ext/_format.pxi", "ext/_tables.pxi",
+                                         "ext/_signature.pxi", "ext/_values.pxi", "ext/_runs.pxi",
+                                         "ext/_codec.pxi"] + LMDB_PARTS,
                                 extra_compile_args=["-O3"], **flags))
 
 setup(

@@ -1,7 +1,10 @@
 # The block codec of compressed sorted runs (RUNS.md), on plain memory: no
-# LMDB. Included by _runs.pxi (runs in LMDB, for _runs and _lmdb) and by _ext
-# (the py-lmdb backend's codec). The host module provides popcount64, ctz64,
-# clz64, memset and memcpy.
+# LMDB. Included by _runs.pxi (runs in LMDB, for _lmdb and the prototype) and by _ext
+# (the py-lmdb backend's codec).
+
+from libc.stdint cimport uint8_t, uint64_t
+from libc.string cimport memcpy, memset
+from bits cimport clz64, ctz64, popcount64
 
 cdef enum:
     BLOCK_BYTES = 996   # a block's value: four items of a 12-byte key fill a 4 KiB page

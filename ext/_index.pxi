@@ -6,6 +6,21 @@
 # holds the entry; merges keep about log_RATIO(N / batch) slots in use. Included
 # by _lmdb.pyx after Work (and Index, which Work holds).
 
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy, memset
+from bits cimport write_be
+from clmdb cimport (
+    g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_del, g_drop, g_stat, g_txn_begin,
+    GUARD_FAULT, MDB_APPEND, MDB_APPENDDUP, MDB_cursor, mdb_cursor_close, MDB_cursor_op, MDB_dbi,
+    MDB_env, MDB_FIRST, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_NODUP,
+    MDB_NODUPDATA, MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_SET_RANGE, MDB_stat, MDB_txn,
+    mdb_txn_abort, mdb_txn_env, mdb_txn_id, MDB_val, pthread_cond_broadcast, pthread_cond_destroy,
+    pthread_cond_init, pthread_cond_t, pthread_cond_wait, pthread_create, pthread_join,
+    pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
+    pthread_mutex_unlock, pthread_t,
+)
+
 cdef int index_open(Work* w) noexcept nogil:
     """Open a cursor on each slot in use and on the transaction's own, once
     (lazily: a search without hits never reads the index)."""
@@ -214,10 +229,7 @@ cdef int index_merge_in_place(Work* w, int a, int b, uint64_t entries) noexcept 
             rc = 0
         if rc == 0:
             rc = g_cursor_get(src, &k, &v, MDB_NEXT)
-    if src != NULL:
-        mdb_cursor_close(src)
-    if dst != NULL:
-        mdb_cursor_close(dst)
+    close_two(src, dst)
     rc = 0 if rc == MDB_NOTFOUND else rc
     if rc == 0:
         rc = g_drop(w.txn, w.index_dbis[a], 0)
@@ -474,7 +486,7 @@ cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
 cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, int* chain,
                      uint64_t* total, uint32_t* taken, bint* untidy) noexcept nogil:
     """The slots of the next merge (how many; 0: none): the two smallest in use
-    while the smaller holds over 1/RATIO of the other (or the slots run short),
+    while the smaller holds over 1/RUN_RATIO of the other (or the slots run short),
     extended while its output would be merged next. A merge of more than
     ``limit`` entries (0: any) is left (``untidy``)."""
     cdef uint64_t x, y
@@ -493,7 +505,7 @@ cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limi
             break
         x = entries[a] if n == 0 else min(total[0], entries[a])
         y = entries[b] if n == 0 else max(total[0], entries[a])
-        if used < INDEX_SLOTS - 1 and x * RATIO <= y:
+        if used < INDEX_SLOTS - 1 and x * RUN_RATIO <= y:
             break
         if used < INDEX_SLOTS - 1 and limit and x + y > limit:
             untidy[0] = True

@@ -15,11 +15,9 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from bits cimport popcount64
 
 from simhashdb._ext import as_fingerprints
-
-cdef extern from *:
-    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
 
 include "_memory.pxi"
 include "_tables.pxi"

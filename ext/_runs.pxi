@@ -1,7 +1,17 @@
-# Compressed sorted runs in LMDB (issue 22, RUNS.md), shared by _runs (the
-# study) and _lmdb (tables kept as runs): the codec (_codec.pxi) on LMDB items.
-# The host module provides the LMDB and guard.h declarations,
-# popcount64/ctz64/clz64, read_be/write_be and NO_MEMORY.
+# Compressed sorted runs in LMDB (issue 22, RUNS.md), shared by _lmdb (tables
+# kept as runs) and the prototype in tools/runs_prototype: the codec
+# (_codec.pxi) on LMDB items. The host module provides NO_MEMORY and the
+# format's constants (_format.pxi).
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy, memmove, memset
+from bits cimport ctz64, read_be, write_be
+from clmdb cimport (
+    g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_APPEND, MDB_cursor, mdb_cursor_close,
+    MDB_cursor_op, MDB_dbi, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT, MDB_NOTFOUND, MDB_PREV,
+    MDB_SET_RANGE, MDB_txn, MDB_val,
+)
 
 include "_codec.pxi"
 
@@ -10,7 +20,7 @@ include "_codec.pxi"
 
 cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil:
     """Copy a block out of the map (guarded) and check its header."""
-    if k.mv_size != 12 or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
+    if k.mv_size != RUN_KEY_BYTES or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
         return CORRUPTED
     if g_copy(b.buf, v.mv_data, v.mv_size):
         return CORRUPTED
@@ -108,13 +118,13 @@ cdef void start_at(RunIter* it, uint64_t lo) noexcept nogil:
 
 
 cdef inline bint in_run(const MDB_val* k, uint32_t run) noexcept nogil:
-    return k.mv_size == 12 and read_be(<const uint8_t*>k.mv_data, 4) == run
+    return k.mv_size == RUN_KEY_BYTES and read_be(<const uint8_t*>k.mv_data, 4) == run
 
 
 cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
     """Position ``it`` so that iter_next gives the run's entries from the
     bucket of ``lo`` on (the few before ``lo`` there are the caller's to skip)."""
-    cdef uint8_t key[12]
+    cdef uint8_t key[RUN_KEY_BYTES]
     cdef MDB_val k, v
     cdef int rc
     it.more, it.i, it.b.c = False, 1, 0  # empty, until a block is found
@@ -128,7 +138,7 @@ cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
         return rc
     write_be(key, it.run, 4)
     write_be(key + 4, lo, 8)
-    k.mv_size, k.mv_data = 12, key
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key
     rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
     if rc == 0 and in_run(&k, it.run) and read_be(<const uint8_t*>k.mv_data + 4, 8) == lo:
         it.more, it.i, it.pos = True, 0, 0
@@ -145,7 +155,7 @@ cdef int iter_seek(RunIter* it, uint64_t lo) noexcept nogil:
         return 0
     if rc and rc != MDB_NOTFOUND:
         return rc
-    k.mv_size, k.mv_data = 12, key  # lo is before the run's first block
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key  # lo is before the run's first block
     rc = g_cursor_get(it.cursor, &k, &v, MDB_SET_RANGE)
     if rc == 0 and in_run(&k, it.run):
         it.more, it.i, it.pos = True, 0, 0
@@ -344,7 +354,7 @@ cdef struct RunWriter:
 cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
     """Check the new values (ascending; equal ones and dropped ones left out),
     put every block they complete (all of them when ``final``), and keep the rest."""
-    cdef uint8_t key[12]
+    cdef uint8_t key[RUN_KEY_BYTES]
     cdef MDB_val k, v
     cdef size_t i, w = wr.clean, start = 0, n
     cdef uint64_t x, prev = wr.out[w - 1] if w else wr.last
@@ -368,7 +378,7 @@ cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
         n = block_length(wr.out + start, w - start, &wr.guess)
         write_be(key, wr.run, 4)
         write_be(key + 4, wr.out[start], 8)
-        k.mv_size, k.mv_data = 12, key
+        k.mv_size, k.mv_data = RUN_KEY_BYTES, key
         v.mv_size, v.mv_data = encode_block(wr.out + start, n, wr.buf), wr.buf
         if wr.cursor == NULL:
             rc = blocks_push(wr.sink, wr.out[start], wr.buf, v.mv_size)
@@ -403,12 +413,12 @@ cdef struct Source:
 
 cdef int source_next(Source* s, MDB_cursor_op op) noexcept nogil:
     """Decode the run's next block (the first with MDB_SET_RANGE); n = 0 at its end."""
-    cdef uint8_t key[12]
+    cdef uint8_t key[RUN_KEY_BYTES]
     cdef MDB_val k, v
     cdef int rc
     write_be(key, s.run, 4)
     memset(key + 4, 0, 8)
-    k.mv_size, k.mv_data = 12, key
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key
     s.i = s.n = 0
     rc = g_cursor_get(s.cursor, &k, &v, op)
     if rc == MDB_NOTFOUND or (rc == 0 and not in_run(&k, s.run)):

@@ -11,6 +11,8 @@
 # similarity J share at least one band with probability 1 - (1 - J^4)^32:
 # 0.99 at J = 0.6 (a copy with 1 word in 20 replaced), 0.01 at J = 0.1.
 
+from libc.stdint cimport uint32_t, uint64_t
+
 cdef enum:
     MINHASH_BINS = 128
     SIGNATURE_BANDS = 32

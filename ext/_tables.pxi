@@ -3,6 +3,9 @@
 # _redis (the Redis backend's kernels). A layout is a flat int array of
 # (source shift, width, destination shift) triples, ``blocks`` triples per table.
 
+from libc.stdint cimport uint64_t
+from libc.string cimport memcpy, memset
+
 cdef inline uint64_t permute_one(uint64_t fp, const long* spec, Py_ssize_t blocks) noexcept nogil:
     cdef uint64_t out = 0, mask
     cdef Py_ssize_t b

@@ -1,17 +1,12 @@
 # The stored document value's bytes, read natively (see simhashdb.records for
 # the format), shared by _lmdb (band updates) and _records.
 
+from libc.stdint cimport uint8_t
+from bits cimport read_be
+
 cdef enum:  # the slots of records.PackedDocuments, which _lmdb reads
     KEY_SLOT = 9     # msgpack of an int in [0, 2**64): at most 9 bytes
     VALUE_SLOT = 20  # [fingerprint, nil, stored_at]: at most 1 + 9 + 1 + 9 bytes
-
-cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
-    cdef uint64_t x = 0
-    cdef int i
-    for i in range(n):
-        x = (x << 8) | p[i]
-    return x
-
 
 cdef const uint8_t* msgpack_skip(const uint8_t* p, const uint8_t* end, int depth) noexcept nogil:
     """The end of the msgpack object at ``p``, or NULL where it is damaged,

@@ -11,11 +11,13 @@ __version__ = "0.5.0"
 
 from ._ext import (
     check_fingerprint,
+    num_differing_bits,
+    num_differing_bits_many,
+)
+from ._text import (
     compute,
     compute_weighted,
     fast_hash,
-    num_differing_bits,
-    num_differing_bits_many,
 )
 from .db import DB, Decision, Match, Pair, TextMatch, TextPair, upgrade
 from .errors import (

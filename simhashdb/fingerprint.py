@@ -38,7 +38,7 @@ import unicodedata
 from array import array
 from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
-from . import _ext
+from . import _ext, _text
 from .errors import InvalidArgumentError, SimhashDBError
 
 Text = Union[str, bytes, bytearray, memoryview]
@@ -137,7 +137,7 @@ def tokenize(text: str, unit: str = "words") -> list[str]:
     if not isinstance(text, str):
         raise InvalidArgumentError("tokenize expects normalised text, a str (normalize() makes "
                                    "one of bytes), got %s" % type(text).__name__)
-    return _ext.tokens_utf8(text.encode("utf-8", "surrogatepass"), _check_unit(unit) == "chars")
+    return _text.tokens_utf8(text.encode("utf-8", "surrogatepass"), _check_unit(unit) == "chars")
 
 
 def html_to_text(markup: Text) -> str:
@@ -176,7 +176,7 @@ def strip_html(markup: Text) -> str:
     two cases, where html.parser shows some of the markup as text
     (tests/test_html.py)."""
     markup = _as_markup(markup)
-    text = _ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
+    text = _text.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
         "utf-8", "surrogatepass")
     return html.unescape(text) if "&" in text else text
 
@@ -328,7 +328,7 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
                                        % (idf, ", ".join(sorted(WEIGHT_TABLES))))
         hashes, weights, absent = _word_weights(idf)
         starts = _table_starts(idf)
-        return strip_html, lambda nfkc, signature=False: _ext.casefold_fingerprint(
+        return strip_html, lambda nfkc, signature=False: _text.casefold_fingerprint(
             nfkc, hashes, weights, starts, absent, signature)
     lengths = _shingle_lengths(DEFAULT_WINDOW if window is _DEFAULT else window)
     cjk_window = DEFAULT_CJK_WINDOW if cjk_window is _DEFAULT else cjk_window
@@ -338,19 +338,19 @@ def _method(window=_DEFAULT, unit=_DEFAULT, tokenizer=None, hasher=None, cjk_win
 
     def counted_shingles(normalized):  # recipes 1 and 2
         if tokenizer is None and hasher is None:
-            return _ext.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"),
+            return _text.fingerprint_utf8(normalized.encode("utf-8", "surrogatepass"),
                                          _mask(lengths), unit == "chars", _mask(cjk_lengths),
                                          run_cap)
         tokens = tokenizer(normalized) if tokenizer else tokenize(normalized, unit)
         if hasher is None:
-            return _ext.fingerprint_tokens([t.encode("utf-8", "surrogatepass") for t in tokens],
+            return _text.fingerprint_tokens([t.encode("utf-8", "surrogatepass") for t in tokens],
                                            _mask(lengths), _mask(cjk_lengths), run_cap)
         shingles = [s for length in lengths for s in shingle(tokens, length)] or [tokens]
-        return _ext.compute(hasher(" ".join(s).encode("utf-8")) for s in shingles if s)
+        return _text.compute(hasher(" ".join(s).encode("utf-8")) for s in shingles if s)
 
     def shingles_and_signature(nfkc, signature=False):
         normalized = nfkc.casefold()
-        return counted_shingles(normalized), (_ext.word_minhash(
+        return counted_shingles(normalized), (_text.word_minhash(
             normalized.encode("utf-8", "surrogatepass")) if signature else None)
     return html_to_text, shingles_and_signature
 
@@ -372,7 +372,7 @@ def _word_weights(name):
 
 @functools.lru_cache(maxsize=None)
 def _table_starts(name):
-    return _ext.table_starts(_word_weights(name)[0])
+    return _text.table_starts(_word_weights(name)[0])
 
 
 def fingerprint_many(texts: Iterable[Text], **options: Any) -> list[int]:

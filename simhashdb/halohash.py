@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence, Union
 from bitarray import bitarray
 from bitarray.util import count_xor
 
-from . import _ext
+from . import _text
 from .errors import InvalidArgumentError
 
 _HASHERS = {
@@ -65,12 +65,12 @@ class BitAverageHaloHash:
                 raise InvalidArgumentError(
                     "halo hash features must be bytes, got %s %r" % (type(item).__name__, item))
             if item:
-                _ext.halo_add(self.columns, self._hasher(item).digest())
+                _text.halo_add(self.columns, self._hasher(item).digest())
                 self.elements_count += 1
 
     def digest(self) -> bytes:
         """The hash as bytes."""
-        return _ext.halo_digest(self.columns)
+        return _text.halo_digest(self.columns)
 
     def hexdigest(self) -> bytes:
         """The hash as hex-encoded bytes."""

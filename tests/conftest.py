@@ -14,6 +14,7 @@ from redis_cluster import available as redis_available, LocalCluster
 import simhashdb
 from simhashdb.layout import Layout
 from simhashdb.storage import registry
+from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.files import LmdbStorage
 
 registry.register("memory", MemoryStorage)  # the toy backend of tests/memory_backend.py
@@ -196,9 +197,9 @@ def brute_force(docs, fingerprint, distance):
 def index_in_one_slot(env, txn):
     """Move the fingerprint index into ``fingerprints`` and drop its other slots
     (index:NN), as databases of format 3 and before kept it."""
-    first = env.open_db(b"fingerprints", txn=txn, dupsort=True)
-    for slot in range(1, 8):
-        db = env.open_db(b"index:%02d" % slot, txn=txn, dupsort=True)
+    first = env.open_db(lmdb_format.INDEX.name(0), txn=txn, dupsort=True)
+    for name in lmdb_format.INDEX.names()[1:]:
+        db = env.open_db(name, txn=txn, dupsort=True)
         txn.cursor(first).putmulti(list(txn.cursor(db).iternext()), dupdata=True)
         txn.drop(db, delete=True)
 
@@ -217,16 +218,16 @@ def as_in_0_3(path):
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         for t, fps in enumerate(tables):
-            table = env.open_db(b"table:%03d" % t, txn=txn, dupsort=True, dupfixed=True)
+            table = env.open_db(lmdb_format.OLD_TABLE.name(t), txn=txn, dupsort=True, dupfixed=True)
             txn.cursor(table).putmulti(layout.table_items(list(fps), t), dupdata=True)
-            for slot in range(8):
-                txn.drop(env.open_db(b"runs:%03d:%02d" % (t, slot), txn=txn), delete=True)
-        txn.drop(env.open_db(b"runs", txn=txn), delete=True)
+            for name in lmdb_format.TABLE_RUNS.names(t):
+                txn.drop(env.open_db(name, txn=txn), delete=True)
+        txn.drop(env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn), delete=True)
         index_in_one_slot(env, txn)
-        meta = env.open_db(b"meta", txn=txn)
-        assert txn.delete(b"distinct", db=meta)
-        txn.delete(b"stale", db=meta)
-        params = msgpack.unpackb(txn.get(b"params", db=meta))
+        meta = env.open_db(lmdb_format.META.name(), txn=txn)
+        assert txn.delete(lmdb_format.DISTINCT, db=meta)
+        txn.delete(lmdb_format.STALE, db=meta)
+        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
         params["format"] = 2
-        txn.put(b"params", msgpack.packb(params), db=meta)
+        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
     env.close()

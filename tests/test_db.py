@@ -27,6 +27,7 @@ from simhashdb import (
     SimhashDBError,
 )
 from simhashdb.layout import Layout
+from simhashdb.storage.lmdb import format as lmdb_format
 
 MAX = 2**64 - 1
 pytestmark = pytest.mark.usefixtures("backend")  # every test here runs on each backend
@@ -355,7 +356,8 @@ def test_check_reports_a_damaged_table(db):
     db.close()
     env = lmdb.open(db.path, max_dbs=4096)
     with env.begin(write=True) as txn:  # table 3's run (one block) lost
-        assert txn.drop(env.open_db(b"runs:003:00", txn=txn), delete=False) is None
+        slot = env.open_db(lmdb_format.TABLE_RUNS.name(3, 0), txn=txn)
+        assert txn.drop(slot, delete=False) is None
     env.close()
     db = DB(db.path)
     problems = db.check()
@@ -388,7 +390,7 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
         db.close()
         env = lmdb.open(db.path, max_dbs=4096)
         with env.begin(write=True) as txn:
-            for name in [b"fingerprints"] + [b"index:%02d" % s for s in range(1, 8)]:
+            for name in lmdb_format.INDEX.names():
                 txn.delete((12345).to_bytes(8, "big"), msgpack.packb(1717),
                            db=env.open_db(name, txn=txn, dupsort=True))
         env.close()
@@ -637,11 +639,12 @@ def test_version_and_type_information_ship_with_the_package():
     assert simhashdb.__version__ == importlib.metadata.version("simhashdb")
     package = importlib.resources.files("simhashdb")
     assert package.joinpath("py.typed").is_file()
-    stub = package.joinpath("_ext.pyi").read_text()
     init = package.joinpath("__init__.py").read_text()
-    imported = regex.search(r"from \._ext import \(([^)]*)\)", init).group(1).split(",")
-    for name in filter(None, (n.strip() for n in imported)):
-        assert regex.search(r"^def %s\(" % name, stub, regex.M), name
+    for module in ("_ext", "_text"):
+        stub = package.joinpath(module + ".pyi").read_text()
+        imported = regex.search(r"from \.%s import \(([^)]*)\)" % module, init).group(1).split(",")
+        for name in filter(None, (n.strip() for n in imported)):
+            assert regex.search(r"^def %s\(" % name, stub, regex.M), name
 
 
 def test_insert_if_new_keeps_the_match_a_later_record_of_the_batch_moves(db):

@@ -20,6 +20,7 @@ import pytest
 from conftest import BACKENDS, as_tuples, brute_force
 
 from simhashdb import DB, DatabaseError, SimhashDBError
+from simhashdb.storage.lmdb import format as lmdb_format
 
 MAX = 2**64 - 1
 CI = bool(os.environ.get("CI"))
@@ -468,7 +469,7 @@ def test_a_damaged_document_record_is_a_database_error_everywhere(tmp_path, back
         db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64, None, 10**9 + i) for i in range(100))
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        docs = env.open_db(b"docs", txn=txn, create=False)
+        docs = env.open_db(lmdb_format.DOCS.name(), txn=txn, create=False)
         value = DAMAGED_VALUES[damage]
         txn.put(msgpack.packb(7), txn.get(msgpack.packb(7), db=docs)[:-3] if value is None
                 else value, db=docs)
@@ -501,7 +502,7 @@ def test_a_run_directory_naming_every_slot_or_one_twice_is_an_error_on_write(tmp
         db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(3000))
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        runs = env.open_db(b"runs", txn=txn, create=False)
+        runs = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn, create=False)
         txn.put((0).to_bytes(2, "big"), b"".join(
             (i + 1).to_bytes(4, "big") + bytes([slot]) + (0).to_bytes(8, "big")
             for i, slot in enumerate(slots)), db=runs)

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import simhashdb
-from simhashdb import _ext
+from simhashdb import _text
 from simhashdb import InvalidArgumentError, InvalidFingerprintError, SimhashDBError
 from simhashdb.fingerprint import _word_weights
 
@@ -395,7 +395,7 @@ def old_fingerprint_with_signature(text, html):
     """Recipe 3 as computed before the native case folding: Python's
     str.casefold, then each kernel reading its own UTF-8 copy."""
     plain = simhashdb.strip_html(text) if html else text
-    signature = _ext.word_minhash(simhashdb.normalize(plain).encode("utf-8", "surrogatepass"))
+    signature = _text.word_minhash(simhashdb.normalize(plain).encode("utf-8", "surrogatepass"))
     return reference_weighted_words(plain), signature
 
 
@@ -418,8 +418,8 @@ def test_normalize_line_by_line_is_nfkc_of_the_whole(text):
 
 def test_native_case_folding_is_str_casefold_for_every_code_point():
     every = "".join(map(chr, range(0x110000)))
-    assert _ext.casefold(every) == every.casefold().encode("utf-8", "surrogatepass")
-    assert [cp for cp in range(0x110000) if _ext.casefold(every[cp]) != every[cp].casefold(
+    assert _text.casefold(every) == every.casefold().encode("utf-8", "surrogatepass")
+    assert [cp for cp in range(0x110000) if _text.casefold(every[cp]) != every[cp].casefold(
         ).encode("utf-8", "surrogatepass")] == []
 
 

@@ -14,7 +14,7 @@ from simhashdb import InvalidArgumentError
 from simhashdb.fingerprint import normalize, tokenize
 
 
-# The grammar of strip_html's native scanner (ext/_ext.pyx: strip_markup) as a
+# The grammar of strip_html's native scanner (ext/_text.pyx: strip_markup) as a
 # regular expression: the oracle the scanner must agree with, byte for byte.
 _MARKUP = re.compile(r"""
     <!--.*?(?:--\s*>|\Z)                                     # a comment
@@ -198,7 +198,7 @@ markup_soup = st.lists(st.sampled_from(list("<>/!?-[]\"'= \t\n\x0b\fabsSxé中&;
 @given(st.one_of(markup_soup, document))
 def test_the_native_scanner_strips_what_the_grammar_says(markup):
     expected = _MARKUP.sub(" ", markup)
-    assert simhashdb._ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
+    assert simhashdb._text.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
         "utf-8", "surrogatepass") == expected
 
 

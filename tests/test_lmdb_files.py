@@ -17,6 +17,7 @@ import pytest
 from simhashdb import DB, DamagedDatabaseWarning, DatabaseError
 from simhashdb.records import MAX_KEY_BYTES, encode_documents, encode_key
 from simhashdb.storage.lmdb.files import LOCK_FILE, inspect_data_file
+from simhashdb.storage.lmdb import format as lmdb_format
 
 pytestmark = [pytest.mark.lmdb_only, pytest.mark.usefixtures("backend")]
 
@@ -314,9 +315,9 @@ def test_an_index_with_some_of_its_slots_opens_and_gains_the_rest(tmp_path, back
         db.insert_many((i, i * 7919) for i in range(1000))
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        assert all(txn.get(b"index:%02d" % slot) is not None for slot in range(1, 8))
+        assert all(txn.get(lmdb_format.INDEX.name(slot)) is not None for slot in range(1, 8))
         for slot in (6, 7):
-            txn.drop(env.open_db(b"index:%02d" % slot, txn=txn, create=False), delete=True)
+            txn.drop(env.open_db(lmdb_format.INDEX.name(slot), txn=txn, create=False), delete=True)
     env.close()
     for mode in ("read", "write", "read"):
         done = subprocess.run([sys.executable, "-c", OPEN_AND_COUNT, path, mode],
@@ -324,7 +325,7 @@ def test_an_index_with_some_of_its_slots_opens_and_gains_the_rest(tmp_path, back
         assert done.returncode == 0 and done.stdout.split() == ["1000", "True", "1"], done.stderr
     env = lmdb.open(path, max_dbs=4096, readonly=True, lock=False)
     with env.begin() as txn:
-        assert txn.get(b"index:06") is not None and txn.get(b"index:07") is not None
+        assert all(txn.get(lmdb_format.INDEX.name(slot)) is not None for slot in (6, 7))
     env.close()
 
 

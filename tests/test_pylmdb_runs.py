@@ -18,9 +18,13 @@ import simhashdb
 from simhashdb import DB, _ext
 from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
-from simhashdb.storage.lmdb.files import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, old_tables_error
 from simhashdb.storage import registry
-from simhashdb.storage.lmdb.pylmdb import index_name, max_dbs, slot_name
+from simhashdb.storage.lmdb import format as lmdb_format
+from simhashdb.storage.lmdb.files import old_tables_error
+from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
+
+index_name, slot_name = lmdb_format.INDEX.name, lmdb_format.TABLE_RUNS.name
+DOCS = lmdb_format.DOCS.name()
 
 MAX = 2**64 - 1
 LAYOUT = Layout(5, 3)
@@ -90,8 +94,8 @@ def read_tables(path, tables):
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            meta = env.open_db(b"meta", txn=txn, create=False)
-            directory = env.open_db(b"runs", txn=txn, create=False)
+            meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
+            directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn, create=False)
             counts = [int.from_bytes(txn.get(name, b"\0" * 8, db=meta), "big")
                       for name in (b"distinct", b"stale")]
             result = []
@@ -307,7 +311,7 @@ def as_format_3(path):
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
     with env.begin(write=True) as txn:
         index_in_one_slot(env, txn)
-        meta = env.open_db(b"meta", txn=txn)
+        meta = env.open_db(lmdb_format.META.name(), txn=txn)
         params = msgpack.unpackb(txn.get(b"params", db=meta))
         params["format"] = 3
         txn.put(b"params", msgpack.packb(params), db=meta)
@@ -440,7 +444,7 @@ def read_sub_database(path, name, dupsort=False):
 
 def read_removed(path):
     """meta's count of documents removed since they were last written whole."""
-    raw = dict(read_sub_database(path, b"meta")[0]).get(b"removed", bytes(8))
+    raw = dict(read_sub_database(path, lmdb_format.META.name())[0]).get(b"removed", bytes(8))
     return int.from_bytes(raw, "big")
 
 
@@ -466,7 +470,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
             db.insert_many(list(records.items())[batch:batch + 700])
         db.insert_text_many(texts.items())
         docs = {r.key: r.fingerprint for r in db}
-    stored, _ = read_sub_database(path, b"docs")
+    stored, _ = read_sub_database(path, DOCS)
     gone = rng.sample(sorted(records, key=str), 3000) + rng.sample(sorted(texts), 150)
     gone += ["absent", 10**9]
     with DB(path, backend=backend) as db:
@@ -474,7 +478,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
     for key in gone[:-2]:
         del docs[key]
     kept = {msgpack.packb(k) for k in docs}
-    assert read_sub_database(path, b"docs")[0] == [(k, v) for k, v in stored if k in kept]
+    assert read_sub_database(path, DOCS)[0] == [(k, v) for k, v in stored if k in kept]
     slots = read_index(path)
     assert sum(len(slot) for slot in slots) == len(docs)
     assert set().union(*slots) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
@@ -483,9 +487,9 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
         db.insert_many((k, fp) for k, fp in records.items() if k in docs)
         db.insert_text_many((k, t) for k, t in texts.items() if k in docs)
     for band in range(simhashdb.storage.BANDS):
-        name = b"band:%02d" % band
+        name = lmdb_format.BAND.name(band)
         assert read_sub_database(path, name, True)[0] == read_sub_database(fresh, name, True)[0]
-    assert read_sub_database(path, b"docs")[1] <= read_sub_database(fresh, b"docs")[1] + 1
+    assert read_sub_database(path, DOCS)[1] <= read_sub_database(fresh, DOCS)[1] + 1
     probes = [0, MAX, pool[7] ^ 0b11] + [docs[k] ^ 0b101
                                          for k in rng.sample(sorted(docs, key=str), 40)]
     for reader in ("lmdb", "py-lmdb") if native_built() else ("py-lmdb",):
@@ -533,7 +537,7 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    leaves = read_sub_database(path, b"docs")[1]
+    leaves = read_sub_database(path, DOCS)[1]
     order = rng.sample(sorted(docs), 1400)
     with DB(path, backend=backend) as db:
         for start in range(0, 1400, 10):
@@ -542,11 +546,11 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
         del docs[key]
     probes = [0, MAX] + [fp ^ 0b110 for fp in rng.sample(sorted(docs.values()), 40)]
     assert read_removed(path) == 190  # (1,200 + 10) * 4 > 6,000 - 1,200: then written whole
-    assert read_sub_database(path, b"docs")[1] <= 0.8 * leaves + 1
+    assert read_sub_database(path, DOCS)[1] <= 0.8 * leaves + 1
     with DB(path, backend=backend) as db:  # keys not stored count for nothing
         assert db.delete_many(range(10**6, 10**6 + 1000)) == 0
     assert read_removed(path) == 190
-    entries, _ = read_sub_database(path, b"docs")
+    entries, _ = read_sub_database(path, DOCS)
     assert [k for k, _ in entries] == sorted(msgpack.packb(k) for k in docs)
     assert set().union(*read_index(path)) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
     with DB(path, readonly=True) as db:
@@ -581,7 +585,7 @@ def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path,
         check_exact(db, docs, probes)
         assert db.delete_many([-1]) == 0  # the next batch's tidy writes them whole
     assert read_removed(path) == 0
-    assert [k for k, _ in read_sub_database(path, b"docs")[0]] == sorted(
+    assert [k for k, _ in read_sub_database(path, DOCS)[0]] == sorted(
         msgpack.packb(k) for k in docs)
     with DB(path, readonly=True) as db:
         check_exact(db, docs, probes)
@@ -620,7 +624,7 @@ def test_a_walk_cut_short_by_damage_is_refused_not_copied(tmp_path, backend):
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    root = sub_database_root(path, b"docs")
+    root = sub_database_root(path, DOCS)
     with open(os.path.join(path, "data.mdb"), "r+b") as f:
         f.seek(root * 4096)
         page = bytearray(f.read(4096))

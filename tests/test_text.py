@@ -12,6 +12,7 @@ import pytest
 import simhashdb
 from simhashdb.db import FORMAT_VERSION
 from simhashdb import InvalidArgumentError, ParameterMismatchError
+from simhashdb.storage.lmdb import format as lmdb_format
 
 from conftest import store_params, store_values, stored_params, stored_value
 
@@ -216,8 +217,8 @@ def made_by_0_2(path, request):
     env = lmdb.open(path, max_dbs=1100)
     with env.begin(write=True) as txn:
         for band in range(32):
-            txn.drop(env.open_db(b"band:%02d" % band, txn=txn), delete=True)
-        meta = env.open_db(b"meta", txn=txn)
+            txn.drop(env.open_db(lmdb_format.BAND.name(band), txn=txn), delete=True)
+        meta = env.open_db(lmdb_format.META.name(), txn=txn)
         params = msgpack.unpackb(txn.get(b"params", db=meta))
         params["format"] = 1
         txn.put(b"params", msgpack.packb(params), db=meta)

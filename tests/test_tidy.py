@@ -14,7 +14,9 @@ from test_pylmdb_runs import LAYOUT, read_tables
 
 from simhashdb import DB, MaintenanceWarning
 from simhashdb.errors import DatabaseError
-from simhashdb.storage.lmdb.files import RUN_RATIO, LmdbStorage
+from simhashdb.storage.lmdb.files import LmdbStorage
+from simhashdb.storage.lmdb.format import RUN_RATIO
+from simhashdb.storage.lmdb import format as lmdb_format
 
 BACKENDS = [pytest.param("lmdb", marks=pytest.mark.skipif(not native_built(),
                                                          reason="the native backend was not built")),
@@ -198,7 +200,7 @@ def test_a_damaged_rewrite_marker_is_refused_not_followed(tmp_path, backend):
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
         txn.put(b"rewrite", (2**63 + 5).to_bytes(8, "big") + bytes(8),
-                db=env.open_db(b"meta", txn=txn))
+                db=env.open_db(lmdb_format.META.name(), txn=txn))
     env.close()
     with DB(path, backend=backend) as db:
         with pytest.warns(MaintenanceWarning, match="the batch is stored"):

@@ -1,5 +1,5 @@
 """Issue 22: one table's worth of N random permuted fingerprints imported as
-compressed runs (simhashdb._runs) in batches of B, each batch a run, merged
+compressed runs (tools/runs_prototype) in batches of B, each batch a run, merged
 by each policy of tools/merge_policy.py with the real merge (RUNS.md).
 
 For each policy: the seconds of the import (batches sorted, written,
@@ -16,7 +16,7 @@ table's.
 
 Usage: python tools/run_import.py [--n 10000000] [--batch 100000] [--queries 200000] [--nosync]
                                   [--tables 1] [--policy NAME ...]
-Needs: numpy (in the test extras) and the native backend built.
+Needs: numpy (in the test extras) and the prototype built: python tools/build_runs_prototype.py.
 """
 
 import argparse
@@ -30,7 +30,7 @@ import numpy as np
 from merge_policy import POLICIES
 from run_study import expected, ranges
 
-from simhashdb._runs import SLOT_COUNT, Study
+from runs_prototype._runs import SLOT_COUNT, Study  # built by tools/build_runs_prototype.py
 
 
 def sweep_all(env, runs, los, his):

@@ -1,4 +1,4 @@
-"""Issue 22's compressed run (simhashdb._runs, RUNS.md) against today's table.
+"""Issue 22's compressed run (tools/runs_prototype, RUNS.md) against today's table.
 
 One permutation table's worth of N random permuted fingerprints (what a
 table of random fingerprints holds), written three ways into LMDB:
@@ -25,7 +25,7 @@ merge). Each write is one transaction, durable unless --nosync (which
 leaves out the fsync, to separate the CPU from the disk).
 
 Usage: python tools/run_study.py [--n 1000000 10000000] [--batch 100000] [--queries 200000] [--nosync]
-Needs: numpy (in the test extras) and the native backend built.
+Needs: numpy (in the test extras) and the prototype built: python tools/build_runs_prototype.py.
 """
 
 import argparse
@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from simhashdb._runs import Study
+from runs_prototype._runs import Study  # built by tools/build_runs_prototype.py
 
 PREFIX_BITS = 26
 

@@ -38,6 +38,7 @@ from ...errors import (
     MaintenanceWarning,
 )
 from .. import Storage, check_process
+from .format import INDEX_SLOTS
 
 DATA_FILE, LOCK_FILE, COMPACT_SUFFIX = "data.mdb", "lock.mdb", ".compact"
 MAX_READERS = 4096
@@ -55,16 +56,6 @@ MAKING_SECONDS = 10  # how long an open waits for another handle to write a new 
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _META_MAGIC = 0xBEEFC0DE
-# Tables kept as compressed runs (RUNS.md), the same on both backends: per
-# table RUN_SLOTS slot sub-databases, each holding at most one live run; after
-# a batch appends its run, the newest is merged into the one before while
-# newest * RUN_RATIO > previous (or the slots run short). A batch does such
-# merges of up to LmdbStorage.batch_merge entries; bigger ones, and the rewrite of every
-# table from the index once the removals since the tables were last rewritten
-# (meta b"stale") exceed distinct / RUN_RATIO, follow its commit in
-# transactions of about a table's entries each (tidy).
-RUN_SLOTS, RUN_RATIO = 8, 4
-INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 _open_paths = {}  # (pid, real path) -> weakref of the storage that has it open
 _open_paths_lock = threading.RLock()  # held while a handle opens or closes
 _open_storages = weakref.WeakSet()
@@ -583,7 +574,10 @@ class LmdbStorage(Storage):
     initial_map_size = 1 << 30
     max_readers = MAX_READERS
     reader_check_seconds = 1.0
-    batch_merge = 1 << 18  # the most entries a batch's own merges take (see RUN_SLOTS; read on open)
+    # the most entries a batch's own merges take (format.RUN_SLOTS; read on open); bigger ones, and
+    # the rewrite of every table from the index, follow its commit in transactions of about
+    # a table's entries each (tidy)
+    batch_merge = 1 << 18
 
     opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 

@@ -14,9 +14,12 @@ from ... import _ext, _lmdb
 from ...errors import DatabaseError
 from ...layout import Layout
 from .. import Txn, View
-from .files import INDEX_SLOTS, LmdbStorage, old_tables_error
+from .files import LmdbStorage, old_tables_error
+from . import format
+from .format import INDEX_SLOTS, PARAMS
 
 ITEMS_PER_READ = 4096
+DOCS, INDEX = format.DOCS.name(), format.INDEX.name(0)  # the sub-databases Txn.items reads
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1, 8)  # the cores this process may run on
@@ -220,7 +223,13 @@ class NativeStorage(LmdbStorage):
     map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError
 
     def _writer(self, txn):
+        used = self._map_used()
+        if used > self._used_when_readers_checked:  # a dead reader's snapshot may be why
+            self._reader_check()
+            self._used_when_readers_checked = used
         return NativeTxn(self, txn)
+
+    _used_when_readers_checked = 0  # the file's size when the writer last cleared dead readers
 
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``."""
@@ -254,10 +263,10 @@ class NativeView(View):
         self._storage, self._txn = storage, txn
 
     def params(self):
-        return self._txn.get(b"params", True)
+        return self._txn.get(PARAMS, True)
 
     def count(self):
-        return self._txn.entries("docs")
+        return self._txn.entries(DOCS)
 
     def distinct(self):
         return self._txn.distinct()
@@ -269,7 +278,7 @@ class NativeView(View):
         return self._txn.get_many(keys)
 
     def documents(self, after=None):
-        return self._items("docs", after)
+        return self._items(DOCS, after)
 
     def _items(self, which, after=None):
         while True:
@@ -277,14 +286,14 @@ class NativeView(View):
             yield from chunk
             if len(chunk) < ITEMS_PER_READ:
                 return
-            after = chunk[-1][0] + (chunk[-1][1] if which == "fingerprints" else b"")
+            after = chunk[-1][0] + (chunk[-1][1] if which == INDEX else b"")
 
     def keys_of(self, fingerprint):
         return self._txn.keys_of(fingerprint)
 
     def fingerprint_groups(self):
         group, keys = None, []
-        for fp_bytes, key in self._items("fingerprints"):
+        for fp_bytes, key in self._items(INDEX):
             if fp_bytes != group:
                 if keys:
                     yield _ext.unpack_key(group), keys
@@ -310,7 +319,7 @@ class NativeTxn(NativeView, Txn):
     """Reads and writes over the native LMDB write transaction."""
 
     def set_params(self, raw):
-        self._txn.put_meta(b"params", raw)
+        self._txn.put_meta(PARAMS, raw)
 
     def upsert(self, documents):
         self._txn.upsert(documents)

@@ -25,45 +25,38 @@ from ...errors import DatabaseError
 from ...layout import NearIndex
 from ...records import value_fingerprint
 from .. import BANDS, Txn, View, band_entries
-from .files import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, LmdbStorage, old_tables_error
+from . import format
+from .files import LmdbStorage, old_tables_error
+from .format import (
+    DISTINCT,
+    INDEX_SLOTS,
+    PARAMS,
+    REMOVED,
+    REWRITE,
+    RUN_IDS,
+    RUN_KEY_BYTES,
+    RUN_RATIO,
+    RUN_SLOTS,
+    STALE,
+    block_entries,
+    block_key,
+    directory_key,
+    directory_record,
+    directory_runs,
+    max_dbs,
+)
 
-META, DOCS, FINGERPRINTS, RUNS = b"meta", b"docs", b"fingerprints", b"runs"
-DISTINCT, STALE = b"distinct", b"stale"  # meta's counters of a database of runs
-RUN_IDS = b"run ids"  # meta: the highest run id a rewrite dropped (_put_run)
-REWRITE = b"rewrite"  # meta: the next table of a rewrite under way, and the stale count it began with
-REMOVED = b"removed"  # meta: documents removed since they were last written whole (_write_whole)
+META, DOCS, RUNS = format.META.name(), format.DOCS.name(), format.RUN_DIRECTORY.name()
+FINGERPRINTS = format.INDEX.name(0)  # the index's first slot, where new entries go
+BAND_TABLES = format.BAND.names()
+table_name, index_name, slot_name = format.OLD_TABLE.name, format.INDEX.name, format.TABLE_RUNS.name
 MAX_VALUE = (1 << 64) - 1
 
 
 _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
 
 
-BAND_TABLES = [b"band:%02d" % band for band in range(BANDS)]
-
-
 VERIFY_TRIES = 3  # walks of the data file check() makes while other processes commit
-
-
-def table_name(table):
-    """The sub-database name of permutation table ``table`` in 0.3's form."""
-    return b"table:%03d" % table
-
-
-def max_dbs(tables):
-    """The sub-databases an environment with room for ``tables`` tables opens:
-    meta, docs, the index's slots, the band tables, the directory of runs and
-    each table's slots (as the native backend)."""
-    return 4 + INDEX_SLOTS + BANDS + tables * RUN_SLOTS
-
-
-def index_name(slot):
-    """The sub-database name of the fingerprint index's slot ``slot``."""
-    return b"index:%02d" % slot if slot else FINGERPRINTS
-
-
-def slot_name(table, slot):
-    """The sub-database name of slot ``slot`` of table ``table`` kept as runs."""
-    return b"runs:%03d:%02d" % (table, slot)
 
 
 class PyLmdbStorage(LmdbStorage):
@@ -83,6 +76,7 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._runs = False  # whether the tables are kept as runs (known once they are open)
+        self._whole_runs = set()  # (table, run id, entries) of runs found whole (_check_run)
         # what a new database needs is made in one transaction (whose write lock
         # also orders two processes making it at once): a crash leaves all or none
         with self._making() as txn:
@@ -225,7 +219,13 @@ class PyLmdbStorage(LmdbStorage):
     map_resized, map_full = lmdb.MapResizedError, lmdb.MapFullError
 
     def _writer(self, txn):
+        used = self._map_used()
+        if used > self._used_when_readers_checked:  # a dead reader's snapshot may be why
+            self._reader_check()
+            self._used_when_readers_checked = used
         return PyTxn(self, txn)
+
+    _used_when_readers_checked = 0  # the file's size when the writer last cleared dead readers
 
     def _abort(self, txn):
         """Abort a failed write transaction. py-lmdb 3 makes an abort wait until no
@@ -315,7 +315,7 @@ class PyLmdbStorage(LmdbStorage):
                              for slot in range(RUN_SLOTS)]
                     if fps:
                         _write_run(written, slots[0], run, self._layout.table_values(fps, table))
-                    written.put(_table_key(table), _directory_record([(run, 0, len(fps))] if fps
+                    written.put(directory_key(table), directory_record([(run, 0, len(fps))] if fps
                                                                      else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 written.put(STALE, _count_bytes(0), db=meta)
@@ -340,7 +340,7 @@ class PyView(View):
         return cursor
 
     def params(self):
-        return self._cursor(META).get(b"params")
+        return self._cursor(META).get(PARAMS)
 
     def count(self):
         return self._txn.stat(self._storage._dbs[DOCS])["entries"]
@@ -398,7 +398,7 @@ class PyView(View):
         fingerprint), a stale one not at all (keys_of gives it no key)."""
         layout = self._storage._layout
         if self._storage._runs:
-            directories = [self._directory(t) for t in range(layout.tables)]
+            directories = [self._whole_directory(t) for t in range(layout.tables)]
 
             def scan(table, first, last, perm):
                 entries = array("Q")
@@ -463,22 +463,47 @@ class PyView(View):
 
     def _directory(self, table):
         """Table ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
-        raw = self._txn.get(_table_key(table), db=self._storage._dbs[RUNS])
+        raw = self._txn.get(directory_key(table), db=self._storage._dbs[RUNS])
         if raw is None:
             return []
-        runs = [(int.from_bytes(raw[i:i + 4], "big"), raw[i + 4],
-                 int.from_bytes(raw[i + 5:i + 13], "big")) for i in range(0, len(raw), 13)]
-        slots = [s for _, s, _ in runs]
-        if len(raw) % 13 or len(set(slots)) != len(slots) or any(s >= RUN_SLOTS for s in slots):
+        runs = directory_runs(raw)
+        if runs is None:
             raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
         return runs
+
+    def _whole_directory(self, table):
+        """The directory of ``table``'s runs, each run refused if its blocks
+        hold other than its entries (a block lost from it, or miscounted): a
+        search must not answer without them. A run found whole is not read
+        again (run ids are never given twice in a table)."""
+        runs = self._directory(table)
+        for run, slot, entries in runs:
+            if (table, run, entries) not in self._storage._whole_runs:
+                self._check_run(table, run, slot, entries)
+        return runs
+
+    def _check_run(self, table, run, slot, entries):
+        """Count the entries of run ``run``'s blocks against ``entries``."""
+        cursor = self._cursor(slot_name(table, slot))
+        prefix = block_key(run, 0)[:4]
+        counted, at = 0, cursor.set_range(prefix)
+        while at and cursor.key()[:4] == prefix:
+            counted += block_entries(cursor.value())
+            at = cursor.next()
+        if counted != entries:
+            raise DatabaseError("%s is damaged: a block of table %d is unreadable (its run's "
+                                "blocks hold %d entries, not the %d it was written with); "
+                                "db.check() lists the damage, and compact() writes the tables "
+                                "again from the fingerprint index"
+                                % (self._storage.path, table, counted, entries))
+        self._storage._whole_runs.add((table, run, entries))
 
     def _run_range(self, table, run, slot, lo, hi):
         """The values of run ``run`` (in ``slot`` of ``table``) in [lo, hi],
         ascending: from the block that holds ``lo`` on."""
         cursor = self._cursor(slot_name(table, slot))
-        prefix = run.to_bytes(4, "big")
-        key = prefix + lo.to_bytes(8, "big")
+        key = block_key(run, lo)
+        prefix = key[:4]  # the run id
         at = cursor.set_range(key)
         if not at or cursor.key() != key:  # the block before may hold lo
             at = cursor.prev() if at else cursor.last()
@@ -501,7 +526,7 @@ class PyTxn(PyView, Txn):
     changed = False  # a batch call has changed its documents or index
 
     def set_params(self, raw):
-        self._cursor(META).put(b"params", raw)
+        self._cursor(META).put(PARAMS, raw)
 
     def upsert(self, documents):
         self.changed = True
@@ -726,7 +751,7 @@ class PyTxn(PyView, Txn):
         runs.append((run, slot, len(values)))
 
     def _save_directory(self, table, runs):
-        self._txn.put(_table_key(table), _directory_record(runs), db=self._storage._dbs[RUNS])
+        self._txn.put(directory_key(table), directory_record(runs), db=self._storage._dbs[RUNS])
 
     def tidy(self):
         """One transaction's share of what batches left, as the native backend
@@ -800,7 +825,7 @@ class PyTxn(PyView, Txn):
         runs = [(1, 0, len(values))] if values else []
         if values:
             _write_run(txn, slots[0], 1, values)
-        txn.put(_table_key(table), _directory_record(runs), db=directory)
+        txn.put(directory_key(table), directory_record(runs), db=directory)
         if table == 0:
             self._set_count(DISTINCT, len(values))
             self._set_count(STALE, 0)
@@ -871,17 +896,6 @@ def _old_entries(cursor, path, table):
         yield int.from_bytes(key + value, "big")
 
 
-def _table_key(table):
-    """The key of table ``table``'s directory of runs: u16 big-endian."""
-    return table.to_bytes(2, "big")
-
-
-def _directory_record(runs):
-    """A directory of runs: (run id u32, slot u8, entries u64) a run, big-endian."""
-    return b"".join(run.to_bytes(4, "big") + bytes([slot]) + entries.to_bytes(8, "big")
-                    for run, slot, entries in runs)
-
-
 def _counter(raw, path, name):
     """A counter in meta, read (u64 big-endian; 0 where absent)."""
     if raw is not None and len(raw) != 8:
@@ -896,13 +910,12 @@ def _count_bytes(value):
 def _write_run(txn, db, run, values):
     """Write ascending ``values`` into the empty slot ``db`` as run ``run``: a
     block an item, keyed by the run id and the block's first value."""
-    prefix = run.to_bytes(4, "big")
     try:
         blocks = _ext.encode_run(values)
     except ValueError:
         raise DatabaseError("a run's values out of order: the database is damaged; "
                             "restore it from a backup") from None
-    items = [(prefix + first.to_bytes(8, "big"), block) for first, block in blocks]
+    items = [(block_key(run, first), block) for first, block in blocks]
     if txn.cursor(db).putmulti(items, append=True)[1] != len(items):
         raise DatabaseError("a slot for a new run was not empty: the database is damaged; "
                             "restore it from a backup")
@@ -911,7 +924,7 @@ def _write_run(txn, db, run, values):
 def _block(path, table, key, value):
     """The values of the block item (``key``, ``value``) of a run of ``table``."""
     try:
-        if len(key) != 12:
+        if len(key) != RUN_KEY_BYTES:
             raise ValueError
         return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
     except ValueError:

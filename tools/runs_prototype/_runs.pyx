@@ -20,58 +20,17 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libc.string cimport memcpy, memmove, memset
+from bits cimport read_be, write_be
+from clmdb cimport (
+    g_cursor_get, g_cursor_open, g_cursor_put, g_dbi_open, g_drop, g_stat, g_txn_begin,
+    g_txn_commit, guard_install, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor,
+    mdb_cursor_close, MDB_dbi, MDB_DUPFIXED, MDB_DUPSORT, MDB_env, mdb_env_close, mdb_env_create,
+    mdb_env_open, mdb_env_set_mapsize, mdb_env_set_maxdbs, MDB_GET_BOTH_RANGE, MDB_KEYEXIST,
+    MDB_NEXT, MDB_NODUPDATA, MDB_NORDAHEAD, MDB_NOSYNC, MDB_NOTFOUND, MDB_NOTLS, MDB_RDONLY,
+    MDB_SET_RANGE, MDB_stat, mdb_strerror, MDB_txn, mdb_txn_abort, MDB_val,
+)
 
 from simhashdb.errors import DatabaseError
-
-cdef extern from *:
-    int popcount64 "__builtin_popcountll"(unsigned long long) nogil
-    int ctz64 "__builtin_ctzll"(unsigned long long) nogil
-    int clz64 "__builtin_clzll"(unsigned long long) nogil
-
-cdef extern from "lmdb.h" nogil:
-    ctypedef struct MDB_env:
-        pass
-    ctypedef struct MDB_txn:
-        pass
-    ctypedef struct MDB_cursor:
-        pass
-    ctypedef unsigned int MDB_dbi
-    ctypedef struct MDB_val:
-        size_t mv_size
-        void* mv_data
-    ctypedef struct MDB_stat:
-        unsigned int ms_psize
-        unsigned int ms_depth
-        size_t ms_branch_pages
-        size_t ms_leaf_pages
-        size_t ms_overflow_pages
-        size_t ms_entries
-    ctypedef enum MDB_cursor_op:
-        MDB_FIRST, MDB_GET_BOTH, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT,
-        MDB_PREV,        MDB_SET_RANGE
-    enum:
-        MDB_RDONLY, MDB_NOTLS, MDB_NORDAHEAD, MDB_CREATE, MDB_DUPSORT, MDB_DUPFIXED,
-        MDB_APPEND, MDB_APPENDDUP, MDB_NODUPDATA, MDB_NOTFOUND, MDB_KEYEXIST, MDB_NOSYNC
-    int mdb_env_create(MDB_env** env)
-    int mdb_env_open(MDB_env* env, const char* path, unsigned int flags, unsigned int mode)
-    void mdb_env_close(MDB_env* env)
-    int mdb_env_set_mapsize(MDB_env* env, size_t size)
-    int mdb_env_set_maxdbs(MDB_env* env, MDB_dbi dbs)
-    char* mdb_strerror(int err)
-    void mdb_txn_abort(MDB_txn* txn)
-    void mdb_cursor_close(MDB_cursor* cursor)
-
-cdef extern from "guard.h" nogil:
-    int guard_install()
-    int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
-    int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
-    int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
-    int g_drop(MDB_txn* t, MDB_dbi d, int delete)
-    int g_txn_commit(MDB_txn* t)
-    int g_dbi_open(MDB_txn* t, const char* name, unsigned int f, MDB_dbi* d)
-    int g_cursor_open(MDB_txn* t, MDB_dbi d, MDB_cursor** c)
-    int g_txn_begin(MDB_env* e, MDB_txn* parent, unsigned int f, MDB_txn** t)
-    int g_copy(void* dst, const void* src, size_t n)
 
 cdef int NO_MEMORY = -29999
 
@@ -85,26 +44,22 @@ cdef inline double now() noexcept nogil:
     return t.tv_sec + t.tv_nsec * 1e-9
 
 
-cdef inline void write_be(uint8_t* p, uint64_t x, int n) noexcept nogil:
-    cdef int i
-    for i in range(n):
-        p[n - 1 - i] = x & 0xFF
-        x >>= 8
-
-
-cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:
-    cdef uint64_t x = 0
-    cdef int i
-    for i in range(n):
-        x = (x << 8) | p[i]
-    return x
-
-
+include "_format.pxi"
 include "_runs.pxi"
 
 
 # Today's table: a dupsort sub-database, the top 2 bytes of a value its key
 # and the other 6 a fixed-size duplicate
+
+cdef inline void table_entry(uint64_t x, uint8_t* kb, uint8_t* vb, MDB_val* k,
+                             MDB_val* v) noexcept nogil:
+    """Point ``k`` and ``v`` at ``x`` as today's table keeps it: its top 2
+    bytes in ``kb``, the other 6 in ``vb``."""
+    write_be(kb, x >> 48, 2)
+    write_be(vb, x, 6)
+    k.mv_size, k.mv_data = 2, kb
+    v.mv_size, v.mv_data = 6, vb
+
 
 cdef int table_put(MDB_cursor* cursor, uint64_t x, bint append, uint64_t* last,
                    bint* have_last) noexcept nogil:
@@ -112,10 +67,7 @@ cdef int table_put(MDB_cursor* cursor, uint64_t x, bint append, uint64_t* last,
     cdef uint8_t vb[6]
     cdef MDB_val k, v
     cdef int rc
-    write_be(kb, x >> 48, 2)
-    write_be(vb, x, 6)
-    k.mv_size, k.mv_data = 2, kb
-    v.mv_size, v.mv_data = 6, vb
+    table_entry(x, kb, vb, &k, &v)
     if not append:
         rc = g_cursor_put(cursor, &k, &v, MDB_NODUPDATA)
         return 0 if rc == MDB_KEYEXIST else rc
@@ -131,10 +83,7 @@ cdef int scan_table(MDB_cursor* cursor, uint64_t lo, uint64_t hi, size_t* count)
     cdef uint8_t vb[6]
     cdef MDB_val k, v
     cdef uint64_t x
-    write_be(kb, lo >> 48, 2)
-    write_be(vb, lo, 6)
-    k.mv_size, k.mv_data = 2, kb
-    v.mv_size, v.mv_data = 6, vb
+    table_entry(lo, kb, vb, &k, &v)
     cdef int rc = g_cursor_get(cursor, &k, &v, MDB_GET_BOTH_RANGE)
     if rc == MDB_NOTFOUND:
         if (lo >> 48) == (hi >> 48):

@@ -1,0 +1,239 @@
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _runs.pxi, _codec.pxi,
+# _work.pxi.
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcpy, memset
+from posix.stdlib cimport posix_memalign
+from bits cimport read_be, write_be
+from clmdb cimport (
+    g_copy, g_cursor_get, MDB_cursor, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE, MDB_val, pthread_mutex_lock,
+    pthread_mutex_t, pthread_mutex_unlock,
+)
+
+
+# An Env's block directories (BlockDir), one a run slot of each table: built
+# by a search from a snapshot that holds only committed runs, kept while the
+# run is live and the map stays where it is (set_mapsize clears them), and
+# shared by the Env's threads. A directory is matched by its run's id, slot and
+# entries: run ids are never given twice in a table (add_run).
+#
+# The cache also keeps the last read snapshot's runs (a RunsView: every
+# table's runs, each with its directory), so that the searches of later read
+# snapshots of the same committed transaction (the same txn id) read no run
+# directory from the file and take no directory lock a run.
+
+cdef struct RunsView
+
+
+cdef struct DirCache:
+    pthread_mutex_t lock
+    BlockDir* dirs[MAX_TABLES * RUN_SLOTS]
+    RunsView* view
+
+
+cdef void dir_free(BlockDir* d) noexcept nogil:
+    free(d.firsts)
+    free(d.data)
+    free(d.sizes)
+    free(d.tops)
+    free(d)
+
+
+cdef inline bint dir_unref(BlockDir* d) noexcept nogil:
+    """Drop one reference to ``d`` (the cache's lock held): whether it was the last."""
+    d.refs -= 1
+    return d.refs == 0
+
+
+cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
+    """Drop one holder's reference to ``d``; the last frees it."""
+    pthread_mutex_lock(&cache.lock)
+    cdef bint last = dir_unref(d)
+    pthread_mutex_unlock(&cache.lock)
+    if last:
+        dir_free(d)
+
+
+cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run,
+                          uint64_t entries) noexcept nogil:
+    """The cached directory of run ``run`` (with ``entries``) in slot ``at``
+    (table * RUN_SLOTS + slot), referenced for the caller, or NULL."""
+    pthread_mutex_lock(&cache.lock)
+    cdef BlockDir* d = cache.dirs[at]
+    if d != NULL and d.run == run and d.entries == entries:
+        d.refs += 1
+    else:
+        d = NULL
+    pthread_mutex_unlock(&cache.lock)
+    return d
+
+
+cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
+    """Cache ``d`` (held by the caller) for slot ``at``, in place of the last."""
+    pthread_mutex_lock(&cache.lock)
+    cdef BlockDir* old = cache.dirs[at]
+    cache.dirs[at] = d
+    d.refs += 1
+    cdef bint last = old != NULL and dir_unref(old)
+    pthread_mutex_unlock(&cache.lock)
+    if last:
+        dir_free(old)
+
+
+cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
+    """Drop every cached directory and the cached view (their holders keep
+    theirs). ``last``: the cache's end, when nothing else holds one, and a fork
+    child's lock may have been taken by a thread it does not have: no lock then."""
+    cdef BlockDir* d
+    cdef size_t at
+    if not last:
+        pthread_mutex_lock(&cache.lock)
+    for at in range(MAX_TABLES * RUN_SLOTS):
+        d = cache.dirs[at]
+        cache.dirs[at] = NULL
+        if d != NULL and dir_unref(d):
+            dir_free(d)
+    cdef RunsView* view = cache.view
+    cache.view = NULL
+    if view != NULL and view_unref(view):
+        view_free(view)
+    if not last:
+        pthread_mutex_unlock(&cache.lock)
+
+
+cdef inline bint view_unref(RunsView* v) noexcept nogil:
+    """Drop one reference to ``v`` (the cache's lock held): whether it was the last."""
+    v.refs -= 1
+    return v.refs == 0
+
+
+cdef void view_free(RunsView* v) noexcept nogil:
+    """Free ``v`` and its references to directories (the cache's lock held,
+    or at the cache's end)."""
+    cdef Py_ssize_t t
+    cdef size_t i
+    for t in range(v.tables):
+        for i in range(v.runs[t].n):
+            if dir_unref(v.runs[t].dir[i]):
+                dir_free(v.runs[t].dir[i])
+    free(v.runs)
+    free(v)
+
+
+cdef RunsView* view_acquire(DirCache* cache, size_t txnid) noexcept nogil:
+    """The cached view of transaction ``txnid``'s runs, referenced for the caller, or NULL."""
+    pthread_mutex_lock(&cache.lock)
+    cdef RunsView* v = cache.view
+    if v != NULL and v.txnid == txnid:
+        v.refs += 1
+    else:
+        v = NULL
+    pthread_mutex_unlock(&cache.lock)
+    return v
+
+
+cdef void view_release(DirCache* cache, RunsView* v) noexcept nogil:
+    pthread_mutex_lock(&cache.lock)
+    if view_unref(v):
+        view_free(v)
+    pthread_mutex_unlock(&cache.lock)
+
+
+cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t tables) noexcept nogil:
+    """Cache a view of ``runs`` (a read snapshot's, of transaction ``txnid``)
+    in place of the last, where every run has its directory."""
+    cdef Py_ssize_t t
+    cdef size_t i
+    for t in range(tables):
+        for i in range(runs[t].n):
+            if runs[t].dir[i] == NULL:
+                return
+    cdef RunsView* v = <RunsView*>malloc(sizeof(RunsView))
+    cdef TableRuns* copy = <TableRuns*>malloc(tables * sizeof(TableRuns) + 1)
+    if v == NULL or copy == NULL:
+        free(v)
+        free(copy)
+        return  # no view: searches read the runs as before
+    memcpy(copy, runs, tables * sizeof(TableRuns))
+    v.txnid, v.refs, v.tables, v.runs = txnid, 1, tables, copy
+    pthread_mutex_lock(&cache.lock)
+    for t in range(tables):
+        for i in range(runs[t].n):
+            runs[t].dir[i].refs += 1
+            copy[t].cursor[i] = NULL  # the snapshot's, closed with it
+    cdef RunsView* old = cache.view
+    cache.view = v
+    if old != NULL and view_unref(old):
+        view_free(old)
+    pthread_mutex_unlock(&cache.lock)
+
+
+cdef int dir_grow(BlockDir* d) noexcept nogil:
+    """Double the room of a full directory."""
+    cdef size_t cap = 2 * d.cap if d.cap else 64
+    cdef void* firsts = realloc(d.firsts, cap * sizeof(uint64_t))
+    if firsts != NULL:
+        d.firsts = <uint64_t*>firsts
+    cdef void* data = realloc(d.data, cap * sizeof(uint8_t*)) if firsts != NULL else NULL
+    if data != NULL:
+        d.data = <const uint8_t**>data
+    cdef void* sizes = realloc(d.sizes, cap * sizeof(uint16_t)) if data != NULL else NULL
+    if sizes == NULL:
+        return NO_MEMORY
+    d.sizes, d.cap = <uint16_t*>sizes, cap
+    return 0
+
+
+cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
+                   BlockDir** out) noexcept nogil:
+    """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
+    first value, and where its value lies in the map. A run whose blocks hold
+    other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced)."""
+    cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
+    cdef uint8_t key[RUN_KEY_BYTES]
+    cdef uint8_t count[2]  # a block's header: its entries after the first
+    cdef MDB_val k, v
+    cdef uint64_t first, counted = 0
+    cdef int rc = NO_MEMORY if d == NULL else 0
+    out[0] = d
+    if rc:
+        return rc
+    d.run, d.entries, d.refs = run, entries, 1
+    write_be(key, run, 4)
+    memset(key + 4, 0, 8)
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key
+    rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+    while rc == 0 and in_run(&k, run):
+        first = read_be(<const uint8_t*>k.mv_data + 4, 8)
+        if v.mv_size < 3 or v.mv_size > BLOCK_BYTES or (d.n and first <= d.firsts[d.n - 1]):
+            rc = CORRUPTED
+            break
+        if d.n == d.cap:
+            rc = dir_grow(d)
+            if rc:
+                break
+        if g_copy(count, v.mv_data, 2):
+            rc = CORRUPTED
+            break
+        counted += 1 + (count[0] | (<uint64_t>count[1] << 8))
+        d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, v.mv_size
+        d.n += 1
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+    if rc and rc != MDB_NOTFOUND:  # (an item of another run ends this one, as for a cursor)
+        return rc
+    if counted != entries:
+        return RUN_DAMAGED
+    cdef size_t j
+    cdef void* lines = NULL  # firsts again, a stretch of DIR_STRIDE to a cache line
+    if posix_memalign(&lines, 64, d.n * sizeof(uint64_t) + 1):
+        return NO_MEMORY
+    memcpy(lines, d.firsts, d.n * sizeof(uint64_t))
+    free(d.firsts)
+    d.firsts, d.cap = <uint64_t*>lines, d.n
+    d.tops = <uint64_t*>malloc(((d.n + DIR_STRIDE - 1) // DIR_STRIDE + 1) * sizeof(uint64_t))
+    if d.tops == NULL:
+        return NO_MEMORY
+    for j in range((d.n + DIR_STRIDE - 1) // DIR_STRIDE):
+        d.tops[j] = d.firsts[j * DIR_STRIDE]
+    return 0

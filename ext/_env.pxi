@@ -1,0 +1,333 @@
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi,
+# _buffers.pxi, _dirs.pxi, _work.pxi, _search.pxi, _txn.pxi.
+#
+# The environment: its sub-databases, snapshots and reader slots.
+
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport strlen
+from posix.types cimport pid_t
+from posix.unistd cimport getpid
+from clmdb cimport (
+    g_dbi_open, g_get, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
+    guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPFIXED, MDB_DUPSORT, MDB_env, mdb_env_close,
+    mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert, mdb_env_set_mapsize,
+    mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
+    MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS, MDB_RDONLY, mdb_reader_check,
+    mdb_reader_list, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_renew, MDB_val,
+    pthread_mutex_destroy, pthread_mutex_init,
+)
+
+
+cdef class Job:
+    """One batch call's cursors, documents and results, freed when it ends."""
+
+    cdef Work w
+    cdef Doc* docs
+    cdef size_t n
+    cdef U64s touched
+    cdef U64s pending
+    cdef U64s band_changes[SIGNATURE_BANDS]
+    cdef Hits hits
+    cdef KeyedHits keyed
+
+    def __dealloc__(self):
+        close_cursors(&self.w)
+        free(self.keyed.data)
+        free(self.keyed.bytes)
+        free(self.docs)
+        free(self.touched.data)
+        free(self.pending.data)
+        for b in range(SIGNATURE_BANDS):
+            free(self.band_changes[b].data)
+        free(self.hits.data)
+
+
+cdef int add_reader_line(const char* msg, void* lines) noexcept with gil:
+    try:
+        (<list>lines).append(msg.decode("ascii", "replace"))
+        return 0
+    except BaseException:  # (no memory): mdb_reader_list stops and returns this
+        return -1
+
+
+cdef class Env:
+    """An LMDB environment with the simhashdb sub-databases."""
+
+    cdef MDB_env* env
+    cdef MDB_dbi meta, docs
+    cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_index.pxi)
+    cdef readonly int index_slots    # how many the database has (1: made before they were)
+    cdef MDB_dbi tables[MAX_TABLES]
+    cdef MDB_dbi bands[SIGNATURE_BANDS]
+    cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
+    cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
+    cdef MDB_dbi run_dir
+    cdef MDB_dbi run_slots[MAX_TABLES * RUN_SLOTS]
+    cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
+    cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
+    cdef public uint64_t directory_entries  # the largest run a search gives a block directory
+    cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
+    cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
+    cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
+    cdef readonly uint64_t shared_lookups  # batches whose index lookups a thread shared
+    cdef readonly uint64_t fed_merges  # index merges whose sources a thread read
+    cdef Layout layout
+    cdef DirCache* dirs  # the runs' block directories, for searches
+    cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
+    cdef int spares
+    cdef pid_t pid       # the process that opened it (a fork child must not end its readers)
+    cdef readonly bint broken
+    cdef public str damage  # why the file was found damaged before it was mapped, or None
+    cdef bytes path
+
+    def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
+                  bint nolock, bint subdir=True, Py_ssize_t max_tables=256):
+        """``max_tables``: room for that many tables (each takes RUN_SLOTS
+        sub-databases, and every transaction's setup grows with the room)."""
+        self.path = path
+        self.max_tables = min(max_tables, MAX_TABLES)
+        self.dirs = <DirCache*>calloc(1, sizeof(DirCache))
+        if self.dirs == NULL or pthread_mutex_init(&self.dirs.lock, NULL):
+            free(self.dirs)
+            self.dirs = NULL
+            raise MemoryError()
+        if guard_install() != 0:
+            raise DatabaseError("cannot install the fault guard of the native LMDB backend")
+        cdef int rc = mdb_env_create(&self.env)
+        if rc:
+            raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
+        mdb_env_set_assert(self.env, guard_assert)
+        mdb_env_set_maxdbs(self.env, lmdb_format.max_dbs(self.max_tables))
+        mdb_env_set_maxreaders(self.env, max_readers)
+        mdb_env_set_mapsize(self.env, map_size)
+        cdef unsigned int flags = MDB_NOTLS | MDB_NORDAHEAD
+        if readonly:
+            flags |= MDB_RDONLY
+        if nolock:
+            flags |= MDB_NOLOCK
+        if not subdir:
+            flags |= MDB_NOSUBDIR
+        rc = mdb_env_open(self.env, path, flags, 0o644)
+        if rc:
+            mdb_env_close(self.env)
+            self.env = NULL
+            raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
+        cdef int dead
+        mdb_reader_check(self.env, &dead)
+        self.layout.tables = 0
+        self.pid = getpid()
+
+    def __dealloc__(self):
+        self.drop_spares()
+        if self.env != NULL and not self.broken:
+            mdb_env_close(self.env)
+        if self.dirs != NULL:  # every transaction, and so every holder, is gone
+            dir_clear(self.dirs, True)
+            pthread_mutex_destroy(&self.dirs.lock)
+            free(self.dirs)
+        free(self.layout.spec)
+        free(self.layout.prefixes)
+        free(self.layout.prefix_bits)
+
+    cdef int check(self) except -1:
+        if self.env == NULL:
+            raise DatabaseError("the database at %s is closed" % self.path.decode())
+        if self.broken:
+            raise DamagedError("the database at %s faulted on a damaged file earlier; "
+                               "restore it from a backup" % self.path.decode())
+        return 0
+
+    cdef void drop_spares(self):
+        """End the kept read transactions, freeing their reader slots (not in
+        a fork child: the slots are the parent's)."""
+        cdef bint ours = self.env != NULL and not self.broken and getpid() == self.pid
+        cdef int i
+        for i in range(self.spares if ours else 0):
+            mdb_txn_abort(self.spare[i])
+        self.spares = 0
+
+    cdef object fail(self, int rc, str what):
+        if rc == GUARD_FAULT:
+            self.broken = True
+            if self.damage:  # the fault's cause, known: what it says is the way out
+                return DamagedError("%s: LMDB faulted (signal %d) reading the data file, which "
+                                    "is damaged: %s; restore it from a backup"
+                                    % (what, guard_last_signal(), self.damage))
+        return lmdb_error(rc, what)
+
+    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create,
+                 bint add_index_slots):
+        """Open the sub-databases of a layout's tables (and the fixed ones); a
+        database whose index has one slot gains the others only with
+        ``add_index_slots`` (it writes to that slot alone until then)."""
+        self.check()
+        if self.dirs != NULL:
+            dir_clear(self.dirs, False)  # a view holds the tables of the layout before
+        cdef Py_ssize_t t, tables = prefixes.shape[0]
+        cdef MDB_txn* txn
+        cdef MDB_dbi main
+        cdef MDB_stat stat
+        cdef unsigned int create_flag = MDB_CREATE if create else 0
+        cdef int rc = g_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
+        if rc:
+            raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
+        rc = g_dbi_open(txn, META_NAME, 0, &self.meta)
+        if rc == MDB_NOTFOUND and create:  # new, unless the file holds other data
+            rc = g_dbi_open(txn, NULL, 0, &main)
+            if rc == 0:
+                rc = g_stat(txn, main, &stat)
+            if rc == 0 and stat.ms_entries:
+                mdb_txn_abort(txn)
+                raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
+                                    "use another directory" % self.path.decode())
+            if rc == 0:
+                rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
+                add_index_slots = True  # a new database has every slot from the start
+        if rc == 0:
+            rc = g_dbi_open(txn, DOCS_NAME, create_flag, &self.docs)
+        self.index_slots = 0
+        for slot in range(INDEX_SLOTS):
+            if rc == 0 and self.index_slots == slot:
+                rc = g_dbi_open(txn, index_name(slot), MDB_DUPSORT | (
+                    create_flag if add_index_slots or slot == 0 else 0), &self.index[slot])
+                if rc == MDB_NOTFOUND and slot:  # made before there were slots
+                    rc = 0
+                else:
+                    self.index_slots += rc == 0
+        cdef Py_ssize_t old = 0  # tables in simhashdb 0.3's form: read, not written
+        for t in range(tables):
+            if rc == 0:
+                rc = g_dbi_open(txn, old_table_name(t), MDB_DUPSORT | MDB_DUPFIXED,
+                                &self.tables[t])
+                old += rc == 0
+                rc = 0 if rc == MDB_NOTFOUND else rc
+        self.runs = old == 0
+        if rc == 0 and old and (create or old < tables):
+            mdb_txn_abort(txn)
+            raise OldTablesError(old < tables)
+        if rc == 0 and tables > self.max_tables:
+            mdb_txn_abort(txn)
+            raise DatabaseError("this handle has room for %d tables, not %d"
+                                % (self.max_tables, tables))
+        if rc == 0 and self.runs:
+            rc = g_dbi_open(txn, RUN_DIRECTORY_NAME, create_flag, &self.run_dir)
+        for t in range(tables):
+            if rc == 0 and self.runs:
+                for slot in range(RUN_SLOTS):
+                    if rc == 0:
+                        rc = g_dbi_open(txn, run_slot_name(t, slot), create_flag,
+                                        &self.run_slots[t * RUN_SLOTS + slot])
+        self.has_bands = rc == 0
+        for t in range(SIGNATURE_BANDS):
+            if rc == 0 and self.has_bands:
+                rc = g_dbi_open(txn, band_name(t), create_flag | MDB_DUPSORT | MDB_DUPFIXED,
+                                &self.bands[t])
+                if rc == MDB_NOTFOUND and not create:  # made before bands were
+                    rc, self.has_bands = 0, False
+        if rc == 0:
+            rc = g_txn_commit(txn)
+        else:
+            mdb_txn_abort(txn)
+        if rc == MDB_NOTFOUND:
+            raise DatabaseError("%s is not a simhashdb database (a sub-database is missing)"
+                                % self.path.decode())
+        if rc:
+            raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
+        free(self.layout.spec)
+        free(self.layout.prefixes)
+        free(self.layout.prefix_bits)
+        self.layout.tables = tables
+        self.layout.blocks = spec.shape[0] // (3 * tables) if tables else 0
+        self.layout.spec = <long*>malloc((spec.shape[0] + 1) * sizeof(long))
+        self.layout.prefixes = <uint64_t*>malloc((tables + 1) * sizeof(uint64_t))
+        self.layout.prefix_bits = <int*>malloc((tables + 1) * sizeof(int))
+        for t in range(spec.shape[0]):
+            self.layout.spec[t] = spec[t]
+        for t in range(tables):
+            self.layout.prefixes[t] = prefixes[t]
+            self.layout.prefix_bits[t] = prefix_bits[t]
+
+    def info(self):
+        """Map size, the bytes of it in use (up to the last page), last
+        transaction id and reader slots in use."""
+        self.check()
+        cdef MDB_envinfo info
+        cdef MDB_stat stat
+        mdb_env_info(self.env, &info)
+        mdb_env_stat(self.env, &stat)
+        return {"map_size": info.me_mapsize, "used": (info.me_last_pgno + 1) * stat.ms_psize,
+                "last_txnid": info.me_last_txnid, "readers": info.me_numreaders,
+                "max_readers": info.me_maxreaders}
+
+    def set_mapsize(self, size_t size):
+        """Set the map size (0: adopt the size another process set); no
+        transaction of this process may be running. Where it fails, LMDB
+        keeps no map at all: close the environment."""
+        self.check()
+        dir_clear(self.dirs, False)  # the map may move: the directories point into it
+        cdef int rc = mdb_env_set_mapsize(self.env, size)
+        if rc:
+            raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
+
+    def readers(self):
+        """LMDB's reader table as mdb_reader_list writes it (as py-lmdb's
+        ``readers()``): a header, then a line a slot in use: its process,
+        thread, and the transaction of its snapshot ("-" for a slot kept
+        with none)."""
+        self.check()
+        lines = []
+        if mdb_reader_list(self.env, add_reader_line, <void*>lines) < 0:
+            raise MemoryError("no memory to list the reader slots of %s" % self.path.decode())
+        return "".join(lines)
+
+    def reader_check(self):
+        """Clear the reader slots of dead processes; returns how many."""
+        self.check()
+        cdef int dead = 0
+        mdb_reader_check(self.env, &dead)
+        return dead
+
+    def begin(self, bint write=False):
+        """A transaction: a snapshot, or the one write transaction."""
+        self.check()
+        cdef Txn txn = Txn.__new__(Txn)
+        cdef int rc
+        if not write and self.spares:  # renewing one keeps its reader slot: no lock, no malloc
+            self.spares -= 1
+            txn.txn = self.spare[self.spares]
+            rc = mdb_txn_renew(txn.txn)
+            if rc:
+                mdb_txn_abort(txn.txn)
+                txn.txn = NULL
+        else:
+            with nogil:
+                rc = g_txn_begin(self.env, NULL, 0 if write else MDB_RDONLY, &txn.txn)
+        if rc:
+            raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
+        txn.env = self
+        txn.write = write
+        txn.put_slot = -1
+        if 0 < self.index_slots < INDEX_SLOTS and sub_database_exists(
+                txn.txn, index_name(self.index_slots)):
+            txn.abort()  # the slots another process added must be read too
+            raise MapResizedError("the fingerprint index of %s gained slots: open them and "
+                                  "begin again" % self.path.decode())
+        return txn
+
+    def close(self):
+        dir_clear(self.dirs, False)
+        self.drop_spares()
+        if self.env != NULL and not self.broken:
+            mdb_env_close(self.env)
+        self.env = NULL
+
+
+cdef bint sub_database_exists(MDB_txn* txn, const char* name) noexcept nogil:
+    """Whether the sub-database ``name`` exists in this snapshot (an index
+    slot past those open was added by another process: to a database of
+    format 3 read here with one slot, or one whose slots an interrupted open
+    made in part)."""
+    cdef MDB_val k, v
+    k.mv_size, k.mv_data = strlen(name), <char*>name
+    return g_get(txn, MAIN_DBI, &k, &v) == 0

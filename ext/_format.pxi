@@ -1,0 +1,9 @@
+# Written by tools/write_format_pxi.py from simhashdb/storage/lmdb/format.py: change that, not this
+
+cdef enum:
+    RUN_SLOTS = 8
+    RUN_RATIO = 4
+    INDEX_SLOTS = 8
+    TABLE_KEY_BYTES = 2
+    RUN_RECORD_BYTES = 13
+    RUN_KEY_BYTES = 12

@@ -1,0 +1,709 @@
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi,
+# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _old_tables.pxi,
+# _index.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
+#
+# A transaction: the calls the backend makes.
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from bits cimport read_be, write_be
+from clmdb cimport (
+    g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_dbi_open, g_drop, g_get, g_put, g_stat,
+    g_txn_commit, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor, mdb_cursor_close, MDB_dbi,
+    MDB_DUPFIXED, MDB_DUPSORT, MDB_FIRST, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_DUP, MDB_NEXT_NODUP,
+    MDB_NOTFOUND, MDB_SET, MDB_SET_RANGE, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_id,
+    mdb_txn_reset, MDB_val,
+)
+
+
+cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(object)
+    int PyGC_Disable()
+    int PyGC_Enable()
+
+
+cdef class Txn:
+    """One LMDB transaction over an Env's sub-databases."""
+
+    cdef Env env
+    cdef MDB_txn* txn
+    cdef bint write
+    cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
+    cdef bint runs_written     # a batch wrote runs: its searches take no block directories
+    cdef int put_slot          # the index slot this transaction puts into (-1: none yet)
+    cdef bint changed          # a batch call has changed its documents or index
+
+    def __dealloc__(self):
+        if self.txn != NULL and not self.env.broken:
+            mdb_txn_abort(self.txn)
+
+    cdef int check(self) except -1:
+        if self.txn == NULL:
+            raise DatabaseError("the transaction is finished")
+        self.env.check()
+        return 0
+
+    cdef Work work(self):
+        cdef Work w
+        w.txn = self.txn
+        w.meta, w.docs = self.env.meta, self.env.docs
+        w.index_dbis, w.index_slots, w.put_slot = self.env.index, self.env.index_slots, self.put_slot
+        memset(&w.ix, 0, sizeof(Index))
+        w.tables = self.env.tables
+        w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
+        w.table_runs, w.pending = NULL, NULL
+        w.bands = self.env.bands if self.env.has_bands else NULL
+        w.band_changes = NULL
+        w.layout = &self.env.layout
+        w.doc_cursor = NULL
+        w.table_cursors = NULL
+        w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
+        w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
+        w.snapshot, w.view = not self.write, NULL
+        w.directory_entries = self.env.directory_entries
+        # runs below written_from are committed only if no earlier call of the
+        # transaction wrote runs: only then may merges read them from other threads
+        w.merge_threads = 1 if self.runs_written else self.env.merge_threads
+        w.threaded_merge = self.env.threaded_merge
+        w.threaded_merges = &self.env.threaded_merges
+        w.shared_lookups = &self.env.shared_lookups
+        w.fed_merges = &self.env.fed_merges
+        return w
+
+    def abort(self):
+        """End the transaction; a read one is kept for Env.begin to renew."""
+        if self.txn != NULL and not self.env.broken:
+            if not self.write and self.env.env != NULL and self.env.spares < SPARE_READS:
+                mdb_txn_reset(self.txn)
+                self.env.spare[self.env.spares] = self.txn
+                self.env.spares += 1
+            else:
+                mdb_txn_abort(self.txn)
+        self.txn = NULL
+
+    def commit(self):
+        self.check()
+        cdef int rc
+        with nogil:
+            rc = g_txn_commit(self.txn)
+        self.txn = NULL
+        if rc:
+            raise self.env.fail(rc, "cannot commit to %s" % self.env.path.decode())
+
+    def get(self, bytes key, bint meta=False):
+        """The value of ``key`` in docs (or meta), or None."""
+        self.check()
+        cdef MDB_val k, v
+        k.mv_size, k.mv_data = len(key), <char*>key
+        cdef int rc = g_get(self.txn, self.env.meta if meta else self.env.docs, &k, &v)
+        if rc == MDB_NOTFOUND:
+            return None
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return self._copy(&v)
+
+    def get_many(self, list keys):
+        """get of each of ``keys`` (bytes) in docs, as a list."""
+        self.check()
+        cdef MDB_val k, v
+        cdef int rc
+        cdef list values = []
+        cdef bytes key
+        for key in keys:
+            k.mv_size, k.mv_data = len(key), <char*>key
+            rc = g_get(self.txn, self.env.docs, &k, &v)
+            if rc and rc != MDB_NOTFOUND:
+                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+            values.append(None if rc else self._copy(&v))
+        return values
+
+    cdef bytes _copy(self, MDB_val* v):
+        if v.mv_size >> 32:  # LMDB stores an item's size in 32 bits: a damaged page
+            raise self.env.fail(CORRUPTED, "cannot read %s" % self.env.path.decode())
+        out = PyBytes_FromStringAndSize(NULL, v.mv_size)
+        cdef int rc = g_copy(PyBytes_AS_STRING(out), v.mv_data, v.mv_size)
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    def put_meta(self, bytes key, bytes value):
+        self.check()
+        cdef MDB_val k, v
+        k.mv_size, k.mv_data = len(key), <char*>key
+        v.mv_size, v.mv_data = len(value), <char*>value
+        cdef int rc = g_put(self.txn, self.env.meta, &k, &v, 0)
+        if rc:
+            raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
+
+    def distinct(self):
+        """The number of distinct fingerprints (the entries of table 0, or the
+        counter of a database whose tables are runs)."""
+        if not self.env.runs:
+            return self.entries(old_table_name(0))
+        raw = self.get(DISTINCT, True)
+        return int.from_bytes(raw, "big") if raw else 0
+
+    def entries(self, bytes which):
+        """Entries of the sub-database ``which`` (named as in format.py):
+        documents, the index (its first slot's name: all its slots) or a table
+        in 0.3's form."""
+        self.check()
+        cdef MDB_stat stat
+        cdef int slot, rc = 0
+        cdef size_t total = 0
+        cdef bint index = which == INDEX_NAME
+        if not index:
+            rc = g_stat(self.txn, self._dbi(which), &stat)
+            total = stat.ms_entries
+        for slot in range(self.env.index_slots if index else 0):
+            if rc == 0:
+                rc = g_stat(self.txn, self.env.index[slot], &stat)
+                total += stat.ms_entries
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return total
+
+    cdef MDB_dbi _dbi(self, bytes which) except? 0:
+        if which == DOCS_NAME:
+            return self.env.docs
+        return self.env.tables[int(which.split(b":")[1])]
+
+    def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
+        """Up to ``limit`` (key, value) items of the documents or the index (as
+        ``entries`` names them) in order, starting after the item (key)
+        ``after`` (from the first: None)."""
+        self.check()
+        cdef MDB_cursor* cursor = NULL
+        cdef MDB_val k, v, after_k, after_v
+        cdef Work w = self.work()
+        cdef bint index = which == INDEX_NAME
+        cdef int rc = 0 if index else g_cursor_open(self.txn, self._dbi(which), &cursor)
+        if rc:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        out = []
+        try:
+            if after is None:
+                rc = index_get(&w, &k, &v, MDB_FIRST) if index else \
+                    g_cursor_get(cursor, &k, &v, MDB_FIRST)
+            elif index:  # the first entry past (fingerprint, key)
+                after_k.mv_size, after_k.mv_data = 8, <char*>after
+                after_v.mv_size, after_v.mv_data = len(after) - 8, <char*>after + 8
+                k, v = after_k, after_v
+                rc = index_seek(&w, &k, &v)
+                if rc == 0 and cmp_entry(&k, &v, &after_k, &after_v) == 0:
+                    rc = index_get(&w, &k, &v, MDB_NEXT)
+            else:
+                k.mv_size, k.mv_data = len(after), <char*>after
+                rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
+                if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after,
+                                         len(after)) == 0:
+                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+            while rc == 0 and len(out) < limit:
+                out.append((self._copy(&k), self._copy(&v)))
+                rc = index_get(&w, &k, &v, MDB_NEXT) if index else \
+                    g_cursor_get(cursor, &k, &v, MDB_NEXT)
+        finally:
+            if cursor != NULL:
+                mdb_cursor_close(cursor)
+            index_close(&w)
+        if rc and rc != MDB_NOTFOUND:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    def keys_of(self, uint64_t fp):
+        """The keys indexed under ``fp``, in order."""
+        self.check()
+        cdef MDB_val k, v
+        cdef uint8_t fp_bytes[8]
+        write_be(fp_bytes, fp, 8)
+        k.mv_size, k.mv_data = 8, fp_bytes
+        cdef Work w = self.work()
+        cdef int rc
+        out = []
+        try:
+            rc = index_get(&w, &k, &v, MDB_SET)
+            while rc == 0:
+                out.append(self._copy(&v))
+                rc = index_get(&w, &k, &v, MDB_NEXT_DUP)
+        finally:
+            index_close(&w)
+        if rc and rc != MDB_NOTFOUND:
+            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        return out
+
+    def table_values(self, Py_ssize_t table):
+        """Every fingerprint in permutation table ``table`` (unpermuted), in table order."""
+        if self.env.runs:
+            return self.run_values(table)
+        return self.entries_of(self.env.tables[table],
+                               self.env.layout.spec + 3 * self.env.layout.blocks * table,
+                               self.env.layout.blocks)
+
+    def band_values(self, Py_ssize_t band):
+        """Every entry (band key << 32 | a fingerprint's top 32 bits) of band
+        table ``band``, in order (none where the database has no band tables)."""
+        from array import array
+        if not self.env.has_bands:
+            return array("Q")
+        return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
+
+    cdef object run_values(self, Py_ssize_t table):
+        """The fingerprints of a table kept as runs: the union of its runs,
+        less the stale entries (not in the index), unpermuted, in table order."""
+        from array import array
+        cdef Job job = self.job()
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef TableRuns* r
+        cdef RunIter it
+        cdef uint64_t x
+        cdef size_t i, kept = 0
+        cdef const long* spec = self.env.layout.spec + 3 * self.env.layout.blocks * table
+        cdef int rc
+        try:
+            with nogil:
+                rc = open_cursors(&job.w)
+                r = &job.w.table_runs[table]
+                for i in range(r.n if rc == 0 else 0):
+                    it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
+                    rc = iter_seek(&it, 0)
+                    while rc == 0:
+                        rc = iter_next(&it, &x)
+                        if rc == 0:
+                            rc = u64_push(&values, x)
+                    rc = 0 if rc == MDB_NOTFOUND else rc
+                    if rc:
+                        break
+                if rc == 0 and r.n > 1:
+                    rc = sort_records(values.data, values.size, 1)
+                for i in range(values.size if rc == 0 else 0):
+                    if kept and values.data[kept - 1] == values.data[i]:
+                        continue
+                    x = unpermute_one(values.data[i], spec, self.env.layout.blocks)
+                    rc = index_has(&job.w, x)
+                    if rc < 0:
+                        break
+                    if rc:
+                        values.data[kept] = values.data[i]
+                        kept += 1
+                    rc = 0
+                for i in range(kept):
+                    values.data[i] = unpermute_one(values.data[i], spec, self.env.layout.blocks)
+            self.done(rc, "read")
+            out = array("Q")
+            out.frombytes((<char*>values.data)[:kept * 8] if kept else b"")
+            return out
+        finally:
+            free(values.data)
+
+    cdef object entries_of(self, MDB_dbi dbi, const long* spec, Py_ssize_t blocks):
+        """The entries of a table (2-byte keys, 6-byte values), unpermuted by
+        ``spec``, in order: an ``array('Q')``."""
+        self.check()
+        from array import array
+        out = array("Q")
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef MDB_cursor* cursor
+        cdef MDB_val k, v
+        cdef int rc = g_cursor_open(self.txn, dbi, &cursor)
+        if rc == 0:
+            with nogil:
+                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+                while rc == 0:
+                    if k.mv_size != 2 or v.mv_size != 6:
+                        rc = -30796
+                        break
+                    rc = u64_push(&values, unpermute_one(
+                        (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6),
+                        spec, blocks))
+                    if rc == 0:
+                        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+                mdb_cursor_close(cursor)
+        try:
+            if rc and rc != MDB_NOTFOUND:
+                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+            out.frombytes((<char*>values.data)[:values.size * 8] if values.size else b"")
+        finally:
+            free(values.data)
+        return out
+
+    cdef Job job(self, object items=None, bint with_values=False):
+        """The working state of one batch call, freed with it (``items``: a
+        list, or for upsert records.PackedDocuments)."""
+        self.check()
+        cdef Job job = Job.__new__(Job)
+        job.w = self.work()
+        job.w.band_changes = job.band_changes
+        if items is not None:
+            job.n = len(items)
+            job.docs = load_docs(items, with_values) if isinstance(items, list) \
+                else load_packed(items)
+        return job
+
+    cdef int done(self, int rc, str doing, Job job=None) except -1:
+        if job is not None:
+            self.put_slot = job.w.put_slot
+            self.untidy = self.untidy or job.w.untidy
+            self.runs_written = self.runs_written or job.w.runs_written
+        if rc:
+            raise self.env.fail(rc, "cannot %s %s" % (doing, self.env.path.decode()))
+        return 0
+
+    @property
+    def snapshot(self):
+        """The id of the commit this transaction reads (or, writing, follows)."""
+        self.check()
+        return mdb_txn_id(self.txn)
+
+    def search(self, const uint64_t[::1] probes, int distance, int flips):
+        """For each probe, [(key, fingerprint, distance)] of every document within
+        ``distance``, probing prefixes within ``flips`` bits of the probe's."""
+        cdef Job job = self.job()
+        cdef Py_ssize_t n = probes.shape[0]
+        cdef int rc
+        job.w.dirs = self.env.dirs
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0 and n:
+                rc = search_many(&job.w, &probes[0], n, distance, flips, &job.hits)
+        self.done(rc, "search")
+        return self.hits_with_keys(job, n)
+
+    def band_search(self, const uint32_t[::1] bands):
+        """For each query (SIGNATURE_BANDS band keys in ``bands``, query after
+        query), [(key, fingerprint)] of every document whose fingerprint's top
+        32 bits an entry of one of its band keys names: every text document
+        that shares a band with it, and any other of those fingerprints."""
+        cdef Job job = self.job()
+        cdef Py_ssize_t n = bands.shape[0] // SIGNATURE_BANDS, i, b
+        cdef list results = [[] for _ in range(n)]
+        cdef uint64_t first
+        cdef size_t h
+        cdef int rc = 0
+        if n == 0 or not self.env.has_bands:
+            return results
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                rc = open_band_cursors(&job.w)
+            i = 0
+            while rc == 0 and i < n:
+                for b in range(SIGNATURE_BANDS):
+                    first = (<uint64_t>bands[i * SIGNATURE_BANDS + b]) << 32
+                    rc = scan_range(job.w.band_cursors[b], first, first | 0xFFFFFFFFULL, 0, 64,
+                                    IDENTITY_SPEC, 1, i, &job.hits)
+                    if rc:
+                        break
+                i += 1
+            if rc == 0:
+                for h in range(job.hits.size):  # an entry's fingerprint prefix, once a query
+                    job.hits.data[h].fp = (job.hits.data[h].fp & 0xFFFFFFFFULL) << 32
+                rc = dedupe_hits(&job.hits)
+        self.done(rc, "search")
+        self.add_prefix_keys(job, results)
+        return results
+
+    cdef int add_prefix_keys(self, Job job, list results) except -1:
+        """Append to ``results`` (a list per probe) the (key, fingerprint) of
+        every document whose fingerprint starts with a hit's top 32 bits."""
+        cdef size_t i
+        cdef MDB_val k, v
+        cdef uint8_t start[8]
+        cdef uint64_t fp
+        cdef int rc = 0
+        for i in range(job.hits.size):
+            found = results[job.hits.data[i].probe]
+            write_be(start, job.hits.data[i].fp, 8)
+            k.mv_size, k.mv_data = 8, start
+            rc = index_get(&job.w, &k, &v, MDB_SET_RANGE)
+            while rc == 0 and k.mv_size == 8:
+                fp = read_be(<uint8_t*>k.mv_data, 8)
+                if (fp >> 32) != (job.hits.data[i].fp >> 32):
+                    break
+                found.append((self._copy(&v), fp))
+                rc = index_get(&job.w, &k, &v, MDB_NEXT)
+            self.done(0 if rc == MDB_NOTFOUND else rc, "search")
+        return 0
+
+    cdef list hits_with_keys(self, Job job, Py_ssize_t n):
+        cdef list results = [[] for _ in range(n)]
+        self.add_keys(job, results)
+        return results
+
+    cdef int add_keys(self, Job job, list results) except -1:
+        """Append to ``results`` (a list per probe) one (key, fingerprint,
+        distance) for each document that has a hit's fingerprint now."""
+        cdef size_t i
+        cdef Hit* hit
+        cdef Keyed* keyed
+        cdef int rc
+        with nogil:
+            rc = read_keys(&job.w, &job.hits, &job.keyed)
+        self.done(rc, "search")
+        cdef int collecting = PyGC_Disable()  # lists of new tuples: nothing for it to collect
+        try:
+            for i in range(job.keyed.size):
+                keyed = &job.keyed.data[i]
+                hit = &job.hits.data[keyed.hit]
+                found = (PyBytes_FromStringAndSize(<char*>job.keyed.bytes + keyed.at, keyed.size),
+                         hit.fp, hit.distance)
+                PyObject_GC_UnTrack(found)  # of bytes and ints: no cycle to collect
+                results[hit.probe].append(found)
+        finally:
+            if collecting:
+                PyGC_Enable()
+        return 0
+
+    def upsert(self, documents):
+        """Store (key, fingerprint, value) documents (a list, or
+        records.PackedDocuments), replacing existing keys."""
+        cdef Job job = self.job(documents, True)
+        cdef int rc
+        job.w.index_committed = not self.changed
+        self.changed = True
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                job.n = sort_unique(job.docs, job.n)
+                rc = upsert(&job.w, job.docs, job.n, &job.touched)
+            if rc == 0:
+                rc = index_merges(&job.w, job.w.merge_limit, False)
+        self.done(rc, "write to", job)
+
+    def remove(self, list keys):
+        """Remove the documents ``keys``; returns how many were stored."""
+        cdef Job job = self.job(keys, False)
+        cdef size_t count = 0
+        cdef int rc
+        cdef bint unchanged = not self.changed
+        self.changed = True
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                job.n = sort_unique(job.docs, job.n)
+                rc = remove(&job.w, job.docs, job.n, &job.touched, &count, unchanged)
+        self.done(rc, "write to", job)
+        return count
+
+    def insert_if_new(self, list documents, int distance, int flips):
+        """For each (key, fingerprint, value) in order: the documents within
+        ``distance`` (as search), storing it when there are none."""
+        cdef Job job = self.job(documents, True)
+        cdef list results = [[] for _ in range(job.n)]
+        self.changed = True
+        cdef size_t i, j = 0
+        cdef int rc
+        cdef bint replaced = False
+        cdef uint64_t* fps = <uint64_t*>malloc((job.n + 1) * sizeof(uint64_t))
+        cdef Hits stored
+        stored.data, stored.size, stored.cap = NULL, 0, 0
+        if fps == NULL:
+            raise MemoryError()
+        job.w.pending = &job.pending  # one run a table at the end, not one a stored document
+        job.w.dirs = self.env.dirs
+        with nogil:
+            rc = open_cursors(&job.w)
+            for i in range(job.n):
+                fps[i] = job.docs[i].fp
+            if rc == 0:  # the stored documents near each, for all at once (sweeps)
+                rc = search_many(&job.w, fps, job.n, distance, flips, &stored)
+            if rc == 0:
+                rc = drop_stale(&job.w, &stored)
+            i = 0
+            while rc == 0 and i < job.n:
+                job.hits.size = 0  # the stored ones still there, and the ones this call stored
+                while rc == 0 and j < stored.size and stored.data[j].probe == i:
+                    rc = hit_push(&job.hits, i, stored.data[j].fp, stored.data[j].distance)
+                    j += 1
+                if rc == 0:
+                    rc = search_pending(&job.w, job.docs[i].fp, distance, i, replaced,
+                                        &job.hits)
+                if rc == 0 and job.hits.size == 0:
+                    rc = upsert(&job.w, &job.docs[i], 1, &job.touched)
+                    replaced = replaced or job.w.unlinked
+                elif rc == 0:  # the keys as they are now: a later document may move one
+                    with gil:
+                        self.add_keys(job, results)
+                i += 1
+            if rc == 0:
+                rc = flush_pending(&job.w)
+            if rc == 0:
+                rc = index_merges(&job.w, job.w.merge_limit, False)
+        free(fps)
+        free(stored.data)
+        self.done(rc, "write to", job)
+        return results
+
+    def tidy(self):
+        """One transaction's share of the work batches left (see tidy); returns
+        whether there is more."""
+        cdef Job job = self.job()
+        cdef bint more = False, unchanged = not self.changed
+        cdef int rc
+        self.changed = True
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0 and unchanged:  # a rewrite of what removals left sparse, else
+                rc = rewrite_sparse(&job.w, &more)  # the index's merges and the tables' share
+            if rc == 0 and not more:
+                rc = index_merges(&job.w, 0, unchanged)
+            if rc == 0 and not more:
+                rc = tidy(&job.w, &more)
+        self.runs_written = self.runs_written or job.w.runs_written
+        self.put_slot = job.w.put_slot
+        self.done(rc, "write to")
+        return more
+
+    def convert_table(self, Py_ssize_t table):
+        """Write table ``table``, kept in simhashdb 0.3's form (dupsort
+        ``table:NNN``, already in order), as one run, then drop the old table;
+        nothing where it is converted already."""
+        self.check()
+        name = old_table_name(table)
+        cdef const char* old_name = name
+        cdef const char* run_directory = RUN_DIRECTORY_NAME
+        cdef MDB_dbi old, slot, run_dir
+        cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
+        for number in reversed(range(RUN_SLOTS)):  # every slot of the table, slot 0 last
+            slot_name = run_slot_name(table, number)
+            if rc == 0:
+                rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
+        cdef MDB_cursor* cursor = NULL
+        cdef MDB_val k, v
+        cdef U64s values
+        values.data, values.size, values.cap = NULL, 0, 0
+        cdef uint8_t record[RUN_RECORD_BYTES]
+        cdef uint8_t key[TABLE_KEY_BYTES]
+        cdef size_t blocks, entries = 0
+        cdef Work w = self.work()
+        with nogil:
+            if rc == 0:
+                rc = g_dbi_open(self.txn, run_directory, MDB_CREATE, &run_dir)
+            if rc == 0:
+                rc = g_drop(self.txn, slot, 0)
+            if rc == 0:
+                rc = g_cursor_open(self.txn, old, &cursor)
+            if rc == 0:
+                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+            while rc == 0:
+                if k.mv_size != 2 or v.mv_size != 6:
+                    rc = CORRUPTED
+                else:
+                    rc = u64_push(&values, (read_be(<uint8_t*>k.mv_data, 2) << 48)
+                                  | read_be(<uint8_t*>v.mv_data, 6))
+                if rc == 0:
+                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
+            if cursor != NULL:
+                mdb_cursor_close(cursor)
+            rc = 0 if rc == MDB_NOTFOUND and cursor != NULL else rc
+            if rc == 0 and values.size:
+                rc = merge_runs(self.txn, NULL, NULL, 0, values.data, values.size, NULL, 0, slot,
+                                1, &blocks, &entries)
+            if rc == 0:
+                write_be(record, 1, 4)
+                record[4] = 0
+                write_be(record + 5, entries, 8)
+                write_be(key, table, TABLE_KEY_BYTES)
+                k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
+                v.mv_size, v.mv_data = RUN_RECORD_BYTES if entries else 0, record
+                rc = g_put(self.txn, run_dir, &k, &v, 0)
+            if rc == 0 and table == 0:  # the counters tables kept as runs need
+                rc = write_counter(&w, DISTINCT, entries)
+                if rc == 0:
+                    rc = write_counter(&w, STALE, 0)
+            if rc == 0:
+                rc = g_drop(self.txn, old, 1)
+        free(values.data)
+        self.runs_written = True
+        if rc == MDB_NOTFOUND:
+            return False
+        if rc:
+            raise self.env.fail(rc, "cannot convert the tables of %s" % self.env.path.decode())
+        return True
+
+    def copy_into(self, Txn target):
+        """Write this snapshot's meta, documents and index into ``target``'s empty
+        sub-databases in order (appending), and its tables as one run each."""
+        self.check()
+        target.check()
+        target.changed = True
+        cdef int rc = 0
+        cdef MDB_dbi pairs[2][2]
+        pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta
+        pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
+        cdef int which
+        cdef bint bands = self.env.has_bands and target.env.has_bands
+        cdef Work source = self.work()
+        with nogil:
+            for which in range(2):
+                if rc == 0:
+                    rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1], False)
+            if rc == 0:  # the index as one run, in its first slot
+                rc = index_copy(&source, target.txn, target.env.index[0])
+            index_close(&source)
+            for which in range(SIGNATURE_BANDS if bands else 0):
+                if rc == 0:
+                    rc = copy_dbi(self.txn, self.env.bands[which], target.txn,
+                                  target.env.bands[which], True)
+        if rc:
+            raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
+        cdef Work w = target.work()
+        try:
+            with nogil:
+                rc = open_cursors(&w)
+                if rc == 0:  # one run a table (meta brought the distinct count)
+                    rc = rewrite_tables(&w, 0, w.layout.tables)
+                if rc == 0:
+                    rc = end_rewrite(&w, 0)
+                if rc == 0:
+                    rc = write_counter(&w, REMOVED, 0)
+            target.runs_written = True
+            if rc:
+                raise target.env.fail(rc, "cannot write the compacted copy")
+        finally:
+            close_cursors(&w)
+
+
+cdef int distinct_fingerprints(Work* w, U64s* out) noexcept nogil:
+    cdef MDB_val k, v
+    cdef int rc = index_get(w, &k, &v, MDB_FIRST)
+    while rc == 0:
+        if k.mv_size != 8:
+            return -30796
+        rc = u64_push(out, read_be(<uint8_t*>k.mv_data, 8))
+        if rc == 0:
+            rc = index_get(w, &k, &v, MDB_NEXT_NODUP)
+    return 0 if rc == MDB_NOTFOUND else rc
+
+
+cdef int copy_dbi(MDB_txn* source, MDB_dbi from_dbi, MDB_txn* target, MDB_dbi to_dbi,
+                  bint dupsort) noexcept nogil:
+    """Append every entry of one sub-database to an empty one."""
+    cdef MDB_cursor* reader
+    cdef MDB_cursor* writer
+    cdef MDB_val k, v
+    cdef int rc = g_cursor_open(source, from_dbi, &reader)
+    if rc:
+        return rc
+    rc = g_cursor_open(target, to_dbi, &writer)
+    if rc:
+        mdb_cursor_close(reader)
+        return rc
+    cdef int op_rc
+    cdef size_t walked = 0
+    rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
+    while rc == 0:
+        op_rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
+        if op_rc == MDB_KEYEXIST and dupsort:
+            op_rc = g_cursor_put(writer, &k, &v, MDB_APPENDDUP)
+        if op_rc:
+            rc = op_rc
+            break
+        walked += 1
+        rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
+    mdb_cursor_close(reader)
+    mdb_cursor_close(writer)
+    return walked_whole(source, from_dbi, walked) if rc == MDB_NOTFOUND else rc

@@ -1,0 +1,545 @@
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _codec.pxi,
+# _buffers.pxi, _work.pxi, _index.pxi, _bands.pxi, _writes.pxi, _tidy.pxi.
+#
+# Upserts and removals of documents.
+
+from libc.stdint cimport uint8_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, qsort
+from libc.string cimport memcpy, memset
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from bits cimport __builtin_prefetch, read_be, write_be
+from clmdb cimport (
+    chunk_stop, chunk_take, g_cursor_get, g_cursor_open, g_cursor_put, g_del, g_drop, g_get, g_stat,
+    g_txn_begin, GUARD_FAULT, MDB_APPEND, MDB_APPENDDUP, MDB_cursor, mdb_cursor_close, MDB_dbi,
+    MDB_env, MDB_FIRST, MDB_KEYEXIST, MDB_LAST, MDB_NEXT, MDB_NODUPDATA, MDB_NOOVERWRITE,
+    MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_env, mdb_txn_id,
+    MDB_val, pthread_create, pthread_join, pthread_t,
+)
+
+
+cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t key_size,
+                U64s* touched) noexcept nogil:
+    """Drop a stored document's fingerprint-index entry."""
+    cdef uint64_t old_fp
+    cdef uint8_t fp_bytes[8]
+    cdef MDB_val k, v
+    cdef int rc
+    if value_fingerprint(old_value, &old_fp) != 0:
+        return -30796  # MDB_CORRUPTED
+    w.unlinked = True
+    rc = touch(w, touched, old_fp)
+    if rc:
+        return rc
+    write_be(fp_bytes, old_fp, 8)
+    k.mv_size, k.mv_data = 8, fp_bytes
+    v.mv_size, v.mv_data = key_size, <void*>key
+    return index_delete(w, &k, &v)
+
+
+cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
+
+
+# Whether a batch's new fingerprints were in the index before: a descent in
+# each slot but the batch's own, about 250 ns a slot, nearly all of it waiting
+# on memory. A large batch whose transaction changed no slot before it shares
+# them with a thread reading the last commit (the same slots: the writer holds
+# the lock), which begins while the writer puts the index entries.
+
+cdef enum:
+    LOOKUP_CHUNK = 512          # lookups taken at a time
+    THREAD_SHARE = 4096         # the fewest new documents a thread shares the work of
+
+
+cdef extern from *:
+    """
+    #define chunk_take(p, n) __atomic_fetch_add((p), (n), __ATOMIC_RELAXED)
+    #define chunk_stop(p, n) __atomic_store_n((p), (n), __ATOMIC_RELAXED)
+    """
+    size_t chunk_take(size_t* p, size_t n) nogil
+    void chunk_stop(size_t* p, size_t n) nogil
+
+
+cdef struct Lookups:
+    MDB_env* env
+    MDB_dbi dbis[INDEX_SLOTS]   # the slots with entries, but the batch's own
+    int slots
+    const uint64_t* order       # the batch's index entries (fingerprint first), sorted
+    size_t n
+    uint8_t* had                # per entry: 1 if its fingerprint was there
+    size_t next                 # the first entry no one has taken
+    int rc                      # the thread's
+    bint began                  # the thread began its snapshot
+
+
+cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
+    """Take chunks of the entries and note whether each one's fingerprint
+    (where it is the first entry of it) is in one of the slots, in ``txn``."""
+    cdef MDB_cursor* cursors[INDEX_SLOTS]
+    cdef uint8_t key_bytes[8]
+    cdef MDB_val k, v
+    cdef size_t i, end
+    cdef int s, opened = 0, rc = 0
+    while rc == 0 and opened < l.slots:
+        rc = g_cursor_open(txn, l.dbis[opened], &cursors[opened])
+        opened += rc == 0
+    i = chunk_take(&l.next, LOOKUP_CHUNK) if rc == 0 else l.n
+    while i < l.n:
+        end = min(i + LOOKUP_CHUNK, l.n)
+        while rc == 0 and i < end:
+            if i == 0 or l.order[3 * i] != l.order[3 * i - 3]:
+                write_be(key_bytes, l.order[3 * i], 8)
+                for s in range(l.slots):
+                    k.mv_size, k.mv_data = 8, key_bytes
+                    rc = g_cursor_get(cursors[s], &k, &v, MDB_SET)
+                    if rc != MDB_NOTFOUND:
+                        l.had[i] = rc == 0
+                        break
+                rc = 0 if rc == MDB_NOTFOUND else rc
+            i += 1
+        i = chunk_take(&l.next, LOOKUP_CHUNK) if rc == 0 else l.n
+    for s in range(opened):
+        mdb_cursor_close(cursors[s])
+    return rc
+
+
+cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lookups* l,
+                       pthread_t* thread, bint* started) noexcept nogil:
+    """Set up the lookups of ``order``'s fingerprints in the slots with entries
+    but the transaction's own (none where the index was empty), with room
+    after ``l.had`` for the writer's notes of its own slot; where ``shared``
+    and there are enough, start a thread that takes a share."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef int s, used, rc = 0
+    l.env, l.order, l.n, l.next, l.rc, l.slots, l.began = mdb_txn_env(w.txn), order, n, 0, 0, 0, 0
+    l.had = <uint8_t*>calloc(2 * n + 1, 1)
+    if l.had == NULL:
+        return NO_MEMORY
+    if not w.index_was_empty:
+        rc = index_sizes(w, entries, &used)
+    for s in range(w.index_slots if rc == 0 and not w.index_was_empty else 0):
+        if entries[s] and s != w.put_slot:
+            l.dbis[l.slots] = w.index_dbis[s]
+            l.slots += 1
+    started[0] = rc == 0 and shared and l.slots > 0 and n >= THREAD_SHARE and \
+        w.merge_threads > 1 and pthread_create(thread, NULL, look_up_thread, l) == 0
+    return rc
+
+
+cdef void* look_up_thread(void* lookups) noexcept nogil:
+    cdef Lookups* l = <Lookups*>lookups
+    cdef MDB_txn* txn
+    cdef int rc = g_txn_begin(l.env, NULL, MDB_RDONLY, &txn)
+    l.began = rc == 0
+    if rc == 0:
+        rc = look_up(l, txn)
+        mdb_txn_abort(txn)
+    if rc == GUARD_FAULT or (rc and l.began):  # (else, such as a full reader table: the writer's)
+        l.rc = rc
+        chunk_stop(&l.next, l.n)
+    return NULL
+
+
+cdef struct Entries:
+    const Doc* docs
+    size_t n
+    uint64_t* order
+    int rc
+
+
+cdef int index_order(Entries* e) noexcept nogil:
+    """The documents' index entries in (fingerprint, key) order, the documents
+    being in key order and the radix sort by fingerprint stable. Each entry is
+    (fingerprint, key, key size): a key of up to 8 bytes travels in it, so the
+    puts read memory in order, not the documents at random; for a longer one
+    it holds the address, loaded ahead of its put."""
+    cdef size_t i
+    for i in range(e.n):
+        e.order[3 * i], e.order[3 * i + 2] = e.docs[i].fp, e.docs[i].key_size
+        if e.docs[i].key_size <= 8:
+            memcpy(&e.order[3 * i + 1], e.docs[i].key, e.docs[i].key_size)
+        else:
+            e.order[3 * i + 1] = <uint64_t>e.docs[i].key
+    return sort_records(e.order, e.n, 3)
+
+
+cdef void* index_order_thread(void* entries) noexcept nogil:
+    (<Entries*>entries).rc = index_order(<Entries*>entries)
+    return NULL
+
+
+cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
+    """Store documents (sorted by key, unique), replacing existing keys."""
+    cdef MDB_val k, v, old
+    cdef uint8_t fp_bytes[8]
+    cdef size_t i, fresh = 0
+    cdef int rc
+    cdef uint64_t old_fp
+    cdef bint appending = False, changed, first, had
+    cdef uint64_t* order = NULL
+    cdef MDB_cursor* put = NULL
+    cdef const uint8_t* key
+    cdef size_t key_size
+    cdef uint64_t merged
+    cdef Lookups lookups
+    cdef pthread_t thread
+    cdef bint started = False
+    cdef uint8_t* own = NULL
+    cdef Entries entries
+    cdef pthread_t sorter
+    cdef bint sorting = False
+    cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
+    memset(&lookups, 0, sizeof(Lookups))
+    if added == NULL:
+        return NO_MEMORY
+    rc = index_empty(w)
+    if rc < 0:
+        free(added)
+        return rc
+    w.index_was_empty, w.unlinked = rc == 1, False
+    rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_LAST)
+    if rc == MDB_NOTFOUND:
+        appending, rc = True, 0
+    elif rc == 0 and n:
+        appending = cmp_bytes(docs[0].key, docs[0].key_size, <uint8_t*>k.mv_data,
+                              k.mv_size) > 0
+    if rc == 0 and appending and n >= THREAD_SHARE and w.merge_threads > 1:
+        # every document is new: its index entries are sorted while it is put
+        entries.docs, entries.n, entries.rc = docs, n, 0
+        entries.order = order = <uint64_t*>malloc(3 * n * sizeof(uint64_t))
+        sorting = order != NULL and pthread_create(&sorter, NULL, index_order_thread,
+                                                   &entries) == 0
+    i = 0
+    while rc == 0 and i < n:
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        changed = True  # the document is new, or has another fingerprint now
+        if not appending:
+            rc = g_get(w.txn, w.docs, &k, &old)
+            if rc == 0:
+                if value_fingerprint(&old, &old_fp) != 0:
+                    rc = -30796  # MDB_CORRUPTED
+                else:
+                    rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
+                if rc == 0 and old_fp == docs[i].fp:
+                    changed = False
+                elif rc == 0:
+                    rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
+            elif rc == MDB_NOTFOUND:
+                rc = 0
+            if rc:
+                break
+        v.mv_size, v.mv_data = docs[i].value_size, <void*>docs[i].value
+        rc = g_cursor_put(w.doc_cursor, &k, &v, MDB_APPEND if appending else 0)
+        if rc == 0:
+            rc = note_bands(w, docs[i].value, docs[i].value_size, docs[i].fp, True)
+        if rc == 0 and changed:  # noted as its fingerprint goes into the index, below
+            added[fresh] = docs[i]
+            fresh += 1
+        i += 1
+    if sorting:
+        pthread_join(sorter, NULL)
+        rc = rc if rc else entries.rc
+    if rc == 0 and fresh:
+        # the index entries (index_order). A fingerprint's first put tells
+        # whether the transaction's own slot had it, lookups whether the others
+        # did (noted after the puts, and after the notes unlink took, so theirs
+        # come first).
+        if not sorting:  # (a buffer for a thread that did not start holds them too)
+            entries.docs, entries.n = added, fresh
+            if order == NULL:
+                order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
+            entries.order = order
+            rc = NO_MEMORY if order == NULL else index_order(&entries)
+        merged = w.merged
+        if rc == 0:
+            rc = index_put_cursor(w, &put)
+        if rc == 0:
+            rc = g_cursor_get(put, &k, &v, MDB_LAST)
+        if rc == MDB_NOTFOUND:
+            appending, rc = True, 0
+        elif rc == 0:
+            appending = order[0] > read_be(<uint8_t*>k.mv_data, 8)
+        # the slots before the transaction's own, shared where they are as
+        # committed. They are where no earlier call changed the index and no
+        # merge freed a slot (every merge counts in w.merged): then the two
+        # views differ only by the entries unlink took out, each of whose
+        # fingerprints was noted first (touch, before the deletion, as it stood
+        # before the batch), and the first note of a fingerprint counts
+        if rc == 0:
+            rc = lookups_begin(w, order, fresh, w.index_committed and merged == w.merged,
+                               &lookups, &thread, &started)
+        if rc == 0:
+            own = lookups.had + fresh  # whether the transaction's own slot had it
+        for i in range(fresh):
+            if rc:
+                break
+            if i + KEYS_AHEAD < fresh and order[3 * (i + KEYS_AHEAD) + 2] > 8:
+                __builtin_prefetch(<const void*>order[3 * (i + KEYS_AHEAD) + 1])
+            key_size = order[3 * i + 2]
+            key = <const uint8_t*>(order + 3 * i + 1)
+            if key_size > 8:
+                key = <const uint8_t*>order[3 * i + 1]
+            first, had = i == 0 or order[3 * i] != order[3 * i - 3], False
+            write_be(fp_bytes, order[3 * i], 8)
+            k.mv_size, k.mv_data = 8, fp_bytes
+            v.mv_size, v.mv_data = key_size, <void*>key
+            if appending:
+                rc = g_cursor_put(put, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
+            else:
+                if first:
+                    rc = g_cursor_put(put, &k, &v, MDB_NOOVERWRITE)
+                    had = rc == MDB_KEYEXIST
+                    own[i] = had
+                if had or not first:  # another document's entry of the fingerprint
+                    k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
+                    v.mv_size, v.mv_data = key_size, <void*>key
+                    rc = g_cursor_put(put, &k, &v, MDB_NODUPDATA)
+                    if rc == MDB_KEYEXIST:
+                        rc = 0
+        if rc == 0 and lookups.slots:  # the writer's share
+            rc = look_up(&lookups, w.txn)
+        if rc:
+            chunk_stop(&lookups.next, fresh)
+        if started:
+            pthread_join(thread, NULL)
+            rc = rc if rc else lookups.rc
+            w.shared_lookups[0] += lookups.began
+        for i in range(fresh if rc == 0 else 0):
+            if i == 0 or order[3 * i] != order[3 * i - 3]:
+                rc = note_touched(touched, order[3 * i], own[i] or lookups.had[i])
+                if rc:
+                    break
+        free(lookups.had)
+    free(order)
+    free(added)
+    if rc == 0:
+        rc = update_tables(w, touched)
+    if rc == 0:
+        rc = update_bands(w)
+    return rc
+
+
+cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* keys,
+                       const MDB_val* values, size_t n) noexcept nogil:
+    """Empty sub-database ``dbi`` and append to it, in order, what snapshot
+    ``last`` holds in it but the entries ``keys`` (with ``values`` where a
+    sub-database of duplicates: the (key, value) pairs), sorted in its order."""
+    cdef MDB_cursor* reader = NULL
+    cdef MDB_cursor* writer = NULL
+    cdef MDB_val k, v
+    cdef uint8_t last_key[8]
+    cdef bint have_last = False
+    cdef size_t j = 0, walked = 0
+    cdef int c = 1, rc = g_drop(txn, dbi, 0)
+    if rc == 0:
+        rc = g_cursor_open(last, dbi, &reader)
+    if rc == 0:
+        rc = g_cursor_open(txn, dbi, &writer)
+    if rc == 0:
+        rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
+    while rc == 0:
+        while j < n:
+            c = cmp_entry(&keys[j], &values[j], &k, &v) if values != NULL else \
+                cmp_bytes(<const uint8_t*>keys[j].mv_data, keys[j].mv_size,
+                          <const uint8_t*>k.mv_data, k.mv_size)
+            if c >= 0:
+                break
+            j += 1
+        if j < n and c == 0:
+            j += 1
+        elif values != NULL:
+            rc = append_entry(writer, &k, &v, last_key, &have_last)
+        else:
+            rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
+        walked += 1
+        if rc == 0:
+            rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
+    close_two(reader, writer)
+    return walked_whole(last, dbi, walked) if rc == MDB_NOTFOUND else rc
+
+
+cdef int walked_whole(MDB_txn* txn, MDB_dbi dbi, size_t walked) noexcept nogil:
+    """0 if a walk of ``dbi`` met as many entries as LMDB counts in it, else
+    MDB_CORRUPTED: a damaged branch page can end a cursor's walk early, and a
+    copy must not drop what it did not reach."""
+    cdef MDB_stat stat
+    cdef int rc = g_stat(txn, dbi, &stat)
+    return rc if rc else (0 if stat.ms_entries == walked else CORRUPTED)
+
+
+cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
+                       size_t found) noexcept nogil:
+    """Write the documents and the index's slots again without the ``found``
+    documents ``gone`` ((fingerprint, index in ``docs``) pairs, in key order),
+    and the band tables whole, appended in order from ``last``, a snapshot
+    holding what the transaction holds. Their leaves come out full, where
+    removals in place copy leaves and leave them sparse."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef size_t i
+    cdef int s, used, rc = index_sizes(w, entries, &used)
+    cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * found + 1)
+    cdef MDB_val* keys = <MDB_val*>malloc((2 * found + 1) * sizeof(MDB_val))
+    if fp_bytes == NULL or keys == NULL:
+        rc = NO_MEMORY
+    index_close(w)  # the slots are written again below
+    for i in range(found if rc == 0 else 0):
+        keys[i].mv_size = docs[gone[2 * i + 1]].key_size
+        keys[i].mv_data = <void*>docs[gone[2 * i + 1]].key
+    if rc == 0:
+        rc = copy_skipping(last, w.txn, w.docs, keys, NULL, found)
+    if rc == 0:  # the index's entries in its order: by fingerprint, then key
+        rc = sort_records(gone, found, 2)  # (stable: the documents came in key order)
+    for i in range(found if rc == 0 else 0):
+        write_be(fp_bytes + 8 * i, gone[2 * i], 8)
+        keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
+        keys[found + i].mv_size = docs[gone[2 * i + 1]].key_size
+        keys[found + i].mv_data = <void*>docs[gone[2 * i + 1]].key
+    for s in range(w.index_slots):
+        if rc == 0 and entries[s]:
+            rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + found, found)
+    for s in range(SIGNATURE_BANDS if w.bands != NULL else 0):
+        if rc == 0:  # written whole too; update_bands then takes out what no document holds
+            rc = rewrite_dbi(w.txn, last, w.bands[s], True)
+    free(fp_bytes)
+    free(keys)
+    return rc if rc else write_counter(w, REMOVED, 0)
+
+
+cdef int count_stored(Work* w, const Doc* docs, size_t n, size_t* stored) noexcept nogil:
+    cdef MDB_val k, v
+    cdef size_t i
+    cdef int rc = 0
+    stored[0] = 0
+    for i in range(n):
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        rc = g_get(w.txn, w.docs, &k, &v)
+        if rc == 0:
+            stored[0] += 1
+        elif rc != MDB_NOTFOUND:
+            return rc
+    return 0
+
+
+cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
+                bint may_rewrite) noexcept nogil:
+    """Remove documents (sorted by key, unique) that are stored: in place, or
+    (``may_rewrite``: the transaction has changed nothing yet) by writing the
+    documents and the index again without them (write_without), where the
+    batch brings the documents removed since they were last written whole
+    (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs about RUN_RATIO
+    entries written)."""
+    cdef MDB_val k, old
+    cdef MDB_stat docs_stat
+    cdef MDB_txn* last = NULL
+    cdef uint64_t old_fp, removed = 0
+    cdef size_t stored = 0
+    cdef uint64_t* gone = NULL  # (fingerprint, index in docs) of each one stored
+    cdef size_t i
+    cdef int rc = 0
+    w.index_was_empty, w.unlinked = False, True
+    if may_rewrite and n:
+        rc = read_counter(w, REMOVED, &removed)
+        if rc == 0:
+            rc = g_stat(w.txn, w.docs, &docs_stat)
+        if rc == 0 and (removed + n) * RUN_RATIO > docs_stat.ms_entries:
+            rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
+        if rc == 0 and (removed + stored) * RUN_RATIO > docs_stat.ms_entries and g_txn_begin(
+                mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
+            last = NULL  # no reader slot for the snapshot: in place
+        if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
+            mdb_txn_abort(last)  # (never: the write lock is held)
+            last = NULL
+        if last != NULL:
+            gone = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
+            if gone == NULL:
+                rc = NO_MEMORY
+    for i in range(n if rc == 0 else 0):
+        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+        rc = g_get(w.txn, w.docs, &k, &old)
+        if rc == MDB_NOTFOUND:
+            rc = 0
+            continue
+        if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
+            rc = -30796  # MDB_CORRUPTED
+        if rc == 0:
+            rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
+        if rc == 0 and last != NULL:
+            rc = touch(w, touched, old_fp)
+            gone[2 * count[0]], gone[2 * count[0] + 1] = old_fp, i
+        elif rc == 0:
+            rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
+            if rc == 0:
+                rc = g_del(w.txn, w.docs, &k, NULL)
+        if rc:
+            break
+        count[0] += 1
+    if rc == 0 and last != NULL:
+        rc = write_without(w, last, docs, gone, count[0])
+    elif rc == 0 and count[0]:
+        rc = add_to_counter(w, REMOVED, count[0])
+    if last != NULL:
+        mdb_txn_abort(last)
+    free(gone)
+    if rc == 0:
+        rc = update_tables(w, touched)
+    return rc if rc else update_bands(w)
+
+
+cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
+    """Sort documents by key, keeping the last of each key; returns the count kept."""
+    cdef size_t i, kept = 0
+    for i in range(1, n):  # input in key order (a bulk load, often) needs no sort
+        if cmp_bytes(docs[i - 1].key, docs[i - 1].key_size, docs[i].key, docs[i].key_size) >= 0:
+            break
+    else:
+        return n
+    qsort(docs, n, sizeof(Doc), cmp_doc_key)
+    for i in range(n):
+        if i + 1 < n and cmp_bytes(docs[i].key, docs[i].key_size, docs[i + 1].key,
+                                   docs[i + 1].key_size) == 0:
+            continue
+        docs[kept] = docs[i]
+        kept += 1
+    return kept
+
+
+cdef Doc* load_packed(documents) except NULL:
+    """Point Doc structs at the slots of a records.PackedDocuments (which the
+    caller holds for as long as they are used)."""
+    cdef const uint8_t[::1] keys = documents.keys
+    cdef const uint8_t[::1] key_sizes = documents.key_sizes
+    cdef const uint8_t[::1] values = documents.values
+    cdef const uint8_t[::1] value_sizes = documents.value_sizes
+    cdef const uint64_t[::1] fps = documents.fingerprints
+    cdef size_t i, n = fps.shape[0]
+    cdef Doc* docs = <Doc*>malloc((n + 1) * sizeof(Doc))
+    if docs == NULL:
+        raise MemoryError()
+    for i in range(n):
+        docs[i].key, docs[i].key_size = &keys[KEY_SLOT * i], key_sizes[i]
+        docs[i].value, docs[i].value_size = &values[VALUE_SLOT * i], value_sizes[i]
+        docs[i].fp, docs[i].seq = fps[i], i
+    return docs
+
+
+cdef Doc* load_docs(list documents, bint with_values) except NULL:
+    """Point Doc structs at the bytes of (key, fingerprint, value) tuples (or keys)."""
+    cdef size_t i, n = len(documents)
+    cdef Doc* docs = <Doc*>malloc((n + 1) * sizeof(Doc))
+    if docs == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            item = documents[i]
+            key = item[0] if with_values else item
+            docs[i].key = <const uint8_t*>PyBytes_AS_STRING(key)
+            docs[i].key_size = PyBytes_GET_SIZE(key)
+            docs[i].seq = i
+            if with_values:
+                value = item[2]
+                docs[i].fp = item[1]
+                docs[i].value = <const uint8_t*>PyBytes_AS_STRING(value)
+                docs[i].value_size = PyBytes_GET_SIZE(value)
+    except BaseException:
+        free(docs)
+        raise
+    return docs

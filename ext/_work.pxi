@@ -1,0 +1,151 @@
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _runs.pxi,
+# _buffers.pxi, _dirs.pxi, _index.pxi, _merges.pxi.
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from clmdb cimport g_cursor_open, MDB_cursor, mdb_cursor_close, MDB_dbi, MDB_txn, mdb_txn_id
+
+
+# The layout of the tables, and what one transaction works with
+
+cdef struct Layout:
+    Py_ssize_t tables, blocks
+    long* spec              # (source shift, width, destination shift) per block per table
+    uint64_t* prefixes      # each table's leading-block mask
+    int* prefix_bits        # each table's leading-block width
+
+
+cdef struct TableRuns:
+    size_t n                # live runs, oldest first (ids ascending)
+    uint32_t id[RUN_SLOTS]
+    uint8_t slot[RUN_SLOTS]
+    uint64_t entries[RUN_SLOTS]
+    MDB_cursor* cursor[RUN_SLOTS]  # on each run's slot, where it has no directory
+    BlockDir* dir[RUN_SLOTS]       # each run's block directory, or NULL
+    DirCache* cache            # where the directories are held
+    uint32_t written_from      # the first run id this call wrote into the table (0: none)
+
+
+cdef struct RunsView:
+    size_t txnid            # the committed transaction whose runs these are
+    size_t refs             # its holders: the cache and the searches using it
+    Py_ssize_t tables
+    TableRuns* runs         # per table; every run with its directory, no cursors
+
+
+cdef struct Index:
+    bint opened
+    int n                            # sub-cursors open: on each slot in use, and the transaction's own
+    int slot[INDEX_SLOTS]
+    MDB_cursor* cursor[INDEX_SLOTS]
+    bint on[INDEX_SLOTS]             # positioned on an entry (merged reads)
+    int at                           # the sub-cursor of the merged position (-1: none)
+    MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
+
+
+cdef struct Work:
+    MDB_txn* txn
+    MDB_dbi meta, docs
+    MDB_dbi* index_dbis     # the fingerprint index's slots (_index.pxi)
+    int index_slots         # how many the database has (1 where an older one is read)
+    int put_slot            # the slot the transaction puts new index entries into (-1: none yet)
+    Index ix
+    MDB_dbi* tables
+    bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
+    MDB_dbi run_dir         # every table's directory of runs, keyed by the table (u16 BE)
+    MDB_dbi* run_slots      # per table: RUN_SLOTS slot sub-databases
+    TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
+    U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
+    MDB_dbi* bands          # the band tables (NULL where the database has none)
+    Layout* layout
+    MDB_cursor* doc_cursor
+    MDB_cursor** table_cursors
+    MDB_cursor* band_cursors[SIGNATURE_BANDS]
+    U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
+    bint index_was_empty    # the fingerprint index was empty when the batch began
+    bint unlinked           # the batch took documents out of the index
+    uint64_t merge_limit    # the most entries a merge may take (0: any; a batch: Env.batch_merge)
+    uint64_t merged         # the entries this transaction's merges have taken
+    bint untidy             # the batch left merges or a rewrite of the tables for tidy
+    DirCache* dirs          # where a search finds and leaves block directories (NULL: none)
+    bint snapshot           # a read transaction: its runs may be cached as a view
+    RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
+    uint64_t directory_entries  # the largest run a search gives a directory
+    bint runs_written       # the transaction wrote runs (only committed runs get directories)
+    bint index_committed    # no earlier call of the transaction changed the index
+    size_t merge_threads    # the threads a large merge of committed runs is cut among
+    uint64_t threaded_merge  # the least entries a merge takes to be cut so
+    uint64_t* threaded_merges  # the Env's count of merges cut so
+    uint64_t* shared_lookups  # the Env's count of batches whose lookups a thread shared
+    uint64_t* fed_merges    # the Env's count of index merges whose sources a thread read
+
+
+cdef int open_cursors(Work* w) noexcept nogil:
+    cdef Py_ssize_t t
+    cdef int rc
+    for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
+        w.band_cursors[t] = NULL
+    rc = g_cursor_open(w.txn, w.docs, &w.doc_cursor)
+    w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
+    if w.table_cursors == NULL:
+        return NO_MEMORY
+    for t in range(w.layout.tables):
+        w.table_cursors[t] = NULL
+        if rc == 0 and not w.runs:
+            rc = g_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
+    if not w.runs or rc:
+        return rc
+    cdef bint viewed = w.snapshot and w.dirs != NULL
+    if viewed:
+        w.view = view_acquire(w.dirs, mdb_txn_id(w.txn))
+        if w.view != NULL:
+            w.table_runs = w.view.runs
+            return 0
+    w.table_runs = <TableRuns*>calloc(w.layout.tables + 1, sizeof(TableRuns))
+    if w.table_runs == NULL:
+        return NO_MEMORY
+    for t in range(w.layout.tables):
+        if rc == 0:
+            rc = load_runs(w, t)
+    if rc == 0 and viewed:
+        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, w.layout.tables)
+    return rc
+
+
+cdef int open_band_cursors(Work* w) noexcept nogil:
+    """Open the band tables' cursors once: a fingerprint search needs none, and
+    each sub-database's first use in a snapshot costs a lookup."""
+    cdef int b, rc = 0
+    for b in range(SIGNATURE_BANDS if w.bands != NULL else 0):
+        if rc == 0 and w.band_cursors[b] == NULL:
+            rc = g_cursor_open(w.txn, w.bands[b], &w.band_cursors[b])
+    return rc
+
+
+cdef void close_two(MDB_cursor* a, MDB_cursor* b) noexcept nogil:
+    """Close the cursors a copy reads from and writes to, where they were opened."""
+    if a != NULL:
+        mdb_cursor_close(a)
+    if b != NULL:
+        mdb_cursor_close(b)
+
+
+cdef void close_cursors(Work* w) noexcept nogil:
+    cdef Py_ssize_t t
+    if w.doc_cursor != NULL:
+        mdb_cursor_close(w.doc_cursor)
+    index_close(w)
+    if w.table_cursors != NULL:
+        for t in range(w.layout.tables):
+            if w.table_cursors[t] != NULL:
+                mdb_cursor_close(w.table_cursors[t])
+        free(w.table_cursors)
+        for t in range(SIGNATURE_BANDS):
+            if w.band_cursors[t] != NULL:
+                mdb_cursor_close(w.band_cursors[t])
+    if w.view != NULL:
+        view_release(w.dirs, w.view)
+    elif w.table_runs != NULL:
+        for t in range(w.layout.tables):
+            close_runs(&w.table_runs[t])
+        free(w.table_runs)

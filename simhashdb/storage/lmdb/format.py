@@ -1,0 +1,140 @@
+"""The LMDB file format, the one place it is declared: both backends, the
+native engine (through ``ext/_format.pxi``, which ``tools/write_format_pxi.py``
+writes from this module) and the tests take it from here.
+
+A database's sub-databases (:data:`SUB_DATABASES`):
+
+- ``meta``: ``params`` -> the parameters (bytes the DB stores), and the
+  counters (8 bytes big-endian each): ``distinct`` (the distinct
+  fingerprints), ``stale`` (fingerprints removed since the tables were last
+  written whole), ``removed`` (documents removed since the documents and the
+  index were last written whole), ``run ids`` (the highest run id a rewrite
+  dropped) and, while the tables are being written again, ``rewrite`` (the
+  next table, and the stale count the rewrite began with);
+- ``docs``: encoded key -> document value (:mod:`simhashdb.records`);
+- the fingerprint index (sorted duplicates: 8-byte big-endian fingerprint ->
+  key, one entry per document), kept in :data:`INDEX_SLOTS` slots:
+  ``fingerprints``, then ``index:01`` to ``index:07``;
+- ``band:NN`` (sorted, fixed-size duplicates): the band index of text documents;
+- ``runs``: each permutation table's directory of live runs, keyed by the
+  table (:data:`TABLE_KEY_BYTES` bytes big-endian): a record of
+  :data:`RUN_RECORD_BYTES` a run (run id 4, slot 1, entries 8), oldest first;
+- ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
+  permuted fingerprints in order, in blocks coded by their differences
+  (Elias-Fano), each keyed by the run id (4 bytes) and its first value (8):
+  :data:`RUN_KEY_BYTES`. A batch appends a run; the newest is merged into the
+  one before while newest * :data:`RUN_RATIO` > previous (or the slots run
+  short); once the entries removals left behind could reach 1/RUN_RATIO of
+  the table, every table is written again from the index.
+
+Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
+(:data:`OLD_TABLE`: sorted, fixed-size duplicates, the permuted fingerprint's
+top 2 bytes as key, the other 6 as value). They are read as they are; to
+write to one, convert it first.
+
+A new kind of sub-database is one more :class:`SubDatabase` in
+:data:`SUB_DATABASES`: :func:`max_dbs` and the names follow from it.
+"""
+
+from typing import NamedTuple
+
+from .. import BANDS
+
+
+class SubDatabase(NamedTuple):
+    """A family of sub-databases: ``count`` of them (per table where
+    ``per_table``), named by ``pattern`` and their numbers (``first``: the
+    name of number 0, where it has its own)."""
+
+    pattern: bytes
+    count: int = 1
+    per_table: bool = False
+    dupsort: bool = False
+    dupfixed: bool = False
+    first: bytes = b""
+
+    def name(self, *numbers):
+        """The name of the sub-database of ``numbers`` (table, then slot)."""
+        if self.first and not numbers[-1]:
+            return self.first
+        return self.pattern % numbers if numbers else self.pattern
+
+    def names(self, table=None):
+        """The names of all of them (of ``table``, for one per table)."""
+        prefix = () if table is None else (table,)
+        if self.count == 1 and not self.per_table:
+            return [self.pattern]
+        return [self.name(*prefix, number) for number in range(self.count)]
+
+
+RUN_SLOTS, RUN_RATIO = 8, 4  # a table's slots (one live run each); the merge ratio
+INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
+
+META = SubDatabase(b"meta")
+DOCS = SubDatabase(b"docs")
+INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
+BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
+RUN_DIRECTORY = SubDatabase(b"runs")
+TABLE_RUNS = SubDatabase(b"runs:%03d:%02d", RUN_SLOTS, per_table=True)
+OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=True)
+
+SUB_DATABASES = (META, DOCS, INDEX, BAND, RUN_DIRECTORY, TABLE_RUNS)
+SPARE_DBS = 1  # room for one more (a 0.3 table being converted beside its slots)
+
+# meta's keys
+PARAMS, DISTINCT, STALE, REMOVED = b"params", b"distinct", b"stale", b"removed"
+RUN_IDS, REWRITE = b"run ids", b"rewrite"
+
+TABLE_KEY_BYTES = 2  # a key of the run directory: the table
+RUN_RECORD_BYTES = 13  # a run in the directory: id 4, slot 1, entries 8
+RUN_KEY_BYTES = 12  # a block's key: run id 4, first value 8
+
+# the integer constants ext/_format.pxi declares for the native engine
+NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "TABLE_KEY_BYTES",
+                    "RUN_RECORD_BYTES", "RUN_KEY_BYTES")
+
+
+def max_dbs(tables):
+    """The sub-databases an environment with room for ``tables`` tables opens."""
+    return SPARE_DBS + sum(sub.count * (tables if sub.per_table else 1) for sub in SUB_DATABASES)
+
+
+def native_constants():
+    """The text of ``ext/_format.pxi``: :data:`NATIVE_CONSTANTS` as a Cython enum."""
+    lines = ["# Written by tools/write_format_pxi.py from simhashdb/storage/lmdb/format.py: change that, not this",
+             "", "cdef enum:"]
+    lines += ["    %s = %d" % (name, globals()[name]) for name in NATIVE_CONSTANTS]
+    return "\n".join(lines) + "\n"
+
+
+def directory_key(table):
+    """The key of table ``table``'s directory of runs."""
+    return table.to_bytes(TABLE_KEY_BYTES, "big")
+
+
+def directory_record(runs):
+    """A directory of runs, [(run id, slot, entries)], as stored."""
+    return b"".join(run.to_bytes(4, "big") + bytes([slot]) + entries.to_bytes(8, "big")
+                    for run, slot, entries in runs)
+
+
+def directory_runs(raw):
+    """The runs [(run id, slot, entries)] of a stored directory; None where it
+    is not a directory (a length off, a slot twice or out of range)."""
+    runs = [(int.from_bytes(raw[i:i + 4], "big"), raw[i + 4], int.from_bytes(raw[i + 5:i + 13], "big"))
+            for i in range(0, len(raw) - RUN_RECORD_BYTES + 1, RUN_RECORD_BYTES)]
+    slots = {slot for _, slot, _ in runs}
+    if len(raw) % RUN_RECORD_BYTES or len(slots) != len(runs) or any(s >= RUN_SLOTS for s in slots):
+        return None
+    return runs
+
+
+def block_entries(value):
+    """The entries of a run's block, from its stored value: its header counts
+    those after the first (2 bytes, little-endian)."""
+    return 1 + (value[0] | value[1] << 8) if len(value) >= 2 else 0
+
+
+def block_key(run, first):
+    """The key of run ``run``'s block whose first value is ``first``."""
+    return run.to_bytes(4, "big") + first.to_bytes(8, "big")

@@ -25,6 +25,7 @@ def lmdb_flags():
 # it does not fully support pandas 3 yet
 SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
+WARC = ["warcio>=1.7"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/_match.pxi", "ext/_tables.pxi", "ext/_memory.pxi",
@@ -72,14 +73,18 @@ setup(
               "simhashdb.storage.redis"],
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
     python_requires=">=3.10",
-    install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
+    # chardet: the encoding of a text document that declares none and is not UTF-8
+    install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60",
+                      "chardet>=5.0"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
         # the Redis backend (simhashdb.storage.redis); hiredis parses its replies in C
         "redis": REDIS,
         # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
         "spark": SPARK,
-        "test": SPARK + REDIS + [
+        # web archives (WARC, ARC, WET) as input
+        "warc": WARC,
+        "test": SPARK + REDIS + WARC + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

@@ -413,7 +413,7 @@ def _spark_run(args, session, spark, stack):
     df, signature, made = _spark_input(session, args, args.input, args.format)
     options = {"key": args.key, "fingerprint": args.fingerprint}
     if args.against is not None:
-        options["against"] = _spark_against(session, args, stack, made)
+        options["against"] = _spark_against(session, args, stack, signature in made)
     if signature is not None:
         options.update(signature=signature, threshold=args.threshold)
         _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
@@ -433,12 +433,12 @@ def _spark_run(args, session, spark, stack):
         result.write.parquet(args.target)
         _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
     else:
-        if made and args.action == "dedupe":  # the signatures made here: no one reads them
+        if signature in made and args.action == "dedupe":  # made here: no one reads them
             result = result.drop(signature)
         with _output_file(args.target) as out:
             fingerprint = args.fingerprint if args.action == "dedupe" else None
             for row in result.toLocalIterator():
-                line = _spark_json(row, fingerprint)
+                line = _spark_json(row, fingerprint, "meta" in made)
                 across = line.pop() if args.against is not None and \
                     args.action == "find-all" else None
                 if signature is not None and args.action == "find-all":
@@ -518,16 +518,18 @@ def _is_parquet(given):
 def _spark_input(session, args, given, fmt):
     """An input as a DataFrame: Parquet read by Spark, other formats parsed
     here; the name of its signature column (None: no text, the distance
-    rule decides) and whether that column was made here (from texts)."""
+    rule decides) and the columns made here (the signatures of texts, the
+    metadata of an archive's pages as msgpack)."""
     if fmt == "parquet" or _is_parquet(given):
         df = session.read.parquet(given)
         signature = args.signature
         if signature is None and "signature" in df.columns and \
                 df.schema["signature"].dataType.typeName() == "binary":
             signature = "signature"  # as `spark dedupe` of texts writes it
-        return df, signature or None, False  # --signature '': the distance alone
+        return df, signature or None, set()  # --signature '': the distance alone
     import pyarrow
 
+    from simhashdb import parquet
     recipe = simhashdb.RECIPES[simhashdb.RECIPE]
     last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
@@ -536,7 +538,7 @@ def _spark_input(session, args, given, fmt):
         last[text] = simhashdb.fingerprint_with_signature(text, html=html, **recipe)
         return last[text][0]
 
-    keys, fps, signatures, skipped = [], [], [], {}
+    keys, fps, signatures, metas, skipped = [], [], [], [], {}
     reader = _reader(args, fingerprint, stdin_key=None)
     with _progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
@@ -550,6 +552,7 @@ def _spark_input(session, args, given, fmt):
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
             keys.append(record[0])
+            metas.append(record[2] if len(record) > 2 else None)
             if isinstance(record, TextRecord):
                 fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
                     record[1], html=record.html, **recipe)
@@ -568,21 +571,29 @@ def _spark_input(session, args, given, fmt):
     columns = {
         args.key: key_array,
         args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
-    if not any(s is not None for s in signatures):
-        return session.createDataFrame(pyarrow.table(columns)), None, False
-    signature = args.signature or "signature"
-    if signature in columns:
-        raise UsageError("--signature %s names the key or fingerprint column" % signature)
-    columns[signature] = pyarrow.array(signatures, pyarrow.binary())
-    return session.createDataFrame(pyarrow.table(columns)), signature, True
+    if any(m is not None for m in metas):  # as export-parquet writes it (an archive's dates)
+        columns["meta"] = parquet.meta_column(metas)
+    signature = None
+    if any(s is not None for s in signatures):
+        signature = args.signature or "signature"
+        if signature in columns:
+            raise UsageError("--signature %s names the key, fingerprint or meta column"
+                             % signature)
+        columns[signature] = pyarrow.array(signatures, pyarrow.binary())
+    return session.createDataFrame(pyarrow.table(columns)), signature, \
+        set(columns) - {args.key, args.fingerprint}
 
 
-def _spark_json(row, fingerprint):
+def _spark_json(row, fingerprint, meta=False):
     """A result row as JSON: a list of its values, or (with the name of the
-    fingerprint column, for dedupe) an object with the fingerprint unsigned."""
+    fingerprint column, for dedupe) an object with the fingerprint unsigned
+    (and with ``meta``, the metadata of the meta column made here)."""
     if fingerprint is None:
         return [_spark_value(v) for v in row]
     out = {name: _spark_value(v) for name, v in row.asDict().items()}
+    if meta:
+        from simhashdb import parquet
+        out["meta"] = parquet.meta_value(out["meta"])
     value = row[fingerprint]
     out[fingerprint] = int.from_bytes(value, "big") if isinstance(value, (bytes, bytearray)) \
         else int(value) % 2**64

@@ -583,13 +583,20 @@ def open_archive(given, start=0):
     if given == "-":
         yield stdin()
         return
-    try:
-        stream = open(given, "rb")
-    except OSError as exc:
-        raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
-    with stream:
+    with _opened(given) as stream:
         stream.seek(start)
         yield stream
+
+
+def _opened(path):
+    """The file ``path``, open to read bytes.
+
+    :raises InputError: it cannot be read.
+    """
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError("cannot read %s: %s" % (path, exc.strerror)) from None
 
 
 def _rest_is_data(path, offset):
@@ -746,10 +753,7 @@ def open_input(given, peek=False, decompressed=False):
         else:
             yield _lines(stream, decompressed)
         return
-    try:
-        raw = open(given, "rb")
-    except OSError as exc:
-        raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+    raw = _opened(given)
     with raw:
         head = raw.peek(MAGIC) if decompressed else b""  # not read: a pipe cannot seek back
         if 0 < len(head) < MAGIC:  # a pipe's first read was short: wait for the rest

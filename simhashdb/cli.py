@@ -397,7 +397,7 @@ With --against OLD (Parquet, what `import` reads, or a database), INPUT is a
 new segment of the corpus OLD holds: dedupe keeps the rows of INPUT that are
 near-duplicates of nothing in OLD, deduplicated among themselves; find-all
 prints the pairs within INPUT and those across, [new key, old key, ...,
-true]. Its cost grows with INPUT, not with OLD."""
+true]. OLD is read, but never paired with itself."""
     session, spark, errors = _spark_session(args)
     if args.against is not None and args.action == "clusters":
         raise UsageError("--against is for dedupe and find-all")

@@ -25,11 +25,11 @@ identify documents, one row a key (a key on several rows is never paired
 with itself). Runs on classic Spark sessions (it uses the SparkContext), not
 Spark Connect.
 
-A new segment is deduplicated against a corpus kept before (``against``)
-at a cost that grows with the segment: each new document probes the old
-corpus's table keys (and, for texts, band keys) as a query of the database
-would, through a join against the keys of the new documents alone; the old
-documents are never paired among themselves.
+A new segment is deduplicated against a corpus kept before (``against``):
+each new document probes the old corpus's table keys (and, for texts, band
+keys) as a query of the database would, the old keys kept only where a new
+document has the same (a broadcast of the new keys); the old corpus is read
+but not shuffled whole, and its documents are never paired among themselves.
 """
 
 import functools
@@ -163,9 +163,9 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     rows of ``df`` that are near-duplicates of a document of ``against`` go
     (whatever their key), then the rest are deduplicated as above: the rows a
     database holding ``against`` keeps when it is asked for each row's
-    near-duplicates. The cost grows with ``df``: the old corpus is read
-    (three passes) but not shuffled, and only its documents that share a
-    table or band key with a new one go further. ``blocks`` is then that of the new rows' clusters; the
+    near-duplicates. The old corpus is read (three passes) but not
+    shuffled, and only its documents that share a table or band key with a
+    new one go further. ``blocks`` is then that of the new rows' clusters; the
     probes of the old corpus take the database's blocks for both sizes."""
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold)

@@ -48,6 +48,7 @@ $(PY):
 # The package alone (editable, with its command line and the native backend):
 # all that `make run` needs
 $(VENV)/.built: .lmdb-checked $(PY) $(SOURCES)
+	@echo "simhashdb: building the native modules and installing simhashdb into $(VENV) (a few minutes, quietly)"
 	$(PY) -m pip install --quiet -e .
 	$(PY) -c "import simhashdb._lmdb" || { echo "simhashdb: the native LMDB backend did not build" >&2; exit 1; }
 	touch $@

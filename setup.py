@@ -25,6 +25,8 @@ def lmdb_flags():
 # it does not fully support pandas 3 yet
 SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
+SERVER = ["aiohttp>=3.9"]
+SCRAPY = ["scrapy>=2.13"]
 WARC = ["warcio>=1.7"]
 
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
@@ -82,9 +84,13 @@ setup(
         "redis": REDIS,
         # simhashdb.spark: corpus-wide find_all / clusters / dedupe on a Spark cluster
         "spark": SPARK,
+        # simhashdb-cli serve (simhashdb.server): HTTP with JSON for crawlers in any language
+        "server": SERVER,
+        # simhashdb.scrapy: the item pipeline and downloader middleware
+        "scrapy": SCRAPY,
         # web archives (WARC, ARC, WET) as input
         "warc": WARC,
-        "test": SPARK + REDIS + WARC + [
+        "test": SPARK + REDIS + SERVER + SCRAPY + WARC + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

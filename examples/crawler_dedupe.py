@@ -5,7 +5,9 @@ database's recipe and keeps it unless a stored page is a near-duplicate by
 the text rule (a shared band of their word-shingle signatures, or
 fingerprints within the distance, and a resemblance of at least the
 threshold). Pages go in small batches: each batch is one durable (fsynced)
-transaction, and a page is checked against the pages before it in the batch.
+transaction, and a page is checked against the pages before it in the batch;
+each page's Decision says what became of it (a page without text is
+"invalid", and the rest of its batch is stored).
 Near-duplicates found are refreshed, so that expire() forgets only what the
 crawl no longer sees.
 
@@ -17,6 +19,7 @@ Usage: python examples/crawler_dedupe.py [--db crawl.db] [--limit N]
 """
 
 import argparse
+import collections
 import contextlib
 import html
 import itertools
@@ -54,25 +57,25 @@ def pages() -> Iterator[tuple[str, Union[str, bytes]]]:
         yield "https://example.org/%s" % name, TEMPLATE % (name, name, html.escape(source))
 
 
-def crawl(db: simhashdb.DB, limit: Optional[int], batch: int = 100) -> tuple[int, int]:
-    seen = kept = 0
+def crawl(db: simhashdb.DB, limit: Optional[int], batch: int = 100) -> collections.Counter[str]:
+    statuses: collections.Counter[str] = collections.Counter()
     start = time.perf_counter()
     fetched = itertools.islice(pages(), limit)
     while records := [(url, body, {"bytes": len(body)})
                       for url, body in itertools.islice(fetched, batch)]:
-        records = [r for r in records if simhashdb.strip_html(r[1]).strip()]  # text to read
         for (url, _, _), found in zip(records, db.insert_text_if_new_many(
                 records, html=True, refresh=True)):
-            seen += 1
-            if found:
+            statuses[found.status] += 1  # stored, unchanged, duplicate or invalid
+            if found.status == "duplicate":
                 print("duplicate  %s\n       of  %s (resemblance %.2f)"
                       % (url, found[0].key, found[0].resemblance or 1.0))
-            else:
-                kept += 1
     elapsed = time.perf_counter() - start
-    print("crawled %d pages in %.1f s (%.0f pages/s): %d kept, %d near-duplicates skipped"
-          % (seen, elapsed, seen / elapsed if elapsed else 0, kept, seen - kept))
-    return seen, kept
+    seen = sum(statuses.values())
+    print("crawled %d pages in %.1f s (%.0f pages/s): %d stored, %d unchanged, %d "
+          "near-duplicates skipped, %d without text" % (
+              seen, elapsed, seen / elapsed if elapsed else 0, statuses["stored"],
+              statuses["unchanged"], statuses["duplicate"], statuses["invalid"]))
+    return statuses
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from ._ext import (
     num_differing_bits,
     num_differing_bits_many,
 )
-from .db import DB, Match, Matches, Pair, TextMatch, TextPair, upgrade
+from .db import DB, Decision, Match, Pair, TextMatch, TextPair, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -35,7 +35,7 @@ from .errors import (
     SimhashDBError,
 )
 from .matching import find_all, find_all_indices, find_clusters
-from .records import Record, check_record
+from .records import MAX_KEY_SIZE, Record, check_record
 from .fingerprint import (
     RECIPE,
     RECIPES,
@@ -43,6 +43,7 @@ from .fingerprint import (
     fingerprint_many,
     fingerprint_with_signature,
     html_to_text,
+    main_content,
     normalize,
     resemblance,
     shingle,
@@ -52,6 +53,7 @@ from .fingerprint import (
 )
 
 __all__ = [
+    "MAX_KEY_SIZE",
     "RECIPE",
     "RECIPES",
     "DB",
@@ -59,6 +61,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseError",
     "DatabaseNotFoundError",
+    "Decision",
     "DiskFullError",
     "FormatVersionError",
     "InvalidKeyError",
@@ -66,7 +69,6 @@ __all__ = [
     "KeyNotFoundError",
     "MaintenanceWarning",
     "Match",
-    "Matches",
     "Pair",
     "TextMatch",
     "TextPair",
@@ -87,6 +89,7 @@ __all__ = [
     "fingerprint_many",
     "fingerprint_with_signature",
     "html_to_text",
+    "main_content",
     "normalize",
     "num_differing_bits",
     "num_differing_bits_many",

@@ -13,6 +13,7 @@ import datetime
 import decimal
 import errno
 import importlib
+import inspect
 import io
 import json
 import os
@@ -30,6 +31,8 @@ from simhashdb.fingerprint import recipe_named
 from simhashdb.inputs import FORMATS, Skipped, TextRecord
 
 DEFAULT_BATCH = 10_000
+BATCH_SECONDS = 2  # an import commits a batch read for this long, full or not
+PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
 MANY_TABLES = 100
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -78,6 +81,10 @@ def cmd_import(args):
         raise UsageError("--format %s is for named files and stdin, and %s is a directory, whose "
                          "files are walked as text documents: name the files instead"
                          % (args.format, walked[0]))
+    if list(formats) == ["-"] and inputs.stdin_is_empty():
+        _note(args, "stdin is empty: nothing was imported (and no database made)")
+        _emit(counts)
+        return
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header,
@@ -101,8 +108,9 @@ def cmd_import(args):
                       "path), fingerprint (or text), meta and stored_at"
                       % ", ".join(sorted(map(repr, reader.unread_fields))))
         except KeyboardInterrupt:
-            args.interrupted = "%d records were imported, in batches that were committed" \
-                % counts["imported"]
+            args.interrupted = ("%d records were imported, in batches that were committed (a "
+                                "batch commits at %d records or after %d s of reading)"
+                                % (counts["imported"], args.batch_size, BATCH_SECONDS))
             raise
         except inputs.InputError as exc:  # an input that could not be read on
             raise CliError("%s (%d records were imported before, in batches that were "
@@ -117,8 +125,11 @@ def cmd_import(args):
 
 
 def _import(args, db, reader, formats, counts, bar):
-    """Read the records of ``formats`` and store them in batches, counting in ``counts``."""
+    """Read the records of ``formats`` and store them in batches, counting in
+    ``counts``: a batch commits when full or after BATCH_SECONDS of reading;
+    without a terminal, the counts go to stderr every PROGRESS_SECONDS."""
     batch, where = [], []
+    began = reported = time.monotonic()
 
     def flush():
         size = len(batch) or 1
@@ -127,24 +138,28 @@ def _import(args, db, reader, formats, counts, bar):
         if args.if_new:
             found_all = (db.insert_text_if_new_many(batch, html=html, batch_size=size,
                                                     threshold=args.threshold,
-                                                    refresh=args.refresh)
-                         if text else db.insert_if_new_many(batch, batch_size=size,
-                                                            refresh=args.refresh))
+                                                    refresh=args.refresh, invalid="raise")
+                         if text else db.insert_if_new_many([r[:4] for r in batch],
+                                                            batch_size=size,
+                                                            refresh=args.refresh,
+                                                            invalid="raise"))
             for (source, line), record, found in zip(where, batch, found_all):
-                own = [m for m in found if m.key == record[0]]
-                if own and (len(own) == len(found) or own[0].distance == 0):
-                    counts["unchanged"] += 1  # already stored under its key (others near too)
-                elif found:
+                if found.status == "unchanged":
+                    counts["unchanged"] += 1
+                elif found.status == "duplicate":
                     counts["near_duplicates"] += 1
                     _emit({"skipped": record[0], "source": source, "line": line,
                            "matches": [_match_json(m) for m in found]})
                 else:
                     counts["imported"] += 1
-                    if getattr(found, "replaced", None):
+                    if found.replaced:
                         _emit({"replaced": record[0], "source": source, "line": line,
                                "fingerprint_before": found.replaced.fingerprint})
         elif text:
             counts["imported"] += db.insert_text_many(batch, html=html, batch_size=size)
+        elif any(len(record) == 5 for record in batch):  # exported texts, with signatures
+            counts["imported"] += db.import_records(batch, db.recipe, batch_size=size,
+                                                    source="the input")
         else:
             counts["imported"] += db.insert_many(batch, batch_size=size)
         batch.clear()
@@ -162,7 +177,7 @@ def _import(args, db, reader, formats, counts, bar):
                 raise CliError("this database holds fingerprints made with %r, a recipe "
                                "this simhashdb cannot fingerprint text with" % (db.recipe,))
             simhashdb.check_record((record[0], 0, *record[2:])
-                                   if isinstance(record, TextRecord) else record)
+                                   if isinstance(record, TextRecord) else record[:4])
         except (CliError, simhashdb.SimhashDBError) as exc:
             if not args.skip_invalid:
                 told = formats.get(source) in LIST_FORMATS and not args.format
@@ -177,10 +192,16 @@ def _import(args, db, reader, formats, counts, bar):
         if batch and (isinstance(batch[0], TextRecord), getattr(batch[0], "html", None)) != \
                 (isinstance(record, TextRecord), getattr(record, "html", None)):
             flush()  # a batch goes whole through the text methods (of HTML or not) or the others
+        if not batch:
+            began = time.monotonic()
         batch.append(record)
         where.append((source, line))
-        if len(batch) >= args.batch_size:
+        if len(batch) >= args.batch_size or time.monotonic() - began >= BATCH_SECONDS:
             flush()
+            if bar.disable and not args.quiet and time.monotonic() - reported >= PROGRESS_SECONDS:
+                reported = time.monotonic()
+                print("simhashdb-cli: import: %s so far" % json.dumps(counts), file=sys.stderr,
+                      flush=True)
     flush()
 
 
@@ -190,6 +211,7 @@ def cmd_query(args):
     or the text of --text files and directories."""
     if args.text and args.fingerprints:
         raise UsageError("give fingerprints or --text files, not both")
+    _bits(args.distance, 64)
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
             fingerprint = _fingerprinter(db)
@@ -301,7 +323,7 @@ def cmd_export(args):
     with _open(args.path, args, readonly=True) as db, \
             _progress(args, "export", total=len(db)) as bar:
         _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
-        for record in db:
+        for record in db.export_records():
             _emit(_record_json(record))
             bar.update()
 
@@ -310,7 +332,8 @@ def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar, \
-                contextlib.closing(db.find_all(args.distance, threshold=args.threshold)) as pairs:
+                contextlib.closing(db.find_all(_scan_distance(args, db),
+                                               threshold=args.threshold)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
                 _emit(_pair_json(pair), args.output_file)
@@ -326,7 +349,8 @@ def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar, \
-                contextlib.closing(db.clusters(args.distance, threshold=args.threshold)) as found:
+                contextlib.closing(db.clusters(_scan_distance(args, db),
+                                               threshold=args.threshold)) as found:
             _note_rule(args, db)
             for cluster in found:
                 _emit(cluster, args.output_file)
@@ -479,6 +503,35 @@ def cmd_import_parquet(args):
     """Import the documents of a Parquet file or directory, such as `spark dedupe` output."""
     with _open(args.path, args, create=True) as db:
         _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
+
+
+def cmd_serve(args):
+    """Serve a database over HTTP with JSON, for crawlers in any language.
+
+Endpoints: POST /v1/insert-text-if-new, /v1/query-text, /v1/insert-if-new and
+/v1/query (one item, or {"items": [...]}); DELETE /v1/documents/KEY;
+GET /v1/stats; GET /healthz. The writes of concurrent requests are grouped
+into transactions, and each is on disk before its answer is sent. SIGINT or
+SIGTERM stops it: the requests in flight are answered, then the database is
+closed. The guide is docs/crawlers.md."""
+    try:
+        from simhashdb import server
+    except ImportError:
+        raise CliError("serve needs aiohttp: pip install '.[server]' in simhashdb's source "
+                       "directory") from None
+    token = args.token or os.environ.get(server.TOKEN_VARIABLE) or None
+    if args.max_body < 1:
+        raise UsageError("--max-body must be at least 1 (MiB), got %g" % args.max_body)
+    if not 0 <= args.port <= 65535:
+        raise UsageError("--port must be in [0, 65535] (0: any free port), got %d" % args.port)
+    _open(args.path, args, create=True).close()  # made with the options given, or checked
+    try:
+        server.serve(args.path, args.host, args.port, token=token,
+                     max_body=int(args.max_body * 2**20))
+    except OSError as exc:
+        raise CliError("cannot listen on %s port %d: %s; choose another --host or --port"
+                       % (args.host, args.port, os.strerror(exc.errno) if exc.errno else exc)
+                       ) from None
 
 
 def _spark_session(args):
@@ -694,8 +747,13 @@ def _note_rule(args, db):
 
 
 def _record_json(record):
-    return {"key": record.key, "fingerprint": record.fingerprint, "meta": record.meta,
-            "stored_at": record.stored_at}
+    """A record's JSON line: key, fingerprint, meta, stored_at, and a text's
+    resemblance signature where an exported record has one."""
+    key, fingerprint, meta, stored_at, *signature = record
+    out = {"key": key, "fingerprint": fingerprint, "meta": meta, "stored_at": stored_at}
+    if signature and signature[0] is not None:
+        out["signature"] = signature[0]
+    return out
 
 
 # Plumbing
@@ -715,8 +773,15 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
     for name in ("distance", "blocks", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
+    _bits(options.get("distance"), 63)
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
+    except simhashdb.ParameterMismatchError as exc:
+        if getattr(exc, "parameter", None) is None:
+            raise
+        raise CliError("%s was created with --%s %d, not %d: leave --%s out, or give --%s %d"
+                         % (path, exc.parameter, exc.stored, options[exc.parameter],
+                            exc.parameter, exc.parameter, exc.stored)) from None
     except simhashdb.DatabaseNotFoundError:
         if not create:
             if os.path.isdir(path) and os.listdir(path):  # init would refuse it
@@ -820,6 +885,14 @@ def _fraction(text):
     return value
 
 
+def _bits(distance, high):
+    """A --distance, refused (a usage error) unless in [0, high]."""
+    if distance is not None and not 0 <= distance <= high:
+        raise UsageError("--distance takes a number of bits in [0, %d], got %d"
+                         % (high, distance))
+    return distance
+
+
 def _positive(text):
     """An int >= 1 (for --batch-size)."""
     if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
@@ -859,6 +932,15 @@ def _say(kind, message):
     other bytes than UTF-8 shown escaped)."""
     message = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
     print("simhashdb-cli: %s: %s" % (kind, message), file=sys.stderr)
+
+
+def _scan_distance(args, db):
+    """--distance of find-all or clusters on a database: at most the database's."""
+    if args.distance is not None and args.distance > db.distance:
+        raise UsageError("--distance %d is above the distance %s was built for, %d: find-all "
+                         "and clusters of a database go up to it (query goes beyond)"
+                         % (args.distance, args.path, db.distance))
+    return _bits(args.distance, db.distance)
 
 
 def _distance(args):
@@ -916,7 +998,7 @@ def build_parser():
         handler = globals()["cmd_" + name.replace("-", "_")]
         summary = " ".join(handler.__doc__.split()).split(". ")[0].rstrip(".")
         sub = commands.add_parser(name, parents=[common], help=summary,
-                                  description=handler.__doc__,
+                                  description=inspect.cleandoc(handler.__doc__),
                                   epilog="Example:\n  " + example,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         if path:
@@ -982,7 +1064,8 @@ def build_parser():
     walking(sub)
     rooting(sub)
     sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
-                     help="records per transaction (default: %d)" % DEFAULT_BATCH)
+                     help="records per transaction, at most (default: %d; a batch also "
+                     "commits after %d s of reading)" % (DEFAULT_BATCH, BATCH_SECONDS))
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
                           "the input; print the skipped ones. Texts are near-duplicates by "
@@ -1057,7 +1140,9 @@ def build_parser():
                               "database of texts, of the fingerprints the text rule pairs "
                               "(texts sharing a band are paired by resemblance alone)")
         threshold(sub, "in a database of texts, pairs of texts are decided by the text rule "
-                       "(as import --if-new), and find-all prints their resemblance last")
+                       "(as import --if-new)%s" % (", and their resemblance is printed last"
+                                                   if name == "find-all" else
+                                                   ": a cluster is joined by such pairs"))
         if name == "find-all":
             sub.add_argument("--duplicates", action="store_true",
                              help="with --input, also print [a, a] for a repeated hash")
@@ -1069,7 +1154,8 @@ def build_parser():
     sub.add_argument("target", metavar="OUTPUT",
                      help="*.parquet, or a JSON lines file (- for stdout)")
     sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
-    sub.add_argument("--distance", type=int, help="largest distance of a pair (default: 3)")
+    sub.add_argument("--distance", type=int,
+                     help="largest distance of a pair (default: 3)")
     sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
     sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")
     sub.add_argument("--fingerprint", default="fingerprint",
@@ -1106,6 +1192,17 @@ def build_parser():
             sub.add_argument("--key", default="key", help="key column (default: key)")
             sub.add_argument("--fingerprint", default="fingerprint",
                              help="fingerprint column (default: fingerprint)")
+
+    sub = command("serve", "simhashdb-cli serve crawl.db --port 8750")
+    creation(sub)
+    sub.add_argument("--host", default="127.0.0.1",
+                     help="the address to listen on (default: 127.0.0.1, this machine only)")
+    sub.add_argument("--port", type=int, default=8750, help="the port (default: 8750; 0: any)")
+    sub.add_argument("--token", help="ask every request but GET /healthz for the header "
+                                     "'Authorization: Bearer TOKEN' (default: $SIMHASHDB_TOKEN; "
+                                     "unset: no token)")
+    sub.add_argument("--max-body", type=float, default=32, metavar="MIB",
+                     help="the largest request body, in MiB (default: 32)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE",

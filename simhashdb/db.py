@@ -21,11 +21,14 @@ from .errors import (
     DatabaseError,
     FormatVersionError,
     InvalidArgumentError,
+    InvalidFingerprintError,
+    InvalidKeyError,
+    InvalidMetadataError,
     KeyNotFoundError,
     ParameterMismatchError,
 )
 from ._ext import bands
-from .fingerprint import RECIPE, RECIPES, fingerprint_with_signature, recipe_named
+from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import (
@@ -129,14 +132,32 @@ class TextPair(Pair):
             *self, self.resemblance)
 
 
-class Matches(list):
-    """What :meth:`DB.insert_if_new` found: a list of Matches (empty when the
-    document was stored) whose ``replaced`` is the Record the stored document
-    replaced under the same key, or None."""
+class Decision(list):
+    """What an ``*_if_new`` call decided for one document: the list of the
+    near-duplicates it found (Matches; TextMatches for texts), sorted by
+    (distance, key), with the document's ``key``, its ``status`` and the
+    ``reason`` of an invalid one (else None):
 
-    def __init__(self, matches=(), replaced=None):
+    - ``"stored"``: no near-duplicate; the document was written (the list is empty);
+    - ``"unchanged"``: the document stored under the same key is a near-duplicate
+      of it, and either the only one or identical (distance 0): nothing was
+      written (with ``refresh``, its time only);
+    - ``"duplicate"``: near-duplicates of other keys (the list): nothing written;
+    - ``"invalid"``: the record cannot be stored (``reason`` says why); nothing
+      written (the list is empty).
+
+    ``replaced`` is the Record a stored document replaced under its key, or None.
+    """
+
+    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
+                 reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
         super().__init__(matches)
-        self.replaced = replaced
+        self.key, self.status, self.reason, self.replaced = key, status, reason, replaced
+
+    def __repr__(self):
+        return "Decision(key=%r, status=%r, %s%s)" % (
+            self.key, self.status, list.__repr__(self),
+            "" if self.reason is None else ", reason=%r" % self.reason)
 
 
 class DB:
@@ -235,9 +256,11 @@ class DB:
         params = _stored_params(raw, storage.path)
         for name, given in (("distance", distance), ("blocks", blocks)):
             if given is not None and given != params[name]:
-                raise ParameterMismatchError(
+                mismatch = ParameterMismatchError(
                     "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
                     % (storage.path, name, params[name], given, name, name, params[name]))
+                mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
+                raise mismatch
         layout = Layout(params["blocks"], params["distance"])
         storage.open_tables(layout)
         stored = params.get("recipe")
@@ -385,7 +408,7 @@ class DB:
         return deleted
 
     def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
-                      distance: Optional[int] = None, refresh: bool = False) -> Matches:
+                      distance: Optional[int] = None, refresh: bool = False) -> Decision:
         """Atomically: find stored documents within ``distance`` of ``fingerprint``
         and store this one only if there are none (the crawler's dedupe step).
 
@@ -397,65 +420,85 @@ class DB:
 
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
-        :returns: :class:`Matches`, the near-duplicates found sorted by
-            (distance, key): empty when the document was stored.
+        :returns: a :class:`Decision`: its ``status`` ("stored", "unchanged" or
+            "duplicate"), and the near-duplicates found sorted by (distance, key).
+        :raises InvalidFingerprintError: for a bad fingerprint (the message
+            names the key); InvalidKeyError, InvalidMetadataError likewise.
         """
         return self.insert_if_new_many([(key, fingerprint, meta)], distance,
-                                       refresh=refresh)[0]
+                                       refresh=refresh, invalid="raise")[0]
 
     def insert_if_new_many(self, records: Iterable[RecordLike], distance: Optional[int] = None,
-                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False
-                           ) -> list[Matches]:
+                           batch_size: int = DEFAULT_BATCH_SIZE, refresh: bool = False, *,
+                           invalid: str = "report") -> list[Decision]:
         """:meth:`insert_if_new` for each record, in order, one transaction per
-        batch; a record is also checked against the records stored before it.
+        batch of ``batch_size`` records; a record is also checked against the
+        records stored before it.
 
-        :returns: one list of matches per record.
+        :param str invalid: what a bad record does: ``"report"`` (default: its
+            Decision is ``"invalid"`` with the ``reason``, and the other records
+            of its batch are decided and stored as if it were not there) or
+            ``"raise"`` (its error, naming its key; nothing of its batch is
+            written, and earlier batches stay).
+        :returns: one :class:`Decision` per record, in order.
         """
         d = self._query_distance(distance)
-        results = []
+        _check_invalid(invalid)
+        limit, results = self._storage.max_key_bytes, []
         for batch in _batches(records, batch_size):
             now = _now()
-            encoded = encode_documents(batch, self._storage.max_key_bytes, now)
-            results += self._store_if_new(encoded, lambda txn: txn.insert_if_new(encoded, d),
-                                          refresh, now)
+            try:
+                valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
+            except _INVALID_RECORD:
+                valid, refused = _each_valid(
+                    batch, lambda record: encode_documents([record], limit, now)[0], invalid)
+            encoded = [document for _, document in valid]
+            results += _in_order(batch, valid, refused, self._store_if_new(
+                encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
         return results
 
     def _store_if_new(self, documents, store_new, refresh, now):
         """In one transaction: ``store_new(txn)`` stores each of the encoded
         (key, fingerprint, value) ``documents`` that has no near-duplicate and
         returns the hits of each; with ``refresh``, the hits are recorded as
-        stored ``now``. Returns a :class:`Matches` per document, with the
-        Record each stored one replaced."""
+        stored ``now``. Returns (matches, status, the Record it replaced or
+        None) per document."""
+        if not documents:
+            return []
+
         def body(txn):
             keys = [key for key, _, _ in documents]
             stored = dict(zip(keys, txn.get_many(keys)))  # before the batch
             found = store_new(txn)
             if refresh:
                 _restamp(txn, {hit[0] for hits in found for hit in hits}, now)
-            replaced = []
+            replaced, statuses = [], []
             for (key, _, value), hits in zip(documents, found):
                 replaced.append(None if hits else stored[key])
+                statuses.append(_status(key, hits))
                 if not hits:
                     stored[key] = value
             matches = _records.matches(found, Match)
             if matches is None:  # long keys or text hits: names read in the transaction
                 names = _names(txn, found)
                 matches = [_matches(hits, names) for hits in found]
-            return replaced, matches
+            return replaced, statuses, matches
 
-        replaced, found = self._storage.write(body, len(documents))
-        return [Matches(hits, old and decode(decode_key(key, old), old))
-                for (key, _, _), hits, old in zip(documents, found, replaced)]
+        replaced, statuses, found = self._storage.write(body, len(documents))
+        return [(hits, status, old and decode(decode_key(key, old), old))
+                for (key, _, _), hits, status, old in zip(documents, found, statuses, replaced)]
 
     # Text in, decisions out
 
-    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: bool = False) -> None:
+    def insert_text(self, key: Key, text: Text, meta: Any = None, *, html: Html = False) -> None:
         """Fingerprint ``text`` (str or UTF-8 bytes; with ``html``, its markup
-        stripped) by the database's recipe and store it under ``key`` (upsert),
-        with its resemblance signature (see :meth:`insert_text_if_new`)."""
+        stripped; with ``html="main"``, its main content only, without menus,
+        banners, footers and sidebars: :func:`main_content`) by the database's
+        recipe and store it under ``key`` (upsert), with its resemblance
+        signature (see :meth:`insert_text_if_new`)."""
         self.insert_text_many([(key, text, meta)], html=html)
 
-    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                          batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
@@ -468,8 +511,8 @@ class DB:
         return written
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                           html: bool = False, threshold: Optional[float] = None,
-                           refresh: bool = False) -> Matches:
+                           html: Html = False, threshold: Optional[float] = None,
+                           refresh: bool = False) -> Decision:
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
         document is a near-duplicate of it (the crawler's dedupe step).
 
@@ -491,49 +534,63 @@ class DB:
             [0, 1] (default: 0.45; docs/database.md, Text in, decisions out, says why).
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
-        :raises InvalidArgumentError: for a text with nothing to fingerprint.
-        :returns: :class:`Matches`, the near-duplicates sorted by (distance,
-            key), each with its ``resemblance``; empty when the text was stored.
+        :raises InvalidArgumentError: for a text with nothing to fingerprint
+            (the message names its key).
+        :returns: a :class:`Decision`: its ``status``, and the near-duplicates
+            sorted by (distance, key), each with its ``resemblance``.
         """
         return self.insert_text_if_new_many([(key, text, meta)], html=html, threshold=threshold,
-                                            refresh=refresh)[0]
+                                            refresh=refresh, invalid="raise")[0]
 
-    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: bool = False,
+    def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
                                 threshold: Optional[float] = None, refresh: bool = False,
-                                batch_size: int = DEFAULT_BATCH_SIZE) -> list[Matches]:
+                                batch_size: int = DEFAULT_BATCH_SIZE,
+                                invalid: str = "report") -> list[Decision]:
         """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
-        meta)`` record, in order, one transaction per batch; a record is also
-        checked against the records stored before it.
+        meta)`` record, in order, one transaction per batch of ``batch_size``
+        records; a record is also checked against the records stored before it.
 
-        :returns: one :class:`Matches` per record.
+        :param str invalid: what a bad record (such as a text with no words)
+            does: ``"report"`` (default: its Decision is ``"invalid"`` with the
+            ``reason``, and the other records of its batch are decided and
+            stored) or ``"raise"`` (its error, naming its key; nothing of its
+            batch is written, and earlier batches stay).
+        :returns: one :class:`Decision` per record, in order.
         """
         least = _threshold(threshold)
+        _check_invalid(invalid)
         results = []
         for batch in _batches(records, batch_size):
             now = _now()
-            texts = [self._text_document(*_text_record(r), html, now) for r in batch]
-
-            def store_new(txn):
-                found = []
-                for document, signature in texts:
-                    found += self._text_hits(txn, [document[1]], [signature], least)
-                    if not found[-1]:
-                        txn.upsert([document])
-                return found
-
-            results += self._store_if_new([document for document, _ in texts], store_new,
-                                          refresh, now)
+            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                          least, refresh, now)
         return results
 
-    def query_text(self, text: Text, *, html: bool = False,
-                   threshold: Optional[float] = None) -> list[Match]:
+    def _prepared_texts(self, batch, html, now, invalid):
+        """The fingerprinted, encoded text records of ``batch``: ([(position,
+        (document, signature))] of the valid ones, {position: reason} of the
+        others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
+        return _each_valid(
+            batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
+
+    def _texts_if_new(self, batch, prepared, least, refresh, now):
+        """The Decisions of ``batch``, its ``prepared`` texts decided (and the
+        new ones stored) in one transaction."""
+        valid, refused = prepared
+        texts = [text for _, text in valid]
+        return _in_order(batch, valid, refused, self._store_if_new(
+            [document for document, _ in texts],
+            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
+
+    def query_text(self, text: Text, *, html: Html = False,
+                   threshold: Optional[float] = None) -> list[TextMatch]:
         """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
         decides), as Matches sorted by (distance, key), each with its
         ``resemblance``."""
         return self.query_text_many([text], html=html, threshold=threshold)[0]
 
-    def query_text_many(self, texts: Iterable[Text], *, html: bool = False,
-                        threshold: Optional[float] = None) -> list[list[Match]]:
+    def query_text_many(self, texts: Iterable[Text], *, html: Html = False,
+                        threshold: Optional[float] = None) -> list[list[TextMatch]]:
         """:meth:`query_text` for each of ``texts``, over one snapshot."""
         if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
             raise InvalidArgumentError("expected an iterable of texts, got %s"
@@ -582,6 +639,23 @@ class DB:
         key_bytes, fp, value = encode_documents([(key, fp, meta)],
                                                         self._storage.max_key_bytes, now)[0]
         return (key_bytes, fp, with_signature(value, signature)), signature
+
+    def _text_if_new(self, txn, texts, least):
+        """The hits of each (document, signature) of ``texts`` in order, each
+        stored when it has none, as if decided one after another: all are
+        searched at once against what ``txn`` held before them, the texts kept
+        earlier in the batch are compared in memory (:class:`_Kept`), and the
+        kept ones are stored together, so a batch writes each structure once."""
+        found = self._text_hits(txn, [d[1] for d, _ in texts], [s for _, s in texts], least)
+        kept = _Kept(self.distance, least)
+        for i, (document, signature) in enumerate(texts):
+            if kept.documents:  # a stored hit a kept text replaced is gone
+                found[i] = [hit for hit in found[i] if hit[0] not in kept.documents] + \
+                    kept.hits(document[1], signature)
+            if not found[i]:
+                kept.add(document, signature)
+        txn.upsert(list(kept.documents.values()))
+        return found
 
     def _text_hits(self, view, fps, signatures, least):
         """For each text (fingerprint, signature), its near-duplicates by the
@@ -931,9 +1005,12 @@ class DB:
         from . import parquet
         if self.recipe is None:
             return parquet.export(self, path)
-        return parquet.export(self._with_signatures(), path, self.recipe)
+        return parquet.export(self.export_records(), path, self.recipe)
 
-    def _with_signatures(self):
+    def export_records(self) -> Iterator[tuple]:
+        """Every document, from one snapshot, as a ``(key, fingerprint, meta,
+        stored_at, signature)`` record (``signature``: a text's resemblance
+        signature, else None), which :meth:`import_records` stores back whole."""
         with self._storage.read() as view:
             for key_bytes, value in view.documents():
                 yield decode(decode_key(key_bytes, value), value) + (stored_signature(value),)
@@ -950,18 +1027,34 @@ class DB:
         """
         from . import parquet
         recipe, records = parquet.read(path, key, fingerprint)
+        return self.import_records(records, recipe, batch_size, source=path)
+
+    def import_records(self, records: Iterable[tuple], recipe: Optional[str] = None,
+                       batch_size: int = DEFAULT_BATCH_SIZE, source: str = "the records") -> int:
+        """:meth:`insert_many` records as :meth:`export_records` gives them;
+        returns how many. A record's fifth item, a text's signature (or None),
+        is kept, so that the text is found by the text rule, in a database of
+        ``recipe``, the recipe of the texts (default: :data:`RECIPE`); an
+        empty database without one takes it.
+
+        :raises ParameterMismatchError: the database is of another recipe.
+        :raises InvalidArgumentError: a signature is not one (``source`` names
+            where the records come from).
+        """
         recipe, written = recipe or RECIPE, 0
         for batch in _batches(records, batch_size):
-            signatures = [record[4] for record in batch]
-            encoded = encode_documents([record[:4] for record in batch],
+            whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
+            signatures = [record[4] if five else None for record, five in zip(batch, whole)]
+            encoded = encode_documents([record[:4] if five else record
+                                        for record, five in zip(batch, whole)],
                                        self._storage.max_key_bytes, _now())
             if any(signatures):
-                encoded = [(k, fp, _signed(value, theirs, path))
+                encoded = [(k, fp, _signed(value, theirs, source))
                            for (k, fp, value), theirs in zip(encoded, signatures)]
                 if recipe != (self.recipe or self._adopt_recipe(recipe)):
                     raise ParameterMismatchError(
                         "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
-                        "import them into a database of theirs" % (path, recipe, self.path,
+                        "import them into a database of theirs" % (source, recipe, self.path,
                                                                     self.recipe))
             self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
@@ -994,6 +1087,53 @@ class DB:
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
                 "got %s" % (self.distance, _ext.shown(distance)))
         return distance
+
+
+class _Kept:
+    """The texts a batch of :meth:`DB.insert_text_if_new_many` has kept so
+    far (``documents``: key -> encoded document, the last one a key kept),
+    found by the text rule as the database would find them: by a shared band,
+    or by a fingerprint within the distance, through the d + 1 blocks of its
+    64 bits (two fingerprints within d bits agree on one of them)."""
+
+    def __init__(self, distance, least):
+        parts = min(distance + 1, 64)
+        self.distance, self.least = distance, least
+        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+        self.documents, self.signatures = {}, {}
+        self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
+
+    def _blocks(self, fp):
+        return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
+
+    def add(self, document, signature):
+        key, fp, _ = document
+        self.documents[key], self.signatures[key] = document, signature
+        for band in enumerate(bands(signature)):
+            self.by_band[band].append(document)
+        for block in self._blocks(fp):
+            self.by_block[block].append(document)
+
+    def hits(self, fp, signature):
+        """The kept texts near a text, as :meth:`DB._text_hits` gives hits."""
+        ours = bands(signature)
+        candidates = itertools.chain(
+            *(self.by_band.get(band, ()) for band in enumerate(ours)),
+            *(self.by_block.get(block, ()) for block in self._blocks(fp)))
+        hits = {}
+        for document in candidates:
+            key, theirs, _ = document
+            if key in hits or self.documents[key] is not document:  # seen, or replaced
+                continue
+            d, their_signature = _ext.num_differing_bits(fp, theirs), self.signatures[key]
+            if not (ours and their_signature):  # as a document stored without text
+                if d <= self.distance:
+                    hits[key] = (key, theirs, d, None)
+                continue
+            alike = _ext.banded_resemblance(signature, their_signature, d <= self.distance)
+            if alike >= self.least:
+                hits[key] = (key, theirs, d, alike)
+        return list(hits.values())
 
 
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
@@ -1073,16 +1213,16 @@ def _matches(hits, names):
 _new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
-def _signed(value, signature, path):
+def _signed(value, signature, source):
     """A document value with the text's ``signature`` (None: none) read from
-    the Parquet ``path``."""
+    ``source``."""
     if signature is None:
         return value
     if not isinstance(signature, bytes) or len(signature) != _ext.SIGNATURE_BYTES:
         raise InvalidArgumentError(
-            "%s has a signature column of other values than resemblance signatures (%d "
-            "bytes, from simhashdb.fingerprint_with_signature): rename that column"
-            % (path, _ext.SIGNATURE_BYTES))
+            "%s has signatures of other values than resemblance signatures (%d bytes, from "
+            "simhashdb.fingerprint_with_signature): rename that column or field"
+            % (source, _ext.SIGNATURE_BYTES))
     return with_signature(value, signature)
 
 
@@ -1111,6 +1251,58 @@ def size_of(stats):
     """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
     (its name, the bytes the database takes where its backend keeps it)."""
     return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
+
+
+_INVALID_RECORD = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
+                   InvalidMetadataError)
+
+
+def _check_invalid(invalid):
+    if invalid not in ("raise", "report"):
+        raise InvalidArgumentError('invalid must be "raise" or "report", got %s'
+                                   % _ext.shown(invalid))
+
+
+def _each_valid(records, encode, invalid):
+    """([(position, encode(record))] of the records ``encode`` takes, {position:
+    reason} of those it refuses); with ``invalid="raise"``, the first refusal
+    raises, naming the record's key."""
+    valid, refused = [], {}
+    for i, record in enumerate(records):
+        try:
+            valid.append((i, encode(record)))
+        except _INVALID_RECORD as exc:
+            if invalid == "raise":
+                raise type(exc)("record %d of the batch (key %s): %s"
+                                % (i, _ext.shown(_record_key(record)), exc)) from None
+            refused[i] = str(exc)
+    return valid, refused
+
+
+def _in_order(records, valid, refused, decided):
+    """The Decisions of a batch's ``records``, in order: the ``decided``
+    (matches, status, replaced) of the ``valid`` ones, and the ``refused``."""
+    decisions = [None] * len(records)
+    for (i, _), (hits, status, replaced) in zip(valid, decided):
+        decisions[i] = Decision(hits, records[i][0], status, replaced=replaced)
+    for i, reason in refused.items():
+        decisions[i] = Decision((), _record_key(records[i]), "invalid", reason)
+    return decisions
+
+
+def _record_key(record):
+    """A record's key, or None for a record that is not a tuple or list."""
+    return record[0] if isinstance(record, (tuple, list)) and record else None
+
+
+def _status(key, hits):
+    """The status of the encoded ``key`` whose near-duplicates are ``hits``."""
+    own = [hit for hit in hits if hit[0] == key]
+    if not hits:
+        return "stored"
+    if own and (len(hits) == 1 or own[0][2] == 0):
+        return "unchanged"
+    return "duplicate"
 
 
 def _text_record(record):

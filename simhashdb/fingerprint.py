@@ -31,16 +31,18 @@ import hashlib
 import html
 import html.parser
 import pathlib
+import re
 import struct
 import sys
 import unicodedata
 from array import array
-from typing import Any, Callable, Iterable, Iterator, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Literal, Optional, Union
 
 from . import _ext
 from .errors import InvalidArgumentError, SimhashDBError
 
 Text = Union[str, bytes, bytearray, memoryview]
+Html = Union[bool, Literal["main"]]  # how text is read: plain, HTML, or HTML's main content
 
 DEFAULT_WINDOW = (2, 3, 4)
 DEFAULT_CJK_WINDOW = (1, 2)
@@ -141,11 +143,7 @@ def tokenize(text: str, unit: str = "words") -> list[str]:
 def html_to_text(markup: Text) -> str:
     """The text of an HTML document: tags, comments, scripts and styles dropped,
     character references decoded, block elements separated by spaces."""
-    if isinstance(markup, (bytes, bytearray, memoryview)):
-        markup = bytes(markup).decode("utf-8", errors="replace")
-    elif not isinstance(markup, str):
-        raise InvalidArgumentError("expected HTML as str or bytes, got %s"
-                                   % type(markup).__name__)
+    markup = _as_markup(markup)
     parser = _TextExtractor()
     try:
         parser.feed(markup)
@@ -154,6 +152,16 @@ def html_to_text(markup: Text) -> str:
         raise InvalidArgumentError("the HTML cannot be read (%s); recipe 3 (the default) "
                                    "reads any markup" % (exc or "malformed markup")) from None
     return " ".join(parser.parts)
+
+
+def _as_markup(markup):
+    """``markup`` as a str (UTF-8 bytes decoded, invalid bytes replaced)."""
+    if isinstance(markup, (bytes, bytearray, memoryview)):
+        return bytes(markup).decode("utf-8", errors="replace")
+    if not isinstance(markup, str):
+        raise InvalidArgumentError("expected HTML as str or bytes, got %s"
+                                   % type(markup).__name__)
+    return markup
 
 
 def strip_html(markup: Text) -> str:
@@ -167,14 +175,52 @@ def strip_html(markup: Text) -> str:
     It gives the words of :func:`html_to_text` ten times faster, but for those
     two cases, where html.parser shows some of the markup as text
     (tests/test_html.py)."""
-    if isinstance(markup, (bytes, bytearray, memoryview)):
-        markup = bytes(markup).decode("utf-8", errors="replace")
-    elif not isinstance(markup, str):
-        raise InvalidArgumentError("expected HTML as str or bytes, got %s"
-                                   % type(markup).__name__)
+    markup = _as_markup(markup)
     text = _ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
         "utf-8", "surrogatepass")
     return html.unescape(text) if "&" in text else text
+
+
+_ROLE = r"<([a-z][a-z0-9-]*)\s[^<>]*\brole\s*=\s*[\"']?(?:%s)\b[^<>]*>"
+_MAIN = re.compile(r"<(main)(?=[\s/>])[^<>]*>|" + _ROLE % "main", re.I)
+_LEFT_OUT = re.compile(r"<(nav|header|footer|aside)(?=[\s/>])[^<>]*>|"
+                       + _ROLE % "navigation|banner|contentinfo|complementary", re.I)
+
+
+def main_content(markup: Text) -> str:
+    """The markup of an HTML document's main content (``html="main"``): inside
+    its first ``main`` element (or element of role ``main``) where it has
+    one, without its ``nav``, ``header``, ``footer`` and ``aside`` elements
+    and the elements of their roles (menus, banners, sidebars), found by
+    their tags; an element left open loses its tag only."""
+    markup = _as_markup(markup)
+    start, stop = 0, len(markup)
+    main = _MAIN.search(markup)
+    if main:
+        start = main.end()
+        stop = _closing_tag(markup, main.group(1) or main.group(2), start, stop)[0]
+    kept, position = [], start
+    while found := _LEFT_OUT.search(markup, position, stop):
+        kept.append(markup[position:found.start()])
+        position = _closing_tag(markup, found.group(1) or found.group(2), found.end(), stop)[1]
+    kept.append(markup[position:stop])
+    return "".join(kept)
+
+
+def _closing_tag(markup, name, position, stop):
+    """(start, end) of the tag that closes the element ``name`` opened just
+    before ``position``; (stop, position) when it is left open."""
+    depth = 1
+    for tag in _tag_of(name.lower()).finditer(markup, position, stop):
+        depth += -1 if tag.group(1) else 1
+        if not depth:
+            return tag.start(), tag.end()
+    return stop, position
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_of(name):
+    return re.compile(r"<(/?)%s(?=[\s/>])[^<>]*>" % re.escape(name), re.I)
 
 
 class _TextExtractor(html.parser.HTMLParser):
@@ -199,7 +245,7 @@ class _TextExtractor(html.parser.HTMLParser):
 
 def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
                 tokenizer: Optional[Callable[[str], list[str]]] = None,
-                hasher: Optional[Callable[[bytes], int]] = None, html: bool = False,
+                hasher: Optional[Callable[[bytes], int]] = None, html: Html = False,
                 cjk_window: Any = _DEFAULT, max_run: Any = _DEFAULT, idf: Any = _DEFAULT) -> int:
     """64-bit simhash fingerprint of a document (see the module docstring).
 
@@ -209,7 +255,8 @@ def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
     and 2), with recipe 2's options where not given.
 
     :param text: the document, str or UTF-8 bytes.
-    :param bool html: strip HTML markup, scripts and styles first (default: False).
+    :param html: strip HTML markup, scripts and styles first; ``"main"``: and
+        read the main content only (:func:`main_content`) (default: False).
     :param idf: the name of a word weight table (default: ``WORD_WEIGHTS``),
         or None for counted shingles.
     :param window: tokens per shingle, an int, or several ints for one shingle
@@ -229,10 +276,10 @@ def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
         ``max_run``, an unknown unit or table, or a table with shingle options.
     """
     extract, method = _method(window, unit, tokenizer, hasher, cjk_window, max_run, idf)
-    return method(_nfkc(extract(text) if html else text))[0]
+    return method(_read(text, html, extract))[0]
 
 
-def fingerprint_with_signature(text: Text, html: bool = False, **options: Any
+def fingerprint_with_signature(text: Text, html: Html = False, **options: Any
                                ) -> tuple[int, bytes]:
     """(:func:`fingerprint`, :func:`resemblance` signature) of one text,
     normalised once; ``options`` as for fingerprint.
@@ -240,7 +287,17 @@ def fingerprint_with_signature(text: Text, html: bool = False, **options: Any
     The signature is a one-permutation MinHash of the text's word
     5-shingles (128 bins of 16 bits, 256 bytes, whatever the options)."""
     extract, method = _method(**options)
-    return method(_nfkc(extract(text) if html else text), True)
+    return method(_read(text, html, extract), True)
+
+
+def _read(text, html, extract):
+    """The NFKC-normalised text of ``text``, its markup read by ``extract``
+    when ``html`` (True, or "main": its main content only)."""
+    if isinstance(html, str) and html != "main":
+        raise InvalidArgumentError('html must be True, False or "main", got %r' % html)
+    if html == "main":
+        text = main_content(text)
+    return _nfkc(extract(text) if html else text)
 
 
 def resemblance(signature_a: bytes, signature_b: bytes) -> float:

@@ -7,7 +7,8 @@ Formats of an input (``"-"`` is standard input):
   path as a text document's; from stdin, by the line number alone);
 - ``jsonl``: one object a line, with ``"key"`` (or ``"path"``, keyed as a
   file would be), ``"fingerprint"`` (an int, or a string of digits) or
-  ``"text"``, and optionally ``"meta"`` and ``"stored_at"``; the header line
+  ``"text"``, and optionally ``"meta"``, ``"stored_at"`` and (with a
+  fingerprint, as ``export`` writes a text's) ``"signature"``; the header line
   of an export (``{"simhashdb": {...}}``) is skipped;
 - ``text``: each file one document, keyed by its path; a directory is walked
   (its files named as web archives, ``*.warc``, ``*.arc``, ``*.wet`` and
@@ -74,7 +75,7 @@ DEC_BYTES = re.compile(DEC.pattern.encode())
 HEX_BYTES = re.compile(HEX.pattern.encode())
 BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
 MAGIC = 6  # the longest compression magic (xz's)
-JSON_FIELDS = {"key", "path", "fingerprint", "text", "meta", "stored_at",
+JSON_FIELDS = {"key", "path", "fingerprint", "text", "meta", "stored_at", "signature",
                "hex", "recipe"}  # what a JSON line's record is made of, or `fingerprint` writes
 PEEK = 1 << 16  # what format detection and an export's header read of an input
 BINARY_SAMPLE = 1 << 16
@@ -370,7 +371,8 @@ class Reader:
             return TextRecord((key, obj["text"], obj.get("meta")), self.html)
         else:
             raise InputError('expected "fingerprint" (an int) or "text" (a string)')
-        return key, fp, obj.get("meta"), obj.get("stored_at")
+        record = key, fp, obj.get("meta"), obj.get("stored_at")
+        return record + (obj["signature"],) if obj.get("signature") is not None else record
 
     def _walk(self, root):
         """(path, None) of each file below ``root`` that the patterns take, and
@@ -807,6 +809,13 @@ def stdin():
         raise InputError("standard input is closed: give the input as arguments or files, "
                          "or pipe it in")
     return sys.stdin.buffer
+
+
+def stdin_is_empty():
+    """Whether standard input is known to hold nothing (False where it cannot be
+    told without reading it)."""
+    stream = stdin()
+    return hasattr(stream, "peek") and not stream.peek(1)
 
 
 def _complete_lines(head):

@@ -12,12 +12,14 @@ document without one), and names its recipe in the file's metadata
 long), decimal(20,0) and 8-byte binary.
 """
 
+import errno
 import itertools
 import os
 
 import msgpack
 
-from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError
+from . import _ext
+from .errors import DiskFullError, InvalidArgumentError, InvalidFingerprintError, InvalidKeyError
 
 try:
     import pyarrow
@@ -39,7 +41,12 @@ def export(records, path, recipe=None):
     """Write ``(key, fingerprint, meta, stored_at)`` records to the Parquet
     file ``path``; returns how many. All keys must be of one type (str, bytes
     or int). With a ``recipe``, the records are ``(key, fingerprint, meta,
-    stored_at, signature)`` and the file names the recipe."""
+    stored_at, signature)`` and the file names the recipe.
+
+    :raises InvalidArgumentError: ``path`` is not a path, or no file can be made there.
+    :raises DiskFullError: the disk filled up (no file is left).
+    """
+    path = _path(path)
     records, writer, written = iter(records), None, 0
     try:
         while True:
@@ -55,11 +62,26 @@ def export(records, path, recipe=None):
                 writer = pyarrow.parquet.ParquetWriter(path, table.schema)
             writer.write_table(table)
             written += len(batch)
-    except BaseException:
+    except BaseException as exc:
         if writer is not None:  # no half-written file is left behind
             writer.close()
             os.remove(path)
+        if isinstance(exc, OSError):
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFullError("cannot write Parquet to %s: the disk is full: free some "
+                                    "space, then retry" % path) from None
+            raise InvalidArgumentError("cannot write Parquet to %s: %s"
+                                       % (path, exc.strerror or exc)) from None
         raise
+
+
+def _path(path):
+    """``path``, a file's or directory's path, as a str."""
+    try:
+        return os.fsdecode(path)
+    except TypeError:
+        raise InvalidArgumentError("expected the path of a Parquet file or directory (str, "
+                                   "bytes or os.PathLike), got %s" % _ext.shown(path)) from None
 
 
 def _table(records, key_type, signatures):
@@ -106,7 +128,15 @@ def read(path, key="key", fingerprint="fingerprint"):
     names (an export of a database of texts; else None), and an iterator of
     its ``(key, fingerprint, meta, stored_at, signature)`` records, ``meta``,
     ``stored_at`` and ``signature`` read where those columns are there, else
-    None."""
+    None.
+
+    :raises InvalidArgumentError: ``path`` is not a path or holds no Parquet, or
+        a column name is not a str or not in it.
+    """
+    path = _path(path)
+    for name in (key, fingerprint):
+        if not isinstance(name, str):
+            raise InvalidArgumentError("column names are str, got %s" % _ext.shown(name))
     try:
         dataset = pyarrow.dataset.dataset(path, format="parquet")
     except (pyarrow.ArrowException, OSError) as exc:

@@ -3,7 +3,8 @@ read back. Every part of simhashdb that writes or reads a document calls this
 module; backends read no more of a value than its leading fingerprint
 (:func:`value_fingerprint`).
 
-A key is ``msgpack(key)`` (a str, bytes or int). A key longer than the
+A key is ``msgpack(key)`` (a str, bytes or int), of at most
+:data:`MAX_KEY_SIZE` bytes. A key longer than the
 backend's ``max_key_bytes`` encoded is stored under its digest (a msgpack
 extension of type 1: the first 20 bytes of its SHA-256), its whole encoding
 kept as the value's 5th item. A document value is a msgpack array:
@@ -38,6 +39,11 @@ from .errors import (
 )
 
 MAX_KEY_BYTES = 511  # the largest encoded key every backend takes (LMDB's limit)
+# The largest key simhashdb stores, encoded: 8 KiB holds any URL a web server
+# takes (RFC 9110 asks for at least 8,000 octets; Apache and nginx stop at 8 KiB
+# a request line). Past MAX_KEY_BYTES a key lives in its document's value
+# (under its digest), so this also bounds a document to a few LMDB pages.
+MAX_KEY_SIZE = 8192
 
 class Record(NamedTuple):
     """A stored document: ``stored_at`` is the UNIX time (whole seconds) it was
@@ -53,7 +59,7 @@ def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
     """``key`` as stored: msgpack(key), or its digest where that is longer
     than ``limit`` (see :func:`long_key`).
 
-    :raises InvalidKeyError: not a str, bytes or int.
+    :raises InvalidKeyError: not a str, bytes or int, or longer than MAX_KEY_SIZE.
     """
     encoded = _whole_key(key, pack)
     return _digest(encoded) if len(encoded) > limit else encoded
@@ -74,6 +80,10 @@ def _whole_key(key, pack=msgpack.packb):
     except UnicodeEncodeError:
         raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
                               "encode as UTF-8" % _ext.shown(key)) from None
+    if len(encoded) > MAX_KEY_SIZE:
+        raise InvalidKeyError("key %s takes %d bytes; keys take at most %d (MAX_KEY_SIZE): "
+                              "key the document by a digest of it and keep the whole in its "
+                              "metadata" % (_ext.shown(key), len(encoded), MAX_KEY_SIZE))
     return encoded
 
 

@@ -269,12 +269,6 @@ def test_readonly_and_closed(db_path):
 
 
 @pytest.mark.lmdb_only
-def test_one_handle_per_process(db):
-    with pytest.raises(DatabaseError, match="already open"):
-        DB(db.path)
-
-
-@pytest.mark.lmdb_only
 def test_compact_reclaims_space_and_keeps_every_record(db):
     rng = random.Random(5)
     docs = {i: rng.getrandbits(64) for i in range(20000)}

@@ -284,14 +284,14 @@ with DB(sys.argv[1], distance=3, blocks=5, expected_size=250000) as db:
     print(db.stats()["map_size"] >> 20, os.path.getsize(sys.argv[1] + "/data.mdb") >> 20)
     limit_address_space(16 << 20)
     files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than the map
-    refused, set_mapsize = [], db._storage._set_mapsize
+    refused, set_mapsize = [], db._storage.shared._set_mapsize
     def watched(size):
         try:
             set_mapsize(size)
         except Exception:
             refused.append(size >> 20)
             raise
-    db._storage._set_mapsize = watched
+    db._storage.shared._set_mapsize = watched
     try:
         db.insert_many((250000 + i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000))
     except MemoryError:  # the batch's own memory, in little room: it lands whole or not at all
@@ -343,7 +343,7 @@ def test_growing_the_map_warns_of_open_snapshots_not_of_kept_reader_slots(db_pat
         def warned():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                db._storage._grow()
+                db._storage.shared._grow()
             return [str(w.message).split(" while ")[-1][:20] for w in caught
                     if issubclass(w.category, ResourceWarning)]
         assert warned() == []
@@ -402,7 +402,8 @@ def test_a_tidy_whose_map_can_neither_grow_nor_be_mapped_again_says_to_reopen(db
     from simhashdb import MaintenanceWarning
     db = DB(db_path, distance=3, backend=backend)
     db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(2000))
-    storage, writer = db._storage, db._storage._writer
+    storage = db._storage.shared
+    writer = storage._writer
 
     class Filling:  # a writer whose batches leave merges, and whose merges fill the map
         untidy = True

@@ -918,7 +918,7 @@ def test_a_batch_query_where_no_thread_can_start_is_answered_whole(tmp_path, mon
     with DB(str(tmp_path / "db"), distance=3, backend="lmdb") as db:
         db.insert_many(docs.items())
         expected = [sorted(db.query(probe)) for probe in probes]
-        monkeypatch.setattr(db._storage, "_env", WatchedEnv(db._storage._env))
+        monkeypatch.setattr(db._storage.shared, "_env", WatchedEnv(db._storage.shared._env))
         monkeypatch.setattr(threading.Thread, "start", starved_start)
         found = db.query_many(probes)
         monkeypatch.undo()
@@ -936,7 +936,7 @@ def test_a_py_lmdb_error_raised_as_a_system_error_is_a_database_error(tmp_path):
     import lmdb
 
     from simhashdb.storage import registry
-    storage = registry.open_storage(str(tmp_path / "db"), backend="py-lmdb")
+    storage = registry.backend_class("py-lmdb")(str(tmp_path / "db"))
     try:
         with pytest.raises(DatabaseError, match="cannot write to .*Located page was wrong type"):
             with storage._errors("write to"):

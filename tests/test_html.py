@@ -2,6 +2,7 @@
 recipes 1 and 2): the same words on any markup that closes what it opens,
 the documented difference on markup left open, and no error on any input."""
 
+import random
 import re
 
 import pytest
@@ -199,3 +200,61 @@ def test_the_native_scanner_strips_what_the_grammar_says(markup):
     expected = _MARKUP.sub(" ", markup)
     assert simhashdb._ext.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
         "utf-8", "surrogatepass") == expected
+
+
+# html="main": the main content, without menus, banners, footers and sidebars
+
+@pytest.mark.parametrize("markup,kept", [
+    ("<body><nav><a>Home</a><nav>inner</nav> more</nav><p>Body</p><footer>f</footer></body>",
+     "<body><p>Body</p></body>"),
+    ("<header>Site<nav>menu</nav></header><main class=m><header>Title</header><p>Body</p>"
+     "<aside>ad</aside></main><footer>x</footer>", "<p>Body</p>"),
+    ('<div role="navigation"><div>x</div>nav</div><div id=c role="main"><div>body</div>'
+     "<div role=complementary>side</div></div><div>after</div>", "<div>body</div>"),
+    ("<NAV class='x'>m</NAV><p>ok</p><navbar>kept</navbar>", "<p>ok</p><navbar>kept</navbar>"),
+    ("<p>a</p><aside>left open<p>b</p>", "<p>a</p>left open<p>b</p>"),
+    ("<main>left open <nav>n</nav> text", "left open  text"),
+    (b"<main>bytes \xff</main>", "bytes \ufffd"),
+    ("no markup at all", "no markup at all"),
+])
+def test_main_content_leaves_the_page_furniture_out(markup, kept):
+    assert simhashdb.main_content(markup) == kept
+
+
+@given(st.text(alphabet="<>/ =\"'abmnrvilodeh", max_size=200))
+def test_main_content_reads_any_markup(markup):
+    assert len(simhashdb.main_content(markup)) <= len(markup)
+
+
+def test_html_main_fingerprints_the_main_content_only():
+    page = "<nav>a b c</nav><main><p>hello world</p></main><footer>d</footer>"
+    assert simhashdb.fingerprint(page, html="main") == simhashdb.fingerprint("hello world")
+    assert simhashdb.fingerprint_with_signature(page, html="main") == \
+        simhashdb.fingerprint_with_signature("hello world")
+    with pytest.raises(InvalidArgumentError, match='"main"'):
+        simhashdb.fingerprint(page, html="body")
+
+
+def test_short_pages_of_one_site_menu_are_told_apart_with_html_main(tmp_path):
+    """Pages of 60 words under a menu, banner and footer of 150: read whole, the
+    template makes most of them near-duplicates of each other; read as
+    html="main", none are, and a real copy still is."""
+    rng = random.Random(3)
+    menu = "<header><h1>Docs</h1></header><nav><ul>%s</ul></nav>" % "".join(
+        "<li><a href='/%d'>%s</a></li>" % (i, " ".join("m%d" % rng.randrange(400)
+                                                      for _ in range(3))) for i in range(40))
+    footer = "<footer>%s</footer>" % " ".join("f%d" % i for i in range(30))
+
+    def page(seed, extra=""):
+        words = random.Random(seed).choices(range(5000), k=60)
+        return "<body>%s<main><p>%s%s</p></main>%s</body>" % (
+            menu, " ".join("w%d" % w for w in words), extra, footer)
+
+    pages = [("p%d" % i, page(i)) for i in range(20)] + [("copy", page(1, " one more"))]
+    for html, duplicates in ((True, 10), ("main", 1)):
+        with simhashdb.DB(tmp_path / str(html), recipe=simhashdb.RECIPE) as db:
+            decisions = db.insert_text_if_new_many(pages, html=html)
+        found = [d.key for d in decisions if d.status == "duplicate"]
+        assert len(found) >= duplicates and "copy" in found
+        if html == "main":
+            assert found == ["copy"] and decisions[-1][0].key == "p1"

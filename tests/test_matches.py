@@ -7,7 +7,7 @@ import random
 from hypothesis import given, strategies as st
 
 import simhashdb
-from simhashdb import Match, Matches, _records
+from simhashdb import Decision, Match, _records
 from simhashdb.db import _matches, _names
 from simhashdb.records import encode_key
 from conftest import brute_force, flip
@@ -37,10 +37,14 @@ def test_native_matches_are_the_python_ones(probes):
         [[type(m.key) for m in ms] for ms in expected]
 
 
-def test_matches_of_insert_if_new_keep_their_two_argument_form():
+def test_a_decision_is_the_list_of_its_matches():
     match = Match("a", 1, 0)
-    assert Matches([match]) == [match] and Matches([match]).replaced is None
-    assert Matches([], replaced="old").replaced == "old"
+    decision = Decision([match], "b", "duplicate")
+    assert decision == [match] and decision.replaced is None and decision.reason is None
+    assert (decision.key, decision.status) == ("b", "duplicate")
+    assert Decision([], "a", replaced="old").replaced == "old"
+    assert repr(Decision([], "k", "invalid", "no words")) == \
+        "Decision(key='k', status='invalid', [], reason='no words')"
 
 
 def test_long_keys_and_text_hits_are_left_to_python():

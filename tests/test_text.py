@@ -148,7 +148,8 @@ def test_texts_without_words_and_bad_records_are_refused(tmp_path):
         with pytest.raises(InvalidArgumentError, match="no words"):
             db.insert_text("e", b"<p> <script>var x;</script></p>", html=True)
         with pytest.raises(InvalidArgumentError, match="record"):
-            db.insert_text_if_new_many(["just a text"])
+            db.insert_text_if_new_many(["just a text"], invalid="raise")
+        assert db.insert_text_if_new_many(["just a text"])[0].status == "invalid"
         with pytest.raises(InvalidArgumentError, match="str or bytes"):
             db.insert_text("k", 12)
         assert len(db) == 0

@@ -127,3 +127,31 @@ def components(pairs):
         for k in merged:
             groups[k] = merged
     return {frozenset(g) for g in groups.values()}
+
+
+def test_a_batch_decides_as_one_text_a_call(texts, tmp_path):
+    """insert_text_if_new_many decides a batch together; each text must get
+    what inserting the texts one a call gives: texts near others of the same
+    batch, a key stored twice in it, a stored key replaced before a copy of
+    its old text comes, texts too short for bands."""
+    docs, _, _, _, _ = texts
+    rng = random.Random(5)
+    stored = [(key, text) for key, text in docs[:6]]
+    batch = list(docs[6:]) + [(key, text) for key, text in rng.sample(docs, 8)]
+    batch += [(stored[0][0], docs[-1][1]), ("old-copy", stored[0][1]),
+              ("again", docs[7][1]), ("again", docs[8][1]), ("short", "two words"),
+              ("short-copy", "two words"), ("short-other", "other words here")]
+    rng.shuffle(batch)
+    results = []
+    for one_a_call in (False, True):
+        with simhashdb.DB(str(tmp_path / str(one_a_call)), distance=DISTANCE) as db:
+            db.insert_text_many(stored)
+            if one_a_call:
+                found = [db.insert_text_if_new(key, text) for key, text in batch]
+            else:
+                found = db.insert_text_if_new_many(batch)
+            contents = sorted((r.key, r.fingerprint) for r in db)
+        results.append(([sorted((m.key, m.fingerprint, m.distance, m.resemblance) for m in f)
+                         for f in found], contents))
+    assert results[0] == results[1]
+    assert sum(1 for f in results[0][0] if f) >= 10  # the batch met itself and the store

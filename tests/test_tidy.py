@@ -87,7 +87,7 @@ def test_a_rewrite_cut_short_goes_on_and_counts_the_removals_since(tmp_path, bac
         for key in gone:
             del docs[key]
         for _ in range(3):  # three tables rewritten, as if the process then died
-            assert db._storage._transact(lambda txn: txn.tidy()) == (True, False)
+            assert db._storage.shared._transact(lambda txn: txn.tidy()) == (True, False)
     monkeypatch.undo()
     tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
     assert (distinct, stale) == (1400, 600)
@@ -117,18 +117,18 @@ def test_a_failed_tidy_warns_and_the_batch_stays(tmp_path, backend, small_merges
     batch = {"new%d" % i: rng.getrandbits(64) for i in range(1000)}
     with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
-        writer = type(db._storage)._writer
+        writer = type(db._storage.shared)._writer
 
         def failing_writer(self, txn):
             made = writer(self, txn)
             made.tidy = lambda: (_ for _ in ()).throw(DatabaseError("the disk is full"))
             return made
 
-        monkeypatch.setattr(type(db._storage), "_writer", failing_writer)
+        monkeypatch.setattr(type(db._storage.shared), "_writer", failing_writer)
         with pytest.warns(MaintenanceWarning, match="the batch is stored"):
             db.insert_many(batch.items())
         docs.update(batch)
-        monkeypatch.setattr(type(db._storage), "_writer", writer)
+        monkeypatch.setattr(type(db._storage.shared), "_writer", writer)
         check(db, docs, rng)
     tables, _ = read_tables(path, LAYOUT.tables)
     assert all(merges_left(runs) for runs in tables)
@@ -178,7 +178,7 @@ def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
         db.delete_many(gone)
         for key in gone:
             del docs[key]
-        db._storage._transact(lambda txn: txn.tidy())
+        db._storage.shared._transact(lambda txn: txn.tidy())
         db.compact()
         check(db, docs, rng)
     tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
@@ -186,7 +186,7 @@ def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
     assert all([(slot, len(values)) for _, slot, values in runs] == [(0, 600)] for runs in tables)
     monkeypatch.undo()
     with DB(path, backend=backend) as db:  # nothing left to rewrite
-        assert db._storage._transact(lambda txn: txn.tidy()) == (False, False)
+        assert db._storage.shared._transact(lambda txn: txn.tidy()) == (False, False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -5,7 +5,8 @@ import tempfile
 from array import array
 
 import simhashdb
-from simhashdb import DB, Match, Matches, Pair, Record, TextMatch
+from simhashdb import DB, Decision, Match, Pair, Record, TextMatch
+from simhashdb.aio import AsyncDB
 from simhashdb.chunking import ngrams, select_ngrams
 from simhashdb.halohash import BitAverageHaloHash
 
@@ -24,9 +25,13 @@ def main() -> None:
         count: int = db.insert_many([("b", fp2), ("c", fp ^ 1, None)])
         matches: list[Match] = db.query(fp)
         distances = [m.distance + 0 for m in matches]
-        found: Matches = db.insert_if_new("d", fp ^ 3)
+        found: Decision = db.insert_if_new("d", fp ^ 3)
         replaced: Record | None = found.replaced
-        text_found: Matches = db.insert_text_if_new("e", text + " and more", refresh=True)
+        status: str = found.status
+        text_found: Decision = db.insert_text_if_new("e", text + " and more", refresh=True)
+        decisions: list[Decision] = db.insert_text_if_new_many([("f", ""), ("g", text)],
+                                                               invalid="report")
+        reasons = [d.reason for d in decisions if d.status == "invalid"]
         for match in db.query_text(text):
             if isinstance(match, TextMatch) and match.resemblance is not None:
                 alike = max(alike, match.resemblance)
@@ -44,6 +49,17 @@ def main() -> None:
     grams = list(select_ngrams(ngrams("abcdef", 3)))
     print(first_key, prints, alike, bits, pairs, clusters, count, distances, replaced, text_found,
           stored_at, every, groups, gone, stats, halo.distance(halo), grams)
+
+
+async def crawl(path: str, pages: list[tuple[str, str]]) -> list[str]:
+    """AsyncDB as a crawler's tasks use it."""
+    async with AsyncDB(path, recipe=simhashdb.RECIPE) as db:
+        statuses = [(await db.insert_text_if_new(url, body, html="main")).status
+                    for url, body in pages]
+        near: list[TextMatch] = await db.query_text(pages[0][1], html=True)
+        gone: bool = await db.delete(pages[0][0])
+        found: Decision = await db.insert_if_new("fp", 12345)
+        return statuses + [m.key for m in near if isinstance(m.key, str)] + [str(gone), found.status]
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ batches of 1,000). Methods:
   5-shingles of simhashdb's words): query, insert when nothing is found; it
   never verifies a candidate.
 
+``--html-main`` runs the database's text rule again with the HTML documents
+read as ``html="main"`` (their main content, without nav, header, footer and
+aside elements).
+
 Study options, for designs the database does not have (in memory, numpy;
 their documents/s say nothing of a native implementation):
 
@@ -47,7 +51,7 @@ their documents/s say nothing of a native implementation):
   too, so that near-duplicates do not chain into unrelated documents).
 
 Usage: python tools/eval_dedupe.py [--quick] [--ours] [--seed N] [--recall N]
-       [--no-held-out] [--threshold T] [--no-datasketch] [--reference]
+       [--no-held-out] [--threshold T] [--html-main] [--no-datasketch] [--reference]
        [--band BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD] [--study-only]
        [--brute THRESHOLD] [--alias SPEC] [--alias-floor SPEC] [--json out.json]
 """
@@ -107,16 +111,16 @@ def db_name(threshold=None):
 
 class TextDB:
     """The database's text rule: DB.insert_text_if_new_many (at ``threshold``,
-    or the database's own)."""
+    or the database's own), HTML read whole or (``main``) its main content."""
 
-    def __init__(self, path, threshold=None):
+    def __init__(self, path, threshold=None, main=False):
         self.db = simhashdb.DB(path, recipe=simhashdb.RECIPE)
-        self.threshold = threshold
+        self.threshold, self.main = threshold, main
 
     def decide(self, batch):
         return _by_html(batch, lambda group, html: [
-            [m.key for m in found] for found in
-            self.db.insert_text_if_new_many(group, html=html, threshold=self.threshold)])
+            [m.key for m in found] for found in self.db.insert_text_if_new_many(
+                group, html="main" if html and self.main else html, threshold=self.threshold)])
 
     def close(self):
         self.db.close()
@@ -315,10 +319,12 @@ def run_decider(name, c, seed, decider, items=None):
     return row
 
 
-def run_db(c, seed=0, threshold=None, items=None):
-    """The row of the database's text rule (at ``threshold``, or its own)."""
+def run_db(c, seed=0, threshold=None, items=None, main=False):
+    """The row of the database's text rule (at ``threshold``, or its own; with
+    ``main``, HTML read as html="main")."""
     with tempfile.TemporaryDirectory() as tmp:
-        return run_decider(db_name(threshold), c, seed, TextDB(tmp + "/db", threshold), items)
+        return run_decider(db_name(threshold) + (", html=\"main\"" if main else ""), c, seed,
+                           TextDB(tmp + "/db", threshold, main), items)
 
 
 def differences(a, b):
@@ -389,6 +395,9 @@ def main():
     parser.add_argument("--threshold", action="append", type=float,
                         help="also run the database's text rule at this threshold "
                              "(repeatable; its own, %g, always runs)" % THRESHOLD)
+    parser.add_argument("--html-main", action="store_true",
+                        help='also run the database\'s text rule with HTML read as html="main" '
+                             "(its main content: no nav, header, footer, aside)")
     parser.add_argument("--reference", action="store_true",
                         help="the database's text rule done again in memory over the native "
                              "signatures; count the texts it decides otherwise")
@@ -421,6 +430,8 @@ def main():
         rows.append(run_db(c, args.seed, None, items))
         for threshold in args.threshold or ():
             rows.append(run_db(c, args.seed, threshold, items))
+        if args.html_main:
+            rows.append(run_db(c, args.seed, None, items, main=True))
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(run_decider("recipe 3 fingerprint alone, insert_if_new k = 3", c,
                                     args.seed, FingerprintDB(tmp + "/fp", eval_quality.ours()),

@@ -174,6 +174,13 @@ class Storage(ABC):
     max_key_bytes = MAX_KEY_BYTES
     snapshots = True
 
+    @classmethod
+    def open(cls, path, readonly=False, create=True):
+        """The storage a ``DB`` opens at ``path`` (:func:`registry.open_storage`):
+        a new instance, unless the backend shares one among the handles of a
+        process."""
+        return cls(path, readonly=readonly, create=create)
+
     @abstractmethod
     def open_tables(self, layout):
         """Use ``layout``'s permutation tables (creating them where writable)."""

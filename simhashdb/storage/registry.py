@@ -114,4 +114,4 @@ def open_storage(path, readonly=False, create=True, backend=None):
     if name not in _backends:
         raise InvalidArgumentError("backend must be a Storage or one of %s, got %r"
                                    % (", ".join(_backends), name))
-    return backend_class(name)(path, readonly=readonly, create=create)
+    return backend_class(name).open(path, readonly=readonly, create=create)

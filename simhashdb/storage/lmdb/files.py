@@ -3,9 +3,10 @@ check of the data file before LMDB maps it, compaction's atomic swap, the
 gate that keeps environment changes apart from running transactions, and
 the storage logic around them (:class:`LmdbStorage`).
 
-LMDB allows one environment handle per path per process; opening a path
-twice here raises DatabaseError, and a handle dropped without ``close()`` or
-inherited across ``fork()`` does not count.
+LMDB allows one environment handle per path per process: every handle a
+process opens on a path (:meth:`LmdbStorage.open`, as ``DB(path)`` does) shares
+one :class:`LmdbStorage`, which closes with the last of them; a storage
+dropped without ``close()`` or inherited across ``fork()`` does not count.
 
 Locks (``flock`` on two files in the directory): every handle holds a shared
 lock on ``simhashdb.lock`` while it is open; whoever wants to know it is alone
@@ -52,6 +53,7 @@ MAP_A_DOCUMENT, MAP_A_TABLE_ENTRY = 128, 16
 INSPECT_TRIES = 5  # inspections of a file other handles write to, for a finding that holds
 MAKING_SECONDS = 10  # how long an open waits for another handle to write a new file's first pages
 FULL_DISK_BYTES = 64 << 20  # a disk with less free is full as far as a failed write goes
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _META_MAGIC = 0xBEEFC0DE
 # Tables kept as compressed runs (RUNS.md), the same on both backends: per
 # table RUN_SLOTS slot sub-databases, each holding at most one live run; after
@@ -63,8 +65,8 @@ _META_MAGIC = 0xBEEFC0DE
 # transactions of about a table's entries each (tidy).
 RUN_SLOTS, RUN_RATIO = 8, 4
 INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
-_open_paths = {}  # (pid, path) -> weakref of the storage that has it open
-_open_paths_lock = threading.Lock()
+_open_paths = {}  # (pid, real path) -> weakref of the storage that has it open
+_open_paths_lock = threading.RLock()  # held while a handle opens or closes
 _open_storages = weakref.WeakSet()
 
 
@@ -125,12 +127,12 @@ class LmdbDirectory:
             raise
 
     def _register(self, owner):
-        key = (os.getpid(), self.path)
+        key = _path_key(self.path)
         with _open_paths_lock:
-            holder = _open_paths.get(key)
-            if holder is not None and holder() is not None:
-                raise DatabaseError("%s is already open in this process; share that DB "
-                                    "object (LMDB allows one handle per process)" % self.path)
+            if _open_storage(key) is not None:
+                raise DatabaseError("%s is already open in this process: open it again with "
+                                    "LmdbStorage.open() (as DB() does), which shares it "
+                                    "(LMDB allows one environment per process)" % self.path)
             self._ref = _open_paths[key] = weakref.ref(owner)
         self._key = key
 
@@ -181,9 +183,14 @@ class LmdbDirectory:
 
     def full_disk_error(self, exc, doing):
         """A DiskFullError for ``exc`` (an OSError, or an LMDB error as a
-        DatabaseError) met while ``doing`` the database, if the disk is full;
-        else None."""
-        if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or self.disk_is_full():
+        DatabaseError) met while ``doing`` the database, if a write failed for
+        space: no space left, or an I/O error (LMDB's report of a write that
+        ran out of space part way) while the disk is full; else None."""
+        said = str(exc)
+        if getattr(exc, "errno", None) in _NO_SPACE or \
+                any(os.strerror(code) in said for code in _NO_SPACE) or \
+                (getattr(exc, "errno", None) == errno.EIO or os.strerror(errno.EIO) in said) \
+                and self.disk_is_full():
             return DiskFullError("cannot %s %s: the disk is full (%s free): free some space, "
                                  "then retry; nothing of this was written"
                                  % (doing, self.path, _bytes(self.free_bytes())))
@@ -310,6 +317,17 @@ class LmdbDirectory:
         with _open_paths_lock:
             if _open_paths.get(self._key) is self._ref:
                 del _open_paths[self._key]
+
+
+def _path_key(path):
+    """The key of a database directory in :data:`_open_paths`."""
+    return os.getpid(), os.path.realpath(os.fspath(path))
+
+
+def _open_storage(key):
+    """The storage that has the directory of ``key`` open, or None."""
+    holder = _open_paths.get(key)
+    return None if holder is None else holder()
 
 
 def _make_directory(path):
@@ -589,15 +607,54 @@ class LmdbStorage(Storage):
         self._layout = None
         self._env = None
         self._readers_checked = 0.0
+        self._handles = 0  # the LmdbHandles open on it
+        self._written = False  # whether a write transaction of this storage committed
         try:
             self._open_env()
             self._dir.note_lock_file()
         except BaseException as exc:
+            if self._env is not None:
+                self._close_env()
             self._dir.abandon()
             if isinstance(exc, DatabaseError):
-                raise self._dir.full_disk_error(exc, "open") or exc
+                raise self._open_error(exc) from None
             raise
         _open_storages.add(self)
+
+    @classmethod
+    def open(cls, path, readonly=False, create=True):
+        """A handle on the database at ``path``: every handle of this process
+        on it shares one storage (one LMDB environment), which closes with the
+        last of them.
+
+        :raises DatabaseError: the database is open here with another backend,
+            or read-only and this handle is to write.
+        """
+        with _open_paths_lock:
+            shared = _open_storage(_path_key(path)) if os.fspath(path) else None
+            if shared is None:
+                shared = cls(path, readonly=readonly, create=create)
+            elif shared._env is None:
+                raise DatabaseError("%s could not be mapped again after a failure: close its "
+                                    "other handles in this process, then open it again"
+                                    % shared.path)
+            elif type(shared) is not cls:
+                raise DatabaseError("%s is open in this process with the %s backend: open it "
+                                    "with that backend too" % (shared.path, shared.backend))
+            elif shared.readonly and not readonly and not shared._dir.doubt:
+                raise DatabaseError("%s is open read-only in this process: open this handle "
+                                    "read-only too, or close the read-only ones first"
+                                    % shared.path)
+            shared._handles += 1
+            return LmdbHandle(shared, readonly or shared.readonly)
+
+    def _open_error(self, exc):
+        """The error an open that failed with ``exc`` (a DatabaseError) raises:
+        named by what is wrong with the file where its check found that."""
+        if self._dir.doubt:
+            return DatabaseError("cannot open %s: %s; restore it from a backup"
+                                 % (self._dir.data, self._dir.doubt))
+        return self._dir.full_disk_error(exc, "open") or exc
 
     @contextlib.contextmanager
     def read(self):
@@ -645,6 +702,7 @@ class LmdbStorage(Storage):
                             failed = txn
                             raise
                         txn.commit()
+                    self._written = True
                     return result, writer.untidy
             except self.map_resized:
                 self._resize(0)  # another process grew the map: adopt its size
@@ -830,10 +888,87 @@ class LmdbStorage(Storage):
                 "lmdb_version": ".".join(map(str, self.lmdb_version()))}
 
     def close(self):
+        """Close the environment and release the directory; a database this
+        storage made and never committed a write to (its making failed) is
+        removed, so that nothing is left of it."""
         with self._write_lock, self._gate.exclusive("close the database"):
             if self._env is not None:
                 self._close_env()
-            self._dir.release()
+            if self._written or self.readonly:
+                self._dir.release()
+            else:
+                self._dir.abandon()
+
+    def release_handle(self):
+        """An :class:`LmdbHandle` of it closed: close it with the last one."""
+        with _open_paths_lock:
+            self._handles -= 1
+            if not self._handles:
+                self.close()
+
+
+class LmdbHandle(Storage):
+    """One handle (a ``DB``'s) on an :class:`LmdbStorage` that every handle of
+    this process on the database shares: it reads and writes through the
+    shared one, and closing it closes only this handle. A read-only handle
+    never writes, though others may."""
+
+    def __init__(self, shared, readonly):
+        self.shared, self.readonly = shared, readonly
+        self.backend, self.path, self.max_key_bytes = shared.backend, shared.path, \
+            shared.max_key_bytes
+        self._closed = False
+
+    def _open(self):
+        """The shared storage, while this handle is open."""
+        if self._closed:
+            raise DatabaseError("the database at %s is closed" % self.path)
+        return self.shared
+
+    def _writable(self):
+        """The shared storage, for a write through this handle (a read-only
+        shared storage refuses it itself, saying why)."""
+        shared = self._open()
+        if self.readonly and not shared.readonly:
+            raise DatabaseError("the database at %s is open read-only" % self.path)
+        return shared
+
+    def open_tables(self, layout):
+        shared = self._open()
+        with _open_paths_lock:  # (once: opening them again would race the other handles' use)
+            if shared._layout is None or shared._layout.spec != layout.spec:
+                shared.open_tables(layout)
+
+    def format_stored(self):
+        if not self.readonly:
+            self._open().format_stored()
+
+    def read(self):
+        return self._open().read()
+
+    def write(self, body, documents=0):
+        return self._writable().write(body, documents)
+
+    def search(self, probes, distance):
+        return self._open().search(probes, distance)
+
+    def compact(self):
+        self._writable().compact()
+
+    def convert_tables(self, tables, progress=None):
+        self._writable().convert_tables(tables, progress)
+
+    def check(self):
+        return self.shared.check()
+
+    def info(self):
+        return self._open().info()
+
+    def close(self):
+        with _open_paths_lock:
+            if not self._closed:
+                self._closed = True
+                self.shared.release_handle()
 
 
 def old_tables_error(path, converting=False):

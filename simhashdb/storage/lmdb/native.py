@@ -11,6 +11,8 @@ import threading
 from array import array
 
 from ... import _ext, _lmdb
+from ...errors import DatabaseError
+from ...layout import Layout
 from .. import Txn, View
 from .files import INDEX_SLOTS, LmdbStorage, old_tables_error
 
@@ -95,7 +97,28 @@ class NativeStorage(LmdbStorage):
         self._env.batch_merge = self.batch_merge
         self._env.directory_entries = self.directory_entries
         self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge
+        if self._layout is None and not self._dir.new:
+            found = self._open_found()
+            if found is False or found and self.readonly:
+                return
         self._open_dbs()
+
+    def _open_found(self):
+        """Open the sub-databases the file has, making none: True where its
+        tables are runs (a writable handle then opens them again, making what
+        this version adds); False where they are in simhashdb 0.3's form,
+        which opens by its first table (open_tables opens them all, read-only);
+        None where it has neither (another process is making it, or it is not
+        simhashdb's)."""
+        first = Layout(1, 0)
+        for tables in ((array("l"), array("Q"), []),
+                       (first.spec, first.prefixes, first.prefix_bits)):
+            try:
+                self._env.open_dbs(*tables, False, False)
+                return not tables[0]
+            except DatabaseError:
+                pass
+        return None
 
     def _open_dbs(self, add_index_slots=False):
         layout = self._layout
@@ -105,6 +128,8 @@ class NativeStorage(LmdbStorage):
             self._env.open_dbs(*tables, not self.readonly, add_index_slots)
         except _lmdb.OldTablesError as exc:
             raise old_tables_error(self.path, converting=exc.args[0]) from None
+        except DatabaseError as exc:
+            raise self._open_error(exc) from None
 
     def _index_slots(self):
         return self._env.index_slots

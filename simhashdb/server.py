@@ -1,0 +1,285 @@
+"""The HTTP server of ``simhashdb-cli serve``: a database for crawlers in any
+language, as JSON over HTTP, on aiohttp. The calls of concurrent requests go
+through :class:`simhashdb.aio.AsyncDB`, which groups them into durable
+transactions: a write is on disk when its answer is sent.
+
+Usage::
+
+    simhashdb.server.serve("crawl.db", port=8750)   # until SIGINT or SIGTERM
+
+    curl -s localhost:8750/v1/insert-text-if-new \\
+         -d '{"key": "https://example.com/", "text": "<p>Hello</p>", "html": true}'
+    {"key": "https://example.com/", "status": "stored", "matches": []}
+"""
+
+import asyncio
+import base64
+import hmac
+import json
+import signal
+import sys
+
+from aiohttp import web
+
+from .aio import AsyncDB
+from .errors import (
+    DatabaseError,
+    DiskFullError,
+    InvalidArgumentError,
+    InvalidFingerprintError,
+    InvalidKeyError,
+    InvalidMetadataError,
+    SimhashDBError,
+)
+
+DEFAULT_PORT = 8750
+MAX_BODY = 32 * 2**20  # bytes of a request: 1,000 pages of 16 KB with room to spare
+MAX_ITEMS = 10_000  # items of one request
+TOKEN_VARIABLE = "SIMHASHDB_TOKEN"
+DB = web.AppKey("db", object)  # the application's AsyncDB
+# what one page's item may hold, by endpoint; the first field is required
+FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata"),
+               "query-text": ("text", "key", "html"),
+               "insert-if-new": ("fingerprint", "key", "metadata"),
+               "query": ("fingerprint", "key", "distance")}
+# a page's own fault: answered as its item's "invalid" status, not as a failed request
+PAGE_ERRORS = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
+               InvalidMetadataError)
+
+
+def make_app(db, *, token=None, max_body=MAX_BODY):
+    """The aiohttp application answering for ``db`` (an open AsyncDB).
+
+    :param str token: requests (but ``GET /healthz``) must carry
+        ``Authorization: Bearer <token>`` (default: None, no token asked).
+    :param int max_body: the largest request body in bytes (default: 32 MiB).
+    """
+    app = web.Application(middlewares=[_json_errors, _bearer(token)], client_max_size=max_body)
+    app[DB] = db
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/v1/stats", _stats)
+    app.router.add_delete("/v1/documents/{key:.+}", _delete)
+    for name in FIELDS:
+        app.router.add_post("/v1/" + name, _decide)
+    return app
+
+
+def serve(path, host="127.0.0.1", port=DEFAULT_PORT, *, token=None, max_body=MAX_BODY,
+          announce=None, **db_options):
+    """Serve the database at ``path`` until SIGINT or SIGTERM, then stop
+    taking requests, answer those in flight and close the database.
+
+    :param announce: called with the server's URL once it listens (default:
+        a line on stderr).
+    :param db_options: passed to :class:`simhashdb.aio.AsyncDB`.
+    """
+    asyncio.run(_serve(path, host, port, token, max_body, announce or _announce, db_options))
+
+
+async def _serve(path, host, port, token, max_body, announce, db_options):
+    async with AsyncDB(path, **db_options) as db:
+        runner = web.AppRunner(make_app(db, token=token, max_body=max_body), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            bound = runner.addresses[0]
+            announce("http://%s:%d" % ((bound[0] if ":" not in bound[0] else
+                                        "[%s]" % bound[0]), bound[1]))
+            await stop.wait()
+        finally:
+            await runner.cleanup()  # requests in flight are answered first
+
+
+def _announce(url):
+    print("simhashdb-cli: serving on %s (Ctrl-C or SIGTERM stops it)" % url, file=sys.stderr,
+          flush=True)
+
+
+# Requests
+
+
+async def _decide(request):
+    """POST /v1/<endpoint>: one item, or ``{"items": [...]}``, each answered
+    with its key, status and matches."""
+    endpoint = request.path.rsplit("/", 1)[1]
+    body = await _json_body(request)
+    if "items" in body:
+        if set(body) != {"items"} or not isinstance(body["items"], list):
+            raise _Refused(400, 'a batch is {"items": [...]}: a list of items, nothing else')
+        if len(body["items"]) > MAX_ITEMS:
+            raise _Refused(413, "a request holds at most %d items, got %d: send them in "
+                           "several requests" % (MAX_ITEMS, len(body["items"])))
+        items = [_item(item, endpoint, "items[%d]: " % i) for i, item in enumerate(body["items"])]
+        answers = await asyncio.gather(*(_answer(request.app[DB], endpoint, item)
+                                         for item in items))
+        return _json({"items": answers})
+    return _json(await _answer(request.app[DB], endpoint, _item(body, endpoint, "")))
+
+
+async def _answer(db, endpoint, item):
+    """The decision on one checked item, as JSON."""
+    key = item.get("key")
+    try:
+        if endpoint == "insert-text-if-new":
+            found = await db.insert_text_if_new(key, item["text"], item.get("metadata"),
+                                                html=item.get("html", False))
+        elif endpoint == "insert-if-new":
+            found = await db.insert_if_new(key, item["fingerprint"], item.get("metadata"))
+        elif endpoint == "query-text":
+            found = await db.query_text(item["text"], html=item.get("html", False))
+        else:
+            found = await db.query(item["fingerprint"], item.get("distance"))
+    except PAGE_ERRORS as exc:
+        return {"key": key, "status": "invalid", "reason": str(exc), "matches": []}
+    answer = {"key": key, "status": getattr(found, "status", "duplicate" if found else "new"),
+              "matches": [{"key": m.key, "distance": m.distance,
+                           "resemblance": None if m.resemblance is None
+                           else round(m.resemblance, 4)} for m in found]}
+    if answer["status"] == "invalid":
+        answer["reason"] = found.reason
+    return answer
+
+
+def _item(item, endpoint, where):
+    """``item`` checked against what ``endpoint`` takes; a 400 error says
+    what is wrong with it."""
+    fields = FIELDS[endpoint]
+    if not isinstance(item, dict):
+        raise _Refused(400, "%san item is a JSON object, got %s" % (where, _kind(item)))
+    unknown = sorted(set(item) - set(fields))
+    if unknown:
+        raise _Refused(400, "%sunknown field %r: an item of /v1/%s has %s"
+                       % (where, unknown[0], endpoint, ", ".join(fields)))
+    needed = [fields[0]] + (["key"] if endpoint.startswith("insert") else [])
+    missing = [name for name in needed if name not in item]
+    if missing:
+        raise _Refused(400, "%s%r is missing" % (where, missing[0]))
+    for name in ("key", "text"):
+        if name in item and not isinstance(item[name], str):
+            raise _Refused(400, "%s%r must be a string, got %s" % (where, name, _kind(item[name])))
+    html = item.get("html", False)
+    if not (isinstance(html, bool) or html == "main"):
+        raise _Refused(400, '%s\'html\' must be true, false or "main", got %s'
+                       % (where, _kind(html)))
+    if "fingerprint" in item:
+        item["fingerprint"] = _fingerprint(item["fingerprint"], where)
+    distance = item.get("distance")
+    if distance is not None and (type(distance) is not int or not 0 <= distance <= 63):
+        raise _Refused(400, "%s'distance' must be an integer in [0, 63], got %s"
+                       % (where, _kind(distance)))
+    return item
+
+
+def _fingerprint(value, where):
+    """A fingerprint given as an integer or as a string of hex digits."""
+    if isinstance(value, str):
+        try:
+            value = int(value, 16)
+        except ValueError:
+            value = None
+    if type(value) is not int or not 0 <= value < 2**64:
+        raise _Refused(400, "%s'fingerprint' must be an integer in [0, 2**64) or a string "
+                       "of up to 16 hex digits" % where)
+    return value
+
+
+async def _json_body(request):
+    """The request's body, a JSON object."""
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Refused(400, "the body is not JSON (%s): send one JSON object" % exc) from None
+    except RecursionError:
+        raise _Refused(400, "the body's JSON is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise _Refused(400, "the body must be a JSON object, got %s" % _kind(body))
+    return body
+
+
+async def _delete(request):
+    key = request.match_info["key"]
+    return _json({"key": key, "deleted": await request.app[DB].delete(key)})
+
+
+async def _stats(request):
+    return _json(await request.app[DB].stats())
+
+
+async def _healthz(request):
+    return _json({"status": "ok"})
+
+
+# Answers and errors
+
+
+class _Refused(SimhashDBError):
+    """A request the server refuses: answered with ``status`` and ``{"error": message}``."""
+
+    def __init__(self, status, message, headers=()):
+        super().__init__(message)
+        self.status, self.headers = status, dict(headers)
+
+
+
+def _json(obj, status=200):
+    return web.json_response(obj, status=status, dumps=_dumps)
+
+
+def _dumps(obj):
+    return json.dumps(obj, default=_bytes_json, ensure_ascii=False)
+
+
+def _bytes_json(value):
+    if isinstance(value, bytes):  # a key stored as bytes (by the library or the CLI)
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    raise TypeError("cannot write %s as JSON" % type(value).__name__)
+
+
+def _kind(value):
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), "a number")
+
+
+@web.middleware
+async def _json_errors(request, handler):
+    """Every error answered as JSON: ``{"error": "what was wrong"}``."""
+    try:
+        return await handler(request)
+    except _Refused as exc:
+        response = _json({"error": str(exc)}, exc.status)
+        response.headers.update(exc.headers)
+        return response
+    except web.HTTPException as exc:  # aiohttp's own: no route, wrong method, body too large
+        if exc.status < 400:
+            raise
+        if exc.status == 413:
+            return _json({"error": "%s: send less in one request" % exc.text.rstrip(".")}, 413)
+        return _json({"error": exc.reason}, exc.status)
+    except DiskFullError as exc:
+        return _json({"error": str(exc)}, 507)
+    except DatabaseError as exc:
+        return _json({"error": str(exc)}, 503)
+    except Exception:
+        request.app.logger.exception("simhashdb-cli serve: %s %s failed", request.method,
+                                     request.path)
+        return _json({"error": "the server failed on this request (its log has the "
+                               "traceback): report it"}, 500)
+
+
+def _bearer(token):
+    expected = None if token is None else ("Bearer " + token).encode()
+
+    @web.middleware
+    async def check(request, handler):
+        given = request.headers.get("Authorization", "").encode(errors="surrogateescape")
+        if expected is not None and request.path != "/healthz" and not hmac.compare_digest(
+                given, expected):
+            raise _Refused(401, "this server asks for a token: send the header "
+                           "'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
+        return await handler(request)
+    return check

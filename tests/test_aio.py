@@ -1,0 +1,176 @@
+"""simhashdb.aio.AsyncDB: calls from many tasks grouped into one transaction,
+each caller its own result or error, the same decisions as the batch calls,
+and every acknowledged page still there after the process is killed."""
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from unittest import mock
+
+import pytest
+
+import simhashdb
+from simhashdb import DatabaseError, DiskFullError, InvalidArgumentError
+from simhashdb.aio import AsyncDB
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+
+def page(seed, words=200):
+    rng = random.Random(seed)
+    return " ".join("w%d" % rng.randrange(3000) for _ in range(words))
+
+
+def pages(n):
+    """n pages, every fifth a copy of an earlier one, every seventh without words."""
+    records = []
+    for i in range(n):
+        text = page(i // 5 * 5) + " x%d" % i if i % 5 else page(i)
+        records.append(("u/%d" % i, "<p> </p><script>go()</script>" if i % 7 == 6 else text))
+    return records
+
+
+async def insert_all(db, records, tasks=64):
+    """Insert ``records`` from ``tasks`` concurrent tasks, in order; their Decisions."""
+    queue, decisions = iter(enumerate(records)), [None] * len(records)
+
+    async def worker():
+        for i, (key, text) in queue:
+            decisions[i] = await db.insert_text_if_new(key, text, html=True)
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return decisions
+
+
+def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
+    records = pages(300)
+    with simhashdb.DB(tmp_path / "batch", recipe=simhashdb.RECIPE) as db:
+        expected = db.insert_text_if_new_many(records, html=True)
+    groups = []
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
+
+    def counting(self, records, *args):
+        groups.append(len(records))
+        return grouped(self, records, *args)
+
+    async def run():
+        async with AsyncDB(tmp_path / "aio", recipe=simhashdb.RECIPE) as db:
+            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
+                return await insert_all(db, records), await db.stats()
+
+    decisions, stats = asyncio.run(run())
+    assert [(d.key, d.status, list(d)) for d in decisions] == \
+        [(d.key, d.status, list(d)) for d in expected]
+    assert {d.status for d in decisions} == {"stored", "duplicate", "invalid"}
+    assert sum(groups) == len(records) and max(groups) > 1 and len(groups) < len(records) / 8
+    assert stats["count"] == sum(d.status == "stored" for d in expected)
+
+
+def test_each_caller_gets_its_own_result_or_error(tmp_path):
+    fp = simhashdb.fingerprint(page(1))
+
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            stored = await asyncio.gather(db.insert_text_if_new("a", page(1)),
+                                          db.insert_if_new("b", fp ^ 0xFF),
+                                          db.insert_text_if_new("c", "  "))
+            asked = await asyncio.gather(db.query_text(page(1) + " more"),
+                                         db.query_text("..."), db.query(fp),
+                                         db.query(fp, distance=70), db.query(fp, distance=8),
+                                         return_exceptions=True)
+            gone = await asyncio.gather(db.delete("a"), db.delete("zz"))
+            return stored, asked, gone, await db.stats()
+
+    stored, asked, gone, stats = asyncio.run(run())
+    assert [(d.key, d.status) for d in stored] == [("a", "stored"), ("b", "stored"),
+                                                   ("c", "invalid")]
+    assert "no words" in stored[2].reason
+    assert [m.key for m in asked[0]] == ["a"] and asked[0][0].resemblance > 0.9
+    assert isinstance(asked[1], InvalidArgumentError) and "no words" in str(asked[1])
+    assert [m.key for m in asked[2]] == ["a"]
+    assert isinstance(asked[3], InvalidArgumentError)
+    assert [(m.key, m.distance) for m in asked[4]] == [("a", 0), ("b", 8)]
+    assert gone == [True, False] and stats["count"] == 1
+
+
+def test_a_failed_group_writes_nothing_and_each_call_is_retried_alone(tmp_path):
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
+
+    def failing(self, records, *args):  # as a full disk would, for a group holding "bad"
+        if any(key == "bad" for key, *_ in records):
+            raise DiskFullError("the disk is full")
+        return grouped(self, records, *args)
+
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            with mock.patch.object(simhashdb.DB, "_texts_if_new", failing):
+                return await asyncio.gather(
+                    *(db.insert_text_if_new(key, page(i)) for i, key in
+                      enumerate(["a", "b", "bad", "c"])), return_exceptions=True)
+
+    outcomes = asyncio.run(run())
+    assert [getattr(o, "status", type(o)) for o in outcomes] == \
+        ["stored", "stored", DiskFullError, "stored"]
+    with simhashdb.DB(tmp_path / "db") as db:
+        assert sorted(r.key for r in db) == ["a", "b", "c"]
+
+
+def test_a_closed_asyncdb_refuses_calls_and_closing_finishes_the_pending(tmp_path):
+    async def run():
+        db = AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE)
+        pending = [asyncio.ensure_future(db.insert_text_if_new(i, page(i))) for i in range(20)]
+        await asyncio.sleep(0)  # the calls are made
+        await db.close()
+        await db.close()
+        with pytest.raises(DatabaseError, match="closed"):
+            await db.query(1)
+        return [decision.status for decision in await asyncio.gather(*pending)]
+
+    assert asyncio.run(run()) == ["stored"] * 20
+    with simhashdb.DB(tmp_path / "db") as db:
+        assert len(db) == 20
+
+
+WRITER = textwrap.dedent("""
+    import asyncio, sys
+    import simhashdb
+    from simhashdb.aio import AsyncDB
+
+    async def main(path):
+        async with AsyncDB(path, recipe=simhashdb.RECIPE) as db:
+            async def task(t):
+                for i in range(t, 10**6, 32):
+                    words = " ".join("t%dw%d" % (i, j) for j in range(60))
+                    decision = await db.insert_text_if_new("p%d" % i, words)
+                    assert decision.status == "stored", decision
+                    sys.stdout.write("%d\\n" % i)
+                    sys.stdout.flush()
+            await asyncio.gather(*(task(t) for t in range(32)))
+
+    asyncio.run(main(sys.argv[1]))
+""")
+
+
+def test_every_acknowledged_page_survives_a_sigkill(tmp_path):
+    path = str(tmp_path / "db")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, path], stdout=subprocess.PIPE,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"), text=True)
+    acknowledged = []
+    try:
+        for line in writer.stdout:
+            acknowledged.append(int(line))
+            if len(acknowledged) == 400:
+                break
+        os.kill(writer.pid, signal.SIGKILL)
+        acknowledged += [int(line) for line in writer.stdout]  # printed before the kill
+    finally:
+        writer.kill()
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL and len(acknowledged) >= 400
+    with simhashdb.DB(path) as db:
+        missing = [i for i in acknowledged if "p%d" % i not in db]
+        assert missing == [] and db.check() == []

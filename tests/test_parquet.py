@@ -1,0 +1,27 @@
+"""Bad arguments to the Parquet calls are InvalidArgumentError that says what
+was expected, never pyarrow's own TypeError or OSError."""
+
+import pytest
+
+from simhashdb import DB, InvalidArgumentError
+
+pytest.importorskip("pyarrow")
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda db, tmp: db.import_parquet(None), "path of a Parquet file or directory.*got None"),
+    (lambda db, tmp: db.import_parquet(5), "path of a Parquet file or directory.*got 5"),
+    (lambda db, tmp: db.import_parquet(tmp / "a.parquet", key=None), "column names are str"),
+    (lambda db, tmp: db.import_parquet(tmp / "a.parquet", fingerprint=3), "column names are str"),
+    (lambda db, tmp: db.export_parquet(None), "path of a Parquet file or directory.*got None"),
+    (lambda db, tmp: db.export_parquet(tmp / "missing" / "b.parquet"),
+     "cannot write Parquet to .*missing"),
+    (lambda db, tmp: db.export_parquet(tmp), "cannot write Parquet to"),
+])
+def test_bad_arguments_to_the_parquet_calls_say_what_was_expected(tmp_path, call, said):
+    with DB(str(tmp_path / "db")) as db:
+        db.insert("a", 1)
+        db.export_parquet(tmp_path / "a.parquet")
+        with pytest.raises(InvalidArgumentError, match=said):
+            call(db, tmp_path)
+        assert db.import_parquet(str(tmp_path / "a.parquet").encode()) == 1  # bytes are a path

@@ -1,21 +1,18 @@
 """Web archives in (WARC, ARC and WET, written by warcio and by wget), and
 text decoded by the charset a document declares or the one detected."""
 
-import contextlib
-import functools
 import gzip
-import http.server
 import io
 import random
 import shutil
 import subprocess
-import threading
 
 import pytest
 
 import simhashdb
 from simhashdb import inputs
 
+from local_http import QuietHandler, serve
 from test_cli import run
 
 warcio = pytest.importorskip("warcio", reason="the test extra is not installed")
@@ -239,29 +236,13 @@ SITE = {
 }
 
 
-class Handler(http.server.SimpleHTTPRequestHandler):
+class Handler(QuietHandler):
     extensions_map = {".html": "text/html", ".png": "image/png"}
 
     def guess_type(self, path):
         if path.endswith("c.html"):
             return "text/html; charset=windows-1252"   # its charset in the HTTP header
         return super().guess_type(path)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def local_site(root):
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield "http://127.0.0.1:%d/" % server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @storage
@@ -275,7 +256,7 @@ def test_a_wget_crawl_imports_keyed_by_url_deciding_as_the_api(tmp_path, capsys)
         encoding = "cp1252" if name in ("b.html", "c.html") else "utf-8"
         (root / name).write_bytes(html.encode(encoding))
     (root / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)))
-    with local_site(root) as url:
+    with serve(root, Handler) as url:
         subprocess.run(["wget", "--recursive", "--level=2", "--no-verbose", "-e", "robots=off",
                         "--warc-file=%s" % (tmp_path / "crawl"), "--directory-prefix",
                         str(tmp_path / "mirror"), url], check=True, capture_output=True,

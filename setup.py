@@ -27,6 +27,7 @@ SPARK = ["pyspark[sql]>=4.0", "pandas>=2.2,<3"]
 REDIS = ["redis>=5.0", "hiredis>=2.0"]
 SERVER = ["aiohttp>=3.9"]
 SCRAPY = ["scrapy>=2.13"]
+WARC = ["warcio>=1.7"]
 
 # the engine's parts (_lmdb.pyx includes them in order); every extension cimports ext/bits.pxd
 LMDB_PARTS = ["ext/_buffers.pxi", "ext/_dirs.pxi", "ext/_work.pxi", "ext/_search.pxi",
@@ -81,7 +82,9 @@ setup(
               "simhashdb.storage.redis"],
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
     python_requires=">=3.10",
-    install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60"],
+    # chardet: the encoding of a text document that declares none and is not UTF-8
+    install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60",
+                      "chardet>=5.0"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
         # the Redis backend (simhashdb.storage.redis); hiredis parses its replies in C
@@ -92,7 +95,9 @@ setup(
         "server": SERVER,
         # simhashdb.scrapy: the item pipeline and downloader middleware
         "scrapy": SCRAPY,
-        "test": SPARK + REDIS + SERVER + SCRAPY + [
+        # web archives (WARC, ARC, WET) as input
+        "warc": WARC,
+        "test": SPARK + REDIS + SERVER + SCRAPY + WARC + [
             "pytest>=7",
             "hypothesis>=6",
             "numpy",

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -88,7 +89,7 @@ def cmd_import(args):
     with _open(args.path, args, create=True, text="text" in formats.values(),
                recipe=header.get("recipe"), like=header,
                lines_recipe=header.get("lines_recipe")) as db:
-        reader = _reader(args, _fingerprinter(db, args), stdin_key=args.key)
+        reader = _reader(args, _fingerprinter(db), stdin_key=args.key)
         if formats.get("-") in LIST_FORMATS and args.key_prefix is None and \
                 1 in db:
             _note(args, "lines from stdin are keyed by their line number, so they replace the "
@@ -100,6 +101,8 @@ def cmd_import(args):
         try:
             with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)
+            if reader.decoded:
+                counts["decoded"] = reader.decoded
             if reader.unread_fields:
                 _note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
                       "path), fingerprint (or text), meta and stored_at"
@@ -131,8 +134,9 @@ def _import(args, db, reader, formats, counts, bar):
     def flush():
         size = len(batch) or 1
         text = bool(batch) and isinstance(batch[0], TextRecord)
+        html = text and batch[0].html
         if args.if_new:
-            found_all = (db.insert_text_if_new_many(batch, html=args.html, batch_size=size,
+            found_all = (db.insert_text_if_new_many(batch, html=html, batch_size=size,
                                                     threshold=args.threshold,
                                                     refresh=args.refresh, invalid="raise")
                          if text else db.insert_if_new_many([r[:4] for r in batch],
@@ -152,7 +156,7 @@ def _import(args, db, reader, formats, counts, bar):
                         _emit({"replaced": record[0], "source": source, "line": line,
                                "fingerprint_before": found.replaced.fingerprint})
         elif text:
-            counts["imported"] += db.insert_text_many(batch, html=args.html, batch_size=size)
+            counts["imported"] += db.insert_text_many(batch, html=html, batch_size=size)
         elif any(len(record) == 5 for record in batch):  # exported texts, with signatures
             counts["imported"] += db.import_records(batch, db.recipe, batch_size=size,
                                                     source="the input")
@@ -163,7 +167,8 @@ def _import(args, db, reader, formats, counts, bar):
 
     for source, line, record in reader.records(formats, bar):
         if isinstance(record, Skipped):
-            _skip(args, counts["skipped_files"], source, record)
+            _skip(args, counts.setdefault("skipped_records", {}) if record.routine
+                  else counts["skipped_files"], source, record)
             continue
         try:
             if isinstance(record, Exception):
@@ -184,8 +189,9 @@ def _import(args, db, reader, formats, counts, bar):
                                   if told else "")) from None
             counts["invalid"] += 1
             continue
-        if batch and isinstance(batch[0], TextRecord) != isinstance(record, TextRecord):
-            flush()  # a batch goes whole through the text methods or the fingerprint ones
+        if batch and (isinstance(batch[0], TextRecord), getattr(batch[0], "html", None)) != \
+                (isinstance(record, TextRecord), getattr(record, "html", None)):
+            flush()  # a batch goes whole through the text methods (of HTML or not) or the others
         if not batch:
             began = time.monotonic()
         batch.append(record)
@@ -208,20 +214,18 @@ def cmd_query(args):
     _bits(args.distance, 64)
     with _open(args.path, args, readonly=True, text=bool(args.text)) as db:
         if args.text:
-            fingerprint = _fingerprinter(db, args)
+            fingerprint = _fingerprinter(db)
             if args.distance is not None:
                 raise UsageError("--distance is for fingerprints: --text finds near-duplicates "
                                  "by the database's distance and the texts' resemblance")
             probes, results, skipped = [], [], {}
             reader = _reader(args, fingerprint)
-            for path, data in reader.documents(args.text):
-                fp = data if isinstance(data, Skipped) else reader.fingerprint_of(data)
-                if isinstance(fp, Skipped):
-                    _skip(args, skipped, path, fp)
-                else:
-                    probes.append((reader.path_key(path), fp))
-                    results.append(db.query_text(data, html=args.html, threshold=args.threshold))
+            for source, record in _texts(args, reader, reader.text_formats(args.text), skipped):
+                probes.append((record[0], reader.fingerprint_of(record[1], record.html)))
+                results.append(db.query_text(record[1], html=record.html,
+                                             threshold=args.threshold))
             _note_skipped(args, skipped)
+            _note_decoded(args, reader)
         else:
             files = [arg for arg in args.fingerprints if os.path.exists(arg)
                      and not (inputs.DEC.fullmatch(arg) or inputs.HEX.fullmatch(arg))]
@@ -360,17 +364,34 @@ def cmd_fingerprint(args):
     """Print the fingerprint of each text file (directories walked; default: stdin)."""
     options = simhashdb.RECIPES[args.recipe]
     skipped = {}
-    reader = _reader(args, lambda text: simhashdb.fingerprint(text, html=args.html, **options))
-    for path, data in reader.documents(args.files or ["-"]):
-        fp = data if isinstance(data, Skipped) else reader.fingerprint_of(data)
-        if isinstance(fp, Skipped):
-            _skip(args, skipped, path, fp)
-            continue
+    reader = _reader(args, lambda text, html: simhashdb.fingerprint(text, html=html, **options))
+    formats = reader.text_formats(args.files or ["-"])
+    for source, record in _texts(args, reader, formats, skipped):
+        fp = reader.fingerprint_of(record[1], record.html)
         if args.format == "jsonl":
-            _emit({"path": path, "fingerprint": fp, "hex": "%016x" % fp, "recipe": args.recipe})
+            named = {"key": record[0]} if len(record) > 2 \
+                else {"path": "-" if source == "<stdin>" else source}  # an archived page: its key
+            _emit(dict(named, fingerprint=fp, hex="%016x" % fp, recipe=args.recipe))
         else:
             _write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
     _note_skipped(args, skipped)
+    _note_decoded(args, reader)
+
+
+def _texts(args, reader, formats, skipped):
+    """(source, TextRecord) of the text documents and archived pages of
+    ``formats``; what is left out counted in ``skipped`` (and noted, but an
+    archive's routine records), a malformed record an error (or, with
+    --skip-invalid where the command has it, noted and left out)."""
+    for source, line, record in reader.records(formats):
+        if isinstance(record, Skipped):
+            _skip(args, skipped, source, record)
+        elif isinstance(record, Exception):
+            if not getattr(args, "skip_invalid", False):
+                raise CliError("%s:%s: %s" % (source, line, record))
+            _note(args, "skipped %s:%s: %s" % (source, line, record))
+        else:
+            yield source, record
 
 
 # Spark and Parquet (the spark extra: pip install '.[spark]' in simhashdb's source directory)
@@ -394,43 +415,83 @@ fingerprints are within --distance, and their resemblance is at least
 fingerprint) pairs by its distance. Parquet with a signature column
 (--signature, or a binary column named signature) is decided the same way.
 Input with no text at all is paired by the distance of its
-fingerprints alone. A note on stderr says which rule ran."""
+fingerprints alone. A note on stderr says which rule ran.
+
+With --against OLD (Parquet, what `import` reads, or a database), INPUT is a
+new segment of the corpus OLD holds: dedupe keeps the rows of INPUT that are
+near-duplicates of nothing in OLD, deduplicated among themselves; find-all
+prints the pairs within INPUT and those across, [new key, old key, ...,
+true]. OLD is read, but never paired with itself."""
     session, spark, errors = _spark_session(args)
+    if args.against is not None and args.action == "clusters":
+        raise UsageError("--against is for dedupe and find-all")
     try:
-        df, signature, made = _spark_input(session, args)
-        options = {"key": args.key, "fingerprint": args.fingerprint}
-        if signature is not None:
-            options.update(signature=signature, threshold=args.threshold)
-            _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-                  "fingerprints within %d bits, and a resemblance of at least %g; documents "
-                  "without text by their distance (signatures from column %r)"
-                  % (_distance(args), args.threshold if args.threshold is not None
-                     else simhashdb.db.THRESHOLD, signature))
-        elif args.threshold is not None:
-            raise CliError("--threshold is the text rule's, and this input has no text (give "
-                           "texts, or Parquet with a --signature column)")
-        else:
-            _note(args, "pairs by the distance of their fingerprints (within %d bits): the "
-                  "input has no text or signatures" % _distance(args))
-        run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
-        result = run[args.action](df, _distance(args), args.blocks, **options)
-        if args.target.endswith(".parquet"):
-            result.write.parquet(args.target)
-            _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
-        else:
-            if made and args.action == "dedupe":  # the signatures made here: no one reads them
-                result = result.drop(signature)
-            with _output_file(args.target) as out:
-                fingerprint = args.fingerprint if args.action == "dedupe" else None
-                for row in result.toLocalIterator():
-                    line = _spark_json(row, fingerprint)
-                    if signature is not None and args.action == "find-all":
-                        score = line.pop()  # as find-all on a database: last, if two texts
-                        line += [round(score, 4)] if score is not None else []
-                    _emit(line, out)
+        with contextlib.ExitStack() as stack:
+            _spark_run(args, session, spark, stack)
     except errors as exc:
         raise CliError("spark: %s" % str(exc).strip().splitlines()[0]) from None
 
+
+def _spark_run(args, session, spark, stack):
+    """Run cmd_spark's action and write its output."""
+    df, signature, made = _spark_input(session, args, args.input, args.format)
+    options = {"key": args.key, "fingerprint": args.fingerprint}
+    if args.against is not None:
+        options["against"] = _spark_against(session, args, stack, signature in made)
+    if signature is not None:
+        options.update(signature=signature, threshold=args.threshold)
+        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+              "fingerprints within %d bits, and a resemblance of at least %g; documents "
+              "without text by their distance (signatures from column %r)"
+              % (_distance(args), args.threshold if args.threshold is not None
+                 else simhashdb.db.THRESHOLD, signature))
+    elif args.threshold is not None:
+        raise CliError("--threshold is the text rule's, and this input has no text (give "
+                       "texts, or Parquet with a --signature column)")
+    else:
+        _note(args, "pairs by the distance of their fingerprints (within %d bits): the "
+              "input has no text or signatures" % _distance(args))
+    run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
+    result = run[args.action](df, _distance(args), args.blocks, **options)
+    if args.target.endswith(".parquet"):
+        result.write.parquet(args.target)
+        _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
+    else:
+        if signature in made and args.action == "dedupe":  # made here: no one reads them
+            result = result.drop(signature)
+        with _output_file(args.target) as out:
+            fingerprint = args.fingerprint if args.action == "dedupe" else None
+            for row in result.toLocalIterator():
+                line = _spark_json(row, fingerprint, "meta" in made)
+                across = line.pop() if args.against is not None and \
+                    args.action == "find-all" else None
+                if signature is not None and args.action == "find-all":
+                    score = line.pop()  # as find-all on a database: last, if two texts
+                    line += [round(score, 4)] if score is not None else []
+                _emit(line if across is None else line + [across], out)
+
+
+def _spark_against(session, args, stack, texts):
+    """The old corpus of --against as a DataFrame: Parquet, what `import`
+    reads, or a database (exported to Parquet in a directory that lasts
+    while ``stack`` is open); a database's recipe must be the current one
+    where the new rows are ``texts`` fingerprinted here."""
+    given = args.against
+    if not _is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
+        try:
+            db = simhashdb.DB(given, readonly=True, create=False)
+        except simhashdb.DatabaseNotFoundError:
+            db = None
+        if db is not None:
+            with db:
+                if texts and db.recipe != simhashdb.RECIPE:
+                    raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
+                                   "fingerprinted with %r: they would match nothing"
+                                   % (given, db.recipe, args.input, simhashdb.RECIPE))
+                given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
+                                     "against.parquet")
+                db.export_parquet(given)
+    return _spark_input(session, args, given, None)[0]
 
 def cmd_export_parquet(args):
     """Write every document to a Parquet file (key, fingerprint as uint64, meta as msgpack)."""
@@ -501,49 +562,60 @@ def _spark_session(args):
     return session, spark, (PySparkException, Py4JError)
 
 
-def _spark_input(session, args):
-    """The input as a DataFrame: Parquet read by Spark, other formats parsed
+def _is_parquet(given):
+    """Whether a Spark input is Parquet: a .parquet file, or a directory of them."""
+    return given.endswith(".parquet") or (
+        os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given)))
+
+
+def _spark_input(session, args, given, fmt):
+    """An input as a DataFrame: Parquet read by Spark, other formats parsed
     here; the name of its signature column (None: no text, the distance
-    rule decides) and whether that column was made here (from texts)."""
-    given = args.input
-    if args.format == "parquet" or given.endswith(".parquet") or (
-            os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given))):
+    rule decides) and the columns made here (the signatures of texts, the
+    metadata of an archive's pages as msgpack)."""
+    if fmt == "parquet" or _is_parquet(given):
         df = session.read.parquet(given)
         signature = args.signature
         if signature is None and "signature" in df.columns and \
                 df.schema["signature"].dataType.typeName() == "binary":
             signature = "signature"  # as `spark dedupe` of texts writes it
-        return df, signature or None, False  # --signature '': the distance alone
+        return df, signature or None, set()  # --signature '': the distance alone
     import pyarrow
 
+    from simhashdb import parquet
     recipe = simhashdb.RECIPES[simhashdb.RECIPE]
     last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
-    def fingerprint(text):
+    def fingerprint(text, html):
         last.clear()
-        last[text] = simhashdb.fingerprint_with_signature(text, html=args.html, **recipe)
+        last[text] = simhashdb.fingerprint_with_signature(text, html=html, **recipe)
         return last[text][0]
 
-    keys, fps, signatures, skipped = [], [], [], {}
+    keys, fps, signatures, metas, skipped = [], [], [], [], {}
     reader = _reader(args, fingerprint, stdin_key=None)
     with _progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
-                {given: inputs.input_format(given, args.format)}, bar):
+                {given: inputs.input_format(given, fmt)}, bar):
             if isinstance(record, Skipped):
                 _skip(args, skipped, source, record)
+                continue
+            if isinstance(record, Exception) and args.skip_invalid:
+                _note(args, "skipped %s:%s: %s" % (source, line, record))
                 continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
             keys.append(record[0])
+            metas.append(record[2] if len(record) > 2 else None)
             if isinstance(record, TextRecord):
                 fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
-                    record[1], html=args.html, **recipe)
+                    record[1], html=record.html, **recipe)
                 fps.append(fp)
                 signatures.append(signature)
             else:
                 fps.append(simhashdb.check_fingerprint(record[1]))
                 signatures.append(None)
     _note_skipped(args, skipped)
+    _note_decoded(args, reader)
     try:
         key_array = pyarrow.array(keys)
     except (pyarrow.ArrowException, OverflowError, TypeError):
@@ -552,21 +624,29 @@ def _spark_input(session, args):
     columns = {
         args.key: key_array,
         args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
-    if not any(s is not None for s in signatures):
-        return session.createDataFrame(pyarrow.table(columns)), None, False
-    signature = args.signature or "signature"
-    if signature in columns:
-        raise UsageError("--signature %s names the key or fingerprint column" % signature)
-    columns[signature] = pyarrow.array(signatures, pyarrow.binary())
-    return session.createDataFrame(pyarrow.table(columns)), signature, True
+    if any(m is not None for m in metas):  # as export-parquet writes it (an archive's dates)
+        columns["meta"] = parquet.meta_column(metas)
+    signature = None
+    if any(s is not None for s in signatures):
+        signature = args.signature or "signature"
+        if signature in columns:
+            raise UsageError("--signature %s names the key, fingerprint or meta column"
+                             % signature)
+        columns[signature] = pyarrow.array(signatures, pyarrow.binary())
+    return session.createDataFrame(pyarrow.table(columns)), signature, \
+        set(columns) - {args.key, args.fingerprint}
 
 
-def _spark_json(row, fingerprint):
+def _spark_json(row, fingerprint, meta=False):
     """A result row as JSON: a list of its values, or (with the name of the
-    fingerprint column, for dedupe) an object with the fingerprint unsigned."""
+    fingerprint column, for dedupe) an object with the fingerprint unsigned
+    (and with ``meta``, the metadata of the meta column made here)."""
     if fingerprint is None:
         return [_spark_value(v) for v in row]
     out = {name: _spark_value(v) for name, v in row.asDict().items()}
+    if meta:
+        from simhashdb import parquet
+        out["meta"] = parquet.meta_value(out["meta"])
     value = row[fingerprint]
     out[fingerprint] = int.from_bytes(value, "big") if isinstance(value, (bytes, bytearray)) \
         else int(value) % 2**64
@@ -730,7 +810,10 @@ def _reader(args, fingerprint, stdin_key="<stdin>"):
                          exclude=getattr(args, "exclude", ()) or (),
                          root=getattr(args, "root", None),
                          key_prefix=getattr(args, "key_prefix", None),
-                         stdin_key=stdin_key, fingerprint=fingerprint)
+                         stdin_key=stdin_key, fingerprint=fingerprint,
+                         html=getattr(args, "html", False),
+                         encoding=getattr(args, "encoding", None),
+                         archive_key=getattr(args, "archive_key", "uri"))
 
 
 def _of_a_database(args):
@@ -753,10 +836,11 @@ def _read_hashes(args):
     return inputs.read_hashes(args.input or "-", args.format)
 
 
-def _fingerprinter(db, args):
-    """Text to fingerprint by the database's recipe (the default if it has none)."""
+def _fingerprinter(db):
+    """Text (HTML or not) to fingerprint by the database's recipe (the default
+    if it has none)."""
     options = simhashdb.RECIPES.get(db.recipe, simhashdb.RECIPES[simhashdb.RECIPE])
-    return lambda data: simhashdb.fingerprint(data, html=args.html, **options)
+    return lambda data, html: simhashdb.fingerprint(data, html=html, **options)
 
 
 def _recipe(text, ours=False):
@@ -780,6 +864,14 @@ def _duration(text):
         raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
                                          "h, d or w (e.g. 30d, 1.5d)" % text)
     return round(float(match.group(1)) * SECONDS[match.group(2)])
+
+
+def _encoding(name):
+    """A text encoding Python knows (for --encoding)."""
+    if inputs.web_encoding(name) is None:
+        raise argparse.ArgumentTypeError("%r is not an encoding Python knows (e.g. utf-8, "
+                                         "windows-1252, shift_jis)" % name)
+    return inputs.web_encoding(name)
 
 
 def _fraction(text):
@@ -809,9 +901,18 @@ def _positive(text):
 
 
 def _skip(args, counts, path, skipped):
-    """Count a document left out by why, and note it."""
+    """Count a document left out by why, and note it (but an archive's
+    routine records: requests, images...)."""
     counts[skipped.why] = counts.get(skipped.why, 0) + 1
-    _note(args, "skipped %s: %s" % (path, skipped.why))
+    if not skipped.routine:
+        _note(args, "skipped %s: %s" % (path, skipped.why))
+
+
+def _note_decoded(args, reader):
+    """Say how documents were decoded, where any was not as UTF-8."""
+    if set(reader.decoded) - {"utf-8"}:
+        _note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
+                                             sorted(reader.decoded.items())))
 
 
 def _note_skipped(args, counts):
@@ -935,6 +1036,16 @@ def build_parser():
                               "in [0, 1] (default: %g)%s"
                               % (simhashdb.db.THRESHOLD, "; " + more if more else ""))
 
+    def decoding(sub):
+        sub.add_argument("--encoding", type=_encoding, metavar="NAME",
+                         help="decode every text document with this encoding (default: the "
+                              "charset its HTTP header or HTML <meta> declares, else UTF-8, "
+                              "else the encoding detected)")
+        sub.add_argument("--archive-key", choices=inputs.ARCHIVE_KEYS, default="uri",
+                         help="what keys the pages of a web archive (WARC, ARC, WET): its "
+                              "target URI, the URI and the record's date, or its record id "
+                              "(default: uri)")
+
     def rooting(sub):
         sub.add_argument("--root", metavar="DIR",
                          help="text documents are keyed by their path relative to DIR "
@@ -946,7 +1057,8 @@ def build_parser():
     sub.add_argument("files", nargs="*", metavar="FILE",
                      help="files or directories (default: stdin)")
     sub.add_argument("--format", choices=FORMATS,
-                     help="dec, hex, jsonl or text (default: detected)")
+                     help="dec, hex, jsonl, text or warc (a web archive: WARC, ARC or WET) "
+                          "(default: detected)")
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
     sub.add_argument("--key", help="the key of a text document read from stdin")
     walking(sub)
@@ -962,7 +1074,8 @@ def build_parser():
                           "least --threshold; fingerprints, by their distance")
     threshold(sub)
     sub.add_argument("--skip-invalid", action="store_true",
-                     help="skip malformed lines and report their count")
+                     help="skip malformed lines and archive records and report their count")
+    decoding(sub)
     sub.add_argument("--refresh", action="store_true",
                      help="with --if-new, record the near-duplicates found as stored now "
                           "(see expire)")
@@ -986,6 +1099,9 @@ def build_parser():
                      help="query fingerprints at any distance, exactly (default: the "
                           "database's; above it a query probes more prefixes); not for --text")
     sub.add_argument("--html", action="store_true", help="--text files are HTML")
+    sub.add_argument("--skip-invalid", action="store_true",
+                     help="leave out malformed archive records, noted (default: an error)")
+    decoding(sub)
 
     for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),
                           ("get", "simhashdb-cli get crawl.db https://example.com/a")):
@@ -1053,10 +1169,17 @@ def build_parser():
     threshold(sub, "texts only: the text rule decides pairs of texts (see above)")
     sub.add_argument("--format", choices=FORMATS + ("parquet",),
                      help="format of INPUT (default: detected)")
+    sub.add_argument("--against", metavar="OLD",
+                     help="dedupe or find-all INPUT as a new segment of the corpus OLD holds: "
+                          "Parquet (export-parquet's, or an earlier run's), what import reads, "
+                          "or a database")
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
     walking(sub)
     rooting(sub)
     sub.add_argument("--html", action="store_true", help="text documents are HTML")
+    sub.add_argument("--skip-invalid", action="store_true",
+                     help="leave out malformed archive records, noted (default: an error)")
+    decoding(sub)
 
     for name, example in (
             ("export-parquet", "simhashdb-cli export-parquet crawl.db crawl.parquet"),
@@ -1087,6 +1210,9 @@ def build_parser():
     walking(sub)
     sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
     sub.add_argument("--html", action="store_true", help="the files are HTML")
+    sub.add_argument("--skip-invalid", action="store_true",
+                     help="leave out malformed archive records, noted (default: an error)")
+    decoding(sub)
     sub.add_argument("--recipe", type=_known_recipe, default=simhashdb.RECIPE, metavar="NAME",
                      help="the fingerprint recipe, named in full or by its first part "
                           "(simhashdb-1 to simhashdb-3; default: the current one)")
@@ -1136,6 +1262,9 @@ def main(argv=None):
 
 
 LISTS = ("text", "files", "fingerprints", "keys")  # the commands' lists of arguments
+DECODED = {"forced": "by --encoding", "bom": "by a byte order mark", "http header":
+           "by their HTTP header's charset", "meta": "by their <meta> charset",
+           "utf-8": "as UTF-8", "detected": "in a detected encoding"}  # inputs.decode_text's
 LIST_FORMATS = ("dec", "hex", "dec or hex")  # inputs.input_format's lists of fingerprints
 
 

@@ -10,7 +10,17 @@ Formats of an input (``"-"`` is standard input):
   ``"text"``, and optionally ``"meta"``, ``"stored_at"`` and (with a
   fingerprint, as ``export`` writes a text's) ``"signature"``; the header line
   of an export (``{"simhashdb": {...}}``) is skipped;
-- ``text``: each file one document, keyed by its path; a directory is walked.
+- ``text``: each file one document, keyed by its path; a directory is walked
+  (its files named as web archives, ``*.warc``, ``*.arc``, ``*.wet`` and
+  their ``.gz``, read as archives);
+- ``warc``: a web archive (WARC, ARC or WET, plain or gzip, read by warcio):
+  each response, resource or conversion record of a page (HTML or plain
+  text) one document, keyed by its target URI (or URI and date, or record
+  id: ``archive_key``), with its date and HTTP status as metadata.
+
+Bytes become text by the charset the document declares (its HTTP header's,
+else its HTML ``<meta>``), else as UTF-8, else in the encoding chardet
+detects; ``encoding`` forces one (:func:`decode_text`).
 
 Usage::
 
@@ -22,6 +32,7 @@ Usage::
 
 import base64
 import bz2
+import codecs
 import contextlib
 import dataclasses
 import fnmatch
@@ -29,17 +40,35 @@ import gzip
 import io
 import json
 import lzma
+import mmap
 import os
 import re
 import stat
 import sys
 from typing import Callable, Optional, Sequence
 
+import chardet
+
 from . import _ext
 from .errors import InputError, SimhashDBError
 from .fingerprint import fingerprint as default_fingerprint
 
-FORMATS = ("dec", "hex", "jsonl", "text")
+FORMATS = ("dec", "hex", "jsonl", "text", "warc")
+ARCHIVE_KEYS = ("uri", "uri-date", "record-id")  # what keys an archive's records
+ARCHIVE_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz", ".wet", ".wet.gz")
+ARCHIVE_MAGIC = (b"WARC/", b"filedesc://")  # the first bytes of a WARC (or WET) and of an ARC
+PAGE_RECORDS = ("response", "resource", "conversion")  # conversion: a WET's text of a page
+CRAWLER_SCHEMES = ("metadata:", "dns:")  # records of the crawl itself (wget's log, Heritrix's DNS)
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+PAGE_TYPES = HTML_TYPES + ("text/plain",)
+CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
+META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
+PRESCAN = 1024  # the bytes of a page searched for its <meta> charset, as browsers do
+# labels that mean another encoding on the web (the WHATWG Encoding Standard)
+WEB_ENCODINGS = {"iso8859-1": "cp1252", "ascii": "cp1252", "gb2312": "gb18030",
+                 "gbk": "gb18030"}
+LEAST_CONFIDENCE = 0.02  # chardet's for noise is below (a page in Latin-1 is 0.05 or more)
+UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 DEC = re.compile(r"[0-9]{1,40}")
 HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
 DEC_BYTES = re.compile(DEC.pattern.encode())
@@ -63,14 +92,26 @@ class DamagedInput(InputError):
 
 
 class Skipped:
-    """An input left out, and why (counted and noted, not an error)."""
+    """An input left out, and why (counted and noted, not an error);
+    ``routine``: an archive's record that is not a page (a request, an
+    image), counted only."""
 
-    def __init__(self, why):
+    def __init__(self, why, routine=False):
         self.why = why
+        self.routine = routine
 
 
 class TextRecord(tuple):
-    """A (key, text[, meta]) record, for the database's text methods."""
+    """A (key, text[, meta]) record, for the database's text methods;
+    ``html``: whether its text is HTML (a file's as the Reader's ``html``
+    says, an archived page's by its content type)."""
+
+    html = False
+
+    def __new__(cls, items, html=False):
+        record = super().__new__(cls, items)
+        record.html = html
+        return record
 
 
 @dataclasses.dataclass
@@ -85,11 +126,19 @@ class Reader:
     :param key_prefix: put this before every key made from a path or a line number.
     :param stdin_key: the key of a text document read from standard input;
         None: such a document is an InputError (default: ``"<stdin>"``).
-    :param fingerprint: a text's fingerprint, to tell a document with no text
-        to fingerprint (empty, white space, markup alone): it is Skipped.
+    :param fingerprint: ``fingerprint(text, html=...)``, to tell a document
+        with no text to fingerprint (empty, white space, markup alone): it is
+        Skipped.
+    :param html: text documents are HTML (archived pages: by their content type).
+    :param encoding: decode every document with this encoding (default: as
+        :func:`decode_text` decides).
+    :param archive_key: what keys an archive's records: ``"uri"``, its
+        target URI; ``"uri-date"``, the URI, a space and the record's date;
+        ``"record-id"``, its WARC-Record-ID (default: ``"uri"``).
 
     ``unread_fields`` collects the fields of JSON lines that no record takes
-    (a misspelt "metadata", say), for the caller to tell.
+    (a misspelt "metadata", say), for the caller to tell; ``decoded`` counts
+    how documents' bytes were decoded (see :func:`decode_text`).
     """
 
     include: Sequence[str] = ()
@@ -98,42 +147,144 @@ class Reader:
     key_prefix: Optional[str] = None
     stdin_key: Optional[str] = "<stdin>"
     fingerprint: Callable = default_fingerprint
+    html: bool = False
+    encoding: Optional[str] = None
+    archive_key: str = "uri"
     unread_fields: set = dataclasses.field(default_factory=set)
+    decoded: dict = dataclasses.field(default_factory=dict)
 
     def records(self, formats, progress=None):
         """(source, line, record) of the inputs, ``formats`` mapping each to its
         format (see :func:`input_format`): a record is a (key, fingerprint,
         meta, stored_at) tuple, a :class:`TextRecord`, a :class:`Skipped`, or
-        the :class:`InputError` of its line (reading goes on). ``progress``
-        (a tqdm-like bar) is updated with the bytes read."""
+        the :class:`InputError` of its line (reading goes on). An archive's
+        records have their byte offset for a line. ``progress`` (a tqdm-like
+        bar) is updated with the bytes read."""
         for given, fmt in formats.items():
-            if fmt != "text":
-                yield from self._line_records(given, fmt, progress)
-                continue
-            for path, data in self.documents([given]):
-                source = "<stdin>" if path == "-" else path
-                if progress is not None:
-                    progress.update(_size(path))
-                if not isinstance(data, Skipped):
-                    fp = self.fingerprint_of(data)
-                    data = fp if isinstance(fp, Skipped) else data
-                if isinstance(data, Skipped):
-                    yield source, 1, data
-                    continue
-                try:
-                    yield source, 1, TextRecord((self.path_key(path), data))
-                except InputError as exc:
-                    yield source, 1, exc
-
-    def documents(self, inputs):
-        """(path, the text of the document or :class:`Skipped`) of each file of
-        ``inputs`` (files, walked directories, ``"-"``)."""
-        for given in inputs:
-            if given != "-" and os.path.isdir(given):
-                for path, unread in self._walk(given):
-                    yield path, unread or _walked_text(path)
+            if fmt == "warc":
+                yield from self._archive_records(given, progress)
+            elif fmt == "text":
+                yield from self._text_records(given, progress)
             else:
-                yield given, read_text(given)
+                yield from self._line_records(given, fmt, progress)
+
+    def text_formats(self, inputs):
+        """``inputs`` (files, directories, ``"-"``) as :meth:`records` takes
+        texts: a named archive as one, anything else as text documents."""
+        return {given: "warc" if given != "-" and not os.path.isdir(given) and
+                _is_regular(given) and is_archive(given) else "text" for given in inputs}
+
+    def _text_records(self, given, progress):
+        """The records of the text documents of a file, walked directory or stdin."""
+        walked = given != "-" and os.path.isdir(given)
+        for path, unread in self._walk(given) if walked else [(given, None)]:
+            if walked and unread is None and path.lower().endswith(ARCHIVE_SUFFIXES) and \
+                    _is_regular(path):
+                yield from self._archive_records(path, progress)
+                continue
+            source = "<stdin>" if path == "-" else path
+            if progress is not None:
+                progress.update(_size(path))
+            data = unread or (_walked_text(path) if walked else read_text(path))
+            data = self._page(data, None, self.html)
+            if isinstance(data, Skipped):
+                yield source, 1, data
+                continue
+            try:
+                yield source, 1, TextRecord((self.path_key(path), data), self.html)
+            except InputError as exc:
+                yield source, 1, exc
+
+    def _page(self, data, declared, html):
+        """The text of a document's bytes, or Skipped where it has none (binary,
+        damaged, nothing to fingerprint); the decision counted."""
+        if isinstance(data, Skipped):
+            return data
+        text, how = decode_text(data, declared, self.encoding)
+        if isinstance(text, Skipped):
+            return text
+        self.decoded[how] = self.decoded.get(how, 0) + 1
+        fp = self.fingerprint_of(text, html)
+        return fp if isinstance(fp, Skipped) else text
+
+    def _archive_records(self, given, progress):
+        """The records of a web archive, read by warcio; from a malformed
+        record's InputError, reading goes on at the next record that starts
+        well (a named file's next gzip member or WARC header)."""
+        start = 0
+        while start is not None:
+            start = yield from self._archive_from(given, start, progress)
+
+    def _archive_from(self, given, start, progress):
+        """The records of an archive from byte ``start``; returns where to go on
+        after a malformed record (None: the end)."""
+        try:
+            from warcio.archiveiterator import ArchiveIterator
+        except ImportError:
+            raise InputError("reading web archives needs warcio: pip install '.[warc]' in "
+                             "simhashdb's source directory") from None
+        source = "<stdin>" if given == "-" else given
+        with open_archive(given, start) as stream:
+            records = ArchiveIterator(stream, arc2warc=True)
+            offset = done = start
+            while True:
+                try:
+                    record = next(records, None)
+                    if record is None:
+                        break
+                    body = record.content_stream().read()
+                    truncated = getattr(record.raw_stream, "limit", 1) > 0 or not (
+                        record.rec_headers.get_header("Content-Length") or "").strip().isdigit()
+                    offset = records.get_record_offset()
+                except Exception as exc:  # warcio's errors on damaged data have no one base
+                    offset = records.offset
+                    yield source, offset, InputError(
+                        "a malformed archive record at byte %d (%s)"
+                        % (offset, " ".join(str(exc).split())[:80] or type(exc).__name__))
+                    return None if given == "-" else _next_record_start(given, offset)
+                if progress is not None:
+                    progress.update(records.offset - done)
+                    done = records.offset
+                if truncated:
+                    yield source, offset, InputError("a truncated archive record at byte %d"
+                                                     % offset)
+                    return None
+                yield source, offset, self._archived_page(record, body, offset)
+            if given != "-" and _rest_is_data(given, records.offset):  # a record cut in its header
+                yield source, records.offset, InputError("a truncated archive record at byte %d"
+                                                         % records.offset)
+        return None
+
+    def _archived_page(self, record, body, offset):
+        """The TextRecord of an archive's record of a page, its Skipped, or an InputError."""
+        if record.rec_type not in PAGE_RECORDS:
+            return Skipped("a %s record" % record.rec_type, routine=True)
+        headers, fields = record.http_headers, record.rec_headers
+        content_type = (headers or fields).get_header("Content-Type") or ""
+        kind = content_type.split(";")[0].strip().lower()
+        if kind not in PAGE_TYPES:
+            return Skipped("content type %s" % (kind or "not given"), routine=True)
+        uri = fields.get_header("WARC-Target-URI")
+        if uri and uri.startswith(CRAWLER_SCHEMES):
+            return Skipped("a crawler's own record (%s)" % uri.split("/")[0], routine=True)
+        date = fields.get_header("WARC-Date")
+        key = {"uri": uri, "uri-date": uri and date and "%s %s" % (uri, date),
+               "record-id": fields.get_header("WARC-Record-ID")}[self.archive_key]
+        if not key:
+            return InputError("the record at byte %d has no %s to key it by" % (
+                offset, "WARC-Record-ID" if self.archive_key == "record-id" else
+                "WARC-Target-URI and WARC-Date" if uri else "WARC-Target-URI"))
+        meta = {"date": date}
+        if headers is not None and headers.get_statuscode().isdigit():
+            meta["status"] = int(headers.get_statuscode())
+        if self.archive_key != "uri":
+            meta["url"] = uri
+        charset = CHARSET.search(content_type)
+        html = self.html or kind in HTML_TYPES
+        text = self._page(body, charset and charset.group(1), html)
+        if isinstance(text, Skipped):
+            return text
+        return TextRecord(((self.key_prefix or "") + key, text, meta), html)
 
     def size(self, inputs):
         """The bytes of the files ``inputs`` name (walked directories too), or
@@ -147,11 +298,11 @@ class Reader:
         """Whether the walk of the directory ``root`` takes any file."""
         return any(unread is None for _, unread in self._walk(root))
 
-    def fingerprint_of(self, data):
-        """The fingerprint of a document's text, or Skipped where it has no text
-        to fingerprint (0, the fingerprint of nothing, would match every other
-        empty document)."""
-        fp = self.fingerprint(data)
+    def fingerprint_of(self, data, html=False):
+        """The fingerprint of a document's text (``html``: of HTML), or Skipped
+        where it has no text to fingerprint (0, the fingerprint of nothing,
+        would match every other empty document)."""
+        fp = self.fingerprint(data, html=html)
         return Skipped("empty (no text to fingerprint)") if fp == 0 else fp
 
     def path_key(self, path):
@@ -215,9 +366,9 @@ class Reader:
         if "fingerprint" in obj:
             fp = json_fingerprint(obj["fingerprint"])
         elif isinstance(obj.get("text"), str):
-            if isinstance(self.fingerprint_of(obj["text"]), Skipped):
+            if isinstance(self.fingerprint_of(obj["text"], self.html), Skipped):
                 raise InputError('"text" is empty (no text to fingerprint)')
-            return TextRecord((key, obj["text"], obj.get("meta")))
+            return TextRecord((key, obj["text"], obj.get("meta")), self.html)
         else:
             raise InputError('expected "fingerprint" (an int) or "text" (a string)')
         record = key, fp, obj.get("meta"), obj.get("stored_at")
@@ -289,6 +440,8 @@ def input_format(given, fmt=None):
         return fmt
     if given.endswith(".jsonl"):
         return "jsonl"
+    if given.lower().endswith(ARCHIVE_SUFFIXES):
+        return "warc"
     if given != "-" and not _is_regular(given):  # a look would take what it read
         raise InputError("cannot tell the format of %s, which is not a regular file, without "
                          "reading it: name it (--format)" % given)
@@ -297,6 +450,8 @@ def input_format(given, fmt=None):
             lines = [line.strip() for line in stream if line.strip()]
     except DamagedInput:
         return "text"  # which read_text skips, as damaged
+    if lines and lines[0].startswith(ARCHIVE_MAGIC):
+        return "warc"
     if lines and all(line.startswith(b"{") for line in lines):
         return "jsonl"
     numbers = [line for line in lines if DEC_BYTES.fullmatch(line) or HEX_BYTES.fullmatch(line)]
@@ -339,16 +494,16 @@ def export_header(formats):
         return {}  # reported with its line number when the records are read
     if not isinstance(obj, dict):
         return {}
-    if {"path", "fingerprint", "hex", "recipe"} <= set(obj) and isinstance(obj["recipe"], str):
+    if {"fingerprint", "hex", "recipe"} <= set(obj) and ("path" in obj or "key" in obj) and \
+            isinstance(obj["recipe"], str):
         return {"lines_recipe": obj["recipe"]}  # a line `fingerprint` wrote
     header = obj.get("simhashdb")
     return header if isinstance(header, dict) else {}
 
 
 def read_text(path):
-    """The text of a document file (``"-"``: stdin), decompressed where it is
-    gzip, bzip2 or xz; Skipped where it is binary (like grep -I: NUL bytes in
-    its first 64 KiB, or more than a tenth of them not UTF-8)."""
+    """The bytes of a document file (``"-"``: stdin), decompressed where it is
+    gzip, bzip2 or xz; Skipped where that data is damaged."""
     with open_input(path) as stream:
         data = stream.read()
     for magic, name, decompress, errors, _ in DECOMPRESSORS:
@@ -358,16 +513,112 @@ def read_text(path):
             except errors:
                 return Skipped("damaged %s data" % name)
             break
+    return data
+
+
+def decode_text(data, declared=None, forced=None):
+    """The text of a document's bytes, and how it was decoded: with the
+    ``forced`` encoding ("forced"); else by a UTF-16 byte order mark ("bom");
+    else by the ``declared`` charset (an HTTP header's: "http header"); else
+    by the charset of an HTML ``<meta>`` in its first 1024 bytes ("meta");
+    else as UTF-8 where it is ("utf-8"); else in the encoding chardet detects
+    with some confidence ("detected"). Labels are read as browsers read them (ISO-8859-1 is
+    windows-1252). (Skipped, None) where it is binary, like grep -I: NUL
+    bytes in its first 64 KiB, or no text encoding fits.
+
+    Only bytes that are not UTF-8, or declare another charset, decode
+    otherwise than as UTF-8 with U+FFFD for bad bytes (what the text
+    methods do with bytes)."""
+    if forced:
+        return data.decode(forced, "replace"), "forced"
+    if data.startswith(UTF16_BOMS):
+        return data.decode("utf-16", "replace"), "bom"
     sample = data[:BINARY_SAMPLE]
     if b"\0" in sample:
-        return Skipped("binary (NUL bytes)")
+        return Skipped("binary (NUL bytes)"), None
+    meta = META_CHARSET.search(data[:PRESCAN])
+    for label, how in ((declared, "http header"), (meta and meta.group(1).decode(), "meta")):
+        encoding = web_encoding(label)
+        if encoding:
+            return data.decode(encoding, "replace"), how
     try:
-        sample.decode("utf-8")
+        return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
-        invalid = sample.decode("utf-8", "replace").count("\ufffd")
-        if invalid * 10 > len(sample):
-            return Skipped("binary (not UTF-8 text)")
-    return data
+        pass
+    guess = chardet.detect(sample)
+    encoding = web_encoding(guess["encoding"]) if guess["confidence"] >= LEAST_CONFIDENCE else None
+    if encoding is None:
+        return Skipped("binary (no text encoding fits)"), None
+    return data.decode(encoding, "replace"), "detected"
+
+
+def web_encoding(label):
+    """The Python codec of a charset label as browsers read it, or None for
+    none or one unknown."""
+    try:
+        name = codecs.lookup(label.strip()).name if label else None
+    except LookupError:
+        return None
+    return WEB_ENCODINGS.get(name, name)
+
+
+def is_archive(path):
+    """Whether the file ``path`` is a web archive: named so (``*.warc``,
+    ``*.arc``, ``*.wet``, each maybe ``.gz``), or beginning as a WARC or an
+    ARC does (gzip or plain)."""
+    if path.lower().endswith(ARCHIVE_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(len(ARCHIVE_MAGIC[1]))
+            if head.startswith(b"\x1f\x8b"):
+                raw.seek(0)
+                head = gzip.GzipFile(fileobj=raw).read(len(ARCHIVE_MAGIC[1]))
+    except (OSError, EOFError):
+        return False
+    return head.startswith(ARCHIVE_MAGIC)
+
+
+@contextlib.contextmanager
+def open_archive(given, start=0):
+    """A binary stream of an archive (``"-"``: stdin) from byte ``start``."""
+    if given == "-":
+        yield stdin()
+        return
+    with _opened(given) as stream:
+        stream.seek(start)
+        yield stream
+
+
+def _opened(path):
+    """The file ``path``, open to read bytes.
+
+    :raises InputError: it cannot be read.
+    """
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputError("cannot read %s: %s" % (path, exc.strerror)) from None
+
+
+def _rest_is_data(path, offset):
+    """Whether the file ``path`` holds more than white space after ``offset``."""
+    with open(path, "rb") as raw:
+        raw.seek(offset)
+        return bool(raw.read(PEEK).strip())
+
+
+def _next_record_start(path, after):
+    """The offset of the first record of the archive ``path`` that may begin
+    after byte ``after`` (a gzip member, or a WARC header at the start of a
+    line); None where there is none."""
+    with open(path, "rb") as raw, mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:2] == b"\x1f\x8b":
+            found = data.find(b"\x1f\x8b\x08", after + 1)
+        else:
+            found = data.find(b"\nWARC/", after)
+            found = found + 1 if found >= 0 else found
+    return found if found > after else None
 
 
 def read_hashes(given, fmt=None):
@@ -504,10 +755,7 @@ def open_input(given, peek=False, decompressed=False):
         else:
             yield _lines(stream, decompressed)
         return
-    try:
-        raw = open(given, "rb")
-    except OSError as exc:
-        raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
+    raw = _opened(given)
     with raw:
         head = raw.peek(MAGIC) if decompressed else b""  # not read: a pipe cannot seek back
         if 0 < len(head) < MAGIC:  # a pipe's first read was short: wait for the rest

@@ -101,12 +101,22 @@ def _table(records, key_type, signatures):
     columns = {
         "key": key_array,
         "fingerprint": pyarrow.array([r[1] for r in records], pyarrow.uint64()),
-        "meta": pyarrow.array([None if r[2] is None else msgpack.packb(r[2]) for r in records],
-                              pyarrow.binary()),
+        "meta": meta_column([r[2] for r in records]),
         "stored_at": pyarrow.array([r[3] for r in records], pyarrow.int64())}
     if signatures:
         columns["signature"] = pyarrow.array([r[4] for r in records], pyarrow.binary())
     return pyarrow.table(columns)
+
+
+def meta_column(metas):
+    """The ``meta`` column of documents' metadata: msgpack bytes, null for none."""
+    return pyarrow.array([None if m is None else msgpack.packb(m) for m in metas],
+                         pyarrow.binary())
+
+
+def meta_value(packed):
+    """The metadata of a ``meta`` column's value."""
+    return None if packed is None else msgpack.unpackb(packed, strict_map_key=False)
 
 
 def _type_name(arrow_type):
@@ -148,8 +158,7 @@ def _records(dataset, key, fingerprint):
         fps = _unsigned(batch.column(1), fingerprint)
         metas = [None] * len(keys)
         if "meta" in optional:
-            metas = [None if m is None else msgpack.unpackb(m, strict_map_key=False)
-                     for m in batch.column("meta").to_pylist()]
+            metas = [meta_value(m) for m in batch.column("meta").to_pylist()]
         times, signatures = ([None] * len(keys) if name not in optional
                              else batch.column(name).to_pylist()
                              for name in ("stored_at", "signature"))

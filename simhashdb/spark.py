@@ -24,6 +24,12 @@ reads a Parquet UINT_64 column, e.g. from :meth:`DB.export_parquet`), or
 identify documents, one row a key (a key on several rows is never paired
 with itself). Runs on classic Spark sessions (it uses the SparkContext), not
 Spark Connect.
+
+A new segment is deduplicated against a corpus kept before (``against``):
+each new document probes the old corpus's table keys (and, for texts, band
+keys) as a query of the database would, the old keys kept only where a new
+document has the same (a broadcast of the new keys); the old corpus is read
+but not shuffled whole, and its documents are never paired among themselves.
 """
 
 import functools
@@ -72,7 +78,7 @@ TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT, signature=None, threshold=None):
+             split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -102,12 +108,22 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.db.THRESHOLD``);
         only with ``signature``.
+    :param against: an old corpus (a DataFrame with the same key,
+        fingerprint and, where it has one, signature columns): the result
+        is then the pairs within ``df`` and those across, each of a row of
+        ``df`` (``key_a``) and one of ``against`` (``key_b``), with a last
+        column ``across`` that tells them apart (see :func:`dedupe`).
     :raises InvalidArgumentError: bad parameters, columns or column types, or
         a signature that is not 256 bytes.
     :raises InvalidFingerprintError: a row with no valid fingerprint (null,
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
     """
+    if against is not None:
+        within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
+        return within.withColumn("across", F.lit(False)).unionByName(
+            _across(df, against, distance, blocks, key, fingerprint, signature, threshold)
+            .withColumn("across", F.lit(True)))
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
                                          signature, threshold)
     if least is None:
@@ -136,10 +152,25 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-           split=DEFAULT_SPLIT, signature=None, threshold=None):
+           split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
-    the partitioning. Columns and types are ``df``'s."""
+    the partitioning. Columns and types are ``df``'s.
+
+    With ``against`` (an old corpus: a DataFrame with the same key,
+    fingerprint and, where it has them, signature columns, such as the
+    Parquet of :meth:`simhashdb.DB.export_parquet` or of an earlier run), the
+    rows of ``df`` that are near-duplicates of a document of ``against`` go
+    (whatever their key), then the rest are deduplicated as above: the rows a
+    database holding ``against`` keeps when it is asked for each row's
+    near-duplicates. The old corpus is read (three passes) but not
+    shuffled, and only its documents that share a table or band key with a
+    new one go further. ``blocks`` is then that of the new rows' clusters; the
+    probes of the old corpus take the database's blocks for both sizes."""
+    if against is not None:
+        across = _across(df, against, distance, None, key, fingerprint, signature, threshold)
+        seen = _materialize(across.select(F.col("key_a").alias(key)).distinct())
+        df = df.join(seen, key, "left_anti")
     _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
 
@@ -155,6 +186,93 @@ def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     edges = _materialize(found.select(F.greatest("key_a", "key_b").alias("u"),
                                       F.least("key_a", "key_b").alias("v")))
     return docs.select("key"), _components(edges)
+
+
+def _across(df, against, distance, blocks, key, fingerprint, signature, threshold):
+    """The pairs ``(key_a, key_b, distance[, resemblance])`` of a row of
+    ``df`` (a) and a row of ``against`` (b), by the rule :func:`find_all`
+    applies, each pair once (rows of one key, fingerprint and signature are
+    one row)."""
+    if signature is not None and signature not in against.columns:
+        against = against.withColumn(signature, F.lit(None).cast(BinaryType()))
+    new, _, new_rows, least = _prepare(df, key, fingerprint, distance, distance + 1,
+                                       DEFAULT_SPLIT, signature, threshold)
+    old, _, old_rows, _ = _prepare(against, key, fingerprint, distance, distance + 1,
+                                   DEFAULT_SPLIT, signature, threshold)
+    types = [docs.schema["key"].dataType.simpleString() for docs in (new, old)]
+    if types[0] != types[1]:
+        raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
+                                   "must be of one type" % tuple(types))
+    layout = Layout(blocks or Layout.choose_blocks(distance, new_rows + old_rows), distance)
+    text = least is not None
+    ids = [F.xxhash64("key", "fp", *(["sig"] if text else [])).alias("u1"),
+           F.xxhash64(F.lit(BANDS), "key", "fp", *(["sig"] if text else [])).alias("u2")]
+    new, old = (docs.select("*", *ids) for docs in (new, old))
+    candidates = _probe_pairs(_table_keys(new, layout), _table_keys(old, layout), False)
+    if text:
+        candidates = candidates.unionByName(_probe_pairs(*(
+            docs.where(F.col("sig").isNotNull()).select("sig", "u1", "u2").mapInArrow(
+                _band_keys, "bk long, u1 long, u2 long").select(
+                F.col("bk").alias("probe"), "u1", "u2") for docs in (new, old)), True))
+    found = _materialize(candidates.groupBy("u1_a", "u2_a", "u1_b", "u2_b").agg(
+        F.max("banded").alias("banded")))
+    pairs = found.join(_renamed(new, "a"), ["u1_a", "u2_a"]).join(
+        _renamed(old.join(F.broadcast(found.select(F.col("u1_b").alias("u1"),
+                                                   F.col("u2_b").alias("u2")).distinct()),
+                          ["u1", "u2"], "left_semi"), "b"), ["u1_b", "u2_b"])
+    between = F.bit_count(F.col("fp_a").bitwiseXOR(F.col("fp_b"))).cast("int").alias("distance")
+    if not text:
+        return pairs.select("key_a", "key_b", between).where(F.col("distance") <= distance)
+    return pairs.select("key_a", "key_b", between, "banded", "sig_a", "sig_b").mapInArrow(
+        functools.partial(_resemblance_partition, least, distance),
+        _pair_schema(new.select("key"), True))
+
+
+def _table_keys(docs, layout):
+    """(probe, u1, u2): a hash of each table and the document's leading blocks in it."""
+    masks = F.array(*[F.lit(_signed(m)) for m in _lead_masks(layout)])
+    table = F.explode(F.sequence(F.lit(0), F.lit(layout.tables - 1))).alias("t")
+    rows = docs.select(table, "fp", "u1", "u2")
+    return rows.select(F.xxhash64("t", F.col("fp").bitwiseAND(
+        F.element_at(masks, F.col("t") + 1))).alias("probe"), "u1", "u2")
+
+
+def _probe_pairs(new, old, banded):
+    """(u1_a, u2_a, u1_b, u2_b, banded) of each new and old document that share
+    a probe key (a band key: ``banded``): the old rows first kept by a
+    broadcast of the new rows' keys."""
+    shared = old.join(F.broadcast(new.select("probe").distinct()), "probe", "left_semi")
+    return new.select("probe", F.col("u1").alias("u1_a"), F.col("u2").alias("u2_a")).join(
+        shared.select("probe", F.col("u1").alias("u1_b"), F.col("u2").alias("u2_b")),
+        "probe").select("u1_a", "u2_a", "u1_b", "u2_b", F.lit(banded).alias("banded"))
+
+
+def _renamed(docs, side):
+    return docs.select(*[F.col(c).alias("%s_%s" % (c, side)) for c in docs.columns])
+
+
+def _resemblance_partition(threshold, distance, batches):
+    """mapInArrow: of (key_a, key_b, distance, banded, sig_a, sig_b) candidate
+    pairs, those the text rule keeps: two texts that share a band or are
+    within ``distance`` by their resemblance, any other pair by its distance."""
+    for batch in batches:
+        a, has_a = _signatures(batch.column(4))
+        b, has_b = _signatures(batch.column(5))
+        texts = has_a & has_b
+        rows = numpy.arange(len(texts))
+        scores = numpy.full(len(texts), numpy.nan)
+        scores[texts] = _resemblances(numpy.concatenate([a, b]), rows[texts],
+                                      rows[texts] + len(texts))
+        between, banded = batch.column(2).to_numpy(), batch.column(3).to_numpy(False)
+        near = between <= distance
+        keep = numpy.where(texts, (banded | near) & (scores >= threshold), near)
+        if keep.any():
+            kept = pyarrow.array(numpy.flatnonzero(keep))
+            yield pyarrow.RecordBatch.from_arrays(
+                [batch.column(0).take(kept), batch.column(1).take(kept),
+                 batch.column(2).take(kept),
+                 pyarrow.array(scores[keep], mask=numpy.isnan(scores[keep]))],
+                names=["key_a", "key_b", "distance", "resemblance"])
 
 
 def choose_blocks(distance, documents):

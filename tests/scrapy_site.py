@@ -1,15 +1,11 @@
 """A local site with planted near-duplicates, and the spider that crawls it:
-tests/test_scrapy.py serves the site on 127.0.0.1 and runs the spider with
+tests/test_scrapy.py serves the site on 127.0.0.1 (tests/local_http.py) and runs the spider with
 `scrapy runspider` in a process of its own."""
 
-import contextlib
-import functools
-import http.server
 import pathlib
 import random
 import re
 import sysconfig
-import threading
 
 import scrapy
 
@@ -45,24 +41,6 @@ def build(root, originals=20, words=300, seed=7):
     (root / "index.html").write_text("<html><body>%s</body></html>" % "".join(
         "<a href='%s'>%s</a> " % (name, name) for name in sorted(pages)))
     return copies
-
-
-@contextlib.contextmanager
-def serve(root):
-    """Serve the directory ``root`` on 127.0.0.1 (a free port); yields its URL."""
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield "http://127.0.0.1:%d/" % server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class SiteSpider(scrapy.Spider):

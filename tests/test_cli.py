@@ -194,7 +194,7 @@ def test_if_new_skips_near_duplicates_also_within_the_input(tmp_path, capsys, co
     assert run(capsys, "import", db, corpus, "--exclude", "*.log")[0] == 0
     code, out, _ = run(capsys, "import", db, corpus, "--exclude", "*.log", "--if-new")
     assert code == 0 and out == [{"imported": 0, "invalid": 0, "near_duplicates": 0,
-                                  "skipped_files": {}, "unchanged": 3}]
+                                  "skipped_files": {}, "unchanged": 3, "decoded": {"utf-8": 3}}]
 
 
 @pytest.mark.parametrize("fmt,lines,message", [

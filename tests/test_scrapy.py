@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("scrapy")
 
+import local_http
 import scrapy_site
 
 import simhashdb
@@ -25,7 +26,7 @@ MIDDLEWARE = '{"simhashdb.scrapy.NearDuplicateMiddleware": 540}'
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("site")
     copies = scrapy_site.build(root)
-    with scrapy_site.serve(root) as url:
+    with local_http.serve(root) as url:
         yield url, copies, root
 
 

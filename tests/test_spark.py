@@ -4,6 +4,7 @@ pair-at-a-time oracle of tests/test_text_rule.py, matching.text_pairs and the
 database of texts. Data is kept small (tens of thousands of fingerprints, a
 few hundred texts): tools/bench_spark.py compares at 1M and more."""
 
+import io
 import json
 import random
 import sys
@@ -23,6 +24,7 @@ from simhashdb import _ext, cli, matching
 from simhashdb import spark as sspark
 from simhashdb.layout import Layout
 from test_text_rule import THRESHOLD, components, corpus as text_corpus, oracle
+from warcio.warcwriter import WARCWriter  # noqa: E402  (the test extra brings it)
 
 pytestmark = pytest.mark.slow  # a Spark session starts in ~20 s
 DISTANCE, BLOCKS = 3, 5
@@ -576,3 +578,123 @@ def test_bad_signatures_and_thresholds_raise_at_the_call(spark):
             with pytest.raises(error, match=words):
                 function(df, **dict({"signature": "signature"}, **options))
     assert rows(sspark.find_all(good, signature="signature")) == [("a", "b", 1, None)]
+
+
+# A new segment against an old corpus
+
+
+def survivors_deduped(new_keys, near, across):
+    """The keys an incremental dedupe keeps: the new keys in no pair ``across``
+    (new key, old key), then of each component of ``near`` (pairs of new
+    keys) among them, the smallest."""
+    left = sorted(set(new_keys) - {a for a, _ in across})
+    within = {(a, b) for a, b in near if a in left and b in left}
+    dropped = {k for c in components(within) for k in c if k != min(c)}
+    return [k for k in left if k not in dropped]
+
+
+def test_incremental_dedupe_of_fingerprints_equals_brute_force_and_the_database(spark,
+                                                                               tmp_path):
+    fps = corpus(1500, seed=7)
+    rng = random.Random(8)
+    old_fps = fps[:1200]
+    new_fps = fps[1200:] + [flip(rng.choice(old_fps), rng.sample(range(64), rng.randint(0, 4)))
+                            for _ in range(150)]
+    new_fps += [flip(new_fps[i], [i % 64]) for i in range(40)]   # near copies within new
+    old_keys = ["o%05d" % i for i in range(len(old_fps))]
+    new_keys = ["n%05d" % i for i in range(len(new_fps))]
+    both = brute_force(new_fps + old_fps)
+    keys = new_keys + old_keys
+    across = {(keys[i], keys[j], d) for i, j, d in both if i < len(new_keys) <= j}
+    near = {(keys[i], keys[j]) for i, j, _ in both if j < len(new_keys)}
+    assert len(across) > 100 and len(near) > 40
+    new, old = frame(spark, new_keys, new_fps), frame(spark, old_keys, old_fps, "decimal")
+    kept = sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old)))
+    assert kept == survivors_deduped(new_keys, near, {(a, b) for a, b, _ in across})
+    pairs = rows(sspark.find_all(new, DISTANCE, against=old))
+    assert {(a, b, d) for a, b, d, crossing in pairs if crossing} == across
+    assert {(a, b) for a, b, d, crossing in pairs if not crossing} == near
+    with simhashdb.DB(str(tmp_path / "old"), distance=DISTANCE) as db:   # the database route
+        db.insert_many(zip(old_keys, old_fps))
+        fresh = [(k, fp) for k, fp, found in zip(new_keys, new_fps, db.query_many(new_fps))
+                 if not found]
+    pairs = matching.find_all_indices([fp for _, fp in fresh], BLOCKS, DISTANCE)
+    clusters = components({(fresh[i][0], fresh[j][0]) for i, j in pairs})
+    assert kept == sorted(k for k, _ in fresh if all(k == min(c) for c in clusters if k in c))
+
+
+def test_incremental_dedupe_of_texts_equals_the_oracle_and_the_database(spark, tmp_path,
+                                                                        text_docs):
+    docs, keys, fps, signatures = text_docs
+    texts = dict(docs)
+    everything = list(zip(keys, fps, signatures))
+    old, new = everything[0::2], everything[1::2] + [everything[0]]  # t0 crawled again
+    side = {"old": old, "new": new}
+    signed = {"%s:%s" % (s, k): sig if sig and any(sig) else None
+              for s in side for k, _, sig in side[s]}
+    near = oracle(signed, {"%s:%s" % (s, k): fp for s in side for k, fp, _ in side[s]})
+    named = [sorted((a, b), reverse=True) for a, b in near]   # ("old:..", "new:..")
+    across = {(a[4:], b[4:]) for b, a in named if a.startswith("new:") and b.startswith("old:")}
+    within = {tuple(sorted((a[4:], b[4:]))) for a, b in named
+              if a.startswith("new:") and b.startswith("new:")}
+    assert ("t0", "t0") in across and within
+    frames = [text_frame(spark, *map(list, zip(*rows_))) for rows_ in (new, old)]
+    kept = sorted(r[0] for r in rows(sspark.dedupe(frames[0], DISTANCE, BLOCKS,
+                                                   signature="signature", against=frames[1])))
+    new_keys = [k for k, _, _ in new]
+    assert kept == survivors_deduped(new_keys, within, across)
+    pairs = rows(sspark.find_all(frames[0], DISTANCE, signature="signature", against=frames[1]))
+    assert {(a, b) for a, b, _, _, crossing in pairs if crossing} == across
+    assert {(a, b) for a, b, _, _, crossing in pairs if not crossing} == within
+    with simhashdb.DB(str(tmp_path / "old"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many((k, texts[k]) for k, _, _ in old if k in texts)
+        db.insert_many((k, fp) for k, fp, _ in old if k not in texts)
+        found = dict(zip([k for k, _, _ in new if k in texts],
+                         db.query_text_many([texts[k] for k, _, _ in new if k in texts])))
+        found.update(zip([k for k, _, _ in new if k not in texts],
+                         db.query_many([fp for k, fp, _ in new if k not in texts])))
+    fresh = [(k, fp) for k, fp, _ in new if not found[k]]
+    with simhashdb.DB(str(tmp_path / "fresh"), distance=DISTANCE,
+                      recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many((k, texts[k]) for k, _ in fresh if k in texts)
+        db.insert_many((k, fp) for k, fp in fresh if k not in texts)
+        dropped = {k for c in db.clusters() for k in c if k != min(c)}
+    assert kept == sorted(k for k, _ in fresh if k not in dropped)
+
+
+def test_cli_spark_dedupe_against_a_database_or_its_parquet(spark, tmp_path, capsys, text_docs):
+    docs = text_docs[0]
+    old, new = docs[0::2], docs[1::2] + [docs[0]]
+    with simhashdb.DB(str(tmp_path / "old.db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(old)
+        db.export_parquet(str(tmp_path / "old.parquet"))
+    segment = str(tmp_path / "new.warc.gz")   # the new pages as a crawl archive
+    with open(segment, "wb") as out:
+        writer = WARCWriter(out, gzip=True)
+        for k, t in new:
+            writer.write_record(writer.create_warc_record(
+                k, "resource", payload=io.BytesIO(t.encode()), warc_content_type="text/plain",
+                warc_headers_dict={"WARC-Date": "2026-12-01T00:00:00Z"}))
+    outputs = []
+    for against in ("old.db", "old.parquet"):
+        assert cli.main(["spark", "dedupe", segment, "-", "--quiet",
+                         "--against", str(tmp_path / against)]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert all(line["meta"] == {"date": "2026-12-01T00:00:00Z"} for line in lines)
+        outputs.append(sorted(line["key"] for line in lines))
+    new_frame, old_frame = (text_frame(spark, [k for k, _ in part], *map(list, zip(*(
+        simhashdb.fingerprint_with_signature(t) for _, t in part)))) for part in (new, old))
+    expected = [r[0] for r in rows(sspark.dedupe(new_frame, DISTANCE, signature="signature",
+                                                 against=old_frame))]
+    assert outputs == [sorted(expected)] * 2 and "t0" not in expected
+    kept = str(tmp_path / "kept.parquet")   # the monthly update: the survivors join the database
+    assert cli.main(["spark", "dedupe", segment, kept, "--quiet",
+                     "--against", str(tmp_path / "old.db")]) == 0
+    assert cli.main(["import-parquet", str(tmp_path / "old.db"), kept, "--quiet"]) == 0
+    capsys.readouterr()
+    with simhashdb.DB(str(tmp_path / "old.db")) as db:
+        assert len(db) == len(old) + len(expected)
+        assert db.get(expected[0]).meta == {"date": "2026-12-01T00:00:00Z"}
+        assert expected[0] in {m.key for m in db.query_text(dict(new)[expected[0]])}
+    assert cli.main(["spark", "clusters", str(tmp_path / "new.jsonl"), "-",
+                     "--against", str(tmp_path / "old.db")]) == 2

@@ -57,7 +57,8 @@ def planted_corpus(n, seed=0):
 
 def text_corpus(n, seed=0, words=300, vocabulary=20_000):
     """n texts of random words and copies of a tenth of them (1 to 3 each)
-    with 1% to 8% of their words replaced; their fingerprints and signatures."""
+    with 1% to 8% of their words replaced; their fingerprints, signatures
+    and the texts."""
     rng = np.random.default_rng(seed)
     names = np.array(["w%d" % i for i in range(vocabulary)], dtype=object)
     weights = 1.0 / np.arange(1, vocabulary + 1) ** 0.8
@@ -70,10 +71,10 @@ def text_corpus(n, seed=0, words=300, vocabulary=20_000):
         at = rng.choice(words, size=max(1, int(rate * words)), replace=False)
         row[at] = rng.choice(vocabulary, size=len(at), p=weights)
     options = simhashdb.RECIPES[simhashdb.RECIPE]
-    prints = [simhashdb.fingerprint_with_signature(" ".join(names[row]), **options)
-              for row in np.concatenate([bases, copies])]
+    texts = [" ".join(names[row]) for row in np.concatenate([bases, copies])]
+    prints = [simhashdb.fingerprint_with_signature(text, **options) for text in texts]
     return (np.array([fp for fp, _ in prints], dtype=np.uint64),
-            [signature for _, signature in prints])
+            [signature for _, signature in prints], texts)
 
 
 class SparkMetrics:
@@ -146,7 +147,7 @@ def start_session(args, name):
 def text_main(args):
     """The text rule against the fingerprint rule, on the same texts."""
     started = time.perf_counter()
-    fps, signatures = text_corpus(args.text)
+    fps, signatures, _ = text_corpus(args.text)
     made_s = time.perf_counter() - started
     n = len(fps)
     threshold = simhashdb.db.THRESHOLD

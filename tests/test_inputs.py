@@ -63,13 +63,17 @@ def test_a_bad_record_is_refused_and_its_batch_writes_nothing(db, record, error,
     db.insert("existing", 5, {"m": [1]})
     before = contents(db)
     for write in (lambda: db.insert_many([("new", 6), record]),
-                  lambda: db.insert_if_new_many([("new", 2**63), record]),
+                  lambda: db.insert_if_new_many([("new", 2**63), record], invalid="raise"),
                   lambda: db.insert_many([record])):
         with pytest.raises(error) as raised:
             write()
         assert message in str(raised.value) and len(str(raised.value)) < 400
         assert contents(db) == before
     assert db.check() == [] and db.get("existing").meta == {"m": [1]}
+    # by default insert_if_new_many reports the bad record and stores the good one
+    stored, refused = db.insert_if_new_many([("new", 2**64 - 1), record])
+    assert (stored.status, refused.status) == ("stored", "invalid") and message in refused.reason
+    assert sorted(r.key for r in db) == ["existing", "new"] and db.check() == []
 
 
 @pytest.mark.parametrize("call", [

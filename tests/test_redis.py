@@ -543,3 +543,31 @@ def test_a_handle_whose_database_vanished_raises_instead_of_answering_or_writing
             with pytest.raises(DatabaseError, match="gone or was created anew"):
                 reader.get("fresh")
             assert [r.key for r in anew] == ["fresh"]
+
+
+def test_a_flushall_that_reached_some_nodes_is_a_database_error_not_a_value_error(redis_names):
+    """FLUSHALL reaches a cluster's nodes one after another: a batch that reads
+    a document but not its fingerprint index entry raises DatabaseError (it
+    raised list.remove's ValueError), and so does a database whose
+    parameters are gone (it was opened as a new one)."""
+    url = redis_names.url + "/halfgone"
+    rng = random.Random(11)
+    docs = [("k%d" % i, rng.getrandbits(64)) for i in range(300)]
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert_many(docs)
+        meta = db._storage.nodes.owner(db._storage.keys.params)[1]
+        for port in redis_names.primaries():  # all but the node of {halfgone}:...
+            if port != meta:
+                with redis_names.client(port) as client:
+                    client.flushall()
+        for write in (lambda: db.delete_many([key for key, _ in docs]),
+                      lambda: db.insert_many((key, fp ^ 1) for key, fp in docs),
+                      lambda: db.insert_if_new_many((key, fp ^ 1) for key, fp in docs)):
+            with pytest.raises(DatabaseError, match="missing from the fingerprint index"):
+                write()
+        redis_names.client(meta).delete(b"{halfgone}:params")
+        with pytest.raises(DatabaseError, match="parameters, {halfgone}:params, are missing"):
+            DB(url)
+        redis_names.flush()
+        with pytest.raises(DatabaseError, match="gone or was created anew"):
+            db.delete_many([key for key, _ in docs])

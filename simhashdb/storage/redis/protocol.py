@@ -80,7 +80,7 @@ class Protocol:
     # Writes
 
     def write(self, body, batch):
-        """Run ``body(txn)`` on ``batch(count, distinct)`` (a new txn) under the
+        """Run ``body(txn)`` on ``batch(count, distinct, epoch)`` (a new txn) under the
         write lock, and land the plan of the txn whole; returns its result."""
         db = self.db
         with _no_cyclic_gc():
@@ -89,7 +89,7 @@ class Protocol:
             try:
                 while True:
                     count, distinct, epoch = self.acquire(token)
-                    txn = batch(count, distinct)
+                    txn = batch(count, distinct, epoch)
                     result = body(txn)
                     plan = txn.plan()
                     if plan is None or self.commit(plan, token, epoch):
@@ -189,9 +189,9 @@ class Protocol:
             return True
         except Superseded:
             if int(db.retrying(lambda: db.meta("GET", db.keys.epoch)) or 0) < epoch:
-                raise DatabaseError("the fences of %s are ahead of its epoch (were its {%s}: "
-                                    "keys deleted?): its batches cannot land"
-                                    % (db.path, db.keys.name.decode())) from None
+                raise db.contradiction("its fences are ahead of its epoch (were its {%s}: "
+                                       "keys deleted?), so its batches cannot land"
+                                       % db.keys.name.decode()) from None
             return False
 
     def wait_commands(self, address):

@@ -91,6 +91,28 @@ class RedisStorage(Storage):
                 "blocks=%d)" % (self.path, self.layout.distance, self.layout.blocks))
             raise DatabaseError(self._vanished)
 
+    def contradiction(self, what):
+        """The DatabaseError of data that contradicts itself (``what``): raised
+        at once as :meth:`check_instance` raises it if the database vanished
+        under this handle (a FLUSHALL reaches one node after another), else
+        returned, naming the damage."""
+        if self._instance is not None:
+            try:
+                self.check_instance(self.meta("GET", self.keys.layout))
+            except Unavailable:
+                pass
+        return DatabaseError("the Redis database %s holds damaged data or answered "
+                             "unexpectedly (%s); run check()" % (self.path, what))
+
+    def stored_params(self, epoch):
+        """The stored parameters at ``epoch`` (None for a new database, which
+        no batch has written yet)."""
+        raw = self.meta("GET", self.keys.params)
+        if raw is None and epoch:
+            raise self.contradiction("its parameters, %s, are missing"
+                                     % self.keys.params.decode(errors="replace"))
+        return raw
+
     def retrying(self, step, doing="read from"):
         """``step()``, retried while the cluster is unavailable (a failover),
         for at most ``retry_seconds``; then DatabaseError."""
@@ -102,9 +124,7 @@ class RedisStorage(Storage):
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 if isinstance(exc, SimhashDBError):
                     raise
-                raise DatabaseError("the Redis database %s holds damaged data or answered "
-                                    "unexpectedly (%s: %s); run check()"
-                                    % (self.path, type(exc).__name__, exc)) from None
+                raise self.contradiction("%s: %s" % (type(exc).__name__, exc)) from None
             except Unavailable as exc:
                 if time.monotonic() + delay > deadline:
                     raise DatabaseError(
@@ -377,8 +397,7 @@ class RedisStorage(Storage):
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
         with self._write_lock:
-            return self.protocol.write(body, lambda count, distinct: RedisTxn(self, count,
-                                                                                distinct))
+            return self.protocol.write(body, lambda *state: RedisTxn(self, *state))
 
     def compact(self):
         """Nothing to do: a bucket's string shrinks as entries go, and Redis

@@ -15,7 +15,7 @@ class RedisView(View):
         return self._db.protocol.consistent(lambda epoch: read())
 
     def params(self):
-        return self._read(lambda: self._db.meta("GET", self._db.keys.params))
+        return self._db.protocol.consistent(self._db.stored_params)
 
     def count(self):
         return int(self._read(lambda: self._db.meta("GET", self._db.keys.count)) or 0)

@@ -58,8 +58,8 @@ class RedisStorage(Storage):
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
         self.nodes = None
-        self.nodes = self.retrying(lambda: Nodes(address.host, address.port,
-                                                 address.connection), "connect to")
+        self.nodes = self.retrying(lambda: Nodes(address.seeds, address.connection),
+                                   "connect to")
         self.replicas = address.options["replicas"]
         if self.replicas is None:
             self.replicas = min(1, self.nodes.replicas)
@@ -334,14 +334,12 @@ class RedisStorage(Storage):
                         for c in self.keys.name)
         found = []
         for address in self.nodes.primaries():
-            client, cursor = self.nodes.client(address), 0
+            cursor = b"0"
             while True:
-                try:
-                    cursor, keys = client.scan(cursor, match=name + b":" + pattern, count=1000)
-                except self.nodes.errors as exc:
-                    raise Unavailable(exc) from None
+                cursor, keys = self.nodes.round({address: [
+                    ("SCAN", cursor, "MATCH", name + b":" + pattern, "COUNT", 1000)]})[address][0]
                 found += keys
-                if not cursor:
+                if cursor == b"0":
                     break
         return found
 

@@ -627,3 +627,28 @@ def test_a_flushall_that_reached_some_nodes_is_a_database_error_not_a_value_erro
         redis_names.flush()
         with pytest.raises(DatabaseError, match="gone or was created anew"):
             db.delete_many([key for key, _ in docs])
+
+
+def test_a_hung_replica_holds_writes_up_only_until_the_cluster_flags_it(redis_names):
+    """A SIGSTOPped replica stays listed by its primary (ROLE) for a minute,
+    so writes waited for it and failed after ?retry=; once the cluster flags
+    it as failing they go on without it, and wait for it again when it is back."""
+    url = redis_names.url + "/replicahang"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert("a", 1)
+        meta = db._storage.nodes.owner(db._storage.keys.params)
+        replica = next(port for port in redis_names.ports if port != meta[1] and redis_names.client(
+            port).info("replication").get("master_port") == meta[1])
+        redis_names.pause(replica)
+        try:
+            began = time.monotonic()
+            db.insert_many(("b%d" % i, i << 20) for i in range(100))
+            assert time.monotonic() - began < 10  # the node timeout (1 s) and a WAIT
+            assert len(db) == 101 and as_tuples(db.query(3 << 20, 0)) == [("b3", 3 << 20, 0)]
+        finally:
+            redis_names.resume(replica)
+        redis_names.wait_healthy()
+        time.sleep(1.1)
+        db.insert("c", 2)
+        assert db._storage.nodes.replicas_of[meta] == 1  # waited for again
+

@@ -149,6 +149,8 @@ class Nodes:
         self.slot_nodes = array("H", [0]) * SLOTS  # the index in addresses of each slot's
         self.replicas = 0  # the fewest replicas a primary has
         self.replicas_of = {}  # address of a primary: its replicas, as last seen
+        self.failing = set()  # nodes the cluster flags as failing (fail or fail?)
+        self.refreshed = 0.0  # time.monotonic() of the last refresh
         self.refresh()
 
     def _contact(self, seeds):
@@ -237,16 +239,19 @@ class Nodes:
             self.slot_nodes = array("H", [index[owner] for owner in owners])
             by_primary = collections.Counter(n["master_id"] for n in nodes.values()
                                              if "slave" in n["flags"] and "fail" not in n["flags"])
-            self.replicas_of = {}
+            self.replicas_of, self.failing = {}, set()
             for text, n in nodes.items():  # "host:port@bus port"
                 host, node_port = text.split("@")[0].rsplit(":", 1)
                 node = (host or address[0], int(node_port))
                 if node not in self._known:
                     self._known.append(node)
+                if "fail" in n["flags"]:
+                    self.failing.add(node)
                 if "master" in n["flags"]:
                     self.replicas_of[node] = by_primary[n["node_id"]]
             self.replicas = min((by_primary[n["node_id"]] for n in nodes.values()
                                  if "master" in n["flags"] and n["slots"]), default=0)
+            self.refreshed = time.monotonic()
             return
         raise Unavailable(failure)
 

@@ -206,14 +206,19 @@ class Protocol:
 
     def check_replicated(self, address, sent, replies):
         """Raise Unavailable unless the writes before :meth:`wait_commands`
-        reached ``replicas`` replicas, or every replica the node has (a
-        primary left without replicas by a failover writes alone until one
-        is back; when one is, the round is written again and waited for)."""
+        reached ``replicas`` replicas, or every replica the node has that the
+        cluster does not flag as failing (a primary left without replicas by
+        a failover, or whose replica hangs, writes alone until one is back;
+        when one is, the round is written again and waited for)."""
         db = self.db
         if not db.replicas:
             return
         role, waited = replies[-1], len(sent) > 1 and sent[-2][0] == "WAIT"
-        linked = db.nodes.replicas_of[address] = len(role[2])
+        listed = [(host.decode(), int(port)) for host, port, *_ in role[2]]
+        if not db.nodes.failing.isdisjoint(listed) and time.monotonic() > \
+                db.nodes.refreshed + 1:  # a replica that hung (listed for a minute) may be back
+            db.nodes.refresh()
+        linked = db.nodes.replicas_of[address] = sum(r not in db.nodes.failing for r in listed)
         if not waited and linked:
             raise Unavailable("%s:%d has a replica again" % address)
         if waited and replies[-2] < min(db.replicas, linked):

@@ -652,3 +652,21 @@ def test_a_hung_replica_holds_writes_up_only_until_the_cluster_flags_it(redis_na
         db.insert("c", 2)
         assert db._storage.nodes.replicas_of[meta] == 1  # waited for again
 
+
+def test_a_damaged_count_or_epoch_is_a_database_error(redis_names):
+    url = redis_names.url + "/counted"
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert("a", 1)
+        meta = redis.RedisCluster.from_url(redis_names.url)
+        for key in (b"{counted}:count", b"{counted}:distinct", b"{counted}:epoch"):
+            kept = meta.get(key)
+            for damage in (b"\xad2\xba", b"-4"):  # int() refused it; len() refused -4
+                meta.set(key, damage)
+                with pytest.raises(DatabaseError, match="holds .* not a count"):
+                    db.insert("b", 2)
+                if key != b"{counted}:distinct":  # what len() reads
+                    with pytest.raises(DatabaseError, match="holds .* not a count"):
+                        len(db)
+            meta.set(key, kept)
+        meta.close()
+        assert len(db) == 1 and db.check() == []

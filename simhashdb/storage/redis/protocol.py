@@ -52,7 +52,7 @@ class Protocol:
                     db.meta("SET", keys.hold, token, "PX", self.lease_ms())
                 before = self.even_epoch()
                 result = read(before)
-                if int(db.meta("GET", keys.epoch) or 0) == before:
+                if db.counter(db.meta("GET", keys.epoch), keys.epoch) == before:
                     return result
         try:
             return db.retrying(step)
@@ -68,8 +68,9 @@ class Protocol:
             epoch, ttl, layout = db.nodes.round({db.nodes.owner(keys.params): [
                 ("GET", keys.epoch), ("PTTL", keys.lock), ("GET", keys.layout)]}).popitem()[1]
             db.check_instance(layout)
-            if int(epoch or 0) % 2 == 0:
-                return int(epoch or 0)
+            epoch = db.counter(epoch, keys.epoch)
+            if epoch % 2 == 0:
+                return epoch
             if ttl == -2:
                 self.recover()
             elif time.monotonic() > deadline:
@@ -130,15 +131,17 @@ class Protocol:
                 return None
             pending, count, distinct, epoch, layout = taken
             db.check_instance(layout)
+            count, distinct, epoch = (db.counter(value, key) for value, key in (
+                (count, keys.count), (distinct, keys.distinct), (epoch, keys.epoch)))
             if not pending:
-                return int(count), int(distinct), int(epoch)
+                return count, distinct, epoch
             try:
                 plan = msgpack.unpackb(pending)
             except (ValueError, msgpack.UnpackException):
                 raise DatabaseError("the pending batch of %s is damaged" % db.path) from None
             if db.layout is None:
                 db.retrying(db.use_stored_layout)
-            self.land(plan, token, int(epoch))  # by this writer, or the one that took the lock
+            self.land(plan, token, epoch)  # by this writer, or the one that took the lock
 
     def recover(self):
         """Finish a dead writer's pending batch (from a reader)."""
@@ -188,7 +191,8 @@ class Protocol:
             db.retrying(lambda: self.finish(plan, token, epoch), "write to")
             return True
         except Superseded:
-            if int(db.retrying(lambda: db.meta("GET", db.keys.epoch)) or 0) < epoch:
+            if db.counter(db.retrying(lambda: db.meta("GET", db.keys.epoch)), db.keys.epoch) \
+                    < epoch:
                 raise db.contradiction("its fences are ahead of its epoch (were its {%s}: "
                                        "keys deleted?), so its batches cannot land"
                                        % db.keys.name.decode()) from None

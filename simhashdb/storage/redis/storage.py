@@ -104,6 +104,17 @@ class RedisStorage(Storage):
         return DatabaseError("the Redis database %s holds damaged data or answered "
                              "unexpectedly (%s); run check()" % (self.path, what))
 
+    def counter(self, raw, key):
+        """The count or epoch ``raw`` (None: 0) stored at ``key``: an int >= 0,
+        else the :meth:`contradiction`."""
+        try:
+            value = int(raw or 0)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise self.contradiction("%s holds %r, not a count" % (key.decode(), raw))
+        return value
+
     def stored_params(self, epoch):
         """The stored parameters at ``epoch`` (None for a new database, which
         no batch has written yet)."""
@@ -376,9 +387,8 @@ class RedisStorage(Storage):
         would read mostly empty hashes) those whose hash exists, found by a
         SCAN of the database's keys."""
         shards = 1 << self.keys.shard_bits
-        population = self.retrying(
-            lambda: self.meta("GET", self.keys.count if kind == b"d" else self.keys.distinct))
-        if 8 * int(population or 0) >= shards:
+        key = self.keys.count if kind == b"d" else self.keys.distinct
+        if 8 * self.counter(self.retrying(lambda: self.meta("GET", key)), key) >= shards:
             return range(first, shards)
         start = len(self.keys.name) + 3
         found = array("I", sorted({int(key[start:], 16) for key in

@@ -670,3 +670,26 @@ def test_a_damaged_count_or_epoch_is_a_database_error(redis_names):
             meta.set(key, kept)
         meta.close()
         assert len(db) == 1 and db.check() == []
+
+
+def test_an_odd_epoch_without_a_pending_batch_is_an_error_not_an_endless_loop(redis_names):
+    """Readers finished the pending batch of a dead writer until the epoch was
+    even: with the pending batch gone (a deleted key) they looped for ever."""
+    with DB(redis_names.url + "/odd", distance=3, blocks=5) as db:
+        db.insert("a", 1)
+        meta = redis.RedisCluster.from_url(redis_names.url)
+        meta.incr(b"{odd}:epoch")
+        meta.close()
+        outcome = []
+        for call in (lambda: len(db), lambda: db.insert("b", 2)):
+            reader = threading.Thread(target=lambda: outcome.append(raises(call)), daemon=True)
+            reader.start()
+            reader.join(10)
+            assert not reader.is_alive() and "is odd with no batch pending" in outcome[-1]
+
+
+def raises(call):
+    """The message of the SimhashDBError that ``call()`` raises."""
+    with pytest.raises(simhashdb_errors().SimhashDBError) as raised:
+        call()
+    return str(raised.value)

@@ -65,10 +65,11 @@ class Protocol:
         db, keys = self.db, self.db.keys
         deadline = time.monotonic() + 1
         while True:
-            epoch, ttl, layout = db.nodes.round({db.nodes.owner(keys.params): [
-                ("GET", keys.epoch), ("PTTL", keys.lock), ("GET", keys.layout)]}).popitem()[1]
+            epoch, ttl, layout, pending = db.nodes.round({db.nodes.owner(keys.params): [
+                ("GET", keys.epoch), ("PTTL", keys.lock), ("GET", keys.layout),
+                ("EXISTS", keys.pending)]}).popitem()[1]
             db.check_instance(layout)
-            epoch = db.counter(epoch, keys.epoch)
+            epoch = self.checked_epoch(epoch, pending)
             if epoch % 2 == 0:
                 return epoch
             if ttl == -2:
@@ -77,6 +78,15 @@ class Protocol:
                 raise Unavailable("a batch has been landing for a second")
             else:
                 time.sleep(0.001)
+
+    def checked_epoch(self, raw, pending):
+        """The stored epoch ``raw``, which is odd exactly while a batch is
+        ``pending`` (a script sets both): else the database is damaged."""
+        epoch = self.db.counter(raw, self.db.keys.epoch)
+        if epoch % 2 != bool(pending):
+            raise self.db.contradiction("its epoch, %d, is %s with %s batch pending" % (
+                epoch, *(("odd", "no") if epoch % 2 else ("even", "a"))))
+        return epoch
 
     # Writes
 
@@ -131,17 +141,17 @@ class Protocol:
                 return None
             pending, count, distinct, epoch, layout = taken
             db.check_instance(layout)
-            count, distinct, epoch = (db.counter(value, key) for value, key in (
-                (count, keys.count), (distinct, keys.distinct), (epoch, keys.epoch)))
             if not pending:
-                return count, distinct, epoch
+                return (db.counter(count, keys.count), db.counter(distinct, keys.distinct),
+                        self.checked_epoch(epoch, pending))
             try:
                 plan = msgpack.unpackb(pending)
             except (ValueError, msgpack.UnpackException):
                 raise DatabaseError("the pending batch of %s is damaged" % db.path) from None
             if db.layout is None:
                 db.retrying(db.use_stored_layout)
-            self.land(plan, token, epoch)  # by this writer, or the one that took the lock
+            # by this writer, or the one that took the lock
+            self.land(plan, token, self.checked_epoch(epoch, pending))
 
     def recover(self):
         """Finish a dead writer's pending batch (from a reader)."""

@@ -680,16 +680,38 @@ def test_an_odd_epoch_without_a_pending_batch_is_an_error_not_an_endless_loop(re
         meta = redis.RedisCluster.from_url(redis_names.url)
         meta.incr(b"{odd}:epoch")
         meta.close()
-        outcome = []
         for call in (lambda: len(db), lambda: db.insert("b", 2)):
-            reader = threading.Thread(target=lambda: outcome.append(raises(call)), daemon=True)
-            reader.start()
-            reader.join(10)
-            assert not reader.is_alive() and "is odd with no batch pending" in outcome[-1]
+            assert "is odd with no batch pending" in error_within(10, call)
 
 
-def raises(call):
-    """The message of the SimhashDBError that ``call()`` raises."""
-    with pytest.raises(simhashdb_errors().SimhashDBError) as raised:
-        call()
-    return str(raised.value)
+def test_fences_left_by_a_flushall_of_some_nodes_are_an_error_not_an_endless_loop(redis_names):
+    """A FLUSHALL of the node of a database's own slot (its epoch) but not of
+    the others (their fences): the database made anew there had each write
+    refused by a fence above its epoch, and its writers, taking the refusal
+    for another writer's takeover, tried again for ever."""
+    url = redis_names.url + "/refenced"
+    with DB(url, distance=3, blocks=5) as db:
+        for i in range(5):
+            db.insert_many(("k%d-%d" % (i, j), (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64)
+                           for j in range(100))
+        meta = db._storage.nodes.owner(db._storage.keys.params)[1]
+    with redis_names.client(meta) as client:
+        client.flushall()
+    with DB(url, distance=3, blocks=5) as anew:
+        assert "fences are ahead of its epoch" in error_within(10, lambda: anew.insert_many(
+            ("n%d" % j, j * 0x9E3779B97F4A7C15 % 2**64) for j in range(200)))
+
+
+def error_within(seconds, call):
+    """The message of the SimhashDBError that ``call()`` raises within ``seconds``."""
+    outcome = []
+
+    def run():
+        with pytest.raises(simhashdb_errors().SimhashDBError) as raised:
+            call()
+        outcome.append(str(raised.value))
+    thread = threading.Thread(target=run, daemon=True)  # left looping where it would
+    thread.start()
+    thread.join(seconds)
+    assert outcome, "still running after %g s" % seconds
+    return outcome[0]

@@ -125,7 +125,12 @@ class Unavailable(Exception):
 
 class Superseded(Exception):
     """This writer lost its lock while applying a batch: the batch is pending,
-    so the writer that took the lock over finishes it (or already did)."""
+    so the writer that took the lock over finishes it (or already did).
+    ``fenced``: a write was refused by a fence (a later batch wrote there)."""
+
+    def __init__(self, message, fenced=False):
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class Nodes:
@@ -323,7 +328,7 @@ class Nodes:
                 if isinstance(reply, redis.ResponseError):
                     message = "%s %s" % (type(reply).__name__, reply)
                     if str(reply).startswith("FENCED"):
-                        raise Superseded(message)
+                        raise Superseded(message, fenced=True)
                     if isinstance(reply, self._retryable) or any(
                             m in message for m in _RETRYABLE_MESSAGES):
                         raise Unavailable(message)

@@ -200,12 +200,14 @@ class Protocol:
             db.retrying(lambda: self.apply(plan, token, epoch), "write to")
             db.retrying(lambda: self.finish(plan, token, epoch), "write to")
             return True
-        except Superseded:
-            if db.counter(db.retrying(lambda: db.meta("GET", db.keys.epoch)), db.keys.epoch) \
-                    < epoch:
+        except Superseded as exc:
+            # a fence above this batch's epoch was raised by a later batch, which
+            # moved the epoch on: if it did not, the fences outlived the epoch
+            now = db.counter(db.retrying(lambda: db.meta("GET", db.keys.epoch)), db.keys.epoch)
+            if now < epoch or now == epoch and exc.fenced:
                 raise db.contradiction("its fences are ahead of its epoch (were its {%s}: "
-                                       "keys deleted?), so its batches cannot land"
-                                       % db.keys.name.decode()) from None
+                                       "keys deleted, or flushed on some nodes?), so its "
+                                       "batches cannot land" % db.keys.name.decode()) from None
             return False
 
     def wait_commands(self, address):

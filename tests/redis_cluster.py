@@ -102,6 +102,7 @@ class LocalCluster:
         self.ports = free_ports(primaries * (1 + replicas))
         self.replicas = replicas
         self.processes = {}
+        self.paused = set()  # ports of the nodes stopped with SIGSTOP (hung, not dead)
 
     @property
     def url(self):
@@ -156,7 +157,7 @@ class LocalCluster:
         """{port: "master" or "slave"} of the running nodes."""
         out = {}
         for port, process in self.processes.items():
-            if process.poll() is None:
+            if process.poll() is None and port not in self.paused:
                 with self.client(port) as c:
                     out[port] = c.info("replication")["role"]
         return out
@@ -179,7 +180,8 @@ class LocalCluster:
             time.sleep(0.1)
 
     def _healthy(self):
-        running = [p for p, proc in self.processes.items() if proc.poll() is None]
+        running = [p for p, proc in self.processes.items()
+                   if proc.poll() is None and p not in self.paused]
         for port in running:
             with self.client(port) as c:
                 if c.execute_command("CLUSTER INFO")["cluster_state"] != "ok":
@@ -211,6 +213,17 @@ class LocalCluster:
         process = self.processes[port]
         process.send_signal(signal.SIGKILL)
         process.wait()
+        self.paused.discard(port)
+
+    def pause(self, port):
+        """SIGSTOP the node of ``port``: it hangs, its connections open but silent."""
+        self.processes[port].send_signal(signal.SIGSTOP)
+        self.paused.add(port)
+
+    def resume(self, port):
+        """SIGCONT the node of ``port``."""
+        self.processes[port].send_signal(signal.SIGCONT)
+        self.paused.discard(port)
 
     def stop(self):
         for process in self.processes.values():

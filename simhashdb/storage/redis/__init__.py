@@ -4,15 +4,17 @@ Storage), :mod:`.view` and :mod:`.batch` (its reads and transactions),
 :mod:`.protocol` (the batch protocol), :mod:`.keys` (the names of the keys),
 :mod:`.cluster` (URLs, connections, rounds), :mod:`.scripts` (the Lua).
 
-``redis://[user:password@]host:port/name[?options]`` (``rediss://`` for TLS)
-names database ``name`` on the cluster (detected) or server at host:port;
+``redis://[user:password@]host:port[,host:port...]/name[?options]``
+(``rediss://`` for TLS) names database ``name`` on the cluster (detected) or
+server at host:port, or at the first of several seed nodes that answers;
 several databases share a cluster. Options: ``replicas`` (how many replicas
 of each node a batch must reach before it is acknowledged, default 1 where
 the primaries have replicas, else 0; a primary that a failover left without
 any replica writes alone until one is back), ``retry`` (seconds to retry
 through a failover before DatabaseError, default 20), ``lease`` (seconds a
-dead writer's lock lives, default 10), ``timeout`` (socket timeout, default
-10), ``ca`` (a PEM file of the CA certificates that signed a rediss://
+dead writer's lock lives, default 10), ``timeout`` (seconds a node that
+still owns its slots may take to connect or answer, default 10: a late
+reply's node is left once another node names its replica primary), ``ca`` (a PEM file of the CA certificates that signed a rediss://
 server's, default the system's). With ``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
 ``$SIMHASHDB_REDIS_URL``.
 

@@ -18,9 +18,9 @@ class RedisTxn(RedisView, Txn):
     """A batch being planned under the write lock: reads see the committed
     data and this batch's own changes; :meth:`plan` says what to write."""
 
-    def __init__(self, db, count, distinct):
+    def __init__(self, db, count, distinct, epoch):
         super().__init__(db)
-        self._count_before, self._distinct_before = count, distinct
+        self._count_before, self._distinct_before, self._epoch = count, distinct, epoch
         self._docs = {}       # key -> value (None: removed) set by this batch
         self._rewritten = set()  # keys upserted: written with their index entries even unchanged
         self._committed = {}  # key -> committed value (None: absent), for keys read
@@ -42,15 +42,18 @@ class RedisTxn(RedisView, Txn):
             _redis.add_absent(fps, self._fps, self._fps_committed)
             return
         keys = _redis.unread(keys, self._committed)
-        if keys:
-            values = self._read(lambda: db.hash_fields(b"d", keys, False))
-            self._committed.update(values)
-            fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
+        values = self._read(lambda: db.hash_fields(b"d", keys, False)) if keys else {}
+        self._committed.update(values)
+        fps = list(fps) + [value_fingerprint(v) for v in values.values() if v is not None]
         fps = _redis.unread(fps, self._fps)
         if fps:
             for fp, keys_of in self._read(lambda: db.keys_of(fps)).items():
                 self._fps[fp] = keys_of
                 self._fps_committed[fp] = tuple(keys_of)
+        for key, value in values.items():  # the batch's changes rely on it
+            if value is not None and key not in self._fps_committed[value_fingerprint(value)]:
+                raise db.contradiction("document %r is missing from the fingerprint index"
+                                       % key)
 
     def _value(self, key):
         return self._docs[key] if key in self._docs else self._committed[key]
@@ -70,7 +73,9 @@ class RedisTxn(RedisView, Txn):
     # Reads with this batch's changes
 
     def params(self):
-        return self._new_params if self._new_params is not None else super().params()
+        if self._new_params is not None:
+            return self._new_params
+        return self._read(lambda: self._db.stored_params(self._epoch))
 
     def count(self):
         return self._count_before + _redis.planned_documents(self._docs, self._committed)[1]

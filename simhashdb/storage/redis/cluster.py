@@ -8,6 +8,7 @@ import functools
 import os
 import socket
 import ssl
+import time
 import urllib.parse
 from array import array
 
@@ -16,6 +17,8 @@ from ...errors import DatabaseError, InvalidArgumentError
 
 SLOTS = 16384
 DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None, "ca": None}
+WATCH_SECONDS = 0.25  # how often a late reply makes us ask whether its node was replaced
+ASK_SECONDS = 2.0  # the most a question of which node owns what waits for its answer
 
 # Replies that a failover or a moving slot gives for a while: retried.
 _RETRYABLE_MESSAGES = ("NOREPLICAS", "non local key", "cluster is down", "CLUSTERDOWN")
@@ -47,18 +50,46 @@ def redis_url(path):
     return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(path, safe="")))
 
 
-Address = collections.namedtuple("Address", "path name host port options connection")
+Address = collections.namedtuple("Address", "path name seeds options connection")
+
+
+def _seeds(netloc, url):
+    """The (host, port) of each node a URL's ``host:port,host:port,...`` names."""
+    seeds = []
+    for item in netloc.rpartition("@")[2].split(","):
+        try:
+            parts = urllib.parse.urlsplit("//" + item)
+            seed = (parts.hostname or "localhost", 6379 if parts.port is None else parts.port)
+            if not item or not seed[1]:
+                raise ValueError(item)
+        except ValueError:
+            raise InvalidArgumentError("a Redis URL names its nodes as host:port, separated "
+                                       "by commas; got %r in %s" % (item, url)) from None
+        if seed not in seeds:
+            seeds.append(seed)
+    return seeds
+
+
+def _named(address):
+    """``host:port`` (an IPv6 host in brackets)."""
+    host, port = address
+    return "%s:%d" % ("[%s]" % host if ":" in host else host, port)
 
 
 def parse_url(path):
     """The :class:`Address` of database ``path`` (a URL, or a name on the
-    server of ``$SIMHASHDB_REDIS_URL``): its canonical path, name, host, port,
-    options (``DEFAULTS`` as the URL sets them) and redis-py connection options.
+    server of ``$SIMHASHDB_REDIS_URL``): its canonical path, name, seeds (the
+    (host, port) of each node it names), options (``DEFAULTS`` as the URL
+    sets them) and redis-py connection options.
 
-    :raises InvalidArgumentError: a bad name or option.
+    :raises InvalidArgumentError: a bad name, node or option.
     """
     url = redis_url(path)
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host
+        raise InvalidArgumentError("a Redis URL names its nodes as host:port, separated by "
+                                   "commas (%s): %s" % (exc, url)) from None
     name = urllib.parse.unquote(parts.path[1:])
     if not name or any(c in name for c in "{}:"):
         raise InvalidArgumentError("a Redis database URL ends with /name, a name without "
@@ -76,7 +107,7 @@ def parse_url(path):
         except ValueError:
             raise InvalidArgumentError("option %s=%r in %s is not a number"
                                        % (key, values[-1], url)) from None
-    host, port = parts.hostname or "localhost", parts.port or 6379
+    seeds = _seeds(parts.netloc, url)
     connection = {"socket_timeout": options["timeout"],
                   "socket_connect_timeout": options["timeout"],
                   "username": urllib.parse.unquote(parts.username or "") or None,
@@ -84,8 +115,8 @@ def parse_url(path):
                   "ssl": parts.scheme == "rediss"}
     if options["ca"]:
         connection["ssl_ca_certs"] = options["ca"]
-    return Address("%s://%s:%d/%s" % (parts.scheme, host, port, name), name, host, port,
-                   options, connection)
+    return Address("%s://%s/%s" % (parts.scheme, ",".join(map(_named, seeds)), name), name,
+                   seeds, options, connection)
 
 
 class Unavailable(Exception):
@@ -94,13 +125,19 @@ class Unavailable(Exception):
 
 class Superseded(Exception):
     """This writer lost its lock while applying a batch: the batch is pending,
-    so the writer that took the lock over finishes it (or already did)."""
+    so the writer that took the lock over finishes it (or already did).
+    ``fenced``: a write was refused by a fence (a later batch wrote there)."""
+
+    def __init__(self, message, fenced=False):
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class Nodes:
-    """The primaries of a cluster (or one server) and which owns each slot."""
+    """The primaries of a cluster (or one server) and which owns each slot,
+    learnt from the first of the ``seeds`` (host, port) that answers."""
 
-    def __init__(self, host, port, options):
+    def __init__(self, seeds, options):
         import redis
         self._redis = redis
         self.errors = (redis.RedisError, OSError)
@@ -108,90 +145,146 @@ class Nodes:
                            redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError,
                            redis.exceptions.ReadOnlyError, redis.exceptions.MasterDownError)
         self._options = options
-        self._clients = {}
-        self._seeds = [(host, port)]
-        client = self.client((host, port))
-        try:
-            self.cluster = bool(client.info("cluster").get("cluster_enabled"))
-        except redis.AuthenticationError as exc:
-            raise DatabaseError("Redis at %s:%d refused the login (%s): give its user and "
-                                "password in the URL, redis://user:password@host:port/name"
-                                % (host, port, exc)) from None
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if isinstance(exc.__context__, ssl.SSLCertVerificationError):
-                raise DatabaseError("Redis at %s:%d has a certificate that no CA known here "
-                                    "signed (%s): name its CA's certificates with "
-                                    "?ca=/path/to/ca.pem" % (host, port, exc.__context__)) from None
-            cause = exc.__context__
-            if isinstance(cause, ConnectionRefusedError) or (
-                    isinstance(cause, socket.gaierror) and cause.errno == socket.EAI_NONAME):
-                # nothing listens there, or no such host: no failover brings it back
-                # (a name server that did not answer, EAI_AGAIN, is retried)
-                raise DatabaseError("no Redis server answers at %s:%d (%s): start it, or "
-                                    "check the host and port in the URL"
-                                    % (host, port, cause.strerror)) from None
-            raise Unavailable(exc) from None
-        except redis.RedisError as exc:
-            raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
-        self.owners = [(host, port)] * SLOTS
-        self.addresses = [(host, port)]  # the primaries
+        self._clients, self._asking = {}, {}
+        self._known = list(seeds)  # the nodes to ask which owns each slot: seeds, then all
+        self._silent = set()  # nodes that last failed to answer: asked last
+        self.cluster, first = self._contact(seeds)
+        self.owners = [first] * SLOTS
+        self.addresses = [first]  # the primaries
         self.slot_nodes = array("H", [0]) * SLOTS  # the index in addresses of each slot's
         self.replicas = 0  # the fewest replicas a primary has
         self.replicas_of = {}  # address of a primary: its replicas, as last seen
+        self.failing = set()  # nodes the cluster flags as failing (fail or fail?)
+        self.refreshed = 0.0  # time.monotonic() of the last refresh
         self.refresh()
 
-    def client(self, address):
-        client = self._clients.get(address)
+    def _contact(self, seeds):
+        """(whether the nodes are a cluster, the first seed that answered)."""
+        redis, refused, failure = self._redis, [], None
+        for host, port in seeds:
+            try:
+                return bool(self.client((host, port), True).info("cluster").get(
+                    "cluster_enabled")), (host, port)
+            except redis.AuthenticationError as exc:
+                raise DatabaseError("Redis at %s:%d refused the login (%s): give its user and "
+                                    "password in the URL, redis://user:password@host:port/name"
+                                    % (host, port, exc)) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if isinstance(exc.__context__, ssl.SSLCertVerificationError):
+                    raise DatabaseError(
+                        "Redis at %s:%d has a certificate that no CA known here signed (%s): "
+                        "name its CA's certificates with ?ca=/path/to/ca.pem"
+                        % (host, port, exc.__context__)) from None
+                cause = failure = exc.__context__ or exc
+                self._silent.add((host, port))
+                if isinstance(cause, ConnectionRefusedError) or (
+                        isinstance(cause, socket.gaierror) and cause.errno == socket.EAI_NONAME):
+                    # nothing listens there, or no such host: no failover brings it back
+                    # (a name server that did not answer, EAI_AGAIN, is retried)
+                    refused.append("%s:%d (%s)" % (host, port, cause.strerror))
+            except redis.RedisError as exc:
+                raise DatabaseError("Redis at %s:%d refused: %s" % (host, port, exc)) from None
+        if len(refused) == len(seeds):
+            raise DatabaseError("no Redis server answers at %s: start it, or check the hosts "
+                                "and ports in the URL" % ", ".join(refused))
+        raise Unavailable(failure)
+
+    def client(self, address, asking=False):
+        """The client of ``address``; ``asking``: the one for short questions
+        (which node owns what), whose timeout is at most ASK_SECONDS."""
+        clients = self._asking if asking else self._clients
+        client = clients.get(address)
         if client is None:
             from redis.backoff import NoBackoff
             from redis.retry import Retry
-            client = self._clients[address] = self._redis.Redis(  # retried by us, not redis-py
+            options = dict(self._options)
+            if asking:
+                options["socket_timeout"] = options["socket_connect_timeout"] = min(
+                    ASK_SECONDS, options["socket_timeout"])
+            client = clients[address] = self._redis.Redis(  # retried by us, not redis-py
                 host=address[0], port=address[1], protocol=2, retry=Retry(NoBackoff(), 0),
-                **self._options)
+                **options)
         return client
 
+    def _askable(self, besides=None):
+        """The known nodes but ``besides``, those that last failed to answer last."""
+        return sorted((a for a in self._known if a != besides), key=self._silent.__contains__)
+
     def refresh(self):
-        """Learn which primary owns each slot (and how many replicas each has)."""
+        """Learn which primary owns each slot (and how many replicas each has),
+        from the first known node that answers."""
         redis = self._redis
         if not self.cluster:
             try:
-                info = self.client(self._seeds[0]).info("replication")
+                info = self.client(self.addresses[0]).info("replication")
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 raise Unavailable(exc) from None
             self.replicas = info.get("connected_slaves", 0)
-            self.replicas_of = {self._seeds[0]: self.replicas}
+            self.replicas_of = {self.addresses[0]: self.replicas}
             return
         failure = None
-        for address in self._seeds + sorted(set(self.owners) - set(self._seeds)):
+        for address in self._askable():
             try:
-                shards = self.client(address).execute_command("CLUSTER SLOTS")
-                nodes = self.client(address).execute_command("CLUSTER NODES")
-            except (redis.RedisError, OSError) as exc:
+                shards = self.client(address, True).execute_command("CLUSTER SLOTS")
+                nodes = self.client(address, True).execute_command("CLUSTER NODES")
+            except self.errors as exc:
+                self._silent.add(address)
                 failure = exc
                 continue
+            self._silent.discard(address)
             owners = [None] * SLOTS
             for start, end, primary, *_ in shards:
-                owner = (primary[0].decode() or address[0], int(primary[1]))
-                owners[start:end + 1] = [owner] * (end - start + 1)
+                owners[start:end + 1] = [_primary(primary, address)] * (end - start + 1)
             if None in owners:
                 failure = "not every slot has a primary"
                 continue
             self.owners = owners
-            self._seeds = self.addresses = sorted(set(owners))
+            self.addresses = sorted(set(owners))
             index = {address: i for i, address in enumerate(self.addresses)}
             self.slot_nodes = array("H", [index[owner] for owner in owners])
             by_primary = collections.Counter(n["master_id"] for n in nodes.values()
                                              if "slave" in n["flags"] and "fail" not in n["flags"])
-            self.replicas_of = {}
+            self.replicas_of, self.failing = {}, set()
             for text, n in nodes.items():  # "host:port@bus port"
+                host, node_port = text.split("@")[0].rsplit(":", 1)
+                node = (host or address[0], int(node_port))
+                if node not in self._known:
+                    self._known.append(node)
+                if "fail" in n["flags"]:
+                    self.failing.add(node)
                 if "master" in n["flags"]:
-                    host, node_port = text.split("@")[0].rsplit(":", 1)
-                    self.replicas_of[(host or address[0], int(node_port))] = \
-                        by_primary[n["node_id"]]
+                    self.replicas_of[node] = by_primary[n["node_id"]]
             self.replicas = min((by_primary[n["node_id"]] for n in nodes.values()
                                  if "master" in n["flags"] and n["slots"]), default=0)
+            self.refreshed = time.monotonic()
             return
         raise Unavailable(failure)
+
+    def _replaced(self, address):
+        """Whether the first other node that answers says that ``address``
+        owns no slot (a replica took over from it)."""
+        for other in self._askable(besides=address):
+            try:
+                shards = self.client(other, True).execute_command("CLUSTER SLOTS")
+            except self.errors:
+                self._silent.add(other)
+                continue
+            return address not in {_primary(primary, other) for _, _, primary, *_ in shards}
+        return False
+
+    def _await(self, connection, address):
+        """Until a reply from ``address`` can be read on ``connection``; while
+        it is late, every WATCH_SECONDS, Unavailable if a replica took over
+        from it (a primary that hangs is replaced in a few seconds, long before
+        its socket times out), and after the socket timeout."""
+        deadline = time.monotonic() + self._options["socket_timeout"]
+        while not connection.can_read(timeout=WATCH_SECONDS):
+            if self._replaced(address):
+                raise Unavailable("%s stopped answering, and a replica took over its slots"
+                                  % _named(address))
+            if time.monotonic() > deadline:
+                raise Unavailable("%s did not answer within %g s"
+                                  % (_named(address), self._options["socket_timeout"]))
 
     def owner(self, key):
         return self.addresses[self.slot_nodes[_redis.key_slot(key)]]
@@ -203,9 +296,11 @@ class Nodes:
         """Send each node its commands (lists of args) at once, then read every
         reply: {address: [reply or ResponseError, ...]}."""
         redis = self._redis
-        taken, replies = [], {}
+        taken, replies, address = [], {}, None
         try:
             for address, commands in requests.items():
+                if address in self._silent and self.cluster and self._replaced(address):
+                    raise Unavailable("%s was replaced" % _named(address))  # not waited for
                 pool = self.client(address).connection_pool
                 connection = pool.get_connection()
                 taken.append((pool, connection, address, commands))
@@ -213,14 +308,18 @@ class Nodes:
             for pool, connection, address, commands in taken:
                 out = replies[address] = []
                 for _ in commands:
+                    if self.cluster:
+                        self._await(connection, address)
                     try:
                         out.append(connection.read_response())
                     except redis.ResponseError as exc:
                         out.append(exc)
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            for _, connection, _, _ in taken:
+                self._silent.discard(address)
+        except (redis.ConnectionError, redis.TimeoutError, OSError, Unavailable) as exc:
+            for _, connection, _, _ in taken:  # replies may be on their way: not reusable
                 connection.disconnect()
-            raise Unavailable(exc) from None
+            self._silent.add(address)
+            raise (exc if isinstance(exc, Unavailable) else Unavailable(exc)) from None
         finally:
             for pool, connection, _, _ in taken:
                 pool.release(connection)
@@ -229,7 +328,7 @@ class Nodes:
                 if isinstance(reply, redis.ResponseError):
                     message = "%s %s" % (type(reply).__name__, reply)
                     if str(reply).startswith("FENCED"):
-                        raise Superseded(message)
+                        raise Superseded(message, fenced=True)
                     if isinstance(reply, self._retryable) or any(
                             m in message for m in _RETRYABLE_MESSAGES):
                         raise Unavailable(message)
@@ -237,9 +336,14 @@ class Nodes:
         return replies
 
     def close(self):
-        for client in self._clients.values():
+        for client in (*self._clients.values(), *self._asking.values()):
             client.close()
-        self._clients = {}
+        self._clients, self._asking = {}, {}
+
+
+def _primary(entry, asked):
+    """The (host, port) of a primary in a CLUSTER SLOTS reply of node ``asked``."""
+    return entry[0].decode() or asked[0], int(entry[1])
 
 
 @functools.lru_cache(maxsize=None)

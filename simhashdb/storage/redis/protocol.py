@@ -52,7 +52,7 @@ class Protocol:
                     db.meta("SET", keys.hold, token, "PX", self.lease_ms())
                 before = self.even_epoch()
                 result = read(before)
-                if int(db.meta("GET", keys.epoch) or 0) == before:
+                if db.counter(db.meta("GET", keys.epoch), keys.epoch) == before:
                     return result
         try:
             return db.retrying(step)
@@ -65,11 +65,13 @@ class Protocol:
         db, keys = self.db, self.db.keys
         deadline = time.monotonic() + 1
         while True:
-            epoch, ttl, layout = db.nodes.round({db.nodes.owner(keys.params): [
-                ("GET", keys.epoch), ("PTTL", keys.lock), ("GET", keys.layout)]}).popitem()[1]
+            epoch, ttl, layout, pending = db.nodes.round({db.nodes.owner(keys.params): [
+                ("GET", keys.epoch), ("PTTL", keys.lock), ("GET", keys.layout),
+                ("EXISTS", keys.pending)]}).popitem()[1]
             db.check_instance(layout)
-            if int(epoch or 0) % 2 == 0:
-                return int(epoch or 0)
+            epoch = self.checked_epoch(epoch, pending)
+            if epoch % 2 == 0:
+                return epoch
             if ttl == -2:
                 self.recover()
             elif time.monotonic() > deadline:
@@ -77,10 +79,19 @@ class Protocol:
             else:
                 time.sleep(0.001)
 
+    def checked_epoch(self, raw, pending):
+        """The stored epoch ``raw``, which is odd exactly while a batch is
+        ``pending`` (a script sets both): else the database is damaged."""
+        epoch = self.db.counter(raw, self.db.keys.epoch)
+        if epoch % 2 != bool(pending):
+            raise self.db.contradiction("its epoch, %d, is %s with %s batch pending" % (
+                epoch, *(("odd", "no") if epoch % 2 else ("even", "a"))))
+        return epoch
+
     # Writes
 
     def write(self, body, batch):
-        """Run ``body(txn)`` on ``batch(count, distinct)`` (a new txn) under the
+        """Run ``body(txn)`` on ``batch(count, distinct, epoch)`` (a new txn) under the
         write lock, and land the plan of the txn whole; returns its result."""
         db = self.db
         with _no_cyclic_gc():
@@ -89,7 +100,7 @@ class Protocol:
             try:
                 while True:
                     count, distinct, epoch = self.acquire(token)
-                    txn = batch(count, distinct)
+                    txn = batch(count, distinct, epoch)
                     result = body(txn)
                     plan = txn.plan()
                     if plan is None or self.commit(plan, token, epoch):
@@ -131,14 +142,16 @@ class Protocol:
             pending, count, distinct, epoch, layout = taken
             db.check_instance(layout)
             if not pending:
-                return int(count), int(distinct), int(epoch)
+                return (db.counter(count, keys.count), db.counter(distinct, keys.distinct),
+                        self.checked_epoch(epoch, pending))
             try:
                 plan = msgpack.unpackb(pending)
             except (ValueError, msgpack.UnpackException):
                 raise DatabaseError("the pending batch of %s is damaged" % db.path) from None
             if db.layout is None:
                 db.retrying(db.use_stored_layout)
-            self.land(plan, token, int(epoch))  # by this writer, or the one that took the lock
+            # by this writer, or the one that took the lock
+            self.land(plan, token, self.checked_epoch(epoch, pending))
 
     def recover(self):
         """Finish a dead writer's pending batch (from a reader)."""
@@ -187,11 +200,14 @@ class Protocol:
             db.retrying(lambda: self.apply(plan, token, epoch), "write to")
             db.retrying(lambda: self.finish(plan, token, epoch), "write to")
             return True
-        except Superseded:
-            if int(db.retrying(lambda: db.meta("GET", db.keys.epoch)) or 0) < epoch:
-                raise DatabaseError("the fences of %s are ahead of its epoch (were its {%s}: "
-                                    "keys deleted?): its batches cannot land"
-                                    % (db.path, db.keys.name.decode())) from None
+        except Superseded as exc:
+            # a fence above this batch's epoch was raised by a later batch, which
+            # moved the epoch on: if it did not, the fences outlived the epoch
+            now = db.counter(db.retrying(lambda: db.meta("GET", db.keys.epoch)), db.keys.epoch)
+            if now < epoch or now == epoch and exc.fenced:
+                raise db.contradiction("its fences are ahead of its epoch (were its {%s}: "
+                                       "keys deleted, or flushed on some nodes?), so its "
+                                       "batches cannot land" % db.keys.name.decode()) from None
             return False
 
     def wait_commands(self, address):
@@ -206,14 +222,19 @@ class Protocol:
 
     def check_replicated(self, address, sent, replies):
         """Raise Unavailable unless the writes before :meth:`wait_commands`
-        reached ``replicas`` replicas, or every replica the node has (a
-        primary left without replicas by a failover writes alone until one
-        is back; when one is, the round is written again and waited for)."""
+        reached ``replicas`` replicas, or every replica the node has that the
+        cluster does not flag as failing (a primary left without replicas by
+        a failover, or whose replica hangs, writes alone until one is back;
+        when one is, the round is written again and waited for)."""
         db = self.db
         if not db.replicas:
             return
         role, waited = replies[-1], len(sent) > 1 and sent[-2][0] == "WAIT"
-        linked = db.nodes.replicas_of[address] = len(role[2])
+        listed = [(host.decode(), int(port)) for host, port, *_ in role[2]]
+        if not db.nodes.failing.isdisjoint(listed) and time.monotonic() > \
+                db.nodes.refreshed + 1:  # a replica that hung (listed for a minute) may be back
+            db.nodes.refresh()
+        linked = db.nodes.replicas_of[address] = sum(r not in db.nodes.failing for r in listed)
         if not waited and linked:
             raise Unavailable("%s:%d has a replica again" % address)
         if waited and replies[-2] < min(db.replicas, linked):

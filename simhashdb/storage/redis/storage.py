@@ -58,8 +58,8 @@ class RedisStorage(Storage):
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
         self.nodes = None
-        self.nodes = self.retrying(lambda: Nodes(address.host, address.port,
-                                                 address.connection), "connect to")
+        self.nodes = self.retrying(lambda: Nodes(address.seeds, address.connection),
+                                   "connect to")
         self.replicas = address.options["replicas"]
         if self.replicas is None:
             self.replicas = min(1, self.nodes.replicas)
@@ -91,6 +91,39 @@ class RedisStorage(Storage):
                 "blocks=%d)" % (self.path, self.layout.distance, self.layout.blocks))
             raise DatabaseError(self._vanished)
 
+    def contradiction(self, what):
+        """The DatabaseError of data that contradicts itself (``what``): raised
+        at once as :meth:`check_instance` raises it if the database vanished
+        under this handle (a FLUSHALL reaches one node after another), else
+        returned, naming the damage."""
+        if self._instance is not None:
+            try:
+                self.check_instance(self.meta("GET", self.keys.layout))
+            except Unavailable:
+                pass
+        return DatabaseError("the Redis database %s holds damaged data or answered "
+                             "unexpectedly (%s); run check()" % (self.path, what))
+
+    def counter(self, raw, key):
+        """The count or epoch ``raw`` (None: 0) stored at ``key``: an int >= 0,
+        else the :meth:`contradiction`."""
+        try:
+            value = int(raw or 0)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise self.contradiction("%s holds %r, not a count" % (key.decode(), raw))
+        return value
+
+    def stored_params(self, epoch):
+        """The stored parameters at ``epoch`` (None for a new database, which
+        no batch has written yet)."""
+        raw = self.meta("GET", self.keys.params)
+        if raw is None and epoch:
+            raise self.contradiction("its parameters, %s, are missing"
+                                     % self.keys.params.decode(errors="replace"))
+        return raw
+
     def retrying(self, step, doing="read from"):
         """``step()``, retried while the cluster is unavailable (a failover),
         for at most ``retry_seconds``; then DatabaseError."""
@@ -102,9 +135,7 @@ class RedisStorage(Storage):
             except (ValueError, TypeError, KeyError, IndexError) as exc:
                 if isinstance(exc, SimhashDBError):
                     raise
-                raise DatabaseError("the Redis database %s holds damaged data or answered "
-                                    "unexpectedly (%s: %s); run check()"
-                                    % (self.path, type(exc).__name__, exc)) from None
+                raise self.contradiction("%s: %s" % (type(exc).__name__, exc)) from None
             except Unavailable as exc:
                 if time.monotonic() + delay > deadline:
                     raise DatabaseError(
@@ -314,14 +345,12 @@ class RedisStorage(Storage):
                         for c in self.keys.name)
         found = []
         for address in self.nodes.primaries():
-            client, cursor = self.nodes.client(address), 0
+            cursor = b"0"
             while True:
-                try:
-                    cursor, keys = client.scan(cursor, match=name + b":" + pattern, count=1000)
-                except self.nodes.errors as exc:
-                    raise Unavailable(exc) from None
+                cursor, keys = self.nodes.round({address: [
+                    ("SCAN", cursor, "MATCH", name + b":" + pattern, "COUNT", 1000)]})[address][0]
                 found += keys
-                if not cursor:
+                if cursor == b"0":
                     break
         return found
 
@@ -358,9 +387,8 @@ class RedisStorage(Storage):
         would read mostly empty hashes) those whose hash exists, found by a
         SCAN of the database's keys."""
         shards = 1 << self.keys.shard_bits
-        population = self.retrying(
-            lambda: self.meta("GET", self.keys.count if kind == b"d" else self.keys.distinct))
-        if 8 * int(population or 0) >= shards:
+        key = self.keys.count if kind == b"d" else self.keys.distinct
+        if 8 * self.counter(self.retrying(lambda: self.meta("GET", key)), key) >= shards:
             return range(first, shards)
         start = len(self.keys.name) + 3
         found = array("I", sorted({int(key[start:], 16) for key in
@@ -377,8 +405,7 @@ class RedisStorage(Storage):
         if self.readonly:
             raise DatabaseError("the database at %s is open read-only" % self.path)
         with self._write_lock:
-            return self.protocol.write(body, lambda count, distinct: RedisTxn(self, count,
-                                                                                distinct))
+            return self.protocol.write(body, lambda *state: RedisTxn(self, *state))
 
     def compact(self):
         """Nothing to do: a bucket's string shrinks as entries go, and Redis

@@ -15,13 +15,16 @@ class RedisView(View):
         return self._db.protocol.consistent(lambda epoch: read())
 
     def params(self):
-        return self._read(lambda: self._db.meta("GET", self._db.keys.params))
+        return self._db.protocol.consistent(self._db.stored_params)
 
     def count(self):
-        return int(self._read(lambda: self._db.meta("GET", self._db.keys.count)) or 0)
+        return self._counter(self._db.keys.count)
 
     def distinct(self):
-        return int(self._read(lambda: self._db.meta("GET", self._db.keys.distinct)) or 0)
+        return self._counter(self._db.keys.distinct)
+
+    def _counter(self, key):
+        return self._db.counter(self._read(lambda: self._db.meta("GET", key)), key)
 
     def get(self, key):
         return self.get_many([key])[0]

@@ -5,6 +5,8 @@ read-only as it is, and handles of one process on one database share it."""
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -95,6 +97,21 @@ def test_a_database_whose_making_failed_leaves_nothing_behind(tmp_path, monkeypa
     with DB(str(tmp_path / "new")) as db:  # made whole at the next try
         db.insert("a", 1)
         assert len(db) == 1
+
+
+def test_a_handle_that_made_the_file_but_found_the_parameters_stored_removes_nothing(
+        tmp_path, backend):
+    """Two processes making one database: the one whose parameters landed
+    second writes nothing, and its close must not take the other's database."""
+    path = str(tmp_path / "db")
+    maker = registry.open_storage(path, backend=backend)  # made the file, stored nothing
+    subprocess.run([sys.executable, "-c", "import simhashdb, sys\n"
+                    "with simhashdb.DB(sys.argv[1], backend=sys.argv[2]) as db:\n"
+                    "    db.insert_many([(i, i * 7919) for i in range(100)])", path, backend],
+                   check=True)
+    maker.close()
+    with DB(path, create=False, backend=backend) as db:
+        assert len(db) == 100 and db.check() == []
 
 
 def file_digest(path):

@@ -883,15 +883,33 @@ class LmdbStorage(Storage):
 
     def close(self):
         """Close the environment and release the directory; a database this
-        storage made and never committed a write to (its making failed) is
-        removed, so that nothing is left of it."""
+        storage made and that no process committed its parameters to (its
+        making failed) is removed, so that nothing is left of it."""
         with self._write_lock, self._gate.exclusive("close the database"):
+            made = not (self._written or self.readonly or self._has_params())
             if self._env is not None:
                 self._close_env()
-            if self._written or self.readonly:
-                self._dir.release()
-            else:
+            if made:
                 self._dir.abandon()
+            else:
+                self._dir.release()
+
+    def _has_params(self):
+        """Whether the file holds parameters that some process committed (this
+        one may have found them stored by another and written nothing): such a
+        database is never removed. True where it cannot be read now."""
+        if self._env is None:
+            return False
+        try:
+            txn = self._begin_read()
+        except Exception:  # whatever the backend raises: keep the files
+            return True
+        try:
+            return self._view(txn).params() is not None
+        except Exception:
+            return True
+        finally:
+            txn.abort()
 
     def release_handle(self):
         """An :class:`LmdbHandle` of it closed: close it with the last one."""

@@ -554,9 +554,11 @@ def decode_text(data, declared=None, forced=None):
 
 def web_encoding(label):
     """The Python codec of a charset label as browsers read it, or None for
-    none or one unknown."""
+    none, one unknown, or a codec of bytes to bytes (hex, zlib, base64...)."""
     try:
         name = codecs.lookup(label.strip()).name if label else None
+        if name:
+            b"a".decode(name, "ignore")  # one of bytes to bytes is "not a text encoding"
     except LookupError:
         return None
     return WEB_ENCODINGS.get(name, name)

@@ -196,6 +196,10 @@ def test_charset_decisions():
     assert inputs.decode_text(text.encode("utf-16")) == (text, "bom")
     assert inputs.decode_text(text.encode("cp1252"), forced="latin-1") == (text, "forced")
     assert inputs.decode_text(b"\x89PNG\r\n\x1a\n\x00\x00")[0].why == "binary (NUL bytes)"
+    for label in ("hex", "zlib", "base64", "rot13"):  # codecs, not charsets: not taken
+        page = b"<meta charset=%s><p>caf\xc3\xa9</p>" % label.encode()
+        assert inputs.web_encoding(label) is None
+        assert inputs.decode_text(page, label) == (page.decode(), "utf-8")
     rng = random.Random(0)
     noise = bytes(rng.randrange(1, 256) for _ in range(5000))
     assert inputs.decode_text(noise)[0].why == "binary (no text encoding fits)"

@@ -59,14 +59,17 @@ def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
     """``key`` as stored: msgpack(key), or its digest where that is longer
     than ``limit`` (see :func:`long_key`).
 
-    :raises InvalidKeyError: not a str, bytes or int, or longer than MAX_KEY_SIZE.
+    A key is looked up (read, removed) whatever its size, so that one stored
+    before MAX_KEY_SIZE bounded them stays reachable; writes refuse longer ones.
+
+    :raises InvalidKeyError: not a str, bytes or int.
     """
-    encoded = _whole_key(key, pack)
+    encoded = _whole_key(key, pack, bounded=False)
     return _digest(encoded) if len(encoded) > limit else encoded
 
 
-def _whole_key(key, pack=msgpack.packb):
-    """msgpack(key), checked."""
+def _whole_key(key, pack=msgpack.packb, bounded=True):
+    """msgpack(key), checked (``bounded``: at most MAX_KEY_SIZE bytes)."""
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise InvalidKeyError("keys must be str, bytes or int, got %s %s%s"
                               % (type(key).__name__, _ext.shown(key),
@@ -80,7 +83,7 @@ def _whole_key(key, pack=msgpack.packb):
     except UnicodeEncodeError:
         raise InvalidKeyError("str key %s is not valid Unicode (a lone surrogate?): keys must "
                               "encode as UTF-8" % _ext.shown(key)) from None
-    if len(encoded) > MAX_KEY_SIZE:
+    if bounded and len(encoded) > MAX_KEY_SIZE:
         raise InvalidKeyError("key %s takes %d bytes; keys take at most %d (MAX_KEY_SIZE): "
                               "key the document by a digest of it and keep the whole in its "
                               "metadata" % (_ext.shown(key), len(encoded), MAX_KEY_SIZE))

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import simhashdb
-from simhashdb import cli
+from simhashdb import cli, records
 
 WORDS = ["river", "bridge", "morning", "farmer", "cattle", "school", "valley", "water",
          "street", "official", "friday", "rain", "road", "north", "library", "town",
@@ -69,7 +69,8 @@ def test_export_then_import_keeps_a_text_database_whole(tmp_path, capsys):
 
 
 @pytest.mark.usefixtures("backend")
-def test_keys_longer_than_the_bound_are_refused_before_anything_is_written(tmp_path, capsys):
+def test_keys_longer_than_the_bound_are_refused_before_anything_is_written(tmp_path, capsys,
+                                                                          monkeypatch):
     path = str(tmp_path / "db")
     longest = b"k" * (simhashdb.MAX_KEY_SIZE - 3)  # 3 bytes of header: MAX_KEY_SIZE stored
     url = "https://example.com/?q=" + "x" * simhashdb.MAX_KEY_SIZE
@@ -78,10 +79,15 @@ def test_keys_longer_than_the_bound_are_refused_before_anything_is_written(tmp_p
         assert db.get(longest).key == longest
         for call in (lambda: db.insert_many([("a", 2), (url, 3)]),
                      lambda: db.insert_text_many([("b", "some words"), (url, "more words")]),
-                     lambda: db.insert(longest + b"k", 4), lambda: db.get(url),
-                     lambda: db.delete(url)):
+                     lambda: db.insert(longest + b"k", 4)):
             with pytest.raises(simhashdb.InvalidKeyError, match="at most 8192.*MAX_KEY_SIZE"):
                 call()
+        assert len(db) == 1
+        # a longer key stored before the bound is still read and removed
+        with monkeypatch.context() as patched:
+            patched.setattr(records, "MAX_KEY_SIZE", 2 * simhashdb.MAX_KEY_SIZE)
+            db.insert(url, 7)
+        assert db.get(url).fingerprint == 7 and url in db and db.delete(url)
         assert len(db) == 1
     lines = tmp_path / "in.jsonl"
     lines.write_text(json.dumps({"key": "c", "fingerprint": 5}) + "\n"

@@ -1041,6 +1041,8 @@ class DB:
         :raises InvalidArgumentError: a signature is not one (``source`` names
             where the records come from).
         """
+        if recipe is not None:  # known: checked (or taken) before anything is written
+            self._check_recipe(recipe, source)
         recipe, written = recipe or RECIPE, 0
         for batch in _batches(records, batch_size):
             whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
@@ -1051,14 +1053,19 @@ class DB:
             if any(signatures):
                 encoded = [(k, fp, _signed(value, theirs, source))
                            for (k, fp, value), theirs in zip(encoded, signatures)]
-                if recipe != (self.recipe or self._adopt_recipe(recipe)):
-                    raise ParameterMismatchError(
-                        "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
-                        "import them into a database of theirs" % (source, recipe, self.path,
-                                                                    self.recipe))
+                self._check_recipe(recipe, source)
             self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
         return written
+
+    def _check_recipe(self, recipe, source):
+        """Refuse texts of ``recipe`` from ``source`` unless the database is of
+        it (an empty one without a recipe takes it)."""
+        if recipe != (self.recipe or self._adopt_recipe(recipe)):
+            raise ParameterMismatchError(
+                "%s holds texts fingerprinted by recipe %r, and %s is of recipe %r: "
+                "import them into a database of theirs" % (source, recipe, self.path,
+                                                            self.recipe))
 
     def close(self) -> None:
         """Close the database; using it afterwards raises DatabaseError."""

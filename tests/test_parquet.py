@@ -3,7 +3,7 @@ was expected, never pyarrow's own TypeError or OSError."""
 
 import pytest
 
-from simhashdb import DB, InvalidArgumentError
+from simhashdb import DB, RECIPE, InvalidArgumentError
 
 pytest.importorskip("pyarrow")
 
@@ -25,3 +25,17 @@ def test_bad_arguments_to_the_parquet_calls_say_what_was_expected(tmp_path, call
         with pytest.raises(InvalidArgumentError, match=said):
             call(db, tmp_path)
         assert db.import_parquet(str(tmp_path / "a.parquet").encode()) == 1  # bytes are a path
+
+
+def test_records_import_takes_the_recipe_before_their_first_batch(tmp_path):
+    """A database without a recipe takes the texts' recipe before it writes a
+    record, so a first batch of fingerprints alone cannot leave it unable to
+    take the texts that follow (half the records written, then an error)."""
+    text = "a text of enough words to give its signature bands of its own, and more words"
+    with DB(str(tmp_path / "a"), recipe=RECIPE) as db:
+        db.insert("fp", 12345)
+        db.insert_text("text", text)
+        records = sorted(db.export_records(), key=lambda record: record[4] is not None)
+    with DB(str(tmp_path / "b")) as db:
+        assert db.import_records(records, RECIPE, batch_size=1) == 2
+        assert db.recipe == RECIPE and [m.key for m in db.query_text(text)] == ["text"]

@@ -172,9 +172,16 @@ _GROUPED = {
     "insert": lambda db, _, records, __: db.insert_if_new_many(records, batch_size=len(records)),
     "query_text": lambda db, html, texts, _: db.query_text_many(texts, html=html),
     "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
-    "delete": lambda db, _, keys, __: [db.delete(key) for key in keys],
     "stats": lambda db, _, nones, __: [db.stats() for _ in nones],
 }
+
+
+def _attempt(call, argument):
+    """(True, call(argument)) or (False, the error it raised)."""
+    try:
+        return True, call(argument)
+    except Exception as exc:  # handed to its caller
+        return False, exc
 
 
 def _run(db, calls):
@@ -189,6 +196,8 @@ def _run(db, calls):
 
 
 def _run_group(db, kind, option, arguments, prepared):
+    if kind == "delete":  # a transaction a key, each run once: never again after a failure
+        return [_attempt(db.delete, key) for key in arguments]
     if len(arguments) == 1 and isinstance(prepared[0], Exception):
         return [(False, prepared[0])]
     if not any(isinstance(done, Exception) for done in prepared):

@@ -29,6 +29,7 @@ from .errors import (
     InvalidFingerprintError,
     InvalidKeyError,
     InvalidMetadataError,
+    ParameterMismatchError,
     SimhashDBError,
 )
 
@@ -262,6 +263,8 @@ async def _json_errors(request, handler):
         return _json({"error": exc.reason}, exc.status)
     except DiskFullError as exc:
         return _json({"error": str(exc)}, 507)
+    except ParameterMismatchError as exc:  # this database cannot take the request, ever
+        return _json({"error": str(exc)}, 409)
     except DatabaseError as exc:
         return _json({"error": str(exc)}, 503)
     except Exception:

@@ -352,3 +352,19 @@ def test_serve_refuses_a_port_it_cannot_have(tmp_path, capsys):
     assert "port %d: Address already in use; choose another" % port in capsys.readouterr().err
     assert cli.main(["serve", str(tmp_path / "x.db"), "--port", "70000"]) == 2
     assert "--port must be in [0, 65535]" in capsys.readouterr().err
+
+
+def test_texts_a_database_can_never_take_are_a_conflict(tmp_path):
+    """A database of fingerprints of no recipe takes no text, now or later: 409."""
+    path = tmp_path / "fingerprints.db"
+    with simhashdb.DB(path) as db:
+        db.insert("a", 12345)
+
+    async def scenario():
+        async with served(path) as http:
+            refused = await post(http, "insert-text-if-new", {"key": "b", "text": page(1)}, 409)
+            stored = await post(http, "insert-if-new", {"key": "c", "fingerprint": 2**40})
+            return refused, stored
+
+    refused, stored = asyncio.run(scenario())
+    assert "recipe" in refused["error"] and stored["status"] == "stored"

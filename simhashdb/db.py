@@ -681,15 +681,10 @@ class DB:
                 value = values[key]
                 if value is None:  # removed since found (Redis keeps no snapshot)
                     continue
-                their_signature = stored_signature(value)
-                if not (ours[i] and their_signature):  # a document stored without text
-                    if d <= self.distance:
-                        hits.append((key, theirs, d, None))
-                else:
-                    alike = _ext.banded_resemblance(signature, their_signature,
-                                                    d <= self.distance)
-                    if alike >= least:
-                        hits.append((key, theirs, d, alike))
+                hit = _text_hit(key, theirs, d, signature, ours[i], stored_signature(value),
+                                self.distance, least)
+                if hit:
+                    hits.append(hit)
             found.append(hits)
         return found
 
@@ -1132,15 +1127,23 @@ class _Kept:
             key, theirs, _ = document
             if key in hits or self.documents[key] is not document:  # seen, or replaced
                 continue
-            d, their_signature = _ext.num_differing_bits(fp, theirs), self.signatures[key]
-            if not (ours and their_signature):  # as a document stored without text
-                if d <= self.distance:
-                    hits[key] = (key, theirs, d, None)
-                continue
-            alike = _ext.banded_resemblance(signature, their_signature, d <= self.distance)
-            if alike >= self.least:
-                hits[key] = (key, theirs, d, alike)
+            hit = _text_hit(key, theirs, _ext.num_differing_bits(fp, theirs), signature, ours,
+                            self.signatures[key], self.distance, self.least)
+            if hit:
+                hits[key] = hit
         return list(hits.values())
+
+
+def _text_hit(key, theirs, d, signature, banded, their_signature, distance, least):
+    """The hit (key, fingerprint, distance, resemblance or None) that a
+    candidate ``d`` bits away makes by the text rule, or None: a document
+    stored without text (or a text without bands, ``banded`` empty) by its
+    distance alone; else by the resemblance of the signatures, compared where
+    they share a band or the fingerprints are within the distance."""
+    if not (banded and their_signature):
+        return (key, theirs, d, None) if d <= distance else None
+    alike = _ext.banded_resemblance(signature, their_signature, d <= distance)
+    return (key, theirs, d, alike) if alike >= least else None
 
 
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,

@@ -868,10 +868,11 @@ def _duration(text):
 
 def _encoding(name):
     """A text encoding Python knows (for --encoding)."""
-    if inputs.web_encoding(name) is None:
+    encoding = inputs.web_encoding(name)
+    if encoding is None:
         raise argparse.ArgumentTypeError("%r is not an encoding Python knows (e.g. utf-8, "
                                          "windows-1252, shift_jis)" % name)
-    return inputs.web_encoding(name)
+    return encoding
 
 
 def _fraction(text):

@@ -21,7 +21,7 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .db import THRESHOLD, DB, Decision, Html, Key, Match, Text, TextMatch, _now
+from .db import DB, Decision, Html, Key, Match, Text, TextMatch, _now, _threshold
 from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
@@ -59,17 +59,19 @@ class AsyncDB:
         return self._db
 
     async def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                                 html: Html = False) -> Decision:
+                                 html: Html = False,
+                                 threshold: Optional[float] = None) -> Decision:
         """:meth:`DB.insert_text_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert_text", html, (key, text, meta))
+        return await self._call("insert_text", (html, _threshold(threshold)), (key, text, meta))
 
     async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None) -> Decision:
         """:meth:`DB.insert_if_new`, grouped with other tasks' calls."""
         return await self._call("insert", None, (key, fingerprint, meta))
 
-    async def query_text(self, text: Text, *, html: Html = False) -> list[TextMatch]:
+    async def query_text(self, text: Text, *, html: Html = False,
+                         threshold: Optional[float] = None) -> list[TextMatch]:
         """:meth:`DB.query_text`, grouped with other tasks' calls."""
-        return await self._call("query_text", html, text)
+        return await self._call("query_text", (html, _threshold(threshold)), text)
 
     async def query(self, fingerprint: int, distance: Optional[int] = None) -> list[Match]:
         """:meth:`DB.query`, grouped with other tasks' calls."""
@@ -148,9 +150,9 @@ def _prepared(db, calls):
     """What each call needs done before its transaction: a text insert's
     record fingerprinted and checked (or the error of that), None for others."""
     prepared = []
-    for kind, html, argument, _ in calls:
+    for kind, option, argument, _ in calls:
         try:
-            prepared.append(db._prepared_texts([argument], html, _now(), "report")
+            prepared.append(db._prepared_texts([argument], option[0], _now(), "report")
                             if kind == "insert_text" else None)
         except Exception as exc:  # the caller's own error
             prepared.append(exc)
@@ -167,10 +169,11 @@ def _merged(prepared):
 
 
 _GROUPED = {
-    "insert_text": lambda db, _, records, prepared: db._texts_if_new(
-        records, _merged(prepared), THRESHOLD, False, _now()),
+    "insert_text": lambda db, option, records, prepared: db._texts_if_new(
+        records, _merged(prepared), option[1], False, _now()),
     "insert": lambda db, _, records, __: db.insert_if_new_many(records, batch_size=len(records)),
-    "query_text": lambda db, html, texts, _: db.query_text_many(texts, html=html),
+    "query_text": lambda db, option, texts, _: db.query_text_many(texts, html=option[0],
+                                                                   threshold=option[1]),
     "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
     "stats": lambda db, _, nones, __: [db.stats() for _ in nones],
 }

@@ -35,7 +35,6 @@ in ``response.meta["simhashdb_decision"]``. The crawl's stats count the
 statuses (``simhashdb/stored``, ...).
 """
 
-import asyncio
 import os
 
 from itemadapter import ItemAdapter
@@ -99,12 +98,8 @@ class _Component:
 
     async def _decide(self, key, text, meta, html):
         """The page's Decision, counted in the crawl's stats."""
-        if self.threshold is None:
-            decision = await self.db.insert_text_if_new(key, text, meta, html=html)
-        else:  # AsyncDB's groups take no threshold: the DB's own call, on a thread
-            decision = (await asyncio.to_thread(
-                self.db.db.insert_text_if_new_many, [(key, text, meta)], html=html,
-                threshold=self.threshold))[0]
+        decision = await self.db.insert_text_if_new(key, text, meta, html=html,
+                                                    threshold=self.threshold)
         self.stats.inc_value("simhashdb/" + decision.status)
         return decision
 

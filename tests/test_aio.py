@@ -34,13 +34,13 @@ def pages(n):
     return records
 
 
-async def insert_all(db, records, tasks=64):
+async def insert_all(db, records, tasks=64, **options):
     """Insert ``records`` from ``tasks`` concurrent tasks, in order; their Decisions."""
     queue, decisions = iter(enumerate(records)), [None] * len(records)
 
     async def worker():
         for i, (key, text) in queue:
-            decisions[i] = await db.insert_text_if_new(key, text, html=True)
+            decisions[i] = await db.insert_text_if_new(key, text, html=True, **options)
 
     await asyncio.gather(*(worker() for _ in range(tasks)))
     return decisions
@@ -68,6 +68,31 @@ def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
     assert {d.status for d in decisions} == {"stored", "duplicate", "invalid"}
     assert sum(groups) == len(records) and max(groups) > 1 and len(groups) < len(records) / 8
     assert stats["count"] == sum(d.status == "stored" for d in expected)
+
+
+def test_a_threshold_decides_grouped_calls_as_it_decides_a_batch(tmp_path):
+    records = pages(120)
+    texts = [text for i, (_, text) in enumerate(records[:30]) if i % 7 != 6]
+    with simhashdb.DB(tmp_path / "batch", recipe=simhashdb.RECIPE) as db:
+        expected = db.insert_text_if_new_many(records, html=True, threshold=0.99)
+        asked = db.query_text_many(texts, html=True, threshold=0.99)
+    with simhashdb.DB(tmp_path / "default", recipe=simhashdb.RECIPE) as db:
+        by_default = db.insert_text_if_new_many(records, html=True)
+
+    async def run():
+        async with AsyncDB(tmp_path / "aio", recipe=simhashdb.RECIPE) as db:
+            decided = await insert_all(db, records, threshold=0.99)
+            queried = await asyncio.gather(*(db.query_text(text, html=True, threshold=0.99)
+                                             for text in texts))
+            with pytest.raises(InvalidArgumentError):
+                await db.insert_text_if_new("k", "some words", threshold=2)
+            return decided, queried
+
+    decided, queried = asyncio.run(run())
+    assert [(d.key, d.status, list(d)) for d in decided] == \
+        [(d.key, d.status, list(d)) for d in expected]
+    assert [d.status for d in expected] != [d.status for d in by_default]  # it took effect
+    assert queried == asked
 
 
 def test_each_caller_gets_its_own_result_or_error(tmp_path):

@@ -12,7 +12,7 @@ from clmdb cimport (
 )
 
 
-# An Env's block directories (BlockDir), one a run slot of each table: built
+# An Env's block directories (BlockDir), one a run slot of each table and band: built
 # by a search from a snapshot that holds only committed runs, kept while the
 # run is live and the map stays where it is (set_mapsize clears them), and
 # shared by the Env's threads. A directory is matched by its run's id, slot and
@@ -26,9 +26,13 @@ from clmdb cimport (
 cdef struct RunsView
 
 
+cdef enum:
+    RUN_SETS = MAX_TABLES + SIGNATURE_BANDS  # what keeps runs: the tables, then the bands
+
+
 cdef struct DirCache:
     pthread_mutex_t lock
-    BlockDir* dirs[MAX_TABLES * RUN_SLOTS]
+    BlockDir* dirs[RUN_SETS * RUN_SLOTS]
     RunsView* view
 
 
@@ -58,7 +62,7 @@ cdef void dir_release(DirCache* cache, BlockDir* d) noexcept nogil:
 cdef BlockDir* dir_acquire(DirCache* cache, size_t at, uint32_t run,
                           uint64_t entries) noexcept nogil:
     """The cached directory of run ``run`` (with ``entries``) in slot ``at``
-    (table * RUN_SLOTS + slot), referenced for the caller, or NULL."""
+    (run set * RUN_SLOTS + slot), referenced for the caller, or NULL."""
     pthread_mutex_lock(&cache.lock)
     cdef BlockDir* d = cache.dirs[at]
     if d != NULL and d.run == run and d.entries == entries:
@@ -89,7 +93,7 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
     cdef size_t at
     if not last:
         pthread_mutex_lock(&cache.lock)
-    for at in range(MAX_TABLES * RUN_SLOTS):
+    for at in range(RUN_SETS * RUN_SLOTS):
         d = cache.dirs[at]
         cache.dirs[at] = NULL
         if d != NULL and dir_unref(d):

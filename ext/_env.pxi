@@ -3,13 +3,13 @@
 #
 # The environment: its sub-databases, snapshots and reader slots.
 
-from libc.stdint cimport uint64_t
+from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport strlen
+from libc.string cimport memset, strlen
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 from clmdb cimport (
-    g_dbi_open, g_get, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
+    g_dbi_open, g_get, g_put, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
     guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPFIXED, MDB_DUPSORT, MDB_env, mdb_env_close,
     mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert, mdb_env_set_mapsize,
     mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
@@ -59,11 +59,13 @@ cdef class Env:
     cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_index.pxi)
     cdef readonly int index_slots    # how many the database has (1: made before they were)
     cdef MDB_dbi tables[MAX_TABLES]
-    cdef MDB_dbi bands[SIGNATURE_BANDS]
+    cdef MDB_dbi bands[SIGNATURE_BANDS]  # the bands in 0.5's form (dupsort), read only
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
     cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
+    cdef readonly bint band_runs  # its bands are kept as runs, not 0.5's dupsort bands
+    cdef readonly bint old_bands  # its bands are in 0.5's form (read, not written)
     cdef MDB_dbi run_dir
-    cdef MDB_dbi run_slots[MAX_TABLES * RUN_SLOTS]
+    cdef MDB_dbi run_slots[RUN_SETS * RUN_SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory
@@ -170,6 +172,7 @@ cdef class Env:
         cdef MDB_stat stat
         cdef unsigned int create_flag = MDB_CREATE if create else 0
         cdef int rc = g_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
+        cdef bint made = False  # the database is new
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
         rc = g_dbi_open(txn, META_NAME, 0, &self.meta)
@@ -183,7 +186,7 @@ cdef class Env:
                                     "use another directory" % self.path.decode())
             if rc == 0:
                 rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
-                add_index_slots = True  # a new database has every slot from the start
+                add_index_slots = made = True  # a new database has every slot from the start
         if rc == 0:
             rc = g_dbi_open(txn, DOCS_NAME, create_flag, &self.docs)
         self.index_slots = 0
@@ -205,7 +208,7 @@ cdef class Env:
         self.runs = old == 0
         if rc == 0 and old and (create or old < tables):
             mdb_txn_abort(txn)
-            raise OldTablesError(old < tables)
+            raise OldTablesError(old < tables, False)
         if rc == 0 and tables > self.max_tables:
             mdb_txn_abort(txn)
             raise DatabaseError("this handle has room for %d tables, not %d"
@@ -218,13 +221,33 @@ cdef class Env:
                     if rc == 0:
                         rc = g_dbi_open(txn, run_slot_name(t, slot), create_flag,
                                         &self.run_slots[t * RUN_SLOTS + slot])
-        self.has_bands = rc == 0
-        for t in range(SIGNATURE_BANDS):
-            if rc == 0 and self.has_bands:
-                rc = g_dbi_open(txn, band_name(t), create_flag | MDB_DUPSORT | MDB_DUPFIXED,
-                                &self.bands[t])
-                if rc == MDB_NOTFOUND and not create:  # made before bands were
-                    rc, self.has_bands = 0, False
+        cdef int old_bands = 0  # bands in simhashdb 0.5's form: read, not written
+        for t in range(SIGNATURE_BANDS if rc == 0 else 0):
+            old_bands += sub_database_exists(txn, old_band_name(t))
+        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS):
+            mdb_txn_abort(txn)  # (opened without tables, to be converted: upgrade)
+            raise OldTablesError(old_bands < SIGNATURE_BANDS, True)
+        self.old_bands = old_bands == SIGNATURE_BANDS  # (fewer: opened to be converted)
+        # bands as runs: in a database made or opened writable by this version;
+        # made in one of simhashdb 0.2's, they are written from its documents
+        # (a rewrite of the bands begun: tidy_bands)
+        cdef bint unbanded = rc == 0 and not sub_database_exists(txn, band_run_name(0, 0))
+        self.band_runs = rc == 0 and self.runs and not old_bands and (create or not unbanded)
+        cdef uint8_t begun[16]
+        cdef MDB_val k = meta_key(BAND_REWRITE), v
+        if self.band_runs and unbanded and not made:
+            memset(begun, 0, 16)
+            v.mv_size, v.mv_data = 16, begun
+            rc = g_put(txn, self.meta, &k, &v, 0)
+        for t in range(SIGNATURE_BANDS if self.band_runs else 0):
+            for slot in range(RUN_SLOTS):
+                if rc == 0:
+                    rc = g_dbi_open(txn, band_run_name(t, slot), create_flag,
+                                    &self.run_slots[(tables + t) * RUN_SLOTS + slot])
+        for t in range(SIGNATURE_BANDS if old_bands == SIGNATURE_BANDS else 0):
+            if rc == 0:
+                rc = g_dbi_open(txn, old_band_name(t), MDB_DUPSORT | MDB_DUPFIXED, &self.bands[t])
+        self.has_bands = self.band_runs or self.old_bands
         if rc == 0:
             rc = g_txn_commit(txn)
         else:

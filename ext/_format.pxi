@@ -5,5 +5,6 @@ cdef enum:
     RUN_RATIO = 4
     INDEX_SLOTS = 8
     TABLE_KEY_BYTES = 2
+    BAND_DIRECTORY = 32768
     RUN_RECORD_BYTES = 13
     RUN_KEY_BYTES = 12

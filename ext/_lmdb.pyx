@@ -35,7 +35,8 @@ include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/for
 cdef bytes META_NAME = lmdb_format.META.name(), DOCS_NAME = lmdb_format.DOCS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
 cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
-index_name, band_name = lmdb_format.INDEX.name, lmdb_format.BAND.name
+index_name, old_band_name = lmdb_format.INDEX.name, lmdb_format.OLD_BAND.name
+band_run_name = lmdb_format.BAND_RUNS.name
 run_slot_name, old_table_name = lmdb_format.TABLE_RUNS.name, lmdb_format.OLD_TABLE.name
 
 cdef enum:
@@ -55,9 +56,10 @@ class MapResizedError(DatabaseError):
 
 
 class OldTablesError(DatabaseError):
-    """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``),
-    opened to write, or whose conversion (convert_table) stopped part way
-    (its argument: whether it did)."""
+    """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``)
+    or whose bands are in 0.5's (dupsort ``band:NN``), opened to write, or
+    whose conversion (convert_table, convert_band) stopped part way. Its
+    arguments: whether a conversion stopped, and whether it is the bands."""
 
 
 class DamagedError(DatabaseError):
@@ -72,7 +74,7 @@ cdef object lmdb_error(int rc, str what):
     if rc == NO_MEMORY:
         return MemoryError("%s: out of memory" % what)
     if rc == RUN_DAMAGED:
-        return DamagedError("%s: a run of the tables is damaged (its blocks hold other than the "
+        return DamagedError("%s: a run of the tables or bands is damaged (its blocks hold other than the "
                             "entries it was written with); db.check() lists the damage, and "
                             "compact() writes the tables again from the fingerprint index" % what)
     if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:

@@ -16,7 +16,7 @@ from clmdb cimport (
 # removals leave stale entries, which hits drop by the fingerprint index
 
 cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
-    """Read table ``t``'s directory ((id u32, slot u8, entries u64) a run,
+    """Read run set ``t``'s directory ((id u32, slot u8, entries u64) a run,
     big-endian, oldest first) and open a cursor on each live run's slot."""
     cdef TableRuns* r = &w.table_runs[t]
     cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
@@ -25,7 +25,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     cdef size_t i, j
     cdef int rc
     close_runs(r)
-    write_be(key, t, TABLE_KEY_BYTES)
+    write_be(key, directory_number(w, t), TABLE_KEY_BYTES)
     k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
     rc = g_get(w.txn, w.run_dir, &k, &v)
     if rc == MDB_NOTFOUND:
@@ -77,7 +77,7 @@ cdef void close_runs(TableRuns* r) noexcept nogil:
 
 
 cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
-    """Write ``r`` as table ``t``'s directory, then load it back (with cursors)."""
+    """Write ``r`` as run set ``t``'s directory, then load it back (with cursors)."""
     cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
     cdef uint8_t key[TABLE_KEY_BYTES]
     cdef MDB_val k, v
@@ -86,7 +86,7 @@ cdef int save_runs(Work* w, Py_ssize_t t, TableRuns* r) noexcept nogil:
         write_be(buf + RUN_RECORD_BYTES * i, r.id[i], 4)
         buf[RUN_RECORD_BYTES * i + 4] = r.slot[i]
         write_be(buf + RUN_RECORD_BYTES * i + 5, r.entries[i], 8)
-    write_be(key, t, TABLE_KEY_BYTES)
+    write_be(key, directory_number(w, t), TABLE_KEY_BYTES)
     k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
     v.mv_size, v.mv_data = RUN_RECORD_BYTES * r.n, buf
     w.runs_written = True
@@ -272,7 +272,8 @@ cdef size_t cascade(const TableRuns* r) noexcept nogil:
 
 
 cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
-    """Append sorted ``perms`` (if ``n``) to table ``t`` as a new run, then merge
+    """Append sorted ``perms`` (if ``n``) to run set ``t`` (a table, or a band
+    after the tables) as a new run, then merge
     the two newest runs while merge_due within ``w.merge_limit``, so a table
     keeps about log_RATIO(N / batch) runs; bigger merges are noted for tidy.
     Where the runs those merges would take are committed and hold

@@ -80,9 +80,9 @@ cdef int note_if_stale(Work* w) noexcept nogil:
     return rc
 
 
-cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) noexcept nogil:
-    """Write table ``t`` as one run of the index's fingerprints ``fps``, dropping
-    its runs; ``perms`` has room for them."""
+cdef int rewrite_run_set(Work* w, Py_ssize_t t, const uint64_t* values, size_t count) noexcept nogil:
+    """Write run set ``t`` as one run of the sorted ``values``, dropping its runs
+    (their ids noted in meta's ``run ids``: never given again)."""
     cdef uint8_t slots[RUN_SLOTS]
     cdef size_t i, n = w.table_runs[t].n
     cdef uint64_t dropped = 0
@@ -96,12 +96,20 @@ cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) 
     for i in range(n):
         if rc == 0:
             rc = g_drop(w.txn, w.run_slots[t * RUN_SLOTS + slots[i]], 0)
+    return rc if rc else add_run(w, t, values, count)
+
+
+cdef int rewrite_table(Work* w, Py_ssize_t t, const U64s* fps, uint64_t* perms) noexcept nogil:
+    """Write table ``t`` as one run of the index's fingerprints ``fps``, dropping
+    its runs; ``perms`` has room for them."""
+    cdef size_t i
+    cdef int rc = 0
     for i in range(fps.size):
         perms[i] = permute_one(fps.data[i], w.layout.spec + 3 * w.layout.blocks * t,
                                w.layout.blocks)
-    if rc == 0 and fps.size:
+    if fps.size:
         rc = sort_records(perms, fps.size, 1)
-    return rc if rc else add_run(w, t, perms, fps.size)
+    return rc if rc else rewrite_run_set(w, t, perms, fps.size)
 
 
 cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogil:
@@ -142,17 +150,9 @@ cdef int sparse_due(Work* w, bint* due) noexcept nogil:
     return rc
 
 
-cdef int rewrite_dbi(MDB_txn* txn, MDB_txn* last, MDB_dbi dbi, bint dupsort) noexcept nogil:
-    """Empty sub-database ``dbi`` and append to it, in order, what snapshot
-    ``last`` holds in it."""
-    cdef int rc = g_drop(txn, dbi, 0)
-    return rc if rc else copy_dbi(last, dbi, txn, dbi, dupsort)
-
-
 cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
     """Once the documents removed reach 1/RUN_RATIO of the documents (sparse_due),
-    write the documents, the index's slots and the band tables again, each
-    emptied and appended in order from a snapshot of the last commit. LMDB
+    write the documents and the index's slots again, each emptied and appended in order from a snapshot of the last commit. LMDB
     merges a leaf only below a quarter full, so removals at random leave those
     B-trees' leaves sparse, and new documents made the file grow round after
     round. Only as a write transaction's first change, when it holds what that
@@ -174,7 +174,8 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     """One transaction's share of what batches left: the next table of a rewrite
     of the tables (begun once the stale entries may exceed 1/RUN_RATIO of the
     distinct fingerprints; meta ``rewrite`` holds the next table and the stale
-    count it began with), else the tables' deferred merges until they have taken
+    count it began with), else the next bands of a rewrite of the bands
+    (tidy_bands), else the tables' and bands' deferred merges until they have taken
     about a table's entries, so the file needs room for the tables and about one
     more, not two copies of them all. ``more``: whether to call again."""
     cdef uint8_t marker[16]
@@ -214,9 +215,14 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
             v.mv_size, v.mv_data = 16, marker
             rc = g_put(w.txn, w.meta, &k, &v, 0)
         return rc
+    cdef bint banded = False
+    rc = tidy_bands(w, &banded)
+    if rc or banded:
+        more[0] = True
+        return rc
     cdef uint64_t budget = distinct if distinct > w.merge_limit else w.merge_limit
     w.merge_limit = 0
-    for t in range(w.layout.tables):
+    for t in range(run_sets(w)):
         if merges_left(&w.table_runs[t]):
             if w.merged >= budget:
                 more[0] = True

@@ -54,7 +54,8 @@ cdef class Txn:
         w.tables = self.env.tables
         w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
-        w.bands = self.env.bands if self.env.has_bands else NULL
+        w.band_runs = self.env.band_runs
+        w.bands = self.env.bands if self.env.old_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
         w.doc_cursor = NULL
@@ -173,10 +174,12 @@ cdef class Txn:
     def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
         """Up to ``limit`` (key, value) items of the documents or the index (as
         ``entries`` names them) in order, starting after the item (key)
-        ``after`` (from the first: None)."""
+        ``after`` (from the first: None). Items out of order are a damaged
+        file (a walk in chunks would go round them for ever)."""
         self.check()
         cdef MDB_cursor* cursor = NULL
-        cdef MDB_val k, v, after_k, after_v
+        cdef MDB_val k, v, after_k, after_v, last_k, last_v
+        cdef bint have_last = after is not None
         cdef Work w = self.work()
         cdef bint index = which == INDEX_NAME
         cdef int rc = 0 if index else g_cursor_open(self.txn, self._dbi(which), &cursor)
@@ -190,17 +193,24 @@ cdef class Txn:
             elif index:  # the first entry past (fingerprint, key)
                 after_k.mv_size, after_k.mv_data = 8, <char*>after
                 after_v.mv_size, after_v.mv_data = len(after) - 8, <char*>after + 8
-                k, v = after_k, after_v
+                k, v, last_k, last_v = after_k, after_v, after_k, after_v
                 rc = index_seek(&w, &k, &v)
                 if rc == 0 and cmp_entry(&k, &v, &after_k, &after_v) == 0:
                     rc = index_get(&w, &k, &v, MDB_NEXT)
             else:
                 k.mv_size, k.mv_data = len(after), <char*>after
+                last_k = k
                 rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
                 if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after,
                                          len(after)) == 0:
                     rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
             while rc == 0 and len(out) < limit:
+                if have_last and (cmp_entry(&k, &v, &last_k, &last_v) <= 0 if index else
+                                  cmp_bytes(<uint8_t*>k.mv_data, k.mv_size,
+                                            <uint8_t*>last_k.mv_data, last_k.mv_size) <= 0):
+                    rc = CORRUPTED
+                    break
+                last_k, last_v, have_last = k, v, True
                 out.append((self._copy(&k), self._copy(&v)))
                 rc = index_get(&w, &k, &v, MDB_NEXT) if index else \
                     g_cursor_get(cursor, &k, &v, MDB_NEXT)
@@ -243,15 +253,20 @@ cdef class Txn:
 
     def band_values(self, Py_ssize_t band):
         """Every entry (band key << 32 | a fingerprint's top 32 bits) of band
-        table ``band``, in order (none where the database has no band tables)."""
+        ``band`` that a stored document has, in order (none where the database
+        has no bands)."""
         from array import array
-        if not self.env.has_bands:
+        if self.env.old_bands:
+            return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
+        if not self.env.band_runs:
             return array("Q")
-        return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
+        return self.run_values(self.env.layout.tables + band)
 
     cdef object run_values(self, Py_ssize_t table):
         """The fingerprints of a table kept as runs: the union of its runs,
-        less the stale entries (not in the index), unpermuted, in table order."""
+        less the stale entries (not in the index), unpermuted, in table order;
+        or, for a run set after the tables, the entries of that band a
+        stored document has (entry_held)."""
         from array import array
         cdef Job job = self.job()
         cdef U64s values
@@ -260,7 +275,11 @@ cdef class Txn:
         cdef RunIter it
         cdef uint64_t x
         cdef size_t i, kept = 0
-        cdef const long* spec = self.env.layout.spec + 3 * self.env.layout.blocks * table
+        cdef Py_ssize_t tables = self.env.layout.tables
+        cdef bint band = table >= tables
+        cdef const long* spec = &IDENTITY_SPEC[0] if band else \
+            self.env.layout.spec + 3 * self.env.layout.blocks * table
+        cdef Py_ssize_t blocks = 1 if band else self.env.layout.blocks
         cdef int rc
         try:
             with nogil:
@@ -281,8 +300,8 @@ cdef class Txn:
                 for i in range(values.size if rc == 0 else 0):
                     if kept and values.data[kept - 1] == values.data[i]:
                         continue
-                    x = unpermute_one(values.data[i], spec, self.env.layout.blocks)
-                    rc = index_has(&job.w, x)
+                    x = unpermute_one(values.data[i], spec, blocks)
+                    rc = entry_held(&job.w, table - tables, x) if band else index_has(&job.w, x)
                     if rc < 0:
                         break
                     if rc:
@@ -290,7 +309,7 @@ cdef class Txn:
                         kept += 1
                     rc = 0
                 for i in range(kept):
-                    values.data[i] = unpermute_one(values.data[i], spec, self.env.layout.blocks)
+                    values.data[i] = unpermute_one(values.data[i], spec, blocks)
             self.done(rc, "read")
             out = array("Q")
             out.frombytes((<char*>values.data)[:kept * 8] if kept else b"")
@@ -383,14 +402,17 @@ cdef class Txn:
         cdef uint64_t first
         cdef size_t h
         cdef int rc = 0
+        cdef bint runs = self.env.band_runs
         if n == 0 or not self.env.has_bands:
             return results
         with nogil:
             rc = open_cursors(&job.w)
-            if rc == 0:
+            if rc == 0 and runs:
+                rc = band_sweep(&job.w, &bands[0], n, &job.hits)
+            elif rc == 0:
                 rc = open_band_cursors(&job.w)
             i = 0
-            while rc == 0 and i < n:
+            while rc == 0 and i < n and not runs:  # bands in 0.5's form
                 for b in range(SIGNATURE_BANDS):
                     first = (<uint64_t>bands[i * SIGNATURE_BANDS + b]) << 32
                     rc = scan_range(job.w.band_cursors[b], first, first | 0xFFFFFFFFULL, 0, 64,
@@ -560,15 +582,34 @@ cdef class Txn:
     def convert_table(self, Py_ssize_t table):
         """Write table ``table``, kept in simhashdb 0.3's form (dupsort
         ``table:NNN``, already in order), as one run, then drop the old table;
-        nothing where it is converted already."""
+        nothing where it is converted already. Table 0 sets meta's counters
+        (distinct: its entries, stale: 0)."""
+        return self.convert(old_table_name(table), [run_slot_name(table, s) for s in range(RUN_SLOTS)],
+                            table, DISTINCT if table == 0 else NULL, STALE if table == 0 else NULL)
+
+    def convert_band(self, Py_ssize_t band):
+        """Write band ``band``, kept in simhashdb 0.5's form (dupsort
+        ``band:NN``, already in order), as one run, then drop the old band;
+        nothing where it is converted already. Band 0 sets meta's ``band
+        stale`` to 0 (the old band held no stale entries)."""
+        return self.convert(old_band_name(band), [band_run_name(band, s) for s in range(RUN_SLOTS)],
+                            BAND_DIRECTORY + band, NULL, BAND_STALE if band == 0 else NULL)
+
+    cdef bint convert(self, bytes name, list slot_names, uint64_t directory, const char* count,
+                      const char* zero) except? False:
+        """Write the dupsort sub-database ``name`` (2-byte keys, 6-byte values, in
+        order) as run 1 in the first of ``slot_names`` (made, with the others),
+        under ``directory`` in the run directory, then drop it; where given,
+        set meta's counter ``count`` to its entries and ``zero`` to 0. False
+        where there is no such sub-database (converted already)."""
         self.check()
-        name = old_table_name(table)
         cdef const char* old_name = name
         cdef const char* run_directory = RUN_DIRECTORY_NAME
+        cdef const char* slot_name
         cdef MDB_dbi old, slot, run_dir
         cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
-        for number in reversed(range(RUN_SLOTS)):  # every slot of the table, slot 0 last
-            slot_name = run_slot_name(table, number)
+        for raw in reversed(slot_names):  # every slot, the first last
+            slot_name = raw
             if rc == 0:
                 rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
         cdef MDB_cursor* cursor = NULL
@@ -606,14 +647,14 @@ cdef class Txn:
                 write_be(record, 1, 4)
                 record[4] = 0
                 write_be(record + 5, entries, 8)
-                write_be(key, table, TABLE_KEY_BYTES)
+                write_be(key, directory, TABLE_KEY_BYTES)
                 k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
                 v.mv_size, v.mv_data = RUN_RECORD_BYTES if entries else 0, record
                 rc = g_put(self.txn, run_dir, &k, &v, 0)
-            if rc == 0 and table == 0:  # the counters tables kept as runs need
-                rc = write_counter(&w, DISTINCT, entries)
-                if rc == 0:
-                    rc = write_counter(&w, STALE, 0)
+            if rc == 0 and count != NULL:
+                rc = write_counter(&w, count, entries)
+            if rc == 0 and zero != NULL:
+                rc = write_counter(&w, zero, 0)
             if rc == 0:
                 rc = g_drop(self.txn, old, 1)
         free(values.data)
@@ -621,12 +662,13 @@ cdef class Txn:
         if rc == MDB_NOTFOUND:
             return False
         if rc:
-            raise self.env.fail(rc, "cannot convert the tables of %s" % self.env.path.decode())
+            raise self.env.fail(rc, "cannot convert %s of %s" % (name.decode(), self.env.path.decode()))
         return True
 
     def copy_into(self, Txn target):
         """Write this snapshot's meta, documents and index into ``target``'s empty
-        sub-databases in order (appending), and its tables as one run each."""
+        sub-databases in order (appending), and its tables and bands as one run
+        each (the bands from the documents)."""
         self.check()
         target.check()
         target.changed = True
@@ -635,7 +677,6 @@ cdef class Txn:
         pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta
         pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
         cdef int which
-        cdef bint bands = self.env.has_bands and target.env.has_bands
         cdef Work source = self.work()
         with nogil:
             for which in range(2):
@@ -644,10 +685,6 @@ cdef class Txn:
             if rc == 0:  # the index as one run, in its first slot
                 rc = index_copy(&source, target.txn, target.env.index[0])
             index_close(&source)
-            for which in range(SIGNATURE_BANDS if bands else 0):
-                if rc == 0:
-                    rc = copy_dbi(self.txn, self.env.bands[which], target.txn,
-                                  target.env.bands[which], True)
         if rc:
             raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
         cdef Work w = target.work()
@@ -658,6 +695,13 @@ cdef class Txn:
                     rc = rewrite_tables(&w, 0, w.layout.tables)
                 if rc == 0:
                     rc = end_rewrite(&w, 0)
+                which = 0
+                while rc == 0 and w.band_runs and which < SIGNATURE_BANDS:
+                    # one run a band, from the documents (meta brought the counters)
+                    rc = rewrite_bands(&w, which, min(which + BAND_GROUP, SIGNATURE_BANDS))
+                    which += BAND_GROUP
+                if rc == 0:
+                    rc = end_band_rewrite(&w, 0)
                 if rc == 0:
                     rc = write_counter(&w, REMOVED, 0)
             target.runs_written = True

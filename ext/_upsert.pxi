@@ -370,9 +370,9 @@ cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
                        size_t found) noexcept nogil:
     """Write the documents and the index's slots again without the ``found``
     documents ``gone`` ((fingerprint, index in ``docs``) pairs, in key order),
-    and the band tables whole, appended in order from ``last``, a snapshot
-    holding what the transaction holds. Their leaves come out full, where
-    removals in place copy leaves and leave them sparse."""
+    appended in order from ``last``, a snapshot holding what the transaction
+    holds. Their leaves come out full, where removals in place copy leaves and
+    leave them sparse."""
     cdef uint64_t entries[INDEX_SLOTS]
     cdef size_t i
     cdef int s, used, rc = index_sizes(w, entries, &used)
@@ -396,9 +396,6 @@ cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
     for s in range(w.index_slots):
         if rc == 0 and entries[s]:
             rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + found, found)
-    for s in range(SIGNATURE_BANDS if w.bands != NULL else 0):
-        if rc == 0:  # written whole too; update_bands then takes out what no document holds
-            rc = rewrite_dbi(w.txn, last, w.bands[s], True)
     free(fp_bytes)
     free(keys)
     return rc if rc else write_counter(w, REMOVED, 0)

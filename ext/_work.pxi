@@ -29,8 +29,8 @@ cdef struct TableRuns:
 cdef struct RunsView:
     size_t txnid            # the committed transaction whose runs these are
     size_t refs             # its holders: the cache and the searches using it
-    Py_ssize_t tables
-    TableRuns* runs         # per table; every run with its directory, no cursors
+    Py_ssize_t tables       # the run sets (run_sets): the tables, then the bands
+    TableRuns* runs         # per run set; every run with its directory, no cursors
 
 
 cdef struct Index:
@@ -52,11 +52,12 @@ cdef struct Work:
     Index ix
     MDB_dbi* tables
     bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
-    MDB_dbi run_dir         # every table's directory of runs, keyed by the table (u16 BE)
-    MDB_dbi* run_slots      # per table: RUN_SLOTS slot sub-databases
-    TableRuns* table_runs   # per table: its live runs, loaded by open_cursors
+    MDB_dbi run_dir         # every run set's directory of runs (directory_number, u16 BE)
+    MDB_dbi* run_slots      # per run set: RUN_SLOTS slot sub-databases
+    TableRuns* table_runs   # per run set (run_sets): its live runs, loaded by open_cursors
     U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
-    MDB_dbi* bands          # the band tables (NULL where the database has none)
+    bint band_runs          # the bands are kept as runs, run sets after the tables (_bands.pxi)
+    MDB_dbi* bands          # the bands in 0.5's form, read only (NULL where none are)
     Layout* layout
     MDB_cursor* doc_cursor
     MDB_cursor** table_cursors
@@ -80,6 +81,16 @@ cdef struct Work:
     uint64_t* fed_merges    # the Env's count of index merges whose sources a thread read
 
 
+cdef inline Py_ssize_t run_sets(const Work* w) noexcept nogil:
+    """What keeps runs: the tables, then the bands where they are kept as runs."""
+    return w.layout.tables + (SIGNATURE_BANDS if w.band_runs else 0)
+
+
+cdef inline uint64_t directory_number(const Work* w, Py_ssize_t t) noexcept nogil:
+    """The key of run set ``t``'s directory: a table's number, BAND_DIRECTORY + a band's."""
+    return <uint64_t>t if t < w.layout.tables else BAND_DIRECTORY + <uint64_t>(t - w.layout.tables)
+
+
 cdef int open_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
     cdef int rc
@@ -101,20 +112,20 @@ cdef int open_cursors(Work* w) noexcept nogil:
         if w.view != NULL:
             w.table_runs = w.view.runs
             return 0
-    w.table_runs = <TableRuns*>calloc(w.layout.tables + 1, sizeof(TableRuns))
+    w.table_runs = <TableRuns*>calloc(run_sets(w) + 1, sizeof(TableRuns))
     if w.table_runs == NULL:
         return NO_MEMORY
-    for t in range(w.layout.tables):
+    for t in range(run_sets(w)):
         if rc == 0:
             rc = load_runs(w, t)
     if rc == 0 and viewed:
-        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, w.layout.tables)
+        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, run_sets(w))
     return rc
 
 
 cdef int open_band_cursors(Work* w) noexcept nogil:
-    """Open the band tables' cursors once: a fingerprint search needs none, and
-    each sub-database's first use in a snapshot costs a lookup."""
+    """Open the cursors of the bands in 0.5's form once: a fingerprint search
+    needs none, and each sub-database's first use in a snapshot costs a lookup."""
     cdef int b, rc = 0
     for b in range(SIGNATURE_BANDS if w.bands != NULL else 0):
         if rc == 0 and w.band_cursors[b] == NULL:
@@ -146,6 +157,6 @@ cdef void close_cursors(Work* w) noexcept nogil:
     if w.view != NULL:
         view_release(w.dirs, w.view)
     elif w.table_runs != NULL:
-        for t in range(w.layout.tables):
+        for t in range(run_sets(w)):
             close_runs(&w.table_runs[t])
         free(w.table_runs)

@@ -52,8 +52,8 @@ from .storage import BANDS, band_entries
 from .storage.registry import open_storage, scheme_of
 
 # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
-# 4: the LMDB fingerprint index in slots, a union of runs
-FORMAT_VERSION = 4
+# 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs
+FORMAT_VERSION = 5
 DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
@@ -1150,12 +1150,14 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Convert, in place, a database made by an earlier simhashdb to this
     version's format, which it then opens writable: an LMDB database's
-    permutation tables become compressed runs, a table a transaction (a crash
-    leaves every table whole, and a second call goes on where the first
-    stopped), then a database of simhashdb 0.2 gets its band index. A
-    database of this format is left as it is.
+    permutation tables (0.3 and earlier) and bands (0.5 and earlier) become
+    compressed runs, one a transaction (a crash leaves each whole, and a
+    second call goes on where the first stopped), then a database of
+    simhashdb 0.2 gets its band index. A database of this format is left as
+    it is.
 
-    :param progress: called with (tables converted, tables) after each table.
+    :param progress: called with (parts converted, parts) after each table
+        and band.
     """
     storage = open_storage(path, create=False, backend=backend)
     try:

@@ -204,10 +204,38 @@ def index_in_one_slot(env, txn):
         txn.drop(db, delete=True)
 
 
+def bands_as_in_0_5(path):
+    """Rewrite the closed database at ``path``'s bands as simhashdb 0.5 kept
+    them: each a dupsort ``band:NN`` (an entry's top 2 bytes as key, the other
+    6 as value), no band runs, format 4."""
+    import lmdb
+    import msgpack
+
+    from simhashdb import DB
+    with DB(path, readonly=True) as db, db._storage.read() as view:
+        bands = [view.band_entries(band) for band in range(lmdb_format.BANDS)]
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn)
+        for band, entries in enumerate(bands):
+            old = env.open_db(lmdb_format.OLD_BAND.name(band), txn=txn, dupsort=True, dupfixed=True)
+            txn.cursor(old).putmulti([(e.to_bytes(8, "big")[:2], e.to_bytes(8, "big")[2:])
+                                      for e in sorted(entries)], dupdata=True)
+            for name in lmdb_format.BAND_RUNS.names(band):
+                txn.drop(env.open_db(name, txn=txn), delete=True)
+            txn.delete(lmdb_format.band_directory_key(band), db=directory)
+        meta = env.open_db(lmdb_format.META.name(), txn=txn)
+        txn.delete(lmdb_format.BAND_STALE, db=meta)
+        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
+        params["format"] = 4
+        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+    env.close()
+
+
 def as_in_0_3(path):
     """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
     table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
-    other 6 as value), no runs, no counters, format 2."""
+    other 6 as value), no runs, no counters, each band as 0.5 kept it, format 2."""
     import lmdb
     import msgpack
 
@@ -215,6 +243,7 @@ def as_in_0_3(path):
     with DB(path, readonly=True) as db, db._storage.read() as view:
         layout = db._layout
         tables = [view.table_fingerprints(t) for t in range(layout.tables)]
+    bands_as_in_0_5(path)
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         for t, fps in enumerate(tables):

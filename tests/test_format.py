@@ -35,9 +35,12 @@ def test_names_and_room():
     """The names the backends open, and max_dbs room for each of them."""
     assert lmdb_format.INDEX.names() == [b"fingerprints"] + [b"index:%02d" % s for s in range(1, 8)]
     assert lmdb_format.TABLE_RUNS.names(7)[3] == b"runs:007:03"
+    assert lmdb_format.BAND_RUNS.names(31)[7] == b"band:31:07"
+    assert lmdb_format.OLD_BAND.names()[31] == b"band:31"
     assert lmdb_format.META.names() == [b"meta"]
-    tables = 10
-    opened = sum(len(kind.names(0 if kind.per_table else None)) * (tables if kind.per_table else 1)
+    tables, bands = 10, lmdb_format.BANDS
+    opened = sum(len(kind.names(0 if kind.per_table or kind.per_band else None))
+                 * (tables if kind.per_table else bands if kind.per_band else 1)
                  for kind in lmdb_format.SUB_DATABASES)
     assert lmdb_format.max_dbs(tables) == opened + lmdb_format.SPARE_DBS
 

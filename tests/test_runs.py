@@ -427,7 +427,8 @@ def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
             DB(path, readonly=readonly)
     seen = []
     simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(t + 1, tables) for t in range(tables)]
+    parts = tables + simhashdb.storage.BANDS  # the tables, then the bands
+    assert seen == [(n + 1, parts) for n in range(parts)]
     with DB(path) as db:
         assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
         assert [sorted(db.query(p)) for p in probes] == before

@@ -217,7 +217,10 @@ def made_by_0_2(path, request):
     env = lmdb.open(path, max_dbs=1100)
     with env.begin(write=True) as txn:
         for band in range(32):
-            txn.drop(env.open_db(lmdb_format.BAND.name(band), txn=txn), delete=True)
+            for name in lmdb_format.BAND_RUNS.names(band):
+                txn.drop(env.open_db(name, txn=txn), delete=True)
+            txn.delete(lmdb_format.band_directory_key(band),
+                       db=env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn))
         meta = env.open_db(lmdb_format.META.name(), txn=txn)
         params = msgpack.unpackb(txn.get(b"params", db=meta))
         params["format"] = 1

@@ -261,8 +261,9 @@ def lmdb_bytes(path, docs):
     groups = collections.Counter()
     for name in names:
         kind = name.decode().split(":")[0]
-        dup = kind in ("fingerprints", "table", "band")
-        db = env.open_db(name, create=False, dupsort=dup, dupfixed=kind in ("table", "band"))
+        fixed = kind == "table" or kind == "band" and name.count(b":") == 1  # (0.5's bands)
+        db = env.open_db(name, create=False, dupsort=fixed or kind in ("fingerprints", "index"),
+                         dupfixed=fixed)
         with env.begin() as txn:
             st = txn.stat(db)
         groups[kind] += (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) \

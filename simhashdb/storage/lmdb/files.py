@@ -37,8 +37,8 @@ from ...errors import (
     DiskFullError,
     MaintenanceWarning,
 )
-from .. import Storage, check_process
-from .format import INDEX_SLOTS
+from .. import BANDS, Storage, check_process
+from .format import INDEX_SLOTS, META, RUN_DIRECTORY
 
 DATA_FILE, LOCK_FILE, COMPACT_SUFFIX = "data.mdb", "lock.mdb", ".compact"
 MAX_READERS = 4096
@@ -434,11 +434,15 @@ def _inspect(f, data):
                                        % " and ".join(map(str, txnids))))
     _, last_page, free_root, main_root = max(metas)
     file_pages = size // page_size
-    for what, root in (("sub-databases", main_root), ("free pages", free_root)):
+    trees = [("LMDB's list of sub-databases", main_root), ("LMDB's list of free pages", free_root)]
+    for what, root in trees:
         bad = _damaged_page(f, page_size, root, file_pages)
         if bad is not None:
-            return ("page %d of LMDB's list of %s is damaged: a write would copy it "
-                    "past its end" % (bad, what)), None
+            return ("page %d of %s is damaged: a write would copy it past its end"
+                    % (bad, what)), None
+        if root == main_root:  # then the small sub-databases every batch writes
+            trees += [("the sub-database %r" % name.decode(), root) for name, root in
+                      _sub_database_roots(f, page_size, main_root, file_pages, WRITTEN_EACH_BATCH)]
     full_size = (last_page + 1) * page_size
     if size >= full_size:
         return None, None
@@ -460,6 +464,7 @@ _FREE_DB = 16 + 24  # the free DB's record in a meta page: md_pad (the page size
 _META_END = _FREE_DB + 2 * 48 + 16
 _BRANCH, _LEAF, _BIG_DATA = 0x01, 0x02, 0x01
 _NO_PAGE = 2**64 - 1
+WRITTEN_EACH_BATCH = (META.name(), RUN_DIRECTORY.name())  # small B-trees a write copies
 
 
 class _Damaged(Exception):
@@ -499,6 +504,17 @@ def _nodes(page, lower):
         if at + _NODE.size > len(page):
             raise _Damaged(_PAGE.unpack_from(page)[0])
         yield (at, *_NODE.unpack_from(page, at))
+
+
+def _sub_database_roots(f, page_size, main_root, file_pages, names):
+    """(name, root page) of the sub-databases ``names`` that the main B-tree
+    (at ``main_root``, found sound) lists."""
+    for _, page, flags, lower, _ in _tree_pages(f, page_size, main_root, file_pages):
+        for at, low, high, _, key_size in _nodes(page, lower) if flags & _LEAF else ():
+            name = page[at + _NODE.size:at + _NODE.size + key_size]
+            record = page[at + _NODE.size + key_size:at + _NODE.size + key_size + 48]
+            if name in names and (low | high << 16) == 48 and len(record) == 48:
+                yield name, struct.unpack_from("<Q", record, 40)[0]
 
 
 def _damaged_page(f, page_size, root, file_pages):
@@ -865,15 +881,18 @@ class LmdbStorage(Storage):
                     self._open_env()
 
     def convert_tables(self, tables, progress=None):
-        """Rewrite tables kept in simhashdb 0.3's form (dupsort ``table:NNN``) as
-        runs, a table a transaction: a crash leaves each table whole in one form
-        or the other, and the next call goes on where it stopped. ``progress``
-        is called with (tables done, tables)."""
+        """Rewrite tables kept in simhashdb 0.3's form (dupsort ``table:NNN``),
+        then bands kept in 0.5's (dupsort ``band:NN``), as runs, one a
+        transaction: a crash leaves each whole in one form or the other, and
+        the next call goes on where it stopped. ``progress`` is called with
+        (tables and bands done, tables + bands)."""
         self._check_writable()
-        for table in range(tables):
-            self.write(lambda txn: txn.convert_table(table))
+        steps = ([("convert_table", table) for table in range(tables)]
+                 + [("convert_band", band) for band in range(BANDS)])
+        for done, (convert, number) in enumerate(steps, 1):
+            self.write(lambda txn: getattr(txn, convert)(number))
             if progress is not None:
-                progress(table + 1, tables)
+                progress(done, len(steps))
 
     def info(self):
         self._check_usable()
@@ -983,17 +1002,19 @@ class LmdbHandle(Storage):
                 self.shared.release_handle()
 
 
-def old_tables_error(path, converting=False):
-    """The error for a database whose tables are in simhashdb 0.3's form, opened
-    to write, or opened at all while a conversion is unfinished (``converting``)."""
+def old_tables_error(path, converting=False, bands=False):
+    """The error for a database whose tables are in simhashdb 0.3's form (or
+    whose ``bands`` are in 0.5's), opened to write, or opened at all while a
+    conversion is unfinished (``converting``)."""
     if converting:
         return DatabaseError("%s was being converted to this version's format when the "
                              "conversion stopped: finish it with `simhashdb-cli upgrade %s` "
                              "(or simhashdb.upgrade(path))" % (path, path))
     return DatabaseError(
-        "%s keeps its tables in the form of simhashdb 0.3 and earlier, which this version "
-        "reads but does not write: convert it with `simhashdb-cli upgrade %s` (or "
-        "simhashdb.upgrade(path)), or open it read-only" % (path, path))
+        "%s keeps its %s, which this version reads but does not write: convert it with "
+        "`simhashdb-cli upgrade %s` (or simhashdb.upgrade(path)), or open it read-only"
+        % (path, "band index in the form of simhashdb 0.5 and earlier" if bands else
+           "tables in the form of simhashdb 0.3 and earlier", path))
 
 
 def _forget_inherited_storages():

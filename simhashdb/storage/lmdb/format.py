@@ -15,9 +15,9 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 - the fingerprint index (sorted duplicates: 8-byte big-endian fingerprint ->
   key, one entry per document), kept in :data:`INDEX_SLOTS` slots:
   ``fingerprints``, then ``index:01`` to ``index:07``;
-- ``band:NN`` (sorted, fixed-size duplicates): the band index of text documents;
-- ``runs``: each permutation table's directory of live runs, keyed by the
-  table (:data:`TABLE_KEY_BYTES` bytes big-endian): a record of
+- ``runs``: the directory of live runs of each permutation table (keyed by
+  the table) and of each band (keyed by :data:`BAND_DIRECTORY` + the band),
+  :data:`TABLE_KEY_BYTES` bytes big-endian: a record of
   :data:`RUN_RECORD_BYTES` a run (run id 4, slot 1, entries 8), oldest first;
 - ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
   permuted fingerprints in order, in blocks coded by their differences
@@ -25,12 +25,20 @@ A database's sub-databases (:data:`SUB_DATABASES`):
   :data:`RUN_KEY_BYTES`. A batch appends a run; the newest is merged into the
   one before while newest * :data:`RUN_RATIO` > previous (or the slots run
   short); once the entries removals left behind could reach 1/RUN_RATIO of
-  the table, every table is written again from the index.
+  the table, every table is written again from the index;
+- ``band:BB:SS``: slot SS of band BB of the text documents' band index, runs
+  as a table's: the entries ``band key << 32 | the fingerprint's top 32
+  bits`` of the stored texts. A removal leaves its entries (``band stale``
+  counts them; a search confirms what it finds by the signatures); once they
+  could reach 1/RUN_RATIO of the bands' entries, the bands are written again
+  from the documents (``band rewrite``: the next band, and the stale count
+  it began with).
 
 Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
 (:data:`OLD_TABLE`: sorted, fixed-size duplicates, the permuted fingerprint's
-top 2 bytes as key, the other 6 as value). They are read as they are; to
-write to one, convert it first.
+top 2 bytes as key, the other 6 as value); those of 0.5 and earlier keep
+each band as ``band:NN`` (:data:`OLD_BAND`, in the same form). They are read
+as they are; to write to one, convert it first.
 
 A new kind of sub-database is one more :class:`SubDatabase` in
 :data:`SUB_DATABASES`: :func:`max_dbs` and the names follow from it.
@@ -43,12 +51,13 @@ from .. import BANDS
 
 class SubDatabase(NamedTuple):
     """A family of sub-databases: ``count`` of them (per table where
-    ``per_table``), named by ``pattern`` and their numbers (``first``: the
-    name of number 0, where it has its own)."""
+    ``per_table``, per band where ``per_band``), named by ``pattern`` and
+    their numbers (``first``: the name of number 0, where it has its own)."""
 
     pattern: bytes
     count: int = 1
     per_table: bool = False
+    per_band: bool = False
     dupsort: bool = False
     dupfixed: bool = False
     first: bytes = b""
@@ -60,9 +69,10 @@ class SubDatabase(NamedTuple):
         return self.pattern % numbers if numbers else self.pattern
 
     def names(self, table=None):
-        """The names of all of them (of ``table``, for one per table)."""
+        """The names of all of them (of ``table`` or band, for one per table
+        or band)."""
         prefix = () if table is None else (table,)
-        if self.count == 1 and not self.per_table:
+        if self.count == 1 and not (self.per_table or self.per_band):
             return [self.pattern]
         return [self.name(*prefix, number) for number in range(self.count)]
 
@@ -73,30 +83,34 @@ INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 META = SubDatabase(b"meta")
 DOCS = SubDatabase(b"docs")
 INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
-BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 RUN_DIRECTORY = SubDatabase(b"runs")
 TABLE_RUNS = SubDatabase(b"runs:%03d:%02d", RUN_SLOTS, per_table=True)
+BAND_RUNS = SubDatabase(b"band:%02d:%02d", RUN_SLOTS, per_band=True)
 OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=True)
+OLD_BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 
-SUB_DATABASES = (META, DOCS, INDEX, BAND, RUN_DIRECTORY, TABLE_RUNS)
-SPARE_DBS = 1  # room for one more (a 0.3 table being converted beside its slots)
+SUB_DATABASES = (META, DOCS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS)
+SPARE_DBS = 1  # room for one more (a 0.3 table or 0.5 band being converted beside its slots)
 
 # meta's keys
 PARAMS, DISTINCT, STALE, REMOVED = b"params", b"distinct", b"stale", b"removed"
 RUN_IDS, REWRITE = b"run ids", b"rewrite"
+BAND_STALE, BAND_REWRITE = b"band stale", b"band rewrite"
 
-TABLE_KEY_BYTES = 2  # a key of the run directory: the table
+TABLE_KEY_BYTES = 2  # a key of the run directory: the table, or BAND_DIRECTORY + the band
+BAND_DIRECTORY = 0x8000  # the directory key of band 0 (tables are fewer)
 RUN_RECORD_BYTES = 13  # a run in the directory: id 4, slot 1, entries 8
 RUN_KEY_BYTES = 12  # a block's key: run id 4, first value 8
 
 # the integer constants ext/_format.pxi declares for the native engine
 NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "TABLE_KEY_BYTES",
-                    "RUN_RECORD_BYTES", "RUN_KEY_BYTES")
+                    "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES")
 
 
 def max_dbs(tables):
     """The sub-databases an environment with room for ``tables`` tables opens."""
-    return SPARE_DBS + sum(sub.count * (tables if sub.per_table else 1) for sub in SUB_DATABASES)
+    return SPARE_DBS + sum(sub.count * (tables if sub.per_table else BANDS if sub.per_band else 1)
+                           for sub in SUB_DATABASES)
 
 
 def native_constants():
@@ -110,6 +124,11 @@ def native_constants():
 def directory_key(table):
     """The key of table ``table``'s directory of runs."""
     return table.to_bytes(TABLE_KEY_BYTES, "big")
+
+
+def band_directory_key(band):
+    """The key of band ``band``'s directory of runs."""
+    return directory_key(BAND_DIRECTORY + band)
 
 
 def directory_record(runs):

@@ -108,17 +108,17 @@ class NativeStorage(LmdbStorage):
 
     def _open_found(self):
         """Open the sub-databases the file has, making none: True where its
-        tables are runs (a writable handle then opens them again, making what
-        this version adds); False where they are in simhashdb 0.3's form,
-        which opens by its first table (open_tables opens them all, read-only);
-        None where it has neither (another process is making it, or it is not
-        simhashdb's)."""
+        tables and bands are runs (a writable handle then opens them again,
+        making what this version adds); False where they are in an earlier
+        form (tables in simhashdb 0.3's, which opens by its first table, or
+        bands in 0.5's: open_tables opens them all, read-only); None where it
+        has neither (another process is making it, or it is not simhashdb's)."""
         first = Layout(1, 0)
         for tables in ((array("l"), array("Q"), []),
                        (first.spec, first.prefixes, first.prefix_bits)):
             try:
                 self._env.open_dbs(*tables, False, False)
-                return not tables[0]
+                return not tables[0] and not self._env.old_bands
             except DatabaseError:
                 pass
         return None
@@ -130,7 +130,7 @@ class NativeStorage(LmdbStorage):
         try:
             self._env.open_dbs(*tables, not self.readonly, add_index_slots)
         except _lmdb.OldTablesError as exc:
-            raise old_tables_error(self.path, converting=exc.args[0]) from None
+            raise old_tables_error(self.path, *exc.args) from None
         except DatabaseError as exc:
             raise self._open_error(exc) from None
 
@@ -329,6 +329,9 @@ class NativeTxn(NativeView, Txn):
 
     def convert_table(self, table):
         return self._txn.convert_table(table)
+
+    def convert_band(self, band):
+        return self._txn.convert_band(band)
 
     @property
     def untidy(self):

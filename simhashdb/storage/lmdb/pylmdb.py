@@ -1,9 +1,11 @@
 """The portable LMDB backend, on py-lmdb: the same files as the native
 backend, used where that one was not built (or with ``backend="py-lmdb"``).
 
-A new database keeps its tables as compressed sorted runs (RUNS.md), blocks
-coded by ``_ext`` exactly as the native backend codes them; a database whose
-tables are in simhashdb 0.3's form (dupsort ``table:NNN``) opens read-only.
+A new database keeps its tables and bands as compressed sorted runs
+(RUNS.md), blocks coded by ``_ext`` exactly as the native backend codes them;
+a database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``)
+or whose bands are in 0.5's (dupsort ``band:NN``) opens read-only. A run set
+is a table (numbered from 0) or a band (numbered after the tables).
 The fingerprint index is the union of its slots, as native keeps them; this
 backend puts new entries into ``fingerprints`` and leaves merging the slots
 to the native one (any slot may hold any entry).
@@ -28,6 +30,8 @@ from .. import BANDS, Txn, View, band_entries
 from . import format
 from .files import LmdbStorage, old_tables_error
 from .format import (
+    BAND_REWRITE,
+    BAND_STALE,
     DISTINCT,
     INDEX_SLOTS,
     PARAMS,
@@ -39,6 +43,7 @@ from .format import (
     RUN_SLOTS,
     STALE,
     block_entries,
+    band_directory_key,
     block_key,
     directory_key,
     directory_record,
@@ -48,8 +53,11 @@ from .format import (
 
 META, DOCS, RUNS = format.META.name(), format.DOCS.name(), format.RUN_DIRECTORY.name()
 FINGERPRINTS = format.INDEX.name(0)  # the index's first slot, where new entries go
-BAND_TABLES = format.BAND.names()
+OLD_BANDS = format.OLD_BAND.names()
+BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
 table_name, index_name, slot_name = format.OLD_TABLE.name, format.INDEX.name, format.TABLE_RUNS.name
+band_slot_name = format.BAND_RUNS.name
+BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
 
 
@@ -87,16 +95,27 @@ class PyLmdbStorage(LmdbStorage):
             self._dbs = {name: self._open_db(name, txn=txn) for name in (META, DOCS)}
             self._index = []  # the index's slots (one where a database made before them is read)
             self._open_index_slots(create=new, txn=txn)
-            try:
-                for name in BAND_TABLES:
-                    self._dbs[name] = self._open_db(name, dupsort=True, dupfixed=True, txn=txn)
-            except DatabaseError:
-                if not self.readonly:
-                    raise
-                for name in BAND_TABLES:  # made before bands were, opened read-only
-                    self._dbs.pop(name, None)
+            self._open_bands(new, txn)
         if self._layout is not None:
             self.open_tables(self._layout)
+
+    def _open_bands(self, new, txn):
+        """Open the bands: as runs (made where writable: in a database of
+        simhashdb 0.2, a rewrite of the bands begun), or in 0.5's form
+        (``_old_bands``: how many are), or none (a database made before
+        bands were, opened read-only)."""
+        with contextlib.ExitStack() as stack:
+            reader = txn or stack.enter_context(self._env.begin())
+            old = [name for name in OLD_BANDS if reader.get(name) is not None]
+            unbanded = reader.get(BAND_SLOTS[0]) is None
+        self._old_bands = len(old)
+        runs = not old and (not self.readonly or not unbanded)
+        if runs and unbanded and not new:  # made in one of 0.2's: written from its documents
+            txn.put(BAND_REWRITE, bytes(16), db=self._dbs[META])
+        self._band_runs = runs
+        for name in BAND_SLOTS if runs else old:
+            self._dbs[name] = self._open_db(name, dupsort=not runs, dupfixed=not runs, txn=txn,
+                                            create=runs)
 
     def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None, create=True):
         try:
@@ -168,6 +187,24 @@ class PyLmdbStorage(LmdbStorage):
         with self._making() as txn:
             self._open_index_slots(create=True, txn=txn)
 
+    def _set_slot(self, table, slot):
+        """The name of slot ``slot`` of run set ``table`` (a table, or a band after them)."""
+        tables = self._layout.tables
+        return slot_name(table, slot) if table < tables else band_slot_name(table - tables, slot)
+
+    def _set_key(self, table):
+        """The key of run set ``table``'s directory."""
+        tables = self._layout.tables
+        return directory_key(table) if table < tables else band_directory_key(table - tables)
+
+    def _set_named(self, table):
+        tables = self._layout.tables
+        return "table %d" % table if table < tables else "band %d" % (table - tables)
+
+    def _run_sets(self):
+        """The run sets: the tables, then the bands where they are kept as runs."""
+        return range(self._layout.tables + (BANDS if self._band_runs else 0))
+
     def open_tables(self, layout):
         """Open the tables of ``layout``: runs (made in a new database), or
         tables in 0.3's form, which open read-only and all in that form only."""
@@ -180,6 +217,8 @@ class PyLmdbStorage(LmdbStorage):
             old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
         if old and (not self.readonly or old < layout.tables):
             raise old_tables_error(self.path, converting=old < layout.tables)
+        if self._old_bands and (not self.readonly or self._old_bands < BANDS):
+            raise old_tables_error(self.path, converting=self._old_bands < BANDS, bands=True)
         self._runs = not old
         if self._runs:
             names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
@@ -288,7 +327,8 @@ class PyLmdbStorage(LmdbStorage):
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
-        one run each (no stale entries; meta brings the distinct count)."""
+        one run each (no stale entries; meta brings the distinct count), the
+        bands from the documents."""
         target = lmdb.open(os.fsencode(copy), map_size=self._map_size_to_open(),
                            max_dbs=max_dbs(self._room_for_tables()),
                            subdir=False, lock=False)
@@ -303,24 +343,29 @@ class PyLmdbStorage(LmdbStorage):
                     if name == FINGERPRINTS:
                         self._walked(source, self._index, _fill(
                             written.cursor(db), _index_items(source, self), True))
-                for name in BAND_TABLES if name in self._dbs else ():
-                    db = self._open_db(name, dupsort=True, dupfixed=True, env=target, txn=written)
-                    self._walked(source, [name], _fill(
-                        written.cursor(db), source.cursor(self._dbs[name]).iternext(), True))
                 fps = _distinct(_index_items(source, self))
+                sets = [self._layout.table_values(fps, table) for table in range(self._layout.tables)]
+                if self._band_runs:  # the bands from the documents
+                    held = [set() for _ in range(BANDS)]
+                    for _, value in source.cursor(self._dbs[DOCS]).iternext():
+                        for entries, entry in zip(held, band_entries(value,
+                                                                     value_fingerprint(value))):
+                            entries.add(entry)
+                    sets += [array("Q", sorted(entries)) for entries in held]
                 directory = self._open_db(RUNS, env=target, txn=written)
                 run = _counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS) + 1
-                for table in range(self._layout.tables):
-                    slots = [self._open_db(slot_name(table, slot), env=target, txn=written)
+                for table, values in enumerate(sets):
+                    slots = [self._open_db(self._set_slot(table, slot), env=target, txn=written)
                              for slot in range(RUN_SLOTS)]
-                    if fps:
-                        _write_run(written, slots[0], run, self._layout.table_values(fps, table))
-                    written.put(directory_key(table), directory_record([(run, 0, len(fps))] if fps
-                                                                     else []), db=directory)
+                    if values:
+                        _write_run(written, slots[0], run, values)
+                    written.put(self._set_key(table), directory_record(
+                        [(run, 0, len(values))] if values else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
-                written.put(STALE, _count_bytes(0), db=meta)
-                written.put(REMOVED, _count_bytes(0), db=meta)
+                for counter in (STALE, REMOVED, BAND_STALE):
+                    written.put(counter, _count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
+                written.delete(BAND_REWRITE, db=meta)
         finally:
             target.close()
 
@@ -420,15 +465,22 @@ class PyView(View):
         return results
 
     def band_search(self, keys):
-        dbs = self._storage._dbs
+        storage = self._storage
+        bands = [(band, self._whole_directory(storage._layout.tables + band))
+                 for band in range(BANDS)] if storage._band_runs else []
         results = []
         for query in range(len(keys) // BANDS):
             prefixes = set()
-            for band in range(BANDS if BAND_TABLES[0] in dbs else 0):
+            for band in range(BANDS if storage._old_bands else 0):  # 0.5's form
                 first = keys[query * BANDS + band] << 32
-                entries = _scan(self._cursor(BAND_TABLES[band]), _ext.pack_key(first),
+                entries = _scan(self._cursor(OLD_BANDS[band]), _ext.pack_key(first),
                                 _ext.pack_key(first | 0xFFFFFFFF))
                 prefixes.update(entries[i + 4:i + 8] for i in range(0, len(entries), 8))
+            for band, runs in bands:
+                first = keys[query * BANDS + band] << 32
+                for run, slot, _ in runs:
+                    prefixes.update(_ext.pack_key(entry)[4:] for entry in self._run_range(
+                        storage._layout.tables + band, run, slot, first, first | 0xFFFFFFFF))
             results.append([found for prefix in sorted(prefixes)
                             for found in self._with_prefix(prefix)])
         return results
@@ -444,10 +496,25 @@ class PyView(View):
         return found
 
     def band_entries(self, band):
-        if BAND_TABLES[band] not in self._storage._dbs:
+        storage = self._storage
+        if storage._old_bands:
+            cursor = self._txn.cursor(storage._dbs[OLD_BANDS[band]])
+            return [_ext.unpack_key(k + v) for k, v in cursor.iternext()] if cursor.first() else []
+        if not storage._band_runs:
             return []
-        cursor = self._txn.cursor(self._storage._dbs[BAND_TABLES[band]])
-        return [_ext.unpack_key(k + v) for k, v in cursor.iternext()] if cursor.first() else []
+        held = array("Q")  # the union of the runs less the stale entries
+        for run, slot, _ in self._directory(storage._layout.tables + band):
+            held = _ext.merge_unique(held, self._run_range(storage._layout.tables + band, run,
+                                                           slot, 0, MAX_VALUE))
+        return [entry for entry in held if self._held(band, entry)]
+
+    def _held(self, band, entry):
+        """Whether a stored document (as the index is now) has band entry ``entry``."""
+        for key, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
+            entries = band_entries(self._cursor(DOCS).get(key), fp)
+            if entries and entries[band] == entry:
+                return True
+        return False
 
     def table_fingerprints(self, table):
         layout = self._storage._layout
@@ -462,13 +529,14 @@ class PyView(View):
             if cursor.first() else []
 
     def _directory(self, table):
-        """Table ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
-        raw = self._txn.get(directory_key(table), db=self._storage._dbs[RUNS])
+        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
+        raw = self._txn.get(self._storage._set_key(table), db=self._storage._dbs[RUNS])
         if raw is None:
             return []
         runs = directory_runs(raw)
         if runs is None:
-            raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+            raise _damaged(self._storage.path, "the directory of %s's runs"
+                           % self._storage._set_named(table))
         return runs
 
     def _whole_directory(self, table):
@@ -484,24 +552,25 @@ class PyView(View):
 
     def _check_run(self, table, run, slot, entries):
         """Count the entries of run ``run``'s blocks against ``entries``."""
-        cursor = self._cursor(slot_name(table, slot))
+        cursor = self._cursor(self._storage._set_slot(table, slot))
         prefix = block_key(run, 0)[:4]
         counted, at = 0, cursor.set_range(prefix)
         while at and cursor.key()[:4] == prefix:
             counted += block_entries(cursor.value())
             at = cursor.next()
         if counted != entries:
-            raise DatabaseError("%s is damaged: a block of table %d is unreadable (its run's "
+            raise DatabaseError("%s is damaged: a block of %s is unreadable (its run's "
                                 "blocks hold %d entries, not the %d it was written with); "
                                 "db.check() lists the damage, and compact() writes the tables "
-                                "again from the fingerprint index"
-                                % (self._storage.path, table, counted, entries))
+                                "and bands again from the fingerprint index and the documents"
+                                % (self._storage.path, self._storage._set_named(table),
+                                   counted, entries))
         self._storage._whole_runs.add((table, run, entries))
 
     def _run_range(self, table, run, slot, lo, hi):
-        """The values of run ``run`` (in ``slot`` of ``table``) in [lo, hi],
-        ascending: from the block that holds ``lo`` on."""
-        cursor = self._cursor(slot_name(table, slot))
+        """The values of run ``run`` (in ``slot`` of run set ``table``) in [lo,
+        hi], ascending: from the block that holds ``lo`` on."""
+        cursor = self._cursor(self._storage._set_slot(table, slot))
         key = block_key(run, lo)
         prefix = key[:4]  # the run id
         at = cursor.set_range(key)
@@ -511,7 +580,7 @@ class PyView(View):
                 at = cursor.set_range(key)
         values = array("Q")
         while at and cursor.key()[:4] == prefix:
-            block = _block(self._storage.path, table, cursor.key(), cursor.value())
+            block = _block(self._storage, table, cursor.key(), cursor.value())
             if block[0] > hi:
                 break
             values.extend(block[bisect_left(block, lo):bisect_right(block, hi)])
@@ -631,40 +700,45 @@ class PyTxn(PyView, Txn):
 
     def _write_whole(self, last, gone=()):
         """Write the documents and the index's slots again without the
-        documents ``gone`` [(key, fingerprint)], and the band tables whole,
-        each emptied and appended in order from snapshot ``last``."""
+        documents ``gone`` [(key, fingerprint)], each emptied and appended in
+        order from snapshot ``last``."""
         dbs, keys = self._storage._dbs, {key for key, _ in gone}
         entries = {(_ext.pack_key(fp), key) for key, fp in gone}
         self._append(last, DOCS, lambda k, v: k not in keys, False)
         for name in self._storage._index:
             if last.stat(dbs[name])["entries"]:
                 self._append(last, name, lambda k, v: (k, v) not in entries, True)
-        for name in BAND_TABLES if BAND_TABLES[0] in dbs else ():
-            self._append(last, name, lambda k, v: True, True)
         self._cursors, self._slots = {}, None  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
     def _update_bands(self, bands):
-        """Put into the band tables the entries the batch brought ({(band,
-        entry): whether a document brought it}); take out those it took away
-        that no stored document has any more."""
-        if BAND_TABLES[0] not in self._storage._dbs:
+        """Append to each band as a run the entries the batch brought that no
+        document it took away had ({(band, entry): BROUGHT | TAKEN}), and count
+        as stale those it took away that none it brought has, as the native
+        backend does."""
+        if not self._storage._band_runs:
             return
-        for (band, entry), added in sorted(bands.items()):
-            cursor = self._cursor(BAND_TABLES[band])
-            key, value = _ext.pack_key(entry)[:2], _ext.pack_key(entry)[2:]
-            if added:
-                cursor.put(key, value, dupdata=True)
-            elif not self._held(band, entry) and cursor.set_key_dup(key, value):
-                cursor.delete()
+        brought = collections.defaultdict(list)
+        stale = 0
+        for (band, entry), how in sorted(bands.items()):
+            if how == BROUGHT:
+                brought[band].append(entry)
+            stale += how == TAKEN
+        tables = self._storage._layout.tables
+        for band, entries in brought.items():
+            self._add_run(tables + band, array("Q", entries))
+        if stale:
+            self._set_count(BAND_STALE, self._count(BAND_STALE) + stale)
+        self.untidy = self.untidy or self._band_rewrite_due()
 
-    def _held(self, band, entry):
-        """Whether a stored document (as the index is now) has band entry ``entry``."""
-        for key, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
-            entries = band_entries(self._cursor(DOCS).get(key), fp)
-            if entries and entries[band] == entry:
-                return True
-        return False
+    def _band_rewrite_due(self):
+        """Whether a rewrite of the bands is under way, or due: the stale
+        entries could exceed 1/RUN_RATIO of the entries of the bands' runs."""
+        if self._cursor(META).get(BAND_REWRITE) is not None:
+            return True
+        tables = self._storage._layout.tables
+        entries = sum(run[2] for band in range(BANDS) for run in self._directory(tables + band))
+        return self._count(BAND_STALE) * RUN_RATIO > entries
 
     def _touch(self, fp, touched):
         """Note ``fp`` as changed, first with whether the index had it before."""
@@ -731,7 +805,8 @@ class PyTxn(PyView, Txn):
                                          for run, slot, _ in (older, newer)))
             self._put_run(table, runs, values)
             for _, slot, _ in (older, newer):
-                self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+                self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)],
+                               delete=False)
             del runs[-3:-1]
         self.untidy = self.untidy or _merges_left(runs)
         self._save_directory(table, runs)
@@ -742,24 +817,29 @@ class PyTxn(PyView, Txn):
         free slot) and note it at the end of ``runs``."""
         free = set(range(RUN_SLOTS)) - {s for _, s, _ in runs}
         if not free:  # a directory of more runs than merges leave
-            raise _damaged(self._storage.path, "the directory of table %d's runs" % table)
+            raise _damaged(self._storage.path, "the directory of %s's runs"
+                           % self._storage._set_named(table))
         slot = min(free)
         # never an id given before in the table (the native backend caches
         # block directories by run id): above the live runs' and the dropped
         run = runs[-1][0] + 1 if runs else self._count(RUN_IDS) + 1
-        _write_run(self._txn, self._storage._dbs[slot_name(table, slot)], run, values)
+        _write_run(self._txn, self._storage._dbs[self._storage._set_slot(table, slot)], run,
+                   values)
         runs.append((run, slot, len(values)))
 
     def _save_directory(self, table, runs):
-        self._txn.put(directory_key(table), directory_record(runs), db=self._storage._dbs[RUNS])
+        self._txn.put(self._storage._set_key(table), directory_record(runs),
+                      db=self._storage._dbs[RUNS])
 
     def tidy(self):
         """One transaction's share of what batches left, as the native backend
         does: the next table of a rewrite of the tables (begun once the stale
         entries may exceed 1/RUN_RATIO of the distinct fingerprints), else the
-        deferred merges until they have taken about a table's entries; first,
-        where removals left the documents sparse, the documents, the index and
-        the band tables written whole. Returns whether there is more."""
+        next bands of a rewrite of the bands (begun once their stale entries
+        may exceed 1/RUN_RATIO of their entries), else the deferred merges
+        until they have taken about a table's entries; first, where removals
+        left the documents sparse, the documents and the index written whole.
+        Returns whether there is more."""
         last = self._snapshot() if not self.changed and self._sparse() else None
         self.changed = True
         if last is not None:
@@ -770,22 +850,22 @@ class PyTxn(PyView, Txn):
         marker = meta.get(REWRITE)
         stale, distinct = self._count(STALE), self._count(DISTINCT)
         if marker is not None:
-            if len(marker) != 16:
-                raise _damaged(self._storage.path, "meta's 'rewrite'")
-            table, began = int.from_bytes(marker[:8], "big"), int.from_bytes(marker[8:], "big")
-            if table >= self._storage._layout.tables:
-                raise _damaged(self._storage.path, "meta's 'rewrite'")
+            table, began = self._marker(REWRITE, marker, self._storage._layout.tables)
         elif stale * RUN_RATIO > distinct:
             table, began = 0, stale
+        elif self._storage._band_runs and self._band_rewrite_due():
+            self._tidy_bands()
+            return True
         else:
             merged, budget = 0, max(distinct, self._storage.batch_merge)
-            for table in range(self._storage._layout.tables):
+            for table in self._storage._run_sets():
                 if _merges_left(self._directory(table)):
                     if merged >= budget:
                         return True
                     merged += self._add_run(table, None, tidying=True)
             return False
-        self._rewrite_table(table)
+        fps = _distinct(_index_items(self._txn, self._storage))
+        self._rewrite_run_set(table, self._storage._layout.table_values(fps, table))
         if table + 1 == self._storage._layout.tables:  # removals since it began stay counted
             self._txn.delete(REWRITE, db=self._storage._dbs[META])
             self._set_count(STALE, max(stale - began, 0))
@@ -793,18 +873,46 @@ class PyTxn(PyView, Txn):
             meta.put(REWRITE, (table + 1).to_bytes(8, "big") + began.to_bytes(8, "big"))
         return True
 
-    def _rewrite_table(self, table):
-        """Rewrite ``table`` from the index as its one run (slot 0, an id above
-        the dropped runs'), its stale entries gone, as the native backend does."""
-        fps = _distinct(_index_items(self._txn, self._storage))
+    def _marker(self, name, marker, end):
+        """(the next table or band, the stale count it began with) of a rewrite's marker."""
+        number = int.from_bytes(marker[:8], "big")
+        if len(marker) != 16 or number >= end:
+            raise _damaged(self._storage.path, "meta's %r" % name.decode())
+        return number, int.from_bytes(marker[8:], "big")
+
+    def _tidy_bands(self):
+        """The next BAND_GROUP bands of a rewrite of the bands (under way or due)."""
+        stale, marker = self._count(BAND_STALE), self._cursor(META).get(BAND_REWRITE)
+        first, began = self._marker(BAND_REWRITE, marker, BANDS) if marker else (0, stale)
+        self._rewrite_bands(first, min(first + BAND_GROUP, BANDS))
+        if first + BAND_GROUP >= BANDS:  # removals since it began stay counted
+            self._txn.delete(BAND_REWRITE, db=self._storage._dbs[META])
+            self._set_count(BAND_STALE, max(stale - began, 0))
+        else:
+            self._cursor(META).put(BAND_REWRITE, (first + BAND_GROUP).to_bytes(8, "big")
+                                   + began.to_bytes(8, "big"))
+
+    def _rewrite_bands(self, first, end):
+        """Write bands ``first`` to ``end`` again from the documents' signatures,
+        each as one run (its stale entries gone): one pass over the documents."""
+        entries = [set() for _ in range(first, end)]
+        for _, value in self.documents():
+            for held, entry in zip(entries, band_entries(value, value_fingerprint(value))[first:end]):
+                held.add(entry)
+        for band, held in zip(range(first, end), entries):
+            self._rewrite_run_set(self._storage._layout.tables + band, array("Q", sorted(held)))
+
+    def _rewrite_run_set(self, table, values):
+        """Write run set ``table`` as one run of the sorted ``values`` (slot 0,
+        an id above the dropped runs'), as the native backend does."""
         directory = self._directory(table)
         if directory and directory[-1][0] > self._count(RUN_IDS):
             self._set_count(RUN_IDS, directory[-1][0])
         for _, slot, _ in directory:
-            self._txn.drop(self._storage._dbs[slot_name(table, slot)], delete=False)
+            self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)], delete=False)
         runs = []
-        if fps:
-            self._put_run(table, runs, self._storage._layout.table_values(fps, table))
+        if values:
+            self._put_run(table, runs, values)
         self._save_directory(table, runs)
 
     def convert_table(self, table):
@@ -812,25 +920,42 @@ class PyTxn(PyView, Txn):
         then dropped) as its one run (id 1, slot 0), as the native backend
         does; table 0 sets meta's counters (distinct: its entries, stale: 0).
         Returns whether it was in that form (else nothing is done)."""
-        env, txn = self._storage._env, self._txn
-        try:
-            old = env.open_db(table_name(table), txn=txn, dupsort=True, dupfixed=True,
-                              create=False)
-        except lmdb.NotFoundError:
-            return False
-        directory = env.open_db(RUNS, txn=txn)
-        slots = [env.open_db(slot_name(table, slot), txn=txn) for slot in range(RUN_SLOTS)]
-        txn.drop(slots[0], delete=False)
-        values = array("Q", _old_entries(txn.cursor(old), self._storage.path, table))
-        runs = [(1, 0, len(values))] if values else []
-        if values:
-            _write_run(txn, slots[0], 1, values)
-        txn.put(directory_key(table), directory_record(runs), db=directory)
-        if table == 0:
+        values = self._convert(table_name(table), [slot_name(table, s) for s in range(RUN_SLOTS)],
+                               directory_key(table), "table %d" % table)
+        if values is not None and table == 0:
             self._set_count(DISTINCT, len(values))
             self._set_count(STALE, 0)
+        return values is not None
+
+    def convert_band(self, band):
+        """Rewrite band ``band`` from 0.5's form (a dupsort ``band:NN``, then
+        dropped) as its one run (id 1, slot 0), as the native backend does;
+        band 0 sets meta's ``band stale`` to 0. Returns whether it was in that
+        form (else nothing is done)."""
+        values = self._convert(OLD_BANDS[band], format.BAND_RUNS.names(band),
+                               band_directory_key(band), "band %d" % band)
+        if values is not None and band == 0:
+            self._set_count(BAND_STALE, 0)
+        return values is not None
+
+    def _convert(self, name, slot_names, key, what):
+        """Write the dupsort sub-database ``name`` (in order) as run 1 in the
+        first of ``slot_names`` under directory ``key``, then drop it; its
+        values, or None where there is no such sub-database."""
+        env, txn = self._storage._env, self._txn
+        try:
+            old = env.open_db(name, txn=txn, dupsort=True, dupfixed=True, create=False)
+        except lmdb.NotFoundError:
+            return None
+        directory = env.open_db(RUNS, txn=txn)
+        slots = [env.open_db(slot, txn=txn) for slot in slot_names]
+        txn.drop(slots[0], delete=False)
+        values = array("Q", _old_entries(txn.cursor(old), self._storage.path, what))
+        if values:
+            _write_run(txn, slots[0], 1, values)
+        txn.put(key, directory_record([(1, 0, len(values))] if values else []), db=directory)
         txn.drop(old, delete=True)
-        return True
+        return values
 
 
 def _merge_due(runs, limit):
@@ -850,11 +975,14 @@ def _merges_left(runs):
         newer[2] * RUN_RATIO > older[2] for older, newer in zip(runs, runs[1:]))
 
 
+BROUGHT, TAKEN = 1, 2  # what a batch did with a band entry (_note_bands)
+
+
 def _note_bands(bands, value, fingerprint, added):
     """Note the band entries of a document value as brought (``added``) or
-    taken away: {(band, entry): whether a document brings it}."""
+    taken away: {(band, entry): BROUGHT, TAKEN or both}."""
     for band, entry in enumerate(band_entries(value, fingerprint)):
-        bands[band, entry] = bands.get((band, entry), False) or added
+        bands[band, entry] = bands.get((band, entry), 0) | (BROUGHT if added else TAKEN)
 
 
 def _index_items(txn, storage, start=None):
@@ -887,12 +1015,12 @@ def _fill(cursor, items, dupsort):
     return consumed
 
 
-def _old_entries(cursor, path, table):
-    """The permuted values of a table in 0.3's form, in order: each a 2-byte
-    key and a 6-byte duplicate."""
+def _old_entries(cursor, path, what):
+    """The values of a table in 0.3's form or a band in 0.5's, in order: each
+    a 2-byte key and a 6-byte duplicate."""
     for key, value in cursor.iternext():
         if len(key) + len(value) != 8:
-            raise _damaged(path, "table %d" % table)
+            raise _damaged(path, what)
         yield int.from_bytes(key + value, "big")
 
 
@@ -921,14 +1049,14 @@ def _write_run(txn, db, run, values):
                             "restore it from a backup")
 
 
-def _block(path, table, key, value):
-    """The values of the block item (``key``, ``value``) of a run of ``table``."""
+def _block(storage, table, key, value):
+    """The values of the block item (``key``, ``value``) of a run of run set ``table``."""
     try:
         if len(key) != RUN_KEY_BYTES:
             raise ValueError
         return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
     except ValueError:
-        raise _damaged(path, "a block of table %d" % table) from None
+        raise _damaged(storage.path, "a block of %s" % storage._set_named(table)) from None
 
 
 def _damaged(path, what):

@@ -59,14 +59,16 @@ class AsyncDB:
         return self._db
 
     async def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                                 html: Html = False,
-                                 threshold: Optional[float] = None) -> Decision:
+                                 html: Html = False, threshold: Optional[float] = None,
+                                 refresh: bool = False) -> Decision:
         """:meth:`DB.insert_text_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert_text", (html, _threshold(threshold)), (key, text, meta))
+        return await self._call("insert_text", (html, _threshold(threshold), bool(refresh)),
+                                (key, text, meta))
 
-    async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None) -> Decision:
+    async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
+                            distance: Optional[int] = None, refresh: bool = False) -> Decision:
         """:meth:`DB.insert_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert", None, (key, fingerprint, meta))
+        return await self._call("insert", (distance, bool(refresh)), (key, fingerprint, meta))
 
     async def query_text(self, text: Text, *, html: Html = False,
                          threshold: Optional[float] = None) -> list[TextMatch]:
@@ -148,15 +150,21 @@ def _running(task, stage):
 
 def _prepared(db, calls):
     """What each call needs done before its transaction: a text insert's
-    record fingerprinted and checked (or the error of that), None for others."""
-    prepared = []
-    for kind, option, argument, _ in calls:
-        try:
-            prepared.append(db._prepared_texts([argument], option[0], _now(), "report")
-                            if kind == "insert_text" else None)
-        except Exception as exc:  # the caller's own error
-            prepared.append(exc)
-    return prepared
+    record fingerprinted and checked (or the error of that), None for others
+    and for every call while the database has no recipe: its first text takes
+    one, which only the worker may do, after the calls made before it."""
+    if db.recipe is None:
+        return [None] * len(calls)
+    return [_prepared_text(db, option, argument) if kind == "insert_text" else None
+            for kind, option, argument, _ in calls]
+
+
+def _prepared_text(db, option, argument):
+    """A text insert's record fingerprinted and checked, or the error of that."""
+    try:
+        return db._prepared_texts([argument], option[0], _now(), "report")
+    except Exception as exc:  # the caller's own error
+        return exc
 
 
 def _merged(prepared):
@@ -170,8 +178,9 @@ def _merged(prepared):
 
 _GROUPED = {
     "insert_text": lambda db, option, records, prepared: db._texts_if_new(
-        records, _merged(prepared), option[1], False, _now()),
-    "insert": lambda db, _, records, __: db.insert_if_new_many(records, batch_size=len(records)),
+        records, _merged(prepared), option[1], option[2], _now()),
+    "insert": lambda db, option, records, _: db.insert_if_new_many(
+        records, option[0], batch_size=len(records), refresh=option[1]),
     "query_text": lambda db, option, texts, _: db.query_text_many(texts, html=option[0],
                                                                    threshold=option[1]),
     "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
@@ -193,8 +202,11 @@ def _run(db, calls):
     outcomes = []
     for (kind, option), group in itertools.groupby(calls, key=lambda call: call[:2]):
         group = list(group)
-        outcomes += _run_group(db, kind, option, [call[2] for call in group],
-                               [call[4] for call in group])
+        arguments = [call[2] for call in group]
+        prepared = [_prepared_text(db, option, argument)  # made before there was a recipe
+                    if kind == "insert_text" and done is None else done
+                    for _, _, argument, _, done in group]
+        outcomes += _run_group(db, kind, option, arguments, prepared)
     return outcomes
 
 

@@ -139,6 +139,62 @@ def test_calls_are_run_in_the_order_they_were_made(tmp_path):
     assert (deleted, gone, again.status) == (True, [], "stored")
 
 
+def test_a_new_database_takes_its_recipe_in_the_order_of_the_calls(tmp_path):
+    """A fingerprint stored by a call made before a new database's first text
+    makes that text a mismatch, as it is for the library; made after it, both
+    are stored and the database takes the recipe."""
+    text = page(1)
+
+    def in_order(db, first_fingerprint):
+        calls = [lambda: db.insert_if_new("f", 77), lambda: db.insert_text_if_new("t", text)]
+        return calls if first_fingerprint else calls[::-1]
+
+    async def grouped(path, first_fingerprint):
+        async with AsyncDB(path) as db:
+            return await asyncio.gather(*(call() for call in in_order(db, first_fingerprint)),
+                                        return_exceptions=True)
+
+    for first_fingerprint in (True, False):
+        path, alone = tmp_path / str(first_fingerprint), tmp_path / ("%s-alone" % first_fingerprint)
+        outcomes = asyncio.run(grouped(path, first_fingerprint))
+        with simhashdb.DB(alone) as db:
+            expected = []
+            for call in in_order(db, first_fingerprint):
+                try:
+                    expected.append(call().status)
+                except simhashdb.ParameterMismatchError as exc:
+                    expected.append(type(exc))
+        assert [getattr(o, "status", type(o)) for o in outcomes] == expected
+        with simhashdb.DB(path) as db, simhashdb.DB(alone) as library:
+            assert (db.recipe, sorted(r.key for r in db)) == \
+                (library.recipe, sorted(r.key for r in library))
+    assert expected == ["stored", "stored"]  # (text first: the recipe taken, then the fingerprint)
+
+
+def test_refresh_records_the_pages_seen_again_as_seen_now(tmp_path, monkeypatch):
+    clock = [1_000]
+    for module in (simhashdb.db, simhashdb.aio):
+        monkeypatch.setattr(module, "_now", lambda: clock[0])
+    fp = simhashdb.fingerprint(page(9))
+
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            await asyncio.gather(*(db.insert_text_if_new(k, page(i)) for i, k in enumerate("abc")),
+                                 db.insert_if_new("f", fp), db.insert_if_new("g", fp ^ 0xFFFFFFFF))
+            clock[0] = 2_000
+            return await asyncio.gather(
+                db.insert_text_if_new("a", page(0), refresh=True), db.insert_text_if_new("b", page(1)),
+                db.insert_text_if_new("c-copy", page(2), refresh=True),
+                db.insert_if_new("f", fp, refresh=True), db.insert_if_new("g", fp ^ 0xFFFFFFFF))
+
+    decided = asyncio.run(run())
+    assert [d.status for d in decided] == ["unchanged", "unchanged", "duplicate", "unchanged",
+                                           "unchanged"]
+    with simhashdb.DB(tmp_path / "db") as db:
+        assert {r.key: r.stored_at for r in db} == {"a": 2_000, "b": 1_000, "c": 2_000,
+                                                   "f": 2_000, "g": 1_000}
+
+
 def test_a_failed_group_writes_nothing_and_each_call_is_retried_alone(tmp_path):
     grouped = simhashdb.DB._texts_if_new  # a group's transaction
 

@@ -26,6 +26,7 @@ from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
 PREPARE_CHUNK = 32  # calls fingerprinted at a time, while the group before them commits
+FULL_GROUP = 256  # prepared calls that commit without waiting for those being prepared
 
 
 class AsyncDB:
@@ -126,10 +127,15 @@ class AsyncDB:
             del self._arriving[:PREPARE_CHUNK]
             prepared = await loop.run_in_executor(self._preparer, _prepared, self._db, calls)
             self._ready += [(*call, done) for call, done in zip(calls, prepared)]
-            self._committing = _running(self._committing, self._commit)
+            if not self._arriving or len(self._ready) >= FULL_GROUP:
+                self._committing = _running(self._committing, self._commit)
 
     async def _commit(self):
-        """Run the prepared calls, a group at a time, until none are left."""
+        """Run the prepared calls, a group at a time, until none are left or
+        more calls are waiting to be prepared: a group waits for those (up to
+        FULL_GROUP calls), which then start it, so that the calls of many
+        tasks made at once are one group, not several (a transaction's fixed
+        cost is that of tens of pages)."""
         loop = asyncio.get_running_loop()
         while self._ready:
             calls = self._ready[:GROUP_LIMIT]
@@ -141,6 +147,8 @@ class AsyncDB:
                         future.set_result(value)
                     else:
                         future.set_exception(value)
+            if len(self._ready) < FULL_GROUP and self._arriving:
+                return
 
 
 def _running(task, stage):

@@ -70,6 +70,26 @@ def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
     assert stats["count"] == sum(d.status == "stored" for d in expected)
 
 
+def test_calls_made_at_once_are_one_transaction(tmp_path):
+    """Calls made together wait for the ones made with them to be
+    fingerprinted (in several parts) and commit as one group, not a group a part."""
+    groups = []
+    grouped = simhashdb.DB._texts_if_new
+
+    def counting(self, records, *args):
+        groups.append(len(records))
+        return grouped(self, records, *args)
+
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
+                return await asyncio.gather(*(db.insert_text_if_new(i, page(i)) for i in
+                                              range(3 * simhashdb.aio.PREPARE_CHUNK + 5)))
+
+    decided = asyncio.run(run())
+    assert {d.status for d in decided} == {"stored"} and groups == [len(decided)]
+
+
 def test_a_threshold_decides_grouped_calls_as_it_decides_a_batch(tmp_path):
     records = pages(120)
     texts = [text for i, (_, text) in enumerate(records[:30]) if i % 7 != 6]

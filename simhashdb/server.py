@@ -55,7 +55,8 @@ def make_app(db, *, token=None, max_body=MAX_BODY):
         ``Authorization: Bearer <token>`` (default: None, no token asked).
     :param int max_body: the largest request body in bytes (default: 32 MiB).
     """
-    app = web.Application(middlewares=[_json_errors, _bearer(token)], client_max_size=max_body)
+    middlewares = [_json_errors] + ([] if token is None else [_bearer(token)])
+    app = web.Application(middlewares=middlewares, client_max_size=max_body)
     app[DB] = db
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/v1/stats", _stats)
@@ -286,13 +287,12 @@ async def _json_errors(request, handler):
 
 
 def _bearer(token):
-    expected = None if token is None else ("Bearer " + token).encode()
+    expected = ("Bearer " + token).encode()
 
     @web.middleware
     async def check(request, handler):
         given = request.headers.get("Authorization", "").encode(errors="surrogateescape")
-        if expected is not None and request.path != "/healthz" and not hmac.compare_digest(
-                given, expected):
+        if request.path != "/healthz" and not hmac.compare_digest(given, expected):
             raise _Refused(401, "this server asks for a token: send the header "
                            "'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
         return await handler(request)

@@ -27,6 +27,7 @@ from .errors import DatabaseError
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
 PREPARE_CHUNK = 32  # calls fingerprinted at a time, while the group before them commits
 FULL_GROUP = 256  # prepared calls that commit without waiting for those being prepared
+FILL_STEP = 0.0005  # seconds between looks at a small group's calls while it waits for more
 
 
 class AsyncDB:
@@ -53,6 +54,7 @@ class AsyncDB:
         self._preparing: Optional[asyncio.Task] = None
         self._committing: Optional[asyncio.Task] = None
         self._closed = False
+        self._last_group, self._last_commit = 0, 0.0  # calls and seconds of the last group
 
     @property
     def db(self) -> DB:
@@ -138,9 +140,12 @@ class AsyncDB:
         cost is that of tens of pages)."""
         loop = asyncio.get_running_loop()
         while self._ready:
+            await self._filled(loop)
             calls = self._ready[:GROUP_LIMIT]
             del self._ready[:GROUP_LIMIT]
+            started = loop.time()
             outcomes = await loop.run_in_executor(self._worker, _run, self._db, calls)
+            self._last_group, self._last_commit = len(calls), loop.time() - started
             for (_, _, _, future, _), (ok, value) in zip(calls, outcomes):
                 if not future.done():  # its caller may have been cancelled
                     if ok:
@@ -149,6 +154,14 @@ class AsyncDB:
                         future.set_exception(value)
             if len(self._ready) < FULL_GROUP and self._arriving:
                 return
+
+    async def _filled(self, loop):
+        """Wait while fewer calls are ready than half the last group, for at
+        most as long as the last group took: the tasks answered together call
+        again together, the first of them a little before the others."""
+        until = loop.time() + self._last_commit
+        while len(self._ready) < self._last_group // 2 and loop.time() < until:
+            await asyncio.sleep(FILL_STEP)
 
 
 def _running(task, stage):

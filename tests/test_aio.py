@@ -3,6 +3,7 @@ each caller its own result or error, the same decisions as the batch calls,
 and every acknowledged page still there after the process is killed."""
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -46,23 +47,30 @@ async def insert_all(db, records, tasks=64, **options):
     return decisions
 
 
+@contextlib.contextmanager
+def group_sizes():
+    """The number of texts of each group of inserts committed meanwhile (a list)."""
+    sizes = []
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
+
+    def counting(self, records, *args):
+        sizes.append(len(records))
+        return grouped(self, records, *args)
+
+    with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
+        yield sizes
+
+
 def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
     records = pages(300)
     with simhashdb.DB(tmp_path / "batch", recipe=simhashdb.RECIPE) as db:
         expected = db.insert_text_if_new_many(records, html=True)
-    groups = []
-    grouped = simhashdb.DB._texts_if_new  # a group's transaction
-
-    def counting(self, records, *args):
-        groups.append(len(records))
-        return grouped(self, records, *args)
-
     async def run():
         async with AsyncDB(tmp_path / "aio", recipe=simhashdb.RECIPE) as db:
-            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
-                return await insert_all(db, records), await db.stats()
+            with group_sizes() as groups:
+                return await insert_all(db, records), await db.stats(), groups
 
-    decisions, stats = asyncio.run(run())
+    decisions, stats, groups = asyncio.run(run())
     assert [(d.key, d.status, list(d)) for d in decisions] == \
         [(d.key, d.status, list(d)) for d in expected]
     assert {d.status for d in decisions} == {"stored", "duplicate", "invalid"}
@@ -73,20 +81,13 @@ def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
 def test_calls_made_at_once_are_one_transaction(tmp_path):
     """Calls made together wait for the ones made with them to be
     fingerprinted (in several parts) and commit as one group, not a group a part."""
-    groups = []
-    grouped = simhashdb.DB._texts_if_new
-
-    def counting(self, records, *args):
-        groups.append(len(records))
-        return grouped(self, records, *args)
-
     async def run():
         async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
-            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
+            with group_sizes() as groups:
                 return await asyncio.gather(*(db.insert_text_if_new(i, page(i)) for i in
-                                              range(3 * simhashdb.aio.PREPARE_CHUNK + 5)))
+                                              range(3 * simhashdb.aio.PREPARE_CHUNK + 5))), groups
 
-    decided = asyncio.run(run())
+    decided, groups = asyncio.run(run())
     assert {d.status for d in decided} == {"stored"} and groups == [len(decided)]
 
 

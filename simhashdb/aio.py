@@ -26,6 +26,8 @@ from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
 PREPARE_CHUNK = 32  # calls fingerprinted at a time, while the group before them commits
+FULL_GROUP = 256  # prepared calls that commit without waiting for those being prepared
+FILL_STEP = 0.0005  # seconds between looks at a small group's calls while it waits for more
 
 
 class AsyncDB:
@@ -52,6 +54,7 @@ class AsyncDB:
         self._preparing: Optional[asyncio.Task] = None
         self._committing: Optional[asyncio.Task] = None
         self._closed = False
+        self._last_group, self._last_commit = 0, 0.0  # calls and seconds of the last group
 
     @property
     def db(self) -> DB:
@@ -59,14 +62,16 @@ class AsyncDB:
         return self._db
 
     async def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
-                                 html: Html = False,
-                                 threshold: Optional[float] = None) -> Decision:
+                                 html: Html = False, threshold: Optional[float] = None,
+                                 refresh: bool = False) -> Decision:
         """:meth:`DB.insert_text_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert_text", (html, _threshold(threshold)), (key, text, meta))
+        return await self._call("insert_text", (html, _threshold(threshold), bool(refresh)),
+                                (key, text, meta))
 
-    async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None) -> Decision:
+    async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
+                            distance: Optional[int] = None, refresh: bool = False) -> Decision:
         """:meth:`DB.insert_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert", None, (key, fingerprint, meta))
+        return await self._call("insert", (distance, bool(refresh)), (key, fingerprint, meta))
 
     async def query_text(self, text: Text, *, html: Html = False,
                          threshold: Optional[float] = None) -> list[TextMatch]:
@@ -124,21 +129,39 @@ class AsyncDB:
             del self._arriving[:PREPARE_CHUNK]
             prepared = await loop.run_in_executor(self._preparer, _prepared, self._db, calls)
             self._ready += [(*call, done) for call, done in zip(calls, prepared)]
-            self._committing = _running(self._committing, self._commit)
+            if not self._arriving or len(self._ready) >= FULL_GROUP:
+                self._committing = _running(self._committing, self._commit)
 
     async def _commit(self):
-        """Run the prepared calls, a group at a time, until none are left."""
+        """Run the prepared calls, a group at a time, until none are left or
+        more calls are waiting to be prepared: a group waits for those (up to
+        FULL_GROUP calls), which then start it, so that the calls of many
+        tasks made at once are one group, not several (a transaction's fixed
+        cost is that of tens of pages)."""
         loop = asyncio.get_running_loop()
         while self._ready:
+            await self._filled(loop)
             calls = self._ready[:GROUP_LIMIT]
             del self._ready[:GROUP_LIMIT]
+            started = loop.time()
             outcomes = await loop.run_in_executor(self._worker, _run, self._db, calls)
+            self._last_group, self._last_commit = len(calls), loop.time() - started
             for (_, _, _, future, _), (ok, value) in zip(calls, outcomes):
                 if not future.done():  # its caller may have been cancelled
                     if ok:
                         future.set_result(value)
                     else:
                         future.set_exception(value)
+            if len(self._ready) < FULL_GROUP and self._arriving:
+                return
+
+    async def _filled(self, loop):
+        """Wait while fewer calls are ready than half the last group, for at
+        most as long as the last group took: the tasks answered together call
+        again together, the first of them a little before the others."""
+        until = loop.time() + self._last_commit
+        while len(self._ready) < self._last_group // 2 and loop.time() < until:
+            await asyncio.sleep(FILL_STEP)
 
 
 def _running(task, stage):
@@ -148,15 +171,21 @@ def _running(task, stage):
 
 def _prepared(db, calls):
     """What each call needs done before its transaction: a text insert's
-    record fingerprinted and checked (or the error of that), None for others."""
-    prepared = []
-    for kind, option, argument, _ in calls:
-        try:
-            prepared.append(db._prepared_texts([argument], option[0], _now(), "report")
-                            if kind == "insert_text" else None)
-        except Exception as exc:  # the caller's own error
-            prepared.append(exc)
-    return prepared
+    record fingerprinted and checked (or the error of that), None for others
+    and for every call while the database has no recipe: its first text takes
+    one, which only the worker may do, after the calls made before it."""
+    if db.recipe is None:
+        return [None] * len(calls)
+    return [_prepared_text(db, option, argument) if kind == "insert_text" else None
+            for kind, option, argument, _ in calls]
+
+
+def _prepared_text(db, option, argument):
+    """A text insert's record fingerprinted and checked, or the error of that."""
+    try:
+        return db._prepared_texts([argument], option[0], _now(), "report")
+    except Exception as exc:  # the caller's own error
+        return exc
 
 
 def _merged(prepared):
@@ -170,8 +199,9 @@ def _merged(prepared):
 
 _GROUPED = {
     "insert_text": lambda db, option, records, prepared: db._texts_if_new(
-        records, _merged(prepared), option[1], False, _now()),
-    "insert": lambda db, _, records, __: db.insert_if_new_many(records, batch_size=len(records)),
+        records, _merged(prepared), option[1], option[2], _now()),
+    "insert": lambda db, option, records, _: db.insert_if_new_many(
+        records, option[0], batch_size=len(records), refresh=option[1]),
     "query_text": lambda db, option, texts, _: db.query_text_many(texts, html=option[0],
                                                                    threshold=option[1]),
     "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
@@ -193,8 +223,11 @@ def _run(db, calls):
     outcomes = []
     for (kind, option), group in itertools.groupby(calls, key=lambda call: call[:2]):
         group = list(group)
-        outcomes += _run_group(db, kind, option, [call[2] for call in group],
-                               [call[4] for call in group])
+        arguments = [call[2] for call in group]
+        prepared = [_prepared_text(db, option, argument)  # made before there was a recipe
+                    if kind == "insert_text" and done is None else done
+                    for _, _, argument, _, done in group]
+        outcomes += _run_group(db, kind, option, arguments, prepared)
     return outcomes
 
 

@@ -22,8 +22,10 @@ Settings (with their defaults):
   ``"main"``: its main content only, without menus, headers, footers and
   asides (for the middleware too).
 - ``SIMHASHDB_THRESHOLD = None``: the least resemblance of a near-duplicate
-  (None: the database's default, 0.45); with another, each page is its own
-  transaction, as grouped calls take the default only.
+  (None: the database's default, 0.45).
+- ``SIMHASHDB_REFRESH = False``: record the stored near-duplicates a page
+  was decided against (its own earlier version among them) as seen now, so
+  that ``expire`` removes only the pages the crawl no longer sees.
 - ``SIMHASHDB_META_FIELDS = []``: item fields stored with the page as its metadata.
 - ``SIMHASHDB_DROP = ["duplicate"]``: the statuses whose items or responses
   are dropped (of ``"stored"``, ``"unchanged"``, ``"duplicate"``, ``"invalid"``).
@@ -76,6 +78,7 @@ class _Component:
             self.html = settings.getbool("SIMHASHDB_HTML", True)
         self.threshold = None if settings.get("SIMHASHDB_THRESHOLD") is None else \
             settings.getfloat("SIMHASHDB_THRESHOLD")
+        self.refresh = settings.getbool("SIMHASHDB_REFRESH", False)
         self.stats = crawler.stats
         self.db = None
 
@@ -99,7 +102,8 @@ class _Component:
     async def _decide(self, key, text, meta, html):
         """The page's Decision, counted in the crawl's stats."""
         decision = await self.db.insert_text_if_new(key, text, meta, html=html,
-                                                    threshold=self.threshold)
+                                                    threshold=self.threshold,
+                                                    refresh=self.refresh)
         self.stats.inc_value("simhashdb/" + decision.status)
         return decision
 

@@ -39,10 +39,10 @@ MAX_ITEMS = 10_000  # items of one request
 TOKEN_VARIABLE = "SIMHASHDB_TOKEN"
 DB = web.AppKey("db", object)  # the application's AsyncDB
 # what one page's item may hold, by endpoint; the first field is required
-FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata"),
-               "query-text": ("text", "key", "html"),
-               "insert-if-new": ("fingerprint", "key", "metadata"),
-               "query": ("fingerprint", "key", "distance")}
+FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata", "threshold", "refresh"),
+          "query-text": ("text", "key", "html", "threshold"),
+          "insert-if-new": ("fingerprint", "key", "metadata", "refresh"),
+          "query": ("fingerprint", "key", "distance")}
 # a page's own fault: answered as its item's "invalid" status, not as a failed request
 PAGE_ERRORS = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
                InvalidMetadataError)
@@ -55,7 +55,8 @@ def make_app(db, *, token=None, max_body=MAX_BODY):
         ``Authorization: Bearer <token>`` (default: None, no token asked).
     :param int max_body: the largest request body in bytes (default: 32 MiB).
     """
-    app = web.Application(middlewares=[_json_errors, _bearer(token)], client_max_size=max_body)
+    middlewares = [_json_errors] + ([] if token is None else [_bearer(token)])
+    app = web.Application(middlewares=middlewares, client_max_size=max_body)
     app[DB] = db
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/v1/stats", _stats)
@@ -126,12 +127,15 @@ async def _answer(db, endpoint, item):
     key = item.get("key")
     try:
         if endpoint == "insert-text-if-new":
-            found = await db.insert_text_if_new(key, item["text"], item.get("metadata"),
-                                                html=item.get("html", False))
+            found = await db.insert_text_if_new(
+                key, item["text"], item.get("metadata"), html=item.get("html", False),
+                threshold=item.get("threshold"), refresh=item.get("refresh", False))
         elif endpoint == "insert-if-new":
-            found = await db.insert_if_new(key, item["fingerprint"], item.get("metadata"))
+            found = await db.insert_if_new(key, item["fingerprint"], item.get("metadata"),
+                                           refresh=item.get("refresh", False))
         elif endpoint == "query-text":
-            found = await db.query_text(item["text"], html=item.get("html", False))
+            found = await db.query_text(item["text"], html=item.get("html", False),
+                                        threshold=item.get("threshold"))
         else:
             found = await db.query(item["fingerprint"], item.get("distance"))
     except PAGE_ERRORS as exc:
@@ -166,6 +170,14 @@ def _item(item, endpoint, where):
     if not (isinstance(html, bool) or html == "main"):
         raise _Refused(400, '%s\'html\' must be true, false or "main", got %s'
                        % (where, _kind(html)))
+    threshold = item.get("threshold")
+    if threshold is not None and (type(threshold) not in (int, float) or
+                                  not 0 <= threshold <= 1):
+        raise _Refused(400, "%s'threshold' must be a number in [0, 1], got %s"
+                       % (where, json.dumps(threshold)))
+    if type(item.get("refresh", False)) is not bool:
+        raise _Refused(400, "%s'refresh' must be true or false, got %s"
+                       % (where, _kind(item["refresh"])))
     if "fingerprint" in item:
         item["fingerprint"] = _fingerprint(item["fingerprint"], where)
     distance = item.get("distance")
@@ -275,13 +287,12 @@ async def _json_errors(request, handler):
 
 
 def _bearer(token):
-    expected = None if token is None else ("Bearer " + token).encode()
+    expected = ("Bearer " + token).encode()
 
     @web.middleware
     async def check(request, handler):
         given = request.headers.get("Authorization", "").encode(errors="surrogateescape")
-        if expected is not None and request.path != "/healthz" and not hmac.compare_digest(
-                given, expected):
+        if request.path != "/healthz" and not hmac.compare_digest(given, expected):
             raise _Refused(401, "this server asks for a token: send the header "
                            "'Authorization: Bearer <token>'", {"WWW-Authenticate": "Bearer"})
         return await handler(request)

@@ -3,6 +3,7 @@ each caller its own result or error, the same decisions as the batch calls,
 and every acknowledged page still there after the process is killed."""
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -46,28 +47,48 @@ async def insert_all(db, records, tasks=64, **options):
     return decisions
 
 
+@contextlib.contextmanager
+def group_sizes():
+    """The number of texts of each group of inserts committed meanwhile (a list)."""
+    sizes = []
+    grouped = simhashdb.DB._texts_if_new  # a group's transaction
+
+    def counting(self, records, *args):
+        sizes.append(len(records))
+        return grouped(self, records, *args)
+
+    with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
+        yield sizes
+
+
 def test_many_tasks_decide_as_one_batch_does_in_groups(tmp_path):
     records = pages(300)
     with simhashdb.DB(tmp_path / "batch", recipe=simhashdb.RECIPE) as db:
         expected = db.insert_text_if_new_many(records, html=True)
-    groups = []
-    grouped = simhashdb.DB._texts_if_new  # a group's transaction
-
-    def counting(self, records, *args):
-        groups.append(len(records))
-        return grouped(self, records, *args)
-
     async def run():
         async with AsyncDB(tmp_path / "aio", recipe=simhashdb.RECIPE) as db:
-            with mock.patch.object(simhashdb.DB, "_texts_if_new", counting):
-                return await insert_all(db, records), await db.stats()
+            with group_sizes() as groups:
+                return await insert_all(db, records), await db.stats(), groups
 
-    decisions, stats = asyncio.run(run())
+    decisions, stats, groups = asyncio.run(run())
     assert [(d.key, d.status, list(d)) for d in decisions] == \
         [(d.key, d.status, list(d)) for d in expected]
     assert {d.status for d in decisions} == {"stored", "duplicate", "invalid"}
     assert sum(groups) == len(records) and max(groups) > 1 and len(groups) < len(records) / 8
     assert stats["count"] == sum(d.status == "stored" for d in expected)
+
+
+def test_calls_made_at_once_are_one_transaction(tmp_path):
+    """Calls made together wait for the ones made with them to be
+    fingerprinted (in several parts) and commit as one group, not a group a part."""
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            with group_sizes() as groups:
+                return await asyncio.gather(*(db.insert_text_if_new(i, page(i)) for i in
+                                              range(3 * simhashdb.aio.PREPARE_CHUNK + 5))), groups
+
+    decided, groups = asyncio.run(run())
+    assert {d.status for d in decided} == {"stored"} and groups == [len(decided)]
 
 
 def test_a_threshold_decides_grouped_calls_as_it_decides_a_batch(tmp_path):
@@ -137,6 +158,62 @@ def test_calls_are_run_in_the_order_they_were_made(tmp_path):
     before, stored, after, deleted, gone, again = asyncio.run(run())
     assert (before, stored.status, [m.key for m in after]) == ([], "stored", ["a"])
     assert (deleted, gone, again.status) == (True, [], "stored")
+
+
+def test_a_new_database_takes_its_recipe_in_the_order_of_the_calls(tmp_path):
+    """A fingerprint stored by a call made before a new database's first text
+    makes that text a mismatch, as it is for the library; made after it, both
+    are stored and the database takes the recipe."""
+    text = page(1)
+
+    def in_order(db, first_fingerprint):
+        calls = [lambda: db.insert_if_new("f", 77), lambda: db.insert_text_if_new("t", text)]
+        return calls if first_fingerprint else calls[::-1]
+
+    async def grouped(path, first_fingerprint):
+        async with AsyncDB(path) as db:
+            return await asyncio.gather(*(call() for call in in_order(db, first_fingerprint)),
+                                        return_exceptions=True)
+
+    for first_fingerprint in (True, False):
+        path, alone = tmp_path / str(first_fingerprint), tmp_path / ("%s-alone" % first_fingerprint)
+        outcomes = asyncio.run(grouped(path, first_fingerprint))
+        with simhashdb.DB(alone) as db:
+            expected = []
+            for call in in_order(db, first_fingerprint):
+                try:
+                    expected.append(call().status)
+                except simhashdb.ParameterMismatchError as exc:
+                    expected.append(type(exc))
+        assert [getattr(o, "status", type(o)) for o in outcomes] == expected
+        with simhashdb.DB(path) as db, simhashdb.DB(alone) as library:
+            assert (db.recipe, sorted(r.key for r in db)) == \
+                (library.recipe, sorted(r.key for r in library))
+    assert expected == ["stored", "stored"]  # (text first: the recipe taken, then the fingerprint)
+
+
+def test_refresh_records_the_pages_seen_again_as_seen_now(tmp_path, monkeypatch):
+    clock = [1_000]
+    for module in (simhashdb.db, simhashdb.aio):
+        monkeypatch.setattr(module, "_now", lambda: clock[0])
+    fp = simhashdb.fingerprint(page(9))
+
+    async def run():
+        async with AsyncDB(tmp_path / "db", recipe=simhashdb.RECIPE) as db:
+            await asyncio.gather(*(db.insert_text_if_new(k, page(i)) for i, k in enumerate("abc")),
+                                 db.insert_if_new("f", fp), db.insert_if_new("g", fp ^ 0xFFFFFFFF))
+            clock[0] = 2_000
+            return await asyncio.gather(
+                db.insert_text_if_new("a", page(0), refresh=True), db.insert_text_if_new("b", page(1)),
+                db.insert_text_if_new("c-copy", page(2), refresh=True),
+                db.insert_if_new("f", fp, refresh=True), db.insert_if_new("g", fp ^ 0xFFFFFFFF))
+
+    decided = asyncio.run(run())
+    assert [d.status for d in decided] == ["unchanged", "unchanged", "duplicate", "unchanged",
+                                           "unchanged"]
+    with simhashdb.DB(tmp_path / "db") as db:
+        assert {r.key: r.stored_at for r in db} == {"a": 2_000, "b": 1_000, "c": 2_000,
+                                                   "f": 2_000, "g": 1_000}
 
 
 def test_a_failed_group_writes_nothing_and_each_call_is_retried_alone(tmp_path):

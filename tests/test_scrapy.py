@@ -63,11 +63,15 @@ def test_the_pipeline_drops_one_page_of_each_planted_pair(site, tmp_path):
     with simhashdb.DB(db) as database:
         assert {record.key for record in database} == kept
         assert all(record.meta == {"title": record.key.rsplit("/", 1)[1]} for record in database)
+        database.import_records([(key, fp, meta, 1_000, signature)  # stored long ago
+                                 for key, fp, meta, _, signature in database.export_records()])
     again, stats = crawl(url, db, tmp_path, "ITEM_PIPELINES=" + PIPELINE,
-                         "SIMHASHDB_STATUS_FIELD=status")
+                         "SIMHASHDB_STATUS_FIELD=status", "SIMHASHDB_REFRESH=True")
     assert {item["url"] for item in again} == kept  # unchanged: they come through again
     assert {item["status"] for item in again} == {"unchanged"}
     assert stats["simhashdb/unchanged"] == stats["simhashdb/duplicate"] == len(copies)
+    with simhashdb.DB(db) as database:  # seen again: recorded as seen now
+        assert {record.key for record in database if record.stored_at > 1_000} == kept
 
 
 def test_the_middleware_drops_duplicate_responses_before_the_spider(site, tmp_path):

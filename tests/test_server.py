@@ -159,6 +159,50 @@ def test_delete_stats_and_health(tmp_path):
     assert health == {"status": "ok"}
 
 
+def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch):
+    """An item's threshold decides it as the library's does (not the
+    default's way); refresh records the stored pages it matched as seen now."""
+    clock = [1_000]
+    for module in (simhashdb.db, simhashdb.aio):
+        monkeypatch.setattr(module, "_now", lambda: clock[0])
+    base = [page(i) for i in range(8)]
+    edited = [text.replace(" ".join(text.split()[40:48]), "new words", 1) for text in base]
+
+    async def scenario():
+        async with served(tmp_path / "x.db") as http:
+            await post(http, "insert-text-if-new", {"items": [
+                {"key": "a%d" % i, "text": text} for i, text in enumerate(base)]})
+            await post(http, "insert-if-new", {"items": [{"key": "f", "fingerprint": 77},
+                                                         {"key": "g", "fingerprint": 2**40}]})
+            clock[0] = 2_000
+            strict = await post(http, "query-text", {"items": [
+                {"text": text, "threshold": 0.9} for text in edited]})
+            stored = await post(http, "insert-text-if-new", {"items": [
+                {"key": "b%d" % i, "text": text, "threshold": 0.9, "refresh": i < 4}
+                for i, text in enumerate(edited)]})
+            await post(http, "insert-if-new", {"items": [
+                {"key": "f", "fingerprint": 77, "refresh": True},
+                {"key": "g", "fingerprint": 2**40}]})
+            return strict["items"], stored["items"]
+
+    strict, stored = asyncio.run(scenario())
+    with simhashdb.DB(tmp_path / "library.db") as db:
+        db.insert_text_many([("a%d" % i, text) for i, text in enumerate(base)])
+        expected = db.insert_text_if_new_many([("b%d" % i, text) for i, text in
+                                               enumerate(edited)], threshold=0.9)
+        by_default = [db.query_text(text) for text in edited]
+    assert [a["status"] for a in stored] == [d.status for d in expected]
+    assert [[m["key"] for m in a["matches"]] for a in strict] == [
+        [m.key for m in d] for d in expected]
+    assert {d.status for d in expected} == {"stored", "duplicate"}
+    assert all(by_default)  # the default threshold finds every edited page
+    with simhashdb.DB(tmp_path / "x.db") as db:
+        seen = {m["key"] for a in stored[:4] for m in a["matches"]}
+        assert seen and all(db[key].stored_at == 2_000 for key in seen | {"f"})
+        assert db["g"].stored_at == 1_000
+        assert all(db["a%d" % i].stored_at == 1_000 for i in range(8) if "a%d" % i not in seen)
+
+
 BAD = [
     ("insert-text-if-new", b'{"key": "a", "text": ', 400, "not JSON"),
     ("insert-text-if-new", b"\xff\xfe", 400, "not JSON"),
@@ -178,6 +222,12 @@ BAD = [
     ("insert-if-new", b'{"key": "a", "fingerprint": 1.5}', 400, "[0, 2**64)"),
     ("query", b'{"fingerprint": 1, "distance": 64}', 400, "[0, 63]"),
     ("query", b'{"fingerprint": 1, "distance": true}', 400, "[0, 63]"),
+    ("insert-text-if-new", b'{"key": "a", "text": "w", "threshold": 1.5}', 400,
+     "'threshold' must be a number in [0, 1], got 1.5"),
+    ("query-text", b'{"text": "w", "threshold": "high"}', 400, "got \"high\""),
+    ("query-text", b'{"text": "w", "threshold": true}', 400, "number in [0, 1]"),
+    ("insert-if-new", b'{"key": "a", "fingerprint": 1, "refresh": 1}', 400,
+     "'refresh' must be true or false, got a number"),
     ("nothing", b"{}", 404, "Not Found"),
 ]
 

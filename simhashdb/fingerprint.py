@@ -178,7 +178,22 @@ def strip_html(markup: Text) -> str:
     markup = _as_markup(markup)
     text = _text.strip_markup(markup.encode("utf-8", "surrogatepass")).decode(
         "utf-8", "surrogatepass")
-    return html.unescape(text) if "&" in text else text
+    return unescape(text) if "&" in text else text
+
+
+_ESCAPES = (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&#39;", "'"), ("&amp;", "&"))
+
+
+def unescape(text: str) -> str:
+    """:func:`html.unescape`, by replacement where every ``&`` begins one of
+    the five references escaped text uses most (``&amp;`` last, so that
+    ``&amp;lt;`` stays ``&lt;``): the regular expression's call a reference
+    took two thirds of fingerprinting escaped source code."""
+    if text.count("&") != sum(text.count(escaped) for escaped, _ in _ESCAPES):
+        return html.unescape(text)
+    for escaped, character in _ESCAPES:
+        text = text.replace(escaped, character)
+    return text
 
 
 _ROLE = r"<([a-z][a-z0-9-]*)\s[^<>]*\brole\s*=\s*[\"']?(?:%s)\b[^<>]*>"

@@ -258,3 +258,19 @@ def test_short_pages_of_one_site_menu_are_told_apart_with_html_main(tmp_path):
         assert len(found) >= duplicates and "copy" in found
         if html == "main":
             assert found == ["copy"] and decisions[-1][0].key == "p1"
+
+
+_REFERENCE_PIECES = ["&lt;", "&gt;", "&quot;", "&#39;", "&amp;", "&amp;lt;", "&amp;amp;", "&lt",
+                     "&nbsp;", "&#x27;", "&#60;", "&", ";", "a", " ", "<", "é", "&ampx", "&#39"]
+
+
+@given(st.lists(st.sampled_from(_REFERENCE_PIECES), max_size=30))
+@settings(max_examples=500)
+def test_unescape_is_html_unescape(pieces):
+    """The replacement path gives html.unescape's text, references next to
+    references and half references included."""
+    import html
+
+    from simhashdb.fingerprint import unescape
+    text = "".join(pieces)
+    assert unescape(text) == html.unescape(text)

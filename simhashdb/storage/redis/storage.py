@@ -10,10 +10,11 @@ import time
 from array import array
 
 from ... import _redis
-from ...errors import DatabaseError, DatabaseNotFoundError, SimhashDBError
+from ...errors import (DatabaseError, DatabaseNotFoundError, NodeTimeoutError, SimhashDBError,
+                       Unavailable)
 from .. import BANDS, Storage, check_process
 from .batch import RedisTxn
-from .cluster import Nodes, Unavailable, parse_url
+from .cluster import Nodes, parse_url
 from .keys import Keys
 from .protocol import SCRIPT_BYTES, Protocol
 from .scripts import PREFIX, SCAN
@@ -138,6 +139,13 @@ class RedisStorage(Storage):
                 raise self.contradiction("%s: %s" % (type(exc).__name__, exc)) from None
             except Unavailable as exc:
                 if time.monotonic() + delay > deadline:
+                    if exc.node:
+                        raise NodeTimeoutError(
+                            "could not %s the Redis database %s within %g s: %s does not "
+                            "answer (a stopped, frozen or overloaded redis-server?) and no "
+                            "replica took over from it: resume or restart it, fail it over "
+                            "to a replica (CLUSTER FAILOVER FORCE on one), or raise ?retry="
+                            % (doing, self.path, self.retry_seconds, exc.node)) from None
                     raise DatabaseError(
                         "could not %s the Redis database %s within %g s (%s): check that the "
                         "cluster is up and its replicas linked, or raise ?retry="

@@ -56,7 +56,8 @@ class Protocol:
         try:
             return db.retrying(step)
         finally:
-            self.release(token, keys.hold)
+            if attempts > READ_ATTEMPTS:  # it held batches back
+                self.release(token, keys.hold)
 
     def even_epoch(self):
         """The epoch once it is even (no batch applying), finishing the batch of

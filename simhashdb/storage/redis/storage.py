@@ -319,13 +319,14 @@ class RedisStorage(Storage):
             for fp, keys in fps:
                 yield int.from_bytes(fp, "big"), _split_keys(keys)
 
-    def table_fingerprints(self, table, epoch=None):
-        """The fingerprints of ``table`` in table order; the keys of every
-        table and band are scanned once for all while ``epoch`` stays."""
+    def table_fingerprints(self, table, epoch):
+        """The fingerprints of ``table`` in table order, committed at
+        ``epoch``: the keys of every table and band are scanned once for all
+        while it stays."""
         perms = self._bucket_entries(b"t", table, self.keys.tables[table], epoch)
         return [self.layout.unpermute(perm, table) for perm in sorted(perms)]
 
-    def band_entries(self, band, epoch=None):
+    def band_entries(self, band, epoch):
         """The entries of band ``band``, sorted (the keys scanned as
         :meth:`table_fingerprints` scans them)."""
         return sorted(self._bucket_entries(b"b", band, self.keys.bands[band], epoch))
@@ -333,7 +334,7 @@ class RedisStorage(Storage):
     def _bucket_entries(self, kind, number, prefix, epoch):
         """The entries (64-bit) of every bucket of table or band ``number``
         (``kind`` b"t" or b"b"), whose keys start with ``prefix``."""
-        if epoch is None or self._bucket_keys[0] != epoch:
+        if self._bucket_keys[0] != epoch:
             grouped = collections.defaultdict(list)
             start = len(self.keys.name) + 1
             for key in self._scan(b"[0-9a-f][0-9a-f][0-9a-f]*"):  # "b" is a hex digit too

@@ -57,14 +57,14 @@ class DatabaseBusyError(DatabaseError):
 
 
 class NodeTimeoutError(DatabaseError):
-    """A Redis node accepts connections but does not answer, and no replica
-    took over from it."""
+    """A Redis node does not answer in time (it hangs, or cannot be reached),
+    and no replica took over from it."""
 
 
 class Unavailable(DatabaseError):
     """The Redis backend's signal to retry after a refresh: a node did not
     answer, or the cluster is changing. ``node``: the ``host:port`` of a node
-    that accepted a connection but did not answer in time (else None)."""
+    that did not answer in time (else None)."""
 
     def __init__(self, message, node=None):
         super().__init__(message)

@@ -33,6 +33,7 @@ from .errors import (
     InvalidMetadataError,
     KeyNotFoundError,
     MaintenanceWarning,
+    NodeTimeoutError,
     ParameterMismatchError,
     SimhashDBError,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "KeyNotFoundError",
     "MaintenanceWarning",
     "Match",
+    "NodeTimeoutError",
     "Pair",
     "TextMatch",
     "TextPair",

@@ -56,6 +56,32 @@ class DatabaseBusyError(DatabaseError):
     """Another handle has the database open, so it cannot be compacted now."""
 
 
+class NodeTimeoutError(DatabaseError):
+    """A Redis node does not answer in time (it hangs, or cannot be reached),
+    and no replica took over from it."""
+
+
+class Unavailable(DatabaseError):
+    """The Redis backend's signal to retry after a refresh: a node did not
+    answer, or the cluster is changing. ``node``: the ``host:port`` of a node
+    that did not answer in time (else None)."""
+
+    def __init__(self, message, node=None):
+        super().__init__(message)
+        self.node = node
+
+
+class Superseded(DatabaseError):
+    """A Redis writer lost its lock while applying a batch: the batch is
+    pending, so the writer that took the lock over finishes it (or already
+    did). ``fenced``: a write was refused by a fence (a later batch wrote
+    there)."""
+
+    def __init__(self, message, fenced=False):
+        super().__init__(message)
+        self.fenced = fenced
+
+
 class DamagedDatabaseWarning(UserWarning):
     """A database whose files look damaged was opened read-only."""
 

@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 from conftest import BACKENDS, brute_force
-from hypothesis import strategies as st
+from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from simhashdb import DB
@@ -121,3 +121,8 @@ if "lmdb" in BACKENDS:
     TestNativeMachine = NativeMachine.TestCase
 if "redis" in BACKENDS:
     TestRedisMachine = pytest.mark.usefixtures("redis_names")(RedisMachine.TestCase)
+    # A third of the examples: the rules above run at the full count on both
+    # LMDB backends, and the Redis storage under them also runs the storage
+    # and band machines (test_storage.py, test_bands.py).
+    TestRedisMachine.settings = settings(TestRedisMachine.settings,
+                                         max_examples=settings().max_examples // 3 or 1)

@@ -17,7 +17,7 @@ redis = pytest.importorskip("redis", reason="the redis extra is not installed: p
 from conftest import REDIS, as_tuples, brute_force, flip
 from redis_cluster import LocalCluster, free_ports
 
-from simhashdb import DB, DatabaseError, records
+from simhashdb import DB, DatabaseError, NodeTimeoutError, cli, records
 from simhashdb.storage.redis import scripts
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
@@ -479,21 +479,30 @@ def test_a_primary_that_hangs_or_dies_is_failed_over_within_seconds_losing_nothi
     """SIGSTOP, then SIGKILL, the primary of the database's own slot while a
     writer and a reader run: calls fail over as soon as its replica is
     promoted (~2.5 s with the cluster's 1 s node timeout; a hung primary
-    stalled them for the 10 s socket timeout), none is lost or wrong. A URL
-    of several seeds opens while its first seed hangs, and while it is dead."""
+    stalled them for the 10 s socket timeout), none is lost or wrong; a
+    handle opened just after the hang, whose connections to the hung
+    primary are new, answers as soon (its handshake waited for the socket
+    timeout). A URL of several seeds opens while its first seed hangs, and
+    while it is dead."""
     cluster = LocalCluster(tmp_path).start()
     seeds = ",".join("127.0.0.1:%d" % port for port in cluster.ports)
-    faulted = []
+    faulted, opened = [], []
 
-    def fault(down):
+    def fault(down, url=None):
         def down_until_replaced(meta):
             down(meta)
             faulted.append(meta)
+            if url:
+                began = time.monotonic()
+                with DB(url) as db:
+                    assert len(db) >= 150
+                opened.append(time.monotonic() - began)
             promoted(cluster, meta)
         return down_until_replaced
     try:
-        assert through_a_fault(cluster, "redis://%s/hang?lease=2" % seeds,
-                               fault(cluster.pause)) < 5
+        url = "redis://%s/hang?lease=2" % seeds
+        assert through_a_fault(cluster, url, fault(cluster.pause, url)) < 5
+        assert opened[0] < 5
         first = "127.0.0.1:%d" % faulted[0]
         others = seeds.replace(first, "").strip(",")
         for down in (cluster.pause, cluster.kill):  # hung (it still is), then dead
@@ -551,6 +560,31 @@ def test_a_single_server_holds_a_database_and_a_dead_one_is_a_clear_error(lone_s
         with pytest.raises(DatabaseError, match="within 1 s"):
             db.insert("late", 1)
         assert time.monotonic() - start < 15
+
+
+def test_a_hung_server_is_an_error_naming_it_within_seconds(lone_server, capsys):
+    """A server that accepts connections but never answers (SIGSTOP), with no
+    replica to take over: a call, and an open (whose handshake redis-py
+    waited for the whole socket timeout), give up after ?retry= with a
+    NodeTimeoutError that names the node and what to do."""
+    port, process = lone_server
+    url = "redis://127.0.0.1:%d/hung?retry=0.5&timeout=1" % port
+    node = "127.0.0.1:%d does not answer" % port
+    with DB(url, distance=3, blocks=5) as db:
+        db.insert("a", 1)
+        process.send_signal(signal.SIGSTOP)
+        try:
+            for call in (lambda: db.query(1), lambda: DB(url)):
+                start = time.monotonic()
+                with pytest.raises(NodeTimeoutError, match=node + ".*resume or restart it"):
+                    call()
+                assert time.monotonic() - start < 4
+            assert cli.main(["stats", url]) == 1
+            err = capsys.readouterr().err
+            assert node in err and len(err.strip().splitlines()) == 1
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert len(db) == 1
 
 
 def test_a_damaged_or_foreign_layout_record_is_a_clear_error(redis_names):

@@ -9,9 +9,10 @@ its own handle, while a primary is stopped: in odd trials the primary of the
 database's own slot (lock, epoch, pending batch), in even ones another. The
 stall of a thread is the longest a call waited counted from the stop
 (end - max(begin, stop)); the promotion is when another node first names a
-new primary for the stopped one's slots. Then the node is continued, or
-started again (it rejoins as a replica), and at the end every acknowledged
-batch and every answer is checked against the oracle.
+new primary for the stopped one's slots; "new handle" is how long a handle
+opened at the stop (its connections all new) took to answer len(). Then the
+node is continued, or started again (it rejoins as a replica), and at the
+end every acknowledged batch and every answer is checked against the oracle.
 
 Usage: python tools/bench_redis_failover.py [--trials 6] [--fault stop|kill] [--options 'retry=30']
 Run it with PYTHONPATH pointing at another checkout to measure that one.
@@ -41,6 +42,15 @@ def owner_of(cluster, slot, besides=None):
                 for start, end, primary, *_ in client.execute_command("CLUSTER SLOTS"):
                     if start <= slot <= end:
                         return int(primary[1])
+
+
+def open_and_count(url, began, waited):
+    """Open ``url``, read len(), and append the time since ``began`` to ``waited``."""
+    try:
+        with simhashdb.DB(url) as db:
+            len(db)
+    finally:
+        waited.append(time.monotonic() - began)
 
 
 class Loop(threading.Thread):
@@ -101,8 +111,9 @@ def main():
         def write(i):
             writer_db.insert_many(("w%d-%d" % (i, j), (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64)
                                   for j in range(50))
-        print("| trial | stopped | promoted after | read stall | write stall |")
-        print("|---|---|---|---|---|")
+        seeded = "redis://%s/failover" % ",".join("127.0.0.1:%d" % p for p in cluster.ports)
+        print("| trial | stopped | promoted after | read stall | write stall | new handle |")
+        print("|---|---|---|---|---|---|")
         reader, writer = Loop(read), Loop(write)
         reader.start()
         writer.start()
@@ -113,18 +124,21 @@ def main():
             port = owner_of(cluster, slot)
             stopped = time.monotonic()
             (cluster.pause if args.fault == "stop" else cluster.kill)(port)
-            promoted = None
+            promoted, opened = None, []
+            threading.Thread(target=open_and_count, args=(seeded, stopped, opened),
+                             daemon=True).start()
             while (reader.began_after(stopped + 0.1) < 2 or writer.began_after(stopped + 0.1) < 2
-                   or promoted is None):
+                   or promoted is None or not opened):
                 if promoted is None and owner_of(cluster, slot, port) != port:
                     promoted = time.monotonic() - stopped
                 if time.monotonic() - stopped > 120:
                     break
                 time.sleep(0.05)
-            rows.append((promoted, reader.stall(stopped), writer.stall(stopped)))
-            print("| %d | %s | %s | %.2f s | %.2f s |" % (
+            rows.append((promoted, reader.stall(stopped), writer.stall(stopped),
+                         opened[0] if opened else float("nan")))
+            print("| %d | %s | %s | %.2f s | %.2f s | %.2f s |" % (
                 trial, "own slot" if trial % 2 else "another", "%.2f s" % promoted
-                if promoted else "-", rows[-1][1], rows[-1][2]), flush=True)
+                if promoted else "-", *rows[-1][1:]), flush=True)
             if args.fault == "stop":
                 cluster.resume(port)
             else:
@@ -140,7 +154,7 @@ def main():
             lost = [i for i in writer.done for j in range(50)
                     if docs.get("w%d-%d" % (i, j)) != (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64]
             problems = db.check()
-        for name, column in (("read stall", 1), ("write stall", 2)):
+        for name, column in (("read stall", 1), ("write stall", 2), ("new handle", 3)):
             values = [row[column] for row in rows]
             print("%s: median %.2f s, max %.2f s" % (name, statistics.median(values), max(values)))
         print("reads %d (wrong %d), batches acknowledged %d (lost %d), errors %d + %d, check %s"

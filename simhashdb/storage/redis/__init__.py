@@ -13,10 +13,12 @@ the primaries have replicas, else 0; a primary that a failover left without
 any replica writes alone until one is back), ``retry`` (seconds to retry
 through a failover before DatabaseError, default 20), ``lease`` (seconds a
 dead writer's lock lives, default 10), ``timeout`` (seconds a node that
-still owns its slots may take to connect or answer, default 10: a late
-reply's node is left once another node names its replica primary), ``ca`` (a PEM file of the CA certificates that signed a rediss://
-server's, default the system's). With ``SIMHASHDB_BACKEND=redis``, a plain name is a database on the server of
-``$SIMHASHDB_REDIS_URL``.
+still owns its slots may take to answer, default 10: a late reply's node
+is left once another node names its replica primary, and a new
+connection waits at most 1 s to connect and for each answer of its
+handshake), ``ca`` (a PEM file of the CA certificates that signed a
+rediss:// server's, default the system's). With ``SIMHASHDB_BACKEND=redis``,
+a plain name is a database on the server of ``$SIMHASHDB_REDIS_URL``.
 
 Keys of database N (a table's bucket holds the fingerprints whose permuted
 value starts with the bucket's B bits, B a multiple of 8 chosen from the

@@ -115,7 +115,7 @@ class RedisTxn(RedisView, Txn):
         return heapq.merge(committed, own)
 
     def table_fingerprints(self, table):
-        present = set(self._db.table_fingerprints(table))
+        present = set(self._read(lambda: self._db.table_fingerprints(table, self._epoch)))
         present |= {fp for fp, keys in self._fps.items() if keys}
         present -= {fp for fp, keys in self._fps.items() if not keys}
         layout = self._db.layout
@@ -134,7 +134,7 @@ class RedisTxn(RedisView, Txn):
 
     def band_entries(self, band):
         changed = self._changed()[0]
-        present = set(self._read(lambda: self._db.band_entries(band)))
+        present = set(self._read(lambda: self._db.band_entries(band, self._epoch)))
         present.update(band_entries_of([value for _, value in changed])[band])
         deletes = self._band_deletes(changed)
         return sorted(present - set(deletes[band] if deletes else ()))

@@ -13,12 +13,13 @@ import urllib.parse
 from array import array
 
 from ... import _redis
-from ...errors import DatabaseError, InvalidArgumentError
+from ...errors import DatabaseError, InvalidArgumentError, Superseded, Unavailable
 
 SLOTS = 16384
 DEFAULTS = {"retry": 20.0, "lease": 10.0, "timeout": 10.0, "replicas": None, "ca": None}
 WATCH_SECONDS = 0.25  # how often a late reply makes us ask whether its node was replaced
 ASK_SECONDS = 2.0  # the most a question of which node owns what waits for its answer
+HANDSHAKE_SECONDS = 1.0  # the most a new connection waits for each answer of its handshake
 
 # Replies that a failover or a moving slot gives for a while: retried.
 _RETRYABLE_MESSAGES = ("NOREPLICAS", "non local key", "cluster is down", "CLUSTERDOWN")
@@ -109,7 +110,7 @@ def parse_url(path):
                                        % (key, values[-1], url)) from None
     seeds = _seeds(parts.netloc, url)
     connection = {"socket_timeout": options["timeout"],
-                  "socket_connect_timeout": options["timeout"],
+                  "socket_connect_timeout": min(HANDSHAKE_SECONDS, options["timeout"]),
                   "username": urllib.parse.unquote(parts.username or "") or None,
                   "password": urllib.parse.unquote(parts.password or "") or None,
                   "ssl": parts.scheme == "rediss"}
@@ -117,20 +118,6 @@ def parse_url(path):
         connection["ssl_ca_certs"] = options["ca"]
     return Address("%s://%s/%s" % (parts.scheme, ",".join(map(_named, seeds)), name), name,
                    seeds, options, connection)
-
-
-class Unavailable(Exception):
-    """A node did not answer, or the cluster is changing: retry after a refresh."""
-
-
-class Superseded(Exception):
-    """This writer lost its lock while applying a batch: the batch is pending,
-    so the writer that took the lock over finishes it (or already did).
-    ``fenced``: a write was refused by a fence (a later batch wrote there)."""
-
-    def __init__(self, message, fenced=False):
-        super().__init__(message)
-        self.fenced = fenced
 
 
 class Nodes:
@@ -160,7 +147,7 @@ class Nodes:
 
     def _contact(self, seeds):
         """(whether the nodes are a cluster, the first seed that answered)."""
-        redis, refused, failure = self._redis, [], None
+        redis, refused, hung, failure = self._redis, [], [], None
         for host, port in seeds:
             try:
                 return bool(self.client((host, port), True).info("cluster").get(
@@ -177,6 +164,8 @@ class Nodes:
                         % (host, port, exc.__context__)) from None
                 cause = failure = exc.__context__ or exc
                 self._silent.add((host, port))
+                if isinstance(exc, redis.TimeoutError):
+                    hung.append(_named((host, port)))
                 if isinstance(cause, ConnectionRefusedError) or (
                         isinstance(cause, socket.gaierror) and cause.errno == socket.EAI_NONAME):
                     # nothing listens there, or no such host: no failover brings it back
@@ -187,11 +176,13 @@ class Nodes:
         if len(refused) == len(seeds):
             raise DatabaseError("no Redis server answers at %s: start it, or check the hosts "
                                 "and ports in the URL" % ", ".join(refused))
-        raise Unavailable(failure)
+        raise Unavailable(failure, node=", ".join(hung) or None)
 
     def client(self, address, asking=False):
         """The client of ``address``; ``asking``: the one for short questions
-        (which node owns what), whose timeout is at most ASK_SECONDS."""
+        (which node owns what), whose timeout is at most ASK_SECONDS. A new
+        connection waits for each answer of its handshake as long as it
+        may wait to connect (see :func:`_handshake`)."""
         clients = self._asking if asking else self._clients
         client = clients.get(address)
         if client is None:
@@ -199,12 +190,18 @@ class Nodes:
             from redis.retry import Retry
             options = dict(self._options)
             if asking:
-                options["socket_timeout"] = options["socket_connect_timeout"] = min(
-                    ASK_SECONDS, options["socket_timeout"])
+                options["socket_timeout"] = min(ASK_SECONDS, options["socket_timeout"])
             client = clients[address] = self._redis.Redis(  # retried by us, not redis-py
                 host=address[0], port=address[1], protocol=2, retry=Retry(NoBackoff(), 0),
-                **options)
+                redis_connect_func=functools.partial(
+                    _handshake, options["socket_connect_timeout"]), **options)
         return client
+
+    def _unavailable(self, exc, address):
+        """The Unavailable of redis-py's ``exc`` from ``address``, naming the
+        node where it did not answer in time."""
+        timed_out = isinstance(exc, self._redis.TimeoutError)
+        return Unavailable(exc, node=_named(address) if timed_out else None)
 
     def _askable(self, besides=None):
         """The known nodes but ``besides``, those that last failed to answer last."""
@@ -218,7 +215,7 @@ class Nodes:
             try:
                 info = self.client(self.addresses[0]).info("replication")
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                raise Unavailable(exc) from None
+                raise self._unavailable(exc, self.addresses[0]) from None
             self.replicas = info.get("connected_slaves", 0)
             self.replicas_of = {self.addresses[0]: self.replicas}
             return
@@ -284,7 +281,8 @@ class Nodes:
                                   % _named(address))
             if time.monotonic() > deadline:
                 raise Unavailable("%s did not answer within %g s"
-                                  % (_named(address), self._options["socket_timeout"]))
+                                  % (_named(address), self._options["socket_timeout"]),
+                                  node=_named(address))
 
     def owner(self, key):
         return self.addresses[self.slot_nodes[_redis.key_slot(key)]]
@@ -319,7 +317,8 @@ class Nodes:
             for _, connection, _, _ in taken:  # replies may be on their way: not reusable
                 connection.disconnect()
             self._silent.add(address)
-            raise (exc if isinstance(exc, Unavailable) else Unavailable(exc)) from None
+            raise (exc if isinstance(exc, Unavailable) else self._unavailable(exc, address)) \
+                from None
         finally:
             for pool, connection, _, _ in taken:
                 pool.release(connection)
@@ -339,6 +338,16 @@ class Nodes:
         for client in (*self._clients.values(), *self._asking.values()):
             client.close()
         self._clients, self._asking = {}, {}
+
+
+def _handshake(seconds, connection):
+    """redis-py's handshake of a new ``connection`` (a login, CLIENT SETINFO),
+    waiting at most ``seconds`` for each answer: redis-py waits for the whole
+    socket timeout, so a node that accepts connections but hangs (stopped,
+    frozen) held every call that connected to it that long."""
+    connection._sock.settimeout(seconds)
+    connection.on_connect()
+    connection._sock.settimeout(connection.socket_timeout)
 
 
 def _primary(entry, asked):

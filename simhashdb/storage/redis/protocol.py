@@ -15,10 +15,9 @@ from array import array
 import msgpack
 
 from ... import _redis
-from ...errors import DatabaseError
+from ...errors import DatabaseError, Superseded, Unavailable
 from .. import BANDS
 from .batch import band_entries_of
-from .cluster import Superseded, Unavailable
 from .scripts import ACQUIRE, BEGIN, FINISH, HWRITE, MERGE, RELEASE, RENEW
 
 ROUND_BYTES = 4 << 20  # about the most one round sends to a node
@@ -57,7 +56,8 @@ class Protocol:
         try:
             return db.retrying(step)
         finally:
-            self.release(token, keys.hold)
+            if attempts > READ_ATTEMPTS:  # it held batches back
+                self.release(token, keys.hold)
 
     def even_epoch(self):
         """The epoch once it is even (no batch applying), finishing the batch of
@@ -167,7 +167,7 @@ class Protocol:
         names = names or (self.db.keys.lock, self.db.keys.queued)
         try:
             self.db.meta("EVAL", RELEASE, len(names), *names, token)
-        except (Unavailable, DatabaseError):
+        except DatabaseError:
             pass  # its lease ends it
 
     def commit(self, plan, token, epoch):

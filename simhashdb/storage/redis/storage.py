@@ -10,10 +10,11 @@ import time
 from array import array
 
 from ... import _redis
-from ...errors import DatabaseError, DatabaseNotFoundError, SimhashDBError
+from ...errors import (DatabaseError, DatabaseNotFoundError, NodeTimeoutError, SimhashDBError,
+                       Unavailable)
 from .. import BANDS, Storage, check_process
 from .batch import RedisTxn
-from .cluster import Nodes, Unavailable, parse_url
+from .cluster import Nodes, parse_url
 from .keys import Keys
 from .protocol import SCRIPT_BYTES, Protocol
 from .scripts import PREFIX, SCAN
@@ -138,6 +139,13 @@ class RedisStorage(Storage):
                 raise self.contradiction("%s: %s" % (type(exc).__name__, exc)) from None
             except Unavailable as exc:
                 if time.monotonic() + delay > deadline:
+                    if exc.node:
+                        raise NodeTimeoutError(
+                            "could not %s the Redis database %s within %g s: %s does not "
+                            "answer (a stopped, frozen or overloaded redis-server?) and no "
+                            "replica took over from it: resume or restart it, fail it over "
+                            "to a replica (CLUSTER FAILOVER FORCE on one), or raise ?retry="
+                            % (doing, self.path, self.retry_seconds, exc.node)) from None
                     raise DatabaseError(
                         "could not %s the Redis database %s within %g s (%s): check that the "
                         "cluster is up and its replicas linked, or raise ?retry="
@@ -311,13 +319,14 @@ class RedisStorage(Storage):
             for fp, keys in fps:
                 yield int.from_bytes(fp, "big"), _split_keys(keys)
 
-    def table_fingerprints(self, table, epoch=None):
-        """The fingerprints of ``table`` in table order; the keys of every
-        table and band are scanned once for all while ``epoch`` stays."""
+    def table_fingerprints(self, table, epoch):
+        """The fingerprints of ``table`` in table order, committed at
+        ``epoch``: the keys of every table and band are scanned once for all
+        while it stays."""
         perms = self._bucket_entries(b"t", table, self.keys.tables[table], epoch)
         return [self.layout.unpermute(perm, table) for perm in sorted(perms)]
 
-    def band_entries(self, band, epoch=None):
+    def band_entries(self, band, epoch):
         """The entries of band ``band``, sorted (the keys scanned as
         :meth:`table_fingerprints` scans them)."""
         return sorted(self._bucket_entries(b"b", band, self.keys.bands[band], epoch))
@@ -325,7 +334,7 @@ class RedisStorage(Storage):
     def _bucket_entries(self, kind, number, prefix, epoch):
         """The entries (64-bit) of every bucket of table or band ``number``
         (``kind`` b"t" or b"b"), whose keys start with ``prefix``."""
-        if epoch is None or self._bucket_keys[0] != epoch:
+        if self._bucket_keys[0] != epoch:
             grouped = collections.defaultdict(list)
             start = len(self.keys.name) + 1
             for key in self._scan(b"[0-9a-f][0-9a-f][0-9a-f]*"):  # "b" is a hex digit too

@@ -25,7 +25,7 @@ import time
 import warnings
 
 import simhashdb
-from simhashdb import inputs
+from simhashdb import inputs, rule
 from simhashdb.db import size_of
 from simhashdb.fingerprint import recipe_named
 from simhashdb.inputs import FORMATS, Skipped, TextRecord
@@ -444,7 +444,7 @@ def _spark_run(args, session, spark, stack):
               "fingerprints within %d bits, and a resemblance of at least %g; documents "
               "without text by their distance (signatures from column %r)"
               % (_distance(args), args.threshold if args.threshold is not None
-                 else simhashdb.db.THRESHOLD, signature))
+                 else rule.THRESHOLD, signature))
     elif args.threshold is not None:
         raise CliError("--threshold is the text rule's, and this input has no text (give "
                        "texts, or Parquet with a --signature column)")
@@ -740,7 +740,7 @@ def _note_rule(args, db):
               "fingerprints within %d bits, and a resemblance of at least %g; documents "
               "stored without text by their distance"
               % (db.distance if args.distance is None else args.distance,
-                 args.threshold if args.threshold is not None else simhashdb.db.THRESHOLD))
+                 args.threshold if args.threshold is not None else rule.THRESHOLD))
     elif args.threshold is not None:
         _note(args, "--threshold has no say here: the database holds fingerprints of no "
               "recipe, not texts, paired by their distance alone")
@@ -1035,7 +1035,7 @@ def build_parser():
         sub.add_argument("--threshold", type=_fraction, metavar="R",
                          help="the least resemblance of two texts that are near-duplicates, "
                               "in [0, 1] (default: %g)%s"
-                              % (simhashdb.db.THRESHOLD, "; " + more if more else ""))
+                              % (rule.THRESHOLD, "; " + more if more else ""))
 
     def decoding(sub):
         sub.add_argument("--encoding", type=_encoding, metavar="NAME",

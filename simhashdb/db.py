@@ -16,7 +16,7 @@ from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Opti
 
 import msgpack
 
-from . import _ext, _records
+from . import _ext, _records, rule
 from .errors import (
     DatabaseError,
     FormatVersionError,
@@ -27,10 +27,10 @@ from .errors import (
     KeyNotFoundError,
     ParameterMismatchError,
 )
-from ._ext import bands
 from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .matching import components, pair_chunks, text_pairs
+from .rule import check_threshold as _threshold
 from .records import (
     Record,
     decode,
@@ -58,7 +58,6 @@ DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
 CHECK_CHUNK = 1000  # documents check() reads the index entries of at once
-THRESHOLD = 0.45  # the text rule's least resemblance (docs/database.md: Text in, decisions out)
 
 Key = Union[str, bytes, int]
 When = Union[datetime.datetime, int, float]
@@ -580,7 +579,7 @@ class DB:
         texts = [text for _, text in valid]
         return _in_order(batch, valid, refused, self._store_if_new(
             [document for document, _ in texts],
-            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
+            lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
                    threshold: Optional[float] = None) -> list[TextMatch]:
@@ -598,8 +597,8 @@ class DB:
         least = _threshold(threshold)
         prints = [self._text_fingerprint(text, html) for text in texts]
         with self._storage.read() as view:
-            found = self._text_hits(view, [fp for fp, _ in prints], [s for _, s in prints],
-                                    least)
+            found = rule.search(view, [fp for fp, _ in prints], [s for _, s in prints],
+                                self.distance, least)
             names = _names(view, found)
         return [_matches(hits, names) for hits in found]
 
@@ -639,54 +638,6 @@ class DB:
         key_bytes, fp, value = encode_documents([(key, fp, meta)],
                                                         self._storage.max_key_bytes, now)[0]
         return (key_bytes, fp, with_signature(value, signature)), signature
-
-    def _text_if_new(self, txn, texts, least):
-        """The hits of each (document, signature) of ``texts`` in order, each
-        stored when it has none, as if decided one after another: all are
-        searched at once against what ``txn`` held before them, the texts kept
-        earlier in the batch are compared in memory (:class:`_Kept`), and the
-        kept ones are stored together, so a batch writes each structure once."""
-        found = self._text_hits(txn, [d[1] for d, _ in texts], [s for _, s in texts], least)
-        kept = _Kept(self.distance, least)
-        for i, (document, signature) in enumerate(texts):
-            if kept.documents:  # a stored hit a kept text replaced is gone
-                found[i] = [hit for hit in found[i] if hit[0] not in kept.documents] + \
-                    kept.hits(document[1], signature)
-            if not found[i]:
-                kept.add(document, signature)
-        txn.upsert(list(kept.documents.values()))
-        return found
-
-    def _text_hits(self, view, fps, signatures, least):
-        """For each text (fingerprint, signature), its near-duplicates by the
-        text rule (see :meth:`insert_text_if_new`) as (key, fingerprint,
-        distance, resemblance or None) hits."""
-        near = view.search(_ext.as_fingerprints(fps), self.distance)
-        ours = [bands(signature) for signature in signatures]
-        asking = [i for i, keys in enumerate(ours) if keys]
-        banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
-            ours[i] for i in asking))))) if asking else {}
-        candidates = []
-        for i, fp in enumerate(fps):
-            mine = {key: (theirs, d) for key, theirs, d in near[i]}
-            for key, theirs in banded.get(i, ()):
-                mine.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
-            candidates.append(mine)
-        keys = list(dict.fromkeys(key for mine in candidates for key in mine))
-        values = dict(zip(keys, view.get_many(keys)))
-        found = []
-        for i, (signature, mine) in enumerate(zip(signatures, candidates)):
-            hits = []
-            for key, (theirs, d) in mine.items():
-                value = values[key]
-                if value is None:  # removed since found (Redis keeps no snapshot)
-                    continue
-                hit = _text_hit(key, theirs, d, signature, ours[i], stored_signature(value),
-                                self.distance, least)
-                if hit:
-                    hits.append(hit)
-            found.append(hits)
-        return found
 
     def expire(self, before: When, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove every document stored before ``before`` (a datetime, naive
@@ -1091,61 +1042,6 @@ class DB:
         return distance
 
 
-class _Kept:
-    """The texts a batch of :meth:`DB.insert_text_if_new_many` has kept so
-    far (``documents``: key -> encoded document, the last one a key kept),
-    found by the text rule as the database would find them: by a shared band,
-    or by a fingerprint within the distance, through the d + 1 blocks of its
-    64 bits (two fingerprints within d bits agree on one of them)."""
-
-    def __init__(self, distance, least):
-        parts = min(distance + 1, 64)
-        self.distance, self.least = distance, least
-        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
-        self.documents, self.signatures = {}, {}
-        self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
-
-    def _blocks(self, fp):
-        return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
-
-    def add(self, document, signature):
-        key, fp, _ = document
-        self.documents[key], self.signatures[key] = document, signature
-        for band in enumerate(bands(signature)):
-            self.by_band[band].append(document)
-        for block in self._blocks(fp):
-            self.by_block[block].append(document)
-
-    def hits(self, fp, signature):
-        """The kept texts near a text, as :meth:`DB._text_hits` gives hits."""
-        ours = bands(signature)
-        candidates = itertools.chain(
-            *(self.by_band.get(band, ()) for band in enumerate(ours)),
-            *(self.by_block.get(block, ()) for block in self._blocks(fp)))
-        hits = {}
-        for document in candidates:
-            key, theirs, _ = document
-            if key in hits or self.documents[key] is not document:  # seen, or replaced
-                continue
-            hit = _text_hit(key, theirs, _ext.num_differing_bits(fp, theirs), signature, ours,
-                            self.signatures[key], self.distance, self.least)
-            if hit:
-                hits[key] = hit
-        return list(hits.values())
-
-
-def _text_hit(key, theirs, d, signature, banded, their_signature, distance, least):
-    """The hit (key, fingerprint, distance, resemblance or None) that a
-    candidate ``d`` bits away makes by the text rule, or None: a document
-    stored without text (or a text without bands, ``banded`` empty) by its
-    distance alone; else by the resemblance of the signatures, compared where
-    they share a band or the fingerprints are within the distance."""
-    if not (banded and their_signature):
-        return (key, theirs, d, None) if d <= distance else None
-    alike = _ext.banded_resemblance(signature, their_signature, d <= distance)
-    return (key, theirs, d, alike) if alike >= least else None
-
-
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Convert, in place, a database made by an earlier simhashdb to this
@@ -1244,17 +1140,6 @@ def _texts(view):
         fps.append(value_fingerprint(value))
         signatures.append(stored_signature(value))
     return keys, fps, signatures
-
-
-def _threshold(threshold):
-    """A text rule's least resemblance: ``threshold``, checked, or the default."""
-    if threshold is None:
-        return THRESHOLD
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
-            not 0 <= threshold <= 1:
-        raise InvalidArgumentError("threshold must be a number in [0, 1], got %s"
-                                   % _ext.shown(threshold))
-    return threshold
 
 
 def size_of(stats):

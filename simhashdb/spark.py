@@ -36,9 +36,8 @@ import functools
 import math
 from decimal import Decimal
 
-from . import _ext
+from . import _ext, rule
 from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
-from .db import _threshold as check_threshold
 from .layout import Layout
 from .matching import pair_chunks
 
@@ -106,7 +105,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         signatures (256 bytes, from :func:`simhashdb.fingerprint_with_signature`
         with the fingerprint; null, or all zero, for a document without text).
     :param float threshold: the least resemblance of two texts that are
-        near-duplicates, in [0, 1] (default: ``simhashdb.db.THRESHOLD``);
+        near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
     :param against: an old corpus (a DataFrame with the same key,
         fingerprint and, where it has one, signature columns): the result
@@ -261,11 +260,11 @@ def _resemblance_partition(threshold, distance, batches):
         texts = has_a & has_b
         rows = numpy.arange(len(texts))
         scores = numpy.full(len(texts), numpy.nan)
-        scores[texts] = _resemblances(numpy.concatenate([a, b]), rows[texts],
+        scores[texts] = rule.resemblances(numpy.concatenate([a, b]), rows[texts],
                                       rows[texts] + len(texts))
         between, banded = batch.column(2).to_numpy(), batch.column(3).to_numpy(False)
         near = between <= distance
-        keep = numpy.where(texts, (banded | near) & (scores >= threshold), near)
+        keep = rule.kept_pairs(texts, banded, near, scores, threshold)
         if keep.any():
             kept = pyarrow.array(numpy.flatnonzero(keep))
             yield pyarrow.RecordBatch.from_arrays(
@@ -297,7 +296,7 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
     Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
     if signature is None and threshold is not None:
         raise InvalidArgumentError("threshold is the text rule's: name the signature column too")
-    least = None if signature is None else check_threshold(threshold)
+    least = None if signature is None else rule.check_threshold(threshold)
     fields = {f.name: f.dataType for f in df.schema.fields}
     named = ((key, "key"), (fingerprint, "fingerprint")) + (
         ((signature, "signature"),) if signature is not None else ())
@@ -554,7 +553,7 @@ def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
         earlier = numpy.arange(BANDS) < band[x][:, None]
         keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
         x, y = x[keep], y[keep]
-        alike = _resemblances(signatures, x, y)
+        alike = rule.resemblances(signatures, x, y)
         near = alike >= threshold
         if near.any():
             yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
@@ -659,23 +658,12 @@ def _decided(key, fp, signatures, has, bands, a, b, threshold):
         texts = numpy.flatnonzero(~keep)
         if len(texts):
             apart = texts[~(bands.of(x[texts]) == bands.of(y[texts])).any(axis=1)]
-            alike = _resemblances(signatures, x[apart], y[apart])
+            alike = rule.resemblances(signatures, x[apart], y[apart])
             near = alike >= threshold
             keep[apart[near]] = True
             scores[apart[near]] = alike[near]
         if keep.any():
             yield _text_key_pairs(key, fp, x[keep], y[keep], scores[keep])
-
-
-def _resemblances(signatures, a, b):
-    """The resemblance of the signatures of rows a and b, as
-    :func:`simhashdb.resemblance` computes it: equal bins over bins not empty
-    in both."""
-    bins = signatures.view(numpy.uint16)   # equality and emptiness ignore the byte order
-    x, y = bins[a], bins[b]
-    used = (x | y) != 0
-    equal = ((x == y) & used).sum(axis=1)
-    return equal / used.sum(axis=1)
 
 
 def _text_key_pairs(key, fp, a, b, scores):

@@ -9,38 +9,30 @@ import itertools
 import os
 import sys
 import time
-import warnings
 from array import array
-from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union,
+from typing import (Any, Callable, Iterable, Iterator, Literal, Optional, Union,
                     overload)
 
-import msgpack
-
-from . import _ext, _records, rule
+from . import _ext, _records, check, params, results, rule
 from .errors import (
     DatabaseError,
-    FormatVersionError,
     InvalidArgumentError,
-    InvalidFingerprintError,
-    InvalidKeyError,
-    InvalidMetadataError,
     KeyNotFoundError,
     ParameterMismatchError,
 )
 from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
-from .layout import DEFAULT_EXPECTED_SIZE, Layout
+from .params import FORMAT_VERSION  # noqa: F401 (simhashdb.db.FORMAT_VERSION, as before)
 from .matching import components, pair_chunks, text_pairs
+from .results import Decision, Key, Match, Pair, TextMatch, TextPair
 from .rule import check_threshold as _threshold
 from .records import (
     Record,
     decode,
     decode_key,
-    document_items,
     encode_documents,
     encode_key,
     hit_arrays,
     int_arrays,
-    is_digest,
     restamped,
     signature as stored_signature,
     stored_at,
@@ -48,115 +40,14 @@ from .records import (
     whole_seconds,
     with_signature,
 )
-from .storage import BANDS, band_entries
 from .storage.registry import open_storage, scheme_of
 
-# 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
-# 4: the LMDB fingerprint index in slots, a union of runs
-FORMAT_VERSION = 4
-DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
-UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
-CHECK_CHUNK = 1000  # documents check() reads the index entries of at once
 
-Key = Union[str, bytes, int]
 When = Union[datetime.datetime, int, float]
 RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
 Text = Union[str, bytes]
 TextRecordLike = Union["tuple[Key, Text]", "tuple[Key, Text, Any]"]
-
-
-class Match(NamedTuple):
-    """A stored document near a query: its key, fingerprint, and Hamming
-    distance from the query's fingerprint."""
-
-    key: Key
-    fingerprint: int
-    distance: int
-
-    @property
-    def resemblance(self) -> Optional[float]:
-        """How alike a text match's texts are (estimated word 5-shingle
-        Jaccard similarity, :func:`resemblance`); None for a fingerprint match."""
-        return getattr(self, "_resemblance", None)
-
-
-class TextMatch(Match):
-    """A :class:`Match` found by the text rule: it also has its ``resemblance``
-    (it is still a (key, fingerprint, distance) tuple)."""
-
-    def __new__(cls, key: Key, fingerprint: int, distance: int,
-                resemblance: Optional[float] = None) -> "TextMatch":
-        match = super().__new__(cls, key, fingerprint, distance)
-        match._resemblance = resemblance
-        return match
-
-    def __reduce__(self):
-        return TextMatch, (*self, self.resemblance)
-
-    def __repr__(self):
-        return "TextMatch(key=%r, fingerprint=%r, distance=%r, resemblance=%.3f)" % (
-            *self, self.resemblance)
-
-
-class Pair(NamedTuple):
-    """Two stored documents near each other (:meth:`DB.find_all`): their keys,
-    in key order, and the Hamming distance of their fingerprints."""
-
-    key_a: Key
-    key_b: Key
-    distance: int
-
-    @property
-    def resemblance(self) -> Optional[float]:
-        """How alike a text pair's texts are (see :attr:`Match.resemblance`);
-        None for a fingerprint pair."""
-        return getattr(self, "_resemblance", None)
-
-
-class TextPair(Pair):
-    """A :class:`Pair` found by the text rule: it also has its ``resemblance``."""
-
-    def __new__(cls, key_a: Key, key_b: Key, distance: int,
-                resemblance: Optional[float] = None) -> "TextPair":
-        pair = super().__new__(cls, key_a, key_b, distance)
-        pair._resemblance = resemblance
-        return pair
-
-    def __reduce__(self):
-        return TextPair, (*self, self.resemblance)
-
-    def __repr__(self):
-        return "TextPair(key_a=%r, key_b=%r, distance=%r, resemblance=%.3f)" % (
-            *self, self.resemblance)
-
-
-class Decision(list):
-    """What an ``*_if_new`` call decided for one document: the list of the
-    near-duplicates it found (Matches; TextMatches for texts), sorted by
-    (distance, key), with the document's ``key``, its ``status`` and the
-    ``reason`` of an invalid one (else None):
-
-    - ``"stored"``: no near-duplicate; the document was written (the list is empty);
-    - ``"unchanged"``: the document stored under the same key is a near-duplicate
-      of it, and either the only one or identical (distance 0): nothing was
-      written (with ``refresh``, its time only);
-    - ``"duplicate"``: near-duplicates of other keys (the list): nothing written;
-    - ``"invalid"``: the record cannot be stored (``reason`` says why); nothing
-      written (the list is empty).
-
-    ``replaced`` is the Record a stored document replaced under its key, or None.
-    """
-
-    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
-                 reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
-        super().__init__(matches)
-        self.key, self.status, self.reason, self.replaced = key, status, reason, replaced
-
-    def __repr__(self):
-        return "Decision(key=%r, status=%r, %s%s)" % (
-            self.key, self.status, list.__repr__(self),
-            "" if self.reason is None else ", reason=%r" % self.reason)
 
 
 class DB:
@@ -223,98 +114,15 @@ class DB:
             recipe = recipe_named(recipe)
         if create and not readonly and scheme_of(path) is None and (
                 not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path)):
-            _new_layout(distance, blocks, expected_size)  # refused before any file is made
+            params.new_layout(distance, blocks, expected_size)  # refused before any file is made
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
-            self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
+            self._layout, self.recipe, self._format = params.open_params(
+                self._storage, distance, blocks, expected_size, recipe)
         except BaseException:
             self._storage.close()
             raise
         self.path = self._storage.path
-
-    def _open_params(self, distance, blocks, expected_size, recipe):
-        storage = self._storage
-        with storage.read() as view:
-            raw = view.params()
-        if raw is None:
-            if storage.readonly:
-                raise DatabaseError("%s is not a simhashdb database" % storage.path)
-            layout = _new_layout(distance, blocks, expected_size)
-            storage.open_tables(layout)
-            params = msgpack.packb({"format": FORMAT_VERSION, "distance": layout.distance,
-                                    "blocks": layout.blocks, "widths": layout.widths,
-                                    "recipe": recipe})
-
-            def store_params(txn):  # unless a concurrent creator stored its own first
-                existing = txn.params()
-                if existing is None:
-                    txn.set_params(params)
-                return existing or params
-
-            raw = storage.write(store_params)
-        params = _stored_params(raw, storage.path)
-        for name, given in (("distance", distance), ("blocks", blocks)):
-            if given is not None and given != params[name]:
-                mismatch = ParameterMismatchError(
-                    "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
-                    % (storage.path, name, params[name], given, name, name, params[name]))
-                mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
-                raise mismatch
-        layout = Layout(params["blocks"], params["distance"])
-        storage.open_tables(layout)
-        stored = params.get("recipe")
-        if recipe is not None and recipe != stored:
-            if stored is not None or storage.readonly or len(self):
-                raise ParameterMismatchError(
-                    "%s holds fingerprints made %s, not with %r: fingerprints of different "
-                    "recipes cannot be compared; use another database"
-                    % (storage.path, "with %r" % stored if stored else "by an unnamed "
-                       "recipe", recipe))
-            params["recipe"] = stored = recipe  # an empty database takes the recipe
-            storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
-        self._format = params["format"]
-        if self._format < FORMAT_VERSION:
-            self._upgrade(params)
-        if not storage.readonly and self._format == FORMAT_VERSION:
-            storage.format_stored()
-        return layout, stored
-
-    def _upgrade(self, params):
-        """Bring a database of an earlier format to this one: a database made by
-        simhashdb 0.2 (format 1: text documents with signatures, no band index)
-        gets its band index, built from the stored signatures in batches (its
-        LMDB tables were converted before it opened writable: :func:`upgrade`)."""
-        if self._format >= 2:
-            if not self._storage.readonly:
-                params["format"] = self._format = FORMAT_VERSION
-                self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
-            return
-        if self._storage.readonly:
-            warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
-                          "documents are found by their fingerprints alone until it is opened "
-                          "writable once, which builds their band index" % self._storage.path,
-                          UserWarning, stacklevel=4)
-            return
-        if params.get("recipe") is not None:  # only a database of a recipe holds texts
-            warnings.warn("%s was made by simhashdb 0.2: building the band index of its text "
-                          "documents from their signatures (once)" % self._storage.path,
-                          UserWarning, stacklevel=4)
-
-            def index_batch(txn):
-                texts, last = [], None
-                for last, value in itertools.islice(txn.documents(after), UPGRADE_BATCH):
-                    if stored_signature(value):
-                        texts.append((last, value_fingerprint(value), value))
-                txn.upsert(texts)  # as they are: the backend adds their band entries
-                return last
-
-            after = None
-            while True:
-                after = self._storage.write(index_batch)
-                if after is None:
-                    break
-        params["format"] = self._format = FORMAT_VERSION
-        self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
 
     @property
     def distance(self) -> int:
@@ -442,19 +250,19 @@ class DB:
         :returns: one :class:`Decision` per record, in order.
         """
         d = self._query_distance(distance)
-        _check_invalid(invalid)
-        limit, results = self._storage.max_key_bytes, []
+        results.check_invalid(invalid)
+        limit, decisions = self._storage.max_key_bytes, []
         for batch in _batches(records, batch_size):
             now = _now()
             try:
                 valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
-            except _INVALID_RECORD:
-                valid, refused = _each_valid(
+            except results.INVALID_RECORD:
+                valid, refused = results.each_valid(
                     batch, lambda record: encode_documents([record], limit, now)[0], invalid)
             encoded = [document for _, document in valid]
-            results += _in_order(batch, valid, refused, self._store_if_new(
+            decisions += results.in_order(batch, valid, refused, self._store_if_new(
                 encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
-        return results
+        return decisions
 
     def _store_if_new(self, documents, store_new, refresh, now):
         """In one transaction: ``store_new(txn)`` stores each of the encoded
@@ -474,13 +282,13 @@ class DB:
             replaced, statuses = [], []
             for (key, _, value), hits in zip(documents, found):
                 replaced.append(None if hits else stored[key])
-                statuses.append(_status(key, hits))
+                statuses.append(results.status(key, hits))
                 if not hits:
                     stored[key] = value
             matches = _records.matches(found, Match)
             if matches is None:  # long keys or text hits: names read in the transaction
-                names = _names(txn, found)
-                matches = [_matches(hits, names) for hits in found]
+                names = results.names(txn, found)
+                matches = [results.matches(hits, names) for hits in found]
             return replaced, statuses, matches
 
         replaced, statuses, found = self._storage.write(body, len(documents))
@@ -557,19 +365,19 @@ class DB:
         :returns: one :class:`Decision` per record, in order.
         """
         least = _threshold(threshold)
-        _check_invalid(invalid)
-        results = []
+        results.check_invalid(invalid)
+        decisions = []
         for batch in _batches(records, batch_size):
             now = _now()
-            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
-                                          least, refresh, now)
-        return results
+            decisions += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                            least, refresh, now)
+        return decisions
 
     def _prepared_texts(self, batch, html, now, invalid):
         """The fingerprinted, encoded text records of ``batch``: ([(position,
         (document, signature))] of the valid ones, {position: reason} of the
         others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
-        return _each_valid(
+        return results.each_valid(
             batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
 
     def _texts_if_new(self, batch, prepared, least, refresh, now):
@@ -577,7 +385,7 @@ class DB:
         new ones stored) in one transaction."""
         valid, refused = prepared
         texts = [text for _, text in valid]
-        return _in_order(batch, valid, refused, self._store_if_new(
+        return results.in_order(batch, valid, refused, self._store_if_new(
             [document for document, _ in texts],
             lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
@@ -599,8 +407,8 @@ class DB:
         with self._storage.read() as view:
             found = rule.search(view, [fp for fp, _ in prints], [s for _, s in prints],
                                 self.distance, least)
-            names = _names(view, found)
-        return [_matches(hits, names) for hits in found]
+            names = results.names(view, found)
+        return [results.matches(hits, names) for hits in found]
 
     def _text_fingerprint(self, text, html):
         """(fingerprint by the database's recipe, resemblance signature)."""
@@ -617,18 +425,7 @@ class DB:
 
     def _adopt_recipe(self, recipe=RECIPE):
         """An unnamed database takes ``recipe`` while empty and writable."""
-        if self._storage.readonly or len(self):
-            raise ParameterMismatchError(
-                "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
-                "with them; use a database opened with recipe=simhashdb.RECIPE" % self.path)
-
-        def store(txn):
-            params = msgpack.unpackb(txn.params())
-            params["recipe"] = recipe
-            txn.set_params(msgpack.packb(params))
-
-        self._storage.write(store)
-        self.recipe = recipe
+        self.recipe = params.adopt_recipe(self._storage, recipe)
         return recipe
 
     def _text_document(self, key, text, meta, html, now):
@@ -716,9 +513,9 @@ class DB:
             return matches
         with self._storage.read() as view:  # long keys are in their documents: searched
             found = view.search(probes, d)  # again, in the snapshot that names them
-            names = _names(view, found)
+            names = results.names(view, found)
         found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
-        return [_matches(hits, names) for hits in found]
+        return [results.matches(hits, names) for hits in found]
 
     def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
@@ -780,7 +577,7 @@ class DB:
             if self.recipe is not None:
                 keys, fps, signatures = _texts(view)
                 for i, j, score in text_pairs(fps, signatures, self._layout, least, d):
-                    key_a, key_b = _ordered(keys[i], keys[j])
+                    key_a, key_b = results.ordered(keys[i], keys[j])
                     between = _ext.num_differing_bits(fps[i], fps[j])
                     yield Pair(key_a, key_b, between) if score is None \
                         else TextPair(key_a, key_b, between, score)
@@ -788,7 +585,7 @@ class DB:
             values = array("Q")
             for fp, keys in view.fingerprint_groups():
                 values.append(fp)
-                for key_a, key_b in itertools.combinations(_sorted_keys(view, keys), 2):
+                for key_a, key_b in itertools.combinations(results.sorted_keys(view, keys), 2):
                     yield Pair(key_a, key_b, 0)
             for pairs in pair_chunks(values, self._layout, d):
                 for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
@@ -803,9 +600,9 @@ class DB:
         for p in range(0, len(chunk), 2):
             a, b = values[chunk[p]], values[chunk[p + 1]]
             between = _ext.num_differing_bits(a, b)
-            for key_a in _sorted_keys(view, keys[a]):
-                for key_b in _sorted_keys(view, keys[b]):
-                    yield Pair(*_ordered(key_a, key_b), between)
+            for key_a in results.sorted_keys(view, keys[a]):
+                for key_b in results.sorted_keys(view, keys[b]):
+                    yield Pair(*results.ordered(key_a, key_b), between)
 
     def clusters(self, distance: Optional[int] = None, *,
                  threshold: Optional[float] = None) -> Iterator[list[Key]]:
@@ -828,7 +625,7 @@ class DB:
                 for i, label in enumerate(labels):
                     members[label].append(i)
                 groups = sorted((min(fps[i] for i in group),
-                                 sorted((keys[i] for i in group), key=_key_order))
+                                 sorted((keys[i] for i in group), key=results.key_order))
                                 for group in members.values() if len(group) > 1)
                 yield from (group for _, group in groups)
                 return
@@ -850,7 +647,7 @@ class DB:
                         group.insert(0, label)
                 keys = view.keys_of_many({values[i] for group in groups for i in group})
                 for group in groups:
-                    yield _sorted_keys(view, [k for i in group for k in keys[values[i]]])
+                    yield results.sorted_keys(view, [k for i in group for k in keys[values[i]]])
 
     def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -885,61 +682,10 @@ class DB:
         """
         problems = self._storage.check()
         try:
-            problems += self._check_contents()
+            with self._storage.read() as view:
+                problems += check.contents(view, self._layout.tables, self._format >= 2)
         except DatabaseError as exc:  # a damaged file LMDB faulted on
             problems.append(str(exc))
-        return problems
-
-    def _check_contents(self):
-        problems = []
-        with self._storage.read() as view:
-            docs, shared = 0, {}  # shared: the keys of fingerprints of more documents than a chunk
-            banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
-            for chunk in _chunks(view.documents(), CHECK_CHUNK):  # the index read a chunk at a time
-                docs += len(chunk)
-                fps = []  # a list: a damaged key may repeat another's
-                for key_bytes, value in chunk:
-                    try:
-                        fps.append(document_items(value)[0])
-                    except DatabaseError as exc:
-                        problems.append("document %r has a damaged record (%s)"
-                                        % (_shown_key(key_bytes), getattr(exc, "why", exc)))
-                        fps.append(None)
-                        continue
-                    for entries, entry in zip(banded, band_entries(value, fps[-1])):
-                        entries.append(entry)
-                indexed = {fp: set(keys) for fp, keys in
-                           view.keys_of_many(set(fps) - {None} - shared.keys()).items()}
-                shared.update((fp, keys) for fp, keys in indexed.items() if len(keys) > CHECK_CHUNK)
-                indexed.update(shared)  # (a fingerprint of many documents is read once, not a chunk)
-                for (key_bytes, value), fp in zip(chunk, fps):
-                    if fp is not None and key_bytes not in indexed[fp]:
-                        problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (decode_key(key_bytes, value), fp))
-            distinct, indexed = array("Q"), 0
-            for fp, keys in view.fingerprint_groups():
-                distinct.append(fp)
-                indexed += len(keys)
-            if indexed != docs:
-                problems.append("the fingerprint index has %d entries for %d documents"
-                                % (indexed, docs))
-            expected = set(distinct)
-            for table in range(self._layout.tables):
-                stored = view.table_fingerprints(table)
-                if len(stored) != len(expected) or set(stored) != expected:
-                    missing = len(expected - set(stored))
-                    extra = len(set(stored) - expected)
-                    problems.append("table %d has %d entries for %d distinct fingerprints "
-                                    "(%d missing, %d extra)"
-                                    % (table, len(stored), len(expected), missing, extra))
-            for band, entries in enumerate(banded):
-                expected, stored = set(entries), set(view.band_entries(band))
-                banded[band] = None
-                if stored != expected:
-                    problems.append("band %d has %d entries for the %d of the text documents "
-                                    "(%d missing, %d extra)"
-                                    % (band, len(stored), len(expected),
-                                       len(expected - stored), len(stored - expected)))
         return problems
 
     # Parquet, to and from batch tools (simhashdb.spark); needs pyarrow
@@ -1055,68 +801,10 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
     """
     storage = open_storage(path, create=False, backend=backend)
     try:
-        with storage.read() as view:
-            raw = view.params()
-        if raw is None:
-            raise DatabaseError("%s is not a simhashdb database" % storage.path)
-        params = _stored_params(raw, storage.path)
-        storage.convert_tables(Layout(params["blocks"], params["distance"]).tables, progress)
+        params.convert_tables(storage, progress)
     finally:
         storage.close()
     DB(path, backend=backend).close()
-
-
-def _new_layout(distance, blocks, expected_size):
-    """The layout a new database of these parameters gets; raises for one
-    that cannot be."""
-    k = DEFAULT_DISTANCE if distance is None else distance
-    Layout(k + 1, k)  # validates distance before choose_blocks uses it
-    return Layout(Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE)
-                  if blocks is None else blocks, k)
-
-
-def _stored_params(raw, path):
-    """The parameters a database stored, checked."""
-    try:
-        params = msgpack.unpackb(raw)
-        params["blocks"], params["distance"], params["format"]
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
-        raise DatabaseError("%s has damaged parameters: restore it from a backup" % path) from None
-    if params["format"] > FORMAT_VERSION:
-        raise FormatVersionError(
-            "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
-            % (path, params["format"], FORMAT_VERSION))
-    return params
-
-
-def _names(view, found):
-    """{stored key: key} of the keys of ``found`` (lists of hits): a long key's
-    digest is read from its document in ``view`` (None where none is stored)."""
-    keys = dict.fromkeys(hit[0] for hits in found for hit in hits)
-    digests = [key for key in keys if is_digest(key)]
-    names = {key: decode_key(key) for key in keys if not is_digest(key)}
-    for key, value in zip(digests, view.get_many(digests) if digests else ()):
-        names[key] = None if value is None else decode_key(key, value)
-    return names
-
-
-def _matches(hits, names):
-    """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
-    fingerprint, distance, resemblance or None) ones, their keys as ``names``
-    says, sorted by (distance, key)."""
-    ordered = sorted((hit[2], *_key_order(names[hit[0]]), hit) for hit in hits)
-    matches = []
-    for *_, key, hit in ordered:
-        if len(hit) == 3 or hit[3] is None:
-            matches.append(_new_tuple(Match, (key, hit[1], hit[2])))
-        else:
-            match = _new_tuple(TextMatch, (key, hit[1], hit[2]))
-            match._resemblance = hit[3]
-            matches.append(match)
-    return matches
-
-
-_new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
 def _signed(value, signature, source):
@@ -1148,58 +836,6 @@ def size_of(stats):
     return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
 
 
-_INVALID_RECORD = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
-                   InvalidMetadataError)
-
-
-def _check_invalid(invalid):
-    if invalid not in ("raise", "report"):
-        raise InvalidArgumentError('invalid must be "raise" or "report", got %s'
-                                   % _ext.shown(invalid))
-
-
-def _each_valid(records, encode, invalid):
-    """([(position, encode(record))] of the records ``encode`` takes, {position:
-    reason} of those it refuses); with ``invalid="raise"``, the first refusal
-    raises, naming the record's key."""
-    valid, refused = [], {}
-    for i, record in enumerate(records):
-        try:
-            valid.append((i, encode(record)))
-        except _INVALID_RECORD as exc:
-            if invalid == "raise":
-                raise type(exc)("record %d of the batch (key %s): %s"
-                                % (i, _ext.shown(_record_key(record)), exc)) from None
-            refused[i] = str(exc)
-    return valid, refused
-
-
-def _in_order(records, valid, refused, decided):
-    """The Decisions of a batch's ``records``, in order: the ``decided``
-    (matches, status, replaced) of the ``valid`` ones, and the ``refused``."""
-    decisions = [None] * len(records)
-    for (i, _), (hits, status, replaced) in zip(valid, decided):
-        decisions[i] = Decision(hits, records[i][0], status, replaced=replaced)
-    for i, reason in refused.items():
-        decisions[i] = Decision((), _record_key(records[i]), "invalid", reason)
-    return decisions
-
-
-def _record_key(record):
-    """A record's key, or None for a record that is not a tuple or list."""
-    return record[0] if isinstance(record, (tuple, list)) and record else None
-
-
-def _status(key, hits):
-    """The status of the encoded ``key`` whose near-duplicates are ``hits``."""
-    if not hits:
-        return "stored"
-    own = [hit for hit in hits if hit[0] == key]
-    if own and (len(hits) == 1 or own[0][2] == 0):
-        return "unchanged"
-    return "duplicate"
-
-
 def _text_record(record):
     if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
         raise InvalidArgumentError("expected a (key, text) or (key, text, meta) record, got %r"
@@ -1219,14 +855,6 @@ def _batches(items, size):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
                                    % _ext.shown(items))
     return _chunks(items, size)
-
-
-def _shown_key(key_bytes):
-    """A stored key as a message shows it: decoded where it can be."""
-    try:
-        return decode_key(key_bytes) if not is_digest(key_bytes) else key_bytes
-    except DatabaseError:
-        return key_bytes
 
 
 def _chunks(items, size):
@@ -1252,16 +880,3 @@ def _restamp(txn, keys, now):
                  for key, value in zip(keys, txn.get_many(keys)) if value is not None]
     if documents:
         txn.upsert(documents)
-
-
-def _key_order(key):
-    return (isinstance(key, bytes), isinstance(key, str), key)
-
-
-def _sorted_keys(view, encoded_keys):
-    return sorted((decode_key(k, view.get(k) if is_digest(k) else None) for k in encoded_keys),
-                  key=_key_order)
-
-
-def _ordered(a, b):
-    return (a, b) if _key_order(a) <= _key_order(b) else (b, a)

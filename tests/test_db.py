@@ -371,8 +371,8 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
     missing from such a fingerprint's entries is still named."""
     import contextlib
 
-    import simhashdb.db
-    monkeypatch.setattr(simhashdb.db, "CHECK_CHUNK", 100)
+    import simhashdb.check
+    monkeypatch.setattr(simhashdb.check, "CHUNK", 100)
     db.insert_many([(i, 12345) for i in range(3000)] + [(-i, i * 7919) for i in range(1, 500)])
     read, real = [], db._storage.read
 

@@ -3,7 +3,6 @@ upserts, insert-if-new, text decisions, retention, queries, all pairs."""
 
 from __future__ import annotations
 
-import collections
 import datetime
 import itertools
 import os
@@ -13,7 +12,7 @@ from array import array
 from typing import (Any, Callable, Iterable, Iterator, Literal, Optional, Union,
                     overload)
 
-from . import _ext, _records, check, params, results, rule
+from . import _ext, _records, check, pairs, params, results, rule
 from .errors import (
     DatabaseError,
     InvalidArgumentError,
@@ -22,8 +21,7 @@ from .errors import (
 )
 from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .params import FORMAT_VERSION  # noqa: F401 (simhashdb.db.FORMAT_VERSION, as before)
-from .matching import components, pair_chunks, text_pairs
-from .results import Decision, Key, Match, Pair, TextMatch, TextPair
+from .results import Decision, Key, Match, Pair, TextMatch
 from .rule import check_threshold as _threshold
 from .records import (
     Record,
@@ -570,39 +568,8 @@ class DB:
         fingerprints; the text rule reads every document's signature first
         (256 bytes a document in memory). Bad arguments raise at the call.
         """
-        return self._find_all(self._scan_distance(distance), _threshold(threshold))
-
-    def _find_all(self, d, least):
-        with self._storage.read() as view:
-            if self.recipe is not None:
-                keys, fps, signatures = _texts(view)
-                for i, j, score in text_pairs(fps, signatures, self._layout, least, d):
-                    key_a, key_b = results.ordered(keys[i], keys[j])
-                    between = _ext.num_differing_bits(fps[i], fps[j])
-                    yield Pair(key_a, key_b, between) if score is None \
-                        else TextPair(key_a, key_b, between, score)
-                return
-            values = array("Q")
-            for fp, keys in view.fingerprint_groups():
-                values.append(fp)
-                for key_a, key_b in itertools.combinations(results.sorted_keys(view, keys), 2):
-                    yield Pair(key_a, key_b, 0)
-            for pairs in pair_chunks(values, self._layout, d):
-                for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
-                    chunk = pairs[start:start + 20000]
-                    yield from self._keyed_pairs(view, values, chunk)
-
-    @staticmethod
-    def _keyed_pairs(view, values, chunk):
-        """The Pairs of the fingerprint pairs ``chunk`` (positions in
-        ``values``), their keys read at once."""
-        keys = view.keys_of_many({values[i] for i in chunk})
-        for p in range(0, len(chunk), 2):
-            a, b = values[chunk[p]], values[chunk[p + 1]]
-            between = _ext.num_differing_bits(a, b)
-            for key_a in results.sorted_keys(view, keys[a]):
-                for key_b in results.sorted_keys(view, keys[b]):
-                    yield Pair(*results.ordered(key_a, key_b), between)
+        return pairs.find_all(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold))
 
     def clusters(self, distance: Optional[int] = None, *,
                  threshold: Optional[float] = None) -> Iterator[list[Key]]:
@@ -611,43 +578,8 @@ class DB:
         clusters in the order of their least fingerprint, from one snapshot
         (on Redis, reads that each see whole batches, as :meth:`find_all`).
         Bad arguments raise at the call."""
-        return self._clusters(self._scan_distance(distance), _threshold(threshold))
-
-    def _clusters(self, d, least):
-        with self._storage.read() as view:
-            if self.recipe is not None:
-                keys, fps, signatures = _texts(view)
-                pairs = array("Q")
-                for i, j, _ in text_pairs(fps, signatures, self._layout, least, d):
-                    pairs.extend((i, j))
-                labels = components(len(keys), [pairs])
-                members = collections.defaultdict(list)
-                for i, label in enumerate(labels):
-                    members[label].append(i)
-                groups = sorted((min(fps[i] for i in group),
-                                 sorted((keys[i] for i in group), key=results.key_order))
-                                for group in members.values() if len(group) > 1)
-                yield from (group for _, group in groups)
-                return
-            values, multiple = array("Q"), set()
-            for fp, keys in view.fingerprint_groups():
-                if len(keys) > 1:
-                    multiple.add(len(values))
-                values.append(fp)
-            labels = components(len(values), pair_chunks(values, self._layout, d))
-            members = collections.defaultdict(list)
-            for i, label in enumerate(labels):
-                if label != i or i in multiple:
-                    members[label].append(i)
-            labels = sorted(members)
-            for start in range(0, len(labels), 1000):  # the keys of 1000 clusters a read
-                groups = [members[label] for label in labels[start:start + 1000]]
-                for label, group in zip(labels[start:start + 1000], groups):
-                    if group[0] != label:
-                        group.insert(0, label)
-                keys = view.keys_of_many({values[i] for group in groups for i in group})
-                for group in groups:
-                    yield results.sorted_keys(view, [k for i in group for k in keys[values[i]]])
+        return pairs.clusters(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold))
 
     def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -818,16 +750,6 @@ def _signed(value, signature, source):
             "simhashdb.fingerprint_with_signature): rename that column or field"
             % (source, _ext.SIGNATURE_BYTES))
     return with_signature(value, signature)
-
-
-def _texts(view):
-    """The (keys, fingerprints, signatures or None) of every document."""
-    keys, fps, signatures = [], array("Q"), []
-    for key, value in view.documents():
-        keys.append(decode_key(key, value))
-        fps.append(value_fingerprint(value))
-        signatures.append(stored_signature(value))
-    return keys, fps, signatures
 
 
 def size_of(stats):

@@ -27,6 +27,7 @@ import warnings
 import simhashdb
 from simhashdb import inputs, rule
 from simhashdb.db import size_of
+from simhashdb.errors import CliError, UsageError
 from simhashdb.fingerprint import recipe_named
 from simhashdb.inputs import FORMATS, Skipped, TextRecord
 
@@ -35,14 +36,6 @@ BATCH_SECONDS = 2  # an import commits a batch read for this long, full or not
 PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
 MANY_TABLES = 100
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-class CliError(Exception):
-    """An error in the command's input: one line on stderr, exit status 1."""
-
-
-class UsageError(CliError):
-    """Options that do not go together: one line on stderr, exit status 2."""
 
 
 # Commands
@@ -116,7 +109,8 @@ def cmd_import(args):
             raise CliError("%s (%d records were imported before, in batches that were "
                            "committed)" % (exc, counts["imported"])) from None
         except simhashdb.SimhashDBError as exc:  # a batch that could not be stored (disk full)
-            if not counts["imported"] or isinstance(exc, simhashdb.InvalidArgumentError):
+            if not counts["imported"] or isinstance(exc, (simhashdb.InvalidArgumentError,
+                                                            CliError)):
                 raise
             raise CliError("%s; the %d records imported before, in batches that were "
                            "committed, stay" % (str(exc).rstrip("."), counts["imported"])
@@ -178,7 +172,7 @@ def _import(args, db, reader, formats, counts, bar):
                                "this simhashdb cannot fingerprint text with" % (db.recipe,))
             simhashdb.check_record((record[0], 0, *record[2:])
                                    if isinstance(record, TextRecord) else record[:4])
-        except (CliError, simhashdb.SimhashDBError) as exc:
+        except simhashdb.SimhashDBError as exc:
             if not args.skip_invalid:
                 told = formats.get(source) in LIST_FORMATS and not args.format
                 raise CliError("%s:%s: %s (%d records were imported before the batch that "
@@ -1254,7 +1248,7 @@ def main(argv=None):
         if args.debug:
             raise
         _silence_stdout()
-        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError, ImportError))
+        known = isinstance(exc, (simhashdb.SimhashDBError, OSError, ImportError))
         _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
                                 " (%s; run with --debug for the traceback and report it)"
                                 % type(exc).__name__))

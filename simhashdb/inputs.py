@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 import chardet
 
 from . import _ext
-from .errors import InputError, SimhashDBError
+from .errors import DamagedInputError, InputError, SimhashDBError
 from .fingerprint import fingerprint as default_fingerprint
 
 FORMATS = ("dec", "hex", "jsonl", "text", "warc")
@@ -85,10 +85,6 @@ DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError),
                  (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError), bz2.BZ2File),
                  (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError),
                   lzma.LZMAFile))
-
-
-class DamagedInput(InputError):
-    """A compressed input whose data is damaged."""
 
 
 class Skipped:
@@ -448,7 +444,7 @@ def input_format(given, fmt=None):
     try:
         with open_input(given, peek=True, decompressed=True) as stream:
             lines = [line.strip() for line in stream if line.strip()]
-    except DamagedInput:
+    except DamagedInputError:
         return "text"  # which read_text skips, as damaged
     if lines and lines[0].startswith(ARCHIVE_MAGIC):
         return "warc"
@@ -741,7 +737,7 @@ def open_input(given, peek=False, decompressed=False):
     lines of records: those of a named gzip, bzip2 or xz file's content, a
     byte order mark before the first left out.
 
-    :raises DamagedInput: compressed data that is damaged.
+    :raises DamagedInputError: compressed data that is damaged.
     """
     if given == "-":
         stream = stdin()
@@ -769,7 +765,7 @@ def open_input(given, peek=False, decompressed=False):
             yield _lines(_complete_lines(stream.read(PEEK)) if peek else stream, decompressed)
         except (OSError, EOFError, lzma.LZMAError) as exc:
             if compression:
-                raise DamagedInput("cannot read %s: damaged %s data" % (given, compression[1])
+                raise DamagedInputError("cannot read %s: damaged %s data" % (given, compression[1])
                                    ) from None
             raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
 

@@ -38,7 +38,7 @@ from .records import (
     whole_seconds,
     with_signature,
 )
-from .storage.registry import open_storage, scheme_of
+from .storage.registry import makes_files, open_storage
 
 DEFAULT_BATCH_SIZE = 100_000
 
@@ -110,8 +110,7 @@ class DB:
                                        % _ext.shown(recipe))
         if recipe is not None:
             recipe = recipe_named(recipe)
-        if create and not readonly and scheme_of(path) is None and (
-                not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path)):
+        if create and not readonly and makes_files(path):
             params.new_layout(distance, blocks, expected_size)  # refused before any file is made
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:

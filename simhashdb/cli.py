@@ -471,7 +471,7 @@ def _spark_against(session, args, stack, texts):
     while ``stack`` is open); a database's recipe must be the current one
     where the new rows are ``texts`` fingerprinted here."""
     given = args.against
-    if not _is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
+    if not inputs.is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
         try:
             db = simhashdb.DB(given, readonly=True, create=False)
         except simhashdb.DatabaseNotFoundError:
@@ -556,27 +556,19 @@ def _spark_session(args):
     return session, spark, (PySparkException, Py4JError)
 
 
-def _is_parquet(given):
-    """Whether a Spark input is Parquet: a .parquet file, or a directory of them."""
-    return given.endswith(".parquet") or (
-        os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given)))
-
-
 def _spark_input(session, args, given, fmt):
     """An input as a DataFrame: Parquet read by Spark, other formats parsed
     here; the name of its signature column (None: no text, the distance
     rule decides) and the columns made here (the signatures of texts, the
     metadata of an archive's pages as msgpack)."""
-    if fmt == "parquet" or _is_parquet(given):
+    if fmt == "parquet" or inputs.is_parquet(given):
         df = session.read.parquet(given)
         signature = args.signature
         if signature is None and "signature" in df.columns and \
                 df.schema["signature"].dataType.typeName() == "binary":
             signature = "signature"  # as `spark dedupe` of texts writes it
         return df, signature or None, set()  # --signature '': the distance alone
-    import pyarrow
-
-    from simhashdb import parquet
+    from simhashdb import spark
     recipe = simhashdb.RECIPES[simhashdb.RECIPE]
     last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
@@ -585,7 +577,7 @@ def _spark_input(session, args, given, fmt):
         last[text] = simhashdb.fingerprint_with_signature(text, html=html, **recipe)
         return last[text][0]
 
-    keys, fps, signatures, metas, skipped = [], [], [], [], {}
+    records, skipped = [], {}
     reader = _reader(args, fingerprint, stdin_key=None)
     with _progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
@@ -598,37 +590,21 @@ def _spark_input(session, args, given, fmt):
                 continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
-            keys.append(record[0])
-            metas.append(record[2] if len(record) > 2 else None)
+            meta = record[2] if len(record) > 2 else None
             if isinstance(record, TextRecord):
                 fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
                     record[1], html=record.html, **recipe)
-                fps.append(fp)
-                signatures.append(signature)
+                records.append((record[0], fp, meta, signature))
             else:
-                fps.append(simhashdb.check_fingerprint(record[1]))
-                signatures.append(None)
+                records.append((record[0], simhashdb.check_fingerprint(record[1]), meta, None))
     _note_skipped(args, skipped)
     _note_decoded(args, reader)
     try:
-        key_array = pyarrow.array(keys)
-    except (pyarrow.ArrowException, OverflowError, TypeError):
-        raise CliError("%s: keys must all be strings or all be integers below 2**63" % given) \
-            from None
-    columns = {
-        args.key: key_array,
-        args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
-    if any(m is not None for m in metas):  # as export-parquet writes it (an archive's dates)
-        columns["meta"] = parquet.meta_column(metas)
-    signature = None
-    if any(s is not None for s in signatures):
-        signature = args.signature or "signature"
-        if signature in columns:
-            raise UsageError("--signature %s names the key, fingerprint or meta column"
-                             % signature)
-        columns[signature] = pyarrow.array(signatures, pyarrow.binary())
-    return session.createDataFrame(pyarrow.table(columns)), signature, \
-        set(columns) - {args.key, args.fingerprint}
+        df, signature = spark.from_records(session, records, args.key, args.fingerprint,
+                                           args.signature)
+    except inputs.InputError as exc:
+        raise CliError("%s: %s" % (given, exc)) from None
+    return df, signature, set(df.columns) - {args.key, args.fingerprint}
 
 
 def _spark_json(row, fingerprint, meta=False):
@@ -677,11 +653,7 @@ def _stored_key(db, text, args):
         return number if has_int or text not in db else text
     if text in db:
         return text
-    path, _, line = text.rpartition(":")
-    for file, suffix in ((text, ""), (path, ":" + line)) if line.isdigit() else ((text, ""),):
-        if file and os.path.exists(file) and os.path.abspath(file) + suffix in db:
-            return os.path.abspath(file) + suffix
-    return text
+    return next((key for key in inputs.path_keys(text) if key in db), text)
 
 
 # Output

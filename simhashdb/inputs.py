@@ -416,6 +416,22 @@ def _walked_text(path):
         return Skipped("cannot be read (%s)" % str(exc).rsplit(": ", 1)[-1])
 
 
+def path_keys(name):
+    """The keys an import without ``--root`` gives what ``name`` names, where
+    it names a file that exists: its absolute path, or for ``PATH:LINE`` the
+    key of that line of the file, ``/absolute/PATH:LINE``."""
+    path, _, line = name.rpartition(":")
+    named = ((name, ""), (path, ":" + line)) if line.isdigit() else ((name, ""),)
+    return [os.path.abspath(file) + suffix for file, suffix in named
+            if file and os.path.exists(file)]
+
+
+def is_parquet(given):
+    """Whether an input is Parquet: a .parquet file, or a directory of them."""
+    return given.endswith(".parquet") or (
+        os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given)))
+
+
 def input_format(given, fmt=None):
     """The format of an input: ``fmt`` where given, "text" for a directory;
     else jsonl for a .jsonl file; else, from every line of its first 64 KiB

@@ -37,7 +37,8 @@ import math
 from decimal import Decimal
 
 from . import _ext, rule
-from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
+from .errors import (InputError, InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
+                     SimhashDBError)
 from .layout import Layout
 from .matching import pair_chunks
 
@@ -272,6 +273,40 @@ def _resemblance_partition(threshold, distance, batches):
                  batch.column(2).take(kept),
                  pyarrow.array(scores[keep], mask=numpy.isnan(scores[keep]))],
                 names=["key_a", "key_b", "distance", "resemblance"])
+
+
+def from_records(session, records, key="key", fingerprint="fingerprint", signature=None):
+    """A DataFrame of ``records`` for :func:`find_all`, :func:`clusters` and
+    :func:`dedupe`: (key, fingerprint, meta, signature or None) tuples, as
+    :mod:`simhashdb.inputs` reads documents and a text's signature (from
+    :func:`simhashdb.fingerprint_with_signature`). Columns ``key``,
+    ``fingerprint`` (decimal(20, 0)), ``meta`` where any record has metadata
+    (msgpack, as export_parquet writes it) and ``signature`` (default:
+    "signature") where any is a text.
+
+    :returns: (the DataFrame, the name of its signature column or None).
+    :raises InputError: keys of mixed types, or integers from 2**63.
+    :raises InvalidArgumentError: ``signature`` names another column.
+    """
+    from . import parquet
+    keys, fps, metas, signatures = (list(column) for column in zip(*records)) if records \
+        else ([], [], [], [])
+    try:
+        key_array = pyarrow.array(keys)
+    except (pyarrow.ArrowException, OverflowError, TypeError):
+        raise InputError("keys must all be strings or all be integers below 2**63") from None
+    columns = {key: key_array,
+               fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
+    if any(m is not None for m in metas):
+        columns["meta"] = parquet.meta_column(metas)
+    if not any(s is not None for s in signatures):
+        return session.createDataFrame(pyarrow.table(columns)), None
+    signature = signature or "signature"
+    if signature in columns:
+        raise InvalidArgumentError("signature %r names the key, fingerprint or meta column"
+                                   % signature)
+    columns[signature] = pyarrow.array(signatures, pyarrow.binary())
+    return session.createDataFrame(pyarrow.table(columns)), signature
 
 
 def choose_blocks(distance, documents):

@@ -6,24 +6,23 @@ usage error, 130 interrupted. Every error is one line; ``--debug`` shows its
 traceback.
 """
 
-import base64
 import contextlib
 import datetime
 import decimal
-import errno
 import importlib
-import io
 import json
 import os
 import re
 import sys
 import tempfile
-import threading
 import time
 import warnings
 
 import simhashdb
 from simhashdb import inputs, options, rule
+from simhashdb.console import (ClosedStdout, emit, match_json, note, output_file, pair_json,
+                               progress, record_json, say, show_warning, silence_stdout, working,
+                               write)
 from simhashdb.db import size_of
 from simhashdb.errors import CliError, UsageError
 from simhashdb.options import BATCH_SECONDS
@@ -44,9 +43,9 @@ def cmd_init(args):
                          % (args.recipe, ", ".join(sorted(simhashdb.RECIPES))))
     with _open(args.path, args, create=True, recipe=args.recipe) as db:
         if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
-            _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
-                  % args.recipe)
-        _emit(db.stats())
+            note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
+                 % args.recipe)
+        emit(db.stats())
 
 
 def cmd_import(args):
@@ -70,8 +69,8 @@ def cmd_import(args):
                          "files are walked as text documents: name the files instead"
                          % (args.format, walked[0]))
     if list(formats) == ["-"] and inputs.stdin_is_empty():
-        _note(args, "stdin is empty: nothing was imported (and no database made)")
-        _emit(counts)
+        note(args, "stdin is empty: nothing was imported (and no database made)")
+        emit(counts)
         return
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
@@ -80,21 +79,21 @@ def cmd_import(args):
         reader = _reader(args, _fingerprinter(db), stdin_key=args.key)
         if formats.get("-") in LIST_FORMATS and args.key_prefix is None and \
                 1 in db:
-            _note(args, "lines from stdin are keyed by their line number, so they replace the "
-                  "records stored under those numbers; --key-prefix P keeps them apart")
+            note(args, "lines from stdin are keyed by their line number, so they replace the "
+                 "records stored under those numbers; --key-prefix P keeps them apart")
         for given in walked if args.include else ():
             if not reader.walks_a_file(given):
-                _note(args, "no file below %s matches --include %s" % (
+                note(args, "no file below %s matches --include %s" % (
                     given, " ".join(args.include)))
         try:
-            with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
+            with progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)
             if reader.decoded:
                 counts["decoded"] = reader.decoded
             if reader.unread_fields:
-                _note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
-                      "path), fingerprint (or text), meta and stored_at"
-                      % ", ".join(sorted(map(repr, reader.unread_fields))))
+                note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
+                     "path), fingerprint (or text), meta and stored_at"
+                     % ", ".join(sorted(map(repr, reader.unread_fields))))
         except KeyboardInterrupt:
             args.interrupted = ("%d records were imported, in batches that were committed (a "
                                 "batch commits at %d records or after %d s of reading)"
@@ -110,7 +109,7 @@ def cmd_import(args):
             raise CliError("%s; the %d records imported before, in batches that were "
                            "committed, stay" % (str(exc).rstrip("."), counts["imported"])
                            ) from None
-    _emit(counts)
+    emit(counts)
 
 
 def _import(args, db, reader, formats, counts, bar):
@@ -137,13 +136,13 @@ def _import(args, db, reader, formats, counts, bar):
                     counts["unchanged"] += 1
                 elif found.status == "duplicate":
                     counts["near_duplicates"] += 1
-                    _emit({"skipped": record[0], "source": source, "line": line,
-                           "matches": [_match_json(m) for m in found]})
+                    emit({"skipped": record[0], "source": source, "line": line,
+                          "matches": [match_json(m) for m in found]})
                 else:
                     counts["imported"] += 1
                     if found.replaced:
-                        _emit({"replaced": record[0], "source": source, "line": line,
-                               "fingerprint_before": found.replaced.fingerprint})
+                        emit({"replaced": record[0], "source": source, "line": line,
+                              "fingerprint_before": found.replaced.fingerprint})
         elif text:
             counts["imported"] += db.insert_text_many(batch, html=html, batch_size=size)
         elif any(len(record) == 5 for record in batch):  # exported texts, with signatures
@@ -235,8 +234,8 @@ def cmd_query(args):
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
             out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}
-            out["matches"] = [_match_json(m) for m in matches]
-            _emit(out)
+            out["matches"] = [match_json(m) for m in matches]
+            emit(out)
 
 
 def cmd_delete(args):
@@ -249,7 +248,7 @@ def cmd_delete(args):
         for text in texts:
             named.setdefault(_stored_key(db, text, args), text)
         missing = [text for key, text in named.items() if key not in db]
-        _emit({"deleted": db.delete_many(named), "requested": len(named), "not_found": missing})
+        emit({"deleted": db.delete_many(named), "requested": len(named), "not_found": missing})
 
 
 def cmd_get(args):
@@ -258,50 +257,50 @@ def cmd_get(args):
         record = db.get(_stored_key(db, args.key, args))
     if record is None:
         raise CliError("no document with key %r in %s" % (args.key, args.path))
-    _emit(_record_json(record))
+    emit(record_json(record))
 
 
 def cmd_stats(args):
     """Print counts, parameters and sizes."""
     with _open(args.path, args, readonly=True) as db:
-        _emit(db.stats())
+        emit(db.stats())
 
 
 def cmd_expire(args):
     """Remove the documents stored more than --older-than ago."""
     with _open(args.path, args) as db:
-        _emit({"expired": db.expire(time.time() - args.older_than)})
+        emit({"expired": db.expire(time.time() - args.older_than)})
 
 
 def cmd_compact(args):
     """Rewrite the database without the space freed by deletes."""
     with _open(args.path, args) as db:
         before = db.stats()
-        with _working(args, "compact"):
+        with working(args, "compact"):
             db.compact()
         size, bytes_before = size_of(before)
-        _emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
+        emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
 
 
 def cmd_upgrade(args):
     """Convert a database made by an earlier simhashdb to this version's format,
     in place (a table a transaction: stopped, it goes on where it stopped when
     run again)."""
-    with _progress(args, "upgrade", unit="table") as bar:
+    with progress(args, "upgrade", unit="table") as bar:
         def advance(done, tables):
             bar.total = tables
             bar.update(done - bar.n)
 
         simhashdb.upgrade(args.path, progress=advance)
     with _open(args.path, args, readonly=True) as db:
-        _emit({"format": db.stats()["format"], "tables": db.tables})
+        emit({"format": db.stats()["format"], "tables": db.tables})
 
 
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
-    with _open(args.path, args, readonly=True) as db, _working(args, "check"):
+    with _open(args.path, args, readonly=True) as db, working(args, "check"):
         problems = db.check()
-    _emit({"problems": problems})
+    emit({"problems": problems})
     if problems:
         raise CliError("%d problem(s) found in %s" % (len(problems), args.path))
 
@@ -310,43 +309,43 @@ def cmd_export(args):
     """Print every document as a JSON line that `import` reads back, after a
     first line with the database's recipe, distance and blocks."""
     with _open(args.path, args, readonly=True) as db, \
-            _progress(args, "export", total=len(db)) as bar:
-        _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
+            progress(args, "export", total=len(db)) as bar:
+        emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
         for record in db.export_records():
-            _emit(_record_json(record))
+            emit(record_json(record))
             bar.update()
 
 
 def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar, \
+        with _open(args.path, args, readonly=True) as db, progress(args, "pairs") as bar, \
                 contextlib.closing(db.find_all(_scan_distance(args, db),
                                                threshold=args.threshold)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
-                _emit(_pair_json(pair), args.output_file)
+                emit(pair_json(pair), args.output_file)
                 bar.update()
         return
     hashes = _read_hashes(args)
     for a, b in simhashdb.find_all(hashes, args.blocks, _distance(args)):
         if a != b or args.duplicates:
-            _emit([a, b], args.output_file)
+            emit([a, b], args.output_file)
 
 
 def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar, \
+        with _open(args.path, args, readonly=True) as db, progress(args, "clusters") as bar, \
                 contextlib.closing(db.clusters(_scan_distance(args, db),
                                                threshold=args.threshold)) as found:
             _note_rule(args, db)
             for cluster in found:
-                _emit(cluster, args.output_file)
+                emit(cluster, args.output_file)
                 bar.update()
         return
     for cluster in simhashdb.find_clusters(_read_hashes(args), args.blocks, _distance(args)):
-        _emit(cluster, args.output_file)
+        emit(cluster, args.output_file)
 
 
 def cmd_fingerprint(args):
@@ -360,9 +359,9 @@ def cmd_fingerprint(args):
         if args.format == "jsonl":
             named = {"key": record[0]} if len(record) > 2 \
                 else {"path": "-" if source == "<stdin>" else source}  # an archived page: its key
-            _emit(dict(named, fingerprint=fp, hex="%016x" % fp, recipe=args.recipe))
+            emit(dict(named, fingerprint=fp, hex="%016x" % fp, recipe=args.recipe))
         else:
-            _write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
+            write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
     _note_skipped(args, skipped)
     _note_decoded(args, reader)
 
@@ -378,7 +377,7 @@ def _texts(args, reader, formats, skipped):
         elif isinstance(record, Exception):
             if not getattr(args, "skip_invalid", False):
                 raise CliError("%s:%s: %s" % (source, line, record))
-            _note(args, "skipped %s:%s: %s" % (source, line, record))
+            note(args, "skipped %s:%s: %s" % (source, line, record))
         else:
             yield source, record
 
@@ -429,26 +428,26 @@ def _spark_run(args, session, spark, stack):
         options["against"] = _spark_against(session, args, stack, signature in made)
     if signature is not None:
         options.update(signature=signature, threshold=args.threshold)
-        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-              "fingerprints within %d bits, and a resemblance of at least %g; documents "
-              "without text by their distance (signatures from column %r)"
-              % (_distance(args), args.threshold if args.threshold is not None
-                 else rule.THRESHOLD, signature))
+        note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+             "fingerprints within %d bits, and a resemblance of at least %g; documents "
+             "without text by their distance (signatures from column %r)"
+             % (_distance(args), args.threshold if args.threshold is not None
+                else rule.THRESHOLD, signature))
     elif args.threshold is not None:
         raise CliError("--threshold is the text rule's, and this input has no text (give "
                        "texts, or Parquet with a --signature column)")
     else:
-        _note(args, "pairs by the distance of their fingerprints (within %d bits): the "
-              "input has no text or signatures" % _distance(args))
+        note(args, "pairs by the distance of their fingerprints (within %d bits): the "
+             "input has no text or signatures" % _distance(args))
     run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
     result = run[args.action](df, _distance(args), args.blocks, **options)
     if args.target.endswith(".parquet"):
         result.write.parquet(args.target)
-        _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
+        emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
     else:
         if signature in made and args.action == "dedupe":  # made here: no one reads them
             result = result.drop(signature)
-        with _output_file(args.target) as out:
+        with output_file(args.target) as out:
             fingerprint = args.fingerprint if args.action == "dedupe" else None
             for row in result.toLocalIterator():
                 line = _spark_json(row, fingerprint, "meta" in made)
@@ -457,7 +456,7 @@ def _spark_run(args, session, spark, stack):
                 if signature is not None and args.action == "find-all":
                     score = line.pop()  # as find-all on a database: last, if two texts
                     line += [round(score, 4)] if score is not None else []
-                _emit(line if across is None else line + [across], out)
+                emit(line if across is None else line + [across], out)
 
 
 def _spark_against(session, args, stack, texts):
@@ -485,13 +484,13 @@ def _spark_against(session, args, stack, texts):
 def cmd_export_parquet(args):
     """Write every document to a Parquet file (key, fingerprint as uint64, meta as msgpack)."""
     with _open(args.path, args, readonly=True) as db:
-        _emit({"exported": db.export_parquet(args.file)})
+        emit({"exported": db.export_parquet(args.file)})
 
 
 def cmd_import_parquet(args):
     """Import the documents of a Parquet file or directory, such as `spark dedupe` output."""
     with _open(args.path, args, create=True) as db:
-        _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
+        emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
 
 
 def cmd_serve(args):
@@ -574,14 +573,14 @@ def _spark_input(session, args, given, fmt):
 
     records, skipped = [], {}
     reader = _reader(args, fingerprint, stdin_key=None)
-    with _progress(args, "read", unit="B") as bar:
+    with progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
                 {given: inputs.input_format(given, fmt)}, bar):
             if isinstance(record, Skipped):
                 _skip(args, skipped, source, record)
                 continue
             if isinstance(record, Exception) and args.skip_invalid:
-                _note(args, "skipped %s:%s: %s" % (source, line, record))
+                note(args, "skipped %s:%s: %s" % (source, line, record))
                 continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
@@ -643,8 +642,8 @@ def _stored_key(db, text, args):
         except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
             return text
         if has_int and text in db:
-            _note(args, "both the int key %s and the str key %r are stored; this is the int one "
-                  "(--str-keys for the other)" % (text, text))
+            note(args, "both the int key %s and the str key %r are stored; this is the int one "
+                 "(--str-keys for the other)" % (text, text))
         return number if has_int or text not in db else text
     if text in db:
         return text
@@ -654,67 +653,17 @@ def _stored_key(db, text, args):
 # Output
 
 
-# Characters JSON leaves raw but some line readers (Python's str.splitlines,
-# JavaScript) end a line at: escaped, so that one answer is always one line.
-_LINE_BREAKS = {ord(c): "\\u%04x" % ord(c) for c in "\x85\u2028\u2029"}
-
-
-def _emit(obj, stream=None):
-    line = json.dumps(obj, default=_to_json, ensure_ascii=False).translate(_LINE_BREAKS)
-    _write(stream or sys.stdout, line + "\n")
-
-
-def _write(stream, text=None):
-    """Write ``text`` to an output (None: flush it); a failure, such as a full
-    disk, names the output (a closed pipe stays BrokenPipeError)."""
-    try:
-        stream.write(text) if text is not None else stream.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        name = "stdout" if stream is sys.stdout else getattr(stream, "name", "the output")
-        raise CliError("cannot write to %s: %s" % (name, exc.strerror or exc)) from None
-
-
-def _to_json(value):
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(value).decode("ascii")}
-    raise TypeError("cannot write %s as JSON" % type(value).__name__)
-
-
-def _match_json(match):
-    out = {"key": match.key, "fingerprint": match.fingerprint, "distance": match.distance}
-    if match.resemblance is not None:
-        out["resemblance"] = round(match.resemblance, 4)
-    return out
-
-
-def _pair_json(pair):
-    """[key_a, key_b, distance], and the resemblance of a pair of texts."""
-    return list(pair) + ([round(pair.resemblance, 4)] if pair.resemblance is not None else [])
-
-
 def _note_rule(args, db):
     """Say which rule decides a command's pairs in ``db``."""
     if db.recipe is not None:
-        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-              "fingerprints within %d bits, and a resemblance of at least %g; documents "
-              "stored without text by their distance"
-              % (db.distance if args.distance is None else args.distance,
-                 args.threshold if args.threshold is not None else rule.THRESHOLD))
+        note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+             "fingerprints within %d bits, and a resemblance of at least %g; documents "
+             "stored without text by their distance"
+             % (db.distance if args.distance is None else args.distance,
+                args.threshold if args.threshold is not None else rule.THRESHOLD))
     elif args.threshold is not None:
-        _note(args, "--threshold has no say here: the database holds fingerprints of no "
-              "recipe, not texts, paired by their distance alone")
-
-
-def _record_json(record):
-    """A record's JSON line: key, fingerprint, meta, stored_at, and a text's
-    resemblance signature where an exported record has one."""
-    key, fingerprint, meta, stored_at, *signature = record
-    out = {"key": key, "fingerprint": fingerprint, "meta": meta, "stored_at": stored_at}
-    if signature and signature[0] is not None:
-        out["signature"] = signature[0]
-    return out
+        note(args, "--threshold has no say here: the database holds fingerprints of no "
+             "recipe, not texts, paired by their distance alone")
 
 
 # Plumbing
@@ -754,10 +703,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
         db = simhashdb.DB(path, recipe=recipe, **dict(
             {name: value for name, value in made.items() if value is not None}, **options))
         if db.tables > MANY_TABLES:
-            _say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
-                 "stored in each, so inserts are slow and the file large; a smaller --distance "
-                 "(queries above it are still exact) keeps it small"
-                 % (db.distance, db.blocks, db.tables))
+            say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
+                "stored in each, so inserts are slow and the file large; a smaller --distance "
+                "(queries above it are still exact) keeps it small"
+                % (db.distance, db.blocks, db.tables))
     named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
     if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
         db.close()  # reopened naming it: an empty database takes it, others refuse
@@ -817,33 +766,20 @@ def _skip(args, counts, path, skipped):
     routine records: requests, images...)."""
     counts[skipped.why] = counts.get(skipped.why, 0) + 1
     if not skipped.routine:
-        _note(args, "skipped %s: %s" % (path, skipped.why))
+        note(args, "skipped %s: %s" % (path, skipped.why))
 
 
 def _note_decoded(args, reader):
     """Say how documents were decoded, where any was not as UTF-8."""
     if set(reader.decoded) - {"utf-8"}:
-        _note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
-                                             sorted(reader.decoded.items())))
+        note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
+                                            sorted(reader.decoded.items())))
 
 
 def _note_skipped(args, counts):
     if counts:
-        _note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
+        note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
             "%d %s" % (n, why) for why, n in sorted(counts.items()))))
-
-
-def _note(args, message):
-    """A remark on stderr (unless --quiet) that is not an error."""
-    if not args.quiet:
-        _say("note", message)
-
-
-def _say(kind, message):
-    """``simhashdb-cli: KIND: MESSAGE`` on stderr, as one line (a file name of
-    other bytes than UTF-8 shown escaped)."""
-    message = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
-    print("simhashdb-cli: %s: %s" % (kind, message), file=sys.stderr)
 
 
 def _scan_distance(args, db):
@@ -859,35 +795,6 @@ def _distance(args):
     return 3 if args.distance is None else args.distance
 
 
-def _progress(args, what, unit="it", total=None, bar_format=None):
-    from tqdm import tqdm  # imported here: a fifth of the start, and most verbs show no progress
-    return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
-                total=total, disable=args.quiet or not sys.stderr.isatty(),
-                bar_format=bar_format)
-
-
-@contextlib.contextmanager
-def _working(args, what):
-    """A progress line that shows the time spent while one long call runs."""
-    with _progress(args, what, bar_format="{desc}: running for {elapsed}") as bar:
-        if bar.disable:
-            yield
-            return
-        done = threading.Event()
-
-        def tick():
-            while not done.wait(0.5):
-                bar.refresh()
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            done.set()
-            ticker.join()
-
-
 def build_parser():
     """The argument parser of simhashdb-cli, its commands run by this module's cmd_ functions."""
     return options.build_parser(globals())
@@ -898,24 +805,24 @@ def main(argv=None):
     if sys.stderr is None:  # closed (2>&-): errors are told by the exit status alone
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:  # closed (>&-): the first write is an error that says so
-        sys.stdout = _ClosedStdout()
+        sys.stdout = ClosedStdout()
     parser = build_parser()
     args = options.parse(parser, argv)
     output = getattr(args, "output", "-")
     try:
-        with _output_file(output) as args.output_file, warnings.catch_warnings():
+        with output_file(output) as args.output_file, warnings.catch_warnings():
             if not sys.warnoptions:  # (-W or PYTHONWARNINGS decide where given)
                 warnings.simplefilter("once", simhashdb.MaintenanceWarning)
-            warnings.showwarning = _show_warning  # a warning as one line
+            warnings.showwarning = show_warning  # a warning as one line
             args.handler(args)
-            _write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
+            write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return 0
     except KeyboardInterrupt:
         if args.debug:
             raise
-        _silence_stdout()
+        silence_stdout()
         batched = args.handler in (cmd_import, cmd_import_parquet, cmd_delete, cmd_expire,
                                    cmd_upgrade)
         print("simhashdb-cli: interrupted%s" % (
@@ -926,11 +833,11 @@ def main(argv=None):
     except Exception as exc:
         if args.debug:
             raise
-        _silence_stdout()
+        silence_stdout()
         known = isinstance(exc, (simhashdb.SimhashDBError, OSError, ImportError))
-        _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
-                                " (%s; run with --debug for the traceback and report it)"
-                                % type(exc).__name__))
+        say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
+                               " (%s; run with --debug for the traceback and report it)"
+                               % type(exc).__name__))
         return 2 if isinstance(exc, (UsageError, simhashdb.InvalidArgumentError)) else 1
     return 0
 
@@ -939,43 +846,6 @@ DECODED = {"forced": "by --encoding", "bom": "by a byte order mark", "http heade
            "by their HTTP header's charset", "meta": "by their <meta> charset",
            "utf-8": "as UTF-8", "detected": "in a detected encoding"}  # inputs.decode_text's
 LIST_FORMATS = ("dec", "hex", "dec or hex")  # inputs.input_format's lists of fingerprints
-
-
-class _ClosedStdout(io.TextIOBase):
-    """What stands for a closed stdout: writing to it fails."""
-
-    def write(self, text):
-        raise OSError(errno.EBADF, "it is closed")
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None):
-    _say("warning", str(message))
-
-
-def _silence_stdout():
-    """Drop what stdout still buffers for a pipe that is closed or a disk that
-    is full, so that exiting does not print a second error."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-
-
-@contextlib.contextmanager
-def _output_file(path):
-    if path in (None, "-"):
-        yield sys.stdout
-        return
-    try:
-        stream = open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        raise CliError("cannot write to %s: %s" % (path, exc.strerror)) from None
-    with stream:
-        yield stream
-        _write(stream)
 
 
 def main_exit():

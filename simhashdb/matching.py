@@ -123,8 +123,8 @@ def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
         texts = bool(a and b and any(a) and any(b))
         if texts and _ext.shares_a_band(a, b):  # those that share one came from the bands
             return
-        kept, score = rule.confirm(True, a, texts, b, threshold)
-        if kept:
+        score = rule.judge(True, a, texts, b, threshold)
+        if score is not False:
             yield i, j, score
 
     for value, count in zip(values, counts):

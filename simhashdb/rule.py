@@ -41,22 +41,17 @@ def check_threshold(threshold):
     return threshold
 
 
-def confirm(near, signature, banded, their_signature, least):
-    """(whether a candidate is a near-duplicate, the texts' resemblance or
-    None) of a text of ``signature`` (its bands ``banded``; empty: no text)
-    and a candidate of ``their_signature`` (None: stored without text) whose
-    fingerprints are ``near`` (within the distance) or not."""
+def judge(near, signature, banded, their_signature, least):
+    """The text rule on one candidate of a text of ``signature`` (its bands
+    ``banded``; empty: no text): the texts' resemblance where it is a
+    near-duplicate text, None where it is a near-duplicate by its distance
+    (either has no text, and their fingerprints are ``near``: within the
+    distance), False where it is none. ``their_signature`` is the
+    candidate's (None: stored without text)."""
     if not (banded and their_signature):
-        return near, None
+        return None if near else False
     alike = _ext.banded_resemblance(signature, their_signature, near)
-    return alike >= least, alike
-
-
-def hit(key, theirs, d, signature, banded, their_signature, distance, least):
-    """The hit (key, fingerprint, distance, resemblance or None) that a
-    candidate ``d`` bits away makes, or None (see :func:`confirm`)."""
-    kept, alike = confirm(d <= distance, signature, banded, their_signature, least)
-    return (key, theirs, d, alike) if kept else None
+    return alike if alike >= least else False
 
 
 def search(view, fps, signatures, distance, least):
@@ -83,10 +78,9 @@ def search(view, fps, signatures, distance, least):
             value = values[key]
             if value is None:  # removed since found (Redis keeps no snapshot)
                 continue
-            found_hit = hit(key, theirs, d, signature, ours[i], stored_signature(value),
-                            distance, least)
-            if found_hit:
-                hits.append(found_hit)
+            alike = judge(d <= distance, signature, ours[i], stored_signature(value), least)
+            if alike is not False:
+                hits.append((key, theirs, d, alike))
         found.append(hits)
     return found
 
@@ -127,10 +121,10 @@ class Kept:
             key, theirs, _ = document
             if key in hits or self.documents[key] is not document:  # seen, or replaced
                 continue
-            found_hit = hit(key, theirs, _ext.num_differing_bits(fp, theirs), signature, ours,
-                            self.signatures[key], self.distance, self.least)
-            if found_hit:
-                hits[key] = found_hit
+            d = _ext.num_differing_bits(fp, theirs)
+            alike = judge(d <= self.distance, signature, ours, self.signatures[key], self.least)
+            if alike is not False:
+                hits[key] = (key, theirs, d, alike)
         return list(hits.values())
 
 

@@ -39,7 +39,7 @@ def test_resemblances_of_rows_equal_the_resemblance_of_each_pair(signed):
     assert rule.resemblances(rows, a, b).tolist() == pytest.approx(expected, abs=0)
 
 
-def test_kept_pairs_keep_what_confirm_keeps(signed):
+def test_kept_pairs_keep_what_judge_keeps(signed):
     """Every combination of text or not, banded or not, near or not, score
     below or at least the threshold, against the one-pair rule."""
     sig = signed[0][2]
@@ -49,8 +49,10 @@ def test_kept_pairs_keep_what_confirm_keeps(signed):
         for theirs in ((sig, other) if texts else (None,)):
             for near in (False, True):
                 banded = texts and _ext.shares_a_band(sig, theirs)
-                kept, score = rule.confirm(near, sig, _ext.bands(sig), theirs, THRESHOLD)
-                cases.append((texts, banded, near, numpy.nan if score is None else score, kept))
+                score = rule.judge(near, sig, _ext.bands(sig), theirs, THRESHOLD)
+                kept = score is not False
+                cases.append((texts, banded, near, _ext.banded_resemblance(sig, theirs, True)
+                              if texts else numpy.nan, kept))
     texts, banded, near, scores, expected = (numpy.array(c) for c in zip(*cases))
     assert rule.kept_pairs(texts, banded, near, scores, THRESHOLD).tolist() == expected.tolist()
     assert expected.any() and not expected.all()

@@ -17,8 +17,8 @@ BACKENDS = {"simhashdb.storage.lmdb": {"lmdb", "simhashdb._lmdb"},
 DATABASE = {"simhashdb.db", "simhashdb.params", "simhashdb.check", "simhashdb.pairs",
             "simhashdb.results", "simhashdb.rule", "simhashdb.matching", "simhashdb.records",
             "simhashdb.layout", "simhashdb.fingerprint", "simhashdb.errors", "simhashdb.parquet"}
-CALLERS = {"simhashdb.cli", "simhashdb.options", "simhashdb.spark", "simhashdb.aio",
-           "simhashdb.server", "simhashdb.scrapy", "simhashdb.inputs"}
+CALLERS = {"simhashdb.cli", "simhashdb.options", "simhashdb.console", "simhashdb.spark",
+           "simhashdb.aio", "simhashdb.server", "simhashdb.scrapy", "simhashdb.inputs"}
 # what a backend may import of the package besides the storage interface
 BELOW = {"simhashdb.errors", "simhashdb.records", "simhashdb.layout"}
 # Exception classes defined outside errors.py, and why they are still there

@@ -19,7 +19,7 @@ from ._text import (
     compute_weighted,
     fast_hash,
 )
-from .db import DB, Decision, Match, Pair, TextMatch, TextPair, upgrade
+from .db import DB, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -39,6 +39,7 @@ from .errors import (
 )
 from .matching import find_all, find_all_indices, find_clusters
 from .records import MAX_KEY_SIZE, Record, check_record
+from .results import Decision, Match, Pair, TextMatch, TextPair
 from .fingerprint import (
     RECIPE,
     RECIPES,

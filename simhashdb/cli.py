@@ -6,43 +6,30 @@ usage error, 130 interrupted. Every error is one line; ``--debug`` shows its
 traceback.
 """
 
-import argparse
-import base64
 import contextlib
 import datetime
 import decimal
-import errno
 import importlib
-import inspect
-import io
 import json
 import os
 import re
 import sys
 import tempfile
-import threading
 import time
 import warnings
 
 import simhashdb
-from simhashdb import inputs
+from simhashdb import inputs, options, rule
+from simhashdb.console import (ClosedStdout, emit, match_json, note, output_file, pair_json,
+                               progress, record_json, say, show_warning, silence_stdout, working,
+                               write)
 from simhashdb.db import size_of
-from simhashdb.fingerprint import recipe_named
-from simhashdb.inputs import FORMATS, Skipped, TextRecord
+from simhashdb.errors import CliError, UsageError
+from simhashdb.options import BATCH_SECONDS
+from simhashdb.inputs import Skipped, TextRecord
 
-DEFAULT_BATCH = 10_000
-BATCH_SECONDS = 2  # an import commits a batch read for this long, full or not
 PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
 MANY_TABLES = 100
-SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-class CliError(Exception):
-    """An error in the command's input: one line on stderr, exit status 1."""
-
-
-class UsageError(CliError):
-    """Options that do not go together: one line on stderr, exit status 2."""
 
 
 # Commands
@@ -56,9 +43,9 @@ def cmd_init(args):
                          % (args.recipe, ", ".join(sorted(simhashdb.RECIPES))))
     with _open(args.path, args, create=True, recipe=args.recipe) as db:
         if args.recipe is not None and args.recipe not in simhashdb.RECIPES:
-            _note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
-                  % args.recipe)
-        _emit(db.stats())
+            note(args, "%r is not a recipe this simhashdb knows: give fingerprints, not text"
+                 % args.recipe)
+        emit(db.stats())
 
 
 def cmd_import(args):
@@ -82,8 +69,8 @@ def cmd_import(args):
                          "files are walked as text documents: name the files instead"
                          % (args.format, walked[0]))
     if list(formats) == ["-"] and inputs.stdin_is_empty():
-        _note(args, "stdin is empty: nothing was imported (and no database made)")
-        _emit(counts)
+        note(args, "stdin is empty: nothing was imported (and no database made)")
+        emit(counts)
         return
     header = inputs.export_header(formats)
     with _open(args.path, args, create=True, text="text" in formats.values(),
@@ -92,21 +79,21 @@ def cmd_import(args):
         reader = _reader(args, _fingerprinter(db), stdin_key=args.key)
         if formats.get("-") in LIST_FORMATS and args.key_prefix is None and \
                 1 in db:
-            _note(args, "lines from stdin are keyed by their line number, so they replace the "
-                  "records stored under those numbers; --key-prefix P keeps them apart")
+            note(args, "lines from stdin are keyed by their line number, so they replace the "
+                 "records stored under those numbers; --key-prefix P keeps them apart")
         for given in walked if args.include else ():
             if not reader.walks_a_file(given):
-                _note(args, "no file below %s matches --include %s" % (
+                note(args, "no file below %s matches --include %s" % (
                     given, " ".join(args.include)))
         try:
-            with _progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
+            with progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
                 _import(args, db, reader, formats, counts, bar)
             if reader.decoded:
                 counts["decoded"] = reader.decoded
             if reader.unread_fields:
-                _note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
-                      "path), fingerprint (or text), meta and stored_at"
-                      % ", ".join(sorted(map(repr, reader.unread_fields))))
+                note(args, "JSON lines' fields %s were not read: a line's fields are key (or "
+                     "path), fingerprint (or text), meta and stored_at"
+                     % ", ".join(sorted(map(repr, reader.unread_fields))))
         except KeyboardInterrupt:
             args.interrupted = ("%d records were imported, in batches that were committed (a "
                                 "batch commits at %d records or after %d s of reading)"
@@ -116,12 +103,13 @@ def cmd_import(args):
             raise CliError("%s (%d records were imported before, in batches that were "
                            "committed)" % (exc, counts["imported"])) from None
         except simhashdb.SimhashDBError as exc:  # a batch that could not be stored (disk full)
-            if not counts["imported"] or isinstance(exc, simhashdb.InvalidArgumentError):
+            if not counts["imported"] or isinstance(exc, (simhashdb.InvalidArgumentError,
+                                                            CliError)):
                 raise
             raise CliError("%s; the %d records imported before, in batches that were "
                            "committed, stay" % (str(exc).rstrip("."), counts["imported"])
                            ) from None
-    _emit(counts)
+    emit(counts)
 
 
 def _import(args, db, reader, formats, counts, bar):
@@ -148,13 +136,13 @@ def _import(args, db, reader, formats, counts, bar):
                     counts["unchanged"] += 1
                 elif found.status == "duplicate":
                     counts["near_duplicates"] += 1
-                    _emit({"skipped": record[0], "source": source, "line": line,
-                           "matches": [_match_json(m) for m in found]})
+                    emit({"skipped": record[0], "source": source, "line": line,
+                          "matches": [match_json(m) for m in found]})
                 else:
                     counts["imported"] += 1
                     if found.replaced:
-                        _emit({"replaced": record[0], "source": source, "line": line,
-                               "fingerprint_before": found.replaced.fingerprint})
+                        emit({"replaced": record[0], "source": source, "line": line,
+                              "fingerprint_before": found.replaced.fingerprint})
         elif text:
             counts["imported"] += db.insert_text_many(batch, html=html, batch_size=size)
         elif any(len(record) == 5 for record in batch):  # exported texts, with signatures
@@ -178,7 +166,7 @@ def _import(args, db, reader, formats, counts, bar):
                                "this simhashdb cannot fingerprint text with" % (db.recipe,))
             simhashdb.check_record((record[0], 0, *record[2:])
                                    if isinstance(record, TextRecord) else record[:4])
-        except (CliError, simhashdb.SimhashDBError) as exc:
+        except simhashdb.SimhashDBError as exc:
             if not args.skip_invalid:
                 told = formats.get(source) in LIST_FORMATS and not args.format
                 raise CliError("%s:%s: %s (%d records were imported before the batch that "
@@ -246,8 +234,8 @@ def cmd_query(args):
             results = db.query_many([fp for _, fp in probes], args.distance)
         for (label, fp), matches in zip(probes, results):
             out = {"query": fp} if label is None else {"query": label, "fingerprint": fp}
-            out["matches"] = [_match_json(m) for m in matches]
-            _emit(out)
+            out["matches"] = [match_json(m) for m in matches]
+            emit(out)
 
 
 def cmd_delete(args):
@@ -260,7 +248,7 @@ def cmd_delete(args):
         for text in texts:
             named.setdefault(_stored_key(db, text, args), text)
         missing = [text for key, text in named.items() if key not in db]
-        _emit({"deleted": db.delete_many(named), "requested": len(named), "not_found": missing})
+        emit({"deleted": db.delete_many(named), "requested": len(named), "not_found": missing})
 
 
 def cmd_get(args):
@@ -269,50 +257,50 @@ def cmd_get(args):
         record = db.get(_stored_key(db, args.key, args))
     if record is None:
         raise CliError("no document with key %r in %s" % (args.key, args.path))
-    _emit(_record_json(record))
+    emit(record_json(record))
 
 
 def cmd_stats(args):
     """Print counts, parameters and sizes."""
     with _open(args.path, args, readonly=True) as db:
-        _emit(db.stats())
+        emit(db.stats())
 
 
 def cmd_expire(args):
     """Remove the documents stored more than --older-than ago."""
     with _open(args.path, args) as db:
-        _emit({"expired": db.expire(time.time() - args.older_than)})
+        emit({"expired": db.expire(time.time() - args.older_than)})
 
 
 def cmd_compact(args):
     """Rewrite the database without the space freed by deletes."""
     with _open(args.path, args) as db:
         before = db.stats()
-        with _working(args, "compact"):
+        with working(args, "compact"):
             db.compact()
         size, bytes_before = size_of(before)
-        _emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
+        emit({size + "_before": bytes_before, size + "_after": db.stats()[size]})
 
 
 def cmd_upgrade(args):
     """Convert a database made by an earlier simhashdb to this version's format,
-    in place (a table a transaction: stopped, it goes on where it stopped when
-    run again)."""
-    with _progress(args, "upgrade", unit="table") as bar:
-        def advance(done, tables):
-            bar.total = tables
+    in place (a table or band a transaction: stopped, it goes on where it
+    stopped when run again)."""
+    with progress(args, "upgrade", unit="part") as bar:
+        def advance(done, parts):
+            bar.total = parts
             bar.update(done - bar.n)
 
         simhashdb.upgrade(args.path, progress=advance)
     with _open(args.path, args, readonly=True) as db:
-        _emit({"format": db.stats()["format"], "tables": db.tables})
+        emit({"format": db.stats()["format"], "tables": db.tables})
 
 
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
-    with _open(args.path, args, readonly=True) as db, _working(args, "check"):
+    with _open(args.path, args, readonly=True) as db, working(args, "check"):
         problems = db.check()
-    _emit({"problems": problems})
+    emit({"problems": problems})
     if problems:
         raise CliError("%d problem(s) found in %s" % (len(problems), args.path))
 
@@ -321,43 +309,43 @@ def cmd_export(args):
     """Print every document as a JSON line that `import` reads back, after a
     first line with the database's recipe, distance and blocks."""
     with _open(args.path, args, readonly=True) as db, \
-            _progress(args, "export", total=len(db)) as bar:
-        _emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
+            progress(args, "export", total=len(db)) as bar:
+        emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
         for record in db.export_records():
-            _emit(_record_json(record))
+            emit(record_json(record))
             bar.update()
 
 
 def cmd_find_all(args):
     """Every matching pair: of a database's documents, or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "pairs") as bar, \
+        with _open(args.path, args, readonly=True) as db, progress(args, "pairs") as bar, \
                 contextlib.closing(db.find_all(_scan_distance(args, db),
                                                threshold=args.threshold)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
-                _emit(_pair_json(pair), args.output_file)
+                emit(pair_json(pair), args.output_file)
                 bar.update()
         return
     hashes = _read_hashes(args)
     for a, b in simhashdb.find_all(hashes, args.blocks, _distance(args)):
         if a != b or args.duplicates:
-            _emit([a, b], args.output_file)
+            emit([a, b], args.output_file)
 
 
 def cmd_clusters(args):
     """Clusters of matching documents (keys), or of a file of hashes."""
     if _of_a_database(args):
-        with _open(args.path, args, readonly=True) as db, _progress(args, "clusters") as bar, \
+        with _open(args.path, args, readonly=True) as db, progress(args, "clusters") as bar, \
                 contextlib.closing(db.clusters(_scan_distance(args, db),
                                                threshold=args.threshold)) as found:
             _note_rule(args, db)
             for cluster in found:
-                _emit(cluster, args.output_file)
+                emit(cluster, args.output_file)
                 bar.update()
         return
     for cluster in simhashdb.find_clusters(_read_hashes(args), args.blocks, _distance(args)):
-        _emit(cluster, args.output_file)
+        emit(cluster, args.output_file)
 
 
 def cmd_fingerprint(args):
@@ -371,9 +359,9 @@ def cmd_fingerprint(args):
         if args.format == "jsonl":
             named = {"key": record[0]} if len(record) > 2 \
                 else {"path": "-" if source == "<stdin>" else source}  # an archived page: its key
-            _emit(dict(named, fingerprint=fp, hex="%016x" % fp, recipe=args.recipe))
+            emit(dict(named, fingerprint=fp, hex="%016x" % fp, recipe=args.recipe))
         else:
-            _write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
+            write(sys.stdout, "%d\n" % fp if args.format == "dec" else "%016x\n" % fp)
     _note_skipped(args, skipped)
     _note_decoded(args, reader)
 
@@ -389,7 +377,7 @@ def _texts(args, reader, formats, skipped):
         elif isinstance(record, Exception):
             if not getattr(args, "skip_invalid", False):
                 raise CliError("%s:%s: %s" % (source, line, record))
-            _note(args, "skipped %s:%s: %s" % (source, line, record))
+            note(args, "skipped %s:%s: %s" % (source, line, record))
         else:
             yield source, record
 
@@ -440,26 +428,26 @@ def _spark_run(args, session, spark, stack):
         options["against"] = _spark_against(session, args, stack, signature in made)
     if signature is not None:
         options.update(signature=signature, threshold=args.threshold)
-        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-              "fingerprints within %d bits, and a resemblance of at least %g; documents "
-              "without text by their distance (signatures from column %r)"
-              % (_distance(args), args.threshold if args.threshold is not None
-                 else simhashdb.db.THRESHOLD, signature))
+        note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+             "fingerprints within %d bits, and a resemblance of at least %g; documents "
+             "without text by their distance (signatures from column %r)"
+             % (_distance(args), args.threshold if args.threshold is not None
+                else rule.THRESHOLD, signature))
     elif args.threshold is not None:
         raise CliError("--threshold is the text rule's, and this input has no text (give "
                        "texts, or Parquet with a --signature column)")
     else:
-        _note(args, "pairs by the distance of their fingerprints (within %d bits): the "
-              "input has no text or signatures" % _distance(args))
+        note(args, "pairs by the distance of their fingerprints (within %d bits): the "
+             "input has no text or signatures" % _distance(args))
     run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
     result = run[args.action](df, _distance(args), args.blocks, **options)
     if args.target.endswith(".parquet"):
         result.write.parquet(args.target)
-        _emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
+        emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
     else:
         if signature in made and args.action == "dedupe":  # made here: no one reads them
             result = result.drop(signature)
-        with _output_file(args.target) as out:
+        with output_file(args.target) as out:
             fingerprint = args.fingerprint if args.action == "dedupe" else None
             for row in result.toLocalIterator():
                 line = _spark_json(row, fingerprint, "meta" in made)
@@ -468,7 +456,7 @@ def _spark_run(args, session, spark, stack):
                 if signature is not None and args.action == "find-all":
                     score = line.pop()  # as find-all on a database: last, if two texts
                     line += [round(score, 4)] if score is not None else []
-                _emit(line if across is None else line + [across], out)
+                emit(line if across is None else line + [across], out)
 
 
 def _spark_against(session, args, stack, texts):
@@ -477,7 +465,7 @@ def _spark_against(session, args, stack, texts):
     while ``stack`` is open); a database's recipe must be the current one
     where the new rows are ``texts`` fingerprinted here."""
     given = args.against
-    if not _is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
+    if not inputs.is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
         try:
             db = simhashdb.DB(given, readonly=True, create=False)
         except simhashdb.DatabaseNotFoundError:
@@ -496,13 +484,13 @@ def _spark_against(session, args, stack, texts):
 def cmd_export_parquet(args):
     """Write every document to a Parquet file (key, fingerprint as uint64, meta as msgpack)."""
     with _open(args.path, args, readonly=True) as db:
-        _emit({"exported": db.export_parquet(args.file)})
+        emit({"exported": db.export_parquet(args.file)})
 
 
 def cmd_import_parquet(args):
     """Import the documents of a Parquet file or directory, such as `spark dedupe` output."""
     with _open(args.path, args, create=True) as db:
-        _emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
+        emit({"imported": db.import_parquet(args.file, args.key, args.fingerprint)})
 
 
 def cmd_serve(args):
@@ -562,27 +550,19 @@ def _spark_session(args):
     return session, spark, (PySparkException, Py4JError)
 
 
-def _is_parquet(given):
-    """Whether a Spark input is Parquet: a .parquet file, or a directory of them."""
-    return given.endswith(".parquet") or (
-        os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given)))
-
-
 def _spark_input(session, args, given, fmt):
     """An input as a DataFrame: Parquet read by Spark, other formats parsed
     here; the name of its signature column (None: no text, the distance
     rule decides) and the columns made here (the signatures of texts, the
     metadata of an archive's pages as msgpack)."""
-    if fmt == "parquet" or _is_parquet(given):
+    if fmt == "parquet" or inputs.is_parquet(given):
         df = session.read.parquet(given)
         signature = args.signature
         if signature is None and "signature" in df.columns and \
                 df.schema["signature"].dataType.typeName() == "binary":
             signature = "signature"  # as `spark dedupe` of texts writes it
         return df, signature or None, set()  # --signature '': the distance alone
-    import pyarrow
-
-    from simhashdb import parquet
+    from simhashdb import spark
     recipe = simhashdb.RECIPES[simhashdb.RECIPE]
     last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
@@ -591,50 +571,34 @@ def _spark_input(session, args, given, fmt):
         last[text] = simhashdb.fingerprint_with_signature(text, html=html, **recipe)
         return last[text][0]
 
-    keys, fps, signatures, metas, skipped = [], [], [], [], {}
+    records, skipped = [], {}
     reader = _reader(args, fingerprint, stdin_key=None)
-    with _progress(args, "read", unit="B") as bar:
+    with progress(args, "read", unit="B") as bar:
         for source, line, record in reader.records(
                 {given: inputs.input_format(given, fmt)}, bar):
             if isinstance(record, Skipped):
                 _skip(args, skipped, source, record)
                 continue
             if isinstance(record, Exception) and args.skip_invalid:
-                _note(args, "skipped %s:%s: %s" % (source, line, record))
+                note(args, "skipped %s:%s: %s" % (source, line, record))
                 continue
             if isinstance(record, Exception):
                 raise CliError("%s:%s: %s" % (source, line, record))
-            keys.append(record[0])
-            metas.append(record[2] if len(record) > 2 else None)
+            meta = record[2] if len(record) > 2 else None
             if isinstance(record, TextRecord):
                 fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
                     record[1], html=record.html, **recipe)
-                fps.append(fp)
-                signatures.append(signature)
+                records.append((record[0], fp, meta, signature))
             else:
-                fps.append(simhashdb.check_fingerprint(record[1]))
-                signatures.append(None)
+                records.append((record[0], simhashdb.check_fingerprint(record[1]), meta, None))
     _note_skipped(args, skipped)
     _note_decoded(args, reader)
     try:
-        key_array = pyarrow.array(keys)
-    except (pyarrow.ArrowException, OverflowError, TypeError):
-        raise CliError("%s: keys must all be strings or all be integers below 2**63" % given) \
-            from None
-    columns = {
-        args.key: key_array,
-        args.fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
-    if any(m is not None for m in metas):  # as export-parquet writes it (an archive's dates)
-        columns["meta"] = parquet.meta_column(metas)
-    signature = None
-    if any(s is not None for s in signatures):
-        signature = args.signature or "signature"
-        if signature in columns:
-            raise UsageError("--signature %s names the key, fingerprint or meta column"
-                             % signature)
-        columns[signature] = pyarrow.array(signatures, pyarrow.binary())
-    return session.createDataFrame(pyarrow.table(columns)), signature, \
-        set(columns) - {args.key, args.fingerprint}
+        df, signature = spark.from_records(session, records, args.key, args.fingerprint,
+                                           args.signature)
+    except inputs.InputError as exc:
+        raise CliError("%s: %s" % (given, exc)) from None
+    return df, signature, set(df.columns) - {args.key, args.fingerprint}
 
 
 def _spark_json(row, fingerprint, meta=False):
@@ -678,82 +642,28 @@ def _stored_key(db, text, args):
         except simhashdb.InvalidKeyError:  # beyond 64 bits: only a str key can be that
             return text
         if has_int and text in db:
-            _note(args, "both the int key %s and the str key %r are stored; this is the int one "
-                  "(--str-keys for the other)" % (text, text))
+            note(args, "both the int key %s and the str key %r are stored; this is the int one "
+                 "(--str-keys for the other)" % (text, text))
         return number if has_int or text not in db else text
     if text in db:
         return text
-    path, _, line = text.rpartition(":")
-    for file, suffix in ((text, ""), (path, ":" + line)) if line.isdigit() else ((text, ""),):
-        if file and os.path.exists(file) and os.path.abspath(file) + suffix in db:
-            return os.path.abspath(file) + suffix
-    return text
+    return next((key for key in inputs.path_keys(text) if key in db), text)
 
 
 # Output
 
 
-# Characters JSON leaves raw but some line readers (Python's str.splitlines,
-# JavaScript) end a line at: escaped, so that one answer is always one line.
-_LINE_BREAKS = {ord(c): "\\u%04x" % ord(c) for c in "\x85\u2028\u2029"}
-
-
-def _emit(obj, stream=None):
-    line = json.dumps(obj, default=_to_json, ensure_ascii=False).translate(_LINE_BREAKS)
-    _write(stream or sys.stdout, line + "\n")
-
-
-def _write(stream, text=None):
-    """Write ``text`` to an output (None: flush it); a failure, such as a full
-    disk, names the output (a closed pipe stays BrokenPipeError)."""
-    try:
-        stream.write(text) if text is not None else stream.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        name = "stdout" if stream is sys.stdout else getattr(stream, "name", "the output")
-        raise CliError("cannot write to %s: %s" % (name, exc.strerror or exc)) from None
-
-
-def _to_json(value):
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(value).decode("ascii")}
-    raise TypeError("cannot write %s as JSON" % type(value).__name__)
-
-
-def _match_json(match):
-    out = {"key": match.key, "fingerprint": match.fingerprint, "distance": match.distance}
-    if match.resemblance is not None:
-        out["resemblance"] = round(match.resemblance, 4)
-    return out
-
-
-def _pair_json(pair):
-    """[key_a, key_b, distance], and the resemblance of a pair of texts."""
-    return list(pair) + ([round(pair.resemblance, 4)] if pair.resemblance is not None else [])
-
-
 def _note_rule(args, db):
     """Say which rule decides a command's pairs in ``db``."""
     if db.recipe is not None:
-        _note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-              "fingerprints within %d bits, and a resemblance of at least %g; documents "
-              "stored without text by their distance"
-              % (db.distance if args.distance is None else args.distance,
-                 args.threshold if args.threshold is not None else simhashdb.db.THRESHOLD))
+        note(args, "pairs of texts by the text rule: a shared band of their signatures or "
+             "fingerprints within %d bits, and a resemblance of at least %g; documents "
+             "stored without text by their distance"
+             % (db.distance if args.distance is None else args.distance,
+                args.threshold if args.threshold is not None else rule.THRESHOLD))
     elif args.threshold is not None:
-        _note(args, "--threshold has no say here: the database holds fingerprints of no "
-              "recipe, not texts, paired by their distance alone")
-
-
-def _record_json(record):
-    """A record's JSON line: key, fingerprint, meta, stored_at, and a text's
-    resemblance signature where an exported record has one."""
-    key, fingerprint, meta, stored_at, *signature = record
-    out = {"key": key, "fingerprint": fingerprint, "meta": meta, "stored_at": stored_at}
-    if signature and signature[0] is not None:
-        out["signature"] = signature[0]
-    return out
+        note(args, "--threshold has no say here: the database holds fingerprints of no "
+             "recipe, not texts, paired by their distance alone")
 
 
 # Plumbing
@@ -793,10 +703,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
         db = simhashdb.DB(path, recipe=recipe, **dict(
             {name: value for name, value in made.items() if value is not None}, **options))
         if db.tables > MANY_TABLES:
-            _say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
-                 "stored in each, so inserts are slow and the file large; a smaller --distance "
-                 "(queries above it are still exact) keeps it small"
-                 % (db.distance, db.blocks, db.tables))
+            say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
+                "stored in each, so inserts are slow and the file large; a smaller --distance "
+                "(queries above it are still exact) keeps it small"
+                % (db.distance, db.blocks, db.tables))
     named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
     if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
         db.close()  # reopened naming it: an empty database takes it, others refuse
@@ -843,49 +753,6 @@ def _fingerprinter(db):
     return lambda data, html: simhashdb.fingerprint(data, html=html, **options)
 
 
-def _recipe(text, ours=False):
-    """A recipe named in full, or one of simhashdb's by its first part
-    (simhashdb-3); with ``ours``, one of simhashdb's only."""
-    try:
-        return recipe_named(text, ours)
-    except simhashdb.InvalidArgumentError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _known_recipe(text):
-    """One of simhashdb's recipes (see _recipe)."""
-    return _recipe(text, ours=True)
-
-
-def _duration(text):
-    """Seconds of a duration such as 90s, 45m, 12h, 30d or 2w."""
-    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([smhdw])", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError("%r is not a duration: write a number and a unit, s, m, "
-                                         "h, d or w (e.g. 30d, 1.5d)" % text)
-    return round(float(match.group(1)) * SECONDS[match.group(2)])
-
-
-def _encoding(name):
-    """A text encoding Python knows (for --encoding)."""
-    encoding = inputs.web_encoding(name)
-    if encoding is None:
-        raise argparse.ArgumentTypeError("%r is not an encoding Python knows (e.g. utf-8, "
-                                         "windows-1252, shift_jis)" % name)
-    return encoding
-
-
-def _fraction(text):
-    """A number in [0, 1] (for --threshold)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("%r is not a number in [0, 1]" % text)
-    return value
-
-
 def _bits(distance, high):
     """A --distance, refused (a usage error) unless in [0, high]."""
     if distance is not None and not 0 <= distance <= high:
@@ -894,45 +761,25 @@ def _bits(distance, high):
     return distance
 
 
-def _positive(text):
-    """An int >= 1 (for --batch-size)."""
-    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
-        raise argparse.ArgumentTypeError("%r is not a positive whole number" % text)
-    return int(text)
-
-
 def _skip(args, counts, path, skipped):
     """Count a document left out by why, and note it (but an archive's
     routine records: requests, images...)."""
     counts[skipped.why] = counts.get(skipped.why, 0) + 1
     if not skipped.routine:
-        _note(args, "skipped %s: %s" % (path, skipped.why))
+        note(args, "skipped %s: %s" % (path, skipped.why))
 
 
 def _note_decoded(args, reader):
     """Say how documents were decoded, where any was not as UTF-8."""
     if set(reader.decoded) - {"utf-8"}:
-        _note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
-                                             sorted(reader.decoded.items())))
+        note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
+                                            sorted(reader.decoded.items())))
 
 
 def _note_skipped(args, counts):
     if counts:
-        _note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
+        note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
             "%d %s" % (n, why) for why, n in sorted(counts.items()))))
-
-
-def _note(args, message):
-    """A remark on stderr (unless --quiet) that is not an error."""
-    if not args.quiet:
-        _say("note", message)
-
-
-def _say(kind, message):
-    """``simhashdb-cli: KIND: MESSAGE`` on stderr, as one line (a file name of
-    other bytes than UTF-8 shown escaped)."""
-    message = " ".join(message.split()).encode("utf-8", "backslashreplace").decode("utf-8")
-    print("simhashdb-cli: %s: %s" % (kind, message), file=sys.stderr)
 
 
 def _scan_distance(args, db):
@@ -948,276 +795,9 @@ def _distance(args):
     return 3 if args.distance is None else args.distance
 
 
-def _progress(args, what, unit="it", total=None, bar_format=None):
-    from tqdm import tqdm  # imported here: a fifth of the start, and most verbs show no progress
-    return tqdm(desc=what, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
-                total=total, disable=args.quiet or not sys.stderr.isatty(),
-                bar_format=bar_format)
-
-
-@contextlib.contextmanager
-def _working(args, what):
-    """A progress line that shows the time spent while one long call runs."""
-    with _progress(args, what, bar_format="{desc}: running for {elapsed}") as bar:
-        if bar.disable:
-            yield
-            return
-        done = threading.Event()
-
-        def tick():
-            while not done.wait(0.5):
-                bar.refresh()
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        ticker.start()
-        try:
-            yield
-        finally:
-            done.set()
-            ticker.join()
-
-
 def build_parser():
-    """The argument parser of simhashdb-cli."""
-    def flags(default):
-        common = argparse.ArgumentParser(add_help=False)
-        common.add_argument("--quiet", action="store_true", default=default,
-                            help="no progress bar")
-        common.add_argument("--debug", action="store_true", default=default,
-                            help="show tracebacks of errors")
-        return common
-
-    # before or after the command; a subcommand's unset flag must not reset the other
-    common = flags(argparse.SUPPRESS)
-    parser = argparse.ArgumentParser(
-        prog="simhashdb-cli", parents=[flags(False)],
-        description="Near-duplicate fingerprint database on the command line.")
-    parser.add_argument("--version", action="version", version="simhashdb " + simhashdb.__version__)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    def command(name, example, path=True):
-        handler = globals()["cmd_" + name.replace("-", "_")]
-        summary = " ".join(handler.__doc__.split()).split(". ")[0].rstrip(".")
-        sub = commands.add_parser(name, parents=[common], help=summary,
-                                  description=inspect.cleandoc(handler.__doc__),
-                                  epilog="Example:\n  " + example,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        if path:
-            sub.add_argument("path", metavar="PATH",
-                             help="the database: a directory, or redis://host:port/name")
-        sub.set_defaults(handler=handler, usage_of=sub)
-        return sub
-
-    def creation(sub):
-        sub.add_argument("--distance", dest="create_distance", type=int, metavar="K",
-                         help="the distance a new database is built for: queries up to it "
-                              "cost one range a table, beyond it more (default: 3)")
-        sub.add_argument("--blocks", dest="create_blocks", type=int, metavar="M",
-                         help="blocks of a new database (default: chosen from distance)")
-        sub.add_argument("--expected-size", dest="create_expected_size", type=int,
-                         metavar="N",
-                         help="documents expected, to choose blocks (default: 10,000,000)")
-
-    sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe simhashdb-3")
-    creation(sub)
-    sub.add_argument("--recipe", metavar="NAME", type=_recipe,
-                     help="the recipe of the fingerprints it will hold (one of: %s, each also "
-                          "named by its first part, such as simhashdb-3; or a name of your "
-                          "own, not starting with simhashdb-)" % ", ".join(sorted(simhashdb.RECIPES)))
-
-    def walking(sub):
-        sub.add_argument("--include", action="append", default=[], metavar="GLOB",
-                         help="in directories, only files matching GLOB (repeatable)")
-        sub.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                         help="in directories, skip files matching GLOB (repeatable)")
-
-    def threshold(sub, more=""):
-        sub.add_argument("--threshold", type=_fraction, metavar="R",
-                         help="the least resemblance of two texts that are near-duplicates, "
-                              "in [0, 1] (default: %g)%s"
-                              % (simhashdb.db.THRESHOLD, "; " + more if more else ""))
-
-    def decoding(sub):
-        sub.add_argument("--encoding", type=_encoding, metavar="NAME",
-                         help="decode every text document with this encoding (default: the "
-                              "charset its HTTP header or HTML <meta> declares, else UTF-8, "
-                              "else the encoding detected)")
-        sub.add_argument("--archive-key", choices=inputs.ARCHIVE_KEYS, default="uri",
-                         help="what keys the pages of a web archive (WARC, ARC, WET): its "
-                              "target URI, the URI and the record's date, or its record id "
-                              "(default: uri)")
-
-    def rooting(sub):
-        sub.add_argument("--root", metavar="DIR",
-                         help="text documents are keyed by their path relative to DIR "
-                              "(default: their absolute path)")
-
-    sub = command("import",
-                  "simhashdb-cli import crawl.db pages/ --include '*.html' --html --if-new")
-    creation(sub)
-    sub.add_argument("files", nargs="*", metavar="FILE",
-                     help="files or directories (default: stdin)")
-    sub.add_argument("--format", choices=FORMATS,
-                     help="dec, hex, jsonl, text or warc (a web archive: WARC, ARC or WET) "
-                          "(default: detected)")
-    sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
-    sub.add_argument("--key", help="the key of a text document read from stdin")
-    walking(sub)
-    rooting(sub)
-    sub.add_argument("--batch-size", type=_positive, default=DEFAULT_BATCH,
-                     help="records per transaction, at most (default: %d; a batch also "
-                     "commits after %d s of reading)" % (DEFAULT_BATCH, BATCH_SECONDS))
-    sub.add_argument("--if-new", action="store_true",
-                     help="import only documents with no near-duplicate stored or earlier in "
-                          "the input; print the skipped ones. Texts are near-duplicates by "
-                          "the text rule: they share a band of their signatures or their "
-                          "fingerprints are within the distance, and their resemblance is at "
-                          "least --threshold; fingerprints, by their distance")
-    threshold(sub)
-    sub.add_argument("--skip-invalid", action="store_true",
-                     help="skip malformed lines and archive records and report their count")
-    decoding(sub)
-    sub.add_argument("--refresh", action="store_true",
-                     help="with --if-new, record the near-duplicates found as stored now "
-                          "(see expire)")
-    sub.add_argument("--html", action="store_true",
-                     help="text documents are HTML: fingerprint their text only")
-
-    sub = command("query", "simhashdb-cli query crawl.db 0x1f2e3d4c5b6a7988 --distance 2")
-    sub.add_argument("fingerprints", nargs="*", metavar="FP",
-                     help="fingerprints, decimal or hex (default: stdin lines)")
-    sub.add_argument("--text", action="extend", nargs="+", metavar="FILE",
-                     help="the near-duplicates of these documents (files, directories) by "
-                          "the text rule (as import --if-new): a shared band of their "
-                          "signatures or fingerprints within the distance, and resemblance")
-    threshold(sub)
-    walking(sub)
-    rooting(sub)
-    sub.add_argument("--format", choices=("dec", "hex"),
-                     help="how fingerprints are written (default: decimal if all are digits "
-                          "only, else hex)")
-    sub.add_argument("--distance", type=int, metavar="K",
-                     help="query fingerprints at any distance, exactly (default: the "
-                          "database's; above it a query probes more prefixes); not for --text")
-    sub.add_argument("--html", action="store_true", help="--text files are HTML")
-    sub.add_argument("--skip-invalid", action="store_true",
-                     help="leave out malformed archive records, noted (default: an error)")
-    decoding(sub)
-
-    for name, example in (("delete", "simhashdb-cli delete crawl.db https://example.com/a"),
-                          ("get", "simhashdb-cli get crawl.db https://example.com/a")):
-        sub = command(name, example)
-        if name == "delete":
-            sub.add_argument("keys", nargs="*", metavar="KEY", help="keys (default: stdin lines)")
-        else:
-            sub.add_argument("key", metavar="KEY")
-        sub.add_argument("--str-keys", action="store_true",
-                         help="keys made of digits are strings, not ints")
-
-    command("stats", "simhashdb-cli stats crawl.db")
-    sub = command("expire", "simhashdb-cli expire crawl.db --older-than 30d")
-    sub.add_argument("--older-than", type=_duration, required=True, metavar="AGE",
-                     help="remove documents stored longer ago than AGE: a number and a unit, "
-                          "s, m, h, d or w (e.g. 30d)")
-    command("compact", "simhashdb-cli compact crawl.db")
-    command("check", "simhashdb-cli check crawl.db")
-    command("upgrade", "simhashdb-cli upgrade crawl.db")
-    command("export", "simhashdb-cli export crawl.db > crawl.jsonl")
-
-    for name, example in (
-            ("find-all", "simhashdb-cli find-all --input hashes.txt --blocks 6 --distance 3"),
-            ("clusters", "simhashdb-cli clusters crawl.db --distance 2")):
-        sub = command(name, example, path=False)
-        sub.add_argument("path", nargs="?", metavar="PATH",
-                         help="a database (default: read hashes from --input)")
-        sub.add_argument("--input", help="file of hashes, one a line (default: stdin)")
-        sub.add_argument("--format", choices=("dec", "hex"),
-                         help="how --input hashes are written (default: decimal if all are "
-                              "digits only, else hex)")
-        sub.add_argument("--output", default="-", help="output file (default: stdout)")
-        sub.add_argument("--blocks", type=int, help="blocks, for hashes from --input")
-        sub.add_argument("--distance", type=int,
-                         help="largest distance (default: the database's, or 3); in a "
-                              "database of texts, of the fingerprints the text rule pairs "
-                              "(texts sharing a band are paired by resemblance alone)")
-        threshold(sub, "in a database of texts, pairs of texts are decided by the text rule "
-                       "(as import --if-new)%s" % (", and their resemblance is printed last"
-                                                   if name == "find-all" else
-                                                   ": a cluster is joined by such pairs"))
-        if name == "find-all":
-            sub.add_argument("--duplicates", action="store_true",
-                             help="with --input, also print [a, a] for a repeated hash")
-
-    sub = command("spark", "simhashdb-cli spark dedupe crawl.parquet deduped.parquet "
-                           "--master local[4]", path=False)
-    sub.add_argument("action", choices=("find-all", "clusters", "dedupe"))
-    sub.add_argument("input", metavar="INPUT", help="Parquet, or what import reads (- for stdin)")
-    sub.add_argument("target", metavar="OUTPUT",
-                     help="*.parquet, or a JSON lines file (- for stdout)")
-    sub.add_argument("--master", help="Spark master URL (default: spark-submit's, or local[*])")
-    sub.add_argument("--distance", type=int,
-                     help="largest distance of a pair (default: 3)")
-    sub.add_argument("--blocks", type=int, help="blocks (default: chosen from the corpus size)")
-    sub.add_argument("--key", default="key", help="key column of Parquet input (default: key)")
-    sub.add_argument("--fingerprint", default="fingerprint",
-                     help="fingerprint column of Parquet input (default: fingerprint)")
-    sub.add_argument("--signature", metavar="COLUMN",
-                     help="the column of resemblance signatures (binary, 256 bytes; null for a "
-                          "document without text) of Parquet input, which makes the text rule "
-                          "decide (default: a binary column named signature, where there is "
-                          "one; '' for none: the distance alone); the column the signatures of "
-                          "texts are put in")
-    threshold(sub, "texts only: the text rule decides pairs of texts (see above)")
-    sub.add_argument("--format", choices=FORMATS + ("parquet",),
-                     help="format of INPUT (default: detected)")
-    sub.add_argument("--against", metavar="OLD",
-                     help="dedupe or find-all INPUT as a new segment of the corpus OLD holds: "
-                          "Parquet (export-parquet's, or an earlier run's), what import reads, "
-                          "or a database")
-    sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
-    walking(sub)
-    rooting(sub)
-    sub.add_argument("--html", action="store_true", help="text documents are HTML")
-    sub.add_argument("--skip-invalid", action="store_true",
-                     help="leave out malformed archive records, noted (default: an error)")
-    decoding(sub)
-
-    for name, example in (
-            ("export-parquet", "simhashdb-cli export-parquet crawl.db crawl.parquet"),
-            ("import-parquet", "simhashdb-cli import-parquet new.db deduped.parquet")):
-        sub = command(name, example)
-        sub.add_argument("file", metavar="FILE",
-                         help="the Parquet file (or, to import, directory)")
-        if name == "import-parquet":
-            creation(sub)
-            sub.add_argument("--key", default="key", help="key column (default: key)")
-            sub.add_argument("--fingerprint", default="fingerprint",
-                             help="fingerprint column (default: fingerprint)")
-
-    sub = command("serve", "simhashdb-cli serve crawl.db --port 8750")
-    creation(sub)
-    sub.add_argument("--host", default="127.0.0.1",
-                     help="the address to listen on (default: 127.0.0.1, this machine only)")
-    sub.add_argument("--port", type=int, default=8750, help="the port (default: 8750; 0: any)")
-    sub.add_argument("--token", help="ask every request but GET /healthz for the header "
-                                     "'Authorization: Bearer TOKEN' (default: $SIMHASHDB_TOKEN; "
-                                     "unset: no token)")
-    sub.add_argument("--max-body", type=float, default=32, metavar="MIB",
-                     help="the largest request body, in MiB (default: 32)")
-
-    sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
-    sub.add_argument("files", nargs="*", metavar="FILE",
-                     help="text files or directories (default: stdin)")
-    walking(sub)
-    sub.add_argument("--format", choices=("jsonl", "dec", "hex"), default="jsonl")
-    sub.add_argument("--html", action="store_true", help="the files are HTML")
-    sub.add_argument("--skip-invalid", action="store_true",
-                     help="leave out malformed archive records, noted (default: an error)")
-    decoding(sub)
-    sub.add_argument("--recipe", type=_known_recipe, default=simhashdb.RECIPE, metavar="NAME",
-                     help="the fingerprint recipe, named in full or by its first part "
-                          "(simhashdb-1 to simhashdb-3; default: the current one)")
-    return parser
+    """The argument parser of simhashdb-cli, its commands run by this module's cmd_ functions."""
+    return options.build_parser(globals())
 
 
 def main(argv=None):
@@ -1225,24 +805,24 @@ def main(argv=None):
     if sys.stderr is None:  # closed (2>&-): errors are told by the exit status alone
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:  # closed (>&-): the first write is an error that says so
-        sys.stdout = _ClosedStdout()
+        sys.stdout = ClosedStdout()
     parser = build_parser()
-    args = _parse(parser, argv)
+    args = options.parse(parser, argv)
     output = getattr(args, "output", "-")
     try:
-        with _output_file(output) as args.output_file, warnings.catch_warnings():
+        with output_file(output) as args.output_file, warnings.catch_warnings():
             if not sys.warnoptions:  # (-W or PYTHONWARNINGS decide where given)
                 warnings.simplefilter("once", simhashdb.MaintenanceWarning)
-            warnings.showwarning = _show_warning  # a warning as one line
+            warnings.showwarning = show_warning  # a warning as one line
             args.handler(args)
-            _write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
+            write(sys.stdout)  # a full disk or closed pipe is reported here, not at exit
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return 0
     except KeyboardInterrupt:
         if args.debug:
             raise
-        _silence_stdout()
+        silence_stdout()
         batched = args.handler in (cmd_import, cmd_import_parquet, cmd_delete, cmd_expire,
                                    cmd_upgrade)
         print("simhashdb-cli: interrupted%s" % (
@@ -1253,70 +833,19 @@ def main(argv=None):
     except Exception as exc:
         if args.debug:
             raise
-        _silence_stdout()
-        known = isinstance(exc, (CliError, simhashdb.SimhashDBError, OSError, ImportError))
-        _say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
-                                " (%s; run with --debug for the traceback and report it)"
-                                % type(exc).__name__))
+        silence_stdout()
+        known = isinstance(exc, (simhashdb.SimhashDBError, OSError, ImportError))
+        say("error", "%s%s" % (str(exc).strip() or type(exc).__name__, "" if known else
+                               " (%s; run with --debug for the traceback and report it)"
+                               % type(exc).__name__))
         return 2 if isinstance(exc, (UsageError, simhashdb.InvalidArgumentError)) else 1
     return 0
 
 
-LISTS = ("text", "files", "fingerprints", "keys")  # the commands' lists of arguments
 DECODED = {"forced": "by --encoding", "bom": "by a byte order mark", "http header":
            "by their HTTP header's charset", "meta": "by their <meta> charset",
            "utf-8": "as UTF-8", "detected": "in a detected encoding"}  # inputs.decode_text's
 LIST_FORMATS = ("dec", "hex", "dec or hex")  # inputs.input_format's lists of fingerprints
-
-
-def _parse(parser, argv):
-    """The arguments, where a command's list may go on after its options
-    (`import db --format dec a.txt`, which argparse alone refuses)."""
-    args, rest = parser.parse_known_args(argv)
-    listed = next((name for name in LISTS if isinstance(getattr(args, name, None), list)), None)
-    if rest and listed and all(arg == "-" or not arg.startswith("-") or
-                               re.fullmatch(r"-[0-9]+", arg) for arg in rest):
-        getattr(args, listed).extend(rest)
-    elif rest:  # argparse's error, with the command's usage
-        getattr(args, "usage_of", parser).error("unrecognized arguments: %s" % " ".join(rest))
-    return args
-
-
-class _ClosedStdout(io.TextIOBase):
-    """What stands for a closed stdout: writing to it fails."""
-
-    def write(self, text):
-        raise OSError(errno.EBADF, "it is closed")
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None):
-    _say("warning", str(message))
-
-
-def _silence_stdout():
-    """Drop what stdout still buffers for a pipe that is closed or a disk that
-    is full, so that exiting does not print a second error."""
-    try:
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
-
-
-@contextlib.contextmanager
-def _output_file(path):
-    if path in (None, "-"):
-        yield sys.stdout
-        return
-    try:
-        stream = open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        raise CliError("cannot write to %s: %s" % (path, exc.strerror)) from None
-    with stream:
-        yield stream
-        _write(stream)
 
 
 def main_exit():

@@ -3,44 +3,34 @@ upserts, insert-if-new, text decisions, retention, queries, all pairs."""
 
 from __future__ import annotations
 
-import collections
 import datetime
 import itertools
 import os
 import sys
 import time
-import warnings
 from array import array
-from typing import (Any, Callable, Iterable, Iterator, Literal, NamedTuple, Optional, Union,
+from typing import (Any, Callable, Iterable, Iterator, Literal, Optional, Union,
                     overload)
 
-import msgpack
-
-from . import _ext, _records
+from . import _ext, _records, check, pairs, params, results, rule
 from .errors import (
     DatabaseError,
-    FormatVersionError,
     InvalidArgumentError,
-    InvalidFingerprintError,
-    InvalidKeyError,
-    InvalidMetadataError,
     KeyNotFoundError,
     ParameterMismatchError,
 )
-from ._ext import bands
 from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
-from .layout import DEFAULT_EXPECTED_SIZE, Layout
-from .matching import components, pair_chunks, text_pairs
+from .params import FORMAT_VERSION  # noqa: F401 (simhashdb.db.FORMAT_VERSION, as before)
+from .results import Decision, Key, Match, Pair, TextMatch
+from .rule import check_threshold as _threshold
 from .records import (
     Record,
     decode,
     decode_key,
-    document_items,
     encode_documents,
     encode_key,
     hit_arrays,
     int_arrays,
-    is_digest,
     restamped,
     signature as stored_signature,
     stored_at,
@@ -48,116 +38,14 @@ from .records import (
     whole_seconds,
     with_signature,
 )
-from .storage import BANDS, band_entries
-from .storage.registry import open_storage, scheme_of
+from .storage.registry import makes_files, open_storage
 
-# 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
-# 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs
-FORMAT_VERSION = 5
-DEFAULT_DISTANCE = 3
 DEFAULT_BATCH_SIZE = 100_000
-UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
-CHECK_CHUNK = 1000  # documents check() reads the index entries of at once
-THRESHOLD = 0.45  # the text rule's least resemblance (docs/database.md: Text in, decisions out)
 
-Key = Union[str, bytes, int]
 When = Union[datetime.datetime, int, float]
 RecordLike = Union["tuple[Key, int]", "tuple[Key, int, Any]", "tuple[Key, int, Any, When]"]
 Text = Union[str, bytes]
 TextRecordLike = Union["tuple[Key, Text]", "tuple[Key, Text, Any]"]
-
-
-class Match(NamedTuple):
-    """A stored document near a query: its key, fingerprint, and Hamming
-    distance from the query's fingerprint."""
-
-    key: Key
-    fingerprint: int
-    distance: int
-
-    @property
-    def resemblance(self) -> Optional[float]:
-        """How alike a text match's texts are (estimated word 5-shingle
-        Jaccard similarity, :func:`resemblance`); None for a fingerprint match."""
-        return getattr(self, "_resemblance", None)
-
-
-class TextMatch(Match):
-    """A :class:`Match` found by the text rule: it also has its ``resemblance``
-    (it is still a (key, fingerprint, distance) tuple)."""
-
-    def __new__(cls, key: Key, fingerprint: int, distance: int,
-                resemblance: Optional[float] = None) -> "TextMatch":
-        match = super().__new__(cls, key, fingerprint, distance)
-        match._resemblance = resemblance
-        return match
-
-    def __reduce__(self):
-        return TextMatch, (*self, self.resemblance)
-
-    def __repr__(self):
-        return "TextMatch(key=%r, fingerprint=%r, distance=%r, resemblance=%.3f)" % (
-            *self, self.resemblance)
-
-
-class Pair(NamedTuple):
-    """Two stored documents near each other (:meth:`DB.find_all`): their keys,
-    in key order, and the Hamming distance of their fingerprints."""
-
-    key_a: Key
-    key_b: Key
-    distance: int
-
-    @property
-    def resemblance(self) -> Optional[float]:
-        """How alike a text pair's texts are (see :attr:`Match.resemblance`);
-        None for a fingerprint pair."""
-        return getattr(self, "_resemblance", None)
-
-
-class TextPair(Pair):
-    """A :class:`Pair` found by the text rule: it also has its ``resemblance``."""
-
-    def __new__(cls, key_a: Key, key_b: Key, distance: int,
-                resemblance: Optional[float] = None) -> "TextPair":
-        pair = super().__new__(cls, key_a, key_b, distance)
-        pair._resemblance = resemblance
-        return pair
-
-    def __reduce__(self):
-        return TextPair, (*self, self.resemblance)
-
-    def __repr__(self):
-        return "TextPair(key_a=%r, key_b=%r, distance=%r, resemblance=%.3f)" % (
-            *self, self.resemblance)
-
-
-class Decision(list):
-    """What an ``*_if_new`` call decided for one document: the list of the
-    near-duplicates it found (Matches; TextMatches for texts), sorted by
-    (distance, key), with the document's ``key``, its ``status`` and the
-    ``reason`` of an invalid one (else None):
-
-    - ``"stored"``: no near-duplicate; the document was written (the list is empty);
-    - ``"unchanged"``: the document stored under the same key is a near-duplicate
-      of it, and either the only one or identical (distance 0): nothing was
-      written (with ``refresh``, its time only);
-    - ``"duplicate"``: near-duplicates of other keys (the list): nothing written;
-    - ``"invalid"``: the record cannot be stored (``reason`` says why); nothing
-      written (the list is empty).
-
-    ``replaced`` is the Record a stored document replaced under its key, or None.
-    """
-
-    def __init__(self, matches=(), key: Optional[Key] = None, status: str = "stored",
-                 reason: Optional[str] = None, replaced: Optional[Record] = None) -> None:
-        super().__init__(matches)
-        self.key, self.status, self.reason, self.replaced = key, status, reason, replaced
-
-    def __repr__(self):
-        return "Decision(key=%r, status=%r, %s%s)" % (
-            self.key, self.status, list.__repr__(self),
-            "" if self.reason is None else ", reason=%r" % self.reason)
 
 
 class DB:
@@ -222,100 +110,16 @@ class DB:
                                        % _ext.shown(recipe))
         if recipe is not None:
             recipe = recipe_named(recipe)
-        if create and not readonly and scheme_of(path) is None and (
-                not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path)):
-            _new_layout(distance, blocks, expected_size)  # refused before any file is made
+        if create and not readonly and makes_files(path):
+            params.new_layout(distance, blocks, expected_size)  # refused before any file is made
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
-            self._layout, self.recipe = self._open_params(distance, blocks, expected_size, recipe)
+            self._layout, self.recipe, self._format = params.open_params(
+                self._storage, distance, blocks, expected_size, recipe)
         except BaseException:
             self._storage.close()
             raise
         self.path = self._storage.path
-
-    def _open_params(self, distance, blocks, expected_size, recipe):
-        storage = self._storage
-        with storage.read() as view:
-            raw = view.params()
-        if raw is None:
-            if storage.readonly:
-                raise DatabaseError("%s is not a simhashdb database" % storage.path)
-            layout = _new_layout(distance, blocks, expected_size)
-            storage.open_tables(layout)
-            params = msgpack.packb({"format": FORMAT_VERSION, "distance": layout.distance,
-                                    "blocks": layout.blocks, "widths": layout.widths,
-                                    "recipe": recipe})
-
-            def store_params(txn):  # unless a concurrent creator stored its own first
-                existing = txn.params()
-                if existing is None:
-                    txn.set_params(params)
-                return existing or params
-
-            raw = storage.write(store_params)
-        params = _stored_params(raw, storage.path)
-        for name, given in (("distance", distance), ("blocks", blocks)):
-            if given is not None and given != params[name]:
-                mismatch = ParameterMismatchError(
-                    "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
-                    % (storage.path, name, params[name], given, name, name, params[name]))
-                mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
-                raise mismatch
-        layout = Layout(params["blocks"], params["distance"])
-        storage.open_tables(layout)
-        stored = params.get("recipe")
-        if recipe is not None and recipe != stored:
-            if stored is not None or storage.readonly or len(self):
-                raise ParameterMismatchError(
-                    "%s holds fingerprints made %s, not with %r: fingerprints of different "
-                    "recipes cannot be compared; use another database"
-                    % (storage.path, "with %r" % stored if stored else "by an unnamed "
-                       "recipe", recipe))
-            params["recipe"] = stored = recipe  # an empty database takes the recipe
-            storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
-        self._format = params["format"]
-        if self._format < FORMAT_VERSION:
-            self._upgrade(params)
-        if not storage.readonly and self._format == FORMAT_VERSION:
-            storage.format_stored()
-        return layout, stored
-
-    def _upgrade(self, params):
-        """Bring a database of an earlier format to this one: a database made by
-        simhashdb 0.2 (format 1: text documents with signatures, no band index)
-        gets its band index, built from the stored signatures in batches (its
-        LMDB tables were converted before it opened writable: :func:`upgrade`)."""
-        if self._format >= 2:
-            if not self._storage.readonly:
-                params["format"] = self._format = FORMAT_VERSION
-                self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
-            return
-        if self._storage.readonly:
-            warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
-                          "documents are found by their fingerprints alone until it is opened "
-                          "writable once, which builds their band index" % self._storage.path,
-                          UserWarning, stacklevel=4)
-            return
-        if params.get("recipe") is not None:  # only a database of a recipe holds texts
-            warnings.warn("%s was made by simhashdb 0.2: building the band index of its text "
-                          "documents from their signatures (once)" % self._storage.path,
-                          UserWarning, stacklevel=4)
-
-            def index_batch(txn):
-                texts, last = [], None
-                for last, value in itertools.islice(txn.documents(after), UPGRADE_BATCH):
-                    if stored_signature(value):
-                        texts.append((last, value_fingerprint(value), value))
-                txn.upsert(texts)  # as they are: the backend adds their band entries
-                return last
-
-            after = None
-            while True:
-                after = self._storage.write(index_batch)
-                if after is None:
-                    break
-        params["format"] = self._format = FORMAT_VERSION
-        self._storage.write(lambda txn: txn.set_params(msgpack.packb(params)))
 
     @property
     def distance(self) -> int:
@@ -443,19 +247,19 @@ class DB:
         :returns: one :class:`Decision` per record, in order.
         """
         d = self._query_distance(distance)
-        _check_invalid(invalid)
-        limit, results = self._storage.max_key_bytes, []
+        results.check_invalid(invalid)
+        limit, decisions = self._storage.max_key_bytes, []
         for batch in _batches(records, batch_size):
             now = _now()
             try:
                 valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
-            except _INVALID_RECORD:
-                valid, refused = _each_valid(
+            except results.INVALID_RECORD:
+                valid, refused = results.each_valid(
                     batch, lambda record: encode_documents([record], limit, now)[0], invalid)
             encoded = [document for _, document in valid]
-            results += _in_order(batch, valid, refused, self._store_if_new(
+            decisions += results.in_order(batch, valid, refused, self._store_if_new(
                 encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
-        return results
+        return decisions
 
     def _store_if_new(self, documents, store_new, refresh, now):
         """In one transaction: ``store_new(txn)`` stores each of the encoded
@@ -475,13 +279,13 @@ class DB:
             replaced, statuses = [], []
             for (key, _, value), hits in zip(documents, found):
                 replaced.append(None if hits else stored[key])
-                statuses.append(_status(key, hits))
+                statuses.append(results.status(key, hits))
                 if not hits:
                     stored[key] = value
             matches = _records.matches(found, Match)
             if matches is None:  # long keys or text hits: names read in the transaction
-                names = _names(txn, found)
-                matches = [_matches(hits, names) for hits in found]
+                names = results.names(txn, found)
+                matches = [results.matches(hits, names) for hits in found]
             return replaced, statuses, matches
 
         replaced, statuses, found = self._storage.write(body, len(documents))
@@ -558,19 +362,19 @@ class DB:
         :returns: one :class:`Decision` per record, in order.
         """
         least = _threshold(threshold)
-        _check_invalid(invalid)
-        results = []
+        results.check_invalid(invalid)
+        decisions = []
         for batch in _batches(records, batch_size):
             now = _now()
-            results += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
-                                          least, refresh, now)
-        return results
+            decisions += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
+                                            least, refresh, now)
+        return decisions
 
     def _prepared_texts(self, batch, html, now, invalid):
         """The fingerprinted, encoded text records of ``batch``: ([(position,
         (document, signature))] of the valid ones, {position: reason} of the
         others), for :meth:`_texts_if_new` (the part that needs no transaction)."""
-        return _each_valid(
+        return results.each_valid(
             batch, lambda record: self._text_document(*_text_record(record), html, now), invalid)
 
     def _texts_if_new(self, batch, prepared, least, refresh, now):
@@ -578,9 +382,9 @@ class DB:
         new ones stored) in one transaction."""
         valid, refused = prepared
         texts = [text for _, text in valid]
-        return _in_order(batch, valid, refused, self._store_if_new(
+        return results.in_order(batch, valid, refused, self._store_if_new(
             [document for document, _ in texts],
-            lambda txn: self._text_if_new(txn, texts, least), refresh, now))
+            lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
                    threshold: Optional[float] = None) -> list[TextMatch]:
@@ -598,10 +402,10 @@ class DB:
         least = _threshold(threshold)
         prints = [self._text_fingerprint(text, html) for text in texts]
         with self._storage.read() as view:
-            found = self._text_hits(view, [fp for fp, _ in prints], [s for _, s in prints],
-                                    least)
-            names = _names(view, found)
-        return [_matches(hits, names) for hits in found]
+            found = rule.search(view, [fp for fp, _ in prints], [s for _, s in prints],
+                                self.distance, least)
+            names = results.names(view, found)
+        return [results.matches(hits, names) for hits in found]
 
     def _text_fingerprint(self, text, html):
         """(fingerprint by the database's recipe, resemblance signature)."""
@@ -618,18 +422,7 @@ class DB:
 
     def _adopt_recipe(self, recipe=RECIPE):
         """An unnamed database takes ``recipe`` while empty and writable."""
-        if self._storage.readonly or len(self):
-            raise ParameterMismatchError(
-                "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
-                "with them; use a database opened with recipe=simhashdb.RECIPE" % self.path)
-
-        def store(txn):
-            params = msgpack.unpackb(txn.params())
-            params["recipe"] = recipe
-            txn.set_params(msgpack.packb(params))
-
-        self._storage.write(store)
-        self.recipe = recipe
+        self.recipe = params.adopt_recipe(self._storage, recipe)
         return recipe
 
     def _text_document(self, key, text, meta, html, now):
@@ -639,54 +432,6 @@ class DB:
         key_bytes, fp, value = encode_documents([(key, fp, meta)],
                                                         self._storage.max_key_bytes, now)[0]
         return (key_bytes, fp, with_signature(value, signature)), signature
-
-    def _text_if_new(self, txn, texts, least):
-        """The hits of each (document, signature) of ``texts`` in order, each
-        stored when it has none, as if decided one after another: all are
-        searched at once against what ``txn`` held before them, the texts kept
-        earlier in the batch are compared in memory (:class:`_Kept`), and the
-        kept ones are stored together, so a batch writes each structure once."""
-        found = self._text_hits(txn, [d[1] for d, _ in texts], [s for _, s in texts], least)
-        kept = _Kept(self.distance, least)
-        for i, (document, signature) in enumerate(texts):
-            if kept.documents:  # a stored hit a kept text replaced is gone
-                found[i] = [hit for hit in found[i] if hit[0] not in kept.documents] + \
-                    kept.hits(document[1], signature)
-            if not found[i]:
-                kept.add(document, signature)
-        txn.upsert(list(kept.documents.values()))
-        return found
-
-    def _text_hits(self, view, fps, signatures, least):
-        """For each text (fingerprint, signature), its near-duplicates by the
-        text rule (see :meth:`insert_text_if_new`) as (key, fingerprint,
-        distance, resemblance or None) hits."""
-        near = view.search(_ext.as_fingerprints(fps), self.distance)
-        ours = [bands(signature) for signature in signatures]
-        asking = [i for i, keys in enumerate(ours) if keys]
-        banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
-            ours[i] for i in asking))))) if asking else {}
-        candidates = []
-        for i, fp in enumerate(fps):
-            mine = {key: (theirs, d) for key, theirs, d in near[i]}
-            for key, theirs in banded.get(i, ()):
-                mine.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
-            candidates.append(mine)
-        keys = list(dict.fromkeys(key for mine in candidates for key in mine))
-        values = dict(zip(keys, view.get_many(keys)))
-        found = []
-        for i, (signature, mine) in enumerate(zip(signatures, candidates)):
-            hits = []
-            for key, (theirs, d) in mine.items():
-                value = values[key]
-                if value is None:  # removed since found (Redis keeps no snapshot)
-                    continue
-                hit = _text_hit(key, theirs, d, signature, ours[i], stored_signature(value),
-                                self.distance, least)
-                if hit:
-                    hits.append(hit)
-            found.append(hits)
-        return found
 
     def expire(self, before: When, batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """Remove every document stored before ``before`` (a datetime, naive
@@ -765,9 +510,9 @@ class DB:
             return matches
         with self._storage.read() as view:  # long keys are in their documents: searched
             found = view.search(probes, d)  # again, in the snapshot that names them
-            names = _names(view, found)
+            names = results.names(view, found)
         found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
-        return [_matches(hits, names) for hits in found]
+        return [results.matches(hits, names) for hits in found]
 
     def get(self, key: Key) -> Optional[Record]:
         """The Record of ``key``, or None."""
@@ -822,39 +567,8 @@ class DB:
         fingerprints; the text rule reads every document's signature first
         (256 bytes a document in memory). Bad arguments raise at the call.
         """
-        return self._find_all(self._scan_distance(distance), _threshold(threshold))
-
-    def _find_all(self, d, least):
-        with self._storage.read() as view:
-            if self.recipe is not None:
-                keys, fps, signatures = _texts(view)
-                for i, j, score in text_pairs(fps, signatures, self._layout, least, d):
-                    key_a, key_b = _ordered(keys[i], keys[j])
-                    between = _ext.num_differing_bits(fps[i], fps[j])
-                    yield Pair(key_a, key_b, between) if score is None \
-                        else TextPair(key_a, key_b, between, score)
-                return
-            values = array("Q")
-            for fp, keys in view.fingerprint_groups():
-                values.append(fp)
-                for key_a, key_b in itertools.combinations(_sorted_keys(view, keys), 2):
-                    yield Pair(key_a, key_b, 0)
-            for pairs in pair_chunks(values, self._layout, d):
-                for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
-                    chunk = pairs[start:start + 20000]
-                    yield from self._keyed_pairs(view, values, chunk)
-
-    @staticmethod
-    def _keyed_pairs(view, values, chunk):
-        """The Pairs of the fingerprint pairs ``chunk`` (positions in
-        ``values``), their keys read at once."""
-        keys = view.keys_of_many({values[i] for i in chunk})
-        for p in range(0, len(chunk), 2):
-            a, b = values[chunk[p]], values[chunk[p + 1]]
-            between = _ext.num_differing_bits(a, b)
-            for key_a in _sorted_keys(view, keys[a]):
-                for key_b in _sorted_keys(view, keys[b]):
-                    yield Pair(*_ordered(key_a, key_b), between)
+        return pairs.find_all(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold))
 
     def clusters(self, distance: Optional[int] = None, *,
                  threshold: Optional[float] = None) -> Iterator[list[Key]]:
@@ -863,43 +577,8 @@ class DB:
         clusters in the order of their least fingerprint, from one snapshot
         (on Redis, reads that each see whole batches, as :meth:`find_all`).
         Bad arguments raise at the call."""
-        return self._clusters(self._scan_distance(distance), _threshold(threshold))
-
-    def _clusters(self, d, least):
-        with self._storage.read() as view:
-            if self.recipe is not None:
-                keys, fps, signatures = _texts(view)
-                pairs = array("Q")
-                for i, j, _ in text_pairs(fps, signatures, self._layout, least, d):
-                    pairs.extend((i, j))
-                labels = components(len(keys), [pairs])
-                members = collections.defaultdict(list)
-                for i, label in enumerate(labels):
-                    members[label].append(i)
-                groups = sorted((min(fps[i] for i in group),
-                                 sorted((keys[i] for i in group), key=_key_order))
-                                for group in members.values() if len(group) > 1)
-                yield from (group for _, group in groups)
-                return
-            values, multiple = array("Q"), set()
-            for fp, keys in view.fingerprint_groups():
-                if len(keys) > 1:
-                    multiple.add(len(values))
-                values.append(fp)
-            labels = components(len(values), pair_chunks(values, self._layout, d))
-            members = collections.defaultdict(list)
-            for i, label in enumerate(labels):
-                if label != i or i in multiple:
-                    members[label].append(i)
-            labels = sorted(members)
-            for start in range(0, len(labels), 1000):  # the keys of 1000 clusters a read
-                groups = [members[label] for label in labels[start:start + 1000]]
-                for label, group in zip(labels[start:start + 1000], groups):
-                    if group[0] != label:
-                        group.insert(0, label)
-                keys = view.keys_of_many({values[i] for group in groups for i in group})
-                for group in groups:
-                    yield _sorted_keys(view, [k for i in group for k in keys[values[i]]])
+        return pairs.clusters(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold))
 
     def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -934,61 +613,10 @@ class DB:
         """
         problems = self._storage.check()
         try:
-            problems += self._check_contents()
+            with self._storage.read() as view:
+                problems += check.contents(view, self._layout.tables, self._format >= 2)
         except DatabaseError as exc:  # a damaged file LMDB faulted on
             problems.append(str(exc))
-        return problems
-
-    def _check_contents(self):
-        problems = []
-        with self._storage.read() as view:
-            docs, shared = 0, {}  # shared: the keys of fingerprints of more documents than a chunk
-            banded = [array("Q") for _ in range(BANDS)] if self._format >= 2 else []
-            for chunk in _chunks(view.documents(), CHECK_CHUNK):  # the index read a chunk at a time
-                docs += len(chunk)
-                fps = []  # a list: a damaged key may repeat another's
-                for key_bytes, value in chunk:
-                    try:
-                        fps.append(document_items(value)[0])
-                    except DatabaseError as exc:
-                        problems.append("document %r has a damaged record (%s)"
-                                        % (_shown_key(key_bytes), getattr(exc, "why", exc)))
-                        fps.append(None)
-                        continue
-                    for entries, entry in zip(banded, band_entries(value, fps[-1])):
-                        entries.append(entry)
-                indexed = {fp: set(keys) for fp, keys in
-                           view.keys_of_many(set(fps) - {None} - shared.keys()).items()}
-                shared.update((fp, keys) for fp, keys in indexed.items() if len(keys) > CHECK_CHUNK)
-                indexed.update(shared)  # (a fingerprint of many documents is read once, not a chunk)
-                for (key_bytes, value), fp in zip(chunk, fps):
-                    if fp is not None and key_bytes not in indexed[fp]:
-                        problems.append("document %r (fingerprint %d) is missing from the "
-                                        "fingerprint index" % (decode_key(key_bytes, value), fp))
-            distinct, indexed = array("Q"), 0
-            for fp, keys in view.fingerprint_groups():
-                distinct.append(fp)
-                indexed += len(keys)
-            if indexed != docs:
-                problems.append("the fingerprint index has %d entries for %d documents"
-                                % (indexed, docs))
-            expected = set(distinct)
-            for table in range(self._layout.tables):
-                stored = view.table_fingerprints(table)
-                if len(stored) != len(expected) or set(stored) != expected:
-                    missing = len(expected - set(stored))
-                    extra = len(set(stored) - expected)
-                    problems.append("table %d has %d entries for %d distinct fingerprints "
-                                    "(%d missing, %d extra)"
-                                    % (table, len(stored), len(expected), missing, extra))
-            for band, entries in enumerate(banded):
-                expected, stored = set(entries), set(view.band_entries(band))
-                banded[band] = None
-                if stored != expected:
-                    problems.append("band %d has %d entries for the %d of the text documents "
-                                    "(%d missing, %d extra)"
-                                    % (band, len(stored), len(expected),
-                                       len(expected - stored), len(stored - expected)))
         return problems
 
     # Parquet, to and from batch tools (simhashdb.spark); needs pyarrow
@@ -1091,61 +719,6 @@ class DB:
         return distance
 
 
-class _Kept:
-    """The texts a batch of :meth:`DB.insert_text_if_new_many` has kept so
-    far (``documents``: key -> encoded document, the last one a key kept),
-    found by the text rule as the database would find them: by a shared band,
-    or by a fingerprint within the distance, through the d + 1 blocks of its
-    64 bits (two fingerprints within d bits agree on one of them)."""
-
-    def __init__(self, distance, least):
-        parts = min(distance + 1, 64)
-        self.distance, self.least = distance, least
-        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
-        self.documents, self.signatures = {}, {}
-        self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
-
-    def _blocks(self, fp):
-        return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
-
-    def add(self, document, signature):
-        key, fp, _ = document
-        self.documents[key], self.signatures[key] = document, signature
-        for band in enumerate(bands(signature)):
-            self.by_band[band].append(document)
-        for block in self._blocks(fp):
-            self.by_block[block].append(document)
-
-    def hits(self, fp, signature):
-        """The kept texts near a text, as :meth:`DB._text_hits` gives hits."""
-        ours = bands(signature)
-        candidates = itertools.chain(
-            *(self.by_band.get(band, ()) for band in enumerate(ours)),
-            *(self.by_block.get(block, ()) for block in self._blocks(fp)))
-        hits = {}
-        for document in candidates:
-            key, theirs, _ = document
-            if key in hits or self.documents[key] is not document:  # seen, or replaced
-                continue
-            hit = _text_hit(key, theirs, _ext.num_differing_bits(fp, theirs), signature, ours,
-                            self.signatures[key], self.distance, self.least)
-            if hit:
-                hits[key] = hit
-        return list(hits.values())
-
-
-def _text_hit(key, theirs, d, signature, banded, their_signature, distance, least):
-    """The hit (key, fingerprint, distance, resemblance or None) that a
-    candidate ``d`` bits away makes by the text rule, or None: a document
-    stored without text (or a text without bands, ``banded`` empty) by its
-    distance alone; else by the resemblance of the signatures, compared where
-    they share a band or the fingerprints are within the distance."""
-    if not (banded and their_signature):
-        return (key, theirs, d, None) if d <= distance else None
-    alike = _ext.banded_resemblance(signature, their_signature, d <= distance)
-    return (key, theirs, d, alike) if alike >= least else None
-
-
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Convert, in place, a database made by an earlier simhashdb to this
@@ -1161,68 +734,10 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
     """
     storage = open_storage(path, create=False, backend=backend)
     try:
-        with storage.read() as view:
-            raw = view.params()
-        if raw is None:
-            raise DatabaseError("%s is not a simhashdb database" % storage.path)
-        params = _stored_params(raw, storage.path)
-        storage.convert_tables(Layout(params["blocks"], params["distance"]).tables, progress)
+        params.convert_tables(storage, progress)
     finally:
         storage.close()
     DB(path, backend=backend).close()
-
-
-def _new_layout(distance, blocks, expected_size):
-    """The layout a new database of these parameters gets; raises for one
-    that cannot be."""
-    k = DEFAULT_DISTANCE if distance is None else distance
-    Layout(k + 1, k)  # validates distance before choose_blocks uses it
-    return Layout(Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE)
-                  if blocks is None else blocks, k)
-
-
-def _stored_params(raw, path):
-    """The parameters a database stored, checked."""
-    try:
-        params = msgpack.unpackb(raw)
-        params["blocks"], params["distance"], params["format"]
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
-        raise DatabaseError("%s has damaged parameters: restore it from a backup" % path) from None
-    if params["format"] > FORMAT_VERSION:
-        raise FormatVersionError(
-            "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
-            % (path, params["format"], FORMAT_VERSION))
-    return params
-
-
-def _names(view, found):
-    """{stored key: key} of the keys of ``found`` (lists of hits): a long key's
-    digest is read from its document in ``view`` (None where none is stored)."""
-    keys = dict.fromkeys(hit[0] for hits in found for hit in hits)
-    digests = [key for key in keys if is_digest(key)]
-    names = {key: decode_key(key) for key in keys if not is_digest(key)}
-    for key, value in zip(digests, view.get_many(digests) if digests else ()):
-        names[key] = None if value is None else decode_key(key, value)
-    return names
-
-
-def _matches(hits, names):
-    """Matches of (key, fingerprint, distance) hits, or TextMatches of (key,
-    fingerprint, distance, resemblance or None) ones, their keys as ``names``
-    says, sorted by (distance, key)."""
-    ordered = sorted((hit[2], *_key_order(names[hit[0]]), hit) for hit in hits)
-    matches = []
-    for *_, key, hit in ordered:
-        if len(hit) == 3 or hit[3] is None:
-            matches.append(_new_tuple(Match, (key, hit[1], hit[2])))
-        else:
-            match = _new_tuple(TextMatch, (key, hit[1], hit[2]))
-            match._resemblance = hit[3]
-            matches.append(match)
-    return matches
-
-
-_new_tuple = tuple.__new__  # a Match without NamedTuple's __new__: the hot path of queries
 
 
 def _signed(value, signature, source):
@@ -1238,83 +753,10 @@ def _signed(value, signature, source):
     return with_signature(value, signature)
 
 
-def _texts(view):
-    """The (keys, fingerprints, signatures or None) of every document."""
-    keys, fps, signatures = [], array("Q"), []
-    for key, value in view.documents():
-        keys.append(decode_key(key, value))
-        fps.append(value_fingerprint(value))
-        signatures.append(stored_signature(value))
-    return keys, fps, signatures
-
-
-def _threshold(threshold):
-    """A text rule's least resemblance: ``threshold``, checked, or the default."""
-    if threshold is None:
-        return THRESHOLD
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
-            not 0 <= threshold <= 1:
-        raise InvalidArgumentError("threshold must be a number in [0, 1], got %s"
-                                   % _ext.shown(threshold))
-    return threshold
-
-
 def size_of(stats):
     """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
     (its name, the bytes the database takes where its backend keeps it)."""
     return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
-
-
-_INVALID_RECORD = (InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
-                   InvalidMetadataError)
-
-
-def _check_invalid(invalid):
-    if invalid not in ("raise", "report"):
-        raise InvalidArgumentError('invalid must be "raise" or "report", got %s'
-                                   % _ext.shown(invalid))
-
-
-def _each_valid(records, encode, invalid):
-    """([(position, encode(record))] of the records ``encode`` takes, {position:
-    reason} of those it refuses); with ``invalid="raise"``, the first refusal
-    raises, naming the record's key."""
-    valid, refused = [], {}
-    for i, record in enumerate(records):
-        try:
-            valid.append((i, encode(record)))
-        except _INVALID_RECORD as exc:
-            if invalid == "raise":
-                raise type(exc)("record %d of the batch (key %s): %s"
-                                % (i, _ext.shown(_record_key(record)), exc)) from None
-            refused[i] = str(exc)
-    return valid, refused
-
-
-def _in_order(records, valid, refused, decided):
-    """The Decisions of a batch's ``records``, in order: the ``decided``
-    (matches, status, replaced) of the ``valid`` ones, and the ``refused``."""
-    decisions = [None] * len(records)
-    for (i, _), (hits, status, replaced) in zip(valid, decided):
-        decisions[i] = Decision(hits, records[i][0], status, replaced=replaced)
-    for i, reason in refused.items():
-        decisions[i] = Decision((), _record_key(records[i]), "invalid", reason)
-    return decisions
-
-
-def _record_key(record):
-    """A record's key, or None for a record that is not a tuple or list."""
-    return record[0] if isinstance(record, (tuple, list)) and record else None
-
-
-def _status(key, hits):
-    """The status of the encoded ``key`` whose near-duplicates are ``hits``."""
-    if not hits:
-        return "stored"
-    own = [hit for hit in hits if hit[0] == key]
-    if own and (len(hits) == 1 or own[0][2] == 0):
-        return "unchanged"
-    return "duplicate"
 
 
 def _text_record(record):
@@ -1336,14 +778,6 @@ def _batches(items, size):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
                                    % _ext.shown(items))
     return _chunks(items, size)
-
-
-def _shown_key(key_bytes):
-    """A stored key as a message shows it: decoded where it can be."""
-    try:
-        return decode_key(key_bytes) if not is_digest(key_bytes) else key_bytes
-    except DatabaseError:
-        return key_bytes
 
 
 def _chunks(items, size):
@@ -1369,16 +803,3 @@ def _restamp(txn, keys, now):
                  for key, value in zip(keys, txn.get_many(keys)) if value is not None]
     if documents:
         txn.upsert(documents)
-
-
-def _key_order(key):
-    return (isinstance(key, bytes), isinstance(key, str), key)
-
-
-def _sorted_keys(view, encoded_keys):
-    return sorted((decode_key(k, view.get(k) if is_digest(k) else None) for k in encoded_keys),
-                  key=_key_order)
-
-
-def _ordered(a, b):
-    return (a, b) if _key_order(a) <= _key_order(b) else (b, a)

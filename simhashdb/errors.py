@@ -25,6 +25,10 @@ class InputError(SimhashDBError, ValueError):
     """A line or file of input cannot be read as a record (simhashdb.inputs)."""
 
 
+class DamagedInputError(InputError):
+    """A compressed input whose data is damaged."""
+
+
 class KeyNotFoundError(SimhashDBError, KeyError):
     """``db[key]`` of a key with no document."""
 
@@ -90,3 +94,12 @@ class MaintenanceWarning(UserWarning):
     """Work that keeps the database fast waits: a stored batch's follow-up
     (merging the tables' runs) failed and the next write tries it again, or
     the fingerprint index waits for a writer with the database to itself."""
+
+
+class CliError(SimhashDBError):
+    """A command's input or options are wrong: ``simhashdb-cli`` prints one
+    line on stderr and exits with status 1."""
+
+
+class UsageError(CliError):
+    """Options that do not go together: one line on stderr, exit status 2."""

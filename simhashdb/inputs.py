@@ -50,7 +50,7 @@ from typing import Callable, Optional, Sequence
 import chardet
 
 from . import _ext
-from .errors import InputError, SimhashDBError
+from .errors import DamagedInputError, InputError, SimhashDBError
 from .fingerprint import fingerprint as default_fingerprint
 
 FORMATS = ("dec", "hex", "jsonl", "text", "warc")
@@ -85,10 +85,6 @@ DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError),
                  (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError), bz2.BZ2File),
                  (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError),
                   lzma.LZMAFile))
-
-
-class DamagedInput(InputError):
-    """A compressed input whose data is damaged."""
 
 
 class Skipped:
@@ -420,6 +416,22 @@ def _walked_text(path):
         return Skipped("cannot be read (%s)" % str(exc).rsplit(": ", 1)[-1])
 
 
+def path_keys(name):
+    """The keys an import without ``--root`` gives what ``name`` names, where
+    it names a file that exists: its absolute path, or for ``PATH:LINE`` the
+    key of that line of the file, ``/absolute/PATH:LINE``."""
+    path, _, line = name.rpartition(":")
+    named = ((name, ""), (path, ":" + line)) if line.isdigit() else ((name, ""),)
+    return [os.path.abspath(file) + suffix for file, suffix in named
+            if file and os.path.exists(file)]
+
+
+def is_parquet(given):
+    """Whether an input is Parquet: a .parquet file, or a directory of them."""
+    return given.endswith(".parquet") or (
+        os.path.isdir(given) and any(n.endswith(".parquet") for n in os.listdir(given)))
+
+
 def input_format(given, fmt=None):
     """The format of an input: ``fmt`` where given, "text" for a directory;
     else jsonl for a .jsonl file; else, from every line of its first 64 KiB
@@ -448,7 +460,7 @@ def input_format(given, fmt=None):
     try:
         with open_input(given, peek=True, decompressed=True) as stream:
             lines = [line.strip() for line in stream if line.strip()]
-    except DamagedInput:
+    except DamagedInputError:
         return "text"  # which read_text skips, as damaged
     if lines and lines[0].startswith(ARCHIVE_MAGIC):
         return "warc"
@@ -741,7 +753,7 @@ def open_input(given, peek=False, decompressed=False):
     lines of records: those of a named gzip, bzip2 or xz file's content, a
     byte order mark before the first left out.
 
-    :raises DamagedInput: compressed data that is damaged.
+    :raises DamagedInputError: compressed data that is damaged.
     """
     if given == "-":
         stream = stdin()
@@ -769,7 +781,7 @@ def open_input(given, peek=False, decompressed=False):
             yield _lines(_complete_lines(stream.read(PEEK)) if peek else stream, decompressed)
         except (OSError, EOFError, lzma.LZMAError) as exc:
             if compression:
-                raise DamagedInput("cannot read %s: damaged %s data" % (given, compression[1])
+                raise DamagedInputError("cannot read %s: damaged %s data" % (given, compression[1])
                                    ) from None
             raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
 

@@ -13,10 +13,9 @@ import sys
 from array import array
 from typing import Any, Optional
 
-from . import _ext
+from . import _ext, rule
 from .errors import InvalidArgumentError
 from .layout import Layout
-
 
 
 def find_all(hashes: Any, blocks: Optional[int] = None, distance: Optional[int] = None, *,
@@ -102,8 +101,8 @@ def pair_chunks(values, layout, distance=None, chunk=1 << 20, table=None, sides=
 
 
 def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
-    """Every pair of documents near each other by the text rule (see
-    :meth:`simhashdb.DB.insert_text_if_new`), each once, as (i, j, resemblance)
+    """Every pair of documents near each other by the text rule
+    (:mod:`simhashdb.rule`), each once, as (i, j, resemblance)
     with i < j positions: two texts that share a band of their ``signatures``
     or whose ``fingerprints`` are within ``distance`` bits (default: the
     layout's), when their resemblance is at least ``threshold``; a pair with a
@@ -121,12 +120,12 @@ def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
     def near(i, j):  # documents within the distance: the rest of the rule
         i, j = min(i, j), max(i, j)
         a, b = signatures[i], signatures[j]
-        if not (a and b and any(a) and any(b)):
-            yield i, j, None
-        elif not _ext.shares_a_band(a, b):  # those that share one came from the bands
-            score = _ext.resemblance(a, b)
-            if score >= threshold:
-                yield i, j, score
+        texts = bool(a and b and any(a) and any(b))
+        if texts and _ext.shares_a_band(a, b):  # those that share one came from the bands
+            return
+        score = rule.judge(True, a, texts, b, threshold)
+        if score is not False:
+            yield i, j, score
 
     for value, count in zip(values, counts):
         for i, j in itertools.combinations(holders[value], 2) if count > 1 else ():

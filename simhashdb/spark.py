@@ -36,9 +36,9 @@ import functools
 import math
 from decimal import Decimal
 
-from . import _ext
-from .errors import InvalidArgumentError, InvalidFingerprintError, InvalidKeyError, SimhashDBError
-from .db import _threshold as check_threshold
+from . import _ext, rule
+from .errors import (InputError, InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
+                     SimhashDBError)
 from .layout import Layout
 from .matching import pair_chunks
 
@@ -106,7 +106,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         signatures (256 bytes, from :func:`simhashdb.fingerprint_with_signature`
         with the fingerprint; null, or all zero, for a document without text).
     :param float threshold: the least resemblance of two texts that are
-        near-duplicates, in [0, 1] (default: ``simhashdb.db.THRESHOLD``);
+        near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
     :param against: an old corpus (a DataFrame with the same key,
         fingerprint and, where it has one, signature columns): the result
@@ -261,11 +261,11 @@ def _resemblance_partition(threshold, distance, batches):
         texts = has_a & has_b
         rows = numpy.arange(len(texts))
         scores = numpy.full(len(texts), numpy.nan)
-        scores[texts] = _resemblances(numpy.concatenate([a, b]), rows[texts],
+        scores[texts] = rule.resemblances(numpy.concatenate([a, b]), rows[texts],
                                       rows[texts] + len(texts))
         between, banded = batch.column(2).to_numpy(), batch.column(3).to_numpy(False)
         near = between <= distance
-        keep = numpy.where(texts, (banded | near) & (scores >= threshold), near)
+        keep = rule.kept_pairs(texts, banded, near, scores, threshold)
         if keep.any():
             kept = pyarrow.array(numpy.flatnonzero(keep))
             yield pyarrow.RecordBatch.from_arrays(
@@ -273,6 +273,40 @@ def _resemblance_partition(threshold, distance, batches):
                  batch.column(2).take(kept),
                  pyarrow.array(scores[keep], mask=numpy.isnan(scores[keep]))],
                 names=["key_a", "key_b", "distance", "resemblance"])
+
+
+def from_records(session, records, key="key", fingerprint="fingerprint", signature=None):
+    """A DataFrame of ``records`` for :func:`find_all`, :func:`clusters` and
+    :func:`dedupe`: (key, fingerprint, meta, signature or None) tuples, as
+    :mod:`simhashdb.inputs` reads documents and a text's signature (from
+    :func:`simhashdb.fingerprint_with_signature`). Columns ``key``,
+    ``fingerprint`` (decimal(20, 0)), ``meta`` where any record has metadata
+    (msgpack, as export_parquet writes it) and ``signature`` (default:
+    "signature") where any is a text.
+
+    :returns: (the DataFrame, the name of its signature column or None).
+    :raises InputError: keys of mixed types, or integers from 2**63.
+    :raises InvalidArgumentError: ``signature`` names another column.
+    """
+    from . import parquet
+    keys, fps, metas, signatures = (list(column) for column in zip(*records)) if records \
+        else ([], [], [], [])
+    try:
+        key_array = pyarrow.array(keys)
+    except (pyarrow.ArrowException, OverflowError, TypeError):
+        raise InputError("keys must all be strings or all be integers below 2**63") from None
+    columns = {key: key_array,
+               fingerprint: pyarrow.array(fps, pyarrow.uint64()).cast(pyarrow.decimal128(20, 0))}
+    if any(m is not None for m in metas):
+        columns["meta"] = parquet.meta_column(metas)
+    if not any(s is not None for s in signatures):
+        return session.createDataFrame(pyarrow.table(columns)), None
+    signature = signature or "signature"
+    if signature in columns:
+        raise InvalidArgumentError("signature %r names the key, fingerprint or meta column"
+                                   % signature)
+    columns[signature] = pyarrow.array(signatures, pyarrow.binary())
+    return session.createDataFrame(pyarrow.table(columns)), signature
 
 
 def choose_blocks(distance, documents):
@@ -297,7 +331,7 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
     Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
     if signature is None and threshold is not None:
         raise InvalidArgumentError("threshold is the text rule's: name the signature column too")
-    least = None if signature is None else check_threshold(threshold)
+    least = None if signature is None else rule.check_threshold(threshold)
     fields = {f.name: f.dataType for f in df.schema.fields}
     named = ((key, "key"), (fingerprint, "fingerprint")) + (
         ((signature, "signature"),) if signature is not None else ())
@@ -554,7 +588,7 @@ def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
         earlier = numpy.arange(BANDS) < band[x][:, None]
         keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
         x, y = x[keep], y[keep]
-        alike = _resemblances(signatures, x, y)
+        alike = rule.resemblances(signatures, x, y)
         near = alike >= threshold
         if near.any():
             yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
@@ -659,23 +693,12 @@ def _decided(key, fp, signatures, has, bands, a, b, threshold):
         texts = numpy.flatnonzero(~keep)
         if len(texts):
             apart = texts[~(bands.of(x[texts]) == bands.of(y[texts])).any(axis=1)]
-            alike = _resemblances(signatures, x[apart], y[apart])
+            alike = rule.resemblances(signatures, x[apart], y[apart])
             near = alike >= threshold
             keep[apart[near]] = True
             scores[apart[near]] = alike[near]
         if keep.any():
             yield _text_key_pairs(key, fp, x[keep], y[keep], scores[keep])
-
-
-def _resemblances(signatures, a, b):
-    """The resemblance of the signatures of rows a and b, as
-    :func:`simhashdb.resemblance` computes it: equal bins over bins not empty
-    in both."""
-    bins = signatures.view(numpy.uint16)   # equality and emptiness ignore the byte order
-    x, y = bins[a], bins[b]
-    used = (x | y) != 0
-    equal = ((x == y) & used).sum(axis=1)
-    return equal / used.sum(axis=1)
 
 
 def _text_key_pairs(key, fp, a, b, scores):

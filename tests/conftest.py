@@ -140,33 +140,40 @@ def db(db_path, backend):
         yield database
 
 
-# What a document is stored as, read and written below the DB (for tests of
-# older formats and of what a value holds): the one place tests reach storage.
+# Below the DB: what a document is stored as (for tests of older formats and
+# of what a value holds), and the storage itself for tests of what only it
+# shows (its files, transactions, counters, failures injected into it).
+
+def storage_of(db):
+    """The :class:`simhashdb.storage.Storage` that ``db`` reads and writes
+    through: the one place tests reach below the public API."""
+    return db._storage
+
 
 def stored_value(db, key):
     """The bytes stored for document ``key`` (None if there is none)."""
-    with db._storage.read() as view:
+    with storage_of(db).read() as view:
         return view.get(simhashdb.records.encode_key(key))
 
 
 def store_values(db, documents):
     """Store (key, fingerprint, value) documents with their values as given (bytes)."""
     encoded = [(simhashdb.records.encode_key(k), fp, value) for k, fp, value in documents]
-    db._storage.write(lambda txn: txn.upsert(encoded))
+    storage_of(db).write(lambda txn: txn.upsert(encoded))
 
 
 def stored_params(db):
-    with db._storage.read() as view:
+    with storage_of(db).read() as view:
         return view.params()
 
 
 def store_params(db, raw):
-    db._storage.write(lambda txn: txn.set_params(raw))
+    storage_of(db).write(lambda txn: txn.set_params(raw))
 
 
 def stored_keys(db):
     """The encoded keys of the documents, in the backend's iteration order."""
-    with db._storage.read() as view:
+    with storage_of(db).read() as view:
         return [key for key, _ in view.documents()]
 
 
@@ -212,7 +219,7 @@ def bands_as_in_0_5(path):
     import msgpack
 
     from simhashdb import DB
-    with DB(path, readonly=True) as db, db._storage.read() as view:
+    with DB(path, readonly=True) as db, storage_of(db).read() as view:
         bands = [view.band_entries(band) for band in range(lmdb_format.BANDS)]
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
@@ -240,7 +247,7 @@ def as_in_0_3(path):
     import msgpack
 
     from simhashdb import DB
-    with DB(path, readonly=True) as db, db._storage.read() as view:
+    with DB(path, readonly=True) as db, storage_of(db).read() as view:
         layout = db._layout
         tables = [view.table_fingerprints(t) for t in range(layout.tables)]
     bands_as_in_0_5(path)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BACKENDS, as_tuples, brute_force, native_built
+from conftest import BACKENDS, as_tuples, brute_force, native_built, storage_of
 from test_multiprobe import adversarial_docs, probes_near
 
 from simhashdb import DB
@@ -120,11 +120,11 @@ def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_n
         db.insert_many([(k, i) for i, k in enumerate(stored)])
         if backend_name == "redis":
             def position(key):
-                return db._storage.keys.doc_shard(key), key
+                return storage_of(db).keys.doc_shard(key), key
         else:
             def position(key):
                 return key
-        with db._storage.read() as view:
+        with storage_of(db).read() as view:
             keys = [k for k, _ in view.documents()]
             assert sorted(keys) == sorted(msgpack.packb(k) for k in stored)
             assert keys == sorted(keys, key=position)

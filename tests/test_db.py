@@ -7,7 +7,8 @@ import sys
 import msgpack
 import numpy as np
 import pytest
-from conftest import as_tuples, brute_force, flip, key_order, store_params, stored_params
+from conftest import (as_tuples, brute_force, flip, key_order, storage_of, store_params,
+                      stored_params)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -160,7 +161,7 @@ def test_a_stream_of_batches_commits_in_order_up_to_the_first_failure(db, monkey
     with pytest.raises(InvalidFingerprintError):
         db.insert_many((("a%d" % i, -1 if i == 7 else i) for i in range(12)), batch_size=3)
     assert sorted(r.key for r in db if r.key[0] == "a") == ["a%d" % i for i in range(6)]
-    writes, write = [], db._storage.write
+    writes, write = [], storage_of(db).write
 
     def failing_second(body, documents=0):
         writes.append(body)
@@ -168,7 +169,7 @@ def test_a_stream_of_batches_commits_in_order_up_to_the_first_failure(db, monkey
             raise DatabaseError("the disk failed")
         return write(body, documents)
 
-    monkeypatch.setattr(db._storage, "write", failing_second)
+    monkeypatch.setattr(storage_of(db), "write", failing_second)
     with pytest.raises(DatabaseError, match="the disk failed"):
         db.insert_many((("b%d" % i, i) for i in range(12)), batch_size=3)
     assert len(writes) == 2
@@ -319,11 +320,11 @@ def test_a_batch_too_large_for_the_map_is_written_once(db_path, monkeypatch, arr
     rng = np.random.default_rng(3)
     keys, fps = np.arange(40000, dtype=np.uint64), rng.integers(0, 2**64, 40000, dtype=np.uint64)
     with DB(db_path, distance=3, blocks=6) as db:
-        runs, write = [], db._storage.write
+        runs, write = [], storage_of(db).write
 
         def counted(body, documents=0):
             return write(lambda txn: (runs.append(documents), body(txn))[1], documents)
-        monkeypatch.setattr(db._storage, "write", counted)
+        monkeypatch.setattr(storage_of(db), "write", counted)
         if arrays:
             db.insert_many(keys=keys, fingerprints=fps, batch_size=keys.size)
         else:
@@ -371,10 +372,10 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
     missing from such a fingerprint's entries is still named."""
     import contextlib
 
-    import simhashdb.db
-    monkeypatch.setattr(simhashdb.db, "CHECK_CHUNK", 100)
+    import simhashdb.check
+    monkeypatch.setattr(simhashdb.check, "CHUNK", 100)
     db.insert_many([(i, 12345) for i in range(3000)] + [(-i, i * 7919) for i in range(1, 500)])
-    read, real = [], db._storage.read
+    read, real = [], storage_of(db).read
 
     @contextlib.contextmanager
     def counted():
@@ -382,7 +383,7 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
             keys_of_many = view.keys_of_many
             view.keys_of_many = lambda fps: read.append(keys_of_many(fps)) or read[-1]
             yield view
-    monkeypatch.setattr(db._storage, "read", counted)
+    monkeypatch.setattr(storage_of(db), "read", counted)
     assert db.check() == []
     assert sum(len(keys) for found in read for keys in found.values()) == 3499
     if db.backend in ("lmdb", "py-lmdb"):  # one entry of the shared fingerprint lost

@@ -7,7 +7,7 @@ import sys
 import time
 
 import pytest
-from conftest import as_in_0_3, brute_force
+from conftest import as_in_0_3, brute_force, storage_of
 
 from simhashdb import DB, DatabaseError
 
@@ -275,6 +275,7 @@ GROWTH_AND_REOPEN_REFUSED = ADDRESS_SPACE + """
 import os, sys
 import numpy as np
 from simhashdb import DB
+from simhashdb.storage import registry
 from simhashdb.storage.lmdb import files
 files.LmdbStorage.initial_map_size = 64 << 20
 files.MAP_A_DOCUMENT = files.MAP_A_TABLE_ENTRY = 0  # no growth ahead while the file fills
@@ -284,14 +285,15 @@ with DB(sys.argv[1], distance=3, blocks=5, expected_size=250000) as db:
     print(db.stats()["map_size"] >> 20, os.path.getsize(sys.argv[1] + "/data.mdb") >> 20)
     limit_address_space(16 << 20)
     files.MAP_A_DOCUMENT = 1 << 20  # the next batch seems to need far more than the map
-    refused, set_mapsize = [], db._storage.shared._set_mapsize
-    def watched(size):
+    backend = registry.backend_class(db.backend)
+    refused, set_mapsize = [], backend._set_mapsize
+    def watched(storage, size):
         try:
-            set_mapsize(size)
+            set_mapsize(storage, size)
         except Exception:
             refused.append(size >> 20)
             raise
-    db._storage.shared._set_mapsize = watched
+    backend._set_mapsize = watched
     try:
         db.insert_many((250000 + i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(1000))
     except MemoryError:  # the batch's own memory, in little room: it lands whole or not at all
@@ -320,9 +322,12 @@ def test_a_failed_growth_of_a_map_over_half_full_keeps_the_handle(db_path):
 
 SNAPSHOT_HOLDER = """
 import sys, simhashdb
-with simhashdb.DB(sys.argv[1], readonly=True) as db, db._storage.read():
+with simhashdb.DB(sys.argv[1], readonly=True) as db:
+    records = iter(db)  # a loop over the records holds one snapshot until it ends
+    next(records)
     print("held", flush=True)
     sys.stdin.read()
+    records.close()
 """
 
 
@@ -343,7 +348,7 @@ def test_growing_the_map_warns_of_open_snapshots_not_of_kept_reader_slots(db_pat
         def warned():
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                db._storage.shared._grow()
+                storage_of(db).shared._grow()
             return [str(w.message).split(" while ")[-1][:20] for w in caught
                     if issubclass(w.category, ResourceWarning)]
         assert warned() == []
@@ -402,7 +407,7 @@ def test_a_tidy_whose_map_can_neither_grow_nor_be_mapped_again_says_to_reopen(db
     from simhashdb import MaintenanceWarning
     db = DB(db_path, distance=3, backend=backend)
     db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(2000))
-    storage = db._storage.shared
+    storage = storage_of(db).shared
     writer = storage._writer
 
     class Filling:  # a writer whose batches leave merges, and whose merges fill the map

@@ -17,7 +17,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import BACKENDS, as_tuples, brute_force
+from conftest import BACKENDS, as_tuples, brute_force, storage_of
 
 from simhashdb import DB, DatabaseError, SimhashDBError
 from simhashdb.storage.lmdb import format as lmdb_format
@@ -919,7 +919,7 @@ def test_a_batch_query_where_no_thread_can_start_is_answered_whole(tmp_path, mon
     with DB(str(tmp_path / "db"), distance=3, backend="lmdb") as db:
         db.insert_many(docs.items())
         expected = [sorted(db.query(probe)) for probe in probes]
-        monkeypatch.setattr(db._storage.shared, "_env", WatchedEnv(db._storage.shared._env))
+        monkeypatch.setattr(storage_of(db).shared, "_env", WatchedEnv(storage_of(db).shared._env))
         monkeypatch.setattr(threading.Thread, "start", starved_start)
         found = db.query_many(probes)
         monkeypatch.undo()

@@ -13,6 +13,7 @@ import time
 import warnings
 
 import pytest
+from conftest import storage_of
 
 from simhashdb import DB, DamagedDatabaseWarning, DatabaseError
 from simhashdb.records import MAX_KEY_BYTES, encode_documents, encode_key
@@ -35,7 +36,7 @@ def test_a_database_with_most_documents_deleted_reopens_writable(tmp_path, backe
             db.insert_many((i, rng.getrandbits(64)) for i in range(size))
             gone = [encode_key(i) for i in range(int(size * rng.choice([0.95, 0.99, 1.0])))]
             first = encode_documents([("first", 1)], MAX_KEY_BYTES, 0)
-            db._storage.write(lambda txn: (txn.upsert(first), txn.remove(gone)))
+            storage_of(db).write(lambda txn: (txn.upsert(first), txn.remove(gone)))
         short += inspect_data_file(os.path.join(path, "data.mdb"))[1] is not None
         with warnings.catch_warnings():
             warnings.simplefilter("error")

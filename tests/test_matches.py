@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import simhashdb
 from simhashdb import Decision, Match, _records
-from simhashdb.db import _matches, _names
+from simhashdb.results import matches as _matches, names as _names
 from simhashdb.records import encode_key
 from conftest import brute_force, flip
 

@@ -12,7 +12,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import as_in_0_3, brute_force, index_in_one_slot, native_built
+from conftest import as_in_0_3, brute_force, index_in_one_slot, native_built, storage_of
 
 import simhashdb
 from simhashdb import DB, _ext
@@ -129,7 +129,7 @@ def check_exact(db, docs, probes):
                 sorted(brute_force(docs, probe, distance), key=repr), (probe, distance)
     assert len(db) == len(docs)
     assert db.check() == []
-    with db._storage.read() as view:
+    with storage_of(db).read() as view:
         assert view.distinct() == len(set(docs.values()))
 
 
@@ -256,8 +256,8 @@ def test_a_merge_of_a_slot_merged_earlier_in_the_same_tidy_is_read_by_the_writer
         db.insert_many(docs.items())
     spread_index(path, docs, [12_000, 12_000, 10_000, 10_000])
     with DB(path) as db:
-        db._storage.write(lambda txn: txn.tidy())
-        assert db._storage.shared._env.fed_merges == 1
+        storage_of(db).write(lambda txn: txn.tidy())
+        assert storage_of(db).shared._env.fed_merges == 1
         check_exact(db, docs, rng.sample(list(docs.values()), 20))
     slots = assert_index_holds(path, docs)
     assert [len(slot) for slot in slots if slot] == [44_000]
@@ -295,7 +295,7 @@ def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
     for backend in ("lmdb", "py-lmdb"):
         with DB(path, readonly=True, backend=backend) as db:
             check_exact(db, docs, probes)
-            with db._storage.read() as view:
+            with storage_of(db).read() as view:
                 groups = list(view.fingerprint_groups())
             assert [fp for fp, _ in groups] == sorted({fp for fp in docs.values()})
             assert sum(len(keys) for _, keys in groups) == len(docs)
@@ -423,7 +423,7 @@ def test_a_fingerprint_of_thousands_of_keys_in_two_slots_pages_whole(tmp_path):
         db.insert_many([("0%05d" % i, shared) for i in range(1000)] + [("z", 6)])
     assert sum(bool(slot) for slot in read_index(path)) == 2
     for backend in ("lmdb", "py-lmdb"):
-        with DB(path, readonly=True, backend=backend) as db, db._storage.read() as view:
+        with DB(path, readonly=True, backend=backend) as db, storage_of(db).read() as view:
             groups = list(view.fingerprint_groups())
         assert [fp for fp, _ in groups] == [5, 6, shared, MAX]
         assert groups[2][1] == sorted(msgpack.packb("0%05d" % i) for i in range(1000)) + \
@@ -519,7 +519,8 @@ def test_a_large_removal_after_a_change_in_its_transaction_removes_in_place(tmp_
         gone = rng.sample(sorted(docs), 2000)
         stored = encode_documents(list(new.items()), 1000, 0)
         removed = [encode_key(k) for k in gone]
-        assert db._storage.write(lambda txn: (txn.upsert(stored), txn.remove(removed))[1]) == 2000
+        storage = storage_of(db)
+        assert storage.write(lambda txn: (txn.upsert(stored), txn.remove(removed))[1]) == 2000
         for key in gone:
             del docs[key]
         docs.update(new)
@@ -571,7 +572,7 @@ def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path,
     gone = rng.sample(sorted(docs), 2000)
     with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
-        views = [db._storage.read() for _ in range(2)]
+        views = [storage_of(db).read() for _ in range(2)]
         for view in views:
             view.__enter__().count()
         assert db.delete_many(gone) == 2000
@@ -706,7 +707,7 @@ def test_the_stale_count_triggers_the_rewrite(tmp_path):
             expected_stale += 10
             if expected_stale * RUN_RATIO > distinct:
                 expected_stale = 0
-            with db._storage.read() as view:
+            with storage_of(db).read() as view:
                 assert view._count(b"stale") == expected_stale
                 assert view.distinct() == distinct
                 assert len(view._directory(0)) == 1 or expected_stale
@@ -722,7 +723,7 @@ def test_tables_of_0_3_open_read_only_and_convert_to_runs(tmp_path, backend):
     docs.update({"twin%d" % i: fps[i] for i in range(50)})
     with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
         db.insert_many(docs.items())
-        full = db._storage.path
+        full = storage_of(db).path
     as_in_0_3(path)
     probes = [0, MAX, top, fps[7] ^ 0b11] + [fp ^ 0b1001 for fp in rng.sample(fps, 20)]
     with pytest.raises(DatabaseError) as refused:
@@ -840,7 +841,7 @@ def test_py_lmdb_insert_if_new_decides_as_one_upsert_a_document_would(tmp_path, 
     for decide in (Txn.insert_if_new, PyTxn.insert_if_new):
         with DB(str(tmp_path / decide.__qualname__), distance=3, backend="py-lmdb") as db:
             db.insert_many(stored)
-            found = db._storage.write(lambda txn: (txn.upsert(before),
+            found = storage_of(db).write(lambda txn: (txn.upsert(before),
                                                    decide(txn, batch, distance))[1])
             outcomes.append(([sorted(hits) for hits in found],
                              sorted((r.key, r.fingerprint, r.meta) for r in db), db.check()))

@@ -4,7 +4,7 @@ many runs, conversions of 0.3's tables, damage and block directories.
 
 import pytest
 
-from conftest import as_in_0_3
+from conftest import as_in_0_3, storage_of
 
 from simhashdb.db import FORMAT_VERSION
 from simhashdb.errors import DatabaseError
@@ -460,7 +460,7 @@ def test_churn_keeps_the_tables_bounded_and_exact(tmp_path):
                    enumerate(rng.integers(0, 2**64, size=n // 10, dtype=np.uint64))}
             db.insert_many(new.items())
             live.update(new)
-            with db._storage.read() as view:
+            with storage_of(db).read() as view:
                 stale = view._txn.get(b"stale", True)
                 assert int.from_bytes(stale or bytes(8), "big") * 4 <= view.distinct() == len(live)
                 assert all(len(view.table_fingerprints(t)) == len(live) for t in (0, db.tables - 1))

@@ -14,7 +14,7 @@ from simhashdb.db import FORMAT_VERSION
 from simhashdb import InvalidArgumentError, ParameterMismatchError
 from simhashdb.storage.lmdb import format as lmdb_format
 
-from conftest import store_params, store_values, stored_params, stored_value
+from conftest import storage_of, store_params, store_values, stored_params, stored_value
 
 RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
@@ -203,7 +203,7 @@ def made_by_0_2(path, request):
     if os.environ["SIMHASHDB_BACKEND"] == "redis":
         cluster = request.getfixturevalue("redis_cluster")
         with simhashdb.DB(path) as db:
-            bands = tuple(db._storage.keys.bands)
+            bands = tuple(storage_of(db).keys.bands)
             for port in cluster.primaries():
                 with cluster.client(port) as client:
                     for key in list(client.scan_iter(match=b"*:b*")):

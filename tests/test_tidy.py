@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import brute_force, native_built
+from conftest import brute_force, native_built, storage_of
 from test_pylmdb_runs import LAYOUT, read_tables
 
 from simhashdb import DB, MaintenanceWarning
@@ -89,7 +89,7 @@ def test_a_rewrite_cut_short_goes_on_and_counts_the_removals_since(tmp_path, bac
         for key in gone:
             del docs[key]
         for _ in range(3):  # three tables rewritten, as if the process then died
-            assert db._storage.shared._transact(lambda txn: txn.tidy()) == (True, False)
+            assert storage_of(db).shared._transact(lambda txn: txn.tidy()) == (True, False)
     monkeypatch.undo()
     tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
     assert (distinct, stale) == (1400, 600)
@@ -119,18 +119,18 @@ def test_a_failed_tidy_warns_and_the_batch_stays(tmp_path, backend, small_merges
     batch = {"new%d" % i: rng.getrandbits(64) for i in range(1000)}
     with DB(path, distance=3, blocks=5, backend=backend) as db:
         db.insert_many(docs.items())
-        writer = type(db._storage.shared)._writer
+        writer = type(storage_of(db).shared)._writer
 
         def failing_writer(self, txn):
             made = writer(self, txn)
             made.tidy = lambda: (_ for _ in ()).throw(DatabaseError("the disk is full"))
             return made
 
-        monkeypatch.setattr(type(db._storage.shared), "_writer", failing_writer)
+        monkeypatch.setattr(type(storage_of(db).shared), "_writer", failing_writer)
         with pytest.warns(MaintenanceWarning, match="the batch is stored"):
             db.insert_many(batch.items())
         docs.update(batch)
-        monkeypatch.setattr(type(db._storage.shared), "_writer", writer)
+        monkeypatch.setattr(type(storage_of(db).shared), "_writer", writer)
         check(db, docs, rng)
     tables, _ = read_tables(path, LAYOUT.tables)
     assert all(merges_left(runs) for runs in tables)
@@ -180,7 +180,7 @@ def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
         db.delete_many(gone)
         for key in gone:
             del docs[key]
-        db._storage.shared._transact(lambda txn: txn.tidy())
+        storage_of(db).shared._transact(lambda txn: txn.tidy())
         db.compact()
         check(db, docs, rng)
     tables, (distinct, stale) = read_tables(path, LAYOUT.tables)
@@ -188,7 +188,7 @@ def test_a_compaction_during_a_rewrite_ends_it(tmp_path, backend, monkeypatch):
     assert all([(slot, len(values)) for _, slot, values in runs] == [(0, 600)] for runs in tables)
     monkeypatch.undo()
     with DB(path, backend=backend) as db:  # nothing left to rewrite
-        assert db._storage.shared._transact(lambda txn: txn.tidy()) == (False, False)
+        assert storage_of(db).shared._transact(lambda txn: txn.tidy()) == (False, False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -150,7 +150,7 @@ def text_main(args):
     fps, signatures, _ = text_corpus(args.text)
     made_s = time.perf_counter() - started
     n = len(fps)
-    threshold = simhashdb.db.THRESHOLD
+    threshold = simhashdb.rule.THRESHOLD
     spark_blocks = args.blocks or sspark.choose_blocks(args.distance, n)
     layout = Layout(Layout.choose_blocks(args.distance, n), args.distance)
     memory_s, expected = timed(lambda: {(i, j) for i, j, _ in matching.text_pairs(

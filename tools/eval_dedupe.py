@@ -18,7 +18,7 @@ batches of 1,000). Methods:
   32 bands (4 bins each, densified) of the text's 128 x 16-bit MinHash
   signature, or whose fingerprint is within the database's distance (3); a
   candidate is confirmed when the estimated resemblance is at least
-  ``simhashdb.db.THRESHOLD`` (0.45; ``--threshold`` runs it at others too);
+  ``simhashdb.rule.THRESHOLD`` (0.45; ``--threshold`` runs it at others too);
 - the fingerprint alone: recipe 3 fingerprints through
   ``DB.insert_if_new_many`` at k = 3 (the index-only rule), and PyPI
   ``simhash``'s the same way (left out by ``--ours``);
@@ -71,7 +71,7 @@ import eval_quality
 
 import simhashdb
 from simhashdb import _ext
-from simhashdb.db import THRESHOLD
+from simhashdb.rule import THRESHOLD
 
 BATCH = 1000
 MODEL_CODE = {eval_quality.FOREIGN_WORDS: "fw", eval_quality.FOREIGN_BLOCK: "fb",

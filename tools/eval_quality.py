@@ -4,7 +4,7 @@ What this measures is the 64-bit fingerprint alone: the candidates the
 database's fingerprint index finds within k bits. The database's text rule
 (``DB.insert_text_if_new`` and the other text methods) takes as candidates
 the documents that share a band of the MinHash signature too, and confirms
-a candidate by its estimated resemblance (``simhashdb.db.THRESHOLD``);
+a candidate by its estimated resemblance (``simhashdb.rule.THRESHOLD``);
 tools/eval_dedupe.py measures that rule, through the database, over a whole
 corpus. The corpora, the edit models and the notion of unrelated documents
 are shared: eval_dedupe and tests/test_quality.py take them from here.

@@ -96,6 +96,13 @@ def scheme_of(path):
     return None
 
 
+def makes_files(path):
+    """Whether creating a database at ``path`` makes its files: a path that
+    names no backend by its URL and is missing or an empty directory."""
+    return scheme_of(path) is None and (
+        not os.path.exists(path) or os.path.isdir(path) and not os.listdir(path))
+
+
 def open_storage(path, readonly=False, create=True, backend=None):
     """The :class:`Storage` of ``path``: ``backend`` itself if it is one; for a
     URL, the backend of its scheme; else the backend named ``backend``

@@ -1,0 +1,188 @@
+"""A database's stored parameters (its format version, layout and recipe):
+checked, packed and stored in this one place, and a database of an earlier
+format brought to this one (:func:`simhashdb.upgrade` converts its tables
+first)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import msgpack
+
+from .errors import DatabaseError, FormatVersionError, ParameterMismatchError
+from .layout import DEFAULT_EXPECTED_SIZE, Layout
+from .records import signature as stored_signature, value_fingerprint
+
+# 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
+# 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs
+FORMAT_VERSION = 5
+DEFAULT_DISTANCE = 3
+UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
+
+
+def new_layout(distance, blocks, expected_size):
+    """The layout a new database of these parameters gets; raises for one
+    that cannot be."""
+    k = DEFAULT_DISTANCE if distance is None else distance
+    Layout(k + 1, k)  # validates distance before choose_blocks uses it
+    return Layout(Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE)
+                  if blocks is None else blocks, k)
+
+
+def read(storage):
+    """The parameters ``storage`` holds, checked, or None where it holds none.
+
+    :raises DatabaseError: they are damaged.
+    :raises FormatVersionError: a newer simhashdb wrote them.
+    """
+    with storage.read() as view:
+        raw = view.params()
+    return None if raw is None else _checked(raw, storage.path)
+
+
+def _checked(raw, path):
+    try:
+        params = msgpack.unpackb(raw)
+        params["blocks"], params["distance"], params["format"]
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+        raise DatabaseError("%s has damaged parameters: restore it from a backup" % path) from None
+    if params["format"] > FORMAT_VERSION:
+        raise FormatVersionError(
+            "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
+            % (path, params["format"], FORMAT_VERSION))
+    return params
+
+
+def store(storage, **changes):
+    """Store the parameters ``storage`` holds with ``changes`` made to them."""
+    def change(txn):
+        params = msgpack.unpackb(txn.params())
+        params.update(changes)
+        txn.set_params(msgpack.packb(params))
+
+    storage.write(change)
+
+
+def open_params(storage, distance, blocks, expected_size, recipe):
+    """(layout, recipe, format) of the database of ``storage``: its stored
+    parameters, or, for a new one, those these arguments make, stored;
+    explicit ones checked against the stored, an empty database without a
+    recipe given ``recipe``, one of an earlier format brought to this one.
+
+    :raises ParameterMismatchError: explicit parameters or recipe differ from
+        the stored ones.
+    """
+    params = read(storage)
+    if params is None:
+        if storage.readonly:
+            raise DatabaseError("%s is not a simhashdb database" % storage.path)
+        layout = new_layout(distance, blocks, expected_size)
+        storage.open_tables(layout)
+        new = msgpack.packb({"format": FORMAT_VERSION, "distance": layout.distance,
+                             "blocks": layout.blocks, "widths": layout.widths, "recipe": recipe})
+
+        def store_new(txn):  # unless a concurrent creator stored its own first
+            existing = txn.params()
+            if existing is None:
+                txn.set_params(new)
+            return existing or new
+
+        params = _checked(storage.write(store_new), storage.path)
+    for name, given in (("distance", distance), ("blocks", blocks)):
+        if given is not None and given != params[name]:
+            mismatch = ParameterMismatchError(
+                "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
+                % (storage.path, name, params[name], given, name, name, params[name]))
+            mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
+            raise mismatch
+    layout = Layout(params["blocks"], params["distance"])
+    storage.open_tables(layout)
+    stored = params.get("recipe")
+    if recipe is not None and recipe != stored:
+        if stored is not None or not _empty_and_writable(storage):
+            raise ParameterMismatchError(
+                "%s holds fingerprints made %s, not with %r: fingerprints of different "
+                "recipes cannot be compared; use another database"
+                % (storage.path, "with %r" % stored if stored else "by an unnamed "
+                   "recipe", recipe))
+        store(storage, recipe=recipe)  # an empty database takes the recipe
+        stored = recipe
+    if params["format"] < FORMAT_VERSION:
+        _upgrade(storage, params)
+    elif not storage.readonly:
+        storage.format_stored()
+    return layout, stored, params["format"]
+
+
+def adopt_recipe(storage, recipe):
+    """An unnamed database of ``storage`` takes ``recipe`` while empty and writable.
+
+    :raises ParameterMismatchError: it is not.
+    """
+    if not _empty_and_writable(storage):
+        raise ParameterMismatchError(
+            "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
+            "with them; use a database opened with recipe=simhashdb.RECIPE" % storage.path)
+    store(storage, recipe=recipe)
+    return recipe
+
+
+def _empty_and_writable(storage):
+    if storage.readonly:
+        return False
+    with storage.read() as view:
+        return not view.count()
+
+
+def _upgrade(storage, params):
+    """Bring a database of an earlier format to this one: a database made by
+    simhashdb 0.2 (format 1: text documents with signatures, no band index)
+    gets its band index, built from the stored signatures in batches (its
+    LMDB tables were converted before it opened writable: :func:`simhashdb.upgrade`)."""
+    if params["format"] >= 2:
+        if not storage.readonly:
+            params["format"] = FORMAT_VERSION
+            store(storage, format=FORMAT_VERSION)
+            storage.format_stored()
+        return
+    if storage.readonly:
+        warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
+                      "documents are found by their fingerprints alone until it is opened "
+                      "writable once, which builds their band index" % storage.path,
+                      UserWarning, stacklevel=4)
+        return
+    if params.get("recipe") is not None:  # only a database of a recipe holds texts
+        warnings.warn("%s was made by simhashdb 0.2: building the band index of its text "
+                      "documents from their signatures (once)" % storage.path,
+                      UserWarning, stacklevel=4)
+
+        def index_batch(txn):
+            texts, last = [], None
+            for last, value in itertools.islice(txn.documents(after), UPGRADE_BATCH):
+                if stored_signature(value):
+                    texts.append((last, value_fingerprint(value), value))
+            txn.upsert(texts)  # as they are: the backend adds their band entries
+            # (an LMDB backend writes its bands from the documents once: tidy)
+            return last
+
+        after = None
+        while True:
+            after = storage.write(index_batch)
+            if after is None:
+                break
+    params["format"] = FORMAT_VERSION
+    store(storage, format=FORMAT_VERSION)
+    storage.format_stored()
+
+
+def convert_tables(storage, progress):
+    """Convert the permutation tables of the database of ``storage`` to this
+    version's (see :func:`simhashdb.upgrade`).
+
+    :raises DatabaseError: it holds no database.
+    """
+    params = read(storage)
+    if params is None:
+        raise DatabaseError("%s is not a simhashdb database" % storage.path)
+    storage.convert_tables(Layout(params["blocks"], params["distance"]).tables, progress)

@@ -1,0 +1,165 @@
+"""The text rule: when a document is a near-duplicate of a text.
+
+The candidates of a text are the documents that share a band of its
+resemblance signature (32 bands of 4 of its 128 MinHash bins) or whose
+fingerprint is within the distance. A candidate text is a near-duplicate
+when the estimated resemblance of the two texts' word 5-shingles is at least
+the threshold; a document stored without text (no signature), when its
+fingerprint is within the distance.
+
+:class:`simhashdb.DB` (queries, batch decisions, find_all, clusters),
+:func:`simhashdb.matching.text_pairs` (in memory), :mod:`simhashdb.spark`
+and the CLI decide by this module. docs/database.md (Text in, decisions out)
+says why the threshold is 0.45.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from array import array
+
+from . import _ext
+from ._ext import bands
+from .errors import InvalidArgumentError
+from .records import signature as stored_signature
+
+THRESHOLD = 0.45  # the least resemblance of a near-duplicate
+
+
+def check_threshold(threshold):
+    """A text rule's least resemblance: ``threshold``, checked, or :data:`THRESHOLD`.
+
+    :raises InvalidArgumentError: not a number in [0, 1].
+    """
+    if threshold is None:
+        return THRESHOLD
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or \
+            not 0 <= threshold <= 1:
+        raise InvalidArgumentError("threshold must be a number in [0, 1], got %s"
+                                   % _ext.shown(threshold))
+    return threshold
+
+
+def judge(near, signature, banded, their_signature, least):
+    """The text rule on one candidate of a text of ``signature`` (its bands
+    ``banded``; empty: no text): the texts' resemblance where it is a
+    near-duplicate text, None where it is a near-duplicate by its distance
+    (either has no text, and their fingerprints are ``near``: within the
+    distance), False where it is none. ``their_signature`` is the
+    candidate's (None: stored without text)."""
+    if not (banded and their_signature):
+        return None if near else False
+    alike = _ext.banded_resemblance(signature, their_signature, near)
+    return alike if alike >= least else False
+
+
+def search(view, fps, signatures, distance, least):
+    """For each text (fingerprint, signature), its near-duplicates stored in
+    ``view`` (a storage View) as (key, fingerprint, distance, resemblance or
+    None) hits."""
+    near = view.search(_ext.as_fingerprints(fps), distance)
+    ours = [bands(signature) for signature in signatures]
+    asking = [i for i, keys in enumerate(ours) if keys]
+    banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
+        ours[i] for i in asking))))) if asking else {}
+    candidates = []
+    for i, fp in enumerate(fps):
+        mine = {key: (theirs, d) for key, theirs, d in near[i]}
+        for key, theirs in banded.get(i, ()):
+            mine.setdefault(key, (theirs, _ext.num_differing_bits(fp, theirs)))
+        candidates.append(mine)
+    keys = list(dict.fromkeys(key for mine in candidates for key in mine))
+    values = dict(zip(keys, view.get_many(keys)))
+    found = []
+    for i, (signature, mine) in enumerate(zip(signatures, candidates)):
+        hits = []
+        for key, (theirs, d) in mine.items():
+            value = values[key]
+            if value is None:  # removed since found (Redis keeps no snapshot)
+                continue
+            alike = judge(d <= distance, signature, ours[i], stored_signature(value), least)
+            if alike is not False:
+                hits.append((key, theirs, d, alike))
+        found.append(hits)
+    return found
+
+
+class Kept:
+    """The texts a batch of decisions has kept so far (``documents``: key ->
+    encoded document, the last one a key kept), found as :func:`search` finds
+    stored ones: by a shared band, or by a fingerprint within the distance,
+    through the d + 1 blocks of its 64 bits (two fingerprints within d bits
+    agree on one of them)."""
+
+    def __init__(self, distance, least):
+        parts = min(distance + 1, 64)
+        self.distance, self.least = distance, least
+        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+        self.documents, self.signatures = {}, {}
+        self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
+
+    def _blocks(self, fp):
+        return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
+
+    def add(self, document, signature):
+        key, fp, _ = document
+        self.documents[key], self.signatures[key] = document, signature
+        for band in enumerate(bands(signature)):
+            self.by_band[band].append(document)
+        for block in self._blocks(fp):
+            self.by_block[block].append(document)
+
+    def hits(self, fp, signature):
+        """The kept texts near a text, as :func:`search` gives hits."""
+        ours = bands(signature)
+        candidates = itertools.chain(
+            *(self.by_band.get(band, ()) for band in enumerate(ours)),
+            *(self.by_block.get(block, ()) for block in self._blocks(fp)))
+        hits = {}
+        for document in candidates:
+            key, theirs, _ = document
+            if key in hits or self.documents[key] is not document:  # seen, or replaced
+                continue
+            d = _ext.num_differing_bits(fp, theirs)
+            alike = judge(d <= self.distance, signature, ours, self.signatures[key], self.least)
+            if alike is not False:
+                hits[key] = (key, theirs, d, alike)
+        return list(hits.values())
+
+
+def decide(store, texts, distance, least):
+    """The hits of each (document, signature) of ``texts`` in order, each
+    stored when it has none, as if decided one after another: all are
+    searched at once in ``store`` (a storage Txn) as it was before them, the
+    texts kept earlier in the batch are compared in memory (:class:`Kept`),
+    and the kept ones are stored together, so a batch writes each structure
+    once."""
+    found = search(store, [d[1] for d, _ in texts], [s for _, s in texts], distance, least)
+    kept = Kept(distance, least)
+    for i, (document, signature) in enumerate(texts):
+        if kept.documents:  # a stored hit a kept text replaced is gone
+            found[i] = [h for h in found[i] if h[0] not in kept.documents] + \
+                kept.hits(document[1], signature)
+        if not found[i]:
+            kept.add(document, signature)
+    store.upsert(list(kept.documents.values()))
+    return found
+
+
+def resemblances(signatures, a, b):
+    """The resemblance of the signatures of rows ``a`` and ``b`` of a numpy
+    (n, 256) uint8 array, as :func:`simhashdb.resemblance` computes it one
+    pair at a time: equal bins over bins not empty in both."""
+    bins = signatures.view("<u2")   # equality and emptiness ignore the byte order
+    x, y = bins[a], bins[b]
+    used = (x | y) != 0
+    equal = ((x == y) & used).sum(axis=1)
+    return equal / used.sum(axis=1)
+
+
+def kept_pairs(texts, banded, near, scores, least):
+    """Which candidate pairs the rule keeps, as numpy boolean arrays: pairs of
+    two ``texts`` that share a band (``banded``) or are ``near`` by their
+    ``scores``; any other pair when it is ``near``."""
+    return (texts & (banded | near) & (scores >= least)) | (~texts & near)

@@ -25,6 +25,11 @@ cdef inline uint64_t load_le64(const uint8_t* p) noexcept nogil:
             | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
 
 
+cdef inline uint32_t load_le32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+
 cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept nogil:
     """``width`` (< 64) bits at bit ``pos`` of ``p``, least significant first."""
     cdef const uint8_t* q = p + (pos >> 3)
@@ -156,9 +161,7 @@ cdef int block_header(Block* b, uint64_t first, size_t size, bint summed) noexce
         if size < 3 + SUM_BYTES:
             return CORRUPTED
         size -= SUM_BYTES
-        if block_sum(first, b.buf, size) != (b.buf[size] | (<uint32_t>b.buf[size + 1] << 8)
-                                              | (<uint32_t>b.buf[size + 2] << 16)
-                                              | (<uint32_t>b.buf[size + 3] << 24)):
+        if block_sum(first, b.buf, size) != load_le32(b.buf + size):
             return BLOCK_DAMAGED
     memset(b.buf + size, 0, PAD)
     b.first = first

@@ -58,7 +58,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
                 if r.dir[i] != NULL:
                     dir_free(r.dir[i])
                     r.dir[i] = NULL
-                rc = rc if rc == GUARD_FAULT or rc == NO_MEMORY or rc == RUN_DAMAGED else 0
+                rc = rc if rc in (GUARD_FAULT, NO_MEMORY, RUN_DAMAGED, BLOCK_DAMAGED) else 0
         if rc:
             break
     return rc

@@ -54,7 +54,7 @@ cdef struct BlockDir:
     size_t n, cap, refs  # blocks; refs: its holders (see _lmdb's DirCache)
     uint64_t* firsts     # each block's first value, ascending
     const uint8_t** data  # each block's value in the map
-    uint16_t* sizes
+    uint16_t* sizes      # its coded bytes (less its checksum, checked by dir_build)
     uint64_t* tops       # firsts[DIR_STRIDE * j]: ~6 KB a million entries, in cache
 
 
@@ -104,11 +104,12 @@ cdef struct RunIter:
 
 
 cdef int dir_load(RunIter* it, size_t at) noexcept nogil:
-    """Copy block ``at`` of the directory out of the map (guarded), check it."""
+    """Copy block ``at`` of the directory out of the map (guarded), check its
+    header (dir_build checked its checksum)."""
     it.at = at
     if g_copy(it.b.buf, it.dir.data[at], it.dir.sizes[at]):
         return CORRUPTED
-    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at], summed(it.dir.run))
+    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at], False)
 
 
 cdef void start_at(RunIter* it, uint64_t lo) noexcept nogil:
@@ -453,7 +454,7 @@ cdef int source_next_block(Source* s) noexcept nogil:
     while s.at < s.end:
         if g_copy(s.b.buf, s.dir.data[s.at], s.dir.sizes[s.at]):
             return CORRUPTED
-        rc = block_header(&s.b, s.dir.firsts[s.at], s.dir.sizes[s.at], summed(s.dir.run))
+        rc = block_header(&s.b, s.dir.firsts[s.at], s.dir.sizes[s.at], False)  # (dir_build checked)
         if rc == 0:
             rc = decode_entries(&s.b, s.buf)
         if rc:

@@ -49,8 +49,8 @@ def test_every_bit_of_a_block_and_its_first_value_is_checked():
         _ext.decode_block(first, block[:-SUM])
 
 
-def run_sets(txn, env, tables):
-    """Each run set's directory key and name of its slots: the tables, then the bands."""
+def run_sets(tables):
+    """Each run set's directory key and its slots' names: the tables, then the bands."""
     for table in range(tables):
         yield lmdb_format.directory_key(table), lambda slot, t=table: lmdb_format.TABLE_RUNS.name(t, slot)
     for band in range(BANDS):
@@ -64,7 +64,7 @@ def rewrite_file(path, tables, change):
     try:
         with env.begin(write=True) as txn:
             directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn, create=False)
-            for number, (key, slot_name) in enumerate(run_sets(txn, env, tables)):
+            for number, (key, slot_name) in enumerate(run_sets(tables)):
                 raw = txn.get(key, db=directory)
                 if not raw:
                     continue
@@ -101,6 +101,13 @@ def without_checksums(number, run, items):
     """A change (rewrite_file) that makes a run as written before checksums."""
     old = run & ~lmdb_format.CHECKSUMMED
     return old, [(old.to_bytes(4, "big") + key[4:], value[:-SUM]) for key, value in items]
+
+
+def run_ids(path, tables):
+    """Every run's id, table 0's first (rewrite_file, changing nothing)."""
+    ids = []
+    rewrite_file(path, tables, lambda number, run, items: (ids.append(run), (run, items))[1])
+    return ids
 
 
 def exact(db, docs, probes, distance=3):
@@ -177,8 +184,7 @@ def test_runs_written_before_checksums_read_and_merge_into_checksummed_ones(tmp_
             assert exact(db, docs, probes)
             assert "text" in {m.key for m in db.query_text(TEXT)}
             assert db.check() == []
-    ids = []
-    rewrite_file(path, tables, lambda number, run, items: (ids.append(run), (run, items))[1])
+    ids = run_ids(path, tables)
     assert ids and not any(map(lmdb_format.checksummed, ids))
     with DB(path, backend=writer) as db:  # new runs merge with the old
         for start in range(DOCUMENTS, 3 * DOCUMENTS, 2000):
@@ -187,6 +193,4 @@ def test_runs_written_before_checksums_read_and_merge_into_checksummed_ones(tmp_
             docs.update(batch)
         assert exact(db, docs, probes)
         assert db.check() == []
-    ids.clear()
-    rewrite_file(path, tables, lambda number, run, items: (ids.append(run), (run, items))[1])
-    assert lmdb_format.checksummed(ids[0])  # table 0's oldest run was merged
+    assert lmdb_format.checksummed(run_ids(path, tables)[0])  # table 0's oldest run was merged

@@ -2,16 +2,19 @@
 # LMDB. Included by _runs.pxi (runs in LMDB, for _lmdb and the prototype) and by _ext
 # (the py-lmdb backend's codec).
 
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 from bits cimport clz64, ctz64, popcount64
 
 cdef enum:
     BLOCK_BYTES = 996   # a block's value: four items of a 12-byte key fill a 4 KiB page
+    SUM_BYTES = 4       # a checksummed block's last bytes: block_sum, little-endian
+    CODED_BYTES = BLOCK_BYTES - SUM_BYTES  # the coding of a block written now
     MOST = 4 * BLOCK_BYTES  # more entries than a block holds: each takes over 2 of its bits
     PAD = 16            # zero bytes after a copied block, so word reads stay inside
 cdef size_t NOWHERE = <size_t>-1
 cdef int CORRUPTED = -30796  # MDB_CORRUPTED
+cdef int BLOCK_DAMAGED = -29997  # a block's bytes disagree with its checksum
 
 
 # Bits
@@ -20,6 +23,11 @@ cdef inline uint64_t load_le64(const uint8_t* p) noexcept nogil:
     return (<uint64_t>p[0] | (<uint64_t>p[1] << 8) | (<uint64_t>p[2] << 16)
             | (<uint64_t>p[3] << 24) | (<uint64_t>p[4] << 32) | (<uint64_t>p[5] << 40)
             | (<uint64_t>p[6] << 48) | (<uint64_t>p[7] << 56))
+
+
+cdef inline uint32_t load_le32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
 
 
 cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept nogil:
@@ -35,6 +43,60 @@ cdef inline uint64_t read_bits(const uint8_t* p, size_t pos, int width) noexcept
     return x & ((~(<uint64_t>0)) >> (64 - width))
 
 
+cdef inline void store_le(uint8_t* p, uint64_t x, int n) noexcept nogil:
+    cdef int i
+    for i in range(n):
+        p[i] = (x >> (8 * i)) & 0xFF
+
+
+# Checksums: a block's first value and coded bytes hashed in four lanes of
+# 8-byte words. Each step is a bijection of its lane for a given word and of
+# the word for a given lane, so a block that differs in one word always ends
+# in other lanes; the lanes are mixed down to 32 bits.
+
+cdef enum:
+    SUM_LANES = 4
+cdef uint64_t SUM_MUL = 0x9E3779B97F4A7C15ULL, SUM_MIX1 = 0xFF51AFD7ED558CCDULL
+cdef uint64_t SUM_MIX2 = 0xC4CEB9FE1A85EC53ULL
+
+
+cdef inline uint64_t sum_step(uint64_t lane, uint64_t word) noexcept nogil:
+    lane ^= word
+    return ((lane << 29) | (lane >> 35)) * SUM_MUL
+
+
+cdef uint32_t block_sum(uint64_t first, const uint8_t* p, size_t n) noexcept nogil:
+    """The checksum of a block whose first value is ``first`` and whose coded
+    bytes are ``p[:n]``."""
+    cdef uint64_t lanes[SUM_LANES]
+    cdef uint64_t tail = 0, h
+    cdef size_t i = 0, words = n // 8
+    cdef int j
+    for j in range(SUM_LANES):
+        lanes[j] = sum_step(first + <uint64_t>j, n)
+    while i + SUM_LANES <= words:
+        for j in range(SUM_LANES):
+            lanes[j] = sum_step(lanes[j], load_le64(p + 8 * (i + j)))
+        i += SUM_LANES
+    while i < words:
+        lanes[0] = sum_step(lanes[0], load_le64(p + 8 * i))
+        i += 1
+    for i in range(8 * words, n):
+        tail |= (<uint64_t>p[i]) << (8 * (i - 8 * words))
+    h = sum_step(lanes[1], tail)
+    h = (h ^ (h >> 31)) * SUM_MIX1 + lanes[0]
+    h = (h ^ (h >> 31)) * SUM_MIX1 + lanes[2]
+    h = (h ^ (h >> 31)) * SUM_MIX1 + lanes[3]
+    h = (h ^ (h >> 33)) * SUM_MIX2
+    return <uint32_t>(h ^ (h >> 32))
+
+
+cdef inline size_t seal_block(uint64_t first, uint8_t* out, size_t size) noexcept nogil:
+    """Append the checksum to the block of ``size`` coded bytes in ``out``."""
+    store_le(out + size, block_sum(first, out, size), SUM_BYTES)
+    return size + SUM_BYTES
+
+
 # Blocks: the first value in the key; the value holds c (2 bytes, little-endian),
 # L (1 byte), the low L bits of each offset x_i = v_i - first (i < c), packed,
 # then the high bit vector, bit (x_i >> L) + i set for each i (Elias-Fano)
@@ -48,12 +110,6 @@ cdef inline int low_width(uint64_t span, size_t c) noexcept nogil:
 cdef inline size_t block_size(uint64_t span, size_t c) noexcept nogil:
     cdef int L = low_width(span, c)
     return 3 + (c * L + 7) // 8 + ((span >> L) + c + 7) // 8
-
-
-cdef inline void store_le(uint8_t* p, uint64_t x, int n) noexcept nogil:
-    cdef int i
-    for i in range(n):
-        p[i] = (x >> (8 * i)) & 0xFF
 
 
 cdef size_t encode_block(const uint64_t* values, size_t n, uint8_t* out) noexcept nogil:
@@ -96,10 +152,17 @@ cdef struct Block:
     uint8_t buf[BLOCK_BYTES + PAD]
 
 
-cdef int block_header(Block* b, uint64_t first, size_t size) noexcept nogil:
+cdef int block_header(Block* b, uint64_t first, size_t size, bint summed) noexcept nogil:
     """Read the header of the ``size``-byte block already copied into
-    ``b.buf``, whose first value is ``first``; pad it and check it."""
+    ``b.buf``, whose first value is ``first``; check its checksum where it
+    is ``summed`` (BLOCK_DAMAGED), pad it and check the header."""
     cdef size_t low_bytes
+    if summed:
+        if size < 3 + SUM_BYTES:
+            return CORRUPTED
+        size -= SUM_BYTES
+        if block_sum(first, b.buf, size) != load_le32(b.buf + size):
+            return BLOCK_DAMAGED
     memset(b.buf + size, 0, PAD)
     b.first = first
     b.c, b.L = b.buf[0] | (<size_t>b.buf[1] << 8), b.buf[2]
@@ -150,7 +213,7 @@ cdef int decode_entries(const Block* b, uint64_t* out) noexcept nogil:
 # Cutting sorted values into blocks, and merging them
 
 cdef inline bint fits(const uint64_t* a, size_t n, size_t avail) noexcept nogil:
-    return n <= avail and block_size(a[n - 1] - a[0], n - 1) <= BLOCK_BYTES
+    return n <= avail and block_size(a[n - 1] - a[0], n - 1) <= CODED_BYTES
 
 
 cdef size_t block_length(const uint64_t* a, size_t avail, size_t* guess) noexcept nogil:

@@ -270,7 +270,8 @@ include "_codec.pxi"
 
 def encode_run(values):
     """Strictly ascending ``values`` (a uint64 buffer) cut into blocks as the
-    native backend cuts a run: a list of (first value, block bytes)."""
+    native backend cuts a run: a list of (first value, block bytes), each
+    block ending in its checksum."""
     cdef const uint64_t[::1] vs = as_fingerprints(values)
     cdef size_t n = vs.shape[0], start = 0, i, length, size, guess = 2
     cdef uint8_t buf[BLOCK_BYTES + PAD]
@@ -281,24 +282,31 @@ def encode_run(values):
     blocks = []
     while start < n:
         length = block_length(&vs[start], n - start, &guess)
-        size = encode_block(&vs[start], length, buf)
+        size = seal_block(vs[start], buf, encode_block(&vs[start], length, buf))
         blocks.append((vs[start], PyBytes_FromStringAndSize(<char*>buf, size)))
         start += length
     return blocks
 
 
-def decode_block(first, const unsigned char[::1] block):
+def decode_block(first, const unsigned char[::1] block, bint summed=True):
     """The values of a block whose first value is ``first``, ascending: an
-    array('Q'). ValueError where the block is damaged (its header, size, bits
-    or values disagree), without reading past its end."""
+    array('Q'). ``summed``: the block ends in its checksum (a run written
+    before checksums has none). ValueError where the block is damaged (its
+    checksum, header, size, bits or values disagree), without reading past
+    its end."""
     cdef Block b
     cdef size_t size = block.shape[0], ones = 0, w
     cdef uint64_t span
+    cdef int rc
     if size < 3 or size > BLOCK_BYTES:
         raise ValueError("a damaged block: %d bytes" % size)
     memcpy(b.buf, &block[0], size)
-    if block_header(&b, check_fingerprint(first), size):
+    rc = block_header(&b, check_fingerprint(first), size, summed)
+    if rc == BLOCK_DAMAGED:
+        raise ValueError("a damaged block: its bytes disagree with its checksum")
+    if rc:
         raise ValueError("a damaged block: its header claims more than it holds")
+    size -= SUM_BYTES if summed else 0
     out = array("Q", [0]) * (b.c + 1)
     cdef uint64_t[::1] vs = out
     if decode_entries(&b, &vs[0]):

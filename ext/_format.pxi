@@ -8,3 +8,4 @@ cdef enum:
     BAND_DIRECTORY = 32768
     RUN_RECORD_BYTES = 13
     RUN_KEY_BYTES = 12
+    CHECKSUM_BIT = 31

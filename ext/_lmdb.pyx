@@ -77,6 +77,11 @@ cdef object lmdb_error(int rc, str what):
         return DamagedError("%s: a run of the tables or bands is damaged (its blocks hold other than the "
                             "entries it was written with); db.check() lists the damage, and "
                             "compact() writes the tables again from the fingerprint index" % what)
+    if rc == BLOCK_DAMAGED:
+        return DamagedError("%s: a block of the tables or bands is damaged (its bytes disagree "
+                            "with its checksum); db.check() lists the damage, and compact() "
+                            "writes the tables again from the fingerprint index and the bands "
+                            "from the documents" % what)
     if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:
         return MapFullError("%s: %s" % (what, mdb_strerror(rc).decode()))
     if rc == MDB_MAP_RESIZED:

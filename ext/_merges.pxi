@@ -58,7 +58,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
                 if r.dir[i] != NULL:
                     dir_free(r.dir[i])
                     r.dir[i] = NULL
-                rc = rc if rc == GUARD_FAULT or rc == NO_MEMORY or rc == RUN_DAMAGED else 0
+                rc = rc if rc in (GUARD_FAULT, NO_MEMORY, RUN_DAMAGED, BLOCK_DAMAGED) else 0
         if rc:
             break
     return rc
@@ -295,7 +295,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         # a run id is never given twice in a table (so a block directory cached
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
-        slot, id = free_slot(&r), r.id[r.n - 1] + 1 if r.n else <uint32_t>(dropped + 1)
+        slot, id = free_slot(&r), new_run_id(r.id[r.n - 1] if r.n else dropped)
         if slot < 0:  # a directory of more runs than merges leave
             rc = CORRUPTED
             break

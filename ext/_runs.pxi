@@ -18,13 +18,25 @@ include "_codec.pxi"
 
 # Blocks in LMDB: an item per block, keyed by the run id and its first value
 
+cdef inline bint summed(uint32_t run) noexcept nogil:
+    """Whether the blocks of run ``run`` end in their checksum (format.py)."""
+    return (run >> CHECKSUM_BIT) & 1
+
+
+cdef inline uint32_t new_run_id(uint64_t last) noexcept nogil:
+    """The id of a new run after id ``last`` (format.py's new_run_id)."""
+    return <uint32_t>(last + 1) | ((<uint32_t>1) << CHECKSUM_BIT)
+
+
 cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil:
-    """Copy a block out of the map (guarded) and check its header."""
+    """Copy a block out of the map (guarded) and check it (its checksum, where
+    its run has them, and its header)."""
     if k.mv_size != RUN_KEY_BYTES or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
         return CORRUPTED
     if g_copy(b.buf, v.mv_data, v.mv_size):
         return CORRUPTED
-    return block_header(b, read_be(<const uint8_t*>k.mv_data + 4, 8), v.mv_size)
+    return block_header(b, read_be(<const uint8_t*>k.mv_data + 4, 8), v.mv_size,
+                        summed(read_be(<const uint8_t*>k.mv_data, 4)))
 
 
 # A run's block directory: where each of its blocks lies in the map, read
@@ -42,7 +54,7 @@ cdef struct BlockDir:
     size_t n, cap, refs  # blocks; refs: its holders (see _lmdb's DirCache)
     uint64_t* firsts     # each block's first value, ascending
     const uint8_t** data  # each block's value in the map
-    uint16_t* sizes
+    uint16_t* sizes      # its coded bytes (less its checksum, checked by dir_build)
     uint64_t* tops       # firsts[DIR_STRIDE * j]: ~6 KB a million entries, in cache
 
 
@@ -92,11 +104,12 @@ cdef struct RunIter:
 
 
 cdef int dir_load(RunIter* it, size_t at) noexcept nogil:
-    """Copy block ``at`` of the directory out of the map (guarded), check it."""
+    """Copy block ``at`` of the directory out of the map (guarded), check its
+    header (dir_build checked its checksum)."""
     it.at = at
     if g_copy(it.b.buf, it.dir.data[at], it.dir.sizes[at]):
         return CORRUPTED
-    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at])
+    return block_header(&it.b, it.dir.firsts[at], it.dir.sizes[at], False)
 
 
 cdef void start_at(RunIter* it, uint64_t lo) noexcept nogil:
@@ -310,8 +323,9 @@ cdef int sweep_count(Sweep* sw, RunIter* rest, uint64_t lo, uint64_t hi, size_t*
     return rc
 
 
-# Writing a run: values gathered in a buffer, checked, and cut into blocks,
-# each appended; the last, unfinished block stays in the buffer
+# Writing a run (its id checksummed: format.py's new_run_id): values gathered
+# in a buffer, checked, and cut into blocks, each sealed with its checksum and
+# appended; the last, unfinished block stays in the buffer
 
 cdef enum:
     OUT = 4 * MOST      # the buffer's values: a full block fits three times over
@@ -379,7 +393,8 @@ cdef int writer_flush(RunWriter* wr, bint final) noexcept nogil:
         write_be(key, wr.run, 4)
         write_be(key + 4, wr.out[start], 8)
         k.mv_size, k.mv_data = RUN_KEY_BYTES, key
-        v.mv_size, v.mv_data = encode_block(wr.out + start, n, wr.buf), wr.buf
+        v.mv_size = seal_block(wr.out[start], wr.buf, encode_block(wr.out + start, n, wr.buf))
+        v.mv_data = wr.buf
         if wr.cursor == NULL:
             rc = blocks_push(wr.sink, wr.out[start], wr.buf, v.mv_size)
         else:
@@ -439,7 +454,7 @@ cdef int source_next_block(Source* s) noexcept nogil:
     while s.at < s.end:
         if g_copy(s.b.buf, s.dir.data[s.at], s.dir.sizes[s.at]):
             return CORRUPTED
-        rc = block_header(&s.b, s.dir.firsts[s.at], s.dir.sizes[s.at])
+        rc = block_header(&s.b, s.dir.firsts[s.at], s.dir.sizes[s.at], False)  # (dir_build checked)
         if rc == 0:
             rc = decode_entries(&s.b, s.buf)
         if rc:

@@ -598,7 +598,7 @@ cdef class Txn:
     cdef bint convert(self, bytes name, list slot_names, uint64_t directory, const char* count,
                       const char* zero) except? False:
         """Write the dupsort sub-database ``name`` (2-byte keys, 6-byte values, in
-        order) as run 1 in the first of ``slot_names`` (made, with the others),
+        order) as its first run in the first of ``slot_names`` (made, with the others),
         under ``directory`` in the run directory, then drop it; where given,
         set meta's counter ``count`` to its entries and ``zero`` to 0. False
         where there is no such sub-database (converted already)."""
@@ -642,9 +642,9 @@ cdef class Txn:
             rc = 0 if rc == MDB_NOTFOUND and cursor != NULL else rc
             if rc == 0 and values.size:
                 rc = merge_runs(self.txn, NULL, NULL, 0, values.data, values.size, NULL, 0, slot,
-                                1, &blocks, &entries)
+                                new_run_id(0), &blocks, &entries)
             if rc == 0:
-                write_be(record, 1, 4)
+                write_be(record, new_run_id(0), 4)
                 record[4] = 0
                 write_be(record + 5, entries, 8)
                 write_be(key, directory, TABLE_KEY_BYTES)

@@ -169,7 +169,7 @@ def test_a_database_of_0_5_is_read_as_it_is_and_converted_in_place(tmp_path, bac
         db.insert_text_many([("late", probes[0])])
         assert "late" in {m.key for m in db.query_text(probes[0])}
     runs, _ = band_state(path)
-    assert all(band and band[0][0] == 1 for band in runs)  # run 1, then the batch's
+    assert all(band and band[0][0] == lmdb_format.new_run_id(0) for band in runs)  # the first, then the batch's
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -89,8 +89,9 @@ def test_a_damaged_block_is_a_value_error():
 
 def read_tables(path, tables):
     """Each table's runs as the file holds them, [(run id, slot, values)],
-    checked: the directory's counts, ascending values, and blocks exactly as
-    encode_run cuts and codes them. Also meta's (distinct, stale)."""
+    checked: the directory's counts, ascending values, blocks exactly as
+    encode_run cuts and codes them, and checksummed ids (given without the
+    flag). Also meta's (distinct, stale)."""
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
     try:
         with env.begin() as txn:
@@ -112,7 +113,8 @@ def read_tables(path, tables):
                     values = decoded(blocks)
                     assert len(values) == entries
                     assert _ext.encode_run(values) == blocks
-                    runs.append((run, slot, values))
+                    assert lmdb_format.checksummed(run)  # every run written now
+                    runs.append((run & ~lmdb_format.CHECKSUMMED, slot, values))
                 assert len(runs) <= RUN_SLOTS - 1
                 assert [r[0] for r in runs] == sorted({r[0] for r in runs})
                 result.append(runs)

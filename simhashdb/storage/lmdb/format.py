@@ -22,7 +22,10 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 - ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
   permuted fingerprints in order, in blocks coded by their differences
   (Elias-Fano), each keyed by the run id (4 bytes) and its first value (8):
-  :data:`RUN_KEY_BYTES`. A batch appends a run; the newest is merged into the
+  :data:`RUN_KEY_BYTES`. A run whose id has bit :data:`CHECKSUM_BIT` set
+  (every run written since format 5's checksums; older ones have it clear)
+  ends each block with a checksum of the block's first value and bytes
+  (:data:`SUM_BYTES`). A batch appends a run; the newest is merged into the
   one before while newest * :data:`RUN_RATIO` > previous (or the slots run
   short); once the entries removals left behind could reach 1/RUN_RATIO of
   the table, every table is written again from the index;
@@ -101,10 +104,13 @@ TABLE_KEY_BYTES = 2  # a key of the run directory: the table, or BAND_DIRECTORY 
 BAND_DIRECTORY = 0x8000  # the directory key of band 0 (tables are fewer)
 RUN_RECORD_BYTES = 13  # a run in the directory: id 4, slot 1, entries 8
 RUN_KEY_BYTES = 12  # a block's key: run id 4, first value 8
+CHECKSUM_BIT = 31  # set in the id of a run whose blocks end in their checksum
+CHECKSUMMED = 1 << CHECKSUM_BIT
+SUM_BYTES = 4  # a checksummed block's last bytes: its checksum, little-endian (the codec's)
 
 # the integer constants ext/_format.pxi declares for the native engine
 NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "TABLE_KEY_BYTES",
-                    "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES")
+                    "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT")
 
 
 def max_dbs(tables):
@@ -152,6 +158,17 @@ def block_entries(value):
     """The entries of a run's block, from its stored value: its header counts
     those after the first (2 bytes, little-endian)."""
     return 1 + (value[0] | value[1] << 8) if len(value) >= 2 else 0
+
+
+def new_run_id(last):
+    """The id of a new run after id ``last`` (the table's newest live run's,
+    or the highest a rewrite dropped; 0 for none): above it, and checksummed."""
+    return (last + 1) | CHECKSUMMED
+
+
+def checksummed(run):
+    """Whether the blocks of run ``run`` end in their checksum."""
+    return bool(run & CHECKSUMMED)
 
 
 def block_key(run, first):

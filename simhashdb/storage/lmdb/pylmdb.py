@@ -45,10 +45,12 @@ from .format import (
     block_entries,
     band_directory_key,
     block_key,
+    checksummed,
     directory_key,
     directory_record,
     directory_runs,
     max_dbs,
+    new_run_id,
 )
 
 META, DOCS, RUNS = format.META.name(), format.DOCS.name(), format.RUN_DIRECTORY.name()
@@ -353,7 +355,7 @@ class PyLmdbStorage(LmdbStorage):
                             entries.add(entry)
                     sets += [array("Q", sorted(entries)) for entries in held]
                 directory = self._open_db(RUNS, env=target, txn=written)
-                run = _counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS) + 1
+                run = new_run_id(_counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS))
                 for table, values in enumerate(sets):
                     slots = [self._open_db(self._set_slot(table, slot), env=target, txn=written)
                              for slot in range(RUN_SLOTS)]
@@ -559,12 +561,9 @@ class PyView(View):
             counted += block_entries(cursor.value())
             at = cursor.next()
         if counted != entries:
-            raise DatabaseError("%s is damaged: a block of %s is unreadable (its run's "
-                                "blocks hold %d entries, not the %d it was written with); "
-                                "db.check() lists the damage, and compact() writes the tables "
-                                "and bands again from the fingerprint index and the documents"
-                                % (self._storage.path, self._storage._set_named(table),
-                                   counted, entries))
+            raise _run_damaged(self._storage.path, self._storage._set_named(table),
+                               "its run's blocks hold %d entries, not the %d it was written with"
+                               % (counted, entries))
         self._storage._whole_runs.add((table, run, entries))
 
     def _run_range(self, table, run, slot, lo, hi):
@@ -822,7 +821,7 @@ class PyTxn(PyView, Txn):
         slot = min(free)
         # never an id given before in the table (the native backend caches
         # block directories by run id): above the live runs' and the dropped
-        run = runs[-1][0] + 1 if runs else self._count(RUN_IDS) + 1
+        run = new_run_id(runs[-1][0] if runs else self._count(RUN_IDS))
         _write_run(self._txn, self._storage._dbs[self._storage._set_slot(table, slot)], run,
                    values)
         runs.append((run, slot, len(values)))
@@ -917,7 +916,7 @@ class PyTxn(PyView, Txn):
 
     def convert_table(self, table):
         """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
-        then dropped) as its one run (id 1, slot 0), as the native backend
+        then dropped) as its one run (slot 0), as the native backend
         does; table 0 sets meta's counters (distinct: its entries, stale: 0).
         Returns whether it was in that form (else nothing is done)."""
         values = self._convert(table_name(table), [slot_name(table, s) for s in range(RUN_SLOTS)],
@@ -929,7 +928,7 @@ class PyTxn(PyView, Txn):
 
     def convert_band(self, band):
         """Rewrite band ``band`` from 0.5's form (a dupsort ``band:NN``, then
-        dropped) as its one run (id 1, slot 0), as the native backend does;
+        dropped) as its one run (slot 0), as the native backend does;
         band 0 sets meta's ``band stale`` to 0. Returns whether it was in that
         form (else nothing is done)."""
         values = self._convert(OLD_BANDS[band], format.BAND_RUNS.names(band),
@@ -939,7 +938,7 @@ class PyTxn(PyView, Txn):
         return values is not None
 
     def _convert(self, name, slot_names, key, what):
-        """Write the dupsort sub-database ``name`` (in order) as run 1 in the
+        """Write the dupsort sub-database ``name`` (in order) as its first run in the
         first of ``slot_names`` under directory ``key``, then drop it; its
         values, or None where there is no such sub-database."""
         env, txn = self._storage._env, self._txn
@@ -951,9 +950,10 @@ class PyTxn(PyView, Txn):
         slots = [env.open_db(slot, txn=txn) for slot in slot_names]
         txn.drop(slots[0], delete=False)
         values = array("Q", _old_entries(txn.cursor(old), self._storage.path, what))
+        run = new_run_id(0)
         if values:
-            _write_run(txn, slots[0], 1, values)
-        txn.put(key, directory_record([(1, 0, len(values))] if values else []), db=directory)
+            _write_run(txn, slots[0], run, values)
+        txn.put(key, directory_record([(run, 0, len(values))] if values else []), db=directory)
         txn.drop(old, delete=True)
         return values
 
@@ -1054,9 +1054,18 @@ def _block(storage, table, key, value):
     try:
         if len(key) != RUN_KEY_BYTES:
             raise ValueError
-        return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
-    except ValueError:
-        raise _damaged(storage.path, "a block of %s" % storage._set_named(table)) from None
+        return _ext.decode_block(int.from_bytes(key[4:], "big"), value,
+                                 checksummed(int.from_bytes(key[:4], "big")))
+    except ValueError as exc:
+        raise _run_damaged(storage.path, storage._set_named(table), str(exc)) from None
+
+
+def _run_damaged(path, named, why):
+    """The error for a block of a run of ``named`` (a table or band) that is
+    damaged, ``why``: compact() writes every run again."""
+    return DatabaseError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
+                         "the damage, and compact() writes the tables again from the "
+                         "fingerprint index and the bands from the documents" % (path, named, why))
 
 
 def _damaged(path, what):

@@ -78,7 +78,8 @@ TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
+             split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
+             against_columns=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -108,13 +109,17 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
-    :param against: an old corpus (a DataFrame with the same key,
-        fingerprint and, where it has one, signature columns): the result
-        is then the pairs within ``df`` and those across, each of a row of
-        ``df`` (``key_a``) and one of ``against`` (``key_b``), with a last
-        column ``across`` that tells them apart (see :func:`dedupe`).
-    :raises InvalidArgumentError: bad parameters, columns or column types, or
-        a signature that is not 256 bytes.
+    :param against: an old corpus (a DataFrame of key, fingerprint and, where
+        it has one, signature columns): the result is then the pairs within
+        ``df`` and those across, each of a row of ``df`` (``key_a``) and one
+        of ``against`` (``key_b``), with a last column ``across`` that tells
+        them apart (see :func:`dedupe`).
+    :param dict against_columns: the names of ``against``'s columns, by
+        ``"key"``, ``"fingerprint"`` and ``"signature"`` (default: those of
+        ``df``; an old corpus without a signature column, when not named
+        here, holds documents without text).
+    :raises InvalidArgumentError: bad parameters, columns or column types
+        (on either side), or a signature that is not 256 bytes.
     :raises InvalidFingerprintError: a row with no valid fingerprint (null,
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
@@ -122,8 +127,8 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     if against is not None:
         within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
         return within.withColumn("across", F.lit(False)).unionByName(
-            _across(df, against, distance, blocks, key, fingerprint, signature, threshold)
-            .withColumn("across", F.lit(True)))
+            _across(df, against, distance, blocks, key, fingerprint, signature, threshold,
+                    against_columns).withColumn("across", F.lit(True)))
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
                                          signature, threshold)
     if least is None:
@@ -152,14 +157,16 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-           split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
+           split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
+           against_columns=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s.
 
-    With ``against`` (an old corpus: a DataFrame with the same key,
-    fingerprint and, where it has them, signature columns, such as the
-    Parquet of :meth:`simhashdb.DB.export_parquet` or of an earlier run), the
+    With ``against`` (an old corpus: a DataFrame of key, fingerprint and,
+    where it has them, signature columns, named as ``df``'s or by
+    ``against_columns`` as in :func:`find_all`, such as the Parquet of
+    :meth:`simhashdb.DB.export_parquet` or of an earlier run), the
     rows of ``df`` that are near-duplicates of a document of ``against`` go
     (whatever their key), then the rest are deduplicated as above: the rows a
     database holding ``against`` keeps when it is asked for each row's
@@ -168,7 +175,8 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     new one go further. ``blocks`` is then that of the new rows' clusters; the
     probes of the old corpus take the database's blocks for both sizes."""
     if against is not None:
-        across = _across(df, against, distance, None, key, fingerprint, signature, threshold)
+        across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
+                         against_columns)
         seen = _materialize(across.select(F.col("key_a").alias(key)).distinct())
         df = df.join(seen, key, "left_anti")
     _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
@@ -188,17 +196,25 @@ def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return docs.select("key"), _components(edges)
 
 
-def _across(df, against, distance, blocks, key, fingerprint, signature, threshold):
+def _across(df, against, distance, blocks, key, fingerprint, signature, threshold, columns):
     """The pairs ``(key_a, key_b, distance[, resemblance])`` of a row of
-    ``df`` (a) and a row of ``against`` (b), by the rule :func:`find_all`
-    applies, each pair once (rows of one key, fingerprint and signature are
-    one row)."""
-    if signature is not None and signature not in against.columns:
-        against = against.withColumn(signature, F.lit(None).cast(BinaryType()))
+    ``df`` (a) and a row of ``against`` (b, its columns named by
+    ``columns``), by the rule :func:`find_all` applies, each pair once (rows
+    of one key, fingerprint and signature are one row)."""
+    named = dict(key=key, fingerprint=fingerprint, signature=signature)
+    if columns is not None and (not isinstance(columns, dict) or set(columns) - set(named)):
+        raise InvalidArgumentError("against_columns maps 'key', 'fingerprint' and 'signature' "
+                                   "to the old corpus's column names, got %r" % (columns,))
+    old_names = dict(named, **(columns or {}))
+    if signature is None:
+        old_names["signature"] = None
+    elif old_names["signature"] not in against.columns and "signature" not in (columns or {}):
+        against = against.withColumn(old_names["signature"], F.lit(None).cast(BinaryType()))
     new, _, new_rows, least = _prepare(df, key, fingerprint, distance, distance + 1,
-                                       DEFAULT_SPLIT, signature, threshold)
-    old, _, old_rows, _ = _prepare(against, key, fingerprint, distance, distance + 1,
-                                   DEFAULT_SPLIT, signature, threshold)
+                                       DEFAULT_SPLIT, signature, threshold, "the new rows")
+    old, _, old_rows, _ = _prepare(against, old_names["key"], old_names["fingerprint"], distance,
+                                   distance + 1, DEFAULT_SPLIT, old_names["signature"], threshold,
+                                   "the old corpus (against; against_columns names its columns)")
     types = [docs.schema["key"].dataType.simpleString() for docs in (new, old)]
     if types[0] != types[1]:
         raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
@@ -320,10 +336,12 @@ def choose_blocks(distance, documents):
 # Documents
 
 
-def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None):
+def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None,
+             whose="the DataFrame"):
     """Check the arguments and every row; the documents as (key, fp: signed
     long, and with ``signature`` sig: 256 bytes or null), the layout, the
-    number of rows, and the text rule's threshold (None without ``signature``)."""
+    number of rows, and the text rule's threshold (None without ``signature``).
+    ``whose`` names the DataFrame in the errors of its columns."""
     if not isinstance(df, DataFrame):
         raise InvalidArgumentError("expected a pyspark DataFrame, got %s" % type(df).__name__)
     if not isinstance(split, int) or isinstance(split, bool) or split < 2:
@@ -337,8 +355,8 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
         ((signature, "signature"),) if signature is not None else ())
     for name, what in named:
         if not isinstance(name, str) or name not in fields:
-            raise InvalidArgumentError("the DataFrame has no %s column %r (its columns: %s)"
-                                       % (what, name, ", ".join(fields)))
+            raise InvalidArgumentError("%s: no %s column %r (its columns: %s)"
+                                       % (whose, what, name, ", ".join(fields)))
     if not isinstance(fields[key], (StringType, BinaryType, IntegralType, DecimalType)):
         raise InvalidArgumentError("key column %r is %s; keys must be strings, binary or "
                                    "integers" % (key, fields[key].simpleString()))

@@ -36,7 +36,7 @@ import functools
 import math
 from decimal import Decimal
 
-from . import _ext, rule
+from . import _ext, matching, rule
 from .errors import (InputError, InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
                      SimhashDBError)
 from .layout import Layout
@@ -45,6 +45,7 @@ from .matching import pair_chunks
 try:
     import numpy
     import pyarrow
+    import pyarrow.compute
     from pyspark.sql import DataFrame, Window, functions as F
     from pyspark.sql.types import (
         BinaryType, DecimalType, DoubleType, IntegerType, IntegralType, LongType, StringType,
@@ -63,6 +64,7 @@ TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about
 BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts: a pair of texts
                             # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
 DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
+OLD_ROWS_PER_SCAN = 1 << 18  # old rows scanned at once beside the new fingerprints
 SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
 SIGNATURE_BYTES, BANDS = _ext.SIGNATURE_BYTES, _ext.BANDS  # a text's signature, its band keys
 
@@ -177,8 +179,12 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
                          against_columns)
-        seen = _materialize(across.select(F.col("key_a").alias(key)).distinct())
-        df = df.join(seen, key, "left_anti")
+        seen = across.select(F.col("key_a").alias(key)).distinct()
+        df = _materialize(df.join(seen, key, "left_anti"))
+        dropped = _dropped_in_memory(df, key, fingerprint, distance, blocks, signature,
+                                     threshold)
+        if dropped is not None:
+            return df.join(F.broadcast(dropped), key, "left_anti")
     _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
 
@@ -194,6 +200,35 @@ def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     edges = _materialize(found.select(F.greatest("key_a", "key_b").alias("u"),
                                       F.least("key_a", "key_b").alias("v")))
     return docs.select("key"), _components(edges)
+
+
+def _dropped_in_memory(df, key, fingerprint, distance, blocks, signature, threshold):
+    """The keys of ``df`` that are not the smallest of their cluster (a
+    DataFrame of one column, named ``key``), found on the driver by
+    :mod:`simhashdb.matching` where ``df`` has no more rows than one scan
+    task holds (else None): a new segment's survivors, one job."""
+    docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, DEFAULT_SPLIT,
+                                         signature, threshold)
+    if rows > (ROWS_PER_TASK if least is None else TEXT_ROWS_PER_TASK):
+        return None
+    table = docs.toArrow()
+    keys = table.column("key").combine_chunks()
+    fps = table.column("fp").combine_chunks().to_numpy(zero_copy_only=False).view(numpy.uint64)
+    if least is None:
+        pairs = (numpy.frombuffer(chunk, numpy.uint64) for chunk in pair_chunks(fps, layout))
+    else:
+        found = numpy.array([(i, j) for i, j, _ in matching.text_pairs(
+            fps.tolist(), table.column("sig").to_pylist(), layout, least)], numpy.uint64)
+        pairs = [found.ravel()]
+    distinct = keys.unique()
+    order = pyarrow.compute.sort_indices(distinct)   # a key's node: its rank, so a
+    rank = numpy.empty(len(distinct), numpy.uint64)  # component's label is its least key
+    rank[order.to_numpy()] = numpy.arange(len(distinct), dtype=numpy.uint64)
+    node = rank[pyarrow.compute.index_in(keys, distinct).to_numpy()]
+    labels = numpy.frombuffer(matching.components(len(distinct), (
+        numpy.ascontiguousarray(node[chunk.astype(numpy.intp)]) for chunk in pairs)), numpy.uint64)
+    dropped = distinct.take(order).filter(labels != numpy.arange(len(distinct)))
+    return df.sparkSession.createDataFrame(pyarrow.table({key: dropped}))
 
 
 def _across(df, against, distance, blocks, key, fingerprint, signature, threshold, columns):
@@ -219,6 +254,8 @@ def _across(df, against, distance, blocks, key, fingerprint, signature, threshol
     if types[0] != types[1]:
         raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
                                    "must be of one type" % tuple(types))
+    if least is None:
+        return _across_by_distance(new, old, distance)
     layout = Layout(blocks or Layout.choose_blocks(distance, new_rows + old_rows), distance)
     text = least is not None
     ids = [F.xxhash64("key", "fp", *(["sig"] if text else [])).alias("u1"),
@@ -242,6 +279,58 @@ def _across(df, against, distance, blocks, key, fingerprint, signature, threshol
     return pairs.select("key_a", "key_b", between, "banded", "sig_a", "sig_b").mapInArrow(
         functools.partial(_resemblance_partition, least, distance),
         _pair_schema(new.select("key"), True))
+
+
+def _across_by_distance(new, old, distance):
+    """The pairs ``(key_a, key_b, distance)`` of a new and an old row within
+    ``distance``, each once: the new rows' distinct fingerprints go to every
+    task of one pass over the old rows, which scans them beside its own (the
+    old rows are neither shuffled nor paired among themselves)."""
+    values = new.select("fp").distinct().toArrow().column(0).combine_chunks()
+    values = numpy.sort(values.to_numpy(zero_copy_only=False).view(numpy.uint64))
+    cores = new.sparkSession.sparkContext.defaultParallelism
+    if old.rdd.getNumPartitions() < cores:   # a corpus in one Parquet row group: one task
+        old = old.repartition(cores)
+    schema = StructType([StructField("fp_a", LongType()),
+                         StructField("key_b", old.schema["key"].dataType),
+                         StructField("distance", IntegerType())])
+    near = old.select(F.col("key").alias("key_b"), "fp").mapInArrow(
+        functools.partial(_near_partition, values, distance), schema)
+    return near.join(new.select(F.col("key").alias("key_a"), F.col("fp").alias("fp_a")), "fp_a") \
+        .select("key_a", "key_b", "distance").distinct()
+
+
+def _near_partition(values, distance, batches):
+    """mapInArrow over old (key_b, fp) rows: (fp_a, key_b, distance) of each
+    of ``values`` (the new fingerprints, sorted) within ``distance`` of a row,
+    the rows taken in scans of at least as many as ``values``."""
+    pending, rows = [], 0
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= max(len(values), OLD_ROWS_PER_SCAN):
+            yield from _near_rows(values, distance, pending)
+            pending, rows = [], 0
+    if pending:
+        yield from _near_rows(values, distance, pending)
+
+
+def _near_rows(values, distance, batches):
+    """The pairs of :func:`_near_partition` of one scan's old rows."""
+    key, fp = _concatenated(batches)
+    fp = fp.to_numpy().view(numpy.uint64)
+    if not len(values) or not len(fp):
+        return
+    both = numpy.concatenate([values, fp])
+    sides = numpy.repeat(numpy.array([0, 1], numpy.uint8), [len(values), len(fp)])
+    layout = Layout(Layout.choose_blocks(distance, len(both)), distance)
+    for pairs in pair_chunks(both, layout, chunk=PAIR_CHUNK, sides=sides):
+        positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp).reshape(-1, 2)
+        a, b = positions.min(axis=1), positions.max(axis=1) - len(values)
+        between = numpy.frombuffer(_ext.num_differing_bits_many(values[a], fp[b]), numpy.uint8)
+        yield pyarrow.RecordBatch.from_arrays(
+            [pyarrow.array(values[a].view(numpy.int64)), key.take(pyarrow.array(b)),
+             pyarrow.array(between.astype("int32"))], names=["fp_a", "key_b", "distance"])
 
 
 def _table_keys(docs, layout):

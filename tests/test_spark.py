@@ -611,6 +611,11 @@ def test_incremental_dedupe_of_fingerprints_equals_brute_force_and_the_database(
     new, old = frame(spark, new_keys, new_fps), frame(spark, old_keys, old_fps, "decimal")
     kept = sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old)))
     assert kept == survivors_deduped(new_keys, near, {(a, b) for a, b, _ in across})
+    with pytest.MonkeyPatch.context() as patch:   # survivors too many for the driver: on Spark
+        patch.setattr(sspark, "_dropped_in_memory", lambda *args: None)
+        assert sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old))) == kept
+    copies = frame(spark, ["c%d" % i for i in range(9)], old_fps[:9])   # nothing survives
+    assert rows(sspark.dedupe(copies, DISTANCE, against=old)) == []
     pairs = rows(sspark.find_all(new, DISTANCE, against=old))
     assert {(a, b, d) for a, b, d, crossing in pairs if crossing} == across
     assert {(a, b) for a, b, d, crossing in pairs if not crossing} == near

@@ -25,11 +25,14 @@ identify documents, one row a key (a key on several rows is never paired
 with itself). Runs on classic Spark sessions (it uses the SparkContext), not
 Spark Connect.
 
-A new segment is deduplicated against a corpus kept before (``against``):
-each new document probes the old corpus's table keys (and, for texts, band
-keys) as a query of the database would, the old keys kept only where a new
-document has the same (a broadcast of the new keys); the old corpus is read
-but not shuffled whole, and its documents are never paired among themselves.
+A new segment is deduplicated against a corpus kept before (``against``),
+whose documents are never paired among themselves. By the distance rule,
+every task of one pass over the old corpus scans its rows beside the new
+fingerprints (shipped with the task); by the text rule, each new document
+probes the old corpus's table and band keys as a query of the database
+would, the old keys kept only where a new document has the same (a
+broadcast of the new keys). The new rows left are clustered on the driver
+when one scan task would hold them.
 """
 
 import functools
@@ -172,10 +175,11 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     rows of ``df`` that are near-duplicates of a document of ``against`` go
     (whatever their key), then the rest are deduplicated as above: the rows a
     database holding ``against`` keeps when it is asked for each row's
-    near-duplicates. The old corpus is read (three passes) but not
-    shuffled, and only its documents that share a table or band key with a
-    new one go further. ``blocks`` is then that of the new rows' clusters; the
-    probes of the old corpus take the database's blocks for both sizes."""
+    near-duplicates. The old corpus is read (two passes; three with
+    signatures) but not shuffled whole, and its documents are never paired
+    among themselves (see the module's docstring). ``blocks`` is then that
+    of the new rows' clusters; the probes of the old corpus take the
+    database's blocks for their sizes."""
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
                          against_columns)

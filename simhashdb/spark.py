@@ -26,12 +26,12 @@ with itself). Runs on classic Spark sessions (it uses the SparkContext), not
 Spark Connect.
 
 A new segment is deduplicated against a corpus kept before (``against``),
-whose documents are never paired among themselves. By the distance rule,
-every task of one pass over the old corpus scans its rows beside the new
-fingerprints (shipped with the task); by the text rule, each new document
-probes the old corpus's table and band keys as a query of the database
-would, the old keys kept only where a new document has the same (a
-broadcast of the new keys). The new rows left are clustered on the driver
+whose documents are never paired among themselves. By the distance rule
+(and up to SHIPPED_ROWS new rows), every task of one pass over the old
+corpus scans its rows beside the new fingerprints, shipped with the task;
+else each new document probes the old corpus's table and band keys as a
+query of the database would, the old keys kept only where a new document
+has the same (a broadcast of the new keys). The new rows left are clustered on the driver
 when one scan task would hold them.
 """
 
@@ -68,6 +68,7 @@ BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts:
                             # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
 DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
 OLD_ROWS_PER_SCAN = 1 << 18  # old rows scanned at once beside the new fingerprints
+SHIPPED_ROWS = ROWS_PER_TASK  # new rows whose fingerprints go to every task of the old corpus
 SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
 SIGNATURE_BYTES, BANDS = _ext.SIGNATURE_BYTES, _ext.BANDS  # a text's signature, its band keys
 
@@ -258,7 +259,7 @@ def _across(df, against, distance, blocks, key, fingerprint, signature, threshol
     if types[0] != types[1]:
         raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
                                    "must be of one type" % tuple(types))
-    if least is None:
+    if least is None and new_rows <= SHIPPED_ROWS:
         return _across_by_distance(new, old, distance)
     layout = Layout(blocks or Layout.choose_blocks(distance, new_rows + old_rows), distance)
     text = least is not None

@@ -425,7 +425,8 @@ def _spark_run(args, session, spark, stack):
     df, signature, made = _spark_input(session, args, args.input, args.format)
     options = {"key": args.key, "fingerprint": args.fingerprint}
     if args.against is not None:
-        options["against"] = _spark_against(session, args, stack, signature in made)
+        options["against"], options["against_columns"] = _spark_against(
+            session, args, stack, signature in made)
     if signature is not None:
         options.update(signature=signature, threshold=args.threshold)
         note(args, "pairs of texts by the text rule: a shared band of their signatures or "
@@ -460,11 +461,13 @@ def _spark_run(args, session, spark, stack):
 
 
 def _spark_against(session, args, stack, texts):
-    """The old corpus of --against as a DataFrame: Parquet, what `import`
-    reads, or a database (exported to Parquet in a directory that lasts
-    while ``stack`` is open); a database's recipe must be the current one
-    where the new rows are ``texts`` fingerprinted here."""
-    given = args.against
+    """The old corpus of --against as a DataFrame and the names of its key,
+    fingerprint and signature columns: Parquet (named by --against-key and
+    the rest, else as INPUT), what `import` reads, or a database (exported
+    to Parquet in a directory that lasts while ``stack`` is open); a
+    database's recipe must be the current one where the new rows are
+    ``texts`` fingerprinted here."""
+    given, exported = args.against, False
     if not inputs.is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
         try:
             db = simhashdb.DB(given, readonly=True, create=False)
@@ -479,7 +482,22 @@ def _spark_against(session, args, stack, texts):
                 given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
                                      "against.parquet")
                 db.export_parquet(given)
-    return _spark_input(session, args, given, None)[0]
+                exported = True
+    if not inputs.is_parquet(given):
+        df, signature, _ = _spark_input(session, args, given, None)
+        names = {"key": args.key, "fingerprint": args.fingerprint}
+        return df, dict(names, signature=signature) if signature else names
+    df = session.read.parquet(given)
+    names = {column: column if exported else getattr(args, "against_" + column) or
+             getattr(args, column) or column for column in ("key", "fingerprint", "signature")}
+    for column, name in names.items():
+        if name not in df.columns and (column != "signature" or args.against_signature):
+            raise CliError("%s has no %s column %r (its columns: %s); name it with --against-%s"
+                           % (args.against, column, name, ", ".join(df.columns), column))
+    if names["signature"] not in df.columns:
+        del names["signature"]   # documents without text
+    return df, names
+
 
 def cmd_export_parquet(args):
     """Write every document to a Parquet file (key, fingerprint as uint64, meta as msgpack)."""

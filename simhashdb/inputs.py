@@ -232,6 +232,7 @@ class Reader:
                     truncated = getattr(record.raw_stream, "limit", 1) > 0 or not (
                         record.rec_headers.get_header("Content-Length") or "").strip().isdigit()
                     offset = records.get_record_offset()
+                    truncated = truncated or _member_cut(records.reader)
                 except Exception as exc:  # warcio's errors on damaged data have no one base
                     offset = records.offset
                     yield source, offset, InputError(
@@ -613,6 +614,13 @@ def _opened(path):
         return open(path, "rb")
     except OSError as exc:
         raise InputError("cannot read %s: %s" % (path, exc.strerror)) from None
+
+
+def _member_cut(reader):
+    """Whether warcio's ``reader`` stopped inside a gzip member: the data of a
+    record may be whole while the member's end (and its checksum) is missing."""
+    decompressor = reader.decompressor
+    return decompressor is not None and not getattr(decompressor, "eof", True)
 
 
 def _rest_is_data(path, offset):

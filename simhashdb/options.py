@@ -214,6 +214,9 @@ def build_parser(handlers):
                      help="dedupe or find-all INPUT as a new segment of the corpus OLD holds: "
                           "Parquet (export-parquet's, or an earlier run's), what import reads, "
                           "or a database")
+    for column in ("key", "fingerprint", "signature"):
+        sub.add_argument("--against-" + column, metavar="COLUMN",
+                         help="the %s column of Parquet OLD (default: --%s's)" % (column, column))
     sub.add_argument("--key-prefix", help="prefix of generated keys (line numbers, paths)")
     walking(sub)
     rooting(sub)

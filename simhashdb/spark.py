@@ -25,18 +25,21 @@ identify documents, one row a key (a key on several rows is never paired
 with itself). Runs on classic Spark sessions (it uses the SparkContext), not
 Spark Connect.
 
-A new segment is deduplicated against a corpus kept before (``against``):
-each new document probes the old corpus's table keys (and, for texts, band
-keys) as a query of the database would, the old keys kept only where a new
-document has the same (a broadcast of the new keys); the old corpus is read
-but not shuffled whole, and its documents are never paired among themselves.
+A new segment is deduplicated against a corpus kept before (``against``),
+whose documents are never paired among themselves. By the distance rule
+(and up to SHIPPED_ROWS new rows), every task of one pass over the old
+corpus scans its rows beside the new fingerprints, shipped with the task;
+else each new document probes the old corpus's table and band keys as a
+query of the database would, the old keys kept only where a new document
+has the same (a broadcast of the new keys). The new rows left are clustered on the driver
+when one scan task would hold them.
 """
 
 import functools
 import math
 from decimal import Decimal
 
-from . import _ext, rule
+from . import _ext, matching, rule
 from .errors import (InputError, InvalidArgumentError, InvalidFingerprintError, InvalidKeyError,
                      SimhashDBError)
 from .layout import Layout
@@ -45,6 +48,7 @@ from .matching import pair_chunks
 try:
     import numpy
     import pyarrow
+    import pyarrow.compute
     from pyspark.sql import DataFrame, Window, functions as F
     from pyspark.sql.types import (
         BinaryType, DecimalType, DoubleType, IntegerType, IntegralType, LongType, StringType,
@@ -63,6 +67,8 @@ TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about
 BAND_SPLIT = 10             # a band group is split at split / BAND_SPLIT texts: a pair of texts
                             # costs a resemblance, ~0.4 us, ten times a pair of fingerprints
 DECIDE_CHUNK = 1 << 16      # pairs of texts decided at once (their bins side by side)
+OLD_ROWS_PER_SCAN = 1 << 18  # old rows scanned at once beside the new fingerprints
+SHIPPED_ROWS = ROWS_PER_TASK  # new rows whose fingerprints go to every task of the old corpus
 SMALL_GROUP = 32            # band groups of at most this many texts are decided in numpy
 SIGNATURE_BYTES, BANDS = _ext.SIGNATURE_BYTES, _ext.BANDS  # a text's signature, its band keys
 
@@ -78,7 +84,8 @@ TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
+             split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
+             against_columns=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -108,13 +115,17 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
-    :param against: an old corpus (a DataFrame with the same key,
-        fingerprint and, where it has one, signature columns): the result
-        is then the pairs within ``df`` and those across, each of a row of
-        ``df`` (``key_a``) and one of ``against`` (``key_b``), with a last
-        column ``across`` that tells them apart (see :func:`dedupe`).
-    :raises InvalidArgumentError: bad parameters, columns or column types, or
-        a signature that is not 256 bytes.
+    :param against: an old corpus (a DataFrame of key, fingerprint and, where
+        it has one, signature columns): the result is then the pairs within
+        ``df`` and those across, each of a row of ``df`` (``key_a``) and one
+        of ``against`` (``key_b``), with a last column ``across`` that tells
+        them apart (see :func:`dedupe`).
+    :param dict against_columns: the names of ``against``'s columns, by
+        ``"key"``, ``"fingerprint"`` and ``"signature"`` (default: those of
+        ``df``; an old corpus without a signature column, when not named
+        here, holds documents without text).
+    :raises InvalidArgumentError: bad parameters, columns or column types
+        (on either side), or a signature that is not 256 bytes.
     :raises InvalidFingerprintError: a row with no valid fingerprint (null,
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
@@ -122,8 +133,8 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     if against is not None:
         within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
         return within.withColumn("across", F.lit(False)).unionByName(
-            _across(df, against, distance, blocks, key, fingerprint, signature, threshold)
-            .withColumn("across", F.lit(True)))
+            _across(df, against, distance, blocks, key, fingerprint, signature, threshold,
+                    against_columns).withColumn("across", F.lit(True)))
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
                                          signature, threshold)
     if least is None:
@@ -152,25 +163,33 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-           split=DEFAULT_SPLIT, signature=None, threshold=None, against=None):
+           split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
+           against_columns=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s.
 
-    With ``against`` (an old corpus: a DataFrame with the same key,
-    fingerprint and, where it has them, signature columns, such as the
-    Parquet of :meth:`simhashdb.DB.export_parquet` or of an earlier run), the
+    With ``against`` (an old corpus: a DataFrame of key, fingerprint and,
+    where it has them, signature columns, named as ``df``'s or by
+    ``against_columns`` as in :func:`find_all`, such as the Parquet of
+    :meth:`simhashdb.DB.export_parquet` or of an earlier run), the
     rows of ``df`` that are near-duplicates of a document of ``against`` go
     (whatever their key), then the rest are deduplicated as above: the rows a
     database holding ``against`` keeps when it is asked for each row's
-    near-duplicates. The old corpus is read (three passes) but not
-    shuffled, and only its documents that share a table or band key with a
-    new one go further. ``blocks`` is then that of the new rows' clusters; the
-    probes of the old corpus take the database's blocks for both sizes."""
+    near-duplicates. The old corpus is read (two passes; three with
+    signatures) but not shuffled whole, and its documents are never paired
+    among themselves (see the module's docstring). ``blocks`` is then that
+    of the new rows' clusters; the probes of the old corpus take the
+    database's blocks for their sizes."""
     if against is not None:
-        across = _across(df, against, distance, None, key, fingerprint, signature, threshold)
-        seen = _materialize(across.select(F.col("key_a").alias(key)).distinct())
-        df = df.join(seen, key, "left_anti")
+        across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
+                         against_columns)
+        seen = across.select(F.col("key_a").alias(key)).distinct()
+        df = _materialize(df.join(seen, key, "left_anti"))
+        dropped = _dropped_in_memory(df, key, fingerprint, distance, blocks, signature,
+                                     threshold)
+        if dropped is not None:
+            return df.join(F.broadcast(dropped), key, "left_anti")
     _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
 
@@ -188,21 +207,60 @@ def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return docs.select("key"), _components(edges)
 
 
-def _across(df, against, distance, blocks, key, fingerprint, signature, threshold):
+def _dropped_in_memory(df, key, fingerprint, distance, blocks, signature, threshold):
+    """The keys of ``df`` that are not the smallest of their cluster (a
+    DataFrame of one column, named ``key``), found on the driver by
+    :mod:`simhashdb.matching` where ``df`` has no more rows than one scan
+    task holds (else None): a new segment's survivors, one job."""
+    docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, DEFAULT_SPLIT,
+                                         signature, threshold)
+    if rows > (ROWS_PER_TASK if least is None else TEXT_ROWS_PER_TASK):
+        return None
+    table = docs.toArrow()
+    keys = table.column("key").combine_chunks()
+    fps = table.column("fp").combine_chunks().to_numpy(zero_copy_only=False).view(numpy.uint64)
+    if least is None:
+        pairs = (numpy.frombuffer(chunk, numpy.uint64) for chunk in pair_chunks(fps, layout))
+    else:
+        found = numpy.array([(i, j) for i, j, _ in matching.text_pairs(
+            fps.tolist(), table.column("sig").to_pylist(), layout, least)], numpy.uint64)
+        pairs = [found.ravel()]
+    distinct = keys.unique()
+    order = pyarrow.compute.sort_indices(distinct)   # a key's node: its rank, so a
+    rank = numpy.empty(len(distinct), numpy.uint64)  # component's label is its least key
+    rank[order.to_numpy()] = numpy.arange(len(distinct), dtype=numpy.uint64)
+    node = rank[pyarrow.compute.index_in(keys, distinct).to_numpy()]
+    labels = numpy.frombuffer(matching.components(len(distinct), (
+        numpy.ascontiguousarray(node[chunk.astype(numpy.intp)]) for chunk in pairs)), numpy.uint64)
+    dropped = distinct.take(order).filter(labels != numpy.arange(len(distinct)))
+    return df.sparkSession.createDataFrame(pyarrow.table({key: dropped}))
+
+
+def _across(df, against, distance, blocks, key, fingerprint, signature, threshold, columns):
     """The pairs ``(key_a, key_b, distance[, resemblance])`` of a row of
-    ``df`` (a) and a row of ``against`` (b), by the rule :func:`find_all`
-    applies, each pair once (rows of one key, fingerprint and signature are
-    one row)."""
-    if signature is not None and signature not in against.columns:
-        against = against.withColumn(signature, F.lit(None).cast(BinaryType()))
+    ``df`` (a) and a row of ``against`` (b, its columns named by
+    ``columns``), by the rule :func:`find_all` applies, each pair once (rows
+    of one key, fingerprint and signature are one row)."""
+    named = dict(key=key, fingerprint=fingerprint, signature=signature)
+    if columns is not None and (not isinstance(columns, dict) or set(columns) - set(named)):
+        raise InvalidArgumentError("against_columns maps 'key', 'fingerprint' and 'signature' "
+                                   "to the old corpus's column names, got %r" % (columns,))
+    old_names = dict(named, **(columns or {}))
+    if signature is None:
+        old_names["signature"] = None
+    elif old_names["signature"] not in against.columns and "signature" not in (columns or {}):
+        against = against.withColumn(old_names["signature"], F.lit(None).cast(BinaryType()))
     new, _, new_rows, least = _prepare(df, key, fingerprint, distance, distance + 1,
-                                       DEFAULT_SPLIT, signature, threshold)
-    old, _, old_rows, _ = _prepare(against, key, fingerprint, distance, distance + 1,
-                                   DEFAULT_SPLIT, signature, threshold)
+                                       DEFAULT_SPLIT, signature, threshold, "the new rows")
+    old, _, old_rows, _ = _prepare(against, old_names["key"], old_names["fingerprint"], distance,
+                                   distance + 1, DEFAULT_SPLIT, old_names["signature"], threshold,
+                                   "the old corpus (against; against_columns names its columns)")
     types = [docs.schema["key"].dataType.simpleString() for docs in (new, old)]
     if types[0] != types[1]:
         raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
                                    "must be of one type" % tuple(types))
+    if least is None and new_rows <= SHIPPED_ROWS:
+        return _across_by_distance(new, old, distance)
     layout = Layout(blocks or Layout.choose_blocks(distance, new_rows + old_rows), distance)
     text = least is not None
     ids = [F.xxhash64("key", "fp", *(["sig"] if text else [])).alias("u1"),
@@ -226,6 +284,58 @@ def _across(df, against, distance, blocks, key, fingerprint, signature, threshol
     return pairs.select("key_a", "key_b", between, "banded", "sig_a", "sig_b").mapInArrow(
         functools.partial(_resemblance_partition, least, distance),
         _pair_schema(new.select("key"), True))
+
+
+def _across_by_distance(new, old, distance):
+    """The pairs ``(key_a, key_b, distance)`` of a new and an old row within
+    ``distance``, each once: the new rows' distinct fingerprints go to every
+    task of one pass over the old rows, which scans them beside its own (the
+    old rows are neither shuffled nor paired among themselves)."""
+    values = new.select("fp").distinct().toArrow().column(0).combine_chunks()
+    values = numpy.sort(values.to_numpy(zero_copy_only=False).view(numpy.uint64))
+    cores = new.sparkSession.sparkContext.defaultParallelism
+    if old.rdd.getNumPartitions() < cores:   # a corpus in one Parquet row group: one task
+        old = old.repartition(cores)
+    schema = StructType([StructField("fp_a", LongType()),
+                         StructField("key_b", old.schema["key"].dataType),
+                         StructField("distance", IntegerType())])
+    near = old.select(F.col("key").alias("key_b"), "fp").mapInArrow(
+        functools.partial(_near_partition, values, distance), schema)
+    return near.join(new.select(F.col("key").alias("key_a"), F.col("fp").alias("fp_a")), "fp_a") \
+        .select("key_a", "key_b", "distance").distinct()
+
+
+def _near_partition(values, distance, batches):
+    """mapInArrow over old (key_b, fp) rows: (fp_a, key_b, distance) of each
+    of ``values`` (the new fingerprints, sorted) within ``distance`` of a row,
+    the rows taken in scans of at least as many as ``values``."""
+    pending, rows = [], 0
+    for batch in batches:
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows >= max(len(values), OLD_ROWS_PER_SCAN):
+            yield from _near_rows(values, distance, pending)
+            pending, rows = [], 0
+    if pending:
+        yield from _near_rows(values, distance, pending)
+
+
+def _near_rows(values, distance, batches):
+    """The pairs of :func:`_near_partition` of one scan's old rows."""
+    key, fp = _concatenated(batches)
+    fp = fp.to_numpy().view(numpy.uint64)
+    if not len(values) or not len(fp):
+        return
+    both = numpy.concatenate([values, fp])
+    sides = numpy.repeat(numpy.array([0, 1], numpy.uint8), [len(values), len(fp)])
+    layout = Layout(Layout.choose_blocks(distance, len(both)), distance)
+    for pairs in pair_chunks(both, layout, chunk=PAIR_CHUNK, sides=sides):
+        positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp).reshape(-1, 2)
+        a, b = positions.min(axis=1), positions.max(axis=1) - len(values)
+        between = numpy.frombuffer(_ext.num_differing_bits_many(values[a], fp[b]), numpy.uint8)
+        yield pyarrow.RecordBatch.from_arrays(
+            [pyarrow.array(values[a].view(numpy.int64)), key.take(pyarrow.array(b)),
+             pyarrow.array(between.astype("int32"))], names=["fp_a", "key_b", "distance"])
 
 
 def _table_keys(docs, layout):
@@ -320,10 +430,12 @@ def choose_blocks(distance, documents):
 # Documents
 
 
-def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None):
+def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None,
+             whose="the DataFrame"):
     """Check the arguments and every row; the documents as (key, fp: signed
     long, and with ``signature`` sig: 256 bytes or null), the layout, the
-    number of rows, and the text rule's threshold (None without ``signature``)."""
+    number of rows, and the text rule's threshold (None without ``signature``).
+    ``whose`` names the DataFrame in the errors of its columns."""
     if not isinstance(df, DataFrame):
         raise InvalidArgumentError("expected a pyspark DataFrame, got %s" % type(df).__name__)
     if not isinstance(split, int) or isinstance(split, bool) or split < 2:
@@ -337,8 +449,8 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
         ((signature, "signature"),) if signature is not None else ())
     for name, what in named:
         if not isinstance(name, str) or name not in fields:
-            raise InvalidArgumentError("the DataFrame has no %s column %r (its columns: %s)"
-                                       % (what, name, ", ".join(fields)))
+            raise InvalidArgumentError("%s: no %s column %r (its columns: %s)"
+                                       % (whose, what, name, ", ".join(fields)))
     if not isinstance(fields[key], (StringType, BinaryType, IntegralType, DecimalType)):
         raise InvalidArgumentError("key column %r is %s; keys must be strings, binary or "
                                    "integers" % (key, fields[key].simpleString()))

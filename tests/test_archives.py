@@ -163,6 +163,23 @@ def test_truncated_and_malformed_records_are_reported_by_offset(tmp_path, capsys
     assert code == 1 and "truncated archive record at byte %d" % starts[2] in err
 
 
+@pytest.mark.parametrize("lost", [4, 12], ids=["checksum", "data-end"])
+def test_a_last_gzip_member_cut_short_is_reported_not_dropped(tmp_path, capsys, lost):
+    whole = write_warc(tmp_path / "whole.warc.gz", RECORDS[:3]).read_bytes()
+    last = whole.rfind(b"\x1f\x8b\x08")
+    cut = tmp_path / "cut.warc.gz"   # the record's text may be whole, its member's end is not
+    cut.write_bytes(whole[:-lost])
+    read = list(inputs.Reader().records({str(cut): "warc"}))
+    assert [offset for _, offset, _ in read][-1] == last
+    assert isinstance(read[-1][2], inputs.InputError) and "truncated" in str(read[-1][2])
+    assert [type(r) for _, _, r in read[:-1]] == [inputs.TextRecord] * 2
+    code, out, err = run(capsys, "import", tmp_path / "db", cut)
+    assert code == 1 and "a truncated archive record at byte %d" % last in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    code, out, err = run(capsys, "import", tmp_path / "db2", cut, "--skip-invalid")
+    assert code == 0 and out[-1]["imported"] == 2 and out[-1]["invalid"] == 1
+
+
 @storage
 def test_query_fingerprint_and_walked_directories_read_archives(tmp_path, capsys):
     crawl = tmp_path / "crawl"

@@ -611,6 +611,12 @@ def test_incremental_dedupe_of_fingerprints_equals_brute_force_and_the_database(
     new, old = frame(spark, new_keys, new_fps), frame(spark, old_keys, old_fps, "decimal")
     kept = sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old)))
     assert kept == survivors_deduped(new_keys, near, {(a, b) for a, b, _ in across})
+    with pytest.MonkeyPatch.context() as patch:   # a segment too large to ship to every task,
+        patch.setattr(sspark, "SHIPPED_ROWS", 0)   # its survivors too many for the driver
+        patch.setattr(sspark, "_dropped_in_memory", lambda *args: None)
+        assert sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old))) == kept
+    copies = frame(spark, ["c%d" % i for i in range(9)], old_fps[:9])   # nothing survives
+    assert rows(sspark.dedupe(copies, DISTANCE, against=old)) == []
     pairs = rows(sspark.find_all(new, DISTANCE, against=old))
     assert {(a, b, d) for a, b, d, crossing in pairs if crossing} == across
     assert {(a, b) for a, b, d, crossing in pairs if not crossing} == near
@@ -698,3 +704,35 @@ def test_cli_spark_dedupe_against_a_database_or_its_parquet(spark, tmp_path, cap
         assert expected[0] in {m.key for m in db.query_text(dict(new)[expected[0]])}
     assert cli.main(["spark", "clusters", str(tmp_path / "new.jsonl"), "-",
                      "--against", str(tmp_path / "old.db")]) == 2
+
+
+def test_against_columns_named_apart_or_refused_in_one_line(spark, tmp_path, capsys, text_docs):
+    docs = text_docs[0]
+    old, new = docs[0::2], docs[1::2] + [docs[0]]
+    with simhashdb.DB(str(tmp_path / "old.db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(old)
+        db.export_parquet(str(tmp_path / "old.parquet"))   # key, fingerprint, signature
+    fps, signatures = zip(*(simhashdb.fingerprint_with_signature(t) for _, t in new))
+    pq.write_table(pa.table({"url": [k for k, _ in new], "fp": pa.array(fps, pa.uint64()),
+                             "sig": pa.array(signatures, pa.binary())}),
+                   str(tmp_path / "new.parquet"))
+    new_frame = spark.read.parquet(str(tmp_path / "new.parquet"))
+    old_frame = spark.read.parquet(str(tmp_path / "old.parquet"))
+    options = dict(key="url", fingerprint="fp", signature="sig")
+    with pytest.raises(simhashdb.InvalidArgumentError, match="old corpus.*no key column 'url'"):
+        sspark.dedupe(new_frame, DISTANCE, against=old_frame, **options)
+    expected = sorted(r[0] for r in rows(sspark.dedupe(
+        new_frame, DISTANCE, against=old_frame, **options,
+        against_columns={"key": "key", "fingerprint": "fingerprint", "signature": "signature"})))
+    assert "t0" not in expected and 0 < len(expected) < len(new)
+    spark_args = ["spark", "dedupe", str(tmp_path / "new.parquet"), "-", "--quiet",
+                  "--key", "url", "--fingerprint", "fp", "--signature", "sig", "--against"]
+    code = cli.main(spark_args + [str(tmp_path / "old.parquet")])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "has no key column 'url'" in err and "--against-key" in err
+    for against in (["old.db"], ["old.parquet", "--against-key", "key", "--against-fingerprint",
+                                 "fingerprint", "--against-signature", "signature"]):
+        assert cli.main(spark_args + [str(tmp_path / against[0])] + against[1:]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert sorted(json.loads(line)["url"] for line in out) == expected

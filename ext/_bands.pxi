@@ -5,10 +5,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 from bits cimport read_be, write_be
-from clmdb cimport (
-    g_copy, g_cursor_get, g_del, g_drop, g_get, g_put, MDB_FIRST, MDB_NEXT, MDB_NOTFOUND,
-    MDB_SET_RANGE, MDB_val,
-)
+from clmdb cimport g_cursor_get, g_get, MDB_FIRST, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE, MDB_val
 
 
 # The band index: band b holds an entry (a text's band key b << 32 | its
@@ -153,9 +150,8 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
 cdef int tidy_bands(Work* w, bint* did) noexcept nogil:
     """The next BAND_GROUP bands of a rewrite of the bands, under way or due
     (band_rewrite_due); ``did``: whether there was one."""
-    cdef uint8_t marker[16]
     cdef uint64_t stale, next_band = 0, began
-    cdef MDB_val k = meta_key(BAND_REWRITE), v
+    cdef bint found
     did[0] = False
     if not w.band_runs:
         return 0
@@ -164,33 +160,14 @@ cdef int tidy_bands(Work* w, bint* did) noexcept nogil:
         return rc
     rc = read_counter(w, BAND_STALE, &stale)
     began = stale
-    cdef int found = g_get(w.txn, w.meta, &k, &v) if rc == 0 else rc
-    if found == 0:
-        if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
-            return CORRUPTED
-        next_band, began = read_be(marker, 8), read_be(marker + 8, 8)
-        if next_band >= SIGNATURE_BANDS:
-            return CORRUPTED
-    elif found != MDB_NOTFOUND:
-        return found
+    if rc == 0:
+        rc = read_marker(w, BAND_REWRITE, SIGNATURE_BANDS, &found, &next_band, &began)
     if rc == 0:
         rc = rewrite_bands(w, next_band, min(next_band + BAND_GROUP, SIGNATURE_BANDS))
-    next_band += BAND_GROUP
-    if rc == 0 and next_band >= SIGNATURE_BANDS:  # removals since it began stay counted
-        rc = end_band_rewrite(w, stale - began if stale > began else 0)
-    elif rc == 0:
-        write_be(marker, next_band, 8)
-        write_be(marker + 8, began, 8)
-        v.mv_size, v.mv_data = 16, marker
-        rc = g_put(w.txn, w.meta, &k, &v, 0)
+    if rc == 0:  # removals since the rewrite began stay counted
+        rc = step_rewrite(w, BAND_REWRITE, BAND_STALE, next_band + BAND_GROUP, SIGNATURE_BANDS,
+                          began, stale)
     return rc
-
-
-cdef int end_band_rewrite(Work* w, uint64_t stale) noexcept nogil:
-    """Note the bands rewritten: no ``band rewrite`` under way, ``stale`` left."""
-    cdef MDB_val k = meta_key(BAND_REWRITE)
-    cdef int rc = g_del(w.txn, w.meta, &k, NULL)
-    return write_counter(w, BAND_STALE, stale) if rc == 0 or rc == MDB_NOTFOUND else rc
 
 
 cdef int band_sweep(Work* w, const uint32_t* keys, size_t n, Hits* out) noexcept nogil:

@@ -131,11 +131,43 @@ cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogi
     return rc
 
 
-cdef int end_rewrite(Work* w, uint64_t stale) noexcept nogil:
-    """Note the tables rewritten: no ``rewrite`` under way, ``stale`` left."""
-    cdef MDB_val k = meta_key(REWRITE)
+cdef int read_marker(Work* w, const char* name, uint64_t end, bint* found, uint64_t* next,
+                     uint64_t* began) noexcept nogil:
+    """The marker ``name`` of a rewrite under way in meta (16 bytes: the next
+    table or band, below ``end``, and the stale count the rewrite began with),
+    where ``found``; ``next`` and ``began`` are left as they are where not."""
+    cdef uint8_t marker[16]
+    cdef MDB_val k = meta_key(name), v
+    cdef int rc = g_get(w.txn, w.meta, &k, &v)
+    found[0] = rc == 0
+    if rc:
+        return 0 if rc == MDB_NOTFOUND else rc
+    if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
+        return CORRUPTED
+    next[0], began[0] = read_be(marker, 8), read_be(marker + 8, 8)
+    return CORRUPTED if next[0] >= end else 0
+
+
+cdef int step_rewrite(Work* w, const char* name, const char* counter, uint64_t next,
+                      uint64_t end, uint64_t began, uint64_t stale) noexcept nogil:
+    """Move the marker ``name`` of a rewrite on to ``next``; where that reaches
+    ``end``, end the rewrite with the removals since it began (``stale`` less
+    ``began``) left in the counter ``counter``."""
+    cdef uint8_t marker[16]
+    cdef MDB_val k = meta_key(name), v
+    if next >= end:
+        return end_rewrite(w, name, counter, stale - began if stale > began else 0)
+    write_be(marker, next, 8)
+    write_be(marker + 8, began, 8)
+    v.mv_size, v.mv_data = 16, marker
+    return g_put(w.txn, w.meta, &k, &v, 0)
+
+
+cdef int end_rewrite(Work* w, const char* name, const char* counter, uint64_t stale) noexcept nogil:
+    """Note a rewrite done: no marker ``name`` under way, ``stale`` left in ``counter``."""
+    cdef MDB_val k = meta_key(name)
     cdef int rc = g_del(w.txn, w.meta, &k, NULL)
-    return write_counter(w, STALE, stale) if rc == 0 or rc == MDB_NOTFOUND else rc
+    return write_counter(w, counter, stale) if rc == 0 or rc == MDB_NOTFOUND else rc
 
 
 cdef int sparse_due(Work* w, bint* due) noexcept nogil:
@@ -178,23 +210,14 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     (tidy_bands), else the tables' and bands' deferred merges until they have taken
     about a table's entries, so the file needs room for the tables and about one
     more, not two copies of them all. ``more``: whether to call again."""
-    cdef uint8_t marker[16]
     cdef uint64_t stale, distinct, next_table = 0, began = 0
-    cdef MDB_val k, v
     cdef Py_ssize_t t
     cdef bint rewriting = False
     more[0] = False
     if not w.runs:
         return 0
-    k = meta_key(REWRITE)
-    cdef int rc = g_get(w.txn, w.meta, &k, &v)
-    if rc == 0:
-        if v.mv_size != 16 or g_copy(marker, v.mv_data, 16):
-            return CORRUPTED
-        next_table, began, rewriting = read_be(marker, 8), read_be(marker + 8, 8), True
-        if next_table >= <uint64_t>w.layout.tables:
-            return CORRUPTED
-    elif rc != MDB_NOTFOUND:
+    cdef int rc = read_marker(w, REWRITE, w.layout.tables, &rewriting, &next_table, &began)
+    if rc:
         return rc
     rc = read_counter(w, STALE, &stale)
     if rc == 0:
@@ -205,15 +228,8 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     if rc or rewriting:
         if rc == 0:
             rc = rewrite_tables(w, next_table, next_table + 1)
-        next_table += 1
-        if rc == 0 and next_table == <uint64_t>w.layout.tables:
-            # removals since the rewrite began stay counted
-            rc = end_rewrite(w, stale - began if stale > began else 0)
-        elif rc == 0:
-            write_be(marker, next_table, 8)
-            write_be(marker + 8, began, 8)
-            v.mv_size, v.mv_data = 16, marker
-            rc = g_put(w.txn, w.meta, &k, &v, 0)
+        if rc == 0:  # removals since the rewrite began stay counted
+            rc = step_rewrite(w, REWRITE, STALE, next_table + 1, w.layout.tables, began, stale)
         return rc
     cdef bint banded = False
     rc = tidy_bands(w, &banded)

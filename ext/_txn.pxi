@@ -694,14 +694,14 @@ cdef class Txn:
                 if rc == 0:  # one run a table (meta brought the distinct count)
                     rc = rewrite_tables(&w, 0, w.layout.tables)
                 if rc == 0:
-                    rc = end_rewrite(&w, 0)
+                    rc = end_rewrite(&w, REWRITE, STALE, 0)
                 which = 0
                 while rc == 0 and w.band_runs and which < SIGNATURE_BANDS:
                     # one run a band, from the documents (meta brought the counters)
                     rc = rewrite_bands(&w, which, min(which + BAND_GROUP, SIGNATURE_BANDS))
                     which += BAND_GROUP
                 if rc == 0:
-                    rc = end_band_rewrite(&w, 0)
+                    rc = end_rewrite(&w, BAND_REWRITE, BAND_STALE, 0)
                 if rc == 0:
                     rc = write_counter(&w, REMOVED, 0)
             target.runs_written = True

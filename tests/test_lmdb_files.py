@@ -17,7 +17,8 @@ from conftest import storage_of
 
 from simhashdb import DB, DamagedDatabaseWarning, DatabaseError
 from simhashdb.records import MAX_KEY_BYTES, encode_documents, encode_key
-from simhashdb.storage.lmdb.files import LOCK_FILE, inspect_data_file
+from simhashdb.storage.lmdb.datafile import inspect_data_file
+from simhashdb.storage.lmdb.directory import LOCK_FILE
 from simhashdb.storage.lmdb import format as lmdb_format
 
 pytestmark = [pytest.mark.lmdb_only, pytest.mark.usefixtures("backend")]
@@ -122,7 +123,7 @@ def test_a_damaged_page_of_lmdbs_list_of_sub_databases_opens_read_only(tmp_path,
 
 
 def test_a_free_list_naming_a_page_far_past_the_file_reads_as_no_list(tmp_path):
-    from simhashdb.storage.lmdb.files import _free_pages
+    from simhashdb.storage.lmdb.datafile import _free_pages
     at, size = 4096 - 24, 16  # one leaf node: 8-byte key, its list on an overflow page
     page = bytearray(4096)
     struct.pack_into("<QHHHH", page, 0, 2, 0, 0x02, 18, at)  # page 2, a leaf, one node
@@ -386,11 +387,11 @@ def test_an_inspection_a_commit_overlapped_is_made_again_and_a_steady_finding_st
         tmp_path, monkeypatch):
     """An open beside other handles inspects a file they may commit to: a
     finding made while the file changed is looked at again, not reported."""
-    from simhashdb.storage.lmdb import files
+    from simhashdb.storage.lmdb import datafile
     with DB(str(tmp_path / "d.db")) as db:
         db.insert("a", 1)
     data = str(tmp_path / "d.db" / "data.mdb")
-    real, calls = files.inspect_data_file, []
+    real, calls = datafile.inspect_data_file, []
 
     def overlapped(path):
         calls.append(path)
@@ -399,18 +400,18 @@ def test_an_inspection_a_commit_overlapped_is_made_again_and_a_steady_finding_st
                 grown.write(bytes(4096))
             return "its data file ends at byte 1, but pages in use run to byte 2", None
         return real(path)
-    monkeypatch.setattr(files, "inspect_data_file", overlapped)
-    assert files._inspect_while_written(data) == (None, None) and len(calls) == 2
+    monkeypatch.setattr(datafile, "inspect_data_file", overlapped)
+    assert datafile.inspect_while_written(data) == (None, None) and len(calls) == 2
     steady = lambda path: calls.append(path) or ("a steady finding", None)  # noqa: E731
-    monkeypatch.setattr(files, "inspect_data_file", steady)
+    monkeypatch.setattr(datafile, "inspect_data_file", steady)
     del calls[:]
-    assert files._inspect_while_written(data) == ("a steady finding", None) and len(calls) == 1
+    assert datafile.inspect_while_written(data) == ("a steady finding", None) and len(calls) == 1
 
     def always_overlapped(path):  # a writer that commits during every look
         with open(path, "ab") as grown:
             grown.write(bytes(4096))
         return steady(path)
-    monkeypatch.setattr(files, "inspect_data_file", always_overlapped)
+    monkeypatch.setattr(datafile, "inspect_data_file", always_overlapped)
     del calls[:]
-    assert files._inspect_while_written(data) == (None, None)
-    assert len(calls) == files.INSPECT_TRIES
+    assert datafile.inspect_while_written(data) == (None, None)
+    assert len(calls) == datafile.INSPECT_TRIES

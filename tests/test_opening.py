@@ -17,7 +17,7 @@ from conftest import as_in_0_3
 from simhashdb import DB, DamagedDatabaseWarning, DatabaseError, DiskFullError
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
-from simhashdb.storage.lmdb.files import LmdbDirectory
+from simhashdb.storage.lmdb.directory import LmdbDirectory
 
 pytestmark = pytest.mark.lmdb_only
 

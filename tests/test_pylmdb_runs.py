@@ -566,8 +566,8 @@ def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path,
     """Writing the documents whole reads a snapshot, which takes a reader slot:
     with every slot held by open reads, the batch removes in place and counts
     the removals, and a later batch writes them whole once a slot is free."""
-    from simhashdb.storage.lmdb import files
-    monkeypatch.setattr(files, "LOCK_FILE_BYTES", 0)  # LMDB sizes the reader table
+    from simhashdb.storage.lmdb import directory, files
+    monkeypatch.setattr(directory, "LOCK_FILE_BYTES", 0)  # LMDB sizes the reader table
     monkeypatch.setattr(files.LmdbStorage, "max_readers", 2)
     path, rng = str(tmp_path / "db"), random.Random(15)
     docs = {i: rng.getrandbits(64) for i in range(4000)}
@@ -827,7 +827,7 @@ def test_py_lmdb_insert_if_new_decides_as_one_upsert_a_document_would(tmp_path, 
     fingerprints, at and above the built distance."""
     from simhashdb.records import encode_documents
     from simhashdb.storage import Txn
-    from simhashdb.storage.lmdb.pylmdb import PyTxn
+    from simhashdb.storage.lmdb.pytxn import PyTxn
     rng = random.Random(seed)
     distance = rng.choice([0, 1, 3, 5, 8])
     bases = [0, 0b111, 0xFF, 0xF0F0, 1 << 40, 3 << 40, rng.getrandbits(64)]

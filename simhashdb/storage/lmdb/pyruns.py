@@ -1,0 +1,160 @@
+"""What the py-lmdb backend's reads and writes share: the sub-databases' names,
+a run's blocks written and read (coded by ``_ext`` as the native engine codes
+them), when runs merge, the index's slots as one, counters and the errors
+for a damaged file."""
+
+import heapq
+import itertools
+import sys
+
+from ... import _ext
+from ...errors import DatabaseError
+from .. import BANDS, band_entries
+from . import format
+from .format import RUN_KEY_BYTES, RUN_RATIO, RUN_SLOTS, block_key, checksummed
+
+META, DOCS, RUNS = format.META.name(), format.DOCS.name(), format.RUN_DIRECTORY.name()
+FINGERPRINTS = format.INDEX.name(0)  # the index's first slot, where new entries go
+OLD_BANDS = format.OLD_BAND.names()
+BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
+table_name, index_name, slot_name = format.OLD_TABLE.name, format.INDEX.name, format.TABLE_RUNS.name
+band_slot_name = format.BAND_RUNS.name
+BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
+MAX_VALUE = (1 << 64) - 1
+
+
+def merge_due(runs, limit):
+    """Whether to merge the two newest runs now: within ``limit`` entries, the
+    newest is over 1/RUN_RATIO of the one before (or the slots run short); with
+    no limit, while any merges are left."""
+    if len(runs) < 2 or limit is None:
+        return merges_left(runs)
+    return len(runs) >= RUN_SLOTS - 1 or (runs[-1][2] * RUN_RATIO > runs[-2][2]
+                                           and runs[-1][2] + runs[-2][2] <= limit)
+
+
+def merges_left(runs):
+    """Whether a run is over 1/RUN_RATIO of the one before it, or the slots run
+    short: merges a batch left for tidy."""
+    return len(runs) >= RUN_SLOTS - 1 or any(
+        newer[2] * RUN_RATIO > older[2] for older, newer in zip(runs, runs[1:]))
+
+
+BROUGHT, TAKEN = 1, 2  # what a batch did with a band entry (note_bands)
+
+
+def note_bands(bands, value, fingerprint, added):
+    """Note the band entries of a document value as brought (``added``) or
+    taken away: {(band, entry): BROUGHT, TAKEN or both}."""
+    for band, entry in enumerate(band_entries(value, fingerprint)):
+        bands[band, entry] = bands.get((band, entry), 0) | (BROUGHT if added else TAKEN)
+
+
+def index_items(txn, storage, start=None):
+    """(fingerprint bytes, key) of every entry of the index's slots from
+    ``start`` (8 bytes) on, in order: the union of the slots."""
+    slots = []
+    for name in storage._index:
+        cursor = txn.cursor(storage._dbs[name])
+        if cursor.set_range(start) if start is not None else cursor.first():
+            slots.append(cursor.iternext())
+    return heapq.merge(*slots)
+
+
+def distinct_fingerprints(items):
+    """The distinct fingerprints of sorted index ``items``."""
+    return [_ext.unpack_key(fp_bytes) for fp_bytes, _ in itertools.groupby(items,
+                                                                          key=lambda i: i[0])]
+
+
+def fill_empty(cursor, items, dupsort):
+    """Put sorted ``items`` into an empty sub-database, every one of them;
+    returns how many. Appends only where there are no duplicates: py-lmdb
+    before 3.0 appends duplicates with MDB_APPEND, which refuses each value
+    after a key's first and putmulti counts it as not added instead of
+    failing."""
+    consumed, added = cursor.putmulti(items, dupdata=dupsort, append=not dupsort)
+    if added != consumed:
+        raise DatabaseError("a copy wrote %d of %d entries; the database is unchanged"
+                            % (added, consumed))
+    return consumed
+
+
+def old_entries(cursor, path, what):
+    """The values of a table in 0.3's form or a band in 0.5's, in order: each
+    a 2-byte key and a 6-byte duplicate."""
+    for key, value in cursor.iternext():
+        if len(key) + len(value) != 8:
+            raise damaged_error(path, what)
+        yield int.from_bytes(key + value, "big")
+
+
+def read_counter(raw, path, name):
+    """A counter in meta, read (u64 big-endian; 0 where absent)."""
+    if raw is not None and len(raw) != 8:
+        raise damaged_error(path, "meta's %r" % name.decode())
+    return int.from_bytes(raw, "big") if raw else 0
+
+
+def count_bytes(value):
+    return value.to_bytes(8, "big")
+
+
+def write_run(txn, db, run, values):
+    """Write ascending ``values`` into the empty slot ``db`` as run ``run``: a
+    block an item, keyed by the run id and the block's first value."""
+    try:
+        blocks = _ext.encode_run(values)
+    except ValueError:
+        raise DatabaseError("a run's values out of order: the database is damaged; "
+                            "restore it from a backup") from None
+    items = [(block_key(run, first), block) for first, block in blocks]
+    if txn.cursor(db).putmulti(items, append=True)[1] != len(items):
+        raise DatabaseError("a slot for a new run was not empty: the database is damaged; "
+                            "restore it from a backup")
+
+
+def read_block(storage, table, key, value):
+    """The values of the block item (``key``, ``value``) of a run of run set ``table``."""
+    try:
+        if len(key) != RUN_KEY_BYTES:
+            raise ValueError
+        return _ext.decode_block(int.from_bytes(key[4:], "big"), value,
+                                 checksummed(int.from_bytes(key[:4], "big")))
+    except ValueError as exc:
+        raise run_damaged_error(storage.path, storage._set_named(table), str(exc)) from None
+
+
+def run_damaged_error(path, named, why):
+    """The error for a block of a run of ``named`` (a table or band) that is
+    damaged, ``why``: compact() writes every run again."""
+    return DatabaseError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
+                         "the damage, and compact() writes the tables again from the "
+                         "fingerprint index and the bands from the documents" % (path, named, why))
+
+
+def damaged_error(path, what):
+    return DatabaseError("%s is damaged (%s is unreadable): restore it from a backup"
+                         % (path, what))
+
+
+def big_endian(values):
+    """A uint64 array as concatenated 8-byte big-endian values."""
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def scan_old_entries(cursor, first, last):
+    """The 8-byte entries of a table in [first, last], concatenated."""
+    if not cursor.set_range_dup(first[:2], first[2:]):
+        following = (int.from_bytes(first[:2], "big") + 1).to_bytes(3, "big")[1:]
+        if first[:2] == b"\xff\xff" or first[:2] == last[:2] or not cursor.set_range(following):
+            return b""
+    found = []
+    for key, value in cursor.iternext():
+        entry = key + value
+        if entry > last:
+            break
+        found.append(entry)
+    return b"".join(found)

@@ -1,0 +1,426 @@
+"""Writes of the py-lmdb backend: upsert, insert-if-new and remove over the
+write transaction, the runs of the tables and bands each batch adds and
+merges, tidy's rewrites, and the conversion of 0.3's tables and 0.5's bands."""
+
+import collections
+import contextlib
+import itertools
+from array import array
+
+import lmdb
+
+from ... import _ext
+from ...layout import NearIndex
+from ...records import value_fingerprint
+from .. import BANDS, Txn, band_entries
+from . import format
+from .format import (
+    BAND_REWRITE,
+    BAND_STALE,
+    DISTINCT,
+    PARAMS,
+    REMOVED,
+    REWRITE,
+    RUN_IDS,
+    RUN_RATIO,
+    RUN_SLOTS,
+    STALE,
+    band_directory_key,
+    directory_key,
+    directory_record,
+    new_run_id,
+)
+from .pyruns import (
+    BAND_GROUP,
+    BROUGHT,
+    DOCS,
+    FINGERPRINTS,
+    MAX_VALUE,
+    META,
+    OLD_BANDS,
+    RUNS,
+    TAKEN,
+    count_bytes,
+    damaged_error,
+    distinct_fingerprints,
+    fill_empty,
+    index_items,
+    merge_due,
+    merges_left,
+    note_bands,
+    old_entries,
+    slot_name,
+    table_name,
+    write_run,
+)
+from .pyview import PyView
+
+class PyTxn(PyView, Txn):
+    """Reads and writes over the py-lmdb write transaction."""
+
+    untidy = False  # a batch left merges or a rewrite of the tables for tidy()
+    changed = False  # a batch call has changed its documents or index
+
+    def set_params(self, raw):
+        self._cursor(META).put(PARAMS, raw)
+
+    def upsert(self, documents):
+        self.changed = True
+        latest = {key: (fp, value) for key, fp, value in documents}
+        touched, bands = {}, {}
+        docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)  # new entries: slot 0
+        for key in sorted(latest):
+            fp, value = latest[key]
+            old = docs.get(key)
+            note_bands(bands, value, fp, True)
+            if old is not None:
+                old_fp = value_fingerprint(old)
+                note_bands(bands, old, old_fp, False)
+                if old_fp == fp:
+                    docs.put(key, value)
+                    continue
+                self._unlink(old_fp, key, touched)
+            docs.put(key, value)
+            self._touch(fp, touched)
+            index.put(_ext.pack_key(fp), key)
+        self._update_tables(touched)
+        self._update_bands(bands)
+
+    def insert_if_new(self, documents, distance):
+        """As :meth:`Txn.insert_if_new`, with one upsert for the call: the
+        documents it stores are kept aside (their keys' stored versions left
+        out of the hits) and written together at its end, as the native
+        backend does (an upsert a document added runs and merges each time)."""
+        stored = self.search(array("Q", [fp for _, fp, _ in documents]), distance)
+        kept, keys_of, near, found = {}, collections.defaultdict(set), NearIndex(
+            self._storage._layout), []
+        for (key, fp, value), hits in zip(documents, stored):
+            hits = [hit for hit in hits if hit[0] not in kept] + [
+                (other, theirs, bits) for theirs, bits in near.search(fp, distance)
+                for other in keys_of[theirs]]
+            if not hits:
+                if key in kept:
+                    keys_of[kept[key][0]].discard(key)
+                kept[key] = (fp, value)
+                keys_of[fp].add(key)
+                near.add(fp)
+            found.append(hits)
+        if kept:
+            self.upsert([(key, fp, value) for key, (fp, value) in kept.items()])
+        return found
+
+    def remove(self, keys):
+        """Remove in place, or, as the native backend does, by writing the
+        documents and the index whole without them where the batch takes the
+        documents removed since they were last written whole past 1/RUN_RATIO
+        of them and the transaction changed nothing before."""
+        touched, bands, gone = {}, {}, []
+        docs = self._cursor(DOCS)
+        keys = sorted(set(keys))
+        last, removed = None, self._count(REMOVED)
+        if (not self.changed and (removed + len(keys)) * RUN_RATIO > self.count()
+                and (removed + sum(docs.set_key(k) for k in keys)) * RUN_RATIO > self.count()):
+            last = self._snapshot()
+        self.changed = True
+        with last or contextlib.nullcontext():
+            for key in keys:
+                old = docs.get(key)
+                if old is not None:
+                    fp = value_fingerprint(old)
+                    note_bands(bands, old, fp, False)
+                    gone.append((key, fp))
+                    if last is None:
+                        docs.delete()
+                        self._unlink(fp, key, touched)
+                    else:
+                        self._touch(fp, touched)
+            if last is not None:
+                self._write_whole(last, gone)
+            elif gone:
+                self._set_count(REMOVED, self._count(REMOVED) + len(gone))
+        self._update_tables(touched)
+        self._update_bands(bands)
+        return len(gone)
+
+    def _append(self, last, name, keep, dupsort):
+        """Empty sub-database ``name`` and put into it, in order, its entries
+        in snapshot ``last`` that ``keep(key, value)``."""
+        db = self._storage._dbs[name]
+        self._txn.drop(db, delete=False)
+        walked = itertools.count()
+        kept = ((k, v) for (k, v), _ in zip(last.cursor(db).iternext(), walked) if keep(k, v))
+        fill_empty(self._txn.cursor(db), kept, dupsort)
+        self._storage._walked(last, [name], next(walked))
+
+    def _snapshot(self):
+        """A read transaction of the last commit, where it holds what this one
+        does (always, under the write lock), else None (also where no reader
+        slot is free: removals then stay in place)."""
+        try:
+            last = self._storage._env.begin()
+        except lmdb.ReadersFullError:
+            return None
+        if last.id() + 1 == self._txn.id():
+            return last
+        last.abort()
+        return None
+
+    def _write_whole(self, last, gone=()):
+        """Write the documents and the index's slots again without the
+        documents ``gone`` [(key, fingerprint)], each emptied and appended in
+        order from snapshot ``last``."""
+        dbs, keys = self._storage._dbs, {key for key, _ in gone}
+        entries = {(_ext.pack_key(fp), key) for key, fp in gone}
+        self._append(last, DOCS, lambda k, v: k not in keys, False)
+        for name in self._storage._index:
+            if last.stat(dbs[name])["entries"]:
+                self._append(last, name, lambda k, v: (k, v) not in entries, True)
+        self._cursors, self._slots = {}, None  # on emptied sub-databases
+        self._set_count(REMOVED, 0)
+
+    def _update_bands(self, bands):
+        """Append to each band as a run the entries the batch brought that no
+        document it took away had ({(band, entry): BROUGHT | TAKEN}), and count
+        as stale those it took away that none it brought has, as the native
+        backend does."""
+        if not self._storage._band_runs:
+            return
+        brought = collections.defaultdict(list)
+        stale = 0
+        for (band, entry), how in sorted(bands.items()):
+            if how == BROUGHT:
+                brought[band].append(entry)
+            stale += how == TAKEN
+        tables = self._storage._layout.tables
+        for band, entries in brought.items():
+            self._add_run(tables + band, array("Q", entries))
+        if stale:
+            self._set_count(BAND_STALE, self._count(BAND_STALE) + stale)
+        self.untidy = self.untidy or self._band_rewrite_due()
+
+    def _band_rewrite_due(self):
+        """Whether a rewrite of the bands is under way, or due: the stale
+        entries could exceed 1/RUN_RATIO of the entries of the bands' runs."""
+        if self._cursor(META).get(BAND_REWRITE) is not None:
+            return True
+        tables = self._storage._layout.tables
+        entries = sum(run[2] for band in range(BANDS) for run in self._directory(tables + band))
+        return self._count(BAND_STALE) * RUN_RATIO > entries
+
+    def _touch(self, fp, touched):
+        """Note ``fp`` as changed, first with whether the index had it before."""
+        if fp not in touched:
+            touched[fp] = self._has(fp)
+
+    def _unlink(self, fp, key, touched):
+        self._touch(fp, touched)
+        fp_bytes = _ext.pack_key(fp)
+        for cursor in self._index_cursors():  # the slot that holds the entry
+            if cursor.set_key_dup(fp_bytes, key):
+                cursor.delete()
+                break
+
+    def _update_tables(self, touched):
+        """Append to every table as a run the fingerprints the index gained; count
+        those it lost as stale (their entries stay in the runs until a rewrite)."""
+        if not touched:  # as native: a batch that changed no fingerprint checks nothing
+            return
+        added, removed = [], []
+        for fp, had in touched.items():
+            now = self._has(fp)
+            if now and not had:
+                added.append(fp)
+            elif had and not now:
+                removed.append(fp)
+        layout = self._storage._layout
+        for table in range(layout.tables if added else 0):
+            self._add_run(table, layout.table_values(added, table))
+        distinct = self._count(DISTINCT) + len(added) - len(removed)
+        stale = self._count(STALE) + len(removed)
+        if len(added) != len(removed):
+            self._set_count(DISTINCT, distinct)
+        if removed:
+            self._set_count(STALE, stale)
+        self.untidy = (self.untidy or stale * RUN_RATIO > distinct or self._sparse()
+                       or self._cursor(META).get(REWRITE) is not None)
+
+    def _sparse(self):
+        """Whether the documents removed since they were last written whole
+        are over 1/RUN_RATIO of the documents (see tidy)."""
+        return self._count(REMOVED) * RUN_RATIO > self.count()
+
+    def _set_count(self, name, value):
+        if value < 0:  # counted down past what was counted up: the file was damaged
+            raise damaged_error(self._storage.path, "meta's %r" % name.decode())
+        self._cursor(META).put(name, count_bytes(value))
+
+    def _add_run(self, table, values, tidying=False):
+        """Append sorted ``values`` (if any) to table ``table`` as a new run, then
+        merge the two newest runs while the newest is over 1/RUN_RATIO of the one
+        before and they hold at most the storage's ``batch_merge`` entries (or
+        the slots run short; ``tidying``: while any merge is left), as the
+        native backend does; returns the entries merged."""
+        runs = self._directory(table)
+        limit = None if tidying or not self._storage.batch_merge else self._storage.batch_merge
+        if values is not None:
+            self._put_run(table, runs, values)
+        merged = 0
+        while merge_due(runs, limit):
+            older, newer = runs[-2:]
+            merged += older[2] + newer[2]
+            values = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
+                                         for run, slot, _ in (older, newer)))
+            self._put_run(table, runs, values)
+            for _, slot, _ in (older, newer):
+                self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)],
+                               delete=False)
+            del runs[-3:-1]
+        self.untidy = self.untidy or merges_left(runs)
+        self._save_directory(table, runs)
+        return merged
+
+    def _put_run(self, table, runs, values):
+        """Write ``values`` as a new run of ``table`` (the next id, the first
+        free slot) and note it at the end of ``runs``."""
+        free = set(range(RUN_SLOTS)) - {s for _, s, _ in runs}
+        if not free:  # a directory of more runs than merges leave
+            raise damaged_error(self._storage.path, "the directory of %s's runs"
+                           % self._storage._set_named(table))
+        slot = min(free)
+        # never an id given before in the table (the native backend caches
+        # block directories by run id): above the live runs' and the dropped
+        run = new_run_id(runs[-1][0] if runs else self._count(RUN_IDS))
+        write_run(self._txn, self._storage._dbs[self._storage._set_slot(table, slot)], run,
+                   values)
+        runs.append((run, slot, len(values)))
+
+    def _save_directory(self, table, runs):
+        self._txn.put(self._storage._set_key(table), directory_record(runs),
+                      db=self._storage._dbs[RUNS])
+
+    def tidy(self):
+        """One transaction's share of what batches left, as the native backend
+        does: the next table of a rewrite of the tables (begun once the stale
+        entries may exceed 1/RUN_RATIO of the distinct fingerprints), else the
+        next bands of a rewrite of the bands (begun once their stale entries
+        may exceed 1/RUN_RATIO of their entries), else the deferred merges
+        until they have taken about a table's entries; first, where removals
+        left the documents sparse, the documents and the index written whole.
+        Returns whether there is more."""
+        last = self._snapshot() if not self.changed and self._sparse() else None
+        self.changed = True
+        if last is not None:
+            with last:
+                self._write_whole(last)
+            return True
+        meta = self._cursor(META)
+        marker = meta.get(REWRITE)
+        stale, distinct = self._count(STALE), self._count(DISTINCT)
+        if marker is not None:
+            table, began = self._marker(REWRITE, marker, self._storage._layout.tables)
+        elif stale * RUN_RATIO > distinct:
+            table, began = 0, stale
+        elif self._storage._band_runs and self._band_rewrite_due():
+            self._tidy_bands()
+            return True
+        else:
+            merged, budget = 0, max(distinct, self._storage.batch_merge)
+            for table in self._storage._run_sets():
+                if merges_left(self._directory(table)):
+                    if merged >= budget:
+                        return True
+                    merged += self._add_run(table, None, tidying=True)
+            return False
+        fps = distinct_fingerprints(index_items(self._txn, self._storage))
+        self._rewrite_run_set(table, self._storage._layout.table_values(fps, table))
+        if table + 1 == self._storage._layout.tables:  # removals since it began stay counted
+            self._txn.delete(REWRITE, db=self._storage._dbs[META])
+            self._set_count(STALE, max(stale - began, 0))
+        else:
+            meta.put(REWRITE, (table + 1).to_bytes(8, "big") + began.to_bytes(8, "big"))
+        return True
+
+    def _marker(self, name, marker, end):
+        """(the next table or band, the stale count it began with) of a rewrite's marker."""
+        number = int.from_bytes(marker[:8], "big")
+        if len(marker) != 16 or number >= end:
+            raise damaged_error(self._storage.path, "meta's %r" % name.decode())
+        return number, int.from_bytes(marker[8:], "big")
+
+    def _tidy_bands(self):
+        """The next BAND_GROUP bands of a rewrite of the bands (under way or due)."""
+        stale, marker = self._count(BAND_STALE), self._cursor(META).get(BAND_REWRITE)
+        first, began = self._marker(BAND_REWRITE, marker, BANDS) if marker else (0, stale)
+        self._rewrite_bands(first, min(first + BAND_GROUP, BANDS))
+        if first + BAND_GROUP >= BANDS:  # removals since it began stay counted
+            self._txn.delete(BAND_REWRITE, db=self._storage._dbs[META])
+            self._set_count(BAND_STALE, max(stale - began, 0))
+        else:
+            self._cursor(META).put(BAND_REWRITE, (first + BAND_GROUP).to_bytes(8, "big")
+                                   + began.to_bytes(8, "big"))
+
+    def _rewrite_bands(self, first, end):
+        """Write bands ``first`` to ``end`` again from the documents' signatures,
+        each as one run (its stale entries gone): one pass over the documents."""
+        entries = [set() for _ in range(first, end)]
+        for _, value in self.documents():
+            for held, entry in zip(entries, band_entries(value, value_fingerprint(value))[first:end]):
+                held.add(entry)
+        for band, held in zip(range(first, end), entries):
+            self._rewrite_run_set(self._storage._layout.tables + band, array("Q", sorted(held)))
+
+    def _rewrite_run_set(self, table, values):
+        """Write run set ``table`` as one run of the sorted ``values`` (slot 0,
+        an id above the dropped runs'), as the native backend does."""
+        directory = self._directory(table)
+        if directory and directory[-1][0] > self._count(RUN_IDS):
+            self._set_count(RUN_IDS, directory[-1][0])
+        for _, slot, _ in directory:
+            self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)], delete=False)
+        runs = []
+        if values:
+            self._put_run(table, runs, values)
+        self._save_directory(table, runs)
+
+    def convert_table(self, table):
+        """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
+        then dropped) as its one run (slot 0), as the native backend
+        does; table 0 sets meta's counters (distinct: its entries, stale: 0).
+        Returns whether it was in that form (else nothing is done)."""
+        values = self._convert(table_name(table), [slot_name(table, s) for s in range(RUN_SLOTS)],
+                               directory_key(table), "table %d" % table)
+        if values is not None and table == 0:
+            self._set_count(DISTINCT, len(values))
+            self._set_count(STALE, 0)
+        return values is not None
+
+    def convert_band(self, band):
+        """Rewrite band ``band`` from 0.5's form (a dupsort ``band:NN``, then
+        dropped) as its one run (slot 0), as the native backend does;
+        band 0 sets meta's ``band stale`` to 0. Returns whether it was in that
+        form (else nothing is done)."""
+        values = self._convert(OLD_BANDS[band], format.BAND_RUNS.names(band),
+                               band_directory_key(band), "band %d" % band)
+        if values is not None and band == 0:
+            self._set_count(BAND_STALE, 0)
+        return values is not None
+
+    def _convert(self, name, slot_names, key, what):
+        """Write the dupsort sub-database ``name`` (in order) as its first run in the
+        first of ``slot_names`` under directory ``key``, then drop it; its
+        values, or None where there is no such sub-database."""
+        env, txn = self._storage._env, self._txn
+        try:
+            old = env.open_db(name, txn=txn, dupsort=True, dupfixed=True, create=False)
+        except lmdb.NotFoundError:
+            return None
+        directory = env.open_db(RUNS, txn=txn)
+        slots = [env.open_db(slot, txn=txn) for slot in slot_names]
+        txn.drop(slots[0], delete=False)
+        values = array("Q", old_entries(txn.cursor(old), self._storage.path, what))
+        run = new_run_id(0)
+        if values:
+            write_run(txn, slots[0], run, values)
+        txn.put(key, directory_record([(run, 0, len(values))] if values else []), db=directory)
+        txn.drop(old, delete=True)
+        return values

@@ -1,0 +1,241 @@
+"""Reads of the py-lmdb backend over one transaction: documents, the
+fingerprint index, the tables' runs searched and the bands' entries."""
+
+import itertools
+from array import array
+from bisect import bisect_left, bisect_right
+
+
+from ... import _ext
+from .. import BANDS, View, band_entries
+from .format import DISTINCT, PARAMS, block_entries, block_key, directory_runs
+from .pyruns import (
+    DOCS,
+    FINGERPRINTS,
+    MAX_VALUE,
+    META,
+    OLD_BANDS,
+    RUNS,
+    big_endian,
+    damaged_error,
+    index_items,
+    read_block,
+    read_counter,
+    run_damaged_error,
+    scan_old_entries,
+    table_name,
+)
+
+class PyView(View):
+    """Reads over one py-lmdb transaction."""
+
+    def __init__(self, storage, txn):
+        self._storage, self._txn = storage, txn
+        self._cursors = {}
+        self._slots = None  # cursors on the index's slots in use (_index_cursors)
+
+    def _cursor(self, name):
+        cursor = self._cursors.get(name)
+        if cursor is None:
+            cursor = self._cursors[name] = self._txn.cursor(self._storage._dbs[name])
+        return cursor
+
+    def params(self):
+        return self._cursor(META).get(PARAMS)
+
+    def count(self):
+        return self._txn.stat(self._storage._dbs[DOCS])["entries"]
+
+    def distinct(self):
+        if self._storage._runs:
+            return self._count(DISTINCT)
+        return self._txn.stat(self._storage._dbs[table_name(0)])["entries"]
+
+    def _count(self, name):
+        return read_counter(self._cursor(META).get(name), self._storage.path, name)
+
+    def get(self, key):
+        return self._cursor(DOCS).get(key)
+
+    def documents(self, after=None):
+        cursor = self._txn.cursor(self._storage._dbs[DOCS])
+        if after is None:
+            return cursor.iternext() if cursor.first() else iter(())
+        if not cursor.set_range(after):
+            return iter(())
+        if cursor.key() == after and not cursor.next():
+            return iter(())
+        return cursor.iternext()
+
+    def keys_of(self, fingerprint):
+        fp_bytes = _ext.pack_key(fingerprint)
+        return sorted(key for cursor in self._index_cursors() if cursor.set_key(fp_bytes)
+                      for key in cursor.iternext_dup())
+
+    def _has(self, fp):
+        """Whether a slot of the index has ``fp``."""
+        fp_bytes = _ext.pack_key(fp)
+        for cursor in self._index_cursors():
+            if cursor.set_key(fp_bytes):
+                return True
+        return False
+
+    def _index_cursors(self):
+        """Cursors on the index's slots in use, and on ``fingerprints``, which
+        takes this backend's puts (the others only lose entries here)."""
+        if self._slots is None:
+            dbs = self._storage._dbs
+            self._slots = [self._cursor(name) for name in self._storage._index
+                           if name == FINGERPRINTS or self._txn.stat(dbs[name])["entries"]]
+        return self._slots
+
+    def fingerprint_groups(self):
+        items = index_items(self._txn, self._storage)
+        for fp_bytes, entries in itertools.groupby(items, key=lambda item: item[0]):
+            yield _ext.unpack_key(fp_bytes), [key for _, key in entries]
+
+    def search(self, probes, distance):
+        """Each probe's hits; a fingerprint in two runs is found once (by
+        fingerprint), a stale one not at all (keys_of gives it no key)."""
+        layout = self._storage._layout
+        if self._storage._runs:
+            directories = [self._whole_directory(t) for t in range(layout.tables)]
+
+            def scan(table, first, last, perm):
+                entries = array("Q")
+                for run, slot, _ in directories[table]:
+                    entries.extend(self._run_range(table, run, slot, first, last))
+                return _ext.verify(perm, big_endian(entries), distance) if entries else ()
+        else:
+            cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
+
+            def scan(table, first, last, perm):
+                entries = scan_old_entries(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
+                return _ext.verify(perm, entries, distance) if entries else ()
+
+        results = []
+        for probe in probes:
+            found = layout.near(probe, distance, scan)
+            results.append([(key, fp, d) for fp, d in found.items()
+                            for key in self.keys_of(fp)])
+        return results
+
+    def band_search(self, keys):
+        storage = self._storage
+        bands = [(band, self._whole_directory(storage._layout.tables + band))
+                 for band in range(BANDS)] if storage._band_runs else []
+        results = []
+        for query in range(len(keys) // BANDS):
+            prefixes = set()
+            for band in range(BANDS if storage._old_bands else 0):  # 0.5's form
+                first = keys[query * BANDS + band] << 32
+                entries = scan_old_entries(self._cursor(OLD_BANDS[band]), _ext.pack_key(first),
+                                _ext.pack_key(first | 0xFFFFFFFF))
+                prefixes.update(entries[i + 4:i + 8] for i in range(0, len(entries), 8))
+            for band, runs in bands:
+                first = keys[query * BANDS + band] << 32
+                for run, slot, _ in runs:
+                    prefixes.update(_ext.pack_key(entry)[4:] for entry in self._run_range(
+                        storage._layout.tables + band, run, slot, first, first | 0xFFFFFFFF))
+            results.append([found for prefix in sorted(prefixes)
+                            for found in self._with_prefix(prefix)])
+        return results
+
+    def _with_prefix(self, prefix):
+        """(key, fingerprint) of the documents whose fingerprint starts with
+        the 4 bytes ``prefix``."""
+        found = []
+        for fp_bytes, key in index_items(self._txn, self._storage, prefix + bytes(4)):
+            if fp_bytes[:4] != prefix:
+                break
+            found.append((key, _ext.unpack_key(fp_bytes)))
+        return found
+
+    def band_entries(self, band):
+        storage = self._storage
+        if storage._old_bands:
+            cursor = self._txn.cursor(storage._dbs[OLD_BANDS[band]])
+            return [_ext.unpack_key(k + v) for k, v in cursor.iternext()] if cursor.first() else []
+        if not storage._band_runs:
+            return []
+        held = array("Q")  # the union of the runs less the stale entries
+        for run, slot, _ in self._directory(storage._layout.tables + band):
+            held = _ext.merge_unique(held, self._run_range(storage._layout.tables + band, run,
+                                                           slot, 0, MAX_VALUE))
+        return [entry for entry in held if self._held(band, entry)]
+
+    def _held(self, band, entry):
+        """Whether a stored document (as the index is now) has band entry ``entry``."""
+        for key, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
+            entries = band_entries(self._cursor(DOCS).get(key), fp)
+            if entries and entries[band] == entry:
+                return True
+        return False
+
+    def table_fingerprints(self, table):
+        layout = self._storage._layout
+        if self._storage._runs:  # the union of the runs less the stale entries
+            values = array("Q")
+            for run, slot, _ in self._directory(table):
+                values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
+            fps = (layout.unpermute(value, table) for value in values)
+            return [fp for fp in fps if self._has(fp)]
+        cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
+        return [layout.unpermute(_ext.unpack_key(k + v), table) for k, v in cursor.iternext()] \
+            if cursor.first() else []
+
+    def _directory(self, table):
+        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
+        raw = self._txn.get(self._storage._set_key(table), db=self._storage._dbs[RUNS])
+        if raw is None:
+            return []
+        runs = directory_runs(raw)
+        if runs is None:
+            raise damaged_error(self._storage.path, "the directory of %s's runs"
+                           % self._storage._set_named(table))
+        return runs
+
+    def _whole_directory(self, table):
+        """The directory of ``table``'s runs, each run refused if its blocks
+        hold other than its entries (a block lost from it, or miscounted): a
+        search must not answer without them. A run found whole is not read
+        again (run ids are never given twice in a table)."""
+        runs = self._directory(table)
+        for run, slot, entries in runs:
+            if (table, run, entries) not in self._storage._whole_runs:
+                self._check_run(table, run, slot, entries)
+        return runs
+
+    def _check_run(self, table, run, slot, entries):
+        """Count the entries of run ``run``'s blocks against ``entries``."""
+        cursor = self._cursor(self._storage._set_slot(table, slot))
+        prefix = block_key(run, 0)[:4]
+        counted, at = 0, cursor.set_range(prefix)
+        while at and cursor.key()[:4] == prefix:
+            counted += block_entries(cursor.value())
+            at = cursor.next()
+        if counted != entries:
+            raise run_damaged_error(self._storage.path, self._storage._set_named(table),
+                               "its run's blocks hold %d entries, not the %d it was written with"
+                               % (counted, entries))
+        self._storage._whole_runs.add((table, run, entries))
+
+    def _run_range(self, table, run, slot, lo, hi):
+        """The values of run ``run`` (in ``slot`` of run set ``table``) in [lo,
+        hi], ascending: from the block that holds ``lo`` on."""
+        cursor = self._cursor(self._storage._set_slot(table, slot))
+        key = block_key(run, lo)
+        prefix = key[:4]  # the run id
+        at = cursor.set_range(key)
+        if not at or cursor.key() != key:  # the block before may hold lo
+            at = cursor.prev() if at else cursor.last()
+            if not at or cursor.key()[:4] != prefix:  # lo comes before the run
+                at = cursor.set_range(key)
+        values = array("Q")
+        while at and cursor.key()[:4] == prefix:
+            block = read_block(self._storage, table, cursor.key(), cursor.value())
+            if block[0] > hi:
+                break
+            values.extend(block[bisect_left(block, lo):bisect_right(block, hi)])
+            at = block[-1] < hi and cursor.next()
+        return values

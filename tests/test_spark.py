@@ -22,6 +22,7 @@ from pyspark.sql import types as T  # noqa: E402
 import simhashdb
 from simhashdb import _ext, cli, matching
 from simhashdb import spark as sspark
+from simhashdb.spark import incremental as spark_incremental, scan as spark_scan, text as spark_text
 from simhashdb.layout import Layout
 from test_text_rule import THRESHOLD, components, corpus as text_corpus, oracle
 from warcio.warcwriter import WARCWriter  # noqa: E402  (the test extra brings it)
@@ -196,8 +197,8 @@ def test_a_hot_prefix_is_split_and_no_pair_across_parts_is_lost(spark, monkeypat
         groups = real(*args)
         found.extend(groups)
         return groups
-    real = sspark._hot_groups
-    monkeypatch.setattr(sspark, "_hot_groups", recording)
+    real = spark_scan._hot_groups
+    monkeypatch.setattr(spark_scan, "_hot_groups", recording)
     got = rows(sspark.find_all(df, DISTANCE, BLOCKS, split=500))
     parts = sorted(parts for t, _, parts, _ in found if t == 0)
     assert len(parts) == 2 and 5 <= parts[0] < parts[1], found
@@ -417,7 +418,7 @@ def test_text_rule_equals_the_oracle_the_database_and_in_memory(spark, tmp_path,
         database = {frozenset(c) for c in db.clusters()}
     assert database == {c for c in components(near) if len(c) > 1}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sspark, "SMALL_GROUP", 1)   # the groups of copies scanned natively
+        patch.setattr(spark_text, "SMALL_GROUP", 1)   # the groups of copies scanned natively
         clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=20))
     assert len(clusters) == len(keys) and cluster_sets(clusters) == database
     cluster_of = dict(clusters)
@@ -498,9 +499,9 @@ def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spa
             found.extend(hot(result))
             return result
         return record
-    monkeypatch.setattr(sspark, "_hot_bands",
-                        recording(bands, sspark._hot_bands, lambda result: result[1]))
-    monkeypatch.setattr(sspark, "_hot_groups", recording(prefixes, sspark._hot_groups))
+    monkeypatch.setattr(spark_text, "_hot_bands",
+                        recording(bands, spark_text._hot_bands, lambda result: result[1]))
+    monkeypatch.setattr(spark_scan, "_hot_groups", recording(prefixes, spark_scan._hot_groups))
     expected = in_memory(keys, fps, signatures)
     assert len(expected) > 3_000
     assert any(r is None for _, r in expected.values())
@@ -512,7 +513,7 @@ def test_hot_band_groups_and_prefixes_of_texts_are_split_and_no_pair_is_lost(spa
     assert len(bands) >= 16 and min(parts for _, parts, _ in bands) >= 2 and \
         max(parts for _, parts, _ in bands) >= 5, bands
     assert any(t == 0 and parts >= 2 for t, _, parts, _ in prefixes), prefixes
-    monkeypatch.setattr(sspark, "SMALL_GROUP", 1)   # every band group scanned natively
+    monkeypatch.setattr(spark_text, "SMALL_GROUP", 1)   # every band group scanned natively
     assert scored(sspark.find_all(df, DISTANCE, BLOCKS, signature="signature",
                                   split=100)) == expected
     clusters = rows(sspark.clusters(df, DISTANCE, BLOCKS, signature="signature", split=100))
@@ -612,7 +613,7 @@ def test_incremental_dedupe_of_fingerprints_equals_brute_force_and_the_database(
     kept = sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old)))
     assert kept == survivors_deduped(new_keys, near, {(a, b) for a, b, _ in across})
     with pytest.MonkeyPatch.context() as patch:   # a segment too large to ship to every task,
-        patch.setattr(sspark, "SHIPPED_ROWS", 0)   # its survivors too many for the driver
+        patch.setattr(spark_incremental, "SHIPPED_ROWS", 0)   # its survivors too many for the driver
         patch.setattr(sspark, "_dropped_in_memory", lambda *args: None)
         assert sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old))) == kept
     copies = frame(spark, ["c%d" % i for i in range(9)], old_fps[:9])   # nothing survives

@@ -78,8 +78,8 @@ setup(
                       open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "simhashdb",
                                         "__init__.py")).read()).group(1),
     description="Persistent near-duplicate fingerprint database (simhash) on LMDB",
-    packages=["simhashdb", "simhashdb.spark", "simhashdb.storage", "simhashdb.storage.lmdb",
-              "simhashdb.storage.redis"],
+    packages=["simhashdb", "simhashdb.inputs", "simhashdb.spark", "simhashdb.storage",
+              "simhashdb.storage.lmdb", "simhashdb.storage.redis"],
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
     python_requires=">=3.10",
     # chardet: the encoding of a text document that declares none and is not UTF-8

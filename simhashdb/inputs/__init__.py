@@ -30,71 +30,53 @@ Usage::
              # a Skipped file, or the InputError of a bad line
 """
 
-import base64
-import bz2
-import codecs
-import contextlib
 import dataclasses
 import fnmatch
-import gzip
-import io
 import json
-import lzma
-import mmap
 import os
-import re
 import stat
-import sys
 from typing import Callable, Optional, Sequence
 
-import chardet
+from ..errors import DamagedInputError, InputError, SimhashDBError
+from ..fingerprint import fingerprint as default_fingerprint
+from .archives import (
+    ARCHIVE_MAGIC,
+    ARCHIVE_SUFFIXES,
+    _member_cut,
+    _next_record_start,
+    _rest_is_data,
+    is_archive,
+    open_archive,
+)
+from .charsets import CHARSET, Skipped, decode_text, read_text, web_encoding
+from .streams import _is_regular, _size, _utf8, open_input, stdin, stdin_is_empty
+from .values import (
+    DEC,
+    DEC_BYTES,
+    HEX,
+    HEX_BYTES,
+    decode,
+    json_fingerprint,
+    json_object,
+    parse_fingerprint,
+    probes,
+    read_hashes,
+    stdin_lines,
+    values_format,
+)
 
-from . import _ext
-from .errors import DamagedInputError, InputError, SimhashDBError
-from .fingerprint import fingerprint as default_fingerprint
-
+__all__ = ["ARCHIVE_KEYS", "DEC", "FORMATS", "HEX", "Reader", "Skipped", "TextRecord", "decode_text",
+           "export_header", "input_format", "is_archive", "is_parquet", "open_archive", "open_input",
+           "path_keys", "probes", "read_hashes", "read_text", "stdin_is_empty", "stdin_lines",
+           "web_encoding"]
 FORMATS = ("dec", "hex", "jsonl", "text", "warc")
 ARCHIVE_KEYS = ("uri", "uri-date", "record-id")  # what keys an archive's records
-ARCHIVE_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz", ".wet", ".wet.gz")
-ARCHIVE_MAGIC = (b"WARC/", b"filedesc://")  # the first bytes of a WARC (or WET) and of an ARC
 PAGE_RECORDS = ("response", "resource", "conversion")  # conversion: a WET's text of a page
 CRAWLER_SCHEMES = ("metadata:", "dns:")  # records of the crawl itself (wget's log, Heritrix's DNS)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 PAGE_TYPES = HTML_TYPES + ("text/plain",)
-CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
-META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
-PRESCAN = 1024  # the bytes of a page searched for its <meta> charset, as browsers do
-# labels that mean another encoding on the web (the WHATWG Encoding Standard)
-WEB_ENCODINGS = {"iso8859-1": "cp1252", "ascii": "cp1252", "gb2312": "gb18030",
-                 "gbk": "gb18030"}
-LEAST_CONFIDENCE = 0.02  # chardet's for noise is below (a page in Latin-1 is 0.05 or more)
-UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-DEC = re.compile(r"[0-9]{1,40}")
-HEX = re.compile(r"(0[xX])?([0-9a-fA-F]{1,40})")
-DEC_BYTES = re.compile(DEC.pattern.encode())
-HEX_BYTES = re.compile(HEX.pattern.encode())
-BOM = "\ufeff".encode()  # a UTF-8 byte order mark, which some editors begin a file with
-MAGIC = 6  # the longest compression magic (xz's)
 JSON_FIELDS = {"key", "path", "fingerprint", "text", "meta", "stored_at", "signature",
                "hex", "recipe"}  # what a JSON line's record is made of, or `fingerprint` writes
-PEEK = 1 << 16  # what format detection and an export's header read of an input
-BINARY_SAMPLE = 1 << 16
-# (magic bytes, name, decompress whole, its errors, a stream of the content)
-DECOMPRESSORS = ((b"\x1f\x8b", "gzip", gzip.decompress, (OSError, EOFError),
-                  lambda raw: gzip.GzipFile(fileobj=raw)),
-                 (b"BZh", "bzip2", bz2.decompress, (OSError, ValueError, EOFError), bz2.BZ2File),
-                 (b"\xfd7zXZ\x00", "xz", lzma.decompress, (lzma.LZMAError, EOFError),
-                  lzma.LZMAFile))
-
-
-class Skipped:
-    """An input left out, and why (counted and noted, not an error);
-    ``routine``: an archive's record that is not a page (a request, an
-    image), counted only."""
-
-    def __init__(self, why, routine=False):
-        self.why = why
-        self.routine = routine
 
 
 class TextRecord(tuple):
@@ -512,371 +494,3 @@ def export_header(formats):
         return {"lines_recipe": obj["recipe"]}  # a line `fingerprint` wrote
     header = obj.get("simhashdb")
     return header if isinstance(header, dict) else {}
-
-
-def read_text(path):
-    """The bytes of a document file (``"-"``: stdin), decompressed where it is
-    gzip, bzip2 or xz; Skipped where that data is damaged."""
-    with open_input(path) as stream:
-        data = stream.read()
-    for magic, name, decompress, errors, _ in DECOMPRESSORS:
-        if data.startswith(magic):
-            try:
-                data = decompress(data)
-            except errors:
-                return Skipped("damaged %s data" % name)
-            break
-    return data
-
-
-def decode_text(data, declared=None, forced=None):
-    """The text of a document's bytes, and how it was decoded: with the
-    ``forced`` encoding ("forced"); else by a UTF-16 byte order mark ("bom");
-    else by the ``declared`` charset (an HTTP header's: "http header"); else
-    by the charset of an HTML ``<meta>`` in its first 1024 bytes ("meta");
-    else as UTF-8 where it is ("utf-8"); else in the encoding chardet detects
-    with some confidence ("detected"). Labels are read as browsers read them (ISO-8859-1 is
-    windows-1252). (Skipped, None) where it is binary, like grep -I: NUL
-    bytes in its first 64 KiB, or no text encoding fits.
-
-    Only bytes that are not UTF-8, or declare another charset, decode
-    otherwise than as UTF-8 with U+FFFD for bad bytes (what the text
-    methods do with bytes)."""
-    if forced:
-        return data.decode(forced, "replace"), "forced"
-    if data.startswith(UTF16_BOMS):
-        return data.decode("utf-16", "replace"), "bom"
-    sample = data[:BINARY_SAMPLE]
-    if b"\0" in sample:
-        return Skipped("binary (NUL bytes)"), None
-    meta = META_CHARSET.search(data[:PRESCAN])
-    for label, how in ((declared, "http header"), (meta and meta.group(1).decode(), "meta")):
-        encoding = web_encoding(label)
-        if encoding:
-            return data.decode(encoding, "replace"), how
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    guess = chardet.detect(sample)
-    encoding = web_encoding(guess["encoding"]) if guess["confidence"] >= LEAST_CONFIDENCE else None
-    if encoding is None:
-        return Skipped("binary (no text encoding fits)"), None
-    return data.decode(encoding, "replace"), "detected"
-
-
-def web_encoding(label):
-    """The Python codec of a charset label as browsers read it, or None for
-    none, one unknown, or a codec of bytes to bytes (hex, zlib, base64...)."""
-    try:
-        name = codecs.lookup(label.strip()).name if label else None
-        if name:
-            b"a".decode(name, "ignore")  # one of bytes to bytes is "not a text encoding"
-    except LookupError:
-        return None
-    return WEB_ENCODINGS.get(name, name)
-
-
-def is_archive(path):
-    """Whether the file ``path`` is a web archive: named so (``*.warc``,
-    ``*.arc``, ``*.wet``, each maybe ``.gz``), or beginning as a WARC or an
-    ARC does (gzip or plain)."""
-    if path.lower().endswith(ARCHIVE_SUFFIXES):
-        return True
-    try:
-        with open(path, "rb") as raw:
-            head = raw.read(len(ARCHIVE_MAGIC[1]))
-            if head.startswith(b"\x1f\x8b"):
-                raw.seek(0)
-                head = gzip.GzipFile(fileobj=raw).read(len(ARCHIVE_MAGIC[1]))
-    except (OSError, EOFError):
-        return False
-    return head.startswith(ARCHIVE_MAGIC)
-
-
-@contextlib.contextmanager
-def open_archive(given, start=0):
-    """A binary stream of an archive (``"-"``: stdin) from byte ``start``."""
-    if given == "-":
-        yield stdin()
-        return
-    with _opened(given) as stream:
-        stream.seek(start)
-        yield stream
-
-
-def _opened(path):
-    """The file ``path``, open to read bytes.
-
-    :raises InputError: it cannot be read.
-    """
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise InputError("cannot read %s: %s" % (path, exc.strerror)) from None
-
-
-def _member_cut(reader):
-    """Whether warcio's ``reader`` stopped inside a gzip member: the data of a
-    record may be whole while the member's end (and its checksum) is missing."""
-    decompressor = reader.decompressor
-    return decompressor is not None and not getattr(decompressor, "eof", True)
-
-
-def _rest_is_data(path, offset):
-    """Whether the file ``path`` holds more than white space after ``offset``."""
-    with open(path, "rb") as raw:
-        raw.seek(offset)
-        return bool(raw.read(PEEK).strip())
-
-
-def _next_record_start(path, after):
-    """The offset of the first record of the archive ``path`` that may begin
-    after byte ``after`` (a gzip member, or a WARC header at the start of a
-    line); None where there is none."""
-    with open(path, "rb") as raw, mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        if data[:2] == b"\x1f\x8b":
-            found = data.find(b"\x1f\x8b\x08", after + 1)
-        else:
-            found = data.find(b"\nWARC/", after)
-            found = found + 1 if found >= 0 else found
-    return found if found > after else None
-
-
-def read_hashes(given, fmt=None):
-    """The fingerprints of a file (or stdin) of one fingerprint a line.
-
-    :raises InputError: for the first bad line, naming it.
-    """
-    with open_input(given, decompressed=True) as stream:
-        lines = [(number, raw.strip()) for number, raw in enumerate(stream, 1) if raw.strip()]
-    fmt = values_format([line for _, line in lines], fmt)
-    hashes = []
-    for number, line in lines:
-        try:
-            hashes.append(parse_fingerprint(decode(line, "line"), fmt, "line"))
-        except SimhashDBError as exc:
-            raise InputError("%s:%d: %s" % (given, number, exc)) from None
-    return hashes
-
-
-def stdin_lines():
-    """The lines of stdin that are not blank, stripped."""
-    lines = (decode(raw, "stdin line").strip() for raw in stdin())
-    return [line for line in lines if line]
-
-
-def probes(lines, fmt=None):
-    """(label or None, fingerprint, recipe or None) of query input: fingerprints,
-    or JSON lines with "fingerprint" (and "path" or "key" as the label, and
-    the "recipe" that made it, as `fingerprint` prints them)."""
-    plain = [line for line in lines if not line.startswith("{")]
-    fmt = values_format(plain, fmt)
-    found = []
-    for line in lines:
-        if line.startswith("{"):
-            obj = json_object(line)
-            if "fingerprint" not in obj:
-                raise InputError('a JSON query line needs "fingerprint", as `fingerprint` '
-                                 'prints: %s' % line[:60])
-            found.append((obj.get("path", obj.get("key")), json_fingerprint(obj["fingerprint"]),
-                          obj.get("recipe")))
-        else:
-            found.append((None, parse_fingerprint(line, fmt, "argument"), None))
-    return found
-
-
-def values_format(values, fmt=None):
-    """How to read a list of fingerprints (str or bytes): ``fmt`` where given;
-    else hex where a value has hex letters and no 0x (as `fingerprint --format
-    hex` prints them), so that its values of digits only are hex too; else
-    None: digits only are decimal, 0x or letters hex."""
-    if fmt:
-        return fmt
-    for value in values:
-        value = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        value = value.strip()
-        if HEX.fullmatch(value) and not DEC.fullmatch(value) and value[:2].lower() != "0x":
-            return "hex"
-    return None
-
-
-def parse_fingerprint(text, fmt, what):
-    """A fingerprint written as plain decimal or hex digits (hex may start with
-    0x); where ``fmt`` is neither "dec" nor "hex", digits only are decimal. No
-    signs, underscores, spaces inside or non-ASCII digits."""
-    text = text.strip()
-    if fmt != "hex" and DEC.fullmatch(text):
-        value = int(text, 10)
-    elif fmt != "dec" and HEX.fullmatch(text):
-        value = int(HEX.fullmatch(text).group(2), 16)
-    else:
-        pair = len(text.split()) == 2 and all(DEC.fullmatch(t) or HEX.fullmatch(t)
-                                              for t in text.split())
-        raise InputError("%s %r is not a %s fingerprint%s" % (
-            what, text[:40], {"dec": "decimal", "hex": "hex"}.get(fmt, "decimal or hex"),
-            ' (a key and a fingerprint? write JSON lines: {"key": 1, "fingerprint": 7919})'
-            if pair else ""))
-    return _ext.check_fingerprint(value)
-
-
-def json_object(line):
-    """The JSON object of a line (``{"$bytes": base64}`` read as bytes)."""
-    try:
-        obj = json.loads(line, object_hook=_from_json, parse_constant=_not_a_number)
-    except json.JSONDecodeError as exc:
-        raise InputError("not JSON: %s" % exc.msg) from None
-    except RecursionError:
-        raise InputError("JSON nested too deeply") from None
-    except ValueError as exc:  # e.g. an int of more digits than Python converts
-        raise InputError("not usable JSON: %s" % exc) from None
-    if not isinstance(obj, dict):
-        raise InputError("expected a JSON object, got %s" % type(obj).__name__)
-    return obj
-
-
-def _not_a_number(name):
-    """NaN and Infinity, which Python reads but JSON does not have."""
-    raise ValueError("%s is not JSON (a number must be finite)" % name)
-
-
-def json_fingerprint(value):
-    """A JSON "fingerprint": an int, or a string of decimal or hex digits."""
-    return parse_fingerprint(value, None, "fingerprint") if isinstance(value, str) else value
-
-
-def decode(raw, what):
-    """``raw`` bytes as UTF-8 text (``what`` they are, for the message)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError("%s is not valid UTF-8 (byte %d): keys and fingerprints must be "
-                         "UTF-8 text" % (what, exc.start)) from None
-
-
-@contextlib.contextmanager
-def open_input(given, peek=False, decompressed=False):
-    """A binary stream of a file or stdin ("-"); with ``peek``, the complete
-    lines of its first 64 KiB, leaving stdin unread; with ``decompressed``,
-    lines of records: those of a named gzip, bzip2 or xz file's content, a
-    byte order mark before the first left out.
-
-    :raises DamagedInputError: compressed data that is damaged.
-    """
-    if given == "-":
-        stream = stdin()
-        head = stream.peek(MAGIC)[:MAGIC] if decompressed and hasattr(stream, "peek") else b""
-        compression = next((c[1] for c in DECOMPRESSORS if head.startswith(c[0])), None)
-        if compression:
-            raise InputError("stdin is %s data: decompress it on the way in (| %s -dc |) or "
-                             "name the file, which is read decompressed"
-                             % (compression, compression))
-        if peek:
-            yield _lines(_complete_lines(stream.peek(PEEK) if hasattr(stream, "peek") else b""),
-                         decompressed)
-        else:
-            yield _lines(stream, decompressed)
-        return
-    raw = _opened(given)
-    with raw:
-        head = raw.peek(MAGIC) if decompressed else b""  # not read: a pipe cannot seek back
-        if 0 < len(head) < MAGIC:  # a pipe's first read was short: wait for the rest
-            head = raw.read(MAGIC)
-            raw = io.BufferedReader(_Rejoined(head, raw))
-        compression = next((c for c in DECOMPRESSORS if head.startswith(c[0])), None)
-        stream = compression[4](raw) if compression else raw
-        try:
-            yield _lines(_complete_lines(stream.read(PEEK)) if peek else stream, decompressed)
-        except (OSError, EOFError, lzma.LZMAError) as exc:
-            if compression:
-                raise DamagedInputError("cannot read %s: damaged %s data" % (given, compression[1])
-                                   ) from None
-            raise InputError("cannot read %s: %s" % (given, exc.strerror)) from None
-
-
-class _Rejoined(io.RawIOBase):
-    """The bytes ``head``, read from ``rest`` already, then the rest of it."""
-
-    def __init__(self, head, rest):
-        self._head, self._rest = head, rest
-
-    def readable(self):
-        return True
-
-    def readinto(self, buffer):
-        if not self._head:
-            return self._rest.readinto1(buffer)  # what one read gives: a pipe's lines as they come
-        n = min(len(buffer), len(self._head))
-        buffer[:n], self._head = self._head[:n], self._head[n:]
-        return n
-
-
-def _lines(lines, records):
-    """``lines`` as they are (a document's stream), or, for ``records``, less
-    a byte order mark before the first line."""
-    return _without_bom(lines) if records else lines
-
-
-def _without_bom(lines):
-    lines = iter(lines)
-    for first in lines:
-        yield first[len(BOM):] if first.startswith(BOM) else first
-        break
-    yield from lines  # (the rest without a Python step a line)
-
-
-def stdin():
-    """Standard input, binary."""
-    if sys.stdin is None:
-        raise InputError("standard input is closed: give the input as arguments or files, "
-                         "or pipe it in")
-    return sys.stdin.buffer
-
-
-def stdin_is_empty():
-    """Whether standard input is known to hold nothing (False where it cannot be
-    told without reading it)."""
-    stream = stdin()
-    return hasattr(stream, "peek") and not stream.peek(1)
-
-
-def _complete_lines(head):
-    """The lines of ``head``, less an unfinished last one (a read may have cut it)."""
-    lines = head[:PEEK].splitlines()
-    return lines[:-1] if not head.endswith(b"\n") and len(lines) > 1 else lines
-
-
-def _size(path):
-    """The size of a file (0 for stdin, or one that cannot be read)."""
-    try:
-        return os.path.getsize(path) if path != "-" else 0
-    except OSError:
-        return 0
-
-
-def _utf8(path):
-    """Whether ``path`` can be a key: a str key is UTF-8 (a name of other bytes
-    reaches Python with surrogates in it)."""
-    try:
-        path.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-def _is_regular(path):
-    """Whether ``path`` is a regular file (or a link to one); True where it
-    cannot be seen (reading it reports why)."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return True
-
-
-def _from_json(obj):
-    if len(obj) == 1 and isinstance(obj.get("$bytes"), str):
-        try:
-            return base64.b64decode(obj["$bytes"], validate=True)
-        except ValueError:
-            raise InputError("bad base64 in {\"$bytes\": ...}") from None
-    return obj

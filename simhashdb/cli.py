@@ -7,29 +7,37 @@ traceback.
 """
 
 import contextlib
-import datetime
-import decimal
-import importlib
 import json
 import os
 import re
 import sys
-import tempfile
 import time
 import warnings
 
 import simhashdb
-from simhashdb import inputs, options, rule
+from simhashdb import inputs, options, rule, sparkjob
 from simhashdb.console import (ClosedStdout, emit, match_json, note, output_file, pair_json,
                                progress, record_json, say, show_warning, silence_stdout, working,
                                write)
 from simhashdb.db import size_of
 from simhashdb.errors import CliError, UsageError
-from simhashdb.options import BATCH_SECONDS
 from simhashdb.inputs import Skipped, TextRecord
+from simhashdb.options import BATCH_SECONDS
+from simhashdb.wiring import (
+    _bits,
+    _distance,
+    _fingerprinter,
+    _note_decoded,
+    _note_skipped,
+    _of_a_database,
+    _open,
+    _read_hashes,
+    _reader,
+    _scan_distance,
+    _skip,
+)
 
 PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
-MANY_TABLES = 100
 
 
 # Commands
@@ -382,121 +390,7 @@ def _texts(args, reader, formats, skipped):
             yield source, record
 
 
-# Spark and Parquet (the spark extra: pip install '.[spark]' in simhashdb's source directory)
-
-
-def cmd_spark(args):
-    """Pairs, clusters or dedupe of a whole corpus on Spark (simhashdb.spark).
-
-INPUT is Parquet (a .parquet file or a directory of them; --key, --fingerprint
-and --signature name its columns) or any input `import` reads. OUTPUT ending in
-.parquet is written by Spark as Parquet; anything else (or -) gets JSON lines:
-[key_a, key_b, distance] for find-all, [key, cluster] for clusters, the kept
-rows as objects for dedupe (which `import --format jsonl` reads back).
-
-Which rule decides: texts (files, directories, JSON lines with "text") are
-fingerprinted with their resemblance signature (the current recipe) and
-paired by the text rule, as by `import --if-new` and `clusters` on a
-database of texts: they share a band of their signatures or their
-fingerprints are within --distance, and their resemblance is at least
---threshold (find-all prints it last); a document without text (a
-fingerprint) pairs by its distance. Parquet with a signature column
-(--signature, or a binary column named signature) is decided the same way.
-Input with no text at all is paired by the distance of its
-fingerprints alone. A note on stderr says which rule ran.
-
-With --against OLD (Parquet, what `import` reads, or a database), INPUT is a
-new segment of the corpus OLD holds: dedupe keeps the rows of INPUT that are
-near-duplicates of nothing in OLD, deduplicated among themselves; find-all
-prints the pairs within INPUT and those across, [new key, old key, ...,
-true]. OLD is read, but never paired with itself."""
-    session, spark, errors = _spark_session(args)
-    if args.against is not None and args.action == "clusters":
-        raise UsageError("--against is for dedupe and find-all")
-    try:
-        with contextlib.ExitStack() as stack:
-            _spark_run(args, session, spark, stack)
-    except errors as exc:
-        raise CliError("spark: %s" % str(exc).strip().splitlines()[0]) from None
-
-
-def _spark_run(args, session, spark, stack):
-    """Run cmd_spark's action and write its output."""
-    df, signature, made = _spark_input(session, args, args.input, args.format)
-    options = {"key": args.key, "fingerprint": args.fingerprint}
-    if args.against is not None:
-        options["against"], options["against_columns"] = _spark_against(
-            session, args, stack, signature in made)
-    if signature is not None:
-        options.update(signature=signature, threshold=args.threshold)
-        note(args, "pairs of texts by the text rule: a shared band of their signatures or "
-             "fingerprints within %d bits, and a resemblance of at least %g; documents "
-             "without text by their distance (signatures from column %r)"
-             % (_distance(args), args.threshold if args.threshold is not None
-                else rule.THRESHOLD, signature))
-    elif args.threshold is not None:
-        raise CliError("--threshold is the text rule's, and this input has no text (give "
-                       "texts, or Parquet with a --signature column)")
-    else:
-        note(args, "pairs by the distance of their fingerprints (within %d bits): the "
-             "input has no text or signatures" % _distance(args))
-    run = {"find-all": spark.find_all, "clusters": spark.clusters, "dedupe": spark.dedupe}
-    result = run[args.action](df, _distance(args), args.blocks, **options)
-    if args.target.endswith(".parquet"):
-        result.write.parquet(args.target)
-        emit({"output": args.target, "rows": session.read.parquet(args.target).count()})
-    else:
-        if signature in made and args.action == "dedupe":  # made here: no one reads them
-            result = result.drop(signature)
-        with output_file(args.target) as out:
-            fingerprint = args.fingerprint if args.action == "dedupe" else None
-            for row in result.toLocalIterator():
-                line = _spark_json(row, fingerprint, "meta" in made)
-                across = line.pop() if args.against is not None and \
-                    args.action == "find-all" else None
-                if signature is not None and args.action == "find-all":
-                    score = line.pop()  # as find-all on a database: last, if two texts
-                    line += [round(score, 4)] if score is not None else []
-                emit(line if across is None else line + [across], out)
-
-
-def _spark_against(session, args, stack, texts):
-    """The old corpus of --against as a DataFrame and the names of its key,
-    fingerprint and signature columns: Parquet (named by --against-key and
-    the rest, else as INPUT), what `import` reads, or a database (exported
-    to Parquet in a directory that lasts while ``stack`` is open); a
-    database's recipe must be the current one where the new rows are
-    ``texts`` fingerprinted here."""
-    given, exported = args.against, False
-    if not inputs.is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
-        try:
-            db = simhashdb.DB(given, readonly=True, create=False)
-        except simhashdb.DatabaseNotFoundError:
-            db = None
-        if db is not None:
-            with db:
-                if texts and db.recipe != simhashdb.RECIPE:
-                    raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
-                                   "fingerprinted with %r: they would match nothing"
-                                   % (given, db.recipe, args.input, simhashdb.RECIPE))
-                given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
-                                     "against.parquet")
-                db.export_parquet(given)
-                exported = True
-    if not inputs.is_parquet(given):
-        df, signature, _ = _spark_input(session, args, given, None)
-        names = {"key": args.key, "fingerprint": args.fingerprint}
-        return df, dict(names, signature=signature) if signature else names
-    df = session.read.parquet(given)
-    names = {column: column if exported else getattr(args, "against_" + column) or
-             getattr(args, column) or column for column in ("key", "fingerprint", "signature")}
-    for column, name in names.items():
-        if name not in df.columns and (column != "signature" or args.against_signature):
-            raise CliError("%s has no %s column %r (its columns: %s); name it with --against-%s"
-                           % (args.against, column, name, ", ".join(df.columns), column))
-    if names["signature"] not in df.columns:
-        del names["signature"]   # documents without text
-    return df, names
+# Parquet (the spark extra: pip install '.[spark]' in simhashdb's source directory)
 
 
 def cmd_export_parquet(args):
@@ -540,111 +434,6 @@ closed. The guide is docs/crawlers.md."""
                        ) from None
 
 
-def _spark_session(args):
-    """The active Spark session or a new one (local workers run this Python),
-    the simhashdb.spark module, and the exceptions Spark raises."""
-    try:
-        importlib.import_module("pyarrow")  # texts and numbers go to Spark as Arrow tables
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-        from pyspark.sql import SparkSession
-
-        from simhashdb import spark
-    except ImportError:
-        raise CliError("spark needs pyspark, pyarrow and Java 17 or later: pip install '.[spark]' "
-                       "in simhashdb's source directory") from None
-    local = (args.master or "local").startswith("local")
-    if local and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("simhashdb").config(
-        "spark.ui.showConsoleProgress", str(not args.quiet and sys.stderr.isatty()).lower())
-    try:
-        session = (builder.master(args.master) if args.master else builder).getOrCreate()
-    except (PySparkException, Py4JError) as exc:
-        raise CliError("Spark did not start (it needs Java 17 or later): %s"
-                       % str(exc).strip().splitlines()[0]) from None
-    if not args.debug:
-        session.sparkContext.setLogLevel("ERROR")
-    return session, spark, (PySparkException, Py4JError)
-
-
-def _spark_input(session, args, given, fmt):
-    """An input as a DataFrame: Parquet read by Spark, other formats parsed
-    here; the name of its signature column (None: no text, the distance
-    rule decides) and the columns made here (the signatures of texts, the
-    metadata of an archive's pages as msgpack)."""
-    if fmt == "parquet" or inputs.is_parquet(given):
-        df = session.read.parquet(given)
-        signature = args.signature
-        if signature is None and "signature" in df.columns and \
-                df.schema["signature"].dataType.typeName() == "binary":
-            signature = "signature"  # as `spark dedupe` of texts writes it
-        return df, signature or None, set()  # --signature '': the distance alone
-    from simhashdb import spark
-    recipe = simhashdb.RECIPES[simhashdb.RECIPE]
-    last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
-
-    def fingerprint(text, html):
-        last.clear()
-        last[text] = simhashdb.fingerprint_with_signature(text, html=html, **recipe)
-        return last[text][0]
-
-    records, skipped = [], {}
-    reader = _reader(args, fingerprint, stdin_key=None)
-    with progress(args, "read", unit="B") as bar:
-        for source, line, record in reader.records(
-                {given: inputs.input_format(given, fmt)}, bar):
-            if isinstance(record, Skipped):
-                _skip(args, skipped, source, record)
-                continue
-            if isinstance(record, Exception) and args.skip_invalid:
-                note(args, "skipped %s:%s: %s" % (source, line, record))
-                continue
-            if isinstance(record, Exception):
-                raise CliError("%s:%s: %s" % (source, line, record))
-            meta = record[2] if len(record) > 2 else None
-            if isinstance(record, TextRecord):
-                fp, signature = last.get(record[1]) or simhashdb.fingerprint_with_signature(
-                    record[1], html=record.html, **recipe)
-                records.append((record[0], fp, meta, signature))
-            else:
-                records.append((record[0], simhashdb.check_fingerprint(record[1]), meta, None))
-    _note_skipped(args, skipped)
-    _note_decoded(args, reader)
-    try:
-        df, signature = spark.from_records(session, records, args.key, args.fingerprint,
-                                           args.signature)
-    except inputs.InputError as exc:
-        raise CliError("%s: %s" % (given, exc)) from None
-    return df, signature, set(df.columns) - {args.key, args.fingerprint}
-
-
-def _spark_json(row, fingerprint, meta=False):
-    """A result row as JSON: a list of its values, or (with the name of the
-    fingerprint column, for dedupe) an object with the fingerprint unsigned
-    (and with ``meta``, the metadata of the meta column made here)."""
-    if fingerprint is None:
-        return [_spark_value(v) for v in row]
-    out = {name: _spark_value(v) for name, v in row.asDict().items()}
-    if meta:
-        from simhashdb import parquet
-        out["meta"] = parquet.meta_value(out["meta"])
-    value = row[fingerprint]
-    out[fingerprint] = int.from_bytes(value, "big") if isinstance(value, (bytes, bytearray)) \
-        else int(value) % 2**64
-    return out
-
-
-def _spark_value(value):
-    if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, bytearray):
-        return bytes(value)
-    if isinstance(value, (datetime.date, datetime.datetime)):
-        return value.isoformat()
-    return value
-
-
 def _stored_key(db, text, args):
     """The key ``text`` names: a str with --str-keys; else for an int written
     as Python writes it (no leading zeros), the int
@@ -684,138 +473,13 @@ def _note_rule(args, db):
              "recipe, not texts, paired by their distance alone")
 
 
-# Plumbing
-
-
-def _open(path, args, readonly=False, create=False, text=False, recipe=None, like=None,
-          lines_recipe=None):
-    """Open the database (with ``recipe``, one of that recipe); with ``create``,
-    make it if there is none, with the parameters the command line gives, else
-    those of ``like`` (an export's header), else the defaults; with ``text``,
-    one that text will be fingerprinted for: it keeps a recipe it already has,
-    a new or empty one takes the default; with ``lines_recipe`` (of the lines
-    `fingerprint` wrote), a new or empty one takes it, one of another recipe
-    refuses, and one of no recipe with documents takes them as before. Warns
-    when it makes a database of more than MANY_TABLES tables."""
-    options = {}
-    for name in ("distance", "blocks", "expected_size"):
-        if not readonly and getattr(args, "create_" + name, None) is not None:
-            options[name] = getattr(args, "create_" + name)
-    _bits(options.get("distance"), 63)
-    try:
-        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
-    except simhashdb.ParameterMismatchError as exc:
-        if getattr(exc, "parameter", None) is None:
-            raise
-        raise CliError("%s was created with --%s %d, not %d: leave --%s out, or give --%s %d"
-                         % (path, exc.parameter, exc.stored, options[exc.parameter],
-                            exc.parameter, exc.parameter, exc.stored)) from None
-    except simhashdb.DatabaseNotFoundError:
-        if not create:
-            if os.path.isdir(path) and os.listdir(path):  # init would refuse it
-                raise CliError("no database at %s: it is a directory of other files; name a "
-                               "database's directory" % path) from None
-            raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
-                           % (path, path)) from None
-        made = {name: (like or {}).get(name) for name in ("distance", "blocks")}
-        db = simhashdb.DB(path, recipe=recipe, **dict(
-            {name: value for name, value in made.items() if value is not None}, **options))
-        if db.tables > MANY_TABLES:
-            say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
-                "stored in each, so inserts are slow and the file large; a smaller --distance "
-                "(queries above it are still exact) keeps it small"
-                % (db.distance, db.blocks, db.tables))
-    named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
-    if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
-        db.close()  # reopened naming it: an empty database takes it, others refuse
-        db = simhashdb.DB(path, readonly=readonly, create=False, recipe=named, **options)
-    return db
-
-
-def _reader(args, fingerprint, stdin_key="<stdin>"):
-    """The inputs.Reader of the command's options."""
-    return inputs.Reader(include=getattr(args, "include", ()) or (),
-                         exclude=getattr(args, "exclude", ()) or (),
-                         root=getattr(args, "root", None),
-                         key_prefix=getattr(args, "key_prefix", None),
-                         stdin_key=stdin_key, fingerprint=fingerprint,
-                         html=getattr(args, "html", False),
-                         encoding=getattr(args, "encoding", None),
-                         archive_key=getattr(args, "archive_key", "uri"))
-
-
-def _of_a_database(args):
-    """Whether find-all or clusters is of a database (PATH), not of a file of
-    hashes; the options of the one given to the other are a usage error."""
-    hashes = [name for name in ("input", "format", "blocks", "duplicates")
-              if getattr(args, name, None) is not None and getattr(args, name) is not False]
-    if args.path and hashes:
-        raise UsageError("--%s is for a file of hashes, and %s names a database: give one or "
-                         "the other" % (hashes[0], args.path))
-    return bool(args.path)
-
-
-def _read_hashes(args):
-    if args.threshold is not None:
-        raise UsageError("--threshold is for the texts of a database (PATH): hashes are paired "
-                         "by their distance alone")
-    if args.blocks is None:
-        raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
-    return inputs.read_hashes(args.input or "-", args.format)
-
-
-def _fingerprinter(db):
-    """Text (HTML or not) to fingerprint by the database's recipe (the default
-    if it has none)."""
-    options = simhashdb.RECIPES.get(db.recipe, simhashdb.RECIPES[simhashdb.RECIPE])
-    return lambda data, html: simhashdb.fingerprint(data, html=html, **options)
-
-
-def _bits(distance, high):
-    """A --distance, refused (a usage error) unless in [0, high]."""
-    if distance is not None and not 0 <= distance <= high:
-        raise UsageError("--distance takes a number of bits in [0, %d], got %d"
-                         % (high, distance))
-    return distance
-
-
-def _skip(args, counts, path, skipped):
-    """Count a document left out by why, and note it (but an archive's
-    routine records: requests, images...)."""
-    counts[skipped.why] = counts.get(skipped.why, 0) + 1
-    if not skipped.routine:
-        note(args, "skipped %s: %s" % (path, skipped.why))
-
-
-def _note_decoded(args, reader):
-    """Say how documents were decoded, where any was not as UTF-8."""
-    if set(reader.decoded) - {"utf-8"}:
-        note(args, "decoded %s" % ", ".join("%d %s" % (n, DECODED[how]) for how, n in
-                                            sorted(reader.decoded.items())))
-
-
-def _note_skipped(args, counts):
-    if counts:
-        note(args, "skipped %d file(s): %s" % (sum(counts.values()), ", ".join(
-            "%d %s" % (n, why) for why, n in sorted(counts.items()))))
-
-
-def _scan_distance(args, db):
-    """--distance of find-all or clusters on a database: at most the database's."""
-    if args.distance is not None and args.distance > db.distance:
-        raise UsageError("--distance %d is above the distance %s was built for, %d: find-all "
-                         "and clusters of a database go up to it (query goes beyond)"
-                         % (args.distance, args.path, db.distance))
-    return _bits(args.distance, db.distance)
-
-
-def _distance(args):
-    return 3 if args.distance is None else args.distance
+# Entry points
 
 
 def build_parser():
-    """The argument parser of simhashdb-cli, its commands run by this module's cmd_ functions."""
-    return options.build_parser(globals())
+    """The argument parser of simhashdb-cli, its commands run by this module's cmd_ functions
+    (and the spark command's, in sparkjob)."""
+    return options.build_parser(dict(globals(), cmd_spark=sparkjob.cmd_spark))
 
 
 def main(argv=None):
@@ -860,9 +524,6 @@ def main(argv=None):
     return 0
 
 
-DECODED = {"forced": "by --encoding", "bom": "by a byte order mark", "http header":
-           "by their HTTP header's charset", "meta": "by their <meta> charset",
-           "utf-8": "as UTF-8", "detected": "in a detected encoding"}  # inputs.decode_text's
 LIST_FORMATS = ("dec", "hex", "dec or hex")  # inputs.input_format's lists of fingerprints
 
 

@@ -188,7 +188,7 @@ def from_records(session, records, key="key", fingerprint="fingerprint", signatu
     :raises InputError: keys of mixed types, or integers from 2**63.
     :raises InvalidArgumentError: ``signature`` names another column.
     """
-    from . import parquet
+    from .. import parquet
     keys, fps, metas, signatures = (list(column) for column in zip(*records)) if records \
         else ([], [], [], [])
     try:

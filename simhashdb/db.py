@@ -7,12 +7,13 @@ import datetime
 import itertools
 import os
 import sys
-import time
 from array import array
 from typing import (Any, Callable, Iterable, Iterator, Literal, Optional, Union,
                     overload)
 
 from . import _ext, _records, check, pairs, params, results, rule
+from .batches import (_batches, _check_batch_size, _now, _signed, _text_record, insert_arrays,
+                      store_if_new)
 from .errors import (
     DatabaseError,
     InvalidArgumentError,
@@ -30,11 +31,8 @@ from .records import (
     encode_documents,
     encode_key,
     hit_arrays,
-    int_arrays,
-    restamped,
     signature as stored_signature,
     stored_at,
-    value_fingerprint,
     whole_seconds,
     with_signature,
 )
@@ -174,7 +172,7 @@ class DB:
             arrays of different lengths.
         """
         if keys is not None or fingerprints is not None:
-            return self._insert_arrays(records, batch_size, keys, fingerprints)
+            return insert_arrays(self._storage, records, batch_size, keys, fingerprints)
         if records is None:
             raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=")
         written = 0
@@ -183,21 +181,6 @@ class DB:
             self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
         return written
-
-    def _insert_arrays(self, records, batch_size, keys, fingerprints):
-        if records is not None:
-            raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=, "
-                                       "not both (arrays hold no metadata: insert records with "
-                                       "metadata as tuples)")
-        if keys is None or fingerprints is None:
-            raise InvalidArgumentError("insert_many takes keys= and fingerprints= together")
-        _check_batch_size(batch_size)
-        n, encode = int_arrays(keys, fingerprints)
-        for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            batch = encode(start, stop, _now())
-            self._storage.write(lambda txn: txn.upsert(batch), stop - start)
-        return n
 
     def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
@@ -257,40 +240,9 @@ class DB:
                 valid, refused = results.each_valid(
                     batch, lambda record: encode_documents([record], limit, now)[0], invalid)
             encoded = [document for _, document in valid]
-            decisions += results.in_order(batch, valid, refused, self._store_if_new(
-                encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
+            decisions += results.in_order(batch, valid, refused, store_if_new(
+                self._storage, encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
         return decisions
-
-    def _store_if_new(self, documents, store_new, refresh, now):
-        """In one transaction: ``store_new(txn)`` stores each of the encoded
-        (key, fingerprint, value) ``documents`` that has no near-duplicate and
-        returns the hits of each; with ``refresh``, the hits are recorded as
-        stored ``now``. Returns (matches, status, the Record it replaced or
-        None) per document."""
-        if not documents:
-            return []
-
-        def body(txn):
-            keys = [key for key, _, _ in documents]
-            stored = dict(zip(keys, txn.get_many(keys)))  # before the batch
-            found = store_new(txn)
-            if refresh:
-                _restamp(txn, {hit[0] for hits in found for hit in hits}, now)
-            replaced, statuses = [], []
-            for (key, _, value), hits in zip(documents, found):
-                replaced.append(None if hits else stored[key])
-                statuses.append(results.status(key, hits))
-                if not hits:
-                    stored[key] = value
-            matches = _records.matches(found, Match)
-            if matches is None:  # long keys or text hits: names read in the transaction
-                names = results.names(txn, found)
-                matches = [results.matches(hits, names) for hits in found]
-            return replaced, statuses, matches
-
-        replaced, statuses, found = self._storage.write(body, len(documents))
-        return [(hits, status, old and decode(decode_key(key, old), old))
-                for (key, _, _), hits, status, old in zip(documents, found, statuses, replaced)]
 
     # Text in, decisions out
 
@@ -382,8 +334,8 @@ class DB:
         new ones stored) in one transaction."""
         valid, refused = prepared
         texts = [text for _, text in valid]
-        return results.in_order(batch, valid, refused, self._store_if_new(
-            [document for document, _ in texts],
+        return results.in_order(batch, valid, refused, store_if_new(
+            self._storage, [document for document, _ in texts],
             lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
@@ -740,66 +692,9 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
     DB(path, backend=backend).close()
 
 
-def _signed(value, signature, source):
-    """A document value with the text's ``signature`` (None: none) read from
-    ``source``."""
-    if signature is None:
-        return value
-    if not isinstance(signature, bytes) or len(signature) != _ext.SIGNATURE_BYTES:
-        raise InvalidArgumentError(
-            "%s has signatures of other values than resemblance signatures (%d bytes, from "
-            "simhashdb.fingerprint_with_signature): rename that column or field"
-            % (source, _ext.SIGNATURE_BYTES))
-    return with_signature(value, signature)
-
-
 def size_of(stats):
     """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
     (its name, the bytes the database takes where its backend keeps it)."""
     return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
 
 
-def _text_record(record):
-    if not isinstance(record, (tuple, list)) or len(record) not in (2, 3):
-        raise InvalidArgumentError("expected a (key, text) or (key, text, meta) record, got %r"
-                                   % (record,))
-    return record[0], record[1], record[2] if len(record) == 3 else None
-
-
-def _check_batch_size(size):
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise InvalidArgumentError("batch_size must be an int >= 1, got %s" % _ext.shown(size))
-
-
-def _batches(items, size):
-    """Lists of ``size`` items (the last may be shorter); arguments checked now."""
-    _check_batch_size(size)
-    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
-        raise InvalidArgumentError("expected an iterable of records or keys, got %s"
-                                   % _ext.shown(items))
-    return _chunks(items, size)
-
-
-def _chunks(items, size):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _now():
-    return int(time.time())
-
-
-def _restamp(txn, keys, now):
-    """Record the documents of the encoded ``keys`` as stored ``now``, each as
-    it is now (a hit found early in a batch may have been replaced since)."""
-    keys = sorted(keys)
-    documents = [(key, value_fingerprint(value), restamped(value, now))
-                 for key, value in zip(keys, txn.get_many(keys)) if value is not None]
-    if documents:
-        txn.upsert(documents)

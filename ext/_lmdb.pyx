@@ -27,7 +27,8 @@ from clmdb cimport (
     guard_last_signal, mdb_strerror, mdb_version,
 )
 
-from simhashdb.errors import DatabaseError
+from simhashdb.errors import (DamagedError, DatabaseError, MapFullError, MapResizedError,
+                              OldTablesError)
 from simhashdb.storage.lmdb import format as lmdb_format
 
 include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
@@ -45,25 +46,6 @@ cdef enum:
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
 cdef int NO_MEMORY = -29999
 cdef int RUN_DAMAGED = -29998  # a run holds fewer or more entries than its directory says
-
-
-class MapFullError(DatabaseError):
-    """The map is full: grow it and run the transaction again."""
-
-
-class MapResizedError(DatabaseError):
-    """Another process grew the map: adopt its size and begin again."""
-
-
-class OldTablesError(DatabaseError):
-    """A database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``)
-    or whose bands are in 0.5's (dupsort ``band:NN``), opened to write, or
-    whose conversion (convert_table, convert_band) stopped part way. Its
-    arguments: whether a conversion stopped, and whether it is the bands."""
-
-
-class DamagedError(DatabaseError):
-    """The data file is damaged: LMDB faulted or found it corrupt."""
 
 
 cdef object lmdb_error(int rc, str what):

@@ -60,6 +60,35 @@ class DatabaseBusyError(DatabaseError):
     """Another handle has the database open, so it cannot be compacted now."""
 
 
+class DamagedError(DatabaseError):
+    """The data file is damaged: LMDB faulted or found it corrupt (the
+    native LMDB engine raises it)."""
+
+
+class DamagedPageError(DatabaseError):
+    """A page of an LMDB B-tree that is not the page it should be, found by
+    the LMDB backend's check of a data file before LMDB maps it (and caught
+    there). Its argument: the page's number."""
+
+
+class MapFullError(DatabaseError):
+    """The LMDB map is full: the backend grows it and runs the transaction
+    again (the native LMDB engine raises it)."""
+
+
+class MapResizedError(DatabaseError):
+    """Another process grew the LMDB map: the backend adopts its size and
+    begins again (the native LMDB engine raises it)."""
+
+
+class OldTablesError(DatabaseError):
+    """A database whose tables are in simhashdb 0.3's form (dupsort
+    ``table:NNN``) or whose bands are in 0.5's (dupsort ``band:NN``), opened
+    to write, or whose conversion (convert_table, convert_band) stopped part
+    way; the LMDB backend turns it into an error that says to upgrade. Its
+    arguments: whether a conversion stopped, and whether it is the bands."""
+
+
 class NodeTimeoutError(DatabaseError):
     """A Redis node does not answer in time (it hangs, or cannot be reached),
     and no replica took over from it."""

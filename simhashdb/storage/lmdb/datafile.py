@@ -7,7 +7,7 @@ import os
 import struct
 import time
 
-from ...errors import DatabaseError
+from ...errors import DamagedPageError, DatabaseError
 from .format import META, RUN_DIRECTORY
 
 INSPECT_TRIES = 5  # inspections of a file other handles write to, for a finding that holds
@@ -150,14 +150,10 @@ _NO_PAGE = 2**64 - 1
 WRITTEN_EACH_BATCH = (META.name(), RUN_DIRECTORY.name())  # small B-trees a write copies
 
 
-class _Damaged(Exception):
-    """A page of an LMDB B-tree that is not the page it should be."""
-
-
 def _tree_pages(f, page_size, root, file_pages):
     """Each page of the B-tree at ``root`` that lies inside the file, as
     (number, page bytes, flags, lower, upper), branches before their children.
-    Raises _Damaged where a page does not carry its own number, is neither a
+    Raises DamagedPageError where a page does not carry its own number, is neither a
     branch nor a leaf, has its node bounds out of order or out of the page, or
     the tree has more pages than the file."""
     todo, visited = [] if root == _NO_PAGE else [root], 0
@@ -165,16 +161,16 @@ def _tree_pages(f, page_size, root, file_pages):
         number = todo.pop()
         visited += 1
         if visited > file_pages:
-            raise _Damaged(number)
+            raise DamagedPageError(number)
         if number >= file_pages:
             continue
         page = os.pread(f.fileno(), page_size, number * page_size)
         if len(page) < page_size:
-            raise _Damaged(number)
+            raise DamagedPageError(number)
         pgno, _, flags, lower, upper = _PAGE.unpack_from(page)
         if (pgno != number or not flags & (_BRANCH | _LEAF) or (lower - _PAGE.size) % 2
                 or not _PAGE.size <= lower <= upper <= page_size):
-            raise _Damaged(number)
+            raise DamagedPageError(number)
         yield number, page, flags, lower, upper
         for _, low, high, node_flags, _ in _nodes(page, lower) if flags & _BRANCH else ():
             todo.append(low | high << 16 | node_flags << 32)
@@ -185,7 +181,7 @@ def _nodes(page, lower):
     for i in range((lower - _PAGE.size) // 2):
         at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
         if at + _NODE.size > len(page):
-            raise _Damaged(_PAGE.unpack_from(page)[0])
+            raise DamagedPageError(_PAGE.unpack_from(page)[0])
         yield (at, *_NODE.unpack_from(page, at))
 
 
@@ -208,7 +204,7 @@ def _damaged_page(f, page_size, root, file_pages):
     try:
         for _ in _tree_pages(f, page_size, root, file_pages):
             pass
-    except _Damaged as bad:
+    except DamagedPageError as bad:
         return bad.args[0]
     return None
 
@@ -236,6 +232,6 @@ def _free_pages(f, page_size, root, file_pages):
                 ids = array.array("Q", ids[:len(ids) // 8 * 8])
                 if ids:
                     free.update(ids[1:1 + ids[0]])
-    except _Damaged:
+    except DamagedPageError:
         return None
     return free

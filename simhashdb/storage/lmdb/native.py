@@ -11,7 +11,7 @@ import threading
 from array import array
 
 from ... import _ext, _lmdb
-from ...errors import DatabaseError
+from ...errors import DatabaseError, MapFullError, MapResizedError, OldTablesError
 from ...layout import Layout
 from .. import Txn, View
 from .files import LmdbStorage, old_tables_error
@@ -129,7 +129,7 @@ class NativeStorage(LmdbStorage):
             layout.spec, layout.prefixes, layout.prefix_bits)
         try:
             self._env.open_dbs(*tables, not self.readonly, add_index_slots)
-        except _lmdb.OldTablesError as exc:
+        except OldTablesError as exc:
             raise old_tables_error(self.path, *exc.args) from None
         except DatabaseError as exc:
             raise self._open_error(exc) from None
@@ -220,7 +220,7 @@ class NativeStorage(LmdbStorage):
                 for txn in txns:
                     txn.abort()
 
-    map_resized, map_full = _lmdb.MapResizedError, _lmdb.MapFullError
+    map_resized, map_full = MapResizedError, MapFullError
 
     def _writer(self, txn):
         used = self._map_used()
@@ -250,7 +250,7 @@ class NativeStorage(LmdbStorage):
                 finally:
                     source.abort()
                     written.abort()
-            except _lmdb.MapFullError:
+            except MapFullError:
                 map_size *= 2
             finally:
                 target.close()

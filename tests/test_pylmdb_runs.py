@@ -259,7 +259,7 @@ def test_a_merge_of_a_slot_merged_earlier_in_the_same_tidy_is_read_by_the_writer
     spread_index(path, docs, [12_000, 12_000, 10_000, 10_000])
     with DB(path) as db:
         storage_of(db).write(lambda txn: txn.tidy())
-        assert storage_of(db).shared._env.fed_merges == 1
+        assert storage_of(db).statistics()["fed_merges"] == 1
         check_exact(db, docs, rng.sample(list(docs.values()), 20))
     slots = assert_index_holds(path, docs)
     assert [len(slot) for slot in slots if slot] == [44_000]

@@ -7,7 +7,7 @@ import pytest
 from conftest import as_in_0_3, storage_of
 
 from simhashdb.db import FORMAT_VERSION
-from simhashdb.errors import DatabaseError
+from simhashdb.errors import DatabaseError, MapFullError
 from simhashdb.storage.lmdb import format as lmdb_format
 
 np = pytest.importorskip("numpy")
@@ -86,7 +86,7 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
         upsert(range(at, at + size))
         at += size
     check()
-    assert (storage._env.threaded_merges > 10) == threaded
+    assert (storage.statistics()["threaded_merges"] > 10) == threaded
     gone = [k for k in live if k % 5 == 0]
     storage.write(lambda txn: txn.remove([records.encode_key(k) for k in gone]))
     for k in gone:
@@ -128,9 +128,9 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
 
     for start in range(0, 12_000, 3000):
         upsert(start, start + 3000)
-    assert storage._env.shared_lookups == 0  # (batches under THREAD_SHARE)
+    assert storage.statistics()["shared_lookups"] == 0  # (batches under THREAD_SHARE)
     upsert(12_000, 20_000)
-    assert storage._env.shared_lookups == 1
+    assert storage.statistics()["shared_lookups"] == 1
     live = dict(enumerate(fps))
     with storage.read() as view:
         assert view.distinct() == len(set(fps))
@@ -140,7 +140,7 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
         moved.update((k, int(rng.integers(0, 2**64, dtype=np.uint64))) for k in range(1, 20_000, 6))
         storage.write(lambda txn: txn.upsert(records.encode_documents(moved.items(), 511, 0)))
         live.update(moved)
-        assert storage._env.shared_lookups == 1 + turn
+        assert storage.statistics()["shared_lookups"] == 1 + turn
         with storage.read() as view:
             assert view.distinct() == len(set(live.values()))
             assert sorted(view.table_fingerprints(1)) == sorted(set(live.values()))
@@ -177,7 +177,7 @@ def test_a_large_batch_after_changes_in_its_transaction_looks_up_what_the_transa
         txn.upsert(records.encode_documents(more.items(), 511, 0))
 
     storage.write(body)
-    assert storage._env.shared_lookups == 0
+    assert storage.statistics()["shared_lookups"] == 0
     for k in range(1000):
         del live[k]
     live.update(back)
@@ -235,7 +235,7 @@ def test_index_merges_of_committed_slots_read_by_a_thread_keep_every_entry(tmp_p
                 batch * 10_000 + i
             docs[key] = shared[i % 50] if i % 7 == 0 else int(rng.integers(0, 2**64, dtype=np.uint64))
         _upsert_then_remove(storage, docs, live, slice(batch * 300, batch * 300 + 200))
-    assert storage._env.fed_merges > 3
+    assert storage.statistics()["fed_merges"] > 3
     expected = {}
     for k, fp in live.items():
         expected.setdefault(fp, set()).add(k)
@@ -283,11 +283,11 @@ def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_p
     tidy = native.NativeTxn.tidy
 
     def watched_tidy(txn):
-        fed = storage._env.fed_merges
+        fed = storage.statistics()["fed_merges"]
         try:
             return tidy(txn)
-        except native._lmdb.MapFullError:
-            fed_in_a_filled_tidy.append(storage._env.fed_merges > fed)
+        except MapFullError:
+            fed_in_a_filled_tidy.append(storage.statistics()["fed_merges"] > fed)
             raise
     monkeypatch.setattr(native.NativeTxn, "tidy", watched_tidy)
     monkeypatch.setattr(storage, "_grow", lambda: storage._resize(storage._map_size() + (1 << 18)))
@@ -296,7 +296,7 @@ def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_p
         _write_and_check_index(storage, 12, seed=8, pad=300)
     finally:
         faulthandler.cancel_dump_traceback_later()
-    assert any(fed_in_a_filled_tidy) and storage._env.fed_merges > 3
+    assert any(fed_in_a_filled_tidy) and storage.statistics()["fed_merges"] > 3
 
 
 def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path, monkeypatch):
@@ -310,9 +310,9 @@ def test_index_merges_with_the_reader_table_full_are_read_by_the_writer(tmp_path
             while len(holding) < 100_000:
                 holding.append(storage._env.begin())
         live = _write_and_check_index(storage, 12, seed=9, holding=holding)
-        assert len(holding) > 100 and storage._env.fed_merges == 0
+        assert len(holding) > 100 and storage.statistics()["fed_merges"] == 0
         _write_and_check_index(storage, 2, seed=10, live=live)  # the same merges, fed again
-        assert storage._env.fed_merges > 0
+        assert storage.statistics()["fed_merges"] > 0
     finally:
         for txn in holding:
             txn.abort()
@@ -348,7 +348,7 @@ def test_a_damaged_entry_met_by_an_index_merge_undoes_it_with_a_warning(tmp_path
     second = {"b%d" % i: i * 0xD1B54A32D192ED03 % 2**64 for i in range(4000)}
     with pytest.warns(MaintenanceWarning, match="merging the tables' runs after it failed"):
         storage.write(lambda txn: txn.upsert(records.encode_documents(second.items(), 511, 0)))
-    assert storage._env.fed_merges == (threads > 1)
+    assert storage.statistics()["fed_merges"] == (threads > 1)
     with storage.read() as view:
         assert view.count() == 8000
         assert [records.unpack(k) for k in view.keys_of(second["b7"])] == ["b7"]
@@ -380,14 +380,14 @@ def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_pat
     for start in range(0, 4000, 500):
         batch = documents(start, start + 500)
         storage.write(lambda txn: txn.upsert(batch))
-    assert storage._env.threaded_merges
+    assert storage.statistics()["threaded_merges"]
     batch, in_parts = documents(4000, 6000), []
 
     def upsert_then_tidy(txn):
         txn.upsert(batch)
-        before = storage._env.threaded_merges
+        before = storage.statistics()["threaded_merges"]
         txn.tidy()
-        in_parts.append(storage._env.threaded_merges - before)
+        in_parts.append(storage.statistics()["threaded_merges"] - before)
 
     storage.write(upsert_then_tidy)
     assert in_parts and not any(in_parts)

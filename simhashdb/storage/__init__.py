@@ -226,6 +226,13 @@ class Storage(ABC):
         it (``disk_bytes``: its files; ``memory_bytes``: RAM on servers), and
         whatever else the backend reports."""
 
+    def statistics(self):
+        """Counts of how the backend's engine did its work since this process
+        opened the database, for tuning and tests (not part of
+        :meth:`DB.stats`): a dict of names to counts, empty where the backend
+        keeps none."""
+        return {}
+
     @abstractmethod
     def close(self):
         """Release the store; later calls raise DatabaseError."""

@@ -443,6 +443,9 @@ class LmdbHandle(Storage):
     def info(self):
         return self._open().info()
 
+    def statistics(self):
+        return self._open().statistics()
+
     def close(self):
         with open_paths_lock:
             if not self._closed:

@@ -156,6 +156,15 @@ class NativeStorage(LmdbStorage):
     def lmdb_version(self):
         return _lmdb.version()
 
+    def statistics(self):
+        """``threaded_merges``: merges cut among the worker threads;
+        ``fed_merges``: merges of the fingerprint index whose sources a
+        reading thread fed; ``shared_lookups``: batches whose index lookups a
+        thread shared."""
+        self._check_usable()
+        return {name: getattr(self._env, name)
+                for name in ("threaded_merges", "fed_merges", "shared_lookups")}
+
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
         if self.readonly and self._env.index_slots < INDEX_SLOTS:  # another process may

@@ -215,6 +215,17 @@ class LmdbStorage(Storage):
                           "failed (%s); %s" % (self.path, exc, then),
                           MaintenanceWarning, stacklevel=4)
 
+    def _writer(self, txn):
+        """The backend's Txn over the write transaction ``txn``: where the file
+        grew since the last look, dead readers' slots are cleared first."""
+        used = self._map_used()
+        if used > self._used_when_readers_checked:  # a dead reader's snapshot may be why
+            self._reader_check()
+            self._used_when_readers_checked = used
+        return self._txn(txn)
+
+    _used_when_readers_checked = 0  # the file's size when the writer last cleared dead readers
+
     def _abort(self, txn):
         """Abort a failed write transaction."""
         if txn is not None:

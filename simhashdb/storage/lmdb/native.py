@@ -231,14 +231,8 @@ class NativeStorage(LmdbStorage):
 
     map_resized, map_full = MapResizedError, MapFullError
 
-    def _writer(self, txn):
-        used = self._map_used()
-        if used > self._used_when_readers_checked:  # a dead reader's snapshot may be why
-            self._reader_check()
-            self._used_when_readers_checked = used
+    def _txn(self, txn):
         return NativeTxn(self, txn)
-
-    _used_when_readers_checked = 0  # the file's size when the writer last cleared dead readers
 
     def _copy_to(self, copy):
         """Write the database, compacted, into the new file ``copy``."""

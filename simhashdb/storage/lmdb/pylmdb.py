@@ -255,14 +255,8 @@ class PyLmdbStorage(LmdbStorage):
 
     map_resized, map_full = lmdb.MapResizedError, lmdb.MapFullError
 
-    def _writer(self, txn):
-        used = self._map_used()
-        if used > self._used_when_readers_checked:  # a dead reader's snapshot may be why
-            self._reader_check()
-            self._used_when_readers_checked = used
+    def _txn(self, txn):
         return PyTxn(self, txn)
-
-    _used_when_readers_checked = 0  # the file's size when the writer last cleared dead readers
 
     def _abort(self, txn):
         """Abort a failed write transaction. py-lmdb 3 makes an abort wait until no

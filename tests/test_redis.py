@@ -14,7 +14,7 @@ import msgpack
 import pytest
 
 redis = pytest.importorskip("redis", reason="the redis extra is not installed: pip install '.[redis]'")
-from conftest import REDIS, as_tuples, brute_force, flip
+from conftest import REDIS, as_tuples, brute_force, flip, storage_of
 from redis_cluster import LocalCluster, free_ports
 
 from simhashdb import DB, DatabaseError, NodeTimeoutError, cli, records
@@ -82,7 +82,7 @@ def test_check_finds_a_bucket_damaged_behind_its_back(redis_names):
     url = redis_names.url + "/damaged"
     with DB(url, distance=3, blocks=5) as db:
         db.insert_many([("a", 1), ("b", 2 << 60)])
-        key = db._storage.keys.bucket(3, db._storage.layout.table_values([2 << 60], 3)[0])
+        key = storage_of(db).keys.bucket(3, storage_of(db).layout.table_values([2 << 60], 3)[0])
         cluster = redis.RedisCluster.from_url(redis_names.url)
         assert len(cluster.get(key)) == 6  # one entry: 6 bytes
         cluster.delete(key)
@@ -98,8 +98,8 @@ def test_a_texts_band_entries_are_in_the_keys_the_package_documents(redis_names)
 
     with DB(redis_names.url + "/banded", distance=3, blocks=5) as db:
         db.insert_text_many([("a", _text(1)), ("b", _text(2))])
-        keys, cluster = db._storage.keys, redis.RedisCluster.from_url(redis_names.url)
-        with db._storage.read() as view:
+        keys, cluster = storage_of(db).keys, redis.RedisCluster.from_url(redis_names.url)
+        with storage_of(db).read() as view:
             values = [(v, records.value_fingerprint(v)) for _, v in view.documents()]
             for band in range(BANDS):
                 entries = sorted({band_entries(v, fp)[band] for v, fp in values})
@@ -272,7 +272,7 @@ def test_a_writer_killed_mid_batch_leaves_band_entries_the_next_one_finishes(red
         assert len(db) == 550 and db.check() == []
         assert 0 < half < band_buckets()  # the bands were half written
         meta.close()
-        with db._storage.read() as view:
+        with storage_of(db).read() as view:
             expected = [set() for _ in range(BANDS)]
             for key, value in view.documents():
                 for band, entry in enumerate(band_entries(value, records.value_fingerprint(
@@ -295,7 +295,7 @@ def test_a_writer_stalled_past_its_lease_lands_nothing_over_a_later_batch(redis_
     url = redis_names.url + "/fenced?lease=0.5"
     with DB(url, distance=3, blocks=5) as stalled, DB(url) as other:
         stalled.insert("base", 7)
-        nodes, stalling, resume = stalled._storage.nodes, threading.Event(), threading.Event()
+        nodes, stalling, resume = storage_of(stalled).nodes, threading.Event(), threading.Event()
         send = nodes.round
 
         def round_after_a_stall(requests):
@@ -332,12 +332,12 @@ def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
     with DB(url, distance=3, blocks=5) as reader, DB(url) as writer:
         seeds = {"seed%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(50)}
         reader.insert_many(seeds.items())
-        search = reader._storage.search_committed
+        search = storage_of(reader).search_committed
 
         def slow_search(probes, distance):
             time.sleep(0.3)  # far longer than a batch
             return search(probes, distance)
-        reader._storage.search_committed = slow_search
+        storage_of(reader).search_committed = slow_search
         stop, landed = threading.Event(), []
 
         def write():
@@ -434,7 +434,7 @@ def through_a_fault(cluster, url, fault):
     seeds = {"seed%d" % i: rng.getrandbits(64) for i in range(150)}
     with DB(url, distance=3, blocks=5) as db:
         db.insert_many(seeds.items())
-        meta = db._storage.nodes.owner(db._storage.keys.params)[1]
+        meta = storage_of(db).nodes.owner(storage_of(db).keys.params)[1]
     writer = spawn(FAILOVER_WRITER, url)
     reader = spawn(FAILOVER_READER, url, *seeds.values())
     assert writer.stdout.readline().strip() == "open"
@@ -645,7 +645,7 @@ def test_a_flushall_that_reached_some_nodes_is_a_database_error_not_a_value_erro
     docs = [("k%d" % i, rng.getrandbits(64)) for i in range(300)]
     with DB(url, distance=3, blocks=5) as db:
         db.insert_many(docs)
-        meta = db._storage.nodes.owner(db._storage.keys.params)[1]
+        meta = storage_of(db).nodes.owner(storage_of(db).keys.params)[1]
         for port in redis_names.primaries():  # all but the node of {halfgone}:...
             if port != meta:
                 with redis_names.client(port) as client:
@@ -670,7 +670,7 @@ def test_a_hung_replica_holds_writes_up_only_until_the_cluster_flags_it(redis_na
     url = redis_names.url + "/replicahang"
     with DB(url, distance=3, blocks=5) as db:
         db.insert("a", 1)
-        meta = db._storage.nodes.owner(db._storage.keys.params)
+        meta = storage_of(db).nodes.owner(storage_of(db).keys.params)
         replica = next(port for port in redis_names.ports if port != meta[1] and redis_names.client(
             port).info("replication").get("master_port") == meta[1])
         redis_names.pause(replica)
@@ -684,7 +684,7 @@ def test_a_hung_replica_holds_writes_up_only_until_the_cluster_flags_it(redis_na
         redis_names.wait_healthy()
         time.sleep(1.1)
         db.insert("c", 2)
-        assert db._storage.nodes.replicas_of[meta] == 1  # waited for again
+        assert storage_of(db).nodes.replicas_of[meta] == 1  # waited for again
 
 
 def test_a_damaged_count_or_epoch_is_a_database_error(redis_names):
@@ -728,7 +728,7 @@ def test_fences_left_by_a_flushall_of_some_nodes_are_an_error_not_an_endless_loo
         for i in range(5):
             db.insert_many(("k%d-%d" % (i, j), (i * 1000 + j) * 0x9E3779B97F4A7C15 % 2**64)
                            for j in range(100))
-        meta = db._storage.nodes.owner(db._storage.keys.params)[1]
+        meta = storage_of(db).nodes.owner(storage_of(db).keys.params)[1]
     with redis_names.client(meta) as client:
         client.flushall()
     with DB(url, distance=3, blocks=5) as anew:

@@ -6,7 +6,7 @@ import random
 
 import msgpack
 import pytest
-from conftest import REDIS
+from conftest import REDIS, storage_of
 
 from simhashdb import DB
 from simhashdb import db as db_module
@@ -59,7 +59,7 @@ def test_expire_reads_each_document_a_bounded_number_of_times(redis_names, monke
         db.insert_many(old.items())
         clock["now"] = 2_000
         db.insert_many((k, fp) for k, fp in docs.items() if k not in old)
-        rounds = Rounds(db._storage, monkeypatch)
+        rounds = Rounds(storage_of(db), monkeypatch)
         assert db.expire(1_500, batch_size=50) == len(old)
         # reading the whole database each batch (as before) is ~len(docs)**2 / 50 reads
         assert len(docs) <= sum(rounds.fields) <= 4 * len(docs)
@@ -74,10 +74,10 @@ def test_iteration_bigger_than_a_round_equals_the_oracle(redis_names, monkeypatc
     docs = planted(3000, 2)
     with DB(redis_names.url + "/big", distance=3, blocks=blocks) as db:
         db.insert_many(docs.items())
-        rounds = Rounds(db._storage, monkeypatch)
+        rounds = Rounds(storage_of(db), monkeypatch)
         records = [(r.key, r.fingerprint) for r in db]
         assert dict(records) == docs and len(records) == len(docs)
-        storage = db._storage
+        storage = storage_of(db)
         order = [position(storage, k) for k, _ in records]
         assert order == sorted(order)
         assert len(rounds.fields) > 10 and sum(rounds.fields) == len(docs)
@@ -117,7 +117,7 @@ def test_iteration_during_writes_yields_each_key_once(redis_names, monkeypatch):
 def test_a_batch_iterates_its_own_changes_in_the_backends_order(redis_names):
     with DB(redis_names.url + "/own", distance=3, blocks=5) as db:
         db.insert_many((i, i * 7919) for i in range(200))
-        storage = db._storage
+        storage = storage_of(db)
         encode = msgpack.packb
 
         def body(txn):
@@ -150,16 +150,16 @@ def test_check_reads_the_index_a_chunk_of_documents_at_a_time(redis_names, monke
     with DB(redis_names.url + "/checked", distance=3, blocks=5) as db:
         db.insert_many(docs.items())
         rounds = []
-        send = db._storage.nodes.round
-        monkeypatch.setattr(db._storage.nodes, "round",
+        send = storage_of(db).nodes.round
+        monkeypatch.setattr(storage_of(db).nodes, "round",
                             lambda requests: rounds.append(requests) or send(requests))
         assert db.check() == []
         assert len(rounds) < len(docs) / 2  # not a round (or three) per document
         encoded = msgpack.packb(17)
-        shard = db._storage.keys.hash(b"f", docs[17] >> (64 - db._storage.keys.shard_bits))
-        db._storage.run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
+        shard = storage_of(db).keys.hash(b"f", docs[17] >> (64 - storage_of(db).keys.shard_bits))
+        storage_of(db).run([(shard, ("HDEL", shard, docs[17].to_bytes(8, "big")))])
         problems = db.check()
         assert any("document 17 " in p and "missing from the fingerprint index" in p
                    for p in problems), problems
-        with db._storage.read() as view:
+        with storage_of(db).read() as view:
             assert encoded not in view.keys_of_many([docs[17]])[docs[17]]

@@ -613,7 +613,7 @@ def test_incremental_dedupe_of_fingerprints_equals_brute_force_and_the_database(
     kept = sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old)))
     assert kept == survivors_deduped(new_keys, near, {(a, b) for a, b, _ in across})
     with pytest.MonkeyPatch.context() as patch:   # a segment too large to ship to every task,
-        patch.setattr(spark_incremental, "SHIPPED_ROWS", 0)   # its survivors too many for the driver
+        patch.setattr(spark_incremental, "SHIPPED_ROWS", 0)  # its survivors too many for the driver
         patch.setattr(sspark, "_dropped_in_memory", lambda *args: None)
         assert sorted(r[0] for r in rows(sspark.dedupe(new, DISTANCE, against=old))) == kept
     copies = frame(spark, ["c%d" % i for i in range(9)], old_fps[:9])   # nothing survives

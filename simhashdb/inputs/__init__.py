@@ -65,10 +65,10 @@ from .values import (
     values_format,
 )
 
-__all__ = ["ARCHIVE_KEYS", "DEC", "FORMATS", "HEX", "Reader", "Skipped", "TextRecord", "decode_text",
-           "export_header", "input_format", "is_archive", "is_parquet", "open_archive", "open_input",
-           "path_keys", "probes", "read_hashes", "read_text", "stdin_is_empty", "stdin_lines",
-           "web_encoding"]
+__all__ = ["ARCHIVE_KEYS", "DEC", "FORMATS", "HEX", "Reader", "Skipped", "TextRecord",
+           "decode_text", "export_header", "input_format", "is_archive", "is_parquet",
+           "open_archive", "open_input", "path_keys", "probes", "read_hashes", "read_text",
+           "stdin_is_empty", "stdin_lines", "web_encoding"]
 FORMATS = ("dec", "hex", "jsonl", "text", "warc")
 ARCHIVE_KEYS = ("uri", "uri-date", "record-id")  # what keys an archive's records
 PAGE_RECORDS = ("response", "resource", "conversion")  # conversion: a WET's text of a page

@@ -345,7 +345,8 @@ class PyLmdbStorage(LmdbStorage):
                             entries.add(entry)
                     sets += [array("Q", sorted(entries)) for entries in held]
                 directory = self._open_db(RUNS, env=target, txn=written)
-                run = new_run_id(read_counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS))
+                ids = source.get(RUN_IDS, db=self._dbs[META])
+                run = new_run_id(read_counter(ids, self.path, RUN_IDS))
                 for table, values in enumerate(sets):
                     slots = [self._open_db(self._set_slot(table, slot), env=target, txn=written)
                              for slot in range(RUN_SLOTS)]

@@ -110,7 +110,8 @@ class PyView(View):
             cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
 
             def scan(table, first, last, perm):
-                entries = scan_old_entries(cursors[table], _ext.pack_key(first), _ext.pack_key(last))
+                entries = scan_old_entries(cursors[table], _ext.pack_key(first),
+                                           _ext.pack_key(last))
                 return _ext.verify(perm, entries, distance) if entries else ()
 
         results = []

@@ -561,6 +561,19 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
 
 
 @pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
+def test_statistics_are_the_native_engines_counts_and_none_elsewhere(tmp_path, backend):
+    """Storage.statistics(), the engine's counts for tuning and tests, starts
+    at zero on native LMDB and holds nothing on py-lmdb; DB.stats() shows none
+    of it."""
+    with DB(str(tmp_path / "db"), backend=backend) as db:
+        db.insert("a", 1)
+        counts = storage_of(db).statistics()
+        assert counts == ({} if backend == "py-lmdb" else
+                          {"threaded_merges": 0, "fed_merges": 0, "shared_lookups": 0})
+        assert not set(counts) & set(db.stats())
+
+
+@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
 def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path, backend,
                                                                        monkeypatch):
     """Writing the documents whole reads a snapshot, which takes a reader slot:

@@ -19,7 +19,7 @@ from ._text import (
     compute_weighted,
     fast_hash,
 )
-from .db import DB, upgrade
+from .db import DB, relayout, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -103,5 +103,6 @@ __all__ = [
     "strip_html",
     "tokenize",
     "unsigned_hash",
+    "relayout",
     "upgrade",
 ]

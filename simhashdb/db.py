@@ -762,6 +762,32 @@ def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
     DB(path, backend=backend).close()
 
 
+def relayout(path: Union[str, os.PathLike], *, blocks: Optional[int] = None,
+             table_distance: Optional[int] = None, expected_size: Optional[int] = None,
+             backend: Any = None) -> dict[str, int]:
+    """Build the tables of the database at ``path`` again in another layout
+    for its distance: the one ``blocks`` and ``table_distance`` give, or the
+    one a new database of ``expected_size`` documents (default: those it
+    holds) would get on this machine (see :meth:`Layout.choose`), written as a
+    compacted copy put in the database's place once whole, so a crash leaves
+    the database as it was or relaid out. Returns the layout it has:
+    ``{"blocks", "table_distance", "tables"}``.
+
+    :raises DatabaseBusyError: another process or handle has it open.
+    :raises DatabaseError: its backend keeps no files of its own (Redis).
+    """
+    with DB(path, backend=backend, create=False) as db:  # brought to this format first
+        for name, value in (("blocks", blocks), ("table_distance", table_distance),
+                            ("expected_size", expected_size)):
+            least = 0 if name == "table_distance" else 1
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < least):
+                raise InvalidArgumentError("%s must be an int >= %d, got %s"
+                                           % (name, least, _ext.shown(value)))
+        layout = params.relayout(db._storage, blocks, table_distance, expected_size)
+    return {"blocks": layout.blocks, "table_distance": layout.distance, "tables": layout.tables}
+
+
 def _signed(value, signature, source):
     """A document value with the text's ``signature`` (None: none) read from
     ``source``."""

@@ -167,6 +167,14 @@ def build_parser(handlers):
     command("compact", "simhashdb-cli compact crawl.db")
     command("check", "simhashdb-cli check crawl.db")
     command("upgrade", "simhashdb-cli upgrade crawl.db")
+    sub = command("relayout", "simhashdb-cli relayout crawl.db --expected-size 1000000000")
+    sub.add_argument("--blocks", type=int, metavar="M",
+                     help="blocks (default: chosen with --table-distance)")
+    sub.add_argument("--table-distance", type=int, metavar="D",
+                     help="the distance the tables are built for, at most the database's "
+                          "(default: chosen)")
+    sub.add_argument("--expected-size", type=int, metavar="N",
+                     help="documents expected, to choose the tables (default: those it holds)")
     command("export", "simhashdb-cli export crawl.db > crawl.jsonl")
 
     for name, example in (

@@ -197,6 +197,30 @@ def _upgrade(storage, params):
     storage.format_stored()
 
 
+def relayout(storage, blocks, table_distance, expected_size):
+    """Build the tables of the database of ``storage`` again in the layout
+    these arguments choose for its distance (``expected_size``: by default
+    the documents it holds); returns the layout, the same one where nothing
+    changed.
+
+    :raises DatabaseError: it holds no database; its backend cannot.
+    """
+    params = read(storage)
+    if params is None:
+        raise DatabaseError("%s is not a simhashdb database" % storage.path)
+    old = stored_layout(params)
+    storage.open_tables(old)
+    if expected_size is None:
+        with storage.read() as view:
+            expected_size = max(2, view.count())
+    _, layout = new_layout(params["distance"], blocks, expected_size, table_distance)
+    if (layout.blocks, layout.distance) != (old.blocks, old.distance):
+        storage.relayout(layout, msgpack.packb(dict(
+            params, format=FORMAT_VERSION, table_distance=layout.distance,
+            blocks=layout.blocks, widths=layout.widths)))
+    return layout
+
+
 def convert_tables(storage, progress):
     """Convert the permutation tables of the database of ``storage`` to this
     version's (see :func:`simhashdb.upgrade`).

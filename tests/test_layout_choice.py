@@ -153,3 +153,83 @@ def test_the_cli_makes_and_exports_a_database_of_narrower_tables(tmp_path, capsy
     with DB(str(copy), readonly=True) as db:
         assert (db.distance, db.table_distance, db.blocks) == (3, 1, 2)
         assert [m.key for m in db.query(1 ^ 0b111)] == [7]
+
+
+@pytest.mark.lmdb_only
+def test_relayout_builds_the_tables_again_and_keeps_every_document(tmp_path, backend):
+    rng = random.Random(5)
+    docs = {i: rng.getrandbits(64) for i in range(4000)}
+    docs.update(("near%d" % i, flip(docs[i], rng.sample(range(64), 3 + i % 2))) for i in range(300))
+    path = str(tmp_path / "re.db")
+    with DB(path, distance=3, blocks=5, backend=backend, recipe=simhashdb.RECIPE) as db:
+        db.insert_many(docs.items(), batch_size=700)
+        db.insert_text_many([("t1", "the quick brown fox jumps over the lazy dog " * 20),
+                             ("t2", "the quick brown fox jumps over the lazy cat " * 20)])
+        db.delete_many(range(0, 4000, 9))
+        left = {r.key: r.fingerprint for r in db}
+        texts = db.query_text("the quick brown fox jumps over the lazy dog " * 20)
+        assert [m.key for m in texts] == ["t1"] + ["t2"] * (len(texts) == 2)
+    assert simhashdb.relayout(path, blocks=2, table_distance=1, backend=backend) == \
+        {"blocks": 2, "table_distance": 1, "tables": 2}
+    with DB(path, backend=backend) as db:
+        assert (db.distance, db.table_distance, db.tables) == (3, 1, 2)
+        assert {r.key: r.fingerprint for r in db} == left and db.check() == []
+        probes = [left["near%d" % i] for i in range(0, 300, 7)] + [rng.getrandbits(64)]
+        assert [as_tuples(m) for m in db.query_many(probes)] == \
+            [brute_force(left, p, 3) for p in probes]
+        assert db.query_text("the quick brown fox jumps over the lazy dog " * 20) == texts
+    # back to the choice for its size: a table per choice of 3 blocks
+    assert simhashdb.relayout(path, backend=backend)["table_distance"] == 3
+    with DB(path, backend=backend) as db:
+        assert db.blocks == Layout.choose_blocks(3, len(left))
+        assert [as_tuples(m) for m in db.query_many(probes)] == \
+            [brute_force(left, p, 3) for p in probes]
+        assert db.check() == []
+
+
+def test_relayout_needs_the_database_to_itself_and_a_layout_it_can_take(tmp_path, backend):
+    path = str(tmp_path / "busy.db")
+    with DB(path) as db:
+        db.insert(1, 5)
+        with pytest.raises(simhashdb.DatabaseBusyError if backend != "redis" else
+                           simhashdb.DatabaseError):
+            simhashdb.relayout(path, blocks=2, table_distance=1)
+    with pytest.raises(InvalidArgumentError, match="table_distance"):
+        simhashdb.relayout(path, table_distance=4)
+    with pytest.raises(InvalidArgumentError, match="blocks"):
+        simhashdb.relayout(path, blocks="2")
+    with DB(path) as db:
+        assert db.table_distance == 3 and db.query(5)[0].key == 1
+    if backend == "redis":
+        with pytest.raises(simhashdb.DatabaseError, match="export the database and import it"):
+            simhashdb.relayout(path, blocks=2, table_distance=1)
+
+
+RELAYOUTS = """
+import sys, simhashdb
+while True:
+    for blocks, table_distance in ((2, 1), (6, 3), (4, 2)):
+        simhashdb.relayout(sys.argv[1], blocks=blocks, table_distance=table_distance)
+        print(blocks, flush=True)
+"""
+
+
+@pytest.mark.lmdb_only
+def test_sigkill_during_relayouts_leaves_one_whole_layout(db_path, backend):
+    from test_durability import batch_records, run_and_kill
+    with DB(db_path, distance=3, blocks=5) as db:
+        for i in range(8):
+            db.insert_many(batch_records(i))
+        docs = {r.key: r.fingerprint for r in db}
+    rng = random.Random(13)
+    layouts = set()
+    for _ in range(5):
+        run_and_kill(RELAYOUTS, [db_path], 1, rng.uniform(0, 0.6))  # after one relayout
+        with DB(db_path) as db:
+            layouts.add((db.blocks, db.table_distance))
+            assert db.distance == 3 and db.check() == []
+            assert {r.key: r.fingerprint for r in db} == docs
+            probes = [docs["b3-%d" % j] ^ 0b1011 for j in range(0, 1500, 100)]
+            assert [as_tuples(m) for m in db.query_many(probes)] == \
+                [brute_force(docs, p, 3) for p in probes]
+    assert layouts <= {(2, 1), (6, 3), (4, 2)}

@@ -865,6 +865,19 @@ class LmdbStorage(Storage):
                 raise
 
     def compact(self):
+        self._rewrite(self._layout, None)
+
+    def relayout(self, layout, params):
+        if self._handles > 1:  # their DB objects hold the layout they opened with
+            raise DatabaseBusyError(
+                "cannot build the tables of %s again while other handles in this process "
+                "have it open; close them and retry" % self.path)
+        self._rewrite(layout, params)
+
+    def _rewrite(self, layout, params):
+        """Write the database, compacted, into a copy whose tables are in
+        ``layout`` (and whose stored parameters are ``params``, where given),
+        and put the copy in its place."""
         self._check_writable()
         with self._write_lock, self._gate.exclusive("compact"):
             self._check_usable()
@@ -872,10 +885,11 @@ class LmdbStorage(Storage):
                 with self._dir.compaction() as copy:
                     try:
                         with self._errors("compact"):
-                            self._copy_to(copy)
+                            self._copy_to(copy, layout, params)
                     except (OSError, DatabaseError) as exc:  # (the copy still takes space)
                         raise self._dir.full_disk_error(exc, "compact") or exc
                     self._close_env()
+                self._layout = layout
             finally:
                 if self._env is None:  # replaced or not, the data file is whole: open it again
                     self._open_env()
@@ -985,6 +999,9 @@ class LmdbHandle(Storage):
 
     def compact(self):
         self._writable().compact()
+
+    def relayout(self, layout, params):
+        self._writable().relayout(layout, params)
 
     def convert_tables(self, tables, progress=None):
         self._writable().convert_tables(tables, progress)

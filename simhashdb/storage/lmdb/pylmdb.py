@@ -189,14 +189,15 @@ class PyLmdbStorage(LmdbStorage):
         with self._making() as txn:
             self._open_index_slots(create=True, txn=txn)
 
-    def _set_slot(self, table, slot):
-        """The name of slot ``slot`` of run set ``table`` (a table, or a band after them)."""
-        tables = self._layout.tables
+    def _set_slot(self, table, slot, tables=None):
+        """The name of slot ``slot`` of run set ``table`` (a table, or a band
+        after the ``tables``: by default, the layout's)."""
+        tables = tables or self._layout.tables
         return slot_name(table, slot) if table < tables else band_slot_name(table - tables, slot)
 
-    def _set_key(self, table):
-        """The key of run set ``table``'s directory."""
-        tables = self._layout.tables
+    def _set_key(self, table, tables=None):
+        """The key of run set ``table``'s directory (``tables``: as _set_slot)."""
+        tables = tables or self._layout.tables
         return directory_key(table) if table < tables else band_directory_key(table - tables)
 
     def _set_named(self, table):
@@ -326,13 +327,14 @@ class PyLmdbStorage(LmdbStorage):
         if walked != sum(txn.stat(self._dbs[name])["entries"] for name in names):
             raise _damaged(self.path, "part of %s" % b", ".join(names).decode())
 
-    def _copy_to(self, copy):
+    def _copy_to(self, copy, layout, params):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
-        one run each (no stale entries; meta brings the distinct count), the
-        bands from the documents."""
+        one run each in ``layout`` (no stale entries; meta brings the distinct
+        count), the bands from the documents, the parameters ``params`` (None:
+        as they are)."""
         target = lmdb.open(os.fsencode(copy), map_size=self._map_size_to_open(),
-                           max_dbs=max_dbs(self._room_for_tables()),
+                           max_dbs=max_dbs(max(self._room_for_tables(), layout.tables)),
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:
@@ -346,7 +348,7 @@ class PyLmdbStorage(LmdbStorage):
                         self._walked(source, self._index, _fill(
                             written.cursor(db), _index_items(source, self), True))
                 fps = _distinct(_index_items(source, self))
-                sets = [self._layout.table_values(fps, table) for table in range(self._layout.tables)]
+                sets = [layout.table_values(fps, table) for table in range(layout.tables)]
                 if self._band_runs:  # the bands from the documents
                     held = [set() for _ in range(BANDS)]
                     for _, value in source.cursor(self._dbs[DOCS]).iternext():
@@ -357,17 +359,19 @@ class PyLmdbStorage(LmdbStorage):
                 directory = self._open_db(RUNS, env=target, txn=written)
                 run = new_run_id(_counter(source.get(RUN_IDS, db=self._dbs[META]), self.path, RUN_IDS))
                 for table, values in enumerate(sets):
-                    slots = [self._open_db(self._set_slot(table, slot), env=target, txn=written)
-                             for slot in range(RUN_SLOTS)]
+                    slots = [self._open_db(self._set_slot(table, slot, layout.tables),
+                                           env=target, txn=written) for slot in range(RUN_SLOTS)]
                     if values:
                         _write_run(written, slots[0], run, values)
-                    written.put(self._set_key(table), directory_record(
+                    written.put(self._set_key(table, layout.tables), directory_record(
                         [(run, 0, len(values))] if values else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 for counter in (STALE, REMOVED, BAND_STALE):
                     written.put(counter, _count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
                 written.delete(BAND_REWRITE, db=meta)
+                if params is not None:
+                    written.put(PARAMS, params, db=meta)
         finally:
             target.close()
 

@@ -35,7 +35,9 @@ def layouts(n, names):
     chosen = Layout.choose(K, n)
     every = {"chosen": (chosen.blocks, chosen.distance),
              "manku": (Layout.choose_blocks(K, n), K), "2x1": (2, 1), "4x2": (4, 2)}
-    return [(name, every[name]) for name in names]
+    chosen_too = [name for name in names if name != "chosen" and every[name] == every["chosen"]]
+    return [(name + "".join(" = " + same for same in chosen_too) * (name == "chosen"), every[name])
+            for name in names if name not in chosen_too]
 
 
 def measure(path, fps, blocks, table_distance, near, far, batch, rng):

@@ -333,7 +333,8 @@ class PyLmdbStorage(LmdbStorage):
         one run each in ``layout`` (no stale entries; meta brings the distinct
         count), the bands from the documents, the parameters ``params`` (None:
         as they are)."""
-        target = lmdb.open(os.fsencode(copy), map_size=self._map_size_to_open(),
+        grows = -(-layout.tables // self._layout.tables)  # (more tables: room for them)
+        target = lmdb.open(os.fsencode(copy), map_size=grows * self._map_size_to_open(),
                            max_dbs=max_dbs(max(self._room_for_tables(), layout.tables)),
                            subdir=False, lock=False)
         try:

@@ -19,7 +19,8 @@ from ._text import (
     compute_weighted,
     fast_hash,
 )
-from .db import DB, upgrade
+from .db import DB
+from .maintenance import relayout, upgrade
 from .errors import (
     DamagedDatabaseWarning,
     DatabaseBusyError,
@@ -103,5 +104,6 @@ __all__ = [
     "strip_html",
     "tokenize",
     "unsigned_hash",
+    "relayout",
     "upgrade",
 ]

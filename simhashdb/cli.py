@@ -304,6 +304,18 @@ def cmd_upgrade(args):
         emit({"format": db.stats()["format"], "tables": db.tables})
 
 
+def cmd_relayout(args):
+    """Build a database's tables again in another layout for its distance: the
+    one --blocks and --table-distance give, or the one a database of
+    --expected-size documents gets on this machine (see `init`). Written as a
+    compacted copy put in the database's place once whole: a crash leaves it
+    as it was or relaid out. Needs the database to itself."""
+    with working(args, "relayout"):
+        emit(simhashdb.relayout(args.path, blocks=args.blocks,
+                                table_distance=args.table_distance,
+                                expected_size=args.expected_size))
+
+
 def cmd_check(args):
     """Verify that every table agrees with the documents (exit status 1 if not)."""
     with _open(args.path, args, readonly=True) as db, working(args, "check"):
@@ -318,7 +330,8 @@ def cmd_export(args):
     first line with the database's recipe, distance and blocks."""
     with _open(args.path, args, readonly=True) as db, \
             progress(args, "export", total=len(db)) as bar:
-        emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks}})
+        emit({"simhashdb": {"recipe": db.recipe, "distance": db.distance, "blocks": db.blocks,
+                            "table_distance": db.table_distance}})
         for record in db.export_records():
             emit(record_json(record))
             bar.update()

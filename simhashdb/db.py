@@ -8,8 +8,7 @@ import itertools
 import os
 import sys
 from array import array
-from typing import (Any, Callable, Iterable, Iterator, Literal, Optional, Union,
-                    overload)
+from typing import Any, Iterable, Iterator, Literal, Optional, Union, overload
 
 from . import _ext, _records, check, pairs, params, results, rule
 from .batches import (_batches, _check_batch_size, _now, _signed, _text_record, insert_arrays,
@@ -24,6 +23,7 @@ from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, reci
 from .params import FORMAT_VERSION  # noqa: F401 (simhashdb.db.FORMAT_VERSION, as before)
 from .results import Decision, Key, Match, Pair, TextMatch
 from .rule import check_threshold as _threshold
+from .layout import Layout
 from .records import (
     Record,
     decode,
@@ -61,14 +61,19 @@ class DB:
     A new database stores its parameters; reopening uses them.
 
     :param path: the database directory; created if missing (in a directory that exists).
-    :param int distance: the distance the tables are built for: queries up to
-        it cost one range scan per table, beyond it more (default: 3 for a new
-        database, the stored value for an existing one).
-    :param int blocks: blocks per fingerprint, more than ``distance``
-        (default: chosen from ``distance`` and ``expected_size``, see
-        :meth:`Layout.choose_blocks`).
+    :param int distance: the most bits a near-duplicate's fingerprint differs
+        in: :meth:`insert_if_new` and queries take it by default (default: 3
+        for a new database, the stored value for an existing one). Queries
+        may ask for more, at a cost.
+    :param int blocks: blocks per fingerprint, more than ``table_distance``
+        (default: chosen with ``table_distance`` from ``distance``,
+        ``expected_size`` and this machine's memory, see :meth:`Layout.choose`).
+    :param int table_distance: the distance the tables are built for, at most
+        ``distance``: a query within it costs one range scan a table, one
+        beyond it scans each table at every prefix within the bits left
+        (default: ``distance`` where ``blocks`` is given, else chosen).
     :param bool readonly: open without write access (default: False).
-    :param int expected_size: documents you expect, to choose ``blocks``
+    :param int expected_size: documents you expect, to choose the layout
         (default: 10,000,000).
     :param str recipe: the name of the recipe that made the fingerprints, e.g.
         ``simhashdb.RECIPE`` for :func:`fingerprint`'s defaults (simhashdb's
@@ -89,7 +94,8 @@ class DB:
     def __init__(self, path: Union[str, bytes, os.PathLike], distance: Optional[int] = None,
                  blocks: Optional[int] = None, readonly: bool = False,
                  expected_size: Optional[int] = None, recipe: Optional[str] = None,
-                 backend: Any = None, create: bool = True) -> None:
+                 backend: Any = None, create: bool = True,
+                 table_distance: Optional[int] = None) -> None:
         try:
             path = os.fsdecode(path)  # str, bytes or os.PathLike: a str, as os.listdir names it
         except TypeError:
@@ -98,7 +104,8 @@ class DB:
         if "\0" in path:
             raise InvalidArgumentError("path %r holds a NUL character" % path)
         for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
-                                       ("expected_size", expected_size, 1, 2**64)):
+                                       ("expected_size", expected_size, 1, 2**64),
+                                       ("table_distance", table_distance, 0, 63)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or not low <= value <= high):
                 raise InvalidArgumentError("%s must be an int in [%d, %d], got %s"
@@ -109,11 +116,12 @@ class DB:
         if recipe is not None:
             recipe = recipe_named(recipe)
         if create and not readonly and makes_files(path):
-            params.new_layout(distance, blocks, expected_size)  # refused before any file is made
+            # refused before any file is made:
+            params.new_layout(distance, blocks, expected_size, table_distance)
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
-            self._layout, self.recipe, self._format = params.open_params(
-                self._storage, distance, blocks, expected_size, recipe)
+            self._distance, self._layout, self.recipe, self._format = params.open_params(
+                self._storage, distance, blocks, expected_size, recipe, table_distance)
         except BaseException:
             self._storage.close()
             raise
@@ -121,7 +129,14 @@ class DB:
 
     @property
     def distance(self) -> int:
-        """The distance the tables are built for (queries may ask for more, at a cost)."""
+        """The most bits a near-duplicate's fingerprint differs in (queries
+        may ask for more, at a cost)."""
+        return self._distance
+
+    @property
+    def table_distance(self) -> int:
+        """The distance the tables are built for: at most :attr:`distance`;
+        below it, a query scans each table at several prefixes."""
         return self._layout.distance
 
     @property
@@ -131,7 +146,8 @@ class DB:
 
     @property
     def tables(self) -> int:
-        """Permutation tables: C(blocks, distance); each holds every distinct fingerprint."""
+        """Permutation tables: C(blocks, table_distance); each holds every distinct
+        fingerprint."""
         return self._layout.tables
 
     @property
@@ -519,8 +535,8 @@ class DB:
         fingerprints; the text rule reads every document's signature first
         (256 bytes a document in memory). Bad arguments raise at the call.
         """
-        return pairs.find_all(self._storage, self._layout, self.recipe,
-                              self._scan_distance(distance), _threshold(threshold))
+        layout, d = self._scan(distance)
+        return pairs.find_all(self._storage, layout, self.recipe, d, _threshold(threshold))
 
     def clusters(self, distance: Optional[int] = None, *,
                  threshold: Optional[float] = None) -> Iterator[list[Key]]:
@@ -529,8 +545,8 @@ class DB:
         clusters in the order of their least fingerprint, from one snapshot
         (on Redis, reads that each see whole batches, as :meth:`find_all`).
         Bad arguments raise at the call."""
-        return pairs.clusters(self._storage, self._layout, self.recipe,
-                              self._scan_distance(distance), _threshold(threshold))
+        layout, d = self._scan(distance)
+        return pairs.clusters(self._storage, layout, self.recipe, d, _threshold(threshold))
 
     def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -547,6 +563,7 @@ class DB:
             "count": count,
             "distinct_fingerprints": distinct,
             "distance": self.distance,
+            "table_distance": self.table_distance,
             "blocks": self.blocks,
             "block_widths": list(self._layout.widths),
             "tables": tables,
@@ -659,37 +676,20 @@ class DB:
         """A query's distance: any, where the layout can answer it exactly."""
         return self.distance if distance is None else self._layout.check_query_distance(distance)
 
-    def _scan_distance(self, distance):
-        """An all-pairs scan's distance: at most the built one."""
+    def _scan(self, distance):
+        """An all-pairs scan's (layout, distance): the distance at most the
+        database's; the tables' layout where it is built for it, else one that
+        is, for the fingerprints in memory."""
         if distance is None:
-            return self.distance
-        if not isinstance(distance, int) or isinstance(distance, bool) or \
+            distance = self.distance
+        elif not isinstance(distance, int) or isinstance(distance, bool) or \
                 not 0 <= distance <= self.distance:
             raise InvalidArgumentError(
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
                 "got %s" % (self.distance, _ext.shown(distance)))
-        return distance
-
-
-def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
-            progress: Optional[Callable[[int, int], None]] = None) -> None:
-    """Convert, in place, a database made by an earlier simhashdb to this
-    version's format, which it then opens writable: an LMDB database's
-    permutation tables (0.3 and earlier) and bands (0.5 and earlier) become
-    compressed runs, one a transaction (a crash leaves each whole, and a
-    second call goes on where the first stopped), then a database of
-    simhashdb 0.2 gets its band index. A database of this format is left as
-    it is.
-
-    :param progress: called with (parts converted, parts) after each table
-        and band.
-    """
-    storage = open_storage(path, create=False, backend=backend)
-    try:
-        params.convert_tables(storage, progress)
-    finally:
-        storage.close()
-    DB(path, backend=backend).close()
+        if distance <= self._layout.distance:
+            return self._layout, distance
+        return Layout(Layout.choose_blocks(distance, max(2, len(self))), distance), distance
 
 
 def size_of(stats):

@@ -11,6 +11,7 @@ leading blocks in each table.
 import collections
 import itertools
 import math
+import os
 from array import array
 
 from . import _ext
@@ -19,6 +20,8 @@ from .errors import InvalidArgumentError
 MAX_TABLES = 1024
 DEFAULT_EXPECTED_SIZE = 10_000_000
 MAX_PROBES_PER_TABLE = 1 << 16
+TABLE_COST = 2  # a probe's seek in a table in memory, counted in candidates compared
+DISK_READ_COST = 100  # one that reads the disk, more
 
 
 class Layout:
@@ -173,6 +176,46 @@ class Layout:
             return math.comb(m, distance) * (table_cost + expected_size / 2.0 ** prefix)
         usable = [m for m in range(distance + 1, 65) if math.comb(m, distance) <= MAX_TABLES]
         return min(usable, key=cost)
+
+    @staticmethod
+    def choose(distance, expected_size=DEFAULT_EXPECTED_SIZE, memory=None, table_distance=None):
+        """The layout of a database of ``expected_size`` fingerprints queried
+        at ``distance``: the (blocks, table distance) of least expected cost a
+        query, where a table's probe costs a seek plus the candidates its
+        prefix leaves, and a seek reads the disk as often as the tables
+        outgrow half of ``memory`` (bytes; default: this machine's). Small
+        databases get a table per choice of ``distance`` blocks (Manku's); big
+        ones fewer tables built for a smaller distance, each probed at every
+        prefix within the bits left (multi-index hashing), so that their
+        tables stay in memory. Always exact. ``table_distance`` fixes that
+        distance and chooses the blocks alone."""
+        n = max(2, expected_size)
+        budget = (memory or physical_memory()) / 2
+        entry = (66 - math.log2(n)) / 8 + 0.5  # bytes a table entry: Elias-Fano, LMDB's share
+
+        def cost(m, d):
+            tables, widths = math.comb(m, d), sorted(64 // m + (i < 64 % m) for i in range(m))
+            flips = distance - d * (distance // m) - min(distance % m, d)
+            probes = sum(math.comb(sum(widths[d:]), i) for i in range(flips + 1))
+            if probes > MAX_PROBES_PER_TABLE:
+                return None
+            missed = max(0.0, 1 - budget / (tables * n * entry))  # the tables' share on disk
+            seek = TABLE_COST + missed * DISK_READ_COST
+            return tables * probes * (seek + n / 2.0 ** sum(widths[:m - d])), tables, m, d
+
+        costs = [cost(m, d) for d in (range(distance + 1) if table_distance is None
+                                      else [table_distance])
+                 for m in range(d + 1, 65) if math.comb(m, d) <= MAX_TABLES]
+        _, _, m, d = min(c for c in costs if c is not None)
+        return Layout(m, d)
+
+
+def physical_memory():
+    """This machine's memory in bytes (8 GiB where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
 
 
 class NearIndex:

@@ -50,13 +50,18 @@ def build_parser(handlers):
 
     def creation(sub):
         sub.add_argument("--distance", dest="create_distance", type=int, metavar="K",
-                         help="the distance a new database is built for: queries up to it "
-                              "cost one range a table, beyond it more (default: 3)")
+                         help="the most bits a new database's near-duplicates differ in "
+                              "(default: 3)")
         sub.add_argument("--blocks", dest="create_blocks", type=int, metavar="M",
-                         help="blocks of a new database (default: chosen from distance)")
+                         help="blocks of a new database (default: chosen from distance, "
+                              "expected size and memory)")
+        sub.add_argument("--table-distance", dest="create_table_distance", type=int,
+                         metavar="D", help="the distance a new database's tables are built "
+                         "for, at most --distance: fewer tables, each scanned at more "
+                         "prefixes (default: chosen with --blocks)")
         sub.add_argument("--expected-size", dest="create_expected_size", type=int,
-                         metavar="N",
-                         help="documents expected, to choose blocks (default: 10,000,000)")
+                         metavar="N", help="documents expected, to choose the tables "
+                         "(default: 10,000,000)")
 
     sub = command("init", "simhashdb-cli init crawl.db --distance 3 --recipe simhashdb-3")
     creation(sub)
@@ -162,6 +167,14 @@ def build_parser(handlers):
     command("compact", "simhashdb-cli compact crawl.db")
     command("check", "simhashdb-cli check crawl.db")
     command("upgrade", "simhashdb-cli upgrade crawl.db")
+    sub = command("relayout", "simhashdb-cli relayout crawl.db --expected-size 1000000000")
+    sub.add_argument("--blocks", type=int, metavar="M",
+                     help="blocks (default: chosen with --table-distance)")
+    sub.add_argument("--table-distance", type=int, metavar="D",
+                     help="the distance the tables are built for, at most the database's "
+                          "(default: chosen)")
+    sub.add_argument("--expected-size", type=int, metavar="N",
+                     help="documents expected, to choose the tables (default: those it holds)")
     command("export", "simhashdb-cli export crawl.db > crawl.jsonl")
 
     for name, example in (

@@ -10,24 +10,42 @@ import warnings
 
 import msgpack
 
-from .errors import DatabaseError, FormatVersionError, ParameterMismatchError
+from .errors import (DatabaseError, FormatVersionError, InvalidArgumentError,
+                     ParameterMismatchError)
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
 from .records import signature as stored_signature, value_fingerprint
 
 # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
-# 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs
-FORMAT_VERSION = 5
+# 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs;
+# 6: a database's distance may exceed its tables' (``table_distance``)
+FORMAT_VERSION = 6
 DEFAULT_DISTANCE = 3
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
 
 
-def new_layout(distance, blocks, expected_size):
-    """The layout a new database of these parameters gets; raises for one
-    that cannot be."""
+def new_layout(distance, blocks, expected_size, table_distance=None):
+    """(distance, layout) of a new database of these parameters: its
+    distance and the tables' layout (built for ``table_distance``, at most
+    the distance; both chosen where not given: :meth:`Layout.choose`);
+    raises for one that cannot be."""
     k = DEFAULT_DISTANCE if distance is None else distance
-    Layout(k + 1, k)  # validates distance before choose_blocks uses it
-    return Layout(Layout.choose_blocks(k, expected_size or DEFAULT_EXPECTED_SIZE)
-                  if blocks is None else blocks, k)
+    Layout(k + 1, k)  # validates distance before the choice uses it
+    if table_distance is not None and not 0 <= table_distance <= k:
+        raise InvalidArgumentError("table_distance must be at most distance (%d), got %d"
+                                   % (k, table_distance))
+    if blocks is None:
+        layout = Layout.choose(k, expected_size or DEFAULT_EXPECTED_SIZE,
+                               table_distance=table_distance)
+    else:
+        layout = Layout(blocks, k if table_distance is None else table_distance)
+    layout.check_query_distance(k)
+    return k, layout
+
+
+def stored_layout(params):
+    """The tables' layout that stored ``params`` give (a database of format 5
+    or earlier has tables built for its distance)."""
+    return Layout(params["blocks"], params.get("table_distance", params["distance"]))
 
 
 def read(storage):
@@ -64,8 +82,8 @@ def store(storage, **changes):
     storage.write(change)
 
 
-def open_params(storage, distance, blocks, expected_size, recipe):
-    """(layout, recipe, format) of the database of ``storage``: its stored
+def open_params(storage, distance, blocks, expected_size, recipe, table_distance=None):
+    """(distance, layout, recipe, format) of the database of ``storage``: its stored
     parameters, or, for a new one, those these arguments make, stored;
     explicit ones checked against the stored, an empty database without a
     recipe given ``recipe``, one of an earlier format brought to this one.
@@ -77,10 +95,11 @@ def open_params(storage, distance, blocks, expected_size, recipe):
     if params is None:
         if storage.readonly:
             raise DatabaseError("%s is not a simhashdb database" % storage.path)
-        layout = new_layout(distance, blocks, expected_size)
+        k, layout = new_layout(distance, blocks, expected_size, table_distance)
         storage.open_tables(layout)
-        new = msgpack.packb({"format": FORMAT_VERSION, "distance": layout.distance,
-                             "blocks": layout.blocks, "widths": layout.widths, "recipe": recipe})
+        new = msgpack.packb({"format": FORMAT_VERSION, "distance": k,
+                             "table_distance": layout.distance, "blocks": layout.blocks,
+                             "widths": layout.widths, "recipe": recipe})
 
         def store_new(txn):  # unless a concurrent creator stored its own first
             existing = txn.params()
@@ -89,14 +108,16 @@ def open_params(storage, distance, blocks, expected_size, recipe):
             return existing or new
 
         params = _checked(storage.write(store_new), storage.path)
-    for name, given in (("distance", distance), ("blocks", blocks)):
+    params.setdefault("table_distance", params["distance"])
+    for name, given in (("distance", distance), ("blocks", blocks),
+                        ("table_distance", table_distance)):
         if given is not None and given != params[name]:
             mismatch = ParameterMismatchError(
                 "%s was created with %s=%d, not %r; open it without %s= or with %s=%d"
                 % (storage.path, name, params[name], given, name, name, params[name]))
             mismatch.parameter, mismatch.stored = name, params[name]  # (the CLI's words)
             raise mismatch
-    layout = Layout(params["blocks"], params["distance"])
+    layout = stored_layout(params)
     storage.open_tables(layout)
     stored = params.get("recipe")
     if recipe is not None and recipe != stored:
@@ -112,7 +133,7 @@ def open_params(storage, distance, blocks, expected_size, recipe):
         _upgrade(storage, params)
     elif not storage.readonly:
         storage.format_stored()
-    return layout, stored, params["format"]
+    return params["distance"], layout, stored, params["format"]
 
 
 def adopt_recipe(storage, recipe):
@@ -176,6 +197,30 @@ def _upgrade(storage, params):
     storage.format_stored()
 
 
+def relayout(storage, blocks, table_distance, expected_size):
+    """Build the tables of the database of ``storage`` again in the layout
+    these arguments choose for its distance (``expected_size``: by default
+    the documents it holds); returns the layout, the same one where nothing
+    changed.
+
+    :raises DatabaseError: it holds no database; its backend cannot.
+    """
+    params = read(storage)
+    if params is None:
+        raise DatabaseError("%s is not a simhashdb database" % storage.path)
+    old = stored_layout(params)
+    storage.open_tables(old)
+    if expected_size is None:
+        with storage.read() as view:
+            expected_size = max(2, view.count())
+    _, layout = new_layout(params["distance"], blocks, expected_size, table_distance)
+    if (layout.blocks, layout.distance) != (old.blocks, old.distance):
+        storage.relayout(layout, msgpack.packb(dict(
+            params, format=FORMAT_VERSION, table_distance=layout.distance,
+            blocks=layout.blocks, widths=layout.widths)))
+    return layout
+
+
 def convert_tables(storage, progress):
     """Convert the permutation tables of the database of ``storage`` to this
     version's (see :func:`simhashdb.upgrade`).
@@ -185,4 +230,4 @@ def convert_tables(storage, progress):
     params = read(storage)
     if params is None:
         raise DatabaseError("%s is not a simhashdb database" % storage.path)
-    storage.convert_tables(Layout(params["blocks"], params["distance"]).tables, progress)
+    storage.convert_tables(stored_layout(params).tables, progress)

@@ -26,18 +26,22 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
     refuses, and one of no recipe with documents takes them as before. Warns
     when it makes a database of more than MANY_TABLES tables."""
     options = {}
-    for name in ("distance", "blocks", "expected_size"):
+    for name in ("distance", "blocks", "table_distance", "expected_size"):
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
     _bits(options.get("distance"), 63)
+    if options.get("table_distance", -1) not in range(-1, options.get("distance", 3) + 1):
+        raise UsageError("--table-distance takes a number of bits in [0, --distance (%d)], "
+                         "got %d" % (options.get("distance", 3), options["table_distance"]))
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
     except simhashdb.ParameterMismatchError as exc:
         if getattr(exc, "parameter", None) is None:
             raise
+        option = exc.parameter.replace("_", "-")
         raise CliError("%s was created with --%s %d, not %d: leave --%s out, or give --%s %d"
-                         % (path, exc.parameter, exc.stored, options[exc.parameter],
-                            exc.parameter, exc.parameter, exc.stored)) from None
+                         % (path, option, exc.stored, options[exc.parameter],
+                            option, option, exc.stored)) from None
     except simhashdb.DatabaseNotFoundError:
         if not create:
             if os.path.isdir(path) and os.listdir(path):  # init would refuse it
@@ -45,14 +49,14 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
                                "database's directory" % path) from None
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None
-        made = {name: (like or {}).get(name) for name in ("distance", "blocks")}
+        made = {name: (like or {}).get(name) for name in ("distance", "blocks", "table_distance")}
         db = simhashdb.DB(path, recipe=recipe, **dict(
             {name: value for name, value in made.items() if value is not None}, **options))
         if db.tables > MANY_TABLES:
-            say("warning", "distance %d with %d blocks makes %d tables: every fingerprint is "
-                "stored in each, so inserts are slow and the file large; a smaller --distance "
-                "(queries above it are still exact) keeps it small"
-                % (db.distance, db.blocks, db.tables))
+            say("warning", "table distance %d with %d blocks makes %d tables: every "
+                "fingerprint is stored in each, so inserts are slow and the file large; a "
+                "smaller --table-distance (queries above it are still exact) keeps it small"
+                % (db.table_distance, db.blocks, db.tables))
     named = simhashdb.RECIPE if text and db.recipe not in simhashdb.RECIPES else lines_recipe
     if named is not None and db.recipe != named and (text or db.recipe is not None or not len(db)):
         db.close()  # reopened naming it: an empty database takes it, others refuse

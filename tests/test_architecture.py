@@ -15,6 +15,7 @@ BACKENDS = {"simhashdb.storage.lmdb": {"lmdb", "simhashdb._lmdb"},
             "simhashdb.storage.redis": {"redis", "simhashdb._redis"}}
 # DB and the modules of its concerns: below the CLI, Spark and the asyncio callers
 DATABASE = {"simhashdb.db", "simhashdb.batches", "simhashdb.params", "simhashdb.check",
+            "simhashdb.maintenance",
             "simhashdb.pairs", "simhashdb.results", "simhashdb.rule", "simhashdb.matching",
             "simhashdb.records", "simhashdb.layout", "simhashdb.fingerprint", "simhashdb.errors",
             "simhashdb.parquet"}

@@ -233,7 +233,7 @@ def test_init_recipe_and_export_import_carry_the_parameters(tmp_path, capsys, co
 
 def test_init_warns_when_it_makes_more_than_100_tables(tmp_path, capsys):
     code, out, err = run(capsys, "init", tmp_path / "big.db", "--distance", "7")
-    assert code == 0 and out[0]["tables"] > 100 and "warning: distance 7" in err
+    assert code == 0 and out[0]["tables"] > 100 and "warning: table distance 7" in err
     code, out, err = run(capsys, "init", tmp_path / "big.db")
     assert code == 0 and "warning" not in err  # said once, when it was made
     code, out, err = run(capsys, "init", tmp_path / "small.db", "--distance", "3")

@@ -157,7 +157,12 @@ def test_messages_and_help_speak_the_command_lines_words(tmp_path, capsys):
             (["query", path, "1", "--distance", 70], "--distance takes a number of bits in "
                                                      "[0, 64], got 70"),
             (["init", tmp_path / "new", "--distance", 70], "--distance takes a number of bits "
-                                                           "in [0, 63], got 70")):
+                                                           "in [0, 63], got 70"),
+            (["init", path, "--table-distance", 1], "created with --table-distance 3, not 1: "
+                                                    "leave --table-distance out"),
+            (["init", tmp_path / "new", "--table-distance", 4], "--table-distance takes a "
+                                                                "number of bits in [0, "
+                                                                "--distance (3)], got 4")):
         code, _, err = run(capsys, *argv)
         assert code in (1, 2) and said in err and err.count("\n") == 1, err
         assert "distance=" not in err and "find_all" not in err

@@ -817,7 +817,7 @@ def test_a_converted_database_opens_read_only(tmp_path, backend):
 def test_a_layout_of_more_than_256_tables_reopens_with_room_for_them(tmp_path):
     path, rng = str(tmp_path / "wide.db"), random.Random(8)
     docs = {"k%d" % i: rng.getrandbits(64) for i in range(200)}
-    with DB(path, distance=7, backend="py-lmdb") as db:
+    with DB(path, distance=7, blocks=11, backend="py-lmdb") as db:
         assert db.tables > 256
         db.insert_many(docs.items())
         db.delete_many(["k1", "k2"])

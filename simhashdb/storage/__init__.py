@@ -211,6 +211,14 @@ class Storage(ABC):
     def compact(self):
         """Reclaim the space of deleted entries."""
 
+    def relayout(self, layout, params):
+        """Build the tables again in ``layout``, with ``params`` (the stored
+        parameters that give it), as one change: a crash leaves the old
+        tables or the new; refused while other handles have it open."""
+        raise DatabaseError("the %s backend cannot build a database's tables again in another "
+                            "layout; export the database and import it into a new one"
+                            % self.backend)
+
     def convert_tables(self, tables, progress=None):
         """Bring ``tables`` permutation tables kept in an earlier form to this
         one (:func:`simhashdb.upgrade`); a backend with one form has none."""

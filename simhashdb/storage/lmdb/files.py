@@ -18,7 +18,8 @@ import warnings
 import weakref
 
 from ... import _ext
-from ...errors import DamagedDatabaseWarning, DatabaseError, MaintenanceWarning
+from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
+                        MaintenanceWarning)
 from .. import BANDS, Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
 from .format import INDEX_SLOTS
@@ -324,6 +325,19 @@ class LmdbStorage(Storage):
                 raise
 
     def compact(self):
+        self._rewrite(self._layout, None)
+
+    def relayout(self, layout, params):
+        if self._handles > 1:  # their DB objects hold the layout they opened with
+            raise DatabaseBusyError(
+                "cannot build the tables of %s again while other handles in this process "
+                "have it open; close them and retry" % self.path)
+        self._rewrite(layout, params)
+
+    def _rewrite(self, layout, params):
+        """Write the database, compacted, into a copy whose tables are in
+        ``layout`` (and whose stored parameters are ``params``, where given),
+        and put the copy in its place."""
         self._check_writable()
         with self._write_lock, self._gate.exclusive("compact"):
             self._check_usable()
@@ -331,10 +345,11 @@ class LmdbStorage(Storage):
                 with self._dir.compaction() as copy:
                     try:
                         with self._errors("compact"):
-                            self._copy_to(copy)
+                            self._copy_to(copy, layout, params)
                     except (OSError, DatabaseError) as exc:  # (the copy still takes space)
                         raise self._dir.full_disk_error(exc, "compact") or exc
                     self._close_env()
+                self._layout = layout
             finally:
                 if self._env is None:  # replaced or not, the data file is whole: open it again
                     self._open_env()
@@ -444,6 +459,9 @@ class LmdbHandle(Storage):
 
     def compact(self):
         self._writable().compact()
+
+    def relayout(self, layout, params):
+        self._writable().relayout(layout, params)
 
     def convert_tables(self, tables, progress=None):
         self._writable().convert_tables(tables, progress)

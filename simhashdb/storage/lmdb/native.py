@@ -234,20 +234,22 @@ class NativeStorage(LmdbStorage):
     def _txn(self, txn):
         return NativeTxn(self, txn)
 
-    def _copy_to(self, copy):
-        """Write the database, compacted, into the new file ``copy``."""
+    def _copy_to(self, copy, layout, params):
+        """Write the database, compacted, into the new file ``copy``: its
+        tables in ``layout``, its parameters ``params`` (None: as they are)."""
         map_size = self._map_size_to_open()
         while True:
             if os.path.exists(copy):
                 os.unlink(copy)
             target = _lmdb.Env(os.fsencode(copy), False, map_size, 1, True, False,
-                               max_tables=self._room_for_tables())
+                               max_tables=max(self._room_for_tables(), layout.tables))
             try:
-                layout = self._layout
                 target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True, True)
                 source, written = self._env.begin(), target.begin(write=True)
                 try:
                     source.copy_into(written)
+                    if params is not None:
+                        written.put_meta(PARAMS, params)
                     written.commit()
                     return
                 finally:

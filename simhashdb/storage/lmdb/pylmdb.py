@@ -28,6 +28,7 @@ from .format import (
     BAND_REWRITE,
     BAND_STALE,
     INDEX_SLOTS,
+    PARAMS,
     REMOVED,
     REWRITE,
     RUN_IDS,
@@ -185,14 +186,15 @@ class PyLmdbStorage(LmdbStorage):
         with self._making() as txn:
             self._open_index_slots(create=True, txn=txn)
 
-    def _set_slot(self, table, slot):
-        """The name of slot ``slot`` of run set ``table`` (a table, or a band after them)."""
-        tables = self._layout.tables
+    def _set_slot(self, table, slot, tables=None):
+        """The name of slot ``slot`` of run set ``table`` (a table, or a band
+        after the ``tables``: by default, the layout's)."""
+        tables = tables or self._layout.tables
         return slot_name(table, slot) if table < tables else band_slot_name(table - tables, slot)
 
-    def _set_key(self, table):
-        """The key of run set ``table``'s directory."""
-        tables = self._layout.tables
+    def _set_key(self, table, tables=None):
+        """The key of run set ``table``'s directory (``tables``: as _set_slot)."""
+        tables = tables or self._layout.tables
         return directory_key(table) if table < tables else band_directory_key(table - tables)
 
     def _set_named(self, table):
@@ -316,13 +318,15 @@ class PyLmdbStorage(LmdbStorage):
         if walked != sum(txn.stat(self._dbs[name])["entries"] for name in names):
             raise damaged_error(self.path, "part of %s" % b", ".join(names).decode())
 
-    def _copy_to(self, copy):
+    def _copy_to(self, copy, layout, params):
         """Write the database, compacted, into the new file ``copy``: every
         sub-database appended in order, the tables rebuilt from the index as
-        one run each (no stale entries; meta brings the distinct count), the
-        bands from the documents."""
-        target = lmdb.open(os.fsencode(copy), map_size=self._map_size_to_open(),
-                           max_dbs=max_dbs(self._room_for_tables()),
+        one run each in ``layout`` (no stale entries; meta brings the distinct
+        count), the bands from the documents, the parameters ``params`` (None:
+        as they are)."""
+        grows = -(-layout.tables // self._layout.tables)  # (more tables: room for them)
+        target = lmdb.open(os.fsencode(copy), map_size=grows * self._map_size_to_open(),
+                           max_dbs=max_dbs(max(self._room_for_tables(), layout.tables)),
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:
@@ -336,7 +340,7 @@ class PyLmdbStorage(LmdbStorage):
                         self._walked(source, self._index, fill_empty(
                             written.cursor(db), index_items(source, self), True))
                 fps = distinct_fingerprints(index_items(source, self))
-                sets = [self._layout.table_values(fps, table) for table in range(self._layout.tables)]
+                sets = [layout.table_values(fps, table) for table in range(layout.tables)]
                 if self._band_runs:  # the bands from the documents
                     held = [set() for _ in range(BANDS)]
                     for _, value in source.cursor(self._dbs[DOCS]).iternext():
@@ -348,17 +352,19 @@ class PyLmdbStorage(LmdbStorage):
                 ids = source.get(RUN_IDS, db=self._dbs[META])
                 run = new_run_id(read_counter(ids, self.path, RUN_IDS))
                 for table, values in enumerate(sets):
-                    slots = [self._open_db(self._set_slot(table, slot), env=target, txn=written)
-                             for slot in range(RUN_SLOTS)]
+                    slots = [self._open_db(self._set_slot(table, slot, layout.tables),
+                                           env=target, txn=written) for slot in range(RUN_SLOTS)]
                     if values:
                         write_run(written, slots[0], run, values)
-                    written.put(self._set_key(table), directory_record(
+                    written.put(self._set_key(table, layout.tables), directory_record(
                         [(run, 0, len(values))] if values else []), db=directory)
                 meta = self._open_db(META, env=target, txn=written)
                 for counter in (STALE, REMOVED, BAND_STALE):
                     written.put(counter, count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
                 written.delete(BAND_REWRITE, db=meta)
+                if params is not None:
+                    written.put(PARAMS, params, db=meta)
         finally:
             target.close()
 

@@ -1,0 +1,63 @@
+"""Changing a database's form in place: :func:`upgrade` from an earlier
+simhashdb's format, :func:`relayout` to other tables for its distance."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Union
+
+from . import _ext, params
+from .db import DB
+from .errors import InvalidArgumentError
+from .storage.registry import open_storage
+
+
+def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
+            progress: Optional[Callable[[int, int], None]] = None) -> None:
+    """Convert, in place, a database made by an earlier simhashdb to this
+    version's format, which it then opens writable: an LMDB database's
+    permutation tables (0.3 and earlier) and bands (0.5 and earlier) become
+    compressed runs, one a transaction (a crash leaves each whole, and a
+    second call goes on where the first stopped), then a database of
+    simhashdb 0.2 gets its band index. A database of this format is left as
+    it is.
+
+    :param progress: called with (parts converted, parts) after each table
+        and band.
+    """
+    storage = open_storage(path, create=False, backend=backend)
+    try:
+        params.convert_tables(storage, progress)
+    finally:
+        storage.close()
+    DB(path, backend=backend).close()
+
+
+def relayout(path: Union[str, os.PathLike], *, blocks: Optional[int] = None,
+             table_distance: Optional[int] = None, expected_size: Optional[int] = None,
+             backend: Any = None) -> dict[str, int]:
+    """Build the tables of the database at ``path`` again in another layout
+    for its distance: the one ``blocks`` and ``table_distance`` give, or the
+    one a new database of ``expected_size`` documents (default: those it
+    holds) would get on this machine (see :meth:`Layout.choose`), written as a
+    compacted copy put in the database's place once whole, so a crash leaves
+    the database as it was or relaid out. Returns the layout it has:
+    ``{"blocks", "table_distance", "tables"}``.
+
+    :raises DatabaseBusyError: another process or handle has it open.
+    :raises DatabaseError: its backend keeps no files of its own (Redis).
+    """
+    for name, value in (("blocks", blocks), ("table_distance", table_distance),
+                        ("expected_size", expected_size)):
+        least = 0 if name == "table_distance" else 1
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < least):
+            raise InvalidArgumentError("%s must be an int >= %d, got %s"
+                                       % (name, least, _ext.shown(value)))
+    DB(path, backend=backend, create=False).close()  # brought to this format first
+    storage = open_storage(path, create=False, backend=backend)
+    try:
+        layout = params.relayout(storage, blocks, table_distance, expected_size)
+    finally:
+        storage.close()
+    return {"blocks": layout.blocks, "table_distance": layout.distance, "tables": layout.tables}

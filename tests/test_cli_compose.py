@@ -217,7 +217,8 @@ def test_init_recipe_and_export_import_carry_the_parameters(tmp_path, capsys, co
     assert run(capsys, "import", src, corpus, "--include", "*.txt")[0] == 0
     dump = tmp_path / "dump.jsonl"
     code, out, _ = run(capsys, "export", src)
-    assert out[0] == {"simhashdb": {"recipe": old, "distance": 2, "blocks": 6}}
+    assert out[0] == {"simhashdb": {"recipe": old, "distance": 2, "blocks": 6,
+                                    "table_distance": 2}}
     dump.write_text("".join(json.dumps(o) + "\n" for o in out))
     assert run(capsys, "import", tmp_path / "copy.db", dump)[1][-1]["imported"] == 3
     with simhashdb.DB(str(src)) as a, simhashdb.DB(str(tmp_path / "copy.db")) as b:

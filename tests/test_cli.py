@@ -44,7 +44,7 @@ def test_every_command_has_help_with_an_example(capsys):
     assert set(commands) == {"init", "import", "query", "delete", "get", "stats", "compact",
                              "check", "export", "find-all", "clusters", "fingerprint",
                              "expire", "spark", "export-parquet", "import-parquet", "upgrade",
-                             "serve"}
+                             "relayout", "serve"}
     for sub in commands.values():
         assert "Example:\n  simhashdb-cli " in sub.format_help()
 

@@ -126,6 +126,7 @@ def _import(args, db, reader, formats, counts, bar):
         if args.if_new:
             found_all = (db.insert_text_if_new_many(batch, html=html, batch_size=size,
                                                     threshold=args.threshold,
+                                                    short_words=args.short_words,
                                                     refresh=args.refresh, invalid="raise")
                          if text else db.insert_if_new_many([r[:4] for r in batch],
                                                             batch_size=size,
@@ -211,7 +212,8 @@ def cmd_query(args):
             for source, record in _texts(args, reader, reader.text_formats(args.text), skipped):
                 probes.append((record[0], reader.fingerprint_of(record[1], record.html)))
                 results.append(db.query_text(record[1], html=record.html,
-                                             threshold=args.threshold))
+                                             threshold=args.threshold,
+                                             short_words=args.short_words))
             _note_skipped(args, skipped)
             _note_decoded(args, reader)
         else:
@@ -321,7 +323,8 @@ def cmd_find_all(args):
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, progress(args, "pairs") as bar, \
                 contextlib.closing(db.find_all(_scan_distance(args, db),
-                                               threshold=args.threshold)) as pairs:
+                                               threshold=args.threshold,
+                                               short_words=args.short_words)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
                 emit(pair_json(pair), args.output_file)
@@ -338,7 +341,8 @@ def cmd_clusters(args):
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, progress(args, "clusters") as bar, \
                 contextlib.closing(db.clusters(_scan_distance(args, db),
-                                               threshold=args.threshold)) as found:
+                                               threshold=args.threshold,
+                                               short_words=args.short_words)) as found:
             _note_rule(args, db)
             for cluster in found:
                 emit(cluster, args.output_file)
@@ -428,7 +432,8 @@ def _spark_run(args, session, spark, stack):
         options["against"], options["against_columns"] = _spark_against(
             session, args, stack, signature in made)
     if signature is not None:
-        options.update(signature=signature, threshold=args.threshold)
+        options.update(signature=signature, threshold=args.threshold,
+                       short_words=args.short_words)
         note(args, "pairs of texts by the text rule: a shared band of their signatures or "
              "fingerprints within %d bits, and a resemblance of at least %g; documents "
              "without text by their distance (signatures from column %r)"

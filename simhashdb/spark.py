@@ -85,7 +85,7 @@ TWO_63, TWO_64 = 1 << 63, 1 << 64
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
              split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
-             against_columns=None):
+             against_columns=None, short_words=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -115,6 +115,10 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
+    :param int short_words: texts of fewer words (read from their
+        signatures) pair only at ``simhashdb.rule.NEAR_EXACT`` or more, as in
+        :meth:`simhashdb.DB.insert_text_if_new` (default: 0, none); only with
+        ``signature``.
     :param against: an old corpus (a DataFrame of key, fingerprint and, where
         it has one, signature columns): the result is then the pairs within
         ``df`` and those across, each of a row of ``df`` (``key_a``) and one
@@ -130,6 +134,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
     """
+    threshold = _text_rule(threshold, short_words)
     if against is not None:
         within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
         return within.withColumn("across", F.lit(False)).unionByName(
@@ -148,7 +153,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
 
 
 def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT, signature=None, threshold=None):
+             split=DEFAULT_SPLIT, signature=None, threshold=None, short_words=None):
     """The cluster of every document: a DataFrame ``(key, cluster)`` where
     ``cluster`` is the smallest key of the document's connected component in
     the graph of pairs within ``distance`` (by the text rule with
@@ -157,14 +162,15 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     Finds the components when called (a few Spark jobs a round); the result
     is a DataFrame over them. Parameters and errors as :func:`find_all`.
     """
-    docs, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
+    docs, joined = _joined(df, key, fingerprint, distance, blocks, split, signature,
+                           _text_rule(threshold, short_words))
     return docs.join(joined, "key", "left").select(
         "key", F.coalesce("cluster", "key").alias("cluster"))
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
            split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
-           against_columns=None):
+           against_columns=None, short_words=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s.
@@ -181,6 +187,7 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     among themselves (see the module's docstring). ``blocks`` is then that
     of the new rows' clusters; the probes of the old corpus take the
     database's blocks for their sizes."""
+    threshold = _text_rule(threshold, short_words)
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
                          against_columns)
@@ -371,11 +378,13 @@ def _resemblance_partition(threshold, distance, batches):
         texts = has_a & has_b
         rows = numpy.arange(len(texts))
         scores = numpy.full(len(texts), numpy.nan)
-        scores[texts] = rule.resemblances(numpy.concatenate([a, b]), rows[texts],
-                                      rows[texts] + len(texts))
+        both, x, y = numpy.concatenate([a, b]), rows[texts], rows[texts] + len(texts)
+        scores[texts] = rule.resemblances(both, x, y)
+        passed = numpy.zeros(len(texts), bool)
+        passed[texts] = rule.passing(both, x, y, scores[texts], threshold)
         between, banded = batch.column(2).to_numpy(), batch.column(3).to_numpy(False)
         near = between <= distance
-        keep = rule.kept_pairs(texts, banded, near, scores, threshold)
+        keep = rule.kept_pairs(texts, banded, near, passed)
         if keep.any():
             kept = pyarrow.array(numpy.flatnonzero(keep))
             yield pyarrow.RecordBatch.from_arrays(
@@ -430,6 +439,12 @@ def choose_blocks(distance, documents):
 # Documents
 
 
+def _text_rule(threshold, short_words):
+    """The threshold the public functions pass on: as given, or with
+    ``short_words`` a checked :class:`simhashdb.rule.Threshold`."""
+    return threshold if short_words is None else rule.text_rule(threshold, short_words)
+
+
 def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None,
              whose="the DataFrame"):
     """Check the arguments and every row; the documents as (key, fp: signed
@@ -443,7 +458,8 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
     Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
     if signature is None and threshold is not None:
         raise InvalidArgumentError("threshold is the text rule's: name the signature column too")
-    least = None if signature is None else rule.check_threshold(threshold)
+    least = None if signature is None else threshold if isinstance(
+        threshold, rule.Threshold) else rule.text_rule(threshold)
     fields = {f.name: f.dataType for f in df.schema.fields}
     named = ((key, "key"), (fingerprint, "fingerprint")) + (
         ((signature, "signature"),) if signature is not None else ())
@@ -701,7 +717,7 @@ def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
         keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
         x, y = x[keep], y[keep]
         alike = rule.resemblances(signatures, x, y)
-        near = alike >= threshold
+        near = rule.passing(signatures, x, y, alike, threshold)
         if near.any():
             yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
 
@@ -721,15 +737,16 @@ def _large_group(key, fp, signatures, side, rows, band, threshold, every_pair):
         rows = rows[numpy.sort(first)]
     if len(rows) < 2:
         return
-    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold, only_band=band)
+    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold.least, only_band=band)
     if not len(scores):
         return
     positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
     a, b = rows[positions[0::2]], rows[positions[1::2]]
     scores = numpy.frombuffer(scores, numpy.float64)
+    keep = rule.passing(signatures, a, b, scores, threshold)
     if across:  # a cell of two parts: only the pairs across them
-        keep = side[a] != side[b]
-        a, b, scores = a[keep], b[keep], scores[keep]
+        keep &= side[a] != side[b]
+    a, b, scores = a[keep], b[keep], scores[keep]
     if len(a):
         yield _text_key_pairs(key, fp, a, b, scores)
 
@@ -806,7 +823,7 @@ def _decided(key, fp, signatures, has, bands, a, b, threshold):
         if len(texts):
             apart = texts[~(bands.of(x[texts]) == bands.of(y[texts])).any(axis=1)]
             alike = rule.resemblances(signatures, x[apart], y[apart])
-            near = alike >= threshold
+            near = rule.passing(signatures, x[apart], y[apart], alike, threshold)
             keep[apart[near]] = True
             scores[apart[near]] = alike[near]
         if keep.any():

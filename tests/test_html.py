@@ -269,7 +269,7 @@ _REFERENCE_PIECES = ["&lt;", "&gt;", "&quot;", "&#39;", "&amp;", "&amp;lt;", "&a
 @given(st.lists(st.sampled_from(_REFERENCE_PIECES), max_size=30))
 @settings(max_examples=500)
 def test_unescape_is_html_unescape(pieces):
-    """The replacement path gives html.unescape's text, references next to
+    """unescape gives html.unescape's text, references next to
     references and half references included."""
     import html
 

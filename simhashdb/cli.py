@@ -53,9 +53,9 @@ def cmd_import(args):
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     if args.if_new:
         counts["unchanged"] = 0  # stored under their own key already, unchanged
-    if not args.if_new and (args.threshold is not None or args.refresh):
-        raise UsageError("--%s is for --if-new: without it, import stores every record"
-                         % ("threshold" if args.threshold is not None else "refresh"))
+    given = _text_rule_option(args) or ("--refresh" if args.refresh else None)
+    if not args.if_new and given:
+        raise UsageError("%s is for --if-new: without it, import stores every record" % given)
     stdin_text = "text" if args.key is not None else None  # --key names a text document
     formats = {given: inputs.input_format(given, args.format or (stdin_text if given == "-"
                                                                  else None))
@@ -439,9 +439,9 @@ def _spark_run(args, session, spark, stack):
              "without text by their distance (signatures from column %r)"
              % (_distance(args), args.threshold if args.threshold is not None
                 else rule.THRESHOLD, signature))
-    elif args.threshold is not None:
-        raise CliError("--threshold is the text rule's, and this input has no text (give "
-                       "texts, or Parquet with a --signature column)")
+    elif _text_rule_option(args):
+        raise CliError("%s is the text rule's, and this input has no text (give "
+                       "texts, or Parquet with a --signature column)" % _text_rule_option(args))
     else:
         note(args, "pairs by the distance of their fingerprints (within %d bits): the "
              "input has no text or signatures" % _distance(args))
@@ -760,10 +760,17 @@ def _of_a_database(args):
     return bool(args.path)
 
 
+def _text_rule_option(args):
+    """The first option of the text rule given (--threshold, --short-words), or None."""
+    return next((name for name, value in (("--threshold", args.threshold),
+                                          ("--short-words", args.short_words))
+                 if value is not None), None)
+
+
 def _read_hashes(args):
-    if args.threshold is not None:
-        raise UsageError("--threshold is for the texts of a database (PATH): hashes are paired "
-                         "by their distance alone")
+    if _text_rule_option(args):
+        raise UsageError("%s is for the texts of a database (PATH): hashes are paired "
+                         "by their distance alone" % _text_rule_option(args))
     if args.blocks is None:
         raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
     return inputs.read_hashes(args.input or "-", args.format)

@@ -163,6 +163,19 @@ def test_the_cli_takes_short_words(tmp_path, capsys):
     assert dropped[True] == len(EXPECTED) < dropped[False]
 
 
+@pytest.mark.parametrize("argv, said", [
+    (["import", "DB", "FILE", "--short-words", "132"], "--short-words is for --if-new"),
+    (["find-all", "--input", "FILE", "--blocks", "4", "--short-words", "132"],
+     "--short-words is for the texts of a database"),
+])
+def test_short_words_where_the_text_rule_does_not_decide_is_a_usage_error(
+        tmp_path, capsys, argv, said):
+    (tmp_path / "FILE").write_text("1\n2\n")
+    argv = [str(tmp_path / a) if a in ("DB", "FILE") else a for a in argv]
+    assert cli.main(argv) == 2
+    assert said in capsys.readouterr().err
+
+
 def test_async_db_takes_short_words(db_path):
     async def decide():
         async with AsyncDB(db_path, recipe=simhashdb.RECIPE) as db:

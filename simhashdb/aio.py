@@ -63,10 +63,11 @@ class AsyncDB:
 
     async def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
                                  html: Html = False, threshold: Optional[float] = None,
+                                 short_words: Optional[int] = None,
                                  refresh: bool = False) -> Decision:
         """:meth:`DB.insert_text_if_new`, grouped with other tasks' calls."""
-        return await self._call("insert_text", (html, _threshold(threshold), bool(refresh)),
-                                (key, text, meta))
+        return await self._call("insert_text", (html, _threshold(threshold, short_words),
+                                                bool(refresh)), (key, text, meta))
 
     async def insert_if_new(self, key: Key, fingerprint: int, meta: Any = None,
                             distance: Optional[int] = None, refresh: bool = False) -> Decision:
@@ -74,9 +75,11 @@ class AsyncDB:
         return await self._call("insert", (distance, bool(refresh)), (key, fingerprint, meta))
 
     async def query_text(self, text: Text, *, html: Html = False,
-                         threshold: Optional[float] = None) -> list[TextMatch]:
+                         threshold: Optional[float] = None,
+                         short_words: Optional[int] = None) -> list[TextMatch]:
         """:meth:`DB.query_text`, grouped with other tasks' calls."""
-        return await self._call("query_text", (html, _threshold(threshold)), text)
+        _threshold(threshold, short_words)  # bad arguments raise here, not in the group
+        return await self._call("query_text", (html, threshold, short_words), text)
 
     async def query(self, fingerprint: int, distance: Optional[int] = None) -> list[Match]:
         """:meth:`DB.query`, grouped with other tasks' calls."""
@@ -202,8 +205,8 @@ _GROUPED = {
         records, _merged(prepared), option[1], option[2], _now()),
     "insert": lambda db, option, records, _: db.insert_if_new_many(
         records, option[0], batch_size=len(records), refresh=option[1]),
-    "query_text": lambda db, option, texts, _: db.query_text_many(texts, html=option[0],
-                                                                   threshold=option[1]),
+    "query_text": lambda db, option, texts, _: db.query_text_many(
+        texts, html=option[0], threshold=option[1], short_words=option[2]),
     "query": lambda db, distance, fingerprints, _: db.query_many(fingerprints, distance),
     "stats": lambda db, _, nones, __: [db.stats() for _ in nones],
 }

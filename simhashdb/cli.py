@@ -19,7 +19,7 @@ from simhashdb import inputs, options, rule, sparkjob
 from simhashdb.console import (ClosedStdout, emit, match_json, note, output_file, pair_json,
                                progress, record_json, say, show_warning, silence_stdout, working,
                                write)
-from simhashdb.db import size_of
+from simhashdb.results import size_of
 from simhashdb.errors import CliError, UsageError
 from simhashdb.inputs import Skipped, TextRecord
 from simhashdb.options import BATCH_SECONDS
@@ -35,6 +35,7 @@ from simhashdb.wiring import (
     _reader,
     _scan_distance,
     _skip,
+    _text_rule_option,
 )
 
 PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
@@ -61,9 +62,9 @@ def cmd_import(args):
     counts = {"imported": 0, "invalid": 0, "near_duplicates": 0, "skipped_files": {}}
     if args.if_new:
         counts["unchanged"] = 0  # stored under their own key already, unchanged
-    if not args.if_new and (args.threshold is not None or args.refresh):
-        raise UsageError("--%s is for --if-new: without it, import stores every record"
-                         % ("threshold" if args.threshold is not None else "refresh"))
+    given = _text_rule_option(args) or ("--refresh" if args.refresh else None)
+    if not args.if_new and given:
+        raise UsageError("%s is for --if-new: without it, import stores every record" % given)
     stdin_text = "text" if args.key is not None else None  # --key names a text document
     formats = {given: inputs.input_format(given, args.format or (stdin_text if given == "-"
                                                                  else None))
@@ -134,6 +135,7 @@ def _import(args, db, reader, formats, counts, bar):
         if args.if_new:
             found_all = (db.insert_text_if_new_many(batch, html=html, batch_size=size,
                                                     threshold=args.threshold,
+                                                    short_words=args.short_words,
                                                     refresh=args.refresh, invalid="raise")
                          if text else db.insert_if_new_many([r[:4] for r in batch],
                                                             batch_size=size,
@@ -219,7 +221,8 @@ def cmd_query(args):
             for source, record in _texts(args, reader, reader.text_formats(args.text), skipped):
                 probes.append((record[0], reader.fingerprint_of(record[1], record.html)))
                 results.append(db.query_text(record[1], html=record.html,
-                                             threshold=args.threshold))
+                                             threshold=args.threshold,
+                                             short_words=args.short_words))
             _note_skipped(args, skipped)
             _note_decoded(args, reader)
         else:
@@ -342,7 +345,8 @@ def cmd_find_all(args):
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, progress(args, "pairs") as bar, \
                 contextlib.closing(db.find_all(_scan_distance(args, db),
-                                               threshold=args.threshold)) as pairs:
+                                               threshold=args.threshold,
+                                               short_words=args.short_words)) as pairs:
             _note_rule(args, db)
             for pair in pairs:
                 emit(pair_json(pair), args.output_file)
@@ -359,7 +363,8 @@ def cmd_clusters(args):
     if _of_a_database(args):
         with _open(args.path, args, readonly=True) as db, progress(args, "clusters") as bar, \
                 contextlib.closing(db.clusters(_scan_distance(args, db),
-                                               threshold=args.threshold)) as found:
+                                               threshold=args.threshold,
+                                               short_words=args.short_words)) as found:
             _note_rule(args, db)
             for cluster in found:
                 emit(cluster, args.output_file)

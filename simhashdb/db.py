@@ -21,9 +21,8 @@ from .errors import (
 )
 from .fingerprint import RECIPE, RECIPES, Html, fingerprint_with_signature, recipe_named
 from .params import FORMAT_VERSION  # noqa: F401 (simhashdb.db.FORMAT_VERSION, as before)
-from .results import Decision, Key, Match, Pair, TextMatch
-from .rule import check_threshold as _threshold
-from .layout import Layout
+from .results import Decision, Key, Match, Pair, TextMatch, size_of
+from .rule import text_rule as _threshold
 from .records import (
     Record,
     decode,
@@ -284,7 +283,7 @@ class DB:
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
                            html: Html = False, threshold: Optional[float] = None,
-                           refresh: bool = False) -> Decision:
+                           short_words: Optional[int] = None, refresh: bool = False) -> Decision:
         """Atomically: store ``text`` as :meth:`insert_text` does unless a stored
         document is a near-duplicate of it (the crawler's dedupe step).
 
@@ -304,6 +303,10 @@ class DB:
 
         :param float threshold: the least resemblance of a near-duplicate, in
             [0, 1] (default: 0.45; docs/database.md, Text in, decisions out, says why).
+        :param int short_words: a text of fewer words (read from its signature)
+            and its candidates are near-duplicates only at a resemblance of
+            ``rule.NEAR_EXACT`` (0.8) or more (default: 0, none; docs/crawlers.md,
+            Short pages, says when to set it).
         :param bool refresh: when near-duplicates are found, record them as
             stored now (so that :meth:`expire` keeps what is still being seen).
         :raises InvalidArgumentError: for a text with nothing to fingerprint
@@ -312,10 +315,12 @@ class DB:
             sorted by (distance, key), each with its ``resemblance``.
         """
         return self.insert_text_if_new_many([(key, text, meta)], html=html, threshold=threshold,
-                                            refresh=refresh, invalid="raise")[0]
+                                            short_words=short_words, refresh=refresh,
+                                            invalid="raise")[0]
 
     def insert_text_if_new_many(self, records: Iterable[TextRecordLike], *, html: Html = False,
-                                threshold: Optional[float] = None, refresh: bool = False,
+                                threshold: Optional[float] = None,
+                                short_words: Optional[int] = None, refresh: bool = False,
                                 batch_size: int = DEFAULT_BATCH_SIZE,
                                 invalid: Literal["report", "raise"] = "report") -> list[Decision]:
         """:meth:`insert_text_if_new` for each ``(key, text)`` or ``(key, text,
@@ -329,7 +334,7 @@ class DB:
             batch is written, and earlier batches stay).
         :returns: one :class:`Decision` per record, in order.
         """
-        least = _threshold(threshold)
+        least = _threshold(threshold, short_words)
         results.check_invalid(invalid)
         decisions = []
         for batch in _batches(records, batch_size):
@@ -355,19 +360,22 @@ class DB:
             lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
-                   threshold: Optional[float] = None) -> list[TextMatch]:
+                   threshold: Optional[float] = None,
+                   short_words: Optional[int] = None) -> list[TextMatch]:
         """The stored near-duplicates of ``text`` (as :meth:`insert_text_if_new`
         decides), as Matches sorted by (distance, key), each with its
         ``resemblance``."""
-        return self.query_text_many([text], html=html, threshold=threshold)[0]
+        return self.query_text_many([text], html=html, threshold=threshold,
+                                    short_words=short_words)[0]
 
     def query_text_many(self, texts: Iterable[Text], *, html: Html = False,
-                        threshold: Optional[float] = None) -> list[list[TextMatch]]:
+                        threshold: Optional[float] = None,
+                        short_words: Optional[int] = None) -> list[list[TextMatch]]:
         """:meth:`query_text` for each of ``texts``, over one snapshot."""
         if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
             raise InvalidArgumentError("expected an iterable of texts, got %s"
                                        % _ext.shown(texts))
-        least = _threshold(threshold)
+        least = _threshold(threshold, short_words)
         prints = [self._text_fingerprint(text, html) for text in texts]
         with self._storage.read() as view:
             found = rule.search(view, [fp for fp, _ in prints], [s for _, s in prints],
@@ -517,14 +525,15 @@ class DB:
                 yield decode(decode_key(key_bytes, value), value)
 
     def find_all(self, distance: Optional[int] = None, *,
-                 threshold: Optional[float] = None) -> Iterator[Pair]:
+                 threshold: Optional[float] = None,
+                 short_words: Optional[int] = None) -> Iterator[Pair]:
         """Every pair of stored documents near each other, each pair once, as
         :class:`Pair` (key_a, key_b, distance) tuples.
 
         In a database of fingerprints (no recipe), the pairs within
         ``distance`` bits (default: the DB's distance, at most it). In a
         database of a recipe, its texts are paired by the text rule (see
-        :meth:`insert_text_if_new`; ``threshold`` as there), as
+        :meth:`insert_text_if_new`; ``threshold`` and ``short_words`` as there), as
         :class:`TextPair` with their ``resemblance``; a document stored without
         text, by its distance.
 
@@ -535,18 +544,19 @@ class DB:
         fingerprints; the text rule reads every document's signature first
         (256 bytes a document in memory). Bad arguments raise at the call.
         """
-        layout, d = self._scan(distance)
-        return pairs.find_all(self._storage, layout, self.recipe, d, _threshold(threshold))
+        return pairs.find_all(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold, short_words))
 
     def clusters(self, distance: Optional[int] = None, *,
-                 threshold: Optional[float] = None) -> Iterator[list[Key]]:
+                 threshold: Optional[float] = None,
+                 short_words: Optional[int] = None) -> Iterator[list[Key]]:
         """Connected components of the graph of :meth:`find_all`'s pairs (the
         text rule in a database of a recipe): lists of keys, each sorted, the
         clusters in the order of their least fingerprint, from one snapshot
         (on Redis, reads that each see whole batches, as :meth:`find_all`).
         Bad arguments raise at the call."""
-        layout, d = self._scan(distance)
-        return pairs.clusters(self._storage, layout, self.recipe, d, _threshold(threshold))
+        return pairs.clusters(self._storage, self._layout, self.recipe,
+                              self._scan_distance(distance), _threshold(threshold, short_words))
 
     def stats(self) -> dict[str, Any]:
         """Counts, parameters and sizes of the database, with the backend's own
@@ -676,25 +686,15 @@ class DB:
         """A query's distance: any, where the layout can answer it exactly."""
         return self.distance if distance is None else self._layout.check_query_distance(distance)
 
-    def _scan(self, distance):
-        """An all-pairs scan's (layout, distance): the distance at most the
-        database's; the tables' layout where it is built for it, else one that
-        is, for the fingerprints in memory."""
+    def _scan_distance(self, distance):
+        """An all-pairs scan's distance: at most the database's."""
         if distance is None:
-            distance = self.distance
-        elif not isinstance(distance, int) or isinstance(distance, bool) or \
+            return self.distance
+        if not isinstance(distance, int) or isinstance(distance, bool) or \
                 not 0 <= distance <= self.distance:
             raise InvalidArgumentError(
                 "find_all and clusters take a distance in [0, %d] (the database's distance), "
                 "got %s" % (self.distance, _ext.shown(distance)))
-        if distance <= self._layout.distance:
-            return self._layout, distance
-        return Layout(Layout.choose_blocks(distance, max(2, len(self))), distance), distance
-
-
-def size_of(stats):
-    """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
-    (its name, the bytes the database takes where its backend keeps it)."""
-    return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))
+        return distance
 
 

@@ -105,13 +105,18 @@ def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
     (:mod:`simhashdb.rule`), each once, as (i, j, resemblance)
     with i < j positions: two texts that share a band of their ``signatures``
     or whose ``fingerprints`` are within ``distance`` bits (default: the
-    layout's), when their resemblance is at least ``threshold``; a pair with a
+    layout's), when their resemblance passes ``threshold`` (a float, or a
+    :class:`simhashdb.rule.Threshold` with its short texts); a pair with a
     document without a signature (None), when within the distance
     (resemblance None)."""
+    if not isinstance(threshold, rule.Threshold):
+        threshold = rule.text_rule(threshold)
     empty = bytes(_ext.SIGNATURE_BYTES)
-    pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), threshold)
+    pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), threshold.least)
     for p, score in enumerate(scores):
-        yield pairs[2 * p], pairs[2 * p + 1], score
+        i, j = pairs[2 * p], pairs[2 * p + 1]
+        if rule.passes(score, signatures[i], signatures[j], threshold):
+            yield i, j, score
     values, counts = _ext.unique_sorted(fingerprints)
     holders = {}
     for i, fp in enumerate(fingerprints):

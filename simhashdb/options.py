@@ -81,6 +81,10 @@ def build_parser(handlers):
                          help="the least resemblance of two texts that are near-duplicates, "
                               "in [0, 1] (default: %g)%s"
                               % (rule.THRESHOLD, "; " + more if more else ""))
+        sub.add_argument("--short-words", type=int, metavar="N",
+                         help="texts of fewer than N words are near-duplicates only at a "
+                              "resemblance of %g or more (default: %d, none)"
+                              % (rule.NEAR_EXACT, rule.SHORT_WORDS))
 
     def decoding(sub):
         sub.add_argument("--encoding", type=encoding, metavar="NAME",

@@ -10,9 +10,16 @@ import itertools
 from array import array
 
 from . import _ext
+from .layout import Layout
 from .matching import components, pair_chunks, text_pairs
 from .records import decode_key, signature as stored_signature, value_fingerprint
 from .results import Pair, TextPair, key_order, ordered, sorted_keys
+
+
+def built_for(layout, d, n):
+    """The tables' ``layout`` where they are built for distance ``d``, else one
+    that is, for a scan of ``n`` fingerprints in memory."""
+    return layout if d <= layout.distance else Layout(Layout.choose_blocks(d, max(2, n)), d)
 
 
 def find_all(storage, layout, recipe, d, least):
@@ -20,7 +27,8 @@ def find_all(storage, layout, recipe, d, least):
     with storage.read() as view:
         if recipe is not None:
             keys, fps, signatures = _texts(view)
-            for i, j, score in text_pairs(fps, signatures, layout, least, d):
+            for i, j, score in text_pairs(fps, signatures, built_for(layout, d, len(fps)), least,
+                                          d):
                 key_a, key_b = ordered(keys[i], keys[j])
                 between = _ext.num_differing_bits(fps[i], fps[j])
                 yield Pair(key_a, key_b, between) if score is None \
@@ -31,7 +39,7 @@ def find_all(storage, layout, recipe, d, least):
             values.append(fp)
             for key_a, key_b in itertools.combinations(sorted_keys(view, keys), 2):
                 yield Pair(key_a, key_b, 0)
-        for pairs in pair_chunks(values, layout, d):
+        for pairs in pair_chunks(values, built_for(layout, d, len(values)), d):
             for start in range(0, len(pairs), 20000):  # the keys of 10,000 pairs a read
                 chunk = pairs[start:start + 20000]
                 yield from _keyed_pairs(view, values, chunk)
@@ -53,7 +61,7 @@ def clusters(storage, layout, recipe, d, least):
         if recipe is not None:
             keys, fps, signatures = _texts(view)
             pairs = array("Q")
-            for i, j, _ in text_pairs(fps, signatures, layout, least, d):
+            for i, j, _ in text_pairs(fps, signatures, built_for(layout, d, len(fps)), least, d):
                 pairs.extend((i, j))
             labels = components(len(keys), [pairs])
             members = collections.defaultdict(list)
@@ -69,7 +77,7 @@ def clusters(storage, layout, recipe, d, least):
             if len(keys) > 1:
                 multiple.add(len(values))
             values.append(fp)
-        labels = components(len(values), pair_chunks(values, layout, d))
+        labels = components(len(values), pair_chunks(values, built_for(layout, d, len(values)), d))
         members = collections.defaultdict(list)
         for i, label in enumerate(labels):
             if label != i or i in multiple:

@@ -200,3 +200,9 @@ def sorted_keys(view, encoded_keys):
 
 def ordered(a, b):
     return (a, b) if key_order(a) <= key_order(b) else (b, a)
+
+
+def size_of(stats):
+    """The ``<where>_bytes`` item of :meth:`DB.stats` (or of a backend's info):
+    (its name, the bytes the database takes where its backend keeps it)."""
+    return next((name, value) for name, value in stats.items() if name.endswith("_bytes"))

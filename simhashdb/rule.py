@@ -11,13 +11,21 @@ fingerprint is within the distance.
 :func:`simhashdb.matching.text_pairs` (in memory), :mod:`simhashdb.spark`
 and the CLI decide by this module. docs/database.md (Text in, decisions out)
 says why the threshold is 0.45.
+
+A short text (``short_words``: fewer words than that) is a near-duplicate
+only at :data:`NEAR_EXACT` or more: a short page under a site's template
+resembles its unrelated siblings through the template. Whether a text is
+short is read from its signature (the bins its shingles fill), so stored
+texts are judged as new ones are, and no count is stored.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import math
 from array import array
+from typing import NamedTuple
 
 from . import _ext
 from ._ext import bands
@@ -25,6 +33,51 @@ from .errors import InvalidArgumentError
 from .records import signature as stored_signature
 
 THRESHOLD = 0.45  # the least resemblance of a near-duplicate
+NEAR_EXACT = 0.8  # the least resemblance of a short text's near-duplicate: one edited word passes
+SHORT_WORDS = 0  # texts of fewer words are short (0: none); see docs/crawlers.md
+BINS = _ext.SIGNATURE_BYTES // 2
+SHINGLE_WORDS = 5
+
+
+class Threshold(NamedTuple):
+    """The text rule's bars: the least resemblance of a near-duplicate, and
+    the filled signature bins under which a text is short (held to
+    :data:`NEAR_EXACT`)."""
+    least: float
+    short_bins: int = 0
+
+
+def text_rule(threshold=None, short_words=None):
+    """The :class:`Threshold` of a text rule of least resemblance
+    ``threshold`` (None: :data:`THRESHOLD`) whose texts of fewer than
+    ``short_words`` words (None: :data:`SHORT_WORDS`) are short: those whose
+    signatures fill fewer bins than such a text fills on average.
+
+    :raises InvalidArgumentError: a threshold not in [0, 1], or short_words
+        not an int >= 0.
+    """
+    if short_words is None:
+        short_words = SHORT_WORDS
+    if isinstance(short_words, bool) or not isinstance(short_words, int) or short_words < 0:
+        raise InvalidArgumentError("short_words must be an int >= 0, got %s"
+                                   % _ext.shown(short_words))
+    shingles = max(short_words - SHINGLE_WORDS + 1, 0)
+    return Threshold(check_threshold(threshold),
+                     math.ceil(BINS * -math.expm1(shingles * math.log1p(-1 / BINS))))
+
+
+def filled_bins(signature):
+    """The bins a signature's shingles fill (0: no text)."""
+    return BINS - memoryview(signature).cast("H").tolist().count(0)
+
+
+def passes(alike, signature, their_signature, threshold):
+    """Whether two texts of resemblance ``alike`` are near-duplicates under
+    ``threshold`` (a :class:`Threshold`)."""
+    if alike < threshold.least:
+        return False
+    return alike >= NEAR_EXACT or not threshold.short_bins or min(
+        filled_bins(signature), filled_bins(their_signature)) >= threshold.short_bins
 
 
 def check_threshold(threshold):
@@ -41,20 +94,20 @@ def check_threshold(threshold):
     return threshold
 
 
-def judge(near, signature, banded, their_signature, least):
-    """The text rule on one candidate of a text of ``signature`` (its bands
-    ``banded``; empty: no text): the texts' resemblance where it is a
-    near-duplicate text, None where it is a near-duplicate by its distance
-    (either has no text, and their fingerprints are ``near``: within the
-    distance), False where it is none. ``their_signature`` is the
-    candidate's (None: stored without text)."""
+def judge(near, signature, banded, their_signature, threshold):
+    """The text rule (``threshold``: a :class:`Threshold`) on one candidate
+    of a text of ``signature`` (its bands ``banded``; empty: no text): the
+    texts' resemblance where it is a near-duplicate text, None where it is a
+    near-duplicate by its distance (either has no text, and their
+    fingerprints are ``near``: within the distance), False where it is none.
+    ``their_signature`` is the candidate's (None: stored without text)."""
     if not (banded and their_signature):
         return None if near else False
     alike = _ext.banded_resemblance(signature, their_signature, near)
-    return alike if alike >= least else False
+    return alike if passes(alike, signature, their_signature, threshold) else False
 
 
-def search(view, fps, signatures, distance, least):
+def search(view, fps, signatures, distance, threshold):
     """For each text (fingerprint, signature), its near-duplicates stored in
     ``view`` (a storage View) as (key, fingerprint, distance, resemblance or
     None) hits."""
@@ -78,7 +131,7 @@ def search(view, fps, signatures, distance, least):
             value = values[key]
             if value is None:  # removed since found (Redis keeps no snapshot)
                 continue
-            alike = judge(d <= distance, signature, ours[i], stored_signature(value), least)
+            alike = judge(d <= distance, signature, ours[i], stored_signature(value), threshold)
             if alike is not False:
                 hits.append((key, theirs, d, alike))
         found.append(hits)
@@ -92,9 +145,9 @@ class Kept:
     through the d + 1 blocks of its 64 bits (two fingerprints within d bits
     agree on one of them)."""
 
-    def __init__(self, distance, least):
+    def __init__(self, distance, threshold):
         parts = min(distance + 1, 64)
-        self.distance, self.least = distance, least
+        self.distance, self.threshold = distance, threshold
         self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
         self.documents, self.signatures = {}, {}
         self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
@@ -122,21 +175,22 @@ class Kept:
             if key in hits or self.documents[key] is not document:  # seen, or replaced
                 continue
             d = _ext.num_differing_bits(fp, theirs)
-            alike = judge(d <= self.distance, signature, ours, self.signatures[key], self.least)
+            alike = judge(d <= self.distance, signature, ours, self.signatures[key],
+                          self.threshold)
             if alike is not False:
                 hits[key] = (key, theirs, d, alike)
         return list(hits.values())
 
 
-def decide(store, texts, distance, least):
+def decide(store, texts, distance, threshold):
     """The hits of each (document, signature) of ``texts`` in order, each
     stored when it has none, as if decided one after another: all are
     searched at once in ``store`` (a storage Txn) as it was before them, the
     texts kept earlier in the batch are compared in memory (:class:`Kept`),
     and the kept ones are stored together, so a batch writes each structure
     once."""
-    found = search(store, [d[1] for d, _ in texts], [s for _, s in texts], distance, least)
-    kept = Kept(distance, least)
+    found = search(store, [d[1] for d, _ in texts], [s for _, s in texts], distance, threshold)
+    kept = Kept(distance, threshold)
     for i, (document, signature) in enumerate(texts):
         if kept.documents:  # a stored hit a kept text replaced is gone
             found[i] = [h for h in found[i] if h[0] not in kept.documents] + \
@@ -158,8 +212,19 @@ def resemblances(signatures, a, b):
     return equal / used.sum(axis=1)
 
 
-def kept_pairs(texts, banded, near, scores, least):
+def passing(signatures, a, b, scores, threshold):
+    """:func:`passes` over numpy arrays: for the pairs of rows ``a`` and ``b``
+    of a (n, 256) uint8 array of ``signatures``, of resemblances ``scores``."""
+    passed = scores >= threshold.least
+    if threshold.short_bins:
+        def is_short(rows):
+            return (signatures[rows].view("<u2") != 0).sum(axis=1) < threshold.short_bins
+        passed &= ~(is_short(a) | is_short(b)) | (scores >= NEAR_EXACT)
+    return passed
+
+
+def kept_pairs(texts, banded, near, passed):
     """Which candidate pairs the rule keeps, as numpy boolean arrays: pairs of
-    two ``texts`` that share a band (``banded``) or are ``near`` by their
-    ``scores``; any other pair when it is ``near``."""
-    return (texts & (banded | near) & (scores >= least)) | (~texts & near)
+    two ``texts`` that share a band (``banded``) or are ``near`` and whose
+    scores ``passed`` (:func:`passing`); any other pair when it is ``near``."""
+    return (texts & (banded | near) & passed) | (~texts & near)

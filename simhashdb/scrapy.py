@@ -23,6 +23,8 @@ Settings (with their defaults):
   asides (for the middleware too).
 - ``SIMHASHDB_THRESHOLD = None``: the least resemblance of a near-duplicate
   (None: the database's default, 0.45).
+- ``SIMHASHDB_SHORT_WORDS = None``: pages of fewer words are near-duplicates
+  only at a resemblance of 0.8 or more (None: 0, none; see the crawler guide).
 - ``SIMHASHDB_REFRESH = False``: record the stored near-duplicates a page
   was decided against (its own earlier version among them) as seen now, so
   that ``expire`` removes only the pages the crawl no longer sees.
@@ -78,6 +80,8 @@ class _Component:
             self.html = settings.getbool("SIMHASHDB_HTML", True)
         self.threshold = None if settings.get("SIMHASHDB_THRESHOLD") is None else \
             settings.getfloat("SIMHASHDB_THRESHOLD")
+        self.short_words = None if settings.get("SIMHASHDB_SHORT_WORDS") is None else \
+            settings.getint("SIMHASHDB_SHORT_WORDS")
         self.refresh = settings.getbool("SIMHASHDB_REFRESH", False)
         self.stats = crawler.stats
         self.db = None
@@ -103,6 +107,7 @@ class _Component:
         """The page's Decision, counted in the crawl's stats."""
         decision = await self.db.insert_text_if_new(key, text, meta, html=html,
                                                     threshold=self.threshold,
+                                                    short_words=self.short_words,
                                                     refresh=self.refresh)
         self.stats.inc_value("simhashdb/" + decision.status)
         return decision

@@ -39,8 +39,9 @@ MAX_ITEMS = 10_000  # items of one request
 TOKEN_VARIABLE = "SIMHASHDB_TOKEN"
 DB = web.AppKey("db", object)  # the application's AsyncDB
 # what one page's item may hold, by endpoint; the first field is required
-FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata", "threshold", "refresh"),
-          "query-text": ("text", "key", "html", "threshold"),
+FIELDS = {"insert-text-if-new": ("text", "key", "html", "metadata", "threshold", "short_words",
+                                  "refresh"),
+          "query-text": ("text", "key", "html", "threshold", "short_words"),
           "insert-if-new": ("fingerprint", "key", "metadata", "refresh"),
           "query": ("fingerprint", "key", "distance")}
 # a page's own fault: answered as its item's "invalid" status, not as a failed request
@@ -129,13 +130,15 @@ async def _answer(db, endpoint, item):
         if endpoint == "insert-text-if-new":
             found = await db.insert_text_if_new(
                 key, item["text"], item.get("metadata"), html=item.get("html", False),
-                threshold=item.get("threshold"), refresh=item.get("refresh", False))
+                threshold=item.get("threshold"), short_words=item.get("short_words"),
+                refresh=item.get("refresh", False))
         elif endpoint == "insert-if-new":
             found = await db.insert_if_new(key, item["fingerprint"], item.get("metadata"),
                                            refresh=item.get("refresh", False))
         elif endpoint == "query-text":
             found = await db.query_text(item["text"], html=item.get("html", False),
-                                        threshold=item.get("threshold"))
+                                        threshold=item.get("threshold"),
+                                        short_words=item.get("short_words"))
         else:
             found = await db.query(item["fingerprint"], item.get("distance"))
     except PAGE_ERRORS as exc:
@@ -175,6 +178,10 @@ def _item(item, endpoint, where):
                                   not 0 <= threshold <= 1):
         raise _Refused(400, "%s'threshold' must be a number in [0, 1], got %s"
                        % (where, json.dumps(threshold)))
+    short_words = item.get("short_words")
+    if short_words is not None and (type(short_words) is not int or short_words < 0):
+        raise _Refused(400, "%s'short_words' must be an integer >= 0, got %s"
+                       % (where, json.dumps(short_words)))
     if type(item.get("refresh", False)) is not bool:
         raise _Refused(400, "%s'refresh' must be true or false, got %s"
                        % (where, _kind(item["refresh"])))

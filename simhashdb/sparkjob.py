@@ -16,7 +16,8 @@ from simhashdb import inputs, rule
 from simhashdb.console import emit, note, output_file, progress
 from simhashdb.errors import CliError, UsageError
 from simhashdb.inputs import Skipped, TextRecord
-from simhashdb.wiring import _distance, _note_decoded, _note_skipped, _reader, _skip
+from simhashdb.wiring import (_distance, _note_decoded, _note_skipped, _reader, _skip,
+                              _text_rule_option)
 
 
 def cmd_spark(args):
@@ -62,15 +63,16 @@ def _spark_run(args, session, spark, stack):
         options["against"], options["against_columns"] = _spark_against(
             session, args, stack, signature in made)
     if signature is not None:
-        options.update(signature=signature, threshold=args.threshold)
+        options.update(signature=signature, threshold=args.threshold,
+                       short_words=args.short_words)
         note(args, "pairs of texts by the text rule: a shared band of their signatures or "
              "fingerprints within %d bits, and a resemblance of at least %g; documents "
              "without text by their distance (signatures from column %r)"
              % (_distance(args), args.threshold if args.threshold is not None
                 else rule.THRESHOLD, signature))
-    elif args.threshold is not None:
-        raise CliError("--threshold is the text rule's, and this input has no text (give "
-                       "texts, or Parquet with a --signature column)")
+    elif _text_rule_option(args):
+        raise CliError("%s is the text rule's, and this input has no text (give "
+                       "texts, or Parquet with a --signature column)" % _text_rule_option(args))
     else:
         note(args, "pairs by the distance of their fingerprints (within %d bits): the "
              "input has no text or signatures" % _distance(args))

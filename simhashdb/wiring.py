@@ -87,10 +87,17 @@ def _of_a_database(args):
     return bool(args.path)
 
 
+def _text_rule_option(args):
+    """The first option of the text rule given (--threshold, --short-words), or None."""
+    return next((name for name, value in (("--threshold", args.threshold),
+                                          ("--short-words", args.short_words))
+                 if value is not None), None)
+
+
 def _read_hashes(args):
-    if args.threshold is not None:
-        raise UsageError("--threshold is for the texts of a database (PATH): hashes are paired "
-                         "by their distance alone")
+    if _text_rule_option(args):
+        raise UsageError("%s is for the texts of a database (PATH): hashes are paired "
+                         "by their distance alone" % _text_rule_option(args))
     if args.blocks is None:
         raise UsageError("without a database PATH, give --blocks (and --distance) for the hashes")
     return inputs.read_hashes(args.input or "-", args.format)

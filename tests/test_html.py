@@ -261,13 +261,15 @@ def test_short_pages_of_one_site_menu_are_told_apart_with_html_main(tmp_path):
 
 
 _REFERENCE_PIECES = ["&lt;", "&gt;", "&quot;", "&#39;", "&amp;", "&amp;lt;", "&amp;amp;", "&lt",
-                     "&nbsp;", "&#x27;", "&#60;", "&", ";", "a", " ", "<", "é", "&ampx", "&#39"]
+                     "&nbsp;", "&#x27;", "&#60;", "&", ";", "a", " ", "<", "é", "&ampx", "&#39",
+                     "&#8217;", "&#x1F600;", "&#0;", "&#xD800;", "&#1114112;", "&#X41", "&copy",
+                     "&notit;", "&Acirc", "x" * 33, "\t", "#", "&#", "&#x", "&frac34;"]
 
 
 @given(st.lists(st.sampled_from(_REFERENCE_PIECES), max_size=30))
 @settings(max_examples=500)
 def test_unescape_is_html_unescape(pieces):
-    """The replacement path gives html.unescape's text, references next to
+    """unescape gives html.unescape's text, references next to
     references and half references included."""
     import html
 

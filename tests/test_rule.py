@@ -49,12 +49,13 @@ def test_kept_pairs_keep_what_judge_keeps(signed):
         for theirs in ((sig, other) if texts else (None,)):
             for near in (False, True):
                 banded = texts and _ext.shares_a_band(sig, theirs)
-                score = rule.judge(near, sig, _ext.bands(sig), theirs, THRESHOLD)
+                score = rule.judge(near, sig, _ext.bands(sig), theirs, rule.text_rule())
                 kept = score is not False
                 cases.append((texts, banded, near, _ext.banded_resemblance(sig, theirs, True)
                               if texts else numpy.nan, kept))
     texts, banded, near, scores, expected = (numpy.array(c) for c in zip(*cases))
-    assert rule.kept_pairs(texts, banded, near, scores, THRESHOLD).tolist() == expected.tolist()
+    passed = scores >= THRESHOLD
+    assert rule.kept_pairs(texts, banded, near, passed).tolist() == expected.tolist()
     assert expected.any() and not expected.all()
 
 

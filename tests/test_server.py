@@ -203,6 +203,32 @@ def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch)
         assert all(db["a%d" % i].stored_at == 1_000 for i in range(8) if "a%d" % i not in seen)
 
 
+def test_short_words_decide_as_the_library_does(tmp_path):
+    """Short pages alike through their template: duplicates by default,
+    stored and not matched with an item's short_words, as in the library."""
+    from test_short_pages import SHORT, pages
+    records = [(key, page) for key, page in pages() if key.startswith("s")]
+
+    async def scenario():
+        async with served(tmp_path / "x.db") as http:
+            stored = await post(http, "insert-text-if-new", {"items": [
+                {"key": key, "text": page, "html": True, "short_words": SHORT}
+                for key, page in records]})
+            queried = await post(http, "query-text", {"items": [
+                {"text": page, "html": True, "short_words": short}
+                for _, page in records for short in (SHORT, None)]})
+            return stored["items"], queried["items"]
+
+    stored, queried = asyncio.run(scenario())
+    with simhashdb.DB(tmp_path / "library.db") as db:
+        expected = db.insert_text_if_new_many(records, html=True, short_words=SHORT)
+    assert [a["status"] for a in stored] == [d.status for d in expected]
+    assert [a["status"] for a in stored].count("stored") == len(records) - 2  # the 2 copies
+    strict, default = queried[0::2], queried[1::2]
+    assert all(len(a["matches"]) == 1 for a in strict)
+    assert sum(len(a["matches"]) for a in default) > len(default)
+
+
 BAD = [
     ("insert-text-if-new", b'{"key": "a", "text": ', 400, "not JSON"),
     ("insert-text-if-new", b"\xff\xfe", 400, "not JSON"),
@@ -226,6 +252,9 @@ BAD = [
      "'threshold' must be a number in [0, 1], got 1.5"),
     ("query-text", b'{"text": "w", "threshold": "high"}', 400, "got \"high\""),
     ("query-text", b'{"text": "w", "threshold": true}', 400, "number in [0, 1]"),
+    ("insert-text-if-new", b'{"key": "a", "text": "w", "short_words": -1}', 400,
+     "'short_words' must be an integer >= 0, got -1"),
+    ("query-text", b'{"text": "w", "short_words": 1.5}', 400, "integer >= 0, got 1.5"),
     ("insert-if-new", b'{"key": "a", "fingerprint": 1, "refresh": 1}', 400,
      "'refresh' must be true or false, got a number"),
     ("nothing", b"{}", 404, "Not Found"),

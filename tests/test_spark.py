@@ -737,3 +737,38 @@ def test_against_columns_named_apart_or_refused_in_one_line(spark, tmp_path, cap
         assert cli.main(spark_args + [str(tmp_path / against[0])] + against[1:]) == 0
         out = capsys.readouterr().out.splitlines()
         assert sorted(json.loads(line)["url"] for line in out) == expected
+
+
+def test_short_words_decide_spark_pairs_as_the_database_does(spark, tmp_path):
+    """Short pages alike only through their template pair without
+    short_words and not with it, in the band groups (numpy and native), the
+    distance scan and the probe of an old corpus, as find_all on a database
+    pairs them."""
+    from test_short_pages import SHORT, check_pairs, pages
+    records = pages()
+    keys = [k for k, _ in records]
+    prints = [simhashdb.fingerprint_with_signature(page, html=True) for _, page in records]
+    df = text_frame(spark, keys, [fp for fp, _ in prints], [s for _, s in prints])
+    with simhashdb.DB(str(tmp_path / "db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        db.insert_text_many(records, html=True)
+        database = {short: {(p.key_a, p.key_b) for p in db.find_all(short_words=short)}
+                    for short in (None, SHORT)}
+    olds = ("s0", "s2", "f0")
+    old, new = df.where("key in %s" % (olds,)), df.where("key not in %s" % (olds,))
+    acrosses = []
+    for short in (None, SHORT):
+        check_pairs(database[short], short)
+        with pytest.MonkeyPatch.context() as patch:
+            for small_group in (sspark.SMALL_GROUP, 1):
+                patch.setattr(sspark, "SMALL_GROUP", small_group)
+                got = {(a, b) for a, b, _, _ in rows(sspark.find_all(
+                    df, DISTANCE, BLOCKS, signature="signature", short_words=short))}
+                assert got == database[short]
+        across = {(a, b) for a, b, _, _, is_across in rows(sspark.find_all(
+            new, DISTANCE, BLOCKS, signature="signature", against=old, short_words=short))
+            if is_across}
+        assert across == {(ours, theirs) for pair in database[short]
+                          for ours, theirs in (pair, pair[::-1])
+                          if ours not in olds and theirs in olds}
+        acrosses.append(across)
+    assert acrosses[0] > acrosses[1]

@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - the spark extra is not installe
     raise ImportError("simhashdb.spark needs pyspark: pip install '.[spark]' in simhashdb's "
                       "source directory") from exc
 
+from .. import rule
 from ..errors import InputError, InvalidArgumentError
 from .components import _components
 from .incremental import _across, _dropped_in_memory
@@ -53,7 +54,7 @@ __all__ = ["choose_blocks", "clusters", "dedupe", "find_all", "from_records"]
 
 def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
              split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
-             against_columns=None):
+             against_columns=None, short_words=None):
     """Every pair of documents within ``distance`` bits, each unordered pair
     once: a DataFrame ``(key_a, key_b, distance)`` with ``key_a < key_b``.
 
@@ -83,6 +84,10 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
         only with ``signature``.
+    :param int short_words: texts of fewer words (read from their
+        signatures) pair only at ``simhashdb.rule.NEAR_EXACT`` or more, as in
+        :meth:`simhashdb.DB.insert_text_if_new` (default: 0, none); only with
+        ``signature``.
     :param against: an old corpus (a DataFrame of key, fingerprint and, where
         it has one, signature columns): the result is then the pairs within
         ``df`` and those across, each of a row of ``df`` (``key_a``) and one
@@ -98,6 +103,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
     """
+    threshold = _text_rule(threshold, short_words)
     if against is not None:
         within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
         return within.withColumn("across", F.lit(False)).unionByName(
@@ -116,7 +122,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
 
 
 def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
-             split=DEFAULT_SPLIT, signature=None, threshold=None):
+             split=DEFAULT_SPLIT, signature=None, threshold=None, short_words=None):
     """The cluster of every document: a DataFrame ``(key, cluster)`` where
     ``cluster`` is the smallest key of the document's connected component in
     the graph of pairs within ``distance`` (by the text rule with
@@ -125,14 +131,15 @@ def clusters(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     Finds the components when called (a few Spark jobs a round); the result
     is a DataFrame over them. Parameters and errors as :func:`find_all`.
     """
-    docs, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
+    docs, joined = _joined(df, key, fingerprint, distance, blocks, split, signature,
+                           _text_rule(threshold, short_words))
     return docs.join(joined, "key", "left").select(
         "key", F.coalesce("cluster", "key").alias("cluster"))
 
 
 def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
            split=DEFAULT_SPLIT, signature=None, threshold=None, against=None,
-           against_columns=None):
+           against_columns=None, short_words=None):
     """The rows of ``df`` less near-duplicates: of each cluster (see
     :func:`clusters`) only the document with the smallest key is kept, whatever
     the partitioning. Columns and types are ``df``'s.
@@ -149,6 +156,7 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     among themselves (see the module's docstring). ``blocks`` is then that
     of the new rows' clusters; the probes of the old corpus take the
     database's blocks for their sizes."""
+    threshold = _text_rule(threshold, short_words)
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
                          against_columns)
@@ -160,6 +168,12 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
             return df.join(F.broadcast(dropped), key, "left_anti")
     _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
+
+
+def _text_rule(threshold, short_words):
+    """The threshold the public functions pass on: as given, or with
+    ``short_words`` a checked :class:`simhashdb.rule.Threshold`."""
+    return threshold if short_words is None else rule.text_rule(threshold, short_words)
 
 
 def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold):

@@ -199,11 +199,13 @@ def _resemblance_partition(threshold, distance, batches):
         texts = has_a & has_b
         rows = numpy.arange(len(texts))
         scores = numpy.full(len(texts), numpy.nan)
-        scores[texts] = rule.resemblances(numpy.concatenate([a, b]), rows[texts],
-                                      rows[texts] + len(texts))
+        both, x, y = numpy.concatenate([a, b]), rows[texts], rows[texts] + len(texts)
+        scores[texts] = rule.resemblances(both, x, y)
+        passed = numpy.zeros(len(texts), bool)
+        passed[texts] = rule.passing(both, x, y, scores[texts], threshold)
         between, banded = batch.column(2).to_numpy(), batch.column(3).to_numpy(False)
         near = between <= distance
-        keep = rule.kept_pairs(texts, banded, near, scores, threshold)
+        keep = rule.kept_pairs(texts, banded, near, passed)
         if keep.any():
             kept = pyarrow.array(numpy.flatnonzero(keep))
             yield pyarrow.RecordBatch.from_arrays(

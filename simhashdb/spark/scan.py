@@ -50,7 +50,8 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
     Layout(distance + 1 if blocks is None and isinstance(distance, int) else blocks, distance)
     if signature is None and threshold is not None:
         raise InvalidArgumentError("threshold is the text rule's: name the signature column too")
-    least = None if signature is None else rule.check_threshold(threshold)
+    least = None if signature is None else threshold if isinstance(
+        threshold, rule.Threshold) else rule.text_rule(threshold)
     fields = {f.name: f.dataType for f in df.schema.fields}
     named = ((key, "key"), (fingerprint, "fingerprint")) + (
         ((signature, "signature"),) if signature is not None else ())

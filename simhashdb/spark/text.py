@@ -142,7 +142,7 @@ def _band_decided(key, fp, signatures, bands, band, side, a, b, threshold):
         keep = ~((bands.of(x) == bands.of(y)) & earlier).any(axis=1)
         x, y = x[keep], y[keep]
         alike = rule.resemblances(signatures, x, y)
-        near = alike >= threshold
+        near = rule.passing(signatures, x, y, alike, threshold)
         if near.any():
             yield _text_key_pairs(key, fp, x[near], y[near], alike[near])
 
@@ -162,15 +162,16 @@ def _large_group(key, fp, signatures, side, rows, band, threshold, every_pair):
         rows = rows[numpy.sort(first)]
     if len(rows) < 2:
         return
-    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold, only_band=band)
+    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold.least, only_band=band)
     if not len(scores):
         return
     positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
     a, b = rows[positions[0::2]], rows[positions[1::2]]
     scores = numpy.frombuffer(scores, numpy.float64)
+    keep = rule.passing(signatures, a, b, scores, threshold)
     if across:  # a cell of two parts: only the pairs across them
-        keep = side[a] != side[b]
-        a, b, scores = a[keep], b[keep], scores[keep]
+        keep &= side[a] != side[b]
+    a, b, scores = a[keep], b[keep], scores[keep]
     if len(a):
         yield _text_key_pairs(key, fp, a, b, scores)
 
@@ -247,7 +248,7 @@ def _decided(key, fp, signatures, has, bands, a, b, threshold):
         if len(texts):
             apart = texts[~(bands.of(x[texts]) == bands.of(y[texts])).any(axis=1)]
             alike = rule.resemblances(signatures, x[apart], y[apart])
-            near = alike >= threshold
+            near = rule.passing(signatures, x[apart], y[apart], alike, threshold)
             keep[apart[near]] = True
             scores[apart[near]] = alike[near]
         if keep.any():

@@ -121,13 +121,12 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
     storage.open_tables(layout)
     stored = params.get("recipe")
     if recipe is not None and recipe != stored:
-        if stored is not None or not _empty_and_writable(storage):
+        if stored is not None or _adopt(storage, recipe) != recipe:
             raise ParameterMismatchError(
                 "%s holds fingerprints made %s, not with %r: fingerprints of different "
                 "recipes cannot be compared; use another database"
                 % (storage.path, "with %r" % stored if stored else "by an unnamed "
                    "recipe", recipe))
-        store(storage, recipe=recipe)  # an empty database takes the recipe
         stored = recipe
     if params["format"] < FORMAT_VERSION:
         _upgrade(storage, params)
@@ -141,19 +140,27 @@ def adopt_recipe(storage, recipe):
 
     :raises ParameterMismatchError: it is not.
     """
-    if not _empty_and_writable(storage):
+    held = _adopt(storage, recipe)
+    if held != recipe:
         raise ParameterMismatchError(
-            "%s holds fingerprints of an unnamed recipe, so text cannot be compared "
-            "with them; use a database opened with recipe=simhashdb.RECIPE" % storage.path)
-    store(storage, recipe=recipe)
+            "%s holds fingerprints %s, so text cannot be compared with them; use a "
+            "database opened with recipe=%r" % (storage.path, "made with %r" % held if held
+                                                else "of an unnamed recipe", recipe))
     return recipe
 
 
-def _empty_and_writable(storage):
-    if storage.readonly:
-        return False
-    with storage.read() as view:
-        return not view.count()
+def _adopt(storage, recipe):
+    """The recipe of the database of ``storage`` once it took ``recipe`` if it
+    had none and was empty, checked and stored in one write transaction (so
+    that no other writer stores documents or another recipe in between)."""
+    def adopt(txn):
+        params = msgpack.unpackb(txn.params())
+        if params.get("recipe") is None and not txn.count():
+            params["recipe"] = recipe
+            txn.set_params(msgpack.packb(params))
+        return params.get("recipe")
+
+    return None if storage.readonly else storage.write(adopt)
 
 
 def _upgrade(storage, params):

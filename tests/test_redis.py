@@ -3,6 +3,7 @@ a killed primary, a single server. (The storage tests of the other files
 also run on Redis, through the ``backend`` fixture.)"""
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -223,8 +224,10 @@ protocol.ROUND_BYTES = 1 << 14  # many small rounds
 def text(seed):
     rng = random.Random(seed)
     return " ".join("w%d" % rng.randrange(3000) for _ in range(60))
+sys.path.insert(0, sys.argv[3])
+from conftest import storage_of
 db = simhashdb.DB(sys.argv[1])
-band_key = db._storage.keys.bands[0][:-2]  # N:b
+band_key = storage_of(db).keys.bands[0][:-2]  # N:b
 rounds = []
 apply_round = cluster.Nodes.round
 def round_then_die(self, requests):
@@ -259,7 +262,7 @@ def test_a_writer_killed_mid_batch_leaves_band_entries_the_next_one_finishes(red
     with DB(url, distance=3, blocks=5) as db:
         db.insert_text_many([("old%d" % i, _text(i)) for i in range(200)]
                             + [("twin%d" % i, _text(i)) for i in range(50)])
-    child = spawn(HALF_TEXT_WRITER, url, rounds)
+    child = spawn(HALF_TEXT_WRITER, url, rounds, os.path.dirname(__file__))
     _, err = child.communicate(timeout=120)
     assert child.returncode == -signal.SIGKILL, err
     meta = redis.RedisCluster.from_url(redis_names.url)

@@ -36,6 +36,7 @@ from simhashdb.wiring import (
     _scan_distance,
     _skip,
     _text_rule_option,
+    in_cli_words,
 )
 
 PROGRESS_SECONDS = 60  # how often an import without a terminal reports its counts on stderr
@@ -314,9 +315,13 @@ def cmd_relayout(args):
     compacted copy put in the database's place once whole: a crash leaves it
     as it was or relaid out. Needs the database to itself."""
     with working(args, "relayout"):
-        emit(simhashdb.relayout(args.path, blocks=args.blocks,
-                                table_distance=args.table_distance,
-                                expected_size=args.expected_size))
+        try:
+            done = simhashdb.relayout(args.path, blocks=args.blocks,
+                                      table_distance=args.table_distance,
+                                      expected_size=args.expected_size)
+        except simhashdb.InvalidArgumentError as exc:
+            raise UsageError(in_cli_words(exc)) from None
+    emit(done)
 
 
 def cmd_check(args):

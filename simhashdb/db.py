@@ -61,9 +61,8 @@ class DB:
 
     :param path: the database directory; created if missing (in a directory that exists).
     :param int distance: the most bits a near-duplicate's fingerprint differs
-        in: :meth:`insert_if_new` and queries take it by default (default: 3
-        for a new database, the stored value for an existing one). Queries
-        may ask for more, at a cost.
+        in, the default of :meth:`insert_if_new` and queries, which may ask for
+        more (default: 3 for a new database, the stored value for an existing one).
     :param int blocks: blocks per fingerprint, more than ``table_distance``
         (default: chosen with ``table_distance`` from ``distance``,
         ``expected_size`` and this machine's memory, see :meth:`Layout.choose`).
@@ -468,7 +467,7 @@ class DB:
                    arrays: bool = False) -> Any:
         """:meth:`query` for each fingerprint (ints or a uint64 buffer), over one snapshot.
 
-        Any distance is exact. Up to the database's own, a query scans one
+        Any distance is exact. Up to :attr:`table_distance`, a query scans one
         range per table; above it, one per prefix within a few bits of the
         probe's (see docs/database.md: Queries above the built distance).
 
@@ -680,7 +679,8 @@ class DB:
         self.close()
 
     def __repr__(self):
-        return "DB(%r, distance=%d, blocks=%d)" % (self.path, self.distance, self.blocks)
+        return "DB(%r, distance=%d, blocks=%d, table_distance=%d)" % (
+            self.path, self.distance, self.blocks, self.table_distance)
 
     def _query_distance(self, distance):
         """A query's distance: any, where the layout can answer it exactly."""

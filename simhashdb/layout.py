@@ -89,8 +89,9 @@ class Layout:
                                        % _ext.shown(distance))
         if self.probes_per_table(distance) > MAX_PROBES_PER_TABLE:
             raise InvalidArgumentError(
-                "a query at distance %d would probe %d prefixes per table in a database built "
-                "for distance %d; ask for less, or build a database with a larger distance"
+                "a query at distance %d would probe %d prefixes per table in a database whose "
+                "tables are built for distance %d; ask for less, or lay its tables out for a "
+                "larger distance (relayout)"
                 % (distance, self.probes_per_table(distance), self.distance))
         return distance
 
@@ -184,11 +185,12 @@ class Layout:
         query, where a table's probe costs a seek plus the candidates its
         prefix leaves, and a seek reads the disk as often as the tables
         outgrow half of ``memory`` (bytes; default: this machine's). Small
-        databases get a table per choice of ``distance`` blocks (Manku's); big
-        ones fewer tables built for a smaller distance, each probed at every
-        prefix within the bits left (multi-index hashing), so that their
-        tables stay in memory. Always exact. ``table_distance`` fixes that
-        distance and chooses the blocks alone."""
+        databases get a table per choice of ``distance`` blocks (Manku's);
+        bigger ones fewer tables built for a smaller distance, each probed at
+        every prefix within the bits left (multi-index hashing), while those
+        stay in memory; where none would, the layout of fewest disk reads.
+        Always exact. ``table_distance`` fixes that distance and chooses the
+        blocks alone."""
         n = max(2, expected_size)
         budget = (memory or physical_memory()) / 2
         entry = (66 - math.log2(n)) / 8 + 0.5  # bytes a table entry: Elias-Fano, LMDB's share
@@ -206,16 +208,28 @@ class Layout:
         costs = [cost(m, d) for d in (range(distance + 1) if table_distance is None
                                       else [table_distance])
                  for m in range(d + 1, 65) if math.comb(m, d) <= MAX_TABLES]
-        _, _, m, d = min(c for c in costs if c is not None)
+        usable = [c for c in costs if c is not None]
+        if not usable:
+            raise InvalidArgumentError(
+                "no block count keeps a query at distance %d within %d prefixes a table with "
+                "tables built for distance %d; ask for a larger table distance"
+                % (distance, MAX_PROBES_PER_TABLE, table_distance))
+        _, _, m, d = min(usable)
         return Layout(m, d)
 
 
 def physical_memory():
-    """This machine's memory in bytes (8 GiB where it cannot be read)."""
+    """The memory this process may use, in bytes: the machine's, or its
+    control group's limit where that is less (8 GiB where neither can be read)."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        return 8 << 30
+        memory = 8 << 30
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit:
+            return min(memory, int(limit.read()))
+    except (OSError, ValueError):  # none, or "max"
+        return memory
 
 
 class NearIndex:

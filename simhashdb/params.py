@@ -37,7 +37,11 @@ def new_layout(distance, blocks, expected_size, table_distance=None):
         layout = Layout.choose(k, expected_size or DEFAULT_EXPECTED_SIZE,
                                table_distance=table_distance)
     else:
-        layout = Layout(blocks, k if table_distance is None else table_distance)
+        d = k if table_distance is None else table_distance
+        if not d < blocks <= 64:
+            raise InvalidArgumentError("blocks must be more than the distance the tables are "
+                                       "built for (%d) and at most 64, got %d" % (d, blocks))
+        layout = Layout(blocks, d)
     layout.check_query_distance(k)
     return k, layout
 

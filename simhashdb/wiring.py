@@ -3,6 +3,7 @@ database opened as the options say, an input Reader of them, --distance
 checked, and the notes of what was skipped or how it was decoded."""
 
 import os
+import re
 
 import simhashdb
 from simhashdb import inputs
@@ -30,11 +31,10 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
         if not readonly and getattr(args, "create_" + name, None) is not None:
             options[name] = getattr(args, "create_" + name)
     _bits(options.get("distance"), 63)
-    if options.get("table_distance", -1) not in range(-1, options.get("distance", 3) + 1):
-        raise UsageError("--table-distance takes a number of bits in [0, --distance (%d)], "
-                         "got %d" % (options.get("distance", 3), options["table_distance"]))
     try:
         db = simhashdb.DB(path, readonly=readonly, create=False, recipe=recipe, **options)
+    except simhashdb.InvalidArgumentError as exc:
+        raise UsageError(in_cli_words(exc)) from None
     except simhashdb.ParameterMismatchError as exc:
         if getattr(exc, "parameter", None) is None:
             raise
@@ -50,8 +50,11 @@ def _open(path, args, readonly=False, create=False, text=False, recipe=None, lik
             raise CliError("no database at %s (create one with: simhashdb-cli init %s)"
                            % (path, path)) from None
         made = {name: (like or {}).get(name) for name in ("distance", "blocks", "table_distance")}
-        db = simhashdb.DB(path, recipe=recipe, **dict(
-            {name: value for name, value in made.items() if value is not None}, **options))
+        try:
+            db = simhashdb.DB(path, recipe=recipe, **dict(
+                {name: value for name, value in made.items() if value is not None}, **options))
+        except simhashdb.InvalidArgumentError as exc:
+            raise UsageError(in_cli_words(exc)) from None
         if db.tables > MANY_TABLES:
             say("warning", "table distance %d with %d blocks makes %d tables: every "
                 "fingerprint is stored in each, so inserts are slow and the file large; a "
@@ -85,6 +88,15 @@ def _of_a_database(args):
         raise UsageError("--%s is for a file of hashes, and %s names a database: give one or "
                          "the other" % (hashes[0], args.path))
     return bool(args.path)
+
+
+def in_cli_words(exc):
+    """An error about the layout's arguments in the command line's words
+    (``table_distance`` is --table-distance)."""
+    said = re.sub(r"\b(table_distance|expected_size)\b",
+                  lambda name: "--" + name.group(1).replace("_", "-"), str(exc))
+    return re.sub(r"^(blocks|distance)\b", r"--\1", said).replace("at most distance (",
+                                                                   "at most --distance (")
 
 
 def _text_rule_option(args):

@@ -160,9 +160,17 @@ def test_messages_and_help_speak_the_command_lines_words(tmp_path, capsys):
                                                            "in [0, 63], got 70"),
             (["init", path, "--table-distance", 1], "created with --table-distance 3, not 1: "
                                                     "leave --table-distance out"),
-            (["init", tmp_path / "new", "--table-distance", 4], "--table-distance takes a "
-                                                                "number of bits in [0, "
-                                                                "--distance (3)], got 4")):
+            (["init", tmp_path / "new", "--table-distance", 4], "--table-distance must be at "
+                                                                "most --distance (3), got 4"),
+            (["init", tmp_path / "new", "--table-distance", -1], "--table-distance must be an "
+                                                                 "int in [0, 63], got -1"),
+            (["init", tmp_path / "new", "--distance", 4, "--table-distance", 0],
+             "tables built for distance 0; ask for a larger table distance"),
+            (["relayout", path, "--table-distance", 5], "--table-distance must be at most "
+                                                        "--distance (3), got 5"),
+            (["relayout", path, "--blocks", 2], "--blocks must be more than the distance the "
+                                                "tables are built for (3)"),
+            (["relayout", path, "--expected-size", 0], "--expected-size must be an int >= 1")):
         code, _, err = run(capsys, *argv)
         assert code in (1, 2) and said in err and err.count("\n") == 1, err
         assert "distance=" not in err and "find_all" not in err

@@ -115,7 +115,11 @@ def test_bad_table_distances_are_refused(tmp_path):
         DB(str(tmp_path / "c"), table_distance="1")
     with pytest.raises(InvalidArgumentError, match="prefixes per table"):
         DB(str(tmp_path / "d"), distance=12, blocks=2, table_distance=1)
-    assert not any((tmp_path / name).exists() for name in "abcd")
+    with pytest.raises(InvalidArgumentError, match="ask for a larger table distance"):
+        DB(str(tmp_path / "e"), distance=4, table_distance=0)  # no block count serves it
+    with pytest.raises(InvalidArgumentError, match="more than the distance the tables"):
+        DB(str(tmp_path / "f"), distance=3, blocks=2)
+    assert not any((tmp_path / name).exists() for name in "abcdef")
 
 
 def test_a_database_of_format_5_has_tables_built_for_its_distance(tmp_path):

@@ -235,7 +235,7 @@ class LmdbDirectory:
             fcntl.flock(self._compact_lock, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def compaction(self):
+    def compaction(self, doing="compact"):
         """Yield the path to write a compacted copy to; on success it replaces
         the data file atomically (written, synced, renamed, directory synced).
 
@@ -245,8 +245,8 @@ class LmdbDirectory:
         with self.alone() as alone:
             if not alone:
                 raise DatabaseBusyError(
-                    "cannot compact %s while another process or handle has it open; close "
-                    "the others and retry" % self.path)
+                    "cannot %s %s while another process or handle has it open; close "
+                    "the others and retry" % (doing, self.path))
             try:
                 yield copy
                 _fsync_path(copy)

@@ -325,29 +325,29 @@ class LmdbStorage(Storage):
                 raise
 
     def compact(self):
-        self._rewrite(self._layout, None)
+        self._rewrite(self._layout, None, "compact")
 
     def relayout(self, layout, params):
         if self._handles > 1:  # their DB objects hold the layout they opened with
             raise DatabaseBusyError(
                 "cannot build the tables of %s again while other handles in this process "
                 "have it open; close them and retry" % self.path)
-        self._rewrite(layout, params)
+        self._rewrite(layout, params, "relayout")
 
-    def _rewrite(self, layout, params):
+    def _rewrite(self, layout, params, doing):
         """Write the database, compacted, into a copy whose tables are in
         ``layout`` (and whose stored parameters are ``params``, where given),
         and put the copy in its place."""
         self._check_writable()
-        with self._write_lock, self._gate.exclusive("compact"):
+        with self._write_lock, self._gate.exclusive(doing):
             self._check_usable()
             try:
-                with self._dir.compaction() as copy:
+                with self._dir.compaction(doing) as copy:
                     try:
-                        with self._errors("compact"):
+                        with self._errors(doing):
                             self._copy_to(copy, layout, params)
                     except (OSError, DatabaseError) as exc:  # (the copy still takes space)
-                        raise self._dir.full_disk_error(exc, "compact") or exc
+                        raise self._dir.full_disk_error(exc, doing) or exc
                     self._close_env()
                 self._layout = layout
             finally:

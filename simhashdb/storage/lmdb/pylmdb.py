@@ -15,6 +15,7 @@ over what :mod:`.pyruns` keeps of the runs' blocks and merges.
 """
 
 import contextlib
+import itertools
 import os
 from array import array
 
@@ -340,14 +341,15 @@ class PyLmdbStorage(LmdbStorage):
                         self._walked(source, self._index, fill_empty(
                             written.cursor(db), index_items(source, self), True))
                 fps = distinct_fingerprints(index_items(source, self))
-                sets = [layout.table_values(fps, table) for table in range(layout.tables)]
+                sets = (layout.table_values(fps, table) for table in range(layout.tables))
                 if self._band_runs:  # the bands from the documents
                     held = [set() for _ in range(BANDS)]
                     for _, value in source.cursor(self._dbs[DOCS]).iternext():
                         for entries, entry in zip(held, band_entries(value,
                                                                      value_fingerprint(value))):
                             entries.add(entry)
-                    sets += [array("Q", sorted(entries)) for entries in held]
+                    sets = itertools.chain(sets, (array("Q", sorted(entries))
+                                                  for entries in held))
                 directory = self._open_db(RUNS, env=target, txn=written)
                 ids = source.get(RUN_IDS, db=self._dbs[META])
                 run = new_run_id(read_counter(ids, self.path, RUN_IDS))

@@ -759,8 +759,8 @@ def test_short_words_decide_spark_pairs_as_the_database_does(spark, tmp_path):
     for short in (None, SHORT):
         check_pairs(database[short], short)
         with pytest.MonkeyPatch.context() as patch:
-            for small_group in (sspark.SMALL_GROUP, 1):
-                patch.setattr(sspark, "SMALL_GROUP", small_group)
+            for small_group in (spark_text.SMALL_GROUP, 1):
+                patch.setattr(spark_text, "SMALL_GROUP", small_group)
                 got = {(a, b) for a, b, _, _ in rows(sspark.find_all(
                     df, DISTANCE, BLOCKS, signature="signature", short_words=short))}
                 assert got == database[short]

@@ -18,7 +18,8 @@ NOW = 1_700_000_000
 @pytest.fixture
 def fixed_now(monkeypatch):
     """Every batch stored at NOW, so that documents compare byte for byte."""
-    monkeypatch.setattr(simhashdb.db, "_now", lambda: NOW)
+    for module in (simhashdb.db, simhashdb.batches):  # tuples and arrays
+        monkeypatch.setattr(module, "_now", lambda: NOW)
 
 
 def corpus(n, seed=7):

@@ -6,6 +6,7 @@ import io
 import random
 import shutil
 import subprocess
+import uuid
 
 import pytest
 
@@ -55,12 +56,13 @@ RECORDS = [
 def write_warc(path, records=RECORDS, gz=True):
     with open(path, "wb") as out:
         writer = WARCWriter(out, gzip=gz)
-        for uri, kind, content_type, body, _, _ in records:
+        for number, (uri, kind, content_type, body, _, _) in enumerate(records):
             headers = None
             if kind == "response":
                 headers = StatusAndHeaders("200 OK", [("Content-Type", content_type)],
                                            protocol="HTTP/1.1")
-            extra = {"WARC-Date": "2026-11-01T10:00:00Z"}
+            extra = {"WARC-Date": "2026-11-01T10:00:00Z",  # the same bytes every run
+                     "WARC-Record-ID": "<urn:uuid:%s>" % uuid.UUID(int=number + 1)}
             if kind == "resource":
                 record = writer.create_warc_record(uri, kind, payload=io.BytesIO(body),
                                                    warc_content_type=content_type,

@@ -101,13 +101,8 @@ class DB:
                                        "os.PathLike) or a URL, got %s" % _ext.shown(path)) from None
         if "\0" in path:
             raise InvalidArgumentError("path %r holds a NUL character" % path)
-        for name, value, low, high in (("distance", distance, 0, 63), ("blocks", blocks, 1, 64),
-                                       ("expected_size", expected_size, 1, 2**64),
-                                       ("table_distance", table_distance, 0, 63)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or not low <= value <= high):
-                raise InvalidArgumentError("%s must be an int in [%d, %d], got %s"
-                                           % (name, low, high, _ext.shown(value)))
+        params.check_layout_arguments(distance=distance, blocks=blocks,
+                                      expected_size=expected_size, table_distance=table_distance)
         if recipe is not None and not isinstance(recipe, str):
             raise InvalidArgumentError("recipe must be a str (a recipe's name), got %s"
                                        % _ext.shown(recipe))

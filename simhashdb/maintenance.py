@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Optional, Union
 
-from . import _ext, params
+from . import params
 from .db import DB
-from .errors import InvalidArgumentError
 from .storage.registry import open_storage
 
 
@@ -47,13 +46,8 @@ def relayout(path: Union[str, os.PathLike], *, blocks: Optional[int] = None,
     :raises DatabaseBusyError: another process or handle has it open.
     :raises DatabaseError: its backend keeps no files of its own (Redis).
     """
-    for name, value in (("blocks", blocks), ("table_distance", table_distance),
-                        ("expected_size", expected_size)):
-        least = 0 if name == "table_distance" else 1
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < least):
-            raise InvalidArgumentError("%s must be an int >= %d, got %s"
-                                       % (name, least, _ext.shown(value)))
+    params.check_layout_arguments(blocks=blocks, table_distance=table_distance,
+                                  expected_size=expected_size)
     DB(path, backend=backend, create=False).close()  # brought to this format first
     storage = open_storage(path, create=False, backend=backend)
     try:

@@ -27,8 +27,8 @@ def find_all(storage, layout, recipe, d, least):
     with storage.read() as view:
         if recipe is not None:
             keys, fps, signatures = _texts(view)
-            for i, j, score in text_pairs(fps, signatures, built_for(layout, d, len(fps)), least,
-                                          d):
+            layout = built_for(layout, d, len(fps))
+            for i, j, score in text_pairs(fps, signatures, layout, least, d):
                 key_a, key_b = ordered(keys[i], keys[j])
                 between = _ext.num_differing_bits(fps[i], fps[j])
                 yield Pair(key_a, key_b, between) if score is None \

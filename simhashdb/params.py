@@ -10,6 +10,7 @@ import warnings
 
 import msgpack
 
+from . import _ext
 from .errors import (DatabaseError, FormatVersionError, InvalidArgumentError,
                      ParameterMismatchError)
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
@@ -21,6 +22,21 @@ from .records import signature as stored_signature, value_fingerprint
 FORMAT_VERSION = 6
 DEFAULT_DISTANCE = 3
 UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
+
+
+LAYOUT_ARGUMENTS = {"distance": (0, 63), "blocks": (1, 64), "expected_size": (1, 2**64),
+                    "table_distance": (0, 63)}  # the least and most of each
+
+
+def check_layout_arguments(**given):
+    """Raise unless each of ``given`` (a name of LAYOUT_ARGUMENTS) is None or
+    an int within its bounds."""
+    for name, value in given.items():
+        low, high = LAYOUT_ARGUMENTS[name]
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or not low <= value <= high):
+            raise InvalidArgumentError("%s must be an int in [%d, %d], got %s"
+                                       % (name, low, high, _ext.shown(value)))
 
 
 def new_layout(distance, blocks, expected_size, table_distance=None):
@@ -216,9 +232,7 @@ def relayout(storage, blocks, table_distance, expected_size):
 
     :raises DatabaseError: it holds no database; its backend cannot.
     """
-    params = read(storage)
-    if params is None:
-        raise DatabaseError("%s is not a simhashdb database" % storage.path)
+    params = _existing(storage)
     old = stored_layout(params)
     storage.open_tables(old)
     if expected_size is None:
@@ -238,7 +252,12 @@ def convert_tables(storage, progress):
 
     :raises DatabaseError: it holds no database.
     """
+    storage.convert_tables(stored_layout(_existing(storage)).tables, progress)
+
+
+def _existing(storage):
+    """The parameters ``storage`` holds, which must be a database's."""
     params = read(storage)
     if params is None:
         raise DatabaseError("%s is not a simhashdb database" % storage.path)
-    storage.convert_tables(stored_layout(params).tables, progress)
+    return params

@@ -170,7 +170,8 @@ def test_messages_and_help_speak_the_command_lines_words(tmp_path, capsys):
                                                         "--distance (3), got 5"),
             (["relayout", path, "--blocks", 2], "--blocks must be more than the distance the "
                                                 "tables are built for (3)"),
-            (["relayout", path, "--expected-size", 0], "--expected-size must be an int >= 1")):
+            (["relayout", path, "--expected-size", 0], "--expected-size must be an int in [1, "
+                                                    "18446744073709551616], got 0")):
         code, _, err = run(capsys, *argv)
         assert code in (1, 2) and said in err and err.count("\n") == 1, err
         assert "distance=" not in err and "find_all" not in err

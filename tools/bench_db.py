@@ -9,7 +9,7 @@ against brute force. A second table: query_many above the built distance (k2 =
 3..6 on the k = 3 database).
 
 Usage: python tools/bench_db.py [--n 1000000] [--big] [--queries 10000] [--json FILE]
-       [--import both|one|batches] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
+       [--import both|one|batches|arrays] [--batch-size B] [--churn ROUNDS] [--no-faiss] [--no-compact] [--above 2000]
 Needs: pip install numpy faiss-cpu   (see tools/requirements.txt)
 """
 
@@ -111,6 +111,14 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
                                     fingerprints=fps, batch_size=fps.size)
             row["import_arrays_s"] = time.perf_counter() - start
         shutil.rmtree(path + ".arrays")
+    if imports == "arrays":
+        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
+        start = time.perf_counter()
+        db.insert_many(keys=np.arange(fps.size, dtype=np.uint64), fingerprints=fps,
+                       **({"batch_size": batch_size} if batch_size else {}))
+        row["import_arrays_s"] = time.perf_counter() - start
+        stats = db.stats()
+        row["bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
     batched = None
     if imports in ("both", "batches"):
         batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size,
@@ -145,6 +153,7 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
         db.compact()
         stats = db.stats()
         row["compacted_bytes_per_fp_table"] = stats["disk_bytes"] / (len(db) * stats["tables"])
+    row["bytes_per_fp"] = stats["disk_bytes"] / len(db)
     row["note"] = "blocks=%d, %d tables, data file %.2f GB%s" % (
         stats["blocks"], stats["tables"], stats["disk_bytes"] / 1e9,
         "" if imports != "batches" else "; built and queried in batches of %d"
@@ -267,9 +276,10 @@ def main():
     parser.add_argument("--oracle", type=int, default=200, help="probes checked by brute force")
     parser.add_argument("--fallback-n", type=int, default=1_000_000,
                         help="fingerprints for the py-lmdb backend (0: skip it)")
-    parser.add_argument("--import", dest="imports", choices=("both", "one", "batches"),
+    parser.add_argument("--import", dest="imports", choices=("both", "one", "batches", "arrays"),
                         default="both", help="how the native database is built (both: "
-                        "one transaction, queried, and default batches into another)")
+                        "one transaction, queried, and default batches into another; "
+                        "arrays: one insert_many of numpy arrays, queried)")
     parser.add_argument("--batch-size", type=int,
                         help="of the import in batches (default: insert_many's)")
     parser.add_argument("--above", type=int, default=2000,
@@ -329,7 +339,7 @@ def main():
           % (n, K, len(qs), os.cpu_count()))
     table(rows, ["method", "import_one_txn_s", "import_arrays_s", "import_batches_s", "p50_us",
                  "p99_us", "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
-                 "bytes_per_fp_table", "batched_bytes_per_fp_table",
+                 "bytes_per_fp", "bytes_per_fp_table", "batched_bytes_per_fp_table",
                  "compacted_bytes_per_fp_table", "recall", "note"])
     if k2_rows:
         print("\nquery_many above the built distance (k = %d database, %d probes)"

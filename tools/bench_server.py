@@ -13,7 +13,7 @@ database (``DB(path, recipe=simhashdb.RECIPE)``, every commit durable):
   language spends its own CPU on them, and reading the answers' bytes).
 
 The runs alternate, ``--rounds`` times. Prints pages/s, the ratios to the
-batches of the round, the server's latencies (p50, p99) as its clients saw
+batches of the round (and at the end each run's median ratio), the server's latencies (p50, p99) as its clients saw
 them, and the CPU time a page took (all threads: of this process for the
 batches and the awaits; of the server's processes while the clients posted,
 and of their event loops' threads alone (HTTP, JSON and the grouping of the
@@ -160,6 +160,7 @@ def main():
     print("| round | run | pages/s | ratio to the batches | p50 / p99 ms | CPU ms a page "
           "[event loops] | clients' CPU ms a page |\n|---|---|---|---|---|---|---|")
     per_page = 1000 / len(items)
+    ratios = {}
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="bench-server-") as where:
             runs = [("batches of 1,000", lambda: cpu_of(batches, where + "/b", items, options)),
@@ -173,6 +174,7 @@ def main():
         base = got["batches of 1,000"][0]
         for name, outcome in got.items():
             rate, cpu = outcome[0], outcome[-1] if len(outcome) == 2 else outcome[3]
+            ratios.setdefault(name, []).append(rate / base)
             latency = loops = clients = "-"
             if len(outcome) > 2:
                 latency = "%.1f / %.1f" % (outcome[1] * 1000, outcome[2] * 1000)
@@ -181,6 +183,10 @@ def main():
             print("| %d | %s | %.0f | %.2f | %s | %.2f%s | %s |" % (
                 r + 1, name, rate, rate / base, latency, cpu * per_page,
                 "" if loops == "-" else loops, clients), flush=True)
+    print("\nmedian ratios to the batches of their round: " + "; ".join(
+        "%s %.2f (%d of %d rounds >= 0.60)" % (name, statistics.median(each),
+                                               sum(ratio >= 0.6 for ratio in each), len(each))
+        for name, each in ratios.items() if not name.startswith("batches")))
 
 
 if __name__ == "__main__":

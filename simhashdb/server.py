@@ -88,9 +88,12 @@ def serve(path, host="127.0.0.1", port=DEFAULT_PORT, *, workers=1, token=None,
     :param announce: called with the server's URL once it listens (default:
         a line on stderr).
     :param db_options: passed to :class:`simhashdb.aio.AsyncDB`.
-    :raises InvalidArgumentError: ``workers`` above 1 on a system without SO_REUSEPORT.
+    :raises InvalidArgumentError: ``workers`` below 1, or above 1 on a system
+        without SO_REUSEPORT.
     :raises DatabaseError: a worker could not start (the message says why).
     """
+    if type(workers) is not int or workers < 1:
+        raise InvalidArgumentError("workers must be an integer >= 1, got %r" % (workers,))
     settings = (path, host, port, token, max_body, db_options)
     if workers == 1:
         asyncio.run(_serve(*settings, announce or _announce))

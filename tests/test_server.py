@@ -577,6 +577,8 @@ def test_workers_need_so_reuseport(tmp_path, monkeypatch, capsys):
     from simhashdb import cli
     assert cli.main(["serve", str(tmp_path / "x.db"), "--workers", "0"]) == 2
     assert "--workers must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(simhashdb.InvalidArgumentError, match="workers must be an integer >= 1"):
+        server.serve(tmp_path / "x.db", workers=0)
     monkeypatch.delattr(socket, "SO_REUSEPORT")
     assert server.default_workers() == 1
     assert cli.main(["serve", str(tmp_path / "x.db"), "--workers", "2"]) == 2

@@ -321,19 +321,31 @@ def test_the_token_is_asked_for_everything_but_health(tmp_path):
     assert health[0] == 200
 
 
-def test_concurrent_clients_store_one_page_of_each_group(tmp_path):
-    """32 clients post 8 groups of copies at once: one page of each group is
-    stored, every other is a duplicate of a stored one."""
+@pytest.mark.parametrize("workers", [None, 2])
+def test_concurrent_clients_store_one_page_of_each_group(tmp_path, workers):
+    """32 clients post 8 groups of copies at once, to a server in this
+    process or to one of 2 workers: one page of each group is stored, every
+    other is a duplicate of a stored one."""
     groups = {g: page(100 + g) for g in range(8)}
 
+    async def clients(http):
+        async def client(c):
+            return [await post(http, "insert-text-if-new",
+                               {"key": "c%d-g%d" % (c, g), "text": text})
+                    for g, text in groups.items()]
+        return [a for answers in await asyncio.gather(*map(client, range(32))) for a in answers]
+
     async def scenario():
-        async with served(tmp_path / "x.db") as http:
-            async def client(c):
-                return [await post(http, "insert-text-if-new",
-                                   {"key": "c%d-g%d" % (c, g), "text": text})
-                        for g, text in groups.items()]
-            return [a for answers in await asyncio.gather(*map(client, range(32)))
-                    for a in answers]
+        if workers is None:
+            async with served(tmp_path / "x.db") as http:
+                return await clients(http)
+        process, url = start_server(tmp_path / "x.db", workers=workers)
+        try:
+            async with aiohttp.ClientSession(base_url=url) as http:
+                return await clients(http)
+        finally:
+            process.terminate()
+            assert process.wait(timeout=60) == 0
 
     answers = asyncio.run(scenario())
     stored = {a["key"] for a in answers if a["status"] == "stored"}

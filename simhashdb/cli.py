@@ -434,9 +434,10 @@ def cmd_serve(args):
 Endpoints: POST /v1/insert-text-if-new, /v1/query-text, /v1/insert-if-new and
 /v1/query (one item, or {"items": [...]}); DELETE /v1/documents/KEY;
 GET /v1/stats; GET /healthz. The writes of concurrent requests are grouped
-into transactions, and each is on disk before its answer is sent. SIGINT or
-SIGTERM stops it: the requests in flight are answered, then the database is
-closed. The guide is docs/crawlers.md."""
+into transactions, and each is on disk before its answer is sent. --workers
+processes share the port, each with its own groups (a worker that ends is
+replaced). SIGINT or SIGTERM stops it: the requests in flight are answered,
+then the database is closed. The guide is docs/crawlers.md."""
     try:
         from simhashdb import server
     except ImportError:
@@ -447,9 +448,12 @@ closed. The guide is docs/crawlers.md."""
         raise UsageError("--max-body must be at least 1 (MiB), got %g" % args.max_body)
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be in [0, 65535] (0: any free port), got %d" % args.port)
+    workers = server.default_workers() if args.workers is None else args.workers
+    if workers < 1:
+        raise UsageError("--workers must be at least 1, got %d" % workers)
     _open(args.path, args, create=True).close()  # made with the options given, or checked
     try:
-        server.serve(args.path, args.host, args.port, token=token,
+        server.serve(args.path, args.host, args.port, workers=workers, token=token,
                      max_body=int(args.max_body * 2**20))
     except OSError as exc:
         raise CliError("cannot listen on %s port %d: %s; choose another --host or --port"

@@ -264,6 +264,10 @@ def build_parser(handlers):
                                      "unset: no token)")
     sub.add_argument("--max-body", type=float, default=32, metavar="MIB",
                      help="the largest request body, in MiB (default: 32)")
+    sub.add_argument("--workers", type=int, metavar="N",
+                     help="server processes sharing the port, each fingerprinting and "
+                          "committing its requests (default: the cores, at most 4; 1: one "
+                          "process)")
 
     sub = command("fingerprint", "simhashdb-cli fingerprint README.md docs/*.txt", path=False)
     sub.add_argument("files", nargs="*", metavar="FILE",

@@ -14,10 +14,16 @@ Usage::
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import json
+import os
+import pickle
 import signal
+import socket
+import subprocess
 import sys
+from multiprocessing import connection
 
 from aiohttp import web
 
@@ -36,6 +42,7 @@ from .errors import (
 DEFAULT_PORT = 8750
 MAX_BODY = 32 * 2**20  # bytes of a request: 1,000 pages of 16 KB with room to spare
 MAX_ITEMS = 10_000  # items of one request
+MAX_DEFAULT_WORKERS = 4  # all workers' commits take turns: more rarely serve more
 TOKEN_VARIABLE = "SIMHASHDB_TOKEN"
 DB = web.AppKey("db", object)  # the application's AsyncDB
 # what one page's item may hold, by endpoint; the first field is required
@@ -67,28 +74,56 @@ def make_app(db, *, token=None, max_body=MAX_BODY):
     return app
 
 
-def serve(path, host="127.0.0.1", port=DEFAULT_PORT, *, token=None, max_body=MAX_BODY,
-          announce=None, **db_options):
+def serve(path, host="127.0.0.1", port=DEFAULT_PORT, *, workers=1, token=None,
+          max_body=MAX_BODY, announce=None, **db_options):
     """Serve the database at ``path`` until SIGINT or SIGTERM, then stop
     taking requests, answer those in flight and close the database.
 
+    :param int workers: processes answering on the port (default: 1, this
+        one). More are started as Python processes of their own that share
+        the port (SO_REUSEPORT: Linux spreads the connections over them),
+        each with its own :class:`~simhashdb.aio.AsyncDB` of the database;
+        this process watches them, starts another for one that ends, and
+        stops them all on SIGINT or SIGTERM (or they stop once it is gone).
     :param announce: called with the server's URL once it listens (default:
         a line on stderr).
     :param db_options: passed to :class:`simhashdb.aio.AsyncDB`.
+    :raises InvalidArgumentError: ``workers`` below 1, or above 1 on a system
+        without SO_REUSEPORT.
+    :raises DatabaseError: a worker could not start (the message says why).
     """
-    asyncio.run(_serve(path, host, port, token, max_body, announce or _announce, db_options))
+    if type(workers) is not int or workers < 1:
+        raise InvalidArgumentError("workers must be an integer >= 1, got %r" % (workers,))
+    settings = (path, host, port, token, max_body, db_options)
+    if workers == 1:
+        asyncio.run(_serve(*settings, announce or _announce))
+    else:
+        _supervise(workers, settings, announce or _announce)
 
 
-async def _serve(path, host, port, token, max_body, announce, db_options):
+def default_workers():
+    """The workers ``simhashdb-cli serve`` starts unless told: the cores this
+    process may use, at most MAX_DEFAULT_WORKERS; 1 without SO_REUSEPORT."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_DEFAULT_WORKERS))
+
+
+async def _serve(path, host, port, token, max_body, db_options, announce, parent=None):
+    """Answer on ``host``:``port`` until SIGINT or SIGTERM, or until
+    ``parent`` (a worker's stdin, from its parent) ends."""
     async with AsyncDB(path, **db_options) as db:
         runner = web.AppRunner(make_app(db, token=token, max_body=max_body), access_log=None)
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port).start()
+            await web.TCPSite(runner, host, port, reuse_port=parent is not None).start()
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
+            if parent is not None:  # readable once the parent is gone
+                loop.add_reader(parent.fileno(), _stopping, loop, parent, stop)
             bound = runner.addresses[0]
             announce("http://%s:%d" % ((bound[0] if ":" not in bound[0] else
                                         "[%s]" % bound[0]), bound[1]))
@@ -97,9 +132,118 @@ async def _serve(path, host, port, token, max_body, announce, db_options):
             await runner.cleanup()  # requests in flight are answered first
 
 
+def _stopping(loop, parent, stop):
+    loop.remove_reader(parent.fileno())
+    stop.set()
+
+
 def _announce(url):
     print("simhashdb-cli: serving on %s (Ctrl-C or SIGTERM stops it)" % url, file=sys.stderr,
           flush=True)
+
+
+# Workers: processes of their own, each with its AsyncDB (whose group commits
+# then take turns under the database's write lock), sharing one port. A
+# worker reads its settings from its stdin, whose end tells it that its
+# parent is gone, and writes a line to its stdout once it listens (its URL)
+# or cannot (why); the end of its stdout tells its parent that it ended.
+
+
+def _supervise(count, settings, announce):
+    """Run ``count`` workers until SIGINT or SIGTERM, starting another for
+    each that ends before; then stop them all (each answers its requests in
+    flight first)."""
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise InvalidArgumentError("several server workers share a port through SO_REUSEPORT, "
+                                   "which this system lacks: serve with 1 worker")
+    path, host, port = settings[:3]
+    settings = (path, host, _free_port(host, port)) + settings[3:]
+    stopping, workers = [], {}
+    woken, waking = socket.socketpair()
+    waking.setblocking(False)
+    handlers = {signum: signal.signal(signum, lambda *_: stopping.append(True))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    wakeup = signal.set_wakeup_fd(waking.fileno())
+    try:
+        for number in range(1, count + 1):
+            url = _start_worker(number, settings, workers, woken, stopping)
+        if not stopping:
+            announce(url)
+        while not stopping:
+            ready = connection.wait([woken] + [w.stdout for w in workers.values()])
+            if woken in ready:
+                woken.recv(64)
+            for number, process in list(workers.items()):
+                if process.stdout in ready and not process.stdout.readline() and not stopping:
+                    print("simhashdb-cli serve: worker %d (pid %d) ended (%s); starting another"
+                          % (number, process.pid, _ending(process.wait())), file=sys.stderr,
+                          flush=True)
+                    _start_worker(number, settings, workers, woken, stopping)
+    finally:
+        for process in workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()  # SIGTERM: a worker's graceful stop
+        for process in workers.values():
+            process.wait()
+            process.stdin.close()
+            process.stdout.close()
+        signal.set_wakeup_fd(wakeup)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        waking.close()
+        woken.close()
+
+
+def _free_port(host, port):
+    """``port``, or a free one for 0, where no process listens (tried
+    without SO_REUSEPORT, which would join another server's listeners)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    with socket.create_server((host, port), family=family) as probe:
+        return probe.getsockname()[1]
+
+
+def _start_worker(number, settings, workers, woken, stopping):
+    """Start worker ``number`` and wait until it listens: its URL (None if
+    the server is stopped first). A worker that cannot start stops the
+    server with its reason."""
+    process = subprocess.Popen([sys.executable, "-c", "from simhashdb import server; "
+                                "server._work()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    workers[number] = process
+    process.stdin.write(pickle.dumps(settings))
+    process.stdin.flush()
+    while not stopping:
+        if process.stdout in connection.wait([process.stdout, woken]):
+            said = process.stdout.readline()
+            if not said:
+                said = json.dumps([False, "it ended (%s)" % _ending(process.wait())])
+            started, said = json.loads(said)
+            if not started:
+                raise DatabaseError("server worker %d could not start: %s" % (number, said))
+            return said
+        woken.recv(64)
+    return None
+
+
+def _work():
+    """A worker process: serve until SIGTERM or its parent is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its parent's SIGTERM stops it
+    started = []
+
+    def tell(listening, said):
+        print(json.dumps([listening, said]), flush=True)
+        started.append(listening)
+    try:
+        asyncio.run(_serve(*pickle.load(sys.stdin.buffer), lambda url: tell(True, url),
+                           sys.stdin))
+    except Exception as exc:
+        if started:  # a failure while serving: its traceback on stderr
+            raise
+        tell(False, str(exc) or type(exc).__name__)  # the parent's error says it
+        sys.exit(1)
+
+
+def _ending(code):
+    return "exit status %d" % code if code >= 0 else "signal %d" % -code
 
 
 # Requests
@@ -231,7 +375,7 @@ async def _stats(request):
 
 
 async def _healthz(request):
-    return _json({"status": "ok"})
+    return _json({"status": "ok", "pid": os.getpid()})  # the worker that answered
 
 
 # Answers and errors

@@ -1,17 +1,23 @@
 """simhashdb-cli serve: the HTTP server's answers against the library's own
 decisions, bad requests, the token, concurrent clients, and a server killed
-or stopped while writing (every acknowledged write is in the database)."""
+or stopped while writing (every acknowledged write is in the database), with
+one process and with workers (a page and its near-duplicate at two workers at
+once, a worker that ends)."""
 
 import asyncio
 import contextlib
+import http.client
 import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.parse
 
 import pytest
@@ -156,7 +162,7 @@ def test_delete_stats_and_health(tmp_path):
     before, first, second, after, health = asyncio.run(scenario())
     assert (before, after) == (1, 0)
     assert first == {"key": url, "deleted": True} and second == {"key": url, "deleted": False}
-    assert health == {"status": "ok"}
+    assert health == {"status": "ok", "pid": os.getpid()}
 
 
 def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch):
@@ -316,19 +322,31 @@ def test_the_token_is_asked_for_everything_but_health(tmp_path):
     assert health[0] == 200
 
 
-def test_concurrent_clients_store_one_page_of_each_group(tmp_path):
-    """32 clients post 8 groups of copies at once: one page of each group is
-    stored, every other is a duplicate of a stored one."""
+@pytest.mark.parametrize("workers", [None, 2])
+def test_concurrent_clients_store_one_page_of_each_group(tmp_path, workers):
+    """32 clients post 8 groups of copies at once, to a server in this
+    process or to one of 2 workers: one page of each group is stored, every
+    other is a duplicate of a stored one."""
     groups = {g: page(100 + g) for g in range(8)}
 
+    async def clients(http):
+        async def client(c):
+            return [await post(http, "insert-text-if-new",
+                               {"key": "c%d-g%d" % (c, g), "text": text})
+                    for g, text in groups.items()]
+        return [a for answers in await asyncio.gather(*map(client, range(32))) for a in answers]
+
     async def scenario():
-        async with served(tmp_path / "x.db") as http:
-            async def client(c):
-                return [await post(http, "insert-text-if-new",
-                                   {"key": "c%d-g%d" % (c, g), "text": text})
-                        for g, text in groups.items()]
-            return [a for answers in await asyncio.gather(*map(client, range(32)))
-                    for a in answers]
+        if workers is None:
+            async with served(tmp_path / "x.db") as http:
+                return await clients(http)
+        process, url = start_server(tmp_path / "x.db", workers=workers)
+        try:
+            async with aiohttp.ClientSession(base_url=url) as http:
+                return await clients(http)
+        finally:
+            process.terminate()
+            assert process.wait(timeout=60) == 0
 
     answers = asyncio.run(scenario())
     stored = {a["key"] for a in answers if a["status"] == "stored"}
@@ -339,10 +357,13 @@ def test_concurrent_clients_store_one_page_of_each_group(tmp_path):
         assert {r.key for r in db} == stored
 
 
-def start_server(path, env=None):
-    """A `simhashdb-cli serve` process on 127.0.0.1 (a free port) and its URL."""
+def start_server(path, env=None, workers=1):
+    """A `simhashdb-cli serve` process on 127.0.0.1 (a free port, ``workers``
+    processes, in a process group of their own) and its URL."""
     process = subprocess.Popen([sys.executable, "-m", "simhashdb", "serve", str(path),
-                                "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
+                                "--port", "0", "--workers", str(workers)],
+                               stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
     line = process.stderr.readline()
     found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
     if not found:
@@ -370,22 +391,24 @@ async def write_until(url, stop_after, acknowledged, clients=16):
         await asyncio.gather(*map(client, range(clients)))
 
 
-def test_a_killed_server_loses_no_acknowledged_write(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_killed_server_loses_no_acknowledged_write(tmp_path, workers):
+    """SIGKILL to every process of the server while clients write."""
     path = tmp_path / "x.db"
-    process, url = start_server(path)
+    process, url = start_server(path, workers=workers)
     acknowledged = set()
 
     async def scenario():
         writing = asyncio.ensure_future(write_until(url, 10_000, acknowledged))
         while len(acknowledged) < 100:
             await asyncio.sleep(0.01)
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         await writing
 
     try:
         asyncio.run(scenario())
     finally:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     assert process.returncode == -signal.SIGKILL
     with simhashdb.DB(path) as db:
@@ -393,9 +416,13 @@ def test_a_killed_server_loses_no_acknowledged_write(tmp_path):
         assert db.check() == []
 
 
-def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path, workers):
+    """SIGTERM to the server's (first) process: every process ends, each
+    request answered first."""
     path = tmp_path / "x.db"
-    process, url = start_server(path, env=dict(os.environ, SIMHASHDB_TOKEN="t"))
+    process, url = start_server(path, env=dict(os.environ, SIMHASHDB_TOKEN="t"),
+                                workers=workers)
     acknowledged = set()
 
     async def scenario():
@@ -414,8 +441,11 @@ def test_sigterm_answers_the_requests_in_flight_then_stops(tmp_path):
     try:
         asyncio.run(scenario())
         assert process.wait(timeout=60) == 0
+        with pytest.raises(ProcessLookupError):  # no worker left behind
+            os.killpg(process.pid, 0)
     finally:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
     assert acknowledged
     with simhashdb.DB(path) as db:
         assert acknowledged <= {r.key for r in db}
@@ -447,3 +477,113 @@ def test_texts_a_database_can_never_take_are_a_conflict(tmp_path):
 
     refused, stored = asyncio.run(scenario())
     assert "recipe" in refused["error"] and stored["status"] == "stored"
+
+
+def worker_connections(url, count=2):
+    """Keep-alive connections to the server at ``url``, one to each of
+    ``count`` different workers (found by the pid ``GET /healthz`` gives)."""
+    address = urllib.parse.urlsplit(url)
+    found = {}
+    for _ in range(1000):
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        pid = call(connection, "GET", "/healthz")["pid"]
+        if pid in found:
+            connection.close()
+            time.sleep(0.01)  # (a worker may be starting)
+        else:
+            found[pid] = connection
+        if len(found) == count:
+            return list(found.values())
+    pytest.fail("1000 connections reached only %d workers" % len(found))
+
+
+def call(connection, method, path, body=None):
+    connection.request(method, path, body=None if body is None else json.dumps(body),
+                       headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    answer = json.loads(response.read())
+    assert response.status == 200, answer
+    return answer
+
+
+def test_a_page_and_its_near_duplicate_at_two_workers_are_decided_once(tmp_path):
+    """Posted at the same moment to two workers (two processes, each with
+    its own groups): one page of each pair is stored, the other is its
+    duplicate, as their commits take turns under the database's write lock."""
+    process, url = start_server(tmp_path / "x.db", workers=2)
+    try:
+        connections = worker_connections(url)
+        pairs = [(page(500 + i), page(500 + i).replace("river", "bridge", 1)
+                  .replace("school", "valley", 1)) for i in range(40)]
+        together = threading.Barrier(2)
+        answers = [[], []]
+
+        def client(side):
+            for i, pair in enumerate(pairs):
+                together.wait(timeout=60)  # (broken if the other thread failed)
+                answers[side].append(call(connections[side], "POST", "/v1/insert-text-if-new",
+                                          {"key": "p%d-%d" % (i, side), "text": pair[side]}))
+
+        threads = [threading.Thread(target=client, args=(side,)) for side in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    assert len(answers[0]) == len(answers[1]) == len(pairs)
+    for decided in zip(*answers):
+        assert sorted(a["status"] for a in decided) == ["duplicate", "stored"], decided
+        stored = next(a["key"] for a in decided if a["status"] == "stored")
+        duplicate = next(a for a in decided if a["status"] == "duplicate")
+        assert [m["key"] for m in duplicate["matches"]] == [stored]
+    with simhashdb.DB(tmp_path / "x.db") as db:
+        assert len(db) == len(pairs) and db.check() == []
+
+
+def test_a_worker_that_ends_is_replaced_and_workers_end_with_their_parent(tmp_path):
+    """A killed worker is reported on stderr and another answers in its
+    place; once the first process is killed, its workers stop by themselves."""
+    process, url = start_server(tmp_path / "x.db", workers=2)
+    try:
+        pid = call(worker_connections(url)[0], "GET", "/healthz")["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert select.select([process.stderr], [], [], 60)[0], "no report in 60 s"
+        line = process.stderr.readline()
+        assert re.search(r"worker \d \(pid %d\) ended \(signal 9\); starting another" % pid,
+                         line), line
+        workers = [call(c, "GET", "/healthz")["pid"] for c in worker_connections(url)]
+        assert pid not in workers
+        process.kill()
+        process.wait()
+        for _ in range(3000):
+            if not any(map(running, workers)):
+                break
+            time.sleep(0.01)
+        assert not any(map(running, workers))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def running(pid):
+    """Whether process ``pid`` runs (an ended one that no parent waited
+    for yet does not; Linux's /proc)."""
+    try:
+        with open("/proc/%d/stat" % pid) as read:
+            return read.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_need_so_reuseport(tmp_path, monkeypatch, capsys):
+    from simhashdb import cli
+    assert cli.main(["serve", str(tmp_path / "x.db"), "--workers", "0"]) == 2
+    assert "--workers must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(simhashdb.InvalidArgumentError, match="workers must be an integer >= 1"):
+        server.serve(tmp_path / "x.db", workers=0)
+    monkeypatch.delattr(socket, "SO_REUSEPORT")
+    assert server.default_workers() == 1
+    assert cli.main(["serve", str(tmp_path / "x.db"), "--workers", "2"]) == 2
+    assert "SO_REUSEPORT, which this system lacks: serve with 1 worker" in capsys.readouterr().err

@@ -13,9 +13,7 @@ import pytest
 
 from simhashdb import inputs
 
-from test_archives import RECORDS, page, prose, write_warc
-
-pytest.importorskip("warcio", reason="the test extra is not installed")
+from test_archives import RECORDS, page, prose, write_warc  # (skips without warcio)
 
 # records of every kind, and a page (the third) whose damaged gzip member warcio read as
 # garbage, losing the record after it

@@ -269,7 +269,8 @@ class _Bytes:
     def read(self, size):
         self._have(self.at + size)
         start = self.at - self.base
-        chunk = bytes(self.data[start:start + size])
+        with memoryview(self.data) as data:
+            chunk = bytes(data[start:start + size])
         self.at += len(chunk)
         return chunk
 

@@ -4,6 +4,7 @@ is read as written, the damaged one is the reader's note at its offset (or
 read as written, where the damage changed nothing it holds), and nothing is
 printed or raised."""
 
+import gzip
 import io
 import logging
 import re
@@ -112,6 +113,24 @@ def test_records_read_the_same_however_the_reads_cut_the_archive(tmp_path, monke
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(Trickle(whole, most)))
             got.append(read("-"))
         assert got == expected, most
+
+
+def test_a_damaged_arc_member_is_noted_and_the_next_read(tmp_path):
+    version = b"1 0 simhashdb\nURL IP-address Archive-date Content-type Archive-length\n"
+    members = [b"filedesc://old.arc 0.0.0.0 20260101000000 text/plain %d\n" % len(version) +
+               version + b"\n"]
+    for i in range(3):
+        http = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + prose(i).encode()
+        members.append(b"http://example.com/%d 127.0.0.1 20260101000000 text/plain %d\n"
+                       % (i, len(http)) + http + b"\n")
+    members = [gzip.compress(member) for member in members]
+    members[2] = members[2][:10] + bytes(20) + members[2][30:]   # the second page's member
+    (tmp_path / "old.arc.gz").write_bytes(b"".join(members))
+    starts = [sum(map(len, members[:i])) for i in range(len(members))]
+    meta = {"date": "2026-01-01T00:00:00Z", "status": 200}
+    assert read(tmp_path / "old.arc.gz") == [
+        (0, "a warcinfo record"), (starts[1], ("http://example.com/0", prose(0), meta)),
+        (starts[2], ("note", starts[2])), (starts[3], ("http://example.com/2", prose(2), meta))]
 
 
 def test_what_warcio_logs_of_a_record_it_mends_is_not_printed(tmp_path, capfd, monkeypatch):

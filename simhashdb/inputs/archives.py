@@ -24,6 +24,7 @@ HEADER_LIMIT = 1 << 20  # the longest header a record may have
 SPACE = re.compile(rb"[ \t\r\n]*")
 LINE_END = re.compile(rb"\n")
 HEADER_END = re.compile(rb"\n\r?\n")  # the blank line after a WARC's header
+RECORD_END = re.compile(rb"\r?\n\r?\n")  # the two line ends after a WARC record's block
 CONTENT_LENGTH = re.compile(rb"\ncontent-length:[ \t]*([0-9]+)[ \t]*\r?\n", re.I)
 WARC_HEADER = re.compile(  # a version line, then fields (or values' continuations), no controls
     rb"WARC/[0-9]+\.[0-9]+\r?\n(?:(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:|[ \t])"
@@ -218,7 +219,7 @@ def _check_warc(header, block, source):
     """Checks a plain WARC's record, its ``header`` and ``block`` read from
     ``source``: a header of well formed lines with each field every record
     has once, a block that agrees with its WARC-Block-Digest, then the two
-    line ends that end a record.
+    line ends that end a record (or the end of the archive).
 
     :raises InputError: a check fails.
     """
@@ -229,9 +230,12 @@ def _check_warc(header, block, source):
     digest = WARC_BLOCK_DIGEST.search(header)
     if digest and not _digest_agrees(block, digest.group(1)):
         raise InputError("a block that disagrees with its WARC-Block-Digest")
-    if source.read_through(LINE_END).strip() or source.read_through(LINE_END).strip():
+    tail = source.read(4)
+    end = RECORD_END.match(tail)
+    if end is None and (len(tail) == 4 or tail.strip()):   # (the archive may end sooner)
         raise InputError("a block not followed by two line ends (its Content-Length "
                          "disagrees)")
+    source.seek(source.at - len(tail) + (end.end() if end else len(tail)))
 
 
 def _digest_agrees(block, declared):

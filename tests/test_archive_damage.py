@@ -4,6 +4,7 @@ is read as written, the damaged one is the reader's note at its offset (or
 read as written, where the damage changed nothing it holds), and nothing is
 printed or raised."""
 
+import base64
 import gzip
 import io
 import logging
@@ -131,6 +132,19 @@ def test_a_damaged_arc_member_is_noted_and_the_next_read(tmp_path):
     assert read(tmp_path / "old.arc.gz") == [
         (0, "a warcinfo record"), (starts[1], ("http://example.com/0", prose(0), meta)),
         (starts[2], ("note", starts[2])), (starts[3], ("http://example.com/2", prose(2), meta))]
+
+
+@pytest.mark.parametrize("encode", [base64.b32encode, base64.b16encode, base64.b64encode],
+                         ids=["base32", "base16", "base64"])
+def test_a_block_digest_in_each_base_is_checked(tmp_path, encode):
+    data = write_warc(tmp_path / "crawl.warc", RECORDS[:1], gz=False).read_bytes()
+    declared = re.search(rb"WARC-Block-Digest: sha1:(\S+)", data).group(1)
+    data = data.replace(declared, encode(base64.b32decode(declared)))
+    (tmp_path / "crawl.warc").write_bytes(data)
+    at = data.rindex(b"</p>")   # a byte of the page flipped
+    (tmp_path / "damaged.warc").write_bytes(data[:at] + b"X" + data[at + 1:])
+    assert read(tmp_path / "crawl.warc")[0][1][0] == RECORDS[0][0]
+    assert read(tmp_path / "damaged.warc") == [(0, ("note", 0))]
 
 
 def test_what_warcio_logs_of_a_record_it_mends_is_not_printed(tmp_path, capfd, monkeypatch):

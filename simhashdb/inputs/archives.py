@@ -29,9 +29,10 @@ CONTENT_LENGTH = re.compile(rb"\ncontent-length:[ \t]*([0-9]+)[ \t]*\r?\n", re.I
 WARC_HEADER = re.compile(  # a version line, then fields (or values' continuations), no controls
     rb"WARC/[0-9]+\.[0-9]+\r?\n(?:(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:|[ \t])"
     rb"[^\x00-\x08\x0a-\x1f\x7f]*\r?\n)*\r?\n")
-WARC_FIELD_NAME = re.compile(rb"\n([!#$%&'*+.^_`|~0-9A-Za-z-]+):")
 WARC_BLOCK_DIGEST = re.compile(rb"\nwarc-block-digest:[ \t]*([^\r\n]*)", re.I)
 WARC_REQUIRED = (b"warc-record-id", b"content-length", b"warc-date", b"warc-type")
+BASE32_AS_DIGITS = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
+                                   b"0123456789ABCDEFGHIJKLMNOPQRSTUV")
 # what warcio logs of a record it mends (spaces in a target URI) goes to the
 # application's logging where it has some, not straight to stderr
 logging.getLogger("warcio").addHandler(logging.NullHandler())
@@ -223,8 +224,8 @@ def _check_warc(header, block, source):
 
     :raises InputError: a check fails.
     """
-    names = [name.lower() for name in WARC_FIELD_NAME.findall(header)]
-    if not WARC_HEADER.fullmatch(header) or any(names.count(name) != 1
+    named = header.lower()
+    if not WARC_HEADER.fullmatch(header) or any(named.count(b"\n%s:" % name) != 1
                                                 for name in WARC_REQUIRED):
         raise InputError("a malformed WARC header")
     digest = WARC_BLOCK_DIGEST.search(header)
@@ -239,17 +240,25 @@ def _check_warc(header, block, source):
 
 
 def _digest_agrees(block, declared):
-    """Whether ``block`` has the digest ``declared`` (``sha1:BASE32``, or
-    another hashlib algorithm in base 32, 16 or 64); True where its
-    algorithm is unknown."""
+    """Whether ``block`` has the digest ``declared`` (``sha1:BASE32``, as
+    WARC writers give it, or another hashlib algorithm's, in base 32, 16 or
+    64); True where its algorithm is unknown."""
     algorithm, _, value = declared.partition(b":")
     try:
         digest = hashlib.new(algorithm.decode("ascii").replace("-", "").lower(), block).digest()
     except (ValueError, UnicodeDecodeError):
         return True
     value = value.strip().rstrip(b"=")
-    return value.upper() in (base64.b32encode(digest).rstrip(b"="), base64.b16encode(digest)) \
-        or value == base64.b64encode(digest).rstrip(b"=")
+    base32 = -(-8 * len(digest) // 5)   # characters of 5 bits, the last padded with zeros
+    if len(value) == 2 * len(digest):
+        return value.lower() == digest.hex().encode()
+    if len(value) != base32:
+        return value == base64.b64encode(digest).rstrip(b"=")
+    try:   # (int() reads base 32 in the digits 0-9A-V, fast)
+        return int(value.upper().translate(BASE32_AS_DIGITS), 32) == \
+            int.from_bytes(digest, "big") << (5 * base32 - 8 * len(digest))
+    except ValueError:
+        return False
 
 
 class _Bytes:

@@ -39,15 +39,7 @@ from typing import Callable, Optional, Sequence
 
 from ..errors import DamagedInputError, InputError, SimhashDBError
 from ..fingerprint import fingerprint as default_fingerprint
-from .archives import (
-    ARCHIVE_MAGIC,
-    ARCHIVE_SUFFIXES,
-    _member_cut,
-    _next_record_start,
-    _rest_is_data,
-    is_archive,
-    open_archive,
-)
+from .archives import ARCHIVE_MAGIC, ARCHIVE_SUFFIXES, archive_records, is_archive, open_archive
 from .charsets import CHARSET, Skipped, decode_text, read_text, web_encoding
 from .streams import _is_regular, _size, _utf8, open_input, stdin, stdin_is_empty
 from .values import (
@@ -186,53 +178,14 @@ class Reader:
         return fp if isinstance(fp, Skipped) else text
 
     def _archive_records(self, given, progress):
-        """The records of a web archive, read by warcio; from a malformed
-        record's InputError, reading goes on at the next record that starts
-        well (a named file's next gzip member or WARC header)."""
-        start = 0
-        while start is not None:
-            start = yield from self._archive_from(given, start, progress)
-
-    def _archive_from(self, given, start, progress):
-        """The records of an archive from byte ``start``; returns where to go on
-        after a malformed record (None: the end)."""
-        try:
-            from warcio.archiveiterator import ArchiveIterator
-        except ImportError:
-            raise InputError("reading web archives needs warcio: pip install '.[warc]' in "
-                             "simhashdb's source directory") from None
+        """The records of a web archive, read by warcio; a damaged or
+        truncated record is its InputError, and reading goes on at the next
+        record that reads whole (see :func:`archive_records`)."""
         source = "<stdin>" if given == "-" else given
-        with open_archive(given, start) as stream:
-            records = ArchiveIterator(stream, arc2warc=True)
-            offset = done = start
-            while True:
-                try:
-                    record = next(records, None)
-                    if record is None:
-                        break
-                    body = record.content_stream().read()
-                    truncated = getattr(record.raw_stream, "limit", 1) > 0 or not (
-                        record.rec_headers.get_header("Content-Length") or "").strip().isdigit()
-                    offset = records.get_record_offset()
-                    truncated = truncated or _member_cut(records.reader)
-                except Exception as exc:  # warcio's errors on damaged data have no one base
-                    offset = records.offset
-                    yield source, offset, InputError(
-                        "a malformed archive record at byte %d (%s)"
-                        % (offset, " ".join(str(exc).split())[:80] or type(exc).__name__))
-                    return None if given == "-" else _next_record_start(given, offset)
-                if progress is not None:
-                    progress.update(records.offset - done)
-                    done = records.offset
-                if truncated:
-                    yield source, offset, InputError("a truncated archive record at byte %d"
-                                                     % offset)
-                    return None
-                yield source, offset, self._archived_page(record, body, offset)
-            if given != "-" and _rest_is_data(given, records.offset):  # a record cut in its header
-                yield source, records.offset, InputError("a truncated archive record at byte %d"
-                                                         % records.offset)
-        return None
+        with open_archive(given) as stream:
+            for offset, item in archive_records(stream, progress):
+                yield source, offset, item if isinstance(item, InputError) else \
+                    self._archived_page(*item, offset)
 
     def _archived_page(self, record, body, offset):
         """The TextRecord of an archive's record of a page, its Skipped, or an InputError."""

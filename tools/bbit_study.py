@@ -149,13 +149,15 @@ class Memory:
     """Insert-if-new under one form, in memory, one text after another (as
     DB.insert_text_if_new_many decides a batch): the candidates share a band
     or a 16-bit block of the fingerprint (four blocks: within 3 bits, two
-    fingerprints agree on one), and the rule confirms them."""
+    fingerprints agree on one), and the rule confirms them. A text stored
+    under a key already stored replaces the document there."""
 
     def __init__(self, form, threshold, capacity):
         self.form, self.threshold = form, threshold
         self.sigs = np.zeros((capacity + 1, _ext.SIGNATURE_BYTES), np.uint8)
         self.fps, self.texts = np.zeros(capacity, np.uint64), np.zeros(capacity, bool)
         self.by_band, self.by_block, self.keys = Postings(), Postings(), []
+        self.ids, self.replaced = {}, np.zeros(capacity, bool)
         self.band_candidates = self.unconfirmed = self.queries = self.exposure = 0
 
     def decide(self, key, fp, signature):
@@ -167,6 +169,7 @@ class Memory:
         blocks = [(p << 16) | (fp >> 16 * p) & 0xFFFF for p in range(4)]
         by_band = np.unique(self.by_band.find(bands))
         candidates = np.union1d(by_band, self.by_block.find(blocks)).astype(np.int64)
+        candidates = candidates[~self.replaced[candidates]]
         hits = []
         if len(candidates):
             banded = np.isin(candidates, by_band)
@@ -182,6 +185,9 @@ class Memory:
         if not hits:
             self.fps[n], self.texts[n] = fp, bool(bands)
             self.keys.append(key)
+            if key in self.ids:
+                self.replaced[self.ids[key]] = True
+            self.ids[key] = n
             self.by_band.add(bands, n)
             self.by_block.add(blocks, n)
         return [self.keys[j] for j in hits]
@@ -264,18 +270,26 @@ def all_pairs(c, forms, fps, rows, threshold):
         print("| %s | %d | %s | %.3f | %.1f | %d (%d) | %d (%d) |" % (
             f.name, kept[f].sum(), " | ".join(shares), waste, waste / (n - 1) * 1e6,
             only.sum(), (only & unrelated).sum(), lost.sum(), (lost & unrelated).sum()))
-    print("\nPairs decided otherwise than at 16 bits, by the 16-bit estimate (side of %g) "
-          "and the form's own:\n" % threshold.least)
+    print("\n| pairs decided otherwise than at 16 bits | pairs | unrelated | kinds | "
+          "16-bit estimate min / median / max | within 0.01 of %g at 16 bits | the form's "
+          "estimate min / max | exact Jaccard min / median / max |" % threshold.least)
+    print("|---|---:|---:|---|---|---:|---|---|")
     for f in forms[1:]:
         for label, pick in (("accepted here only", kept[f] & ~kept[base]),
                             ("accepted at 16 bits only", kept[base] & ~kept[f])):
             at = np.flatnonzero(pick)
-            if len(at):
-                print("- %s, %s: %s" % (f.name, label, "; ".join(
-                    "16-bit %.3f, here %.3f (%s, %s)" % (
-                        scores[base][i], scores[f][i], kinds[a[i]],
-                        "unrelated" if unrelated[i] else "related") for i in at[:12])) +
-                    (" ... (%d in all)" % len(at) if len(at) > 12 else ""))
+            if not len(at):
+                continue
+            exact = [eval_quality.jaccard(c.sets[x], c.sets[y]) for x, y in zip(a[at], b[at])]
+            ours = scores[base][at]
+            print("| %s, %s | %d | %d | %s | %.3f / %.3f / %.3f | %d | %.3f / %.3f | "
+                  "%.3f / %.3f / %.3f |" % (
+                      f.name, label, len(at), unrelated[at].sum(), ", ".join(
+                          "%s %d" % kv for kv in collections.Counter(
+                              kinds[a[at]].tolist()).most_common(3)),
+                      ours.min(), np.median(ours), ours.max(),
+                      (abs(ours - threshold.least) <= 0.01).sum(), scores[f][at].min(),
+                      scores[f][at].max(), min(exact), np.median(exact), max(exact)))
 
 
 def copies(c, forms, fps, rows, threshold):
@@ -313,10 +327,16 @@ def copies(c, forms, fps, rows, threshold):
                 "%.3f" % hit[mask].mean() for hit in found[f])))
         print()
     for f in forms[1:]:
-        gained = sum(int((h & ~g).sum()) for h, g in zip(found[f], found[forms[0]]))
-        lost = sum(int((g & ~h).sum()) for h, g in zip(found[f], found[forms[0]]))
-        print("- %s: copies found here only %d, at 16 bits only %d, of %d" % (
-            f.name, gained, lost, len(sample) * len(cells)))
+        for group, members in groups.items():
+            if not members:
+                continue
+            mask = np.isin(kinds, list(members))
+            moved = [(m, r, int((h & ~g & mask).sum()), int((g & ~h & mask).sum()))
+                     for (m, r), h, g in zip(cells, found[f], found[forms[0]])]
+            print("- %s, %s kinds (%d copies): found here only %d, at 16 bits only %d%s" % (
+                f.name, group, mask.sum() * len(cells), sum(x[2] for x in moved),
+                sum(x[3] for x in moved), "".join("; %s %g%% +%d -%d" % (m, 100 * r, up, down)
+                                                  for m, r, up, down in moved if up or down)))
 
 
 def dedupe_stream(c, forms, seed, threshold, check_db):
@@ -334,9 +354,13 @@ def dedupe_stream(c, forms, seed, threshold, check_db):
     print(eval_dedupe.kind_table(rows, c.kinds) + "\n")
     for row in rows[1:]:
         stored, other = eval_dedupe.differences(rows[0], row)
-        print("- %s against 16 bits: %d texts stored by one and skipped by the other%s; "
-              "%d skipped by both with other matches" % (
-                  row["method"], len(stored), " (%s)" % ", ".join(stored[:8]) if stored else "",
+        held = [k for k in stored if c.docs[eval_dedupe._index(k)].kind in corpus.HELD_OUT]
+        print("- %s against 16 bits: %d texts stored by one and skipped by the other (%d "
+              "of held-out kinds), %d of them flagged here only (%d originals, the rest "
+              "copies); %d skipped by both with other matches" % (
+                  row["method"], len(stored), len(held),
+                  sum(bool(row["_matches"][k]) for k in stored),
+                  sum(bool(row["_matches"][k]) for k in stored if k.startswith("doc")),
                   len(other)))
 
 
@@ -348,7 +372,7 @@ def templates(forms, seed, short_words=(0, 132)):
     pages = eval_templates.corpus(rng)
     content = {key: shingles for key, _, _, shingles in pages}
     order = eval_templates.stream(pages, rng)
-    signed = {key: sign(markup, True) for key, markup, _, _, _ in order}
+    signed = [sign(markup, True) for _, markup, _, _, _ in order]  # a key may come twice
     print("\n## tools/eval_templates.py's pages (html=True), decided by each form\n")
     print("| form | short_words | full: false drops | copies found | short: false drops | "
           "copies found |")
@@ -356,7 +380,8 @@ def templates(forms, seed, short_words=(0, 132)):
     for words in short_words:
         for f in forms:
             memory = Memory(f, rule.text_rule(None, words), len(order))
-            decided = {key: memory.decide(key, *signed[key]) for key, _, _, _, _ in order}
+            decided = {item[0]: memory.decide(item[0], *signature)
+                       for item, signature in zip(order, signed)}
             row = collections.Counter()
             for key, _, group, original, _ in order:
                 found = decided[key]

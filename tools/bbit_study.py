@@ -194,13 +194,15 @@ class Memory:
 
 
 class Decider:
-    """A Memory as eval_dedupe's deciders are: decide(batch) -> matched keys."""
+    """A Memory as eval_dedupe's deciders are: decide(batch) -> matched keys,
+    a batch's plain texts decided before its HTML ones, as the database's are."""
 
     def __init__(self, memory, signed):
         self.memory, self.signed = memory, signed
 
     def decide(self, batch):
-        return [self.memory.decide(key, *self.signed[key]) for key, _, _ in batch]
+        return eval_dedupe._by_html(batch, lambda group, html: [
+            self.memory.decide(key, *self.signed[key]) for key, _ in group])
 
     def close(self):
         pass

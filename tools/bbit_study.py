@@ -41,7 +41,7 @@ confirms them (``simhashdb.rule``: ``resemblances``, ``passing``,
    to 1M and 10M stored pages.
 
 Usage: python tools/bbit_study.py [--quick] [--seed N] [--recall N] [--bits 16 12 8 4]
-       [--pages 300000] [--only corpus|templates|crawl ...] [--check-db]
+       [--pages 300000] [--only corpus|templates|crawl|curve ...] [--check-db]
 (``--check-db``: the 16-bit form's stream against DB.insert_text_if_new_many
 itself, texts decided otherwise counted: 0 unless this study's rule drifted
 from the package's.)

@@ -211,16 +211,53 @@ def index_in_one_slot(env, txn):
         txn.drop(db, delete=True)
 
 
+def documents_as_in_format_6(path, format=6):
+    """Rewrite the closed database at ``path``'s documents as format 6 and
+    earlier kept them: ``docs`` (encoded key -> value), the index's values the
+    keys (all in its first slot), no records, key map or next id; ``format``."""
+    import lmdb
+    import msgpack
+
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn)
+        keys, documents = {}, []
+        for id_bytes, raw in txn.cursor(records).iternext():
+            size = int.from_bytes(raw[:lmdb_format.KEY_LENGTH_BYTES], "big")
+            key = raw[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + size]
+            keys[id_bytes] = key
+            documents.append((key, raw[lmdb_format.KEY_LENGTH_BYTES + size:]))
+        docs = env.open_db(lmdb_format.OLD_DOCS.name(), txn=txn)
+        txn.cursor(docs).putmulti(sorted(documents))
+        entries = []
+        for name in lmdb_format.INDEX.names():
+            slot = env.open_db(name, txn=txn, dupsort=True)
+            entries += [(fp, keys[id_bytes]) for fp, id_bytes in txn.cursor(slot).iternext()]
+            txn.drop(slot, delete=False)
+        first = env.open_db(lmdb_format.INDEX.name(0), txn=txn, dupsort=True)
+        txn.cursor(first).putmulti(sorted(entries), dupdata=True)
+        txn.drop(records, delete=True)
+        for name in lmdb_format.KEYS.names():
+            txn.drop(env.open_db(name, txn=txn), delete=True)
+        meta = env.open_db(lmdb_format.META.name(), txn=txn)
+        txn.delete(lmdb_format.NEXT_ID, db=meta)
+        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
+        params["format"] = format
+        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+    env.close()
+
+
 def bands_as_in_0_5(path):
     """Rewrite the closed database at ``path``'s bands as simhashdb 0.5 kept
     them: each a dupsort ``band:NN`` (an entry's top 2 bytes as key, the other
-    6 as value), no band runs, format 4."""
+    6 as value), no band runs, the documents as format 6 kept them, format 4."""
     import lmdb
     import msgpack
 
     from simhashdb import DB
     with DB(path, readonly=True) as db, storage_of(db).read() as view:
         bands = [view.band_entries(band) for band in range(lmdb_format.BANDS)]
+    documents_as_in_format_6(path)
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn)
@@ -242,7 +279,8 @@ def bands_as_in_0_5(path):
 def as_in_0_3(path):
     """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
     table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
-    other 6 as value), no runs, no counters, each band as 0.5 kept it, format 2."""
+    other 6 as value), no runs, no counters, the documents and each band as
+    0.5 kept them, format 2."""
     import lmdb
     import msgpack
 

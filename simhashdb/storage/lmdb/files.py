@@ -469,6 +469,12 @@ class LmdbHandle(Storage):
     def check(self):
         return self.shared.check()
 
+    @property
+    def old_documents(self):
+        """Whether the file keeps its documents as format 6 did (its
+        storage's ``old_documents``)."""
+        return self._open().old_documents
+
     def info(self):
         return self._open().info()
 

@@ -201,6 +201,13 @@ def brute_force(docs, fingerprint, distance):
     return sorted(hits, key=lambda m: (m[2], key_order(m[0])))
 
 
+def stored_id(env, txn, key):
+    """The document id (8 bytes) that the key map of an LMDB database holds
+    for encoded ``key`` (in whichever of its slots), or None."""
+    found = (txn.get(key, db=env.open_db(name, txn=txn)) for name in lmdb_format.KEYS.names())
+    return next(filter(None, found), None)
+
+
 def index_in_one_slot(env, txn):
     """Move the fingerprint index into ``fingerprints`` and drop its other slots
     (index:NN), as databases of format 3 and before kept it."""

@@ -189,7 +189,8 @@ def read_index(path):
                     db = env.open_db(index_name(slot), txn=txn, create=False, dupsort=True)
                 except lmdb.NotFoundError:
                     break
-                slots.append({(_ext.unpack_key(k), key_of[v]) for k, v in txn.cursor(db).iternext()})
+                slots.append({(_ext.unpack_key(k), key_of[v])
+                              for k, v in txn.cursor(db).iternext()})
     finally:
         env.close()
     return slots

@@ -257,4 +257,5 @@ def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path
     assert held[lmdb_format.KEYS.name(0)] == [(key, doc) for doc, key in numbered]
     assert held[lmdb_format.INDEX.name(0)] == sorted(
         (fps[msgpack.unpackb(key)].to_bytes(8, "big"), doc) for doc, key in numbered)
-    assert not any(held[name] for name in lmdb_format.KEYS.names()[1:] + lmdb_format.INDEX.names()[1:])
+    others = lmdb_format.KEYS.names()[1:] + lmdb_format.INDEX.names()[1:]
+    assert not any(held[name] for name in others)

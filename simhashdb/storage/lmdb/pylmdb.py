@@ -103,7 +103,7 @@ class PyLmdbStorage(LmdbStorage):
                                     "use another directory" % self.path)
             self._dbs = {META: self._open_db(META, txn=txn)}
             self._open_documents(txn)
-            self._index = Slots(format.INDEX)  # (one slot where a database made before them is read)
+            self._index = Slots(format.INDEX)  # (one slot in a database made before them)
             self._open_slots(self._index, create=new, txn=txn)
             self._open_bands(new, txn)
         if self._layout is not None:
@@ -262,9 +262,11 @@ class PyLmdbStorage(LmdbStorage):
         with self._errors("read"):
             txn = self._env.begin()
         for slots in (self._index, self._keys):
-            if 0 < len(slots) < slots.kind.count and txn.get(slots.kind.name(len(slots))) is not None:
+            lacking = slots.kind.name(len(slots)) if 0 < len(slots) < slots.kind.count else None
+            if lacking is not None and txn.get(lacking) is not None:
                 txn.abort()  # the slots another process added must be read too
-                raise lmdb.MapResizedError("%s gained slots of %s" % (self.path, slots.first))
+                raise lmdb.MapResizedError("%s gained slots of %s"
+                                           % (self.path, slots.first.decode()))
         return txn
 
     def _view(self, txn):

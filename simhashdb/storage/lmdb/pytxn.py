@@ -96,10 +96,10 @@ class PyTxn(PyView, Txn):
             self._touch(fp, touched)
             index.put(_ext.pack_key(fp), doc)
         if appended:
-            if records.putmulti(appended, append=True)[1] != len(appended):  # ids behind the records'
+            if records.putmulti(appended, append=True)[1] != len(appended):  # ids behind theirs
                 raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
             self._set_count(NEXT_ID, next_id)
-            # in full pages where the new keys all sort after the slot's (a first batch, rising keys)
+            # in full pages where the new keys sort after the slot's (a first batch, rising keys)
             after = not keys.last() or keys.key() < mapped[0][0]
             if keys.putmulti(mapped, append=after)[1] != len(mapped):
                 raise damaged_error(storage.path, "the key map")

@@ -40,21 +40,23 @@ class PyView(View):
         self._cursors = {}
         self._in_use = {}  # cursors on each family's slots in use (_slot_cursors)
 
+    def _db(self, name):
+        db = self._storage._dbs.get(name)
+        if db is None:  # only the records and key map of a database of format 6 and earlier
+            raise old_documents_error(self._storage.path)
+        return db
+
     def _cursor(self, name):
         cursor = self._cursors.get(name)
         if cursor is None:
-            db = self._storage._dbs.get(name)
-            if db is None:  # only the records and key map of a database of format 6 and earlier
-                raise old_documents_error(self._storage.path)
-            cursor = self._cursors[name] = self._txn.cursor(db)
+            cursor = self._cursors[name] = self._txn.cursor(self._db(name))
         return cursor
 
     def params(self):
         return self._cursor(META).get(PARAMS)
 
     def count(self):
-        self._cursor(RECORDS)
-        return self._txn.stat(self._storage._dbs[RECORDS])["entries"]
+        return self._txn.stat(self._db(RECORDS))["entries"]
 
     def distinct(self):
         if self._storage._runs:

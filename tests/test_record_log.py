@@ -10,7 +10,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import brute_force, native_built, storage_of
+from conftest import brute_force, native_built, storage_of, store_format
 
 from simhashdb import DB, RECIPE, DatabaseError
 from simhashdb.layout import Layout
@@ -195,11 +195,8 @@ def as_format_6(path):
             txn.cursor(slot).putmulti(entries, dupdata=True)
         for name in [RECORDS] + lmdb_format.KEYS.names():
             txn.drop(env.open_db(name, txn=txn), delete=True)
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        txn.delete(lmdb_format.NEXT_ID, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = 6
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        txn.delete(lmdb_format.NEXT_ID, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        store_format(env, txn, 6)
     env.close()
 
 

@@ -77,7 +77,12 @@ VERIFY_TRIES = 3  # walks of the data file check() makes while other processes c
 
 
 class PyLmdbStorage(LmdbStorage):
-    """An LMDB environment in the directory ``path``, through py-lmdb."""
+    """An LMDB environment in the directory ``path``, through py-lmdb.
+
+    ``old_documents``: whether the file keeps its documents as format 6 and
+    earlier did (``docs``), which only the copy of compaction and relayout
+    reads (converting them); its views refuse to read documents.
+    """
 
     backend = "py-lmdb"
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS

@@ -277,7 +277,7 @@ import numpy as np
 from simhashdb import DB
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import files
-files.LmdbStorage.initial_map_size = 80 << 20
+files.LmdbStorage.initial_map_size = 96 << 20
 files.MAP_A_DOCUMENT = files.MAP_A_TABLE_ENTRY = 0  # no growth ahead while the file fills
 with DB(sys.argv[1], distance=3, blocks=5, expected_size=250000) as db:
     db.insert_many(keys=np.arange(250000, dtype=np.uint64),
@@ -316,8 +316,8 @@ def test_a_failed_growth_of_a_map_over_half_full_keeps_the_handle(db_path):
     assert done.returncode == 0, done.stderr
     first, after, written = done.stdout.split("\n")[:3]
     size, data = map(int, first.split())
-    assert size == 80 and data > size // 2
-    assert after == "[160] 80 [] True" and written == "True [260999]"
+    assert size == 96 and data > size // 2
+    assert after == "[192] 96 [] True" and written == "True [260999]"
 
 
 SNAPSHOT_HOLDER = """

@@ -17,7 +17,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import BACKENDS, as_tuples, brute_force, storage_of, stored_id
+from conftest import BACKENDS, as_tuples, brute_force, storage_of
 
 from simhashdb import DB, DatabaseError, SimhashDBError
 from simhashdb.storage.lmdb import format as lmdb_format
@@ -469,10 +469,12 @@ def test_a_damaged_document_record_is_a_database_error_everywhere(tmp_path, back
         db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64, None, 10**9 + i) for i in range(100))
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        records, key = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False), msgpack.packb(7)
-        doc, value = stored_id(env, txn, key), DAMAGED_VALUES[damage]
-        txn.put(doc, txn.get(doc, db=records)[:-3] if value is None
-                else len(key).to_bytes(2, "big") + key + value, db=records)
+        key = msgpack.packb(7)
+        id_ = b"".join(txn.get(key, b"", db=env.open_db(name, txn=txn, create=False))
+                       for name in lmdb_format.KEYS.names())
+        docs = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+        record, value = txn.get(id_, db=docs), DAMAGED_VALUES[damage]
+        txn.put(id_, record[:-3] if value is None else record[:2 + len(key)] + value, db=docs)
     env.close()
     with DB(path) as db:
         problems = db.check()

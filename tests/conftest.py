@@ -201,6 +201,23 @@ def brute_force(docs, fingerprint, distance):
     return sorted(hits, key=lambda m: (m[2], key_order(m[0])))
 
 
+def store_format(env, txn, version):
+    """Set the format version in an LMDB database's stored parameters."""
+    import msgpack
+
+    meta = env.open_db(lmdb_format.META.name(), txn=txn)
+    params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
+    params["format"] = version
+    txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+
+
+def stored_id(env, txn, key):
+    """The document id (8 bytes) that the key map of an LMDB database holds
+    for encoded ``key`` (in whichever of its slots), or None."""
+    found = (txn.get(key, db=env.open_db(name, txn=txn)) for name in lmdb_format.KEYS.names())
+    return next(filter(None, found), None)
+
+
 def index_in_one_slot(env, txn):
     """Move the fingerprint index into ``fingerprints`` and drop its other slots
     (index:NN), as databases of format 3 and before kept it."""
@@ -252,7 +269,6 @@ def bands_as_in_0_5(path):
     them: each a dupsort ``band:NN`` (an entry's top 2 bytes as key, the other
     6 as value), no band runs, the documents as format 6 kept them, format 4."""
     import lmdb
-    import msgpack
 
     from simhashdb import DB
     with DB(path, readonly=True) as db, storage_of(db).read() as view:
@@ -268,11 +284,8 @@ def bands_as_in_0_5(path):
             for name in lmdb_format.BAND_RUNS.names(band):
                 txn.drop(env.open_db(name, txn=txn), delete=True)
             txn.delete(lmdb_format.band_directory_key(band), db=directory)
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        txn.delete(lmdb_format.BAND_STALE, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = 4
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        txn.delete(lmdb_format.BAND_STALE, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        store_format(env, txn, 4)
     env.close()
 
 
@@ -282,7 +295,6 @@ def as_in_0_3(path):
     other 6 as value), no runs, no counters, the documents and each band as
     0.5 kept them, format 2."""
     import lmdb
-    import msgpack
 
     from simhashdb import DB
     with DB(path, readonly=True) as db, storage_of(db).read() as view:
@@ -301,7 +313,5 @@ def as_in_0_3(path):
         meta = env.open_db(lmdb_format.META.name(), txn=txn)
         assert txn.delete(lmdb_format.DISTINCT, db=meta)
         txn.delete(lmdb_format.STALE, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = 2
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        store_format(env, txn, 2)
     env.close()

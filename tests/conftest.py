@@ -231,36 +231,27 @@ def index_in_one_slot(env, txn):
 def documents_as_in_format_6(path, format=6):
     """Rewrite the closed database at ``path``'s documents as format 6 and
     earlier kept them: ``docs`` (encoded key -> value), the index's values the
-    keys (all in its first slot), no records, key map or next id; ``format``."""
+    keys, no records, key map or next id; ``format`` stored."""
     import lmdb
-    import msgpack
 
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
-        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn)
-        keys, documents = {}, []
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+        docs = env.open_db(lmdb_format.OLD_DOCS.name(), txn=txn)
+        key_of = {}
         for id_bytes, raw in txn.cursor(records).iternext():
             size = int.from_bytes(raw[:lmdb_format.KEY_LENGTH_BYTES], "big")
-            key = raw[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + size]
-            keys[id_bytes] = key
-            documents.append((key, raw[lmdb_format.KEY_LENGTH_BYTES + size:]))
-        docs = env.open_db(lmdb_format.OLD_DOCS.name(), txn=txn)
-        txn.cursor(docs).putmulti(sorted(documents))
-        entries = []
+            key_of[id_bytes] = raw[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + size]
+            txn.put(key_of[id_bytes], raw[lmdb_format.KEY_LENGTH_BYTES + size:], db=docs)
         for name in lmdb_format.INDEX.names():
             slot = env.open_db(name, txn=txn, dupsort=True)
-            entries += [(fp, keys[id_bytes]) for fp, id_bytes in txn.cursor(slot).iternext()]
+            entries = [(fp, key_of[id_bytes]) for fp, id_bytes in txn.cursor(slot).iternext()]
             txn.drop(slot, delete=False)
-        first = env.open_db(lmdb_format.INDEX.name(0), txn=txn, dupsort=True)
-        txn.cursor(first).putmulti(sorted(entries), dupdata=True)
-        txn.drop(records, delete=True)
-        for name in lmdb_format.KEYS.names():
+            txn.cursor(slot).putmulti(entries, dupdata=True)
+        for name in [lmdb_format.RECORDS.name()] + lmdb_format.KEYS.names():
             txn.drop(env.open_db(name, txn=txn), delete=True)
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        txn.delete(lmdb_format.NEXT_ID, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = format
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        txn.delete(lmdb_format.NEXT_ID, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        store_format(env, txn, format)
     env.close()
 
 

@@ -12,7 +12,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import brute_force, native_built, storage_of, store_format, store_values
+from conftest import brute_force, documents_as_in_format_6, native_built, storage_of, store_values
 
 from simhashdb import DB, RECIPE, DatabaseError, fingerprint_with_signature
 from simhashdb.layout import Layout
@@ -177,30 +177,6 @@ def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
         assert db.get(8).fingerprint == 8 * 0x9E3779B97F4A7C15 % 2**64
 
 
-def as_format_6(path):
-    """Rewrite the closed database at ``path`` as format 6 kept its
-    documents: ``docs`` (key -> value), the index's values the keys, no
-    records, key map or next id."""
-    env = lmdb.open(path, max_dbs=4096, lock=False)
-    with env.begin(write=True) as txn:
-        records = env.open_db(RECORDS, txn=txn, create=False)
-        docs = env.open_db(OLD_DOCS, txn=txn)
-        key_of = {}
-        for doc, raw in txn.cursor(records).iternext():
-            key_of[doc], value = record_parts(raw)
-            txn.put(key_of[doc], value, db=docs)
-        for name in lmdb_format.INDEX.names():
-            slot = env.open_db(name, txn=txn, dupsort=True)
-            entries = [(fp, key_of[doc]) for fp, doc in txn.cursor(slot).iternext()]
-            txn.drop(slot, delete=False)
-            txn.cursor(slot).putmulti(entries, dupdata=True)
-        for name in [RECORDS] + lmdb_format.KEYS.names():
-            txn.drop(env.open_db(name, txn=txn), delete=True)
-        txn.delete(lmdb_format.NEXT_ID, db=env.open_db(lmdb_format.META.name(), txn=txn))
-        store_format(env, txn, 6)
-    env.close()
-
-
 def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path):
     """A file that keeps its documents in ``docs`` opens read-only and
     writable without gaining records or a key map (``old_documents``; its
@@ -220,7 +196,7 @@ def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path
         fps = {r.key: r.fingerprint for r in db}
         with storage_of(db).read() as view:
             bands = [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)]
-    as_format_6(path)
+    documents_as_in_format_6(path)
     before = read_file(path)
     documents = before[0][OLD_DOCS]
     for readonly in (True, False):

@@ -11,7 +11,7 @@ import time
 
 import lmdb
 import pytest
-from conftest import STORAGE_LAYOUT
+from conftest import STORAGE_LAYOUT, documents_as_in_format_6
 
 from simhashdb import DB, DatabaseError, records
 from simhashdb.storage import MAX_KEY_BYTES, registry
@@ -87,30 +87,6 @@ def test_new_keys_take_ids_in_key_order_and_keep_them(tmp_path):
     assert int.from_bytes(meta[format.NEXT_ID], "big") == 5
 
 
-def downgrade(path):
-    """Rewrite a database of format 7 as format 6 kept it: ``docs`` (key ->
-    value), the index's values the keys, no records, key map or ``next id``."""
-    env = lmdb.open(path, max_dbs=4096)
-    with env.begin(write=True) as txn:
-        records_db = env.open_db(RECORDS, txn=txn)
-        keys = {}
-        docs = env.open_db(OLD_DOCS, txn=txn)
-        for id_bytes, record in txn.cursor(records_db):
-            size = int.from_bytes(record[:2], "big")
-            keys[id_bytes] = record[2:2 + size]
-            txn.put(record[2:2 + size], record[2 + size:], db=docs)
-        for name in format.INDEX.names():
-            db = env.open_db(name, txn=txn, dupsort=True)
-            entries = list(txn.cursor(db))
-            txn.drop(db, delete=False)
-            for fp, id_bytes in entries:
-                txn.put(fp, keys[id_bytes], db=db)
-        for name in [RECORDS, *format.KEYS.names()]:
-            txn.drop(env.open_db(name, txn=txn), delete=True)
-        txn.delete(format.NEXT_ID, db=env.open_db(META, txn=txn))
-    env.close()
-
-
 def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_7(tmp_path):
     """A file with ``docs`` opens read-only and writable without gaining
     records or a key map (old_documents says so, and reads of its documents
@@ -128,7 +104,7 @@ def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_7(tmp_path):
         before = list(view.documents())
         searched = view.search(__import__("array").array("Q", [fp ^ 5 for _, fp in pairs[:50]]), 3)
     storage.close()
-    downgrade(path)
+    documents_as_in_format_6(path)
     names = set(file_state(path))
     for readonly in (True, False):
         storage = open_native(path, readonly=readonly)

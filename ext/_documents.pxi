@@ -5,9 +5,9 @@
 # (u16 BE), the key and the document value; the key map finds a key's id.
 
 from libc.stdint cimport uint8_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from bits cimport read_be, write_be
-from clmdb cimport g_cursor_get, g_cursor_open, g_cursor_put, MDB_cursor, MDB_SET, MDB_val
+from clmdb cimport g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_cursor, MDB_SET, MDB_val
 
 
 cdef int open_records(Work* w) noexcept nogil:
@@ -29,6 +29,15 @@ cdef int record_parts(const MDB_val* record, MDB_val* key, MDB_val* value) noexc
     value.mv_size = record.mv_size - KEY_LENGTH_BYTES - size
     value.mv_data = <void*>(p + KEY_LENGTH_BYTES + size)
     return 0
+
+
+cdef int record_holds(const MDB_val* key, const uint8_t* want, size_t size) noexcept nogil:
+    """0 if a record's key (``key``, in the map) is the key ``want``, else
+    CORRUPTED: the key map or the index named the record of another document."""
+    cdef uint8_t held[512]
+    if key.mv_size != size or size > 512 or g_copy(held, key.mv_data, size):
+        return CORRUPTED
+    return 0 if memcmp(held, want, size) == 0 else CORRUPTED
 
 
 cdef int read_id(const MDB_val* v, uint64_t* id) noexcept nogil:

@@ -219,7 +219,7 @@ cdef class Env:
                 old += rc == 0
                 rc = 0 if rc == MDB_NOTFOUND else rc
         self.runs = old == 0
-        if rc == 0 and old and (create or old < tables):
+        if rc == 0 and old and (create or old < tables) and not self.old_documents:
             mdb_txn_abort(txn)
             raise OldTablesError(old < tables, False)
         if rc == 0 and tables > self.max_tables:
@@ -237,7 +237,8 @@ cdef class Env:
         cdef int old_bands = 0  # bands in simhashdb 0.5's form: read, not written
         for t in range(SIGNATURE_BANDS if rc == 0 else 0):
             old_bands += sub_database_exists(txn, old_band_name(t))
-        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS):
+        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS) \
+                and not self.old_documents:
             mdb_txn_abort(txn)  # (opened without tables, to be converted: upgrade)
             raise OldTablesError(old_bands < SIGNATURE_BANDS, True)
         self.old_bands = old_bands == SIGNATURE_BANDS  # (fewer: opened to be converted)

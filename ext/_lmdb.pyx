@@ -12,10 +12,10 @@ upserts and removals keep the index and the tables in step. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 
-A database of simhashdb 0.3 keeps each table as one sorted-duplicates
-sub-database (the permuted fingerprint's top 2 bytes as key, the other 6 as
-value); an Env that finds tables of that form reads them (its ``runs`` is
-then false), and converts them table by table (convert_table).
+A file of format 6 or earlier keeps its documents in ``docs`` (an Env's
+``old_documents``), and maybe its tables or bands in the forms of 0.3 and
+0.5: only the compaction's copy reads such a file, its documents alone
+(copy_into, for upgrade).
 
 This file holds the module's errors and names; the engine is in its parts,
 included below in order, each a concern that cimports the C declarations it
@@ -67,6 +67,10 @@ cdef object lmdb_error(int rc, str what):
                             "with its checksum); db.check() lists the damage, and compact() "
                             "writes the tables again from the fingerprint index and the bands "
                             "from the documents" % what)
+    if rc == CORRUPTED:
+        return DamagedError("%s: the data file is damaged (%s); restore it from a backup, or "
+                            "open it read-only and `export` what is readable"
+                            % (what, mdb_strerror(rc).decode(errors="replace")))
     if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:
         return MapFullError("%s: %s" % (what, mdb_strerror(rc).decode()))
     if rc == MDB_MAP_RESIZED:

@@ -120,6 +120,8 @@ cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogi
     cdef uint64_t* perms = NULL
     cdef Py_ssize_t t
     cdef int rc = distinct_fingerprints(w, &fps)
+    if rc == 0:  # (a copy of a file without the count, such as one of 0.3, gets it)
+        rc = write_counter(w, DISTINCT, fps.size)
     if rc == 0:
         perms = <uint64_t*>malloc((fps.size + 1) * sizeof(uint64_t))
         if perms == NULL:

@@ -143,7 +143,7 @@ cdef class Txn:
                     if rc == 1:
                         rc = u64_push(&found, id)
                         if rc == 0:
-                            rc = u64_push(&found, job.docs[i].seq)
+                            rc = u64_push(&found, i)
                     if rc < 0:
                         break
                     rc = 0
@@ -151,10 +151,13 @@ cdef class Txn:
                     rc = sort_records(found.data, found.size // 2, 2)
             for i in range(found.size // 2 if rc == 0 else 0):
                 rc = read_record(job.w.record_cursor, found.data[2 * i], &key, &value)
+                if rc == 0:  # the record of another key: damage
+                    rc = record_holds(&key, job.docs[found.data[2 * i + 1]].key,
+                                      job.docs[found.data[2 * i + 1]].key_size)
                 if rc:
                     rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the key map names no record
                     break
-                values[found.data[2 * i + 1]] = self._copy(&value)
+                values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
         finally:
             free(found.data)
         self.done(rc, "read")
@@ -700,92 +703,6 @@ cdef class Txn:
         self.index_put_slot, self.key_put_slot = job.w.index.put_slot, job.w.keys.put_slot
         self.done(rc, "write to")
         return more
-
-    def convert_table(self, Py_ssize_t table):
-        """Write table ``table``, kept in simhashdb 0.3's form (dupsort
-        ``table:NNN``, already in order), as one run, then drop the old table;
-        nothing where it is converted already. Table 0 sets meta's counters
-        (distinct: its entries, stale: 0)."""
-        return self.convert(old_table_name(table), [run_slot_name(table, s) for s in range(RUN_SLOTS)],
-                            table, DISTINCT if table == 0 else NULL, STALE if table == 0 else NULL)
-
-    def convert_band(self, Py_ssize_t band):
-        """Write band ``band``, kept in simhashdb 0.5's form (dupsort
-        ``band:NN``, already in order), as one run, then drop the old band;
-        nothing where it is converted already. Band 0 sets meta's ``band
-        stale`` to 0 (the old band held no stale entries)."""
-        return self.convert(old_band_name(band), [band_run_name(band, s) for s in range(RUN_SLOTS)],
-                            BAND_DIRECTORY + band, NULL, BAND_STALE if band == 0 else NULL)
-
-    cdef bint convert(self, bytes name, list slot_names, uint64_t directory, const char* count,
-                      const char* zero) except? False:
-        """Write the dupsort sub-database ``name`` (2-byte keys, 6-byte values, in
-        order) as its first run in the first of ``slot_names`` (made, with the others),
-        under ``directory`` in the run directory, then drop it; where given,
-        set meta's counter ``count`` to its entries and ``zero`` to 0. False
-        where there is no such sub-database (converted already)."""
-        self.check()
-        cdef const char* old_name = name
-        cdef const char* run_directory = RUN_DIRECTORY_NAME
-        cdef const char* slot_name
-        cdef MDB_dbi old, slot, run_dir
-        cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
-        for raw in reversed(slot_names):  # every slot, the first last
-            slot_name = raw
-            if rc == 0:
-                rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
-        cdef MDB_cursor* cursor = NULL
-        cdef MDB_val k, v
-        cdef U64s values
-        values.data, values.size, values.cap = NULL, 0, 0
-        cdef uint8_t record[RUN_RECORD_BYTES]
-        cdef uint8_t key[TABLE_KEY_BYTES]
-        cdef size_t blocks, entries = 0
-        cdef Work w = self.work()
-        with nogil:
-            if rc == 0:
-                rc = g_dbi_open(self.txn, run_directory, MDB_CREATE, &run_dir)
-            if rc == 0:
-                rc = g_drop(self.txn, slot, 0)
-            if rc == 0:
-                rc = g_cursor_open(self.txn, old, &cursor)
-            if rc == 0:
-                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
-            while rc == 0:
-                if k.mv_size != 2 or v.mv_size != 6:
-                    rc = CORRUPTED
-                else:
-                    rc = u64_push(&values, (read_be(<uint8_t*>k.mv_data, 2) << 48)
-                                  | read_be(<uint8_t*>v.mv_data, 6))
-                if rc == 0:
-                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
-            if cursor != NULL:
-                mdb_cursor_close(cursor)
-            rc = 0 if rc == MDB_NOTFOUND and cursor != NULL else rc
-            if rc == 0 and values.size:
-                rc = merge_runs(self.txn, NULL, NULL, 0, values.data, values.size, NULL, 0, slot,
-                                new_run_id(0), &blocks, &entries)
-            if rc == 0:
-                write_be(record, new_run_id(0), 4)
-                record[4] = 0
-                write_be(record + 5, entries, 8)
-                write_be(key, directory, TABLE_KEY_BYTES)
-                k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
-                v.mv_size, v.mv_data = RUN_RECORD_BYTES if entries else 0, record
-                rc = g_put(self.txn, run_dir, &k, &v, 0)
-            if rc == 0 and count != NULL:
-                rc = write_counter(&w, count, entries)
-            if rc == 0 and zero != NULL:
-                rc = write_counter(&w, zero, 0)
-            if rc == 0:
-                rc = g_drop(self.txn, old, 1)
-        free(values.data)
-        self.runs_written = True
-        if rc == MDB_NOTFOUND:
-            return False
-        if rc:
-            raise self.env.fail(rc, "cannot convert %s of %s" % (name.decode(), self.env.path.decode()))
-        return True
 
     def copy_into(self, Txn target):
         """Write this snapshot into ``target``'s empty sub-databases in order

@@ -202,13 +202,14 @@ def brute_force(docs, fingerprint, distance):
 
 
 def store_format(env, txn, version):
-    """Set the format version in an LMDB database's stored parameters."""
+    """Set the format version in an LMDB database's stored parameters, where it has them."""
     import msgpack
 
     meta = env.open_db(lmdb_format.META.name(), txn=txn)
-    params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-    params["format"] = version
-    txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+    raw = txn.get(lmdb_format.PARAMS, db=meta)
+    if raw is not None:  # (a storage written without a DB has none)
+        txn.put(lmdb_format.PARAMS, msgpack.packb(dict(msgpack.unpackb(raw), format=version)),
+                db=meta)
 
 
 def stored_id(env, txn, key):

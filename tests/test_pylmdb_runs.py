@@ -12,8 +12,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import (as_in_0_3, brute_force, index_in_one_slot, native_built, storage_of,
-                      stored_id)
+from conftest import brute_force, index_in_one_slot, native_built, storage_of, stored_id
 
 import simhashdb
 from simhashdb import DB, _ext
@@ -21,7 +20,6 @@ from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
-from simhashdb.storage.lmdb.files import old_tables_error
 from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
 
 index_name, slot_name = lmdb_format.INDEX.name, lmdb_format.TABLE_RUNS.name
@@ -746,57 +744,6 @@ def test_the_stale_count_triggers_the_rewrite(tmp_path):
                 assert len(view._directory(0)) == 1 or expected_stale
 
 
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_tables_of_0_3_open_read_only_and_convert_to_runs(tmp_path, backend):
-    path, rng = str(tmp_path / "old.db"), random.Random(6)
-    top = rng.getrandbits(64) & ~((1 << 20) - 1)
-    fps = [0, MAX] + [top | rng.getrandbits(20) for _ in range(2000)] + \
-        [rng.getrandbits(64) for _ in range(1000)]
-    docs = {"k%d" % i: fp for i, fp in enumerate(fps)}
-    docs.update({"twin%d" % i: fps[i] for i in range(50)})
-    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
-        db.insert_many(docs.items())
-        full = storage_of(db).path
-    as_in_0_3(path)
-    probes = [0, MAX, top, fps[7] ^ 0b11] + [fp ^ 0b1001 for fp in rng.sample(fps, 20)]
-    with pytest.raises(DatabaseError) as refused:
-        DB(path, backend="py-lmdb")
-    assert str(refused.value) == str(old_tables_error(full))
-    with DB(path, readonly=True, backend="py-lmdb") as db:
-        check_exact(db, docs, probes)
-    storage = registry.backend_class(backend)(path)  # no layout: its tables are not opened
-    try:
-        assert storage.write(lambda txn: txn.convert_table(0))  # as if a crash followed
-        assert not storage.write(lambda txn: txn.convert_table(0))  # done: nothing
-    finally:
-        storage.close()
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        for readonly in (True, False):  # half converted: refused, saying how to finish
-            with pytest.raises(DatabaseError, match="conversion stopped: finish it"):
-                DB(path, readonly=readonly, backend=opened)
-    done = []
-    simhashdb.upgrade(path, backend=backend, progress=lambda *step: done.append(step))
-    parts = LAYOUT.tables + simhashdb.storage.BANDS  # the tables, then the bands
-    assert done == [(n + 1, parts) for n in range(parts)]
-    simhashdb.upgrade(path, backend=backend)  # nothing left to convert
-    tables, counts = read_tables(path, LAYOUT.tables)
-    assert counts == [len(set(fps)), 0]
-    for table, runs in enumerate(tables):
-        assert [(run, slot) for run, slot, _ in runs] == [(1, 0)]
-        assert runs[0][2] == LAYOUT.table_values(sorted(set(fps)), table)
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        with DB(path, backend=opened) as db:
-            check_exact(db, docs, probes)
-    with DB(path, backend="py-lmdb") as db:  # and goes on as runs
-        db.delete_many(["k%d" % i for i in range(100, 400)])
-        db.insert_many([("new", top | 5)])
-    for i in range(100, 400):
-        del docs["k%d" % i]
-    docs["new"] = top | 5
-    with DB(path, readonly=True, backend="py-lmdb") as db:
-        check_exact(db, docs, probes)
-
-
 def test_a_damaged_block_is_a_database_error(tmp_path):
     path = str(tmp_path / "damaged.db")
     with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
@@ -812,24 +759,6 @@ def test_a_damaged_block_is_a_database_error(tmp_path):
         with pytest.raises(DatabaseError, match="a block of table 0 is unreadable"):
             db.query_many(array("Q", range(0, 2**64 - 1, 2**58)), distance=3)
         assert any("a block of table 0 is unreadable" in problem for problem in db.check())
-
-
-@pytest.mark.parametrize("backend", [
-    "py-lmdb", pytest.param("lmdb", marks=native)])
-def test_a_converted_database_opens_read_only(tmp_path, backend):
-    path = str(tmp_path / "old.db")
-    docs = {"k%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(500)}
-    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
-        db.insert_many(docs.items())
-    as_in_0_3(path)
-    storage = registry.backend_class(backend)(path)
-    try:
-        storage.convert_tables(LAYOUT.tables)
-    finally:
-        storage.close()
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        with DB(path, readonly=True, backend=opened) as db:
-            check_exact(db, docs, [0, MAX, docs["k7"] ^ 0b111])
 
 
 def test_a_layout_of_more_than_256_tables_reopens_with_room_for_them(tmp_path):

@@ -356,12 +356,6 @@ class NativeTxn(NativeView, Txn):
     def remove(self, keys):
         return self._txn.remove(keys)
 
-    def convert_table(self, table):
-        return self._txn.convert_table(table)
-
-    def convert_band(self, band):
-        return self._txn.convert_band(band)
-
     @property
     def untidy(self):
         return self._txn.untidy

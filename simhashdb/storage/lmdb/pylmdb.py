@@ -33,6 +33,7 @@ from . import format
 from .format import (
     BAND_REWRITE,
     BAND_STALE,
+    DISTINCT,
     NEXT_ID,
     PARAMS,
     REMOVED,
@@ -245,6 +246,8 @@ class PyLmdbStorage(LmdbStorage):
             self._close_env()
             self._open_env()
             return
+        if self.old_documents:  # only upgrade's copy reads it: its documents alone
+            return
         with self._env.begin() as txn:
             old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
         if old and (not self.readonly or old < layout.tables):
@@ -382,16 +385,15 @@ class PyLmdbStorage(LmdbStorage):
                 else:
                     self._copy_documents(source, written, records, keys[0], index[0])
                 fps = distinct_fingerprints(written.cursor(index[0]).iternext())
-                sets = (layout.table_values(fps, table) for table in range(layout.tables))
-                if self._band_runs:  # the bands from the records
-                    held = [set() for _ in range(BANDS)]
-                    for doc, raw in written.cursor(records).iternext():
-                        _, value = record_parts(raw, self.path, doc)
-                        for entries, entry in zip(held, band_entries(value,
-                                                                     value_fingerprint(value))):
-                            entries.add(entry)
-                    sets = itertools.chain(sets, (array("Q", sorted(entries))
-                                                  for entries in held))
+                written.put(DISTINCT, count_bytes(len(fps)), db=meta)  # (0.3's files have none)
+                held = [set() for _ in range(BANDS)]  # the bands from the records
+                for doc, raw in written.cursor(records).iternext():
+                    _, value = record_parts(raw, self.path, doc)
+                    for entries, entry in zip(held, band_entries(value, value_fingerprint(value))):
+                        entries.add(entry)
+                sets = itertools.chain(
+                    (layout.table_values(fps, table) for table in range(layout.tables)),
+                    (array("Q", sorted(entries)) for entries in held))
                 directory = opened(RUNS)
                 ids = source.get(RUN_IDS, db=self._dbs[META])
                 run = new_run_id(read_counter(ids, self.path, RUN_IDS))

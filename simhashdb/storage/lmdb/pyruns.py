@@ -135,15 +135,6 @@ def fill_empty(cursor, items, dupsort):
     return consumed
 
 
-def old_entries(cursor, path, what):
-    """The values of a table in 0.3's form or a band in 0.5's, in order: each
-    a 2-byte key and a 6-byte duplicate."""
-    for key, value in cursor.iternext():
-        if len(key) + len(value) != 8:
-            raise damaged_error(path, what)
-        yield int.from_bytes(key + value, "big")
-
-
 def read_counter(raw, path, name):
     """A counter in meta, read (u64 big-endian; 0 where absent)."""
     if raw is not None and len(raw) != 8:

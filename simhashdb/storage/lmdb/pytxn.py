@@ -13,7 +13,6 @@ from ... import _ext
 from ...layout import NearIndex
 from ...records import value_fingerprint
 from .. import BANDS, Txn, band_entries
-from . import format
 from .format import (
     BAND_REWRITE,
     BAND_STALE,
@@ -26,8 +25,6 @@ from .format import (
     RUN_RATIO,
     RUN_SLOTS,
     STALE,
-    band_directory_key,
-    directory_key,
     directory_record,
     new_run_id,
 )
@@ -36,7 +33,6 @@ from .pyruns import (
     BROUGHT,
     MAX_VALUE,
     META,
-    OLD_BANDS,
     RECORDS,
     RUNS,
     TAKEN,
@@ -49,11 +45,8 @@ from .pyruns import (
     merge_due,
     merges_left,
     note_bands,
-    old_entries,
     record_bytes,
     record_parts,
-    slot_name,
-    table_name,
     write_run,
 )
 from .pyview import PyView
@@ -77,6 +70,8 @@ class PyTxn(PyView, Txn):
         records = self._cursor(RECORDS)
         keys, index = self._cursor(storage._keys.first), self._cursor(storage._index.first)
         next_id = self._count(NEXT_ID)
+        if next_id > 2**64 - 1 - len(latest):  # (ids run to 2^64: only damage comes near)
+            raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
         for key, doc in self._ids_of(latest).items():  # (new entries: the first slots)
             fp, value = latest[key]
             note_bands(bands, value, fp, True)
@@ -408,46 +403,3 @@ class PyTxn(PyView, Txn):
         if values:
             self._put_run(table, runs, values)
         self._save_directory(table, runs)
-
-    def convert_table(self, table):
-        """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
-        then dropped) as its one run (slot 0), as the native backend
-        does; table 0 sets meta's counters (distinct: its entries, stale: 0).
-        Returns whether it was in that form (else nothing is done)."""
-        values = self._convert(table_name(table), [slot_name(table, s) for s in range(RUN_SLOTS)],
-                               directory_key(table), "table %d" % table)
-        if values is not None and table == 0:
-            self._set_count(DISTINCT, len(values))
-            self._set_count(STALE, 0)
-        return values is not None
-
-    def convert_band(self, band):
-        """Rewrite band ``band`` from 0.5's form (a dupsort ``band:NN``, then
-        dropped) as its one run (slot 0), as the native backend does;
-        band 0 sets meta's ``band stale`` to 0. Returns whether it was in that
-        form (else nothing is done)."""
-        values = self._convert(OLD_BANDS[band], format.BAND_RUNS.names(band),
-                               band_directory_key(band), "band %d" % band)
-        if values is not None and band == 0:
-            self._set_count(BAND_STALE, 0)
-        return values is not None
-
-    def _convert(self, name, slot_names, key, what):
-        """Write the dupsort sub-database ``name`` (in order) as its first run in the
-        first of ``slot_names`` under directory ``key``, then drop it; its
-        values, or None where there is no such sub-database."""
-        env, txn = self._storage._env, self._txn
-        try:
-            old = env.open_db(name, txn=txn, dupsort=True, dupfixed=True, create=False)
-        except lmdb.NotFoundError:
-            return None
-        directory = env.open_db(RUNS, txn=txn)
-        slots = [env.open_db(slot, txn=txn) for slot in slot_names]
-        txn.drop(slots[0], delete=False)
-        values = array("Q", old_entries(txn.cursor(old), self._storage.path, what))
-        run = new_run_id(0)
-        if values:
-            write_run(txn, slots[0], run, values)
-        txn.put(key, directory_record([(run, 0, len(values))] if values else []), db=directory)
-        txn.drop(old, delete=True)
-        return values

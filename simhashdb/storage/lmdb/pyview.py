@@ -8,6 +8,7 @@ from bisect import bisect_left, bisect_right
 
 
 from ... import _ext
+from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
 from .format import DISTINCT, ID_BYTES, PARAMS, block_entries, block_key, directory_runs
 from .pyruns import (
@@ -94,13 +95,15 @@ class PyView(View):
         """{key: its document id, or None} of ``keys``, looked up in key order."""
         return {key: self._id_of(key) for key in sorted(keys)}
 
-    def _record(self, doc):
+    def _record(self, doc, key=None):
         """(key, value) of document ``doc`` (an id's bytes), which the key
-        map or the index names: its record must be there."""
+        map (for ``key``, where given) or the index names: its record must be
+        there, and hold that key."""
         raw = self._cursor(RECORDS).get(doc)
-        if raw is None:
+        parts = None if raw is None else record_parts(raw, self._storage.path, doc)
+        if parts is None or key is not None and parts[0] != key:
             raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
-        return record_parts(raw, self._storage.path, doc)
+        return parts
 
     def _records(self, docs):
         """{id: (key, value)} of the documents ``docs`` (ids' bytes), read in id order."""
@@ -108,11 +111,14 @@ class PyView(View):
 
     def get(self, key):
         doc = self._id_of(key)
-        return None if doc is None else self._record(doc)[1]
+        return None if doc is None else self._record(doc, key)[1]
 
     def get_many(self, keys):
         ids = self._ids_of(keys)
         found = self._records(doc for doc in ids.values() if doc is not None)
+        for key, doc in ids.items():
+            if doc is not None and found[doc][0] != key:
+                raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
         return [None if ids[key] is None else found[ids[key]][1] for key in keys]
 
     def documents(self, after=None):
@@ -138,6 +144,9 @@ class PyView(View):
         then their records in id order."""
         ids = {fp: self._ids_with(fp) for fp in sorted(set(fingerprints))}
         found = self._records(doc for docs in ids.values() for doc in docs)
+        for fp, docs in ids.items():
+            if any(value_fingerprint(found[doc][1]) != fp for doc in docs):
+                raise damaged_error(self._storage.path, "a record the index names")
         return {fp: sorted(found[doc][0] for doc in docs) for fp, docs in ids.items()}
 
     def _ids_with(self, fingerprint):

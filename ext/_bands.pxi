@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _values.pxi,
-# _signature.pxi, _runs.pxi, _buffers.pxi, _work.pxi, _search.pxi, _index.pxi, _merges.pxi.
+# _signature.pxi, _runs.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _merges.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free
@@ -113,19 +113,20 @@ cdef int band_rewrite_due(Work* w, bint* due) noexcept nogil:
 
 cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
     """Write bands ``first`` to ``end`` again from the documents' signatures,
-    each as one run (its stale entries gone): one pass over the documents."""
+    each as one run (its stale entries gone): one pass over the records."""
     cdef U64s entries[BAND_GROUP]
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef const uint8_t* signature
     cdef uint64_t fp
-    cdef MDB_val k, v
+    cdef MDB_val record, k, v
     cdef int b, rc = 0
     memset(entries, 0, sizeof(entries))
     if end - first > BAND_GROUP:
         return CORRUPTED
-    rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_FIRST)
+    rc = g_cursor_get(w.record_cursor, &record, &v, MDB_FIRST)
     while rc == 0:
-        if value_fingerprint(&v, &fp) != 0:
+        rc = record_parts(&v, &k, &v)
+        if rc == 0 and value_fingerprint(&v, &fp) != 0:
             rc = CORRUPTED
             break
         signature = value_signature(<const uint8_t*>v.mv_data, v.mv_size, 2 * MINHASH_BINS)
@@ -134,7 +135,7 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
                 if rc == 0:
                     rc = u64_push(&entries[b - first], ((<uint64_t>keys[b]) << 32) | (fp >> 32))
         if rc == 0:
-            rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_NEXT)
+            rc = g_cursor_get(w.record_cursor, &record, &v, MDB_NEXT)
     rc = 0 if rc == MDB_NOTFOUND else rc
     for b in range(first, end):
         if rc == 0:
@@ -206,19 +207,22 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
     """1 if a stored document (as the index is now) has band entry ``entry`` in
     band ``band``, 0 if none, or an LMDB error."""
     cdef uint8_t start[8]
-    cdef MDB_val k, v, value
+    cdef MDB_val k, v, key, value
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef const uint8_t* signature
+    cdef uint64_t id
     cdef int rc
     write_be(start, (entry & 0xFFFFFFFFULL) << 32, 8)
     k.mv_size, k.mv_data = 8, start
-    rc = index_get(w, &k, &v, MDB_SET_RANGE)
+    rc = slotted_get(w, &w.index, &k, &v, MDB_SET_RANGE)
     while rc == 0:
         if k.mv_size != 8:
             return CORRUPTED
         if (read_be(<uint8_t*>k.mv_data, 8) >> 32) != (entry & 0xFFFFFFFFULL):
             return 0
-        rc = g_get(w.txn, w.docs, &v, &value)
+        rc = read_id(&v, &id)
+        if rc == 0:
+            rc = read_record(w.record_cursor, id, &key, &value)
         if rc == 0:
             signature = value_signature(<uint8_t*>value.mv_data, value.mv_size,
                                         2 * MINHASH_BINS)
@@ -227,5 +231,5 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
                 return 1
         elif rc != MDB_NOTFOUND:
             return rc
-        rc = index_get(w, &k, &v, MDB_NEXT)
+        rc = slotted_get(w, &w.index, &k, &v, MDB_NEXT)
     return 0 if rc == MDB_NOTFOUND else rc

@@ -55,9 +55,13 @@ cdef class Env:
     """An LMDB environment with the simhashdb sub-databases."""
 
     cdef MDB_env* env
-    cdef MDB_dbi meta, docs
-    cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_index.pxi)
+    cdef MDB_dbi meta, records
+    cdef MDB_dbi docs                # the documents of format 6 and earlier (copy_into reads them)
+    cdef readonly bint old_documents  # the file keeps its documents as format 6 did
+    cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_slotted.pxi)
     cdef readonly int index_slots    # how many the database has (1: made before they were)
+    cdef MDB_dbi keys[KEY_SLOTS]     # the key map's slots
+    cdef int key_slots               # how many are open (none in a file of format 6)
     cdef MDB_dbi tables[MAX_TABLES]
     cdef MDB_dbi bands[SIGNATURE_BANDS]  # the bands in 0.5's form (dupsort), read only
     cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
@@ -187,8 +191,17 @@ cdef class Env:
             if rc == 0:
                 rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
                 add_index_slots = made = True  # a new database has every slot from the start
-        if rc == 0:
-            rc = g_dbi_open(txn, DOCS_NAME, create_flag, &self.docs)
+        # the documents: a file of format 6 keeps them in docs, and gains no
+        # records or key map until it is copied (upgrade)
+        self.old_documents = rc == 0 and sub_database_exists(txn, DOCS_NAME)
+        self.key_slots = 0
+        if rc == 0 and self.old_documents:
+            rc = g_dbi_open(txn, DOCS_NAME, 0, &self.docs)
+        elif rc == 0:
+            rc = g_dbi_open(txn, RECORDS_NAME, create_flag, &self.records)
+        while rc == 0 and not self.old_documents and self.key_slots < KEY_SLOTS:
+            rc = g_dbi_open(txn, key_name(self.key_slots), create_flag, &self.keys[self.key_slots])
+            self.key_slots += rc == 0
         self.index_slots = 0
         for slot in range(INDEX_SLOTS):
             if rc == 0 and self.index_slots == slot:
@@ -206,7 +219,7 @@ cdef class Env:
                 old += rc == 0
                 rc = 0 if rc == MDB_NOTFOUND else rc
         self.runs = old == 0
-        if rc == 0 and old and (create or old < tables):
+        if rc == 0 and old and (create or old < tables) and not self.old_documents:
             mdb_txn_abort(txn)
             raise OldTablesError(old < tables, False)
         if rc == 0 and tables > self.max_tables:
@@ -224,7 +237,8 @@ cdef class Env:
         cdef int old_bands = 0  # bands in simhashdb 0.5's form: read, not written
         for t in range(SIGNATURE_BANDS if rc == 0 else 0):
             old_bands += sub_database_exists(txn, old_band_name(t))
-        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS):
+        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS) \
+                and not self.old_documents:
             mdb_txn_abort(txn)  # (opened without tables, to be converted: upgrade)
             raise OldTablesError(old_bands < SIGNATURE_BANDS, True)
         self.old_bands = old_bands == SIGNATURE_BANDS  # (fewer: opened to be converted)
@@ -330,7 +344,7 @@ cdef class Env:
             raise self.fail(rc, "cannot begin a transaction on %s" % self.path.decode())
         txn.env = self
         txn.write = write
-        txn.put_slot = -1
+        txn.index_put_slot = txn.key_put_slot = -1
         if 0 < self.index_slots < INDEX_SLOTS and sub_database_exists(
                 txn.txn, index_name(self.index_slots)):
             txn.abort()  # the slots another process added must be read too

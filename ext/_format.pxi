@@ -4,6 +4,9 @@ cdef enum:
     RUN_SLOTS = 8
     RUN_RATIO = 4
     INDEX_SLOTS = 8
+    KEY_SLOTS = 8
+    ID_BYTES = 8
+    KEY_LENGTH_BYTES = 2
     TABLE_KEY_BYTES = 2
     BAND_DIRECTORY = 32768
     RUN_RECORD_BYTES = 13

@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """The native LMDB backend's kernels, on the LMDB C API.
 
-One environment: ``meta``, ``docs`` (key -> value), the fingerprint index
-(8-byte big-endian fingerprint -> key, sorted duplicates, kept in slots:
-``_index.pxi``) and each permutation table kept as compressed sorted runs
+One environment: ``meta``, ``records`` (document id -> key and value,
+``_documents.pxi``), the key map (key -> id) and the fingerprint index
+(8-byte big-endian fingerprint -> id, sorted duplicates), each kept in slots
+(``_slotted.pxi``), and each permutation table kept as compressed sorted runs
 (issue 22, RUNS.md, ``_runs.pxi``): a run a batch, merged by size, scanned
 run by run, hits checked against the index. A search permutes, seeks, scans
 and verifies every table for a batch of probes in one call without the GIL;
@@ -11,10 +12,10 @@ upserts and removals keep the index and the tables in step. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 
-A database of simhashdb 0.3 keeps each table as one sorted-duplicates
-sub-database (the permuted fingerprint's top 2 bytes as key, the other 6 as
-value); an Env that finds tables of that form reads them (its ``runs`` is
-then false), and converts them table by table (convert_table).
+A file of format 6 or earlier keeps its documents in ``docs`` (an Env's
+``old_documents``), and maybe its tables or bands in the forms of 0.3 and
+0.5: only the compaction's copy reads such a file, its documents alone
+(copy_into, for upgrade).
 
 This file holds the module's errors and names; the engine is in its parts,
 included below in order, each a concern that cimports the C declarations it
@@ -33,10 +34,12 @@ from simhashdb.storage.lmdb import format as lmdb_format
 
 include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
 
-cdef bytes META_NAME = lmdb_format.META.name(), DOCS_NAME = lmdb_format.DOCS.name()
+cdef bytes META_NAME = lmdb_format.META.name(), RECORDS_NAME = lmdb_format.RECORDS.name()
+cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
 cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
-index_name, old_band_name = lmdb_format.INDEX.name, lmdb_format.OLD_BAND.name
+index_name, key_name = lmdb_format.INDEX.name, lmdb_format.KEYS.name
+old_band_name = lmdb_format.OLD_BAND.name
 band_run_name = lmdb_format.BAND_RUNS.name
 run_slot_name, old_table_name = lmdb_format.TABLE_RUNS.name, lmdb_format.OLD_TABLE.name
 
@@ -64,6 +67,10 @@ cdef object lmdb_error(int rc, str what):
                             "with its checksum); db.check() lists the damage, and compact() "
                             "writes the tables again from the fingerprint index and the bands "
                             "from the documents" % what)
+    if rc == CORRUPTED:
+        return DamagedError("%s: the data file is damaged (%s); restore it from a backup, or "
+                            "open it read-only and `export` what is readable"
+                            % (what, mdb_strerror(rc).decode(errors="replace")))
     if rc == MDB_MAP_FULL or rc == MDB_TXN_FULL:
         return MapFullError("%s: %s" % (what, mdb_strerror(rc).decode()))
     if rc == MDB_MAP_RESIZED:
@@ -98,7 +105,8 @@ include "_dirs.pxi"
 include "_work.pxi"
 include "_search.pxi"
 include "_old_tables.pxi"
-include "_index.pxi"
+include "_slotted.pxi"
+include "_documents.pxi"
 include "_merges.pxi"
 include "_bands.pxi"
 include "_writes.pxi"

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _runs.pxi,
-# _codec.pxi, _buffers.pxi, _work.pxi, _old_tables.pxi, _index.pxi.
+# _codec.pxi, _buffers.pxi, _work.pxi, _old_tables.pxi, _slotted.pxi, _documents.pxi.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort
@@ -337,29 +337,55 @@ cdef struct KeyedHits:
 
 cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     """The keys of the documents that have each hit's fingerprint now (none for
-    a removed one), read from the index and copied into ``out``."""
+    a removed one): their ids from the index, then their records read in id
+    order, the keys copied into ``out``."""
     cdef uint8_t fp_bytes[8]
-    cdef MDB_val k, v
+    cdef MDB_val k, v, value
+    cdef U64s found  # (id, hit) of each document
+    cdef uint64_t id, fp
     cdef size_t i
-    cdef int rc
+    cdef int rc = 0
+    found.data, found.size, found.cap = NULL, 0, 0
     out.size, out.used = 0, 0
     for i in range(hits.size):
         write_be(fp_bytes, hits.data[i].fp, 8)
         k.mv_size, k.mv_data = 8, fp_bytes
-        rc = index_get(w, &k, &v, MDB_SET)
+        rc = slotted_get(w, &w.index, &k, &v, MDB_SET)
         while rc == 0:
-            while out.used + v.mv_size > out.room:  # doubled until the key fits
-                if make_room(<void**>&out.bytes, &out.room, out.room, 1):
-                    return NO_MEMORY
-            if make_room(<void**>&out.data, &out.cap, out.size, sizeof(Keyed)):
-                return NO_MEMORY
-            if g_copy(out.bytes + out.used, v.mv_data, v.mv_size):
-                return CORRUPTED
-            out.data[out.size].hit, out.data[out.size].at = i, out.used
-            out.data[out.size].size = v.mv_size
-            out.size += 1
-            out.used += v.mv_size
-            rc = index_get(w, &k, &v, MDB_NEXT_DUP)
+            rc = read_id(&v, &id)
+            if rc == 0:
+                rc = u64_push(&found, id)
+            if rc == 0:
+                rc = u64_push(&found, i)
+            if rc == 0:
+                rc = slotted_get(w, &w.index, &k, &v, MDB_NEXT_DUP)
         if rc != MDB_NOTFOUND:
-            return rc
-    return 0
+            break
+        rc = 0
+    if rc == 0:
+        rc = sort_records(found.data, found.size // 2, 2)
+    for i in range(found.size // 2 if rc == 0 else 0):
+        rc = read_record(w.record_cursor, found.data[2 * i], &k, &value)
+        if rc == MDB_NOTFOUND:  # the index names no record
+            rc = CORRUPTED
+        if rc == 0 and (value_fingerprint(&value, &fp) != 0
+                        or fp != hits.data[found.data[2 * i + 1]].fp):
+            rc = CORRUPTED  # the record of another fingerprint: damage
+        if rc:
+            break
+        while out.used + k.mv_size > out.room:  # doubled until the key fits
+            if make_room(<void**>&out.bytes, &out.room, out.room, 1):
+                rc = NO_MEMORY
+                break
+        if rc == 0 and make_room(<void**>&out.data, &out.cap, out.size, sizeof(Keyed)):
+            rc = NO_MEMORY
+        if rc == 0 and g_copy(out.bytes + out.used, k.mv_data, k.mv_size):
+            rc = CORRUPTED
+        if rc:
+            break
+        out.data[out.size].hit, out.data[out.size].at = found.data[2 * i + 1], out.used
+        out.data[out.size].size = k.mv_size
+        out.size += 1
+        out.used += k.mv_size
+    free(found.data)
+    return rc

@@ -14,12 +14,13 @@ from clmdb cimport (
 # meta's counters (read_counter), named in format.py
 cdef bytes distinct_key = lmdb_format.DISTINCT, stale_key = lmdb_format.STALE
 cdef bytes rewrite_key = lmdb_format.REWRITE, run_ids_key = lmdb_format.RUN_IDS
-cdef bytes removed_key = lmdb_format.REMOVED
+cdef bytes removed_key = lmdb_format.REMOVED, next_id_key = lmdb_format.NEXT_ID
 cdef const char* DISTINCT = distinct_key  # the distinct fingerprints
 cdef const char* STALE = stale_key  # fingerprints removed since the tables were written whole
 cdef const char* REWRITE = rewrite_key  # a rewrite of the tables under way (tidy)
 cdef const char* RUN_IDS = run_ids_key  # the highest run id a rewrite dropped (see add_run)
 cdef const char* REMOVED = removed_key  # documents removed since rewrite_sparse
+cdef const char* NEXT_ID = next_id_key  # the id the next new document takes
 
 
 cdef inline MDB_val meta_key(const char* name) noexcept nogil:
@@ -119,6 +120,8 @@ cdef int rewrite_tables(Work* w, Py_ssize_t first, Py_ssize_t end) noexcept nogi
     cdef uint64_t* perms = NULL
     cdef Py_ssize_t t
     cdef int rc = distinct_fingerprints(w, &fps)
+    if rc == 0:  # (a copy of a file without the count, such as one of 0.3, gets it)
+        rc = write_counter(w, DISTINCT, fps.size)
     if rc == 0:
         perms = <uint64_t*>malloc((fps.size + 1) * sizeof(uint64_t))
         if perms == NULL:
@@ -174,17 +177,17 @@ cdef int sparse_due(Work* w, bint* due) noexcept nogil:
     """Whether the documents removed since rewrite_sparse (meta ``removed``)
     are over 1/RUN_RATIO of the documents."""
     cdef uint64_t removed
-    cdef MDB_stat docs
+    cdef MDB_stat records
     cdef int rc = read_counter(w, REMOVED, &removed)
     if rc == 0:
-        rc = g_stat(w.txn, w.docs, &docs)
-    due[0] = rc == 0 and removed * RUN_RATIO > docs.ms_entries
+        rc = g_stat(w.txn, w.records, &records)
+    due[0] = rc == 0 and removed * RUN_RATIO > records.ms_entries
     return rc
 
 
 cdef int rewrite_sparse(Work* w, bint* done) noexcept nogil:
     """Once the documents removed reach 1/RUN_RATIO of the documents (sparse_due),
-    write the documents and the index's slots again, each emptied and appended in order from a snapshot of the last commit. LMDB
+    write the records and the key map's and index's slots again, each emptied and appended in order from a snapshot of the last commit. LMDB
     merges a leaf only below a quarter full, so removals at random leave those
     B-trees' leaves sparse, and new documents made the file grow round after
     round. Only as a write transaction's first change, when it holds what that

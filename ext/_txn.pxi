@@ -1,6 +1,6 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi,
 # _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _old_tables.pxi,
-# _index.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
+# _slotted.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
 #
 # A transaction: the calls the backend makes.
 
@@ -32,7 +32,8 @@ cdef class Txn:
     cdef bint write
     cdef readonly bint untidy  # a batch left merges or a rewrite of the tables for tidy()
     cdef bint runs_written     # a batch wrote runs: its searches take no block directories
-    cdef int put_slot          # the index slot this transaction puts into (-1: none yet)
+    cdef int index_put_slot    # the index slot this transaction puts into (-1: none yet)
+    cdef int key_put_slot      # the key map's slot it puts into (-1: none yet)
     cdef bint changed          # a batch call has changed its documents or index
 
     def __dealloc__(self):
@@ -45,12 +46,27 @@ cdef class Txn:
         self.env.check()
         return 0
 
+    cdef int check_records(self) except -1:
+        """check, and refuse a file whose documents are in format 6's form
+        (only copy_into reads them)."""
+        self.check()
+        if self.env.old_documents:
+            raise DatabaseError("%s keeps its documents as simhashdb 0.7 and earlier did; "
+                                "run `simhashdb-cli upgrade` on it" % self.env.path.decode())
+        return 0
+
     cdef Work work(self):
         cdef Work w
         w.txn = self.txn
-        w.meta, w.docs = self.env.meta, self.env.docs
-        w.index_dbis, w.index_slots, w.put_slot = self.env.index, self.env.index_slots, self.put_slot
-        memset(&w.ix, 0, sizeof(Index))
+        w.meta, w.records = self.env.meta, self.env.records
+        memset(&w.index, 0, sizeof(Slotted))
+        memset(&w.keys, 0, sizeof(Slotted))
+        w.index.dbis, w.index.slots, w.index.put_slot = self.env.index, self.env.index_slots, \
+            self.index_put_slot
+        w.keys.dbis, w.keys.slots, w.keys.put_slot = self.env.keys, self.env.key_slots, \
+            self.key_put_slot
+        w.index.dups = True
+        w.scratch, w.scratch_room = NULL, 0
         w.tables = self.env.tables
         w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
@@ -58,7 +74,7 @@ cdef class Txn:
         w.bands = self.env.bands if self.env.old_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
-        w.doc_cursor = NULL
+        w.record_cursor = NULL
         w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
         w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
@@ -94,11 +110,13 @@ cdef class Txn:
             raise self.env.fail(rc, "cannot commit to %s" % self.env.path.decode())
 
     def get(self, bytes key, bint meta=False):
-        """The value of ``key`` in docs (or meta), or None."""
+        """The value of document ``key`` (of ``key`` in meta), or None."""
         self.check()
         cdef MDB_val k, v
         k.mv_size, k.mv_data = len(key), <char*>key
-        cdef int rc = g_get(self.txn, self.env.meta if meta else self.env.docs, &k, &v)
+        if not meta:
+            return self.get_many([key])[0]
+        cdef int rc = g_get(self.txn, self.env.meta, &k, &v)
         if rc == MDB_NOTFOUND:
             return None
         if rc:
@@ -106,19 +124,102 @@ cdef class Txn:
         return self._copy(&v)
 
     def get_many(self, list keys):
-        """get of each of ``keys`` (bytes) in docs, as a list."""
-        self.check()
-        cdef MDB_val k, v
+        """The value of each of ``keys`` (bytes), or None, as a list: their ids
+        looked up in key order, then their records read in id order."""
+        cdef Job job = self.job(keys, False)
+        cdef U64s found  # (id, index in keys) of each key stored
+        found.data, found.size, found.cap = NULL, 0, 0
+        cdef uint64_t id
+        cdef MDB_val key, value
+        cdef list values = [None] * job.n
+        cdef size_t i
         cdef int rc
-        cdef list values = []
-        cdef bytes key
-        for key in keys:
-            k.mv_size, k.mv_data = len(key), <char*>key
-            rc = g_get(self.txn, self.env.docs, &k, &v)
-            if rc and rc != MDB_NOTFOUND:
-                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
-            values.append(None if rc else self._copy(&v))
+        try:
+            with nogil:
+                rc = open_records(&job.w)
+                qsort(job.docs, job.n, sizeof(Doc), cmp_doc_key)
+                for i in range(job.n if rc == 0 else 0):
+                    rc = find_id(&job.w, job.docs[i].key, job.docs[i].key_size, &id)
+                    if rc == 1:
+                        rc = u64_push(&found, id)
+                        if rc == 0:
+                            rc = u64_push(&found, i)
+                    if rc < 0:
+                        break
+                    rc = 0
+                if rc == 0:
+                    rc = sort_records(found.data, found.size // 2, 2)
+            for i in range(found.size // 2 if rc == 0 else 0):
+                rc = read_record(job.w.record_cursor, found.data[2 * i], &key, &value)
+                if rc == 0:  # the record of another key: damage
+                    rc = record_holds(&key, job.docs[found.data[2 * i + 1]].key,
+                                      job.docs[found.data[2 * i + 1]].key_size)
+                if rc:
+                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the key map names no record
+                    break
+                values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
+        finally:
+            free(found.data)
+        self.done(rc, "read")
         return values
+
+    def documents(self, bytes after=None, Py_ssize_t limit=4096):
+        """Up to ``limit`` documents (key, value) in key order from the first
+        key after ``after`` (from the first: None): the key map's slots' union,
+        then the chunk's records read in id order. Keys out of order are a
+        damaged file (a walk in chunks would go round them for ever)."""
+        cdef Job job = self.job()
+        cdef MDB_val k, v, key, value
+        cdef U64s found  # (id, index in out) of each
+        found.data, found.size, found.cap = NULL, 0, 0
+        cdef uint64_t id
+        cdef list keys = [], values
+        cdef bytes previous = after
+        cdef size_t i
+        cdef int rc = 0
+        try:
+            if after is not None:
+                k.mv_size, k.mv_data = len(after), <char*>after
+            rc = slotted_get(&job.w, &job.w.keys, &k, &v,
+                             MDB_FIRST if after is None else MDB_SET_RANGE)
+            if rc == 0 and after is not None and cmp_bytes(
+                    <uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, len(after)) == 0:
+                rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT)
+            while rc == 0 and len(keys) < limit:
+                key_bytes = self._copy(&k)
+                if previous is not None and key_bytes <= previous:
+                    rc = CORRUPTED
+                    break
+                previous = key_bytes
+                rc = read_id(&v, &id)
+                if rc == 0:
+                    rc = u64_push(&found, id)
+                if rc == 0:
+                    rc = u64_push(&found, len(keys))
+                keys.append(key_bytes)
+                if rc == 0:
+                    rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT)
+            rc = 0 if rc == MDB_NOTFOUND else rc
+            values = [None] * len(keys)
+            with nogil:
+                if rc == 0:
+                    rc = open_records(&job.w)
+                if rc == 0:
+                    rc = sort_records(found.data, found.size // 2, 2)
+            for i in range(found.size // 2 if rc == 0 else 0):
+                rc = read_record(job.w.record_cursor, found.data[2 * i], &key, &value)
+                if rc == 0 and cmp_bytes(<uint8_t*>key.mv_data, key.mv_size,
+                                         <uint8_t*>PyBytes_AS_STRING(keys[found.data[2 * i + 1]]),
+                                         len(keys[found.data[2 * i + 1]])):
+                    rc = CORRUPTED  # the key map and the record disagree
+                if rc:
+                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc
+                    break
+                values[found.data[2 * i + 1]] = self._copy(&value)
+        finally:
+            free(found.data)
+        self.done(rc, "read")
+        return list(zip(keys, values))
 
     cdef bytes _copy(self, MDB_val* v):
         if v.mv_size >> 32:  # LMDB stores an item's size in 32 bits: a damaged page
@@ -148,9 +249,9 @@ cdef class Txn:
 
     def entries(self, bytes which):
         """Entries of the sub-database ``which`` (named as in format.py):
-        documents, the index (its first slot's name: all its slots) or a table
+        records, the index (its first slot's name: all its slots) or a table
         in 0.3's form."""
-        self.check()
+        self.check_records() if which == RECORDS_NAME else self.check()
         cdef MDB_stat stat
         cdef int slot, rc = 0
         cdef size_t total = 0
@@ -167,12 +268,12 @@ cdef class Txn:
         return total
 
     cdef MDB_dbi _dbi(self, bytes which) except? 0:
-        if which == DOCS_NAME:
-            return self.env.docs
+        if which == RECORDS_NAME:
+            return self.env.records
         return self.env.tables[int(which.split(b":")[1])]
 
     def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
-        """Up to ``limit`` (key, value) items of the documents or the index (as
+        """Up to ``limit`` (key, value) items of the records or the index (as
         ``entries`` names them) in order, starting after the item (key)
         ``after`` (from the first: None). Items out of order are a damaged
         file (a walk in chunks would go round them for ever)."""
@@ -188,7 +289,7 @@ cdef class Txn:
         out = []
         try:
             if after is None:
-                rc = index_get(&w, &k, &v, MDB_FIRST) if index else \
+                rc = slotted_get(&w, &w.index, &k, &v, MDB_FIRST) if index else \
                     g_cursor_get(cursor, &k, &v, MDB_FIRST)
             elif index:  # the first entry past (fingerprint, key)
                 after_k.mv_size, after_k.mv_data = 8, <char*>after
@@ -196,7 +297,7 @@ cdef class Txn:
                 k, v, last_k, last_v = after_k, after_v, after_k, after_v
                 rc = index_seek(&w, &k, &v)
                 if rc == 0 and cmp_entry(&k, &v, &after_k, &after_v) == 0:
-                    rc = index_get(&w, &k, &v, MDB_NEXT)
+                    rc = slotted_get(&w, &w.index, &k, &v, MDB_NEXT)
             else:
                 k.mv_size, k.mv_data = len(after), <char*>after
                 last_k = k
@@ -212,35 +313,52 @@ cdef class Txn:
                     break
                 last_k, last_v, have_last = k, v, True
                 out.append((self._copy(&k), self._copy(&v)))
-                rc = index_get(&w, &k, &v, MDB_NEXT) if index else \
+                rc = slotted_get(&w, &w.index, &k, &v, MDB_NEXT) if index else \
                     g_cursor_get(cursor, &k, &v, MDB_NEXT)
         finally:
             if cursor != NULL:
                 mdb_cursor_close(cursor)
-            index_close(&w)
+            slotted_close(&w.index)
         if rc and rc != MDB_NOTFOUND:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return out
 
     def keys_of(self, uint64_t fp):
-        """The keys indexed under ``fp``, in order."""
-        self.check()
+        """The keys of the documents indexed under ``fp``, in order."""
+        return sorted(self.keys_of_ids(self.ids_of(fp)))
+
+    def ids_of(self, uint64_t fp):
+        """The ids indexed under ``fp``, in order."""
+        cdef Job job = self.job()
         cdef MDB_val k, v
         cdef uint8_t fp_bytes[8]
+        cdef uint64_t id
+        cdef int rc
         write_be(fp_bytes, fp, 8)
         k.mv_size, k.mv_data = 8, fp_bytes
-        cdef Work w = self.work()
-        cdef int rc
         out = []
-        try:
-            rc = index_get(&w, &k, &v, MDB_SET)
-            while rc == 0:
-                out.append(self._copy(&v))
-                rc = index_get(&w, &k, &v, MDB_NEXT_DUP)
-        finally:
-            index_close(&w)
-        if rc and rc != MDB_NOTFOUND:
-            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        rc = slotted_get(&job.w, &job.w.index, &k, &v, MDB_SET)
+        while rc == 0:
+            rc = read_id(&v, &id)
+            if rc == 0:
+                out.append(id)
+                rc = slotted_get(&job.w, &job.w.index, &k, &v, MDB_NEXT_DUP)
+        self.done(0 if rc == MDB_NOTFOUND else rc, "read")
+        return out
+
+    def keys_of_ids(self, list ids):
+        """The keys of the records ``ids`` (in order: as a sweep reads them best)."""
+        cdef Job job = self.job()
+        cdef MDB_val key, value
+        cdef int rc = open_records(&job.w)
+        out = []
+        for id in ids if rc == 0 else ():
+            rc = read_record(job.w.record_cursor, id, &key, &value)
+            if rc:
+                rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the index names no record
+                break
+            out.append(self._copy(&key))
+        self.done(rc, "read")
         return out
 
     def table_values(self, Py_ssize_t table):
@@ -352,7 +470,7 @@ cdef class Txn:
     cdef Job job(self, object items=None, bint with_values=False):
         """The working state of one batch call, freed with it (``items``: a
         list, or for upsert records.PackedDocuments)."""
-        self.check()
+        self.check_records()
         cdef Job job = Job.__new__(Job)
         job.w = self.work()
         job.w.band_changes = job.band_changes
@@ -364,7 +482,7 @@ cdef class Txn:
 
     cdef int done(self, int rc, str doing, Job job=None) except -1:
         if job is not None:
-            self.put_slot = job.w.put_slot
+            self.index_put_slot, self.key_put_slot = job.w.index.put_slot, job.w.keys.put_slot
             self.untidy = self.untidy or job.w.untidy
             self.runs_written = self.runs_written or job.w.runs_written
         if rc:
@@ -432,7 +550,8 @@ cdef class Txn:
         """Append to ``results`` (a list per probe) the (key, fingerprint) of
         every document whose fingerprint starts with a hit's top 32 bits."""
         cdef size_t i
-        cdef MDB_val k, v
+        cdef MDB_val k, v, key, value
+        cdef uint64_t id
         cdef uint8_t start[8]
         cdef uint64_t fp
         cdef int rc = 0
@@ -440,13 +559,19 @@ cdef class Txn:
             found = results[job.hits.data[i].probe]
             write_be(start, job.hits.data[i].fp, 8)
             k.mv_size, k.mv_data = 8, start
-            rc = index_get(&job.w, &k, &v, MDB_SET_RANGE)
+            rc = slotted_get(&job.w, &job.w.index, &k, &v, MDB_SET_RANGE)
             while rc == 0 and k.mv_size == 8:
                 fp = read_be(<uint8_t*>k.mv_data, 8)
                 if (fp >> 32) != (job.hits.data[i].fp >> 32):
                     break
-                found.append((self._copy(&v), fp))
-                rc = index_get(&job.w, &k, &v, MDB_NEXT)
+                rc = read_id(&v, &id)
+                if rc == 0:
+                    rc = read_record(job.w.record_cursor, id, &key, &value)
+                if rc:
+                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the index names no record
+                    break
+                found.append((self._copy(&key), fp))
+                rc = slotted_get(&job.w, &job.w.index, &k, &v, MDB_NEXT)
             self.done(0 if rc == MDB_NOTFOUND else rc, "search")
         return 0
 
@@ -492,7 +617,7 @@ cdef class Txn:
                 job.n = sort_unique(job.docs, job.n)
                 rc = upsert(&job.w, job.docs, job.n, &job.touched)
             if rc == 0:
-                rc = index_merges(&job.w, job.w.merge_limit, False)
+                rc = merges(&job.w, job.w.merge_limit, False)
         self.done(rc, "write to", job)
 
     def remove(self, list keys):
@@ -553,7 +678,7 @@ cdef class Txn:
             if rc == 0:
                 rc = flush_pending(&job.w)
             if rc == 0:
-                rc = index_merges(&job.w, job.w.merge_limit, False)
+                rc = merges(&job.w, job.w.merge_limit, False)
         free(fps)
         free(stored.data)
         self.done(rc, "write to", job)
@@ -571,124 +696,42 @@ cdef class Txn:
             if rc == 0 and unchanged:  # a rewrite of what removals left sparse, else
                 rc = rewrite_sparse(&job.w, &more)  # the index's merges and the tables' share
             if rc == 0 and not more:
-                rc = index_merges(&job.w, 0, unchanged)
+                rc = merges(&job.w, 0, unchanged)
             if rc == 0 and not more:
                 rc = tidy(&job.w, &more)
         self.runs_written = self.runs_written or job.w.runs_written
-        self.put_slot = job.w.put_slot
+        self.index_put_slot, self.key_put_slot = job.w.index.put_slot, job.w.keys.put_slot
         self.done(rc, "write to")
         return more
 
-    def convert_table(self, Py_ssize_t table):
-        """Write table ``table``, kept in simhashdb 0.3's form (dupsort
-        ``table:NNN``, already in order), as one run, then drop the old table;
-        nothing where it is converted already. Table 0 sets meta's counters
-        (distinct: its entries, stale: 0)."""
-        return self.convert(old_table_name(table), [run_slot_name(table, s) for s in range(RUN_SLOTS)],
-                            table, DISTINCT if table == 0 else NULL, STALE if table == 0 else NULL)
-
-    def convert_band(self, Py_ssize_t band):
-        """Write band ``band``, kept in simhashdb 0.5's form (dupsort
-        ``band:NN``, already in order), as one run, then drop the old band;
-        nothing where it is converted already. Band 0 sets meta's ``band
-        stale`` to 0 (the old band held no stale entries)."""
-        return self.convert(old_band_name(band), [band_run_name(band, s) for s in range(RUN_SLOTS)],
-                            BAND_DIRECTORY + band, NULL, BAND_STALE if band == 0 else NULL)
-
-    cdef bint convert(self, bytes name, list slot_names, uint64_t directory, const char* count,
-                      const char* zero) except? False:
-        """Write the dupsort sub-database ``name`` (2-byte keys, 6-byte values, in
-        order) as its first run in the first of ``slot_names`` (made, with the others),
-        under ``directory`` in the run directory, then drop it; where given,
-        set meta's counter ``count`` to its entries and ``zero`` to 0. False
-        where there is no such sub-database (converted already)."""
-        self.check()
-        cdef const char* old_name = name
-        cdef const char* run_directory = RUN_DIRECTORY_NAME
-        cdef const char* slot_name
-        cdef MDB_dbi old, slot, run_dir
-        cdef int rc = g_dbi_open(self.txn, old_name, MDB_DUPSORT | MDB_DUPFIXED, &old)
-        for raw in reversed(slot_names):  # every slot, the first last
-            slot_name = raw
-            if rc == 0:
-                rc = g_dbi_open(self.txn, slot_name, MDB_CREATE, &slot)
-        cdef MDB_cursor* cursor = NULL
-        cdef MDB_val k, v
-        cdef U64s values
-        values.data, values.size, values.cap = NULL, 0, 0
-        cdef uint8_t record[RUN_RECORD_BYTES]
-        cdef uint8_t key[TABLE_KEY_BYTES]
-        cdef size_t blocks, entries = 0
-        cdef Work w = self.work()
-        with nogil:
-            if rc == 0:
-                rc = g_dbi_open(self.txn, run_directory, MDB_CREATE, &run_dir)
-            if rc == 0:
-                rc = g_drop(self.txn, slot, 0)
-            if rc == 0:
-                rc = g_cursor_open(self.txn, old, &cursor)
-            if rc == 0:
-                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
-            while rc == 0:
-                if k.mv_size != 2 or v.mv_size != 6:
-                    rc = CORRUPTED
-                else:
-                    rc = u64_push(&values, (read_be(<uint8_t*>k.mv_data, 2) << 48)
-                                  | read_be(<uint8_t*>v.mv_data, 6))
-                if rc == 0:
-                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
-            if cursor != NULL:
-                mdb_cursor_close(cursor)
-            rc = 0 if rc == MDB_NOTFOUND and cursor != NULL else rc
-            if rc == 0 and values.size:
-                rc = merge_runs(self.txn, NULL, NULL, 0, values.data, values.size, NULL, 0, slot,
-                                new_run_id(0), &blocks, &entries)
-            if rc == 0:
-                write_be(record, new_run_id(0), 4)
-                record[4] = 0
-                write_be(record + 5, entries, 8)
-                write_be(key, directory, TABLE_KEY_BYTES)
-                k.mv_size, k.mv_data = TABLE_KEY_BYTES, key
-                v.mv_size, v.mv_data = RUN_RECORD_BYTES if entries else 0, record
-                rc = g_put(self.txn, run_dir, &k, &v, 0)
-            if rc == 0 and count != NULL:
-                rc = write_counter(&w, count, entries)
-            if rc == 0 and zero != NULL:
-                rc = write_counter(&w, zero, 0)
-            if rc == 0:
-                rc = g_drop(self.txn, old, 1)
-        free(values.data)
-        self.runs_written = True
-        if rc == MDB_NOTFOUND:
-            return False
-        if rc:
-            raise self.env.fail(rc, "cannot convert %s of %s" % (name.decode(), self.env.path.decode()))
-        return True
-
     def copy_into(self, Txn target):
-        """Write this snapshot's meta, documents and index into ``target``'s empty
-        sub-databases in order (appending), and its tables and bands as one run
-        each (the bands from the documents)."""
+        """Write this snapshot into ``target``'s empty sub-databases in order
+        (appending): meta, the records (ids and ``next id`` kept; a database of
+        format 6's documents take ids in key order), the key map and the index
+        each into its first slot; then the tables and the bands as one run
+        each (the bands from the records)."""
         self.check()
         target.check()
         target.changed = True
-        cdef int rc = 0
-        cdef MDB_dbi pairs[2][2]
-        pairs[0][0], pairs[0][1] = self.env.meta, target.env.meta
-        pairs[1][0], pairs[1][1] = self.env.docs, target.env.docs
-        cdef int which
+        cdef int rc, which
         cdef Work source = self.work()
-        with nogil:
-            for which in range(2):
-                if rc == 0:
-                    rc = copy_dbi(self.txn, pairs[which][0], target.txn, pairs[which][1], False)
-            if rc == 0:  # the index as one run, in its first slot
-                rc = index_copy(&source, target.txn, target.env.index[0])
-            index_close(&source)
-        if rc:
-            raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
         cdef Work w = target.work()
+        cdef bint old = self.env.old_documents
         try:
+            with nogil:
+                rc = copy_dbi(self.txn, self.env.meta, target.txn, target.env.meta, False)
+                if rc == 0 and old:
+                    rc = copy_old_documents(self.txn, self.env.docs, &w)
+                if rc == 0 and not old:
+                    rc = copy_dbi(self.txn, self.env.records, target.txn, target.env.records, False)
+                if rc == 0 and not old:
+                    rc = slotted_copy(&source, &source.keys, target.txn, target.env.keys[0])
+                if rc == 0 and not old:
+                    rc = slotted_copy(&source, &source.index, target.txn, target.env.index[0])
+                slotted_close(&source.keys)
+                slotted_close(&source.index)
+            if rc:
+                raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
             with nogil:
                 rc = open_cursors(&w)
                 if rc == 0:  # one run a table (meta brought the distinct count)
@@ -711,15 +754,76 @@ cdef class Txn:
             close_cursors(&w)
 
 
+cdef int copy_old_documents(MDB_txn* source, MDB_dbi docs, Work* w) noexcept nogil:
+    """Write the documents of a database of format 6 (``docs``: key -> value)
+    as records into ``w``'s empty records, key map and index (their first
+    slots), the ids given in key order; ``next id`` follows the last."""
+    cdef MDB_cursor* reader = NULL
+    cdef MDB_cursor* keys = NULL
+    cdef MDB_cursor* index = NULL
+    cdef MDB_val k, v
+    cdef U64s entries  # (fingerprint, id) of each document
+    entries.data, entries.size, entries.cap = NULL, 0, 0
+    cdef uint8_t id_bytes[ID_BYTES]
+    cdef uint8_t fp_bytes[8]
+    cdef uint8_t last[8]
+    cdef bint have_last = False
+    cdef uint64_t fp, id = 0
+    cdef size_t i
+    cdef int rc = open_records(w)
+    if rc == 0:
+        rc = g_cursor_open(w.txn, w.keys.dbis[0], &keys)
+    if rc == 0:
+        rc = g_cursor_open(source, docs, &reader)
+    if rc == 0:
+        rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
+    while rc == 0:
+        rc = CORRUPTED if value_fingerprint(&v, &fp) else put_record(
+            w, id, <const uint8_t*>k.mv_data, k.mv_size, <const uint8_t*>v.mv_data, v.mv_size,
+            MDB_APPEND)
+        write_be(id_bytes, id, ID_BYTES)
+        v.mv_size, v.mv_data = ID_BYTES, id_bytes
+        if rc == 0:
+            rc = g_cursor_put(keys, &k, &v, MDB_APPEND)
+        if rc == 0:
+            rc = u64_push(&entries, fp)
+        if rc == 0:
+            rc = u64_push(&entries, id)
+        id += 1
+        if rc == 0:
+            rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
+    if rc == MDB_NOTFOUND:
+        rc = walked_whole(source, docs, id)
+    if rc == 0:  # the index's entries by fingerprint (stable: the ids come in order)
+        rc = sort_records(entries.data, entries.size // 2, 2)
+    if rc == 0:
+        rc = g_cursor_open(w.txn, w.index.dbis[0], &index)
+    for i in range(entries.size // 2 if rc == 0 else 0):
+        write_be(fp_bytes, entries.data[2 * i], 8)
+        write_be(id_bytes, entries.data[2 * i + 1], ID_BYTES)
+        k.mv_size, k.mv_data = 8, fp_bytes
+        v.mv_size, v.mv_data = ID_BYTES, id_bytes
+        rc = append_entry(index, True, &k, &v, last, &have_last)
+        if rc:
+            break
+    if rc == 0:
+        rc = write_counter(w, NEXT_ID, id)
+    close_two(reader, keys)
+    if index != NULL:
+        mdb_cursor_close(index)
+    free(entries.data)
+    return rc
+
+
 cdef int distinct_fingerprints(Work* w, U64s* out) noexcept nogil:
     cdef MDB_val k, v
-    cdef int rc = index_get(w, &k, &v, MDB_FIRST)
+    cdef int rc = slotted_get(w, &w.index, &k, &v, MDB_FIRST)
     while rc == 0:
         if k.mv_size != 8:
             return -30796
         rc = u64_push(out, read_be(<uint8_t*>k.mv_data, 8))
         if rc == 0:
-            rc = index_get(w, &k, &v, MDB_NEXT_NODUP)
+            rc = slotted_get(w, &w.index, &k, &v, MDB_NEXT_NODUP)
     return 0 if rc == MDB_NOTFOUND else rc
 
 

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _codec.pxi,
-# _buffers.pxi, _work.pxi, _index.pxi, _bands.pxi, _writes.pxi, _tidy.pxi.
+# _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi, _bands.pxi, _writes.pxi, _tidy.pxi.
 #
 # Upserts and removals of documents.
 
@@ -17,26 +17,20 @@ from clmdb cimport (
 )
 
 
-cdef int unlink(Work* w, const MDB_val* old_value, const uint8_t* key, size_t key_size,
-                U64s* touched) noexcept nogil:
-    """Drop a stored document's fingerprint-index entry."""
-    cdef uint64_t old_fp
+cdef int unlink(Work* w, uint64_t old_fp, uint64_t id, U64s* touched) noexcept nogil:
+    """Drop a stored document's fingerprint-index entry (``old_fp``, ``id``)."""
     cdef uint8_t fp_bytes[8]
+    cdef uint8_t id_bytes[ID_BYTES]
     cdef MDB_val k, v
-    cdef int rc
-    if value_fingerprint(old_value, &old_fp) != 0:
-        return -30796  # MDB_CORRUPTED
     w.unlinked = True
-    rc = touch(w, touched, old_fp)
+    cdef int rc = touch(w, touched, old_fp)
     if rc:
         return rc
     write_be(fp_bytes, old_fp, 8)
+    write_be(id_bytes, id, ID_BYTES)
     k.mv_size, k.mv_data = 8, fp_bytes
-    v.mv_size, v.mv_data = key_size, <void*>key
-    return index_delete(w, &k, &v)
-
-
-cdef size_t KEYS_AHEAD = 8  # index puts a long key is loaded ahead of (upsert)
+    v.mv_size, v.mv_data = ID_BYTES, id_bytes
+    return slotted_delete(w, &w.index, &k, &v)
 
 
 # Whether a batch's new fingerprints were in the index before: a descent in
@@ -63,7 +57,7 @@ cdef struct Lookups:
     MDB_env* env
     MDB_dbi dbis[INDEX_SLOTS]   # the slots with entries, but the batch's own
     int slots
-    const uint64_t* order       # the batch's index entries (fingerprint first), sorted
+    const uint64_t* order       # the batch's index entries (fingerprint, id), sorted
     size_t n
     uint8_t* had                # per entry: 1 if its fingerprint was there
     size_t next                 # the first entry no one has taken
@@ -86,8 +80,8 @@ cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
     while i < l.n:
         end = min(i + LOOKUP_CHUNK, l.n)
         while rc == 0 and i < end:
-            if i == 0 or l.order[3 * i] != l.order[3 * i - 3]:
-                write_be(key_bytes, l.order[3 * i], 8)
+            if i == 0 or l.order[2 * i] != l.order[2 * i - 2]:
+                write_be(key_bytes, l.order[2 * i], 8)
                 for s in range(l.slots):
                     k.mv_size, k.mv_data = 8, key_bytes
                     rc = g_cursor_get(cursors[s], &k, &v, MDB_SET)
@@ -115,10 +109,10 @@ cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lo
     if l.had == NULL:
         return NO_MEMORY
     if not w.index_was_empty:
-        rc = index_sizes(w, entries, &used)
-    for s in range(w.index_slots if rc == 0 and not w.index_was_empty else 0):
-        if entries[s] and s != w.put_slot:
-            l.dbis[l.slots] = w.index_dbis[s]
+        rc = slotted_sizes(w, &w.index, entries, &used)
+    for s in range(w.index.slots if rc == 0 and not w.index_was_empty else 0):
+        if entries[s] and s != w.index.put_slot:
+            l.dbis[l.slots] = w.index.dbis[s]
             l.slots += 1
     started[0] = rc == 0 and shared and l.slots > 0 and n >= THREAD_SHARE and \
         w.merge_threads > 1 and pthread_create(thread, NULL, look_up_thread, l) == 0
@@ -141,25 +135,24 @@ cdef void* look_up_thread(void* lookups) noexcept nogil:
 
 cdef struct Entries:
     const Doc* docs
+    const uint64_t* ids         # each document's id
     size_t n
     uint64_t* order
     int rc
 
 
 cdef int index_order(Entries* e) noexcept nogil:
-    """The documents' index entries in (fingerprint, key) order, the documents
-    being in key order and the radix sort by fingerprint stable. Each entry is
-    (fingerprint, key, key size): a key of up to 8 bytes travels in it, so the
-    puts read memory in order, not the documents at random; for a longer one
-    it holds the address, loaded ahead of its put."""
+    """The documents' index entries (fingerprint, id) in that order: sorted by
+    id, then stably by fingerprint (the new documents' ids come in order, so
+    the first sort has nothing to do but where a stored one is among them)."""
     cdef size_t i
+    cdef int rc
     for i in range(e.n):
-        e.order[3 * i], e.order[3 * i + 2] = e.docs[i].fp, e.docs[i].key_size
-        if e.docs[i].key_size <= 8:
-            memcpy(&e.order[3 * i + 1], e.docs[i].key, e.docs[i].key_size)
-        else:
-            e.order[3 * i + 1] = <uint64_t>e.docs[i].key
-    return sort_records(e.order, e.n, 3)
+        e.order[2 * i], e.order[2 * i + 1] = e.ids[i], e.docs[i].fp
+    rc = sort_records(e.order, e.n, 2)
+    for i in range(e.n if rc == 0 else 0):
+        e.order[2 * i], e.order[2 * i + 1] = e.order[2 * i + 1], e.order[2 * i]
+    return rc if rc else sort_records(e.order, e.n, 2)
 
 
 cdef void* index_order_thread(void* entries) noexcept nogil:
@@ -167,18 +160,55 @@ cdef void* index_order_thread(void* entries) noexcept nogil:
     return NULL
 
 
+cdef int last_key(Work* w, Slotted* m, MDB_val* last) noexcept nogil:
+    """The greatest key of ``m``'s slots (MDB_NOTFOUND: none)."""
+    cdef MDB_val k, v
+    cdef int i, rc = slotted_open(w, m), found = MDB_NOTFOUND
+    m.ix.at = -1  # the cursors move
+    for i in range(m.ix.n if rc == 0 else 0):
+        m.ix.on[i] = False
+        rc = g_cursor_get(m.ix.cursor[i], &k, &v, MDB_LAST)
+        if rc == 0 and (found or cmp_bytes(<const uint8_t*>k.mv_data, k.mv_size,
+                                           <const uint8_t*>last.mv_data, last.mv_size) > 0):
+            last[0], found = k, 0
+        if rc == MDB_NOTFOUND:
+            rc = 0
+    return rc if rc else found
+
+
+cdef int put_key(Work* w, const Doc* doc, uint64_t id, int* appending) noexcept nogil:
+    """Put a new key's entry into the transaction's own key slot: appended
+    while the batch's keys come after what the slot holds (``appending``,
+    decided at the batch's first put; -1: undecided)."""
+    cdef MDB_cursor* put = NULL
+    cdef uint8_t id_bytes[ID_BYTES]
+    cdef MDB_val k, v
+    cdef int rc = slotted_put_cursor(w, &w.keys, &put)
+    if rc == 0 and appending[0] < 0:
+        rc = g_cursor_get(put, &k, &v, MDB_LAST)
+        appending[0] = rc == MDB_NOTFOUND or (rc == 0 and cmp_bytes(
+            doc.key, doc.key_size, <const uint8_t*>k.mv_data, k.mv_size) > 0)
+        rc = 0 if rc == MDB_NOTFOUND else rc
+    write_be(id_bytes, id, ID_BYTES)
+    k.mv_size, k.mv_data = doc.key_size, <void*>doc.key
+    v.mv_size, v.mv_data = ID_BYTES, id_bytes
+    return rc if rc else g_cursor_put(put, &k, &v, MDB_APPEND if appending[0] else 0)
+
+
 cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
-    """Store documents (sorted by key, unique), replacing existing keys."""
-    cdef MDB_val k, v, old
+    """Store documents (sorted by key, unique), replacing existing keys: a new
+    key takes the next id (meta ``next id``) and its record is appended; a
+    stored one keeps its id, its record replaced where it is."""
+    cdef MDB_val k, v, old_key, old
     cdef uint8_t fp_bytes[8]
+    cdef uint8_t id_bytes[ID_BYTES]
     cdef size_t i, fresh = 0
-    cdef int rc
-    cdef uint64_t old_fp
+    cdef int rc, found
+    cdef uint64_t old_fp, id, next_id = 0, first_id
     cdef bint appending = False, changed, first, had
+    cdef int keys_appending = -1  # undecided (put_key)
     cdef uint64_t* order = NULL
     cdef MDB_cursor* put = NULL
-    cdef const uint8_t* key
-    cdef size_t key_size
     cdef uint64_t merged
     cdef Lookups lookups
     cdef pthread_t thread
@@ -188,15 +218,19 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     cdef pthread_t sorter
     cdef bint sorting = False
     cdef Doc* added = <Doc*>malloc((n + 1) * sizeof(Doc))
+    cdef uint64_t* ids = <uint64_t*>malloc((n + 1) * sizeof(uint64_t))
     memset(&lookups, 0, sizeof(Lookups))
-    if added == NULL:
-        return NO_MEMORY
-    rc = index_empty(w)
-    if rc < 0:
+    if added == NULL or ids == NULL:
         free(added)
-        return rc
-    w.index_was_empty, w.unlinked = rc == 1, False
-    rc = g_cursor_get(w.doc_cursor, &k, &v, MDB_LAST)
+        free(ids)
+        return NO_MEMORY
+    rc = slotted_empty(w, &w.index)
+    if rc >= 0:
+        w.index_was_empty, w.unlinked = rc == 1, False
+        rc = read_counter(w, NEXT_ID, &next_id)
+    first_id = next_id
+    if rc == 0:
+        rc = last_key(w, &w.keys, &k)
     if rc == MDB_NOTFOUND:
         appending, rc = True, 0
     elif rc == 0 and n:
@@ -204,54 +238,67 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                               k.mv_size) > 0
     if rc == 0 and appending and n >= THREAD_SHARE and w.merge_threads > 1:
         # every document is new: its index entries are sorted while it is put
-        entries.docs, entries.n, entries.rc = docs, n, 0
-        entries.order = order = <uint64_t*>malloc(3 * n * sizeof(uint64_t))
+        for i in range(n):
+            ids[i] = next_id + i
+        entries.docs, entries.ids, entries.n, entries.rc = docs, ids, n, 0
+        entries.order = order = <uint64_t*>malloc(2 * n * sizeof(uint64_t))
         sorting = order != NULL and pthread_create(&sorter, NULL, index_order_thread,
                                                    &entries) == 0
     i = 0
     while rc == 0 and i < n:
-        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
         changed = True  # the document is new, or has another fingerprint now
-        if not appending:
-            rc = g_get(w.txn, w.docs, &k, &old)
+        found = 0 if appending else find_id(w, docs[i].key, docs[i].key_size, &id)
+        if found == 1:
+            rc = read_record(w.record_cursor, id, &old_key, &old)
+            if rc == MDB_NOTFOUND:  # the key map names no record
+                rc = CORRUPTED
+            if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
+                rc = CORRUPTED
             if rc == 0:
-                if value_fingerprint(&old, &old_fp) != 0:
-                    rc = -30796  # MDB_CORRUPTED
-                else:
-                    rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
-                if rc == 0 and old_fp == docs[i].fp:
-                    changed = False
-                elif rc == 0:
-                    rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
-            elif rc == MDB_NOTFOUND:
-                rc = 0
-            if rc:
-                break
-        v.mv_size, v.mv_data = docs[i].value_size, <void*>docs[i].value
-        rc = g_cursor_put(w.doc_cursor, &k, &v, MDB_APPEND if appending else 0)
+                rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
+            if rc == 0 and old_fp == docs[i].fp:
+                changed = False
+            elif rc == 0:
+                rc = unlink(w, old_fp, id, touched)
+            if rc == 0:
+                rc = put_record(w, id, docs[i].key, docs[i].key_size, docs[i].value,
+                                docs[i].value_size, 0)
+        elif found == 0:
+            id = next_id
+            next_id += 1
+            rc = put_record(w, id, docs[i].key, docs[i].key_size, docs[i].value,
+                            docs[i].value_size, MDB_APPEND)
+            if rc == 0:
+                rc = put_key(w, &docs[i], id, &keys_appending)
+        else:
+            rc = found
         if rc == 0:
             rc = note_bands(w, docs[i].value, docs[i].value_size, docs[i].fp, True)
         if rc == 0 and changed:  # noted as its fingerprint goes into the index, below
             added[fresh] = docs[i]
+            if not sorting:  # (else the sorting thread reads them: they are these)
+                ids[fresh] = id
             fresh += 1
         i += 1
     if sorting:
         pthread_join(sorter, NULL)
         rc = rc if rc else entries.rc
+    if rc == 0 and next_id != first_id:
+        rc = write_counter(w, NEXT_ID, next_id)
     if rc == 0 and fresh:
         # the index entries (index_order). A fingerprint's first put tells
         # whether the transaction's own slot had it, lookups whether the others
         # did (noted after the puts, and after the notes unlink took, so theirs
         # come first).
         if not sorting:  # (a buffer for a thread that did not start holds them too)
-            entries.docs, entries.n = added, fresh
+            entries.docs, entries.ids, entries.n = added, ids, fresh
             if order == NULL:
-                order = <uint64_t*>malloc(3 * fresh * sizeof(uint64_t))
+                order = <uint64_t*>malloc(2 * fresh * sizeof(uint64_t))
             entries.order = order
             rc = NO_MEMORY if order == NULL else index_order(&entries)
         merged = w.merged
         if rc == 0:
-            rc = index_put_cursor(w, &put)
+            rc = slotted_put_cursor(w, &w.index, &put)
         if rc == 0:
             rc = g_cursor_get(put, &k, &v, MDB_LAST)
         if rc == MDB_NOTFOUND:
@@ -272,16 +319,11 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         for i in range(fresh):
             if rc:
                 break
-            if i + KEYS_AHEAD < fresh and order[3 * (i + KEYS_AHEAD) + 2] > 8:
-                __builtin_prefetch(<const void*>order[3 * (i + KEYS_AHEAD) + 1])
-            key_size = order[3 * i + 2]
-            key = <const uint8_t*>(order + 3 * i + 1)
-            if key_size > 8:
-                key = <const uint8_t*>order[3 * i + 1]
-            first, had = i == 0 or order[3 * i] != order[3 * i - 3], False
-            write_be(fp_bytes, order[3 * i], 8)
+            first, had = i == 0 or order[2 * i] != order[2 * i - 2], False
+            write_be(fp_bytes, order[2 * i], 8)
+            write_be(id_bytes, order[2 * i + 1], ID_BYTES)
             k.mv_size, k.mv_data = 8, fp_bytes
-            v.mv_size, v.mv_data = key_size, <void*>key
+            v.mv_size, v.mv_data = ID_BYTES, id_bytes
             if appending:
                 rc = g_cursor_put(put, &k, &v, MDB_APPEND if first else MDB_APPENDDUP)
             else:
@@ -291,7 +333,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                     own[i] = had
                 if had or not first:  # another document's entry of the fingerprint
                     k.mv_size, k.mv_data = 8, fp_bytes  # (a refused put points them at it)
-                    v.mv_size, v.mv_data = key_size, <void*>key
+                    v.mv_size, v.mv_data = ID_BYTES, id_bytes
                     rc = g_cursor_put(put, &k, &v, MDB_NODUPDATA)
                     if rc == MDB_KEYEXIST:
                         rc = 0
@@ -304,13 +346,14 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
             rc = rc if rc else lookups.rc
             w.shared_lookups[0] += lookups.began
         for i in range(fresh if rc == 0 else 0):
-            if i == 0 or order[3 * i] != order[3 * i - 3]:
-                rc = note_touched(touched, order[3 * i], own[i] or lookups.had[i])
+            if i == 0 or order[2 * i] != order[2 * i - 2]:
+                rc = note_touched(touched, order[2 * i], own[i] or lookups.had[i])
                 if rc:
                     break
         free(lookups.had)
     free(order)
     free(added)
+    free(ids)
     if rc == 0:
         rc = update_tables(w, touched)
     if rc == 0:
@@ -347,7 +390,7 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
         if j < n and c == 0:
             j += 1
         elif values != NULL:
-            rc = append_entry(writer, &k, &v, last_key, &have_last)
+            rc = append_entry(writer, True, &k, &v, last_key, &have_last)
         else:
             rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
         walked += 1
@@ -368,51 +411,66 @@ cdef int walked_whole(MDB_txn* txn, MDB_dbi dbi, size_t walked) noexcept nogil:
 
 cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
                        size_t found) noexcept nogil:
-    """Write the documents and the index's slots again without the ``found``
-    documents ``gone`` ((fingerprint, index in ``docs``) pairs, in key order),
-    appended in order from ``last``, a snapshot holding what the transaction
-    holds. Their leaves come out full, where removals in place copy leaves and
-    leave them sparse."""
+    """Write the records, the key map's and the index's slots again without
+    the ``found`` documents ``gone`` ((id, fingerprint, index in ``docs``)
+    triples, in key order), appended in order from ``last``, a snapshot
+    holding what the transaction holds. Their leaves come out full, where
+    removals in place copy leaves and leave them sparse."""
     cdef uint64_t entries[INDEX_SLOTS]
     cdef size_t i
-    cdef int s, used, rc = index_sizes(w, entries, &used)
+    cdef int s, used, rc = 0
     cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * found + 1)
+    cdef uint8_t* id_bytes = <uint8_t*>malloc(ID_BYTES * found + 1)
     cdef MDB_val* keys = <MDB_val*>malloc((2 * found + 1) * sizeof(MDB_val))
-    if fp_bytes == NULL or keys == NULL:
+    if fp_bytes == NULL or id_bytes == NULL or keys == NULL:
         rc = NO_MEMORY
-    index_close(w)  # the slots are written again below
-    for i in range(found if rc == 0 else 0):
-        keys[i].mv_size = docs[gone[2 * i + 1]].key_size
-        keys[i].mv_data = <void*>docs[gone[2 * i + 1]].key
+    slotted_close(&w.index)  # the slots are written again below
+    slotted_close(&w.keys)
+    for i in range(found if rc == 0 else 0):  # the keys, in order
+        keys[i].mv_size = docs[gone[3 * i + 2]].key_size
+        keys[i].mv_data = <void*>docs[gone[3 * i + 2]].key
     if rc == 0:
-        rc = copy_skipping(last, w.txn, w.docs, keys, NULL, found)
-    if rc == 0:  # the index's entries in its order: by fingerprint, then key
-        rc = sort_records(gone, found, 2)  # (stable: the documents came in key order)
-    for i in range(found if rc == 0 else 0):
-        write_be(fp_bytes + 8 * i, gone[2 * i], 8)
-        keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
-        keys[found + i].mv_size = docs[gone[2 * i + 1]].key_size
-        keys[found + i].mv_data = <void*>docs[gone[2 * i + 1]].key
-    for s in range(w.index_slots):
+        rc = slotted_sizes(w, &w.keys, entries, &used)
+    for s in range(w.keys.slots):
         if rc == 0 and entries[s]:
-            rc = copy_skipping(last, w.txn, w.index_dbis[s], keys, keys + found, found)
+            rc = copy_skipping(last, w.txn, w.keys.dbis[s], keys, NULL, found)
+    if rc == 0:  # the records, by id
+        rc = sort_records(gone, found, 3)
+    for i in range(found if rc == 0 else 0):
+        write_be(id_bytes + ID_BYTES * i, gone[3 * i], ID_BYTES)
+        keys[i].mv_size, keys[i].mv_data = ID_BYTES, id_bytes + ID_BYTES * i
+    if rc == 0:
+        rc = copy_skipping(last, w.txn, w.records, keys, NULL, found)
+    for i in range(found if rc == 0 else 0):  # the index's entries: by fingerprint, then id
+        gone[3 * i], gone[3 * i + 1] = gone[3 * i + 1], gone[3 * i]
+    if rc == 0:
+        rc = sort_records(gone, found, 3)
+    for i in range(found if rc == 0 else 0):
+        write_be(fp_bytes + 8 * i, gone[3 * i], 8)
+        write_be(id_bytes + ID_BYTES * i, gone[3 * i + 1], ID_BYTES)
+        keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
+        keys[found + i].mv_size, keys[found + i].mv_data = ID_BYTES, id_bytes + ID_BYTES * i
+    if rc == 0:
+        rc = slotted_sizes(w, &w.index, entries, &used)
+    for s in range(w.index.slots):
+        if rc == 0 and entries[s]:
+            rc = copy_skipping(last, w.txn, w.index.dbis[s], keys, keys + found, found)
     free(fp_bytes)
+    free(id_bytes)
     free(keys)
     return rc if rc else write_counter(w, REMOVED, 0)
 
 
 cdef int count_stored(Work* w, const Doc* docs, size_t n, size_t* stored) noexcept nogil:
-    cdef MDB_val k, v
+    cdef uint64_t id
     cdef size_t i
-    cdef int rc = 0
+    cdef int rc
     stored[0] = 0
     for i in range(n):
-        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
-        rc = g_get(w.txn, w.docs, &k, &v)
-        if rc == 0:
-            stored[0] += 1
-        elif rc != MDB_NOTFOUND:
+        rc = find_id(w, docs[i].key, docs[i].key_size, &id)
+        if rc < 0:
             return rc
+        stored[0] += rc
     return 0
 
 
@@ -420,52 +478,59 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
                 bint may_rewrite) noexcept nogil:
     """Remove documents (sorted by key, unique) that are stored: in place, or
     (``may_rewrite``: the transaction has changed nothing yet) by writing the
-    documents and the index again without them (write_without), where the
-    batch brings the documents removed since they were last written whole
-    (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs about RUN_RATIO
-    entries written)."""
-    cdef MDB_val k, old
-    cdef MDB_stat docs_stat
+    records, the key map and the index again without them (write_without),
+    where the batch brings the documents removed since they were last written
+    whole (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs
+    about RUN_RATIO entries written)."""
+    cdef MDB_val k, old_key, old
+    cdef MDB_stat records_stat
     cdef MDB_txn* last = NULL
-    cdef uint64_t old_fp, removed = 0
+    cdef uint8_t id_bytes[ID_BYTES]
+    cdef uint64_t old_fp, id, removed = 0
     cdef size_t stored = 0
-    cdef uint64_t* gone = NULL  # (fingerprint, index in docs) of each one stored
+    cdef uint64_t* gone = NULL  # (id, fingerprint, index in docs) of each one stored
     cdef size_t i
     cdef int rc = 0
     w.index_was_empty, w.unlinked = False, True
     if may_rewrite and n:
         rc = read_counter(w, REMOVED, &removed)
         if rc == 0:
-            rc = g_stat(w.txn, w.docs, &docs_stat)
-        if rc == 0 and (removed + n) * RUN_RATIO > docs_stat.ms_entries:
+            rc = g_stat(w.txn, w.records, &records_stat)
+        if rc == 0 and (removed + n) * RUN_RATIO > records_stat.ms_entries:
             rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
-        if rc == 0 and (removed + stored) * RUN_RATIO > docs_stat.ms_entries and g_txn_begin(
+        if rc == 0 and (removed + stored) * RUN_RATIO > records_stat.ms_entries and g_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
             mdb_txn_abort(last)  # (never: the write lock is held)
             last = NULL
         if last != NULL:
-            gone = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
+            gone = <uint64_t*>malloc((3 * n + 1) * sizeof(uint64_t))
             if gone == NULL:
                 rc = NO_MEMORY
     for i in range(n if rc == 0 else 0):
-        k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
-        rc = g_get(w.txn, w.docs, &k, &old)
-        if rc == MDB_NOTFOUND:
-            rc = 0
+        rc = find_id(w, docs[i].key, docs[i].key_size, &id)
+        if rc == 0:
             continue
+        rc = read_record(w.record_cursor, id, &old_key, &old) if rc == 1 else rc
+        if rc == MDB_NOTFOUND:  # the key map names no record
+            rc = CORRUPTED
         if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
-            rc = -30796  # MDB_CORRUPTED
+            rc = CORRUPTED
         if rc == 0:
             rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
         if rc == 0 and last != NULL:
             rc = touch(w, touched, old_fp)
-            gone[2 * count[0]], gone[2 * count[0] + 1] = old_fp, i
+            gone[3 * count[0]], gone[3 * count[0] + 1], gone[3 * count[0] + 2] = id, old_fp, i
         elif rc == 0:
-            rc = unlink(w, &old, docs[i].key, docs[i].key_size, touched)
+            rc = unlink(w, old_fp, id, touched)
+            write_be(id_bytes, id, ID_BYTES)
+            k.mv_size, k.mv_data = ID_BYTES, id_bytes
             if rc == 0:
-                rc = g_del(w.txn, w.docs, &k, NULL)
+                rc = g_del(w.txn, w.records, &k, NULL)
+            k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+            if rc == 0:
+                rc = slotted_delete(w, &w.keys, &k, NULL)
         if rc:
             break
         count[0] += 1

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _runs.pxi,
-# _buffers.pxi, _dirs.pxi, _index.pxi, _merges.pxi.
+# _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
@@ -33,7 +33,7 @@ cdef struct RunsView:
     TableRuns* runs         # per run set; every run with its directory, no cursors
 
 
-cdef struct Index:
+cdef struct SlotCursors:
     bint opened
     int n                            # sub-cursors open: on each slot in use, and the transaction's own
     int slot[INDEX_SLOTS]
@@ -43,13 +43,19 @@ cdef struct Index:
     MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
 
 
+cdef struct Slotted:        # a map kept in slots (_slotted.pxi): the index, the key map
+    MDB_dbi* dbis           # its slots (KEY_SLOTS == INDEX_SLOTS at most)
+    int slots               # how many the database has (the index: 1 where an older one is read)
+    int put_slot            # the slot the transaction puts new entries into (-1: none yet)
+    bint dups               # sorted duplicates (the index), else one value a key (the key map)
+    SlotCursors ix          # its cursors in this call
+
+
 cdef struct Work:
     MDB_txn* txn
-    MDB_dbi meta, docs
-    MDB_dbi* index_dbis     # the fingerprint index's slots (_index.pxi)
-    int index_slots         # how many the database has (1 where an older one is read)
-    int put_slot            # the slot the transaction puts new index entries into (-1: none yet)
-    Index ix
+    MDB_dbi meta, records
+    Slotted index           # fingerprint -> document id
+    Slotted keys            # key -> document id
     MDB_dbi* tables
     bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
     MDB_dbi run_dir         # every run set's directory of runs (directory_number, u16 BE)
@@ -59,7 +65,9 @@ cdef struct Work:
     bint band_runs          # the bands are kept as runs, run sets after the tables (_bands.pxi)
     MDB_dbi* bands          # the bands in 0.5's form, read only (NULL where none are)
     Layout* layout
-    MDB_cursor* doc_cursor
+    MDB_cursor* record_cursor
+    uint8_t* scratch        # a record being written (put_record)
+    size_t scratch_room
     MDB_cursor** table_cursors
     MDB_cursor* band_cursors[SIGNATURE_BANDS]
     U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
@@ -96,7 +104,7 @@ cdef int open_cursors(Work* w) noexcept nogil:
     cdef int rc
     for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
         w.band_cursors[t] = NULL
-    rc = g_cursor_open(w.txn, w.docs, &w.doc_cursor)
+    rc = open_records(w)
     w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
     if w.table_cursors == NULL:
         return NO_MEMORY
@@ -143,9 +151,12 @@ cdef void close_two(MDB_cursor* a, MDB_cursor* b) noexcept nogil:
 
 cdef void close_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
-    if w.doc_cursor != NULL:
-        mdb_cursor_close(w.doc_cursor)
-    index_close(w)
+    if w.record_cursor != NULL:
+        mdb_cursor_close(w.record_cursor)
+    slotted_close(&w.index)
+    slotted_close(&w.keys)
+    free(w.scratch)
+    w.scratch, w.scratch_room = NULL, 0
     if w.table_cursors != NULL:
         for t in range(w.layout.tables):
             if w.table_cursors[t] != NULL:

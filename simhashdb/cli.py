@@ -295,15 +295,11 @@ def cmd_compact(args):
 
 
 def cmd_upgrade(args):
-    """Convert a database made by an earlier simhashdb to this version's format,
-    in place (a table or band a transaction: stopped, it goes on where it
-    stopped when run again)."""
-    with progress(args, "upgrade", unit="part") as bar:
-        def advance(done, parts):
-            bar.total = parts
-            bar.update(done - bar.n)
-
-        simhashdb.upgrade(args.path, progress=advance)
+    """Convert a database made by an earlier simhashdb to this version's format:
+    written as a copy put in the database's place once whole, so a crash
+    leaves it as it was or converted. Needs the database to itself."""
+    with working(args, "upgrade"):
+        simhashdb.upgrade(args.path)
     with _open(args.path, args, readonly=True) as db:
         emit({"format": db.stats()["format"], "tables": db.tables})
 

@@ -84,9 +84,9 @@ class MapResizedError(DatabaseError):
 class OldTablesError(DatabaseError):
     """A database whose tables are in simhashdb 0.3's form (dupsort
     ``table:NNN``) or whose bands are in 0.5's (dupsort ``band:NN``), opened
-    to write, or whose conversion (convert_table, convert_band) stopped part
-    way; the LMDB backend turns it into an error that says to upgrade. Its
-    arguments: whether a conversion stopped, and whether it is the bands."""
+    to write, or with some of them in that form; the LMDB backend turns it
+    into an error that says to upgrade. Its arguments: whether only some
+    are, and whether it is the bands."""
 
 
 class NodeTimeoutError(DatabaseError):

@@ -13,23 +13,26 @@ from .storage.registry import open_storage
 
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
-    """Convert, in place, a database made by an earlier simhashdb to this
-    version's format, which it then opens writable: an LMDB database's
-    permutation tables (0.3 and earlier) and bands (0.5 and earlier) become
-    compressed runs, one a transaction (a crash leaves each whole, and a
-    second call goes on where the first stopped), then a database of
-    simhashdb 0.2 gets its band index. A database of this format is left as
-    it is.
+    """Convert a database made by an earlier simhashdb to this version's
+    format, which it then opens writable. An LMDB database of simhashdb 0.7
+    or earlier (format 6 and before) is copied into this format, its tables
+    and bands built again, and the copy put in its place once whole: a crash
+    leaves the old database or the converted one. It needs the database to
+    itself and free disk space for the copy. A database of this format is
+    left as it is.
 
-    :param progress: called with (parts converted, parts) after each table
-        and band.
+    :param progress: called with (1, 1) once the database is converted.
+    :raises DatabaseBusyError: another process or handle has it open.
     """
     storage = open_storage(path, create=False, backend=backend)
     try:
-        params.convert_tables(storage, progress)
+        if storage.old_documents:
+            params.convert_documents(storage)
     finally:
         storage.close()
     DB(path, backend=backend).close()
+    if progress is not None:
+        progress(1, 1)
 
 
 def relayout(path: Union[str, os.PathLike], *, blocks: Optional[int] = None,

@@ -1,12 +1,9 @@
 """A database's stored parameters (its format version, layout and recipe):
 checked, packed and stored in this one place, and a database of an earlier
-format brought to this one (:func:`simhashdb.upgrade` converts its tables
-first)."""
+format brought to this one (:func:`simhashdb.upgrade` copies one whose
+documents are in an earlier form)."""
 
 from __future__ import annotations
-
-import itertools
-import warnings
 
 import msgpack
 
@@ -14,14 +11,13 @@ from . import _ext
 from .errors import (DatabaseError, FormatVersionError, InvalidArgumentError,
                      ParameterMismatchError)
 from .layout import DEFAULT_EXPECTED_SIZE, Layout
-from .records import signature as stored_signature, value_fingerprint
 
 # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
 # 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs;
-# 6: a database's distance may exceed its tables' (``table_distance``)
-FORMAT_VERSION = 6
+# 6: a database's distance may exceed its tables' (``table_distance``);
+# 7: the LMDB documents as records under ids, a key map and an index of ids
+FORMAT_VERSION = 7
 DEFAULT_DISTANCE = 3
-UPGRADE_BATCH = 10_000  # documents a transaction of an upgrade looks at
 
 
 LAYOUT_ARGUMENTS = {"distance": (0, 63), "blocks": (1, 64), "expected_size": (1, 2**64),
@@ -112,6 +108,11 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
         the stored ones.
     """
     params = read(storage)
+    if params is not None and storage.old_documents:
+        raise DatabaseError(
+            "%s keeps its documents in the form of simhashdb 0.7 and earlier (format %d), "
+            "which this version does not read: convert it once with `simhashdb-cli upgrade %s` "
+            "(or simhashdb.upgrade(path))" % (storage.path, params["format"], storage.path))
     if params is None:
         if storage.readonly:
             raise DatabaseError("%s is not a simhashdb database" % storage.path)
@@ -184,44 +185,12 @@ def _adopt(storage, recipe):
 
 
 def _upgrade(storage, params):
-    """Bring a database of an earlier format to this one: a database made by
-    simhashdb 0.2 (format 1: text documents with signatures, no band index)
-    gets its band index, built from the stored signatures in batches (its
-    LMDB tables were converted before it opened writable: :func:`simhashdb.upgrade`)."""
-    if params["format"] >= 2:
-        if not storage.readonly:
-            params["format"] = FORMAT_VERSION
-            store(storage, format=FORMAT_VERSION)
-            storage.format_stored()
-        return
-    if storage.readonly:
-        warnings.warn("%s was made by simhashdb 0.2 and is open read-only: its text "
-                      "documents are found by their fingerprints alone until it is opened "
-                      "writable once, which builds their band index" % storage.path,
-                      UserWarning, stacklevel=4)
-        return
-    if params.get("recipe") is not None:  # only a database of a recipe holds texts
-        warnings.warn("%s was made by simhashdb 0.2: building the band index of its text "
-                      "documents from their signatures (once)" % storage.path,
-                      UserWarning, stacklevel=4)
-
-        def index_batch(txn):
-            texts, last = [], None
-            for last, value in itertools.islice(txn.documents(after), UPGRADE_BATCH):
-                if stored_signature(value):
-                    texts.append((last, value_fingerprint(value), value))
-            txn.upsert(texts)  # as they are: the backend adds their band entries
-            # (an LMDB backend writes its bands from the documents once: tidy)
-            return last
-
-        after = None
-        while True:
-            after = storage.write(index_batch)
-            if after is None:
-                break
-    params["format"] = FORMAT_VERSION
-    store(storage, format=FORMAT_VERSION)
-    storage.format_stored()
+    """Store this format in the parameters of a database of an earlier one
+    whose form this version reads as it is (a writable open)."""
+    if not storage.readonly:
+        params["format"] = FORMAT_VERSION
+        store(storage, format=FORMAT_VERSION)
+        storage.format_stored()
 
 
 def relayout(storage, blocks, table_distance, expected_size):
@@ -246,13 +215,19 @@ def relayout(storage, blocks, table_distance, expected_size):
     return layout
 
 
-def convert_tables(storage, progress):
-    """Convert the permutation tables of the database of ``storage`` to this
-    version's (see :func:`simhashdb.upgrade`).
+def convert_documents(storage):
+    """Copy the database of ``storage``, whose documents are in an earlier
+    form, into this format (its tables in the layout it has, its bands built
+    from its texts' signatures), put in its place once whole.
 
     :raises DatabaseError: it holds no database.
     """
-    storage.convert_tables(stored_layout(_existing(storage)).tables, progress)
+    params = _existing(storage)
+    layout = stored_layout(params)
+    storage.open_tables(layout)
+    storage.relayout(layout, msgpack.packb(dict(
+        params, format=FORMAT_VERSION, table_distance=layout.distance,
+        blocks=layout.blocks, widths=layout.widths)))
 
 
 def _existing(storage):

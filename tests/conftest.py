@@ -201,6 +201,24 @@ def brute_force(docs, fingerprint, distance):
     return sorted(hits, key=lambda m: (m[2], key_order(m[0])))
 
 
+def store_format(env, txn, version):
+    """Set the format version in an LMDB database's stored parameters, where it has them."""
+    import msgpack
+
+    meta = env.open_db(lmdb_format.META.name(), txn=txn)
+    raw = txn.get(lmdb_format.PARAMS, db=meta)
+    if raw is not None:  # (a storage written without a DB has none)
+        txn.put(lmdb_format.PARAMS, msgpack.packb(dict(msgpack.unpackb(raw), format=version)),
+                db=meta)
+
+
+def stored_id(env, txn, key):
+    """The document id (8 bytes) that the key map of an LMDB database holds
+    for encoded ``key`` (in whichever of its slots), or None."""
+    found = (txn.get(key, db=env.open_db(name, txn=txn)) for name in lmdb_format.KEYS.names())
+    return next(filter(None, found), None)
+
+
 def index_in_one_slot(env, txn):
     """Move the fingerprint index into ``fingerprints`` and drop its other slots
     (index:NN), as databases of format 3 and before kept it."""
@@ -211,16 +229,43 @@ def index_in_one_slot(env, txn):
         txn.drop(db, delete=True)
 
 
+def documents_as_in_format_6(path, format=6):
+    """Rewrite the closed database at ``path``'s documents as format 6 and
+    earlier kept them: ``docs`` (encoded key -> value), the index's values the
+    keys, no records, key map or next id; ``format`` stored."""
+    import lmdb
+
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+        docs = env.open_db(lmdb_format.OLD_DOCS.name(), txn=txn)
+        key_of = {}
+        for id_bytes, raw in txn.cursor(records).iternext():
+            size = int.from_bytes(raw[:lmdb_format.KEY_LENGTH_BYTES], "big")
+            key_of[id_bytes] = raw[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + size]
+            txn.put(key_of[id_bytes], raw[lmdb_format.KEY_LENGTH_BYTES + size:], db=docs)
+        for name in lmdb_format.INDEX.names():
+            slot = env.open_db(name, txn=txn, dupsort=True)
+            entries = [(fp, key_of[id_bytes]) for fp, id_bytes in txn.cursor(slot).iternext()]
+            txn.drop(slot, delete=False)
+            txn.cursor(slot).putmulti(entries, dupdata=True)
+        for name in [lmdb_format.RECORDS.name()] + lmdb_format.KEYS.names():
+            txn.drop(env.open_db(name, txn=txn), delete=True)
+        txn.delete(lmdb_format.NEXT_ID, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        store_format(env, txn, format)
+    env.close()
+
+
 def bands_as_in_0_5(path):
     """Rewrite the closed database at ``path``'s bands as simhashdb 0.5 kept
     them: each a dupsort ``band:NN`` (an entry's top 2 bytes as key, the other
-    6 as value), no band runs, format 4."""
+    6 as value), no band runs, the documents as format 6 kept them, format 4."""
     import lmdb
-    import msgpack
 
     from simhashdb import DB
     with DB(path, readonly=True) as db, storage_of(db).read() as view:
         bands = [view.band_entries(band) for band in range(lmdb_format.BANDS)]
+    documents_as_in_format_6(path)
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn)
@@ -231,20 +276,17 @@ def bands_as_in_0_5(path):
             for name in lmdb_format.BAND_RUNS.names(band):
                 txn.drop(env.open_db(name, txn=txn), delete=True)
             txn.delete(lmdb_format.band_directory_key(band), db=directory)
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        txn.delete(lmdb_format.BAND_STALE, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = 4
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        txn.delete(lmdb_format.BAND_STALE, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        store_format(env, txn, 4)
     env.close()
 
 
 def as_in_0_3(path):
     """Rewrite the closed database at ``path`` as simhashdb 0.3 kept it: each
     table a dupsort ``table:NNN`` (the permuted value's top 2 bytes as key, the
-    other 6 as value), no runs, no counters, each band as 0.5 kept it, format 2."""
+    other 6 as value), no runs, no counters, the documents and each band as
+    0.5 kept them, format 2."""
     import lmdb
-    import msgpack
 
     from simhashdb import DB
     with DB(path, readonly=True) as db, storage_of(db).read() as view:
@@ -263,7 +305,5 @@ def as_in_0_3(path):
         meta = env.open_db(lmdb_format.META.name(), txn=txn)
         assert txn.delete(lmdb_format.DISTINCT, db=meta)
         txn.delete(lmdb_format.STALE, db=meta)
-        params = msgpack.unpackb(txn.get(lmdb_format.PARAMS, db=meta))
-        params["format"] = 2
-        txn.put(lmdb_format.PARAMS, msgpack.packb(params), db=meta)
+        store_format(env, txn, 2)
     env.close()

@@ -122,24 +122,26 @@ def test_bad_table_distances_are_refused(tmp_path):
     assert not any((tmp_path / name).exists() for name in "abcdef")
 
 
-def test_a_database_of_format_5_has_tables_built_for_its_distance(tmp_path):
+def test_a_database_of_format_5_is_upgraded_to_tables_built_for_its_distance(tmp_path):
+    from conftest import documents_as_in_format_6
     path = str(tmp_path / "five.db")
     with DB(path, distance=2, blocks=4, backend="py-lmdb") as db:
         db.insert_many([(1, 5), (2, 5 ^ 0b11)])
+    documents_as_in_format_6(path, format=5)
     storage = simhashdb.storage.registry.open_storage(path, backend="py-lmdb")
     try:
-        def as_format_5(txn):
+        def without_table_distance(txn):
             params = msgpack.unpackb(txn.params())
             del params["table_distance"]
-            txn.set_params(msgpack.packb(dict(params, format=5)))
-        storage.write(as_format_5)
+            txn.set_params(msgpack.packb(params))
+        storage.write(without_table_distance)
     finally:
         storage.close()
-    with DB(path, readonly=True) as db:
-        assert (db.distance, db.table_distance, db.tables) == (2, 2, 6)
-        assert db.stats()["format"] == 5 and [m.key for m in db.query(5)] == [1, 2]
+    simhashdb.upgrade(path)
     with DB(path) as db:
-        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION == 6
+        assert (db.distance, db.table_distance, db.tables) == (2, 2, 6)
+        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION == 7
+        assert [m.key for m in db.query(5)] == [1, 2]
 
 
 def test_the_cli_makes_and_exports_a_database_of_narrower_tables(tmp_path, capsys):

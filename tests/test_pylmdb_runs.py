@@ -12,7 +12,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import as_in_0_3, brute_force, index_in_one_slot, native_built, storage_of
+from conftest import brute_force, index_in_one_slot, native_built, storage_of, stored_id
 
 import simhashdb
 from simhashdb import DB, _ext
@@ -20,11 +20,10 @@ from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
-from simhashdb.storage.lmdb.files import old_tables_error
 from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
 
 index_name, slot_name = lmdb_format.INDEX.name, lmdb_format.TABLE_RUNS.name
-DOCS = lmdb_format.DOCS.name()
+RECORDS = lmdb_format.RECORDS.name()
 
 MAX = 2**64 - 1
 LAYOUT = Layout(5, 3)
@@ -175,17 +174,21 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
 
 def read_index(path):
     """The fingerprint index as the file holds it: per slot, its set of
-    (fingerprint, key) entries (empty slots included, slots not made left out)."""
+    (fingerprint, key) entries, each id read as its record's key (empty slots
+    included, slots not made left out)."""
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
     try:
         with env.begin() as txn:
+            records = txn.cursor(env.open_db(RECORDS, txn=txn, create=False)).iternext()
+            key_of = {doc: record_parts(raw)[0] for doc, raw in records}
             slots = []
             for slot in range(INDEX_SLOTS):
                 try:
                     db = env.open_db(index_name(slot), txn=txn, create=False, dupsort=True)
                 except lmdb.NotFoundError:
                     break
-                slots.append({(_ext.unpack_key(k), v) for k, v in txn.cursor(db).iternext()})
+                slots.append({(_ext.unpack_key(k), key_of[v])
+                              for k, v in txn.cursor(db).iternext()})
     finally:
         env.close()
     return slots
@@ -203,10 +206,10 @@ def assert_index_holds(path, docs):
 def spread_index(path, docs, sizes):
     """Write the index's entries of ``docs`` into its slots anew, ``sizes[i]``
     of them (dealt out at random) into slot i, as another program could."""
-    entries = sorted((fp, msgpack.packb(key)) for key, fp in docs.items())
-    assert sum(sizes) == len(entries)
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), lock=False)
     with env.begin(write=True) as txn:
+        entries = sorted((fp, stored_id(env, txn, msgpack.packb(key))) for key, fp in docs.items())
+        assert sum(sizes) == len(entries)
         slots = [env.open_db(index_name(slot), txn=txn, dupsort=True) for slot in range(INDEX_SLOTS)]
         for db in slots:
             txn.drop(db, delete=False)
@@ -444,6 +447,19 @@ def read_sub_database(path, name, dupsort=False):
         env.close()
 
 
+def record_parts(raw):
+    """(key, value) of a document's record: its key's length (2 bytes), key, value."""
+    end = 2 + int.from_bytes(raw[:2], "big")
+    return raw[2:end], raw[end:]
+
+
+def read_documents(path):
+    """The documents as the file's records hold them, (key, value) in id
+    order, and the records' leaf pages."""
+    entries, leaves = read_sub_database(path, RECORDS)
+    return [record_parts(raw) for _, raw in entries], leaves
+
+
 def read_removed(path):
     """meta's count of documents removed since they were last written whole."""
     raw = dict(read_sub_database(path, lmdb_format.META.name())[0]).get(b"removed", bytes(8))
@@ -472,7 +488,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
             db.insert_many(list(records.items())[batch:batch + 700])
         db.insert_text_many(texts.items())
         docs = {r.key: r.fingerprint for r in db}
-    stored, _ = read_sub_database(path, DOCS)
+    stored, _ = read_documents(path)
     gone = rng.sample(sorted(records, key=str), 3000) + rng.sample(sorted(texts), 150)
     gone += ["absent", 10**9]
     with DB(path, backend=backend) as db:
@@ -480,7 +496,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
     for key in gone[:-2]:
         del docs[key]
     kept = {msgpack.packb(k) for k in docs}
-    assert read_sub_database(path, DOCS)[0] == [(k, v) for k, v in stored if k in kept]
+    assert read_documents(path)[0] == [(k, v) for k, v in stored if k in kept]
     slots = read_index(path)
     assert sum(len(slot) for slot in slots) == len(docs)
     assert set().union(*slots) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
@@ -491,7 +507,7 @@ def test_a_large_removal_writes_the_documents_and_index_again_without_them(tmp_p
     for written in (path, fresh):
         with DB(written, readonly=True) as db:
             assert db.check() == []
-    assert read_sub_database(path, DOCS)[1] <= read_sub_database(fresh, DOCS)[1] + 1
+    assert read_documents(path)[1] <= read_documents(fresh)[1] + 1
     probes = [0, MAX, pool[7] ^ 0b11] + [docs[k] ^ 0b101
                                          for k in rng.sample(sorted(docs, key=str), 40)]
     for reader in ("lmdb", "py-lmdb") if native_built() else ("py-lmdb",):
@@ -540,7 +556,7 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    leaves = read_sub_database(path, DOCS)[1]
+    leaves = read_documents(path)[1]
     order = rng.sample(sorted(docs), 1400)
     with DB(path, backend=backend) as db:
         for start in range(0, 1400, 10):
@@ -549,12 +565,12 @@ def test_removals_in_small_batches_are_written_whole_past_a_quarter(tmp_path, ba
         del docs[key]
     probes = [0, MAX] + [fp ^ 0b110 for fp in rng.sample(sorted(docs.values()), 40)]
     assert read_removed(path) == 190  # (1,200 + 10) * 4 > 6,000 - 1,200: then written whole
-    assert read_sub_database(path, DOCS)[1] <= 0.8 * leaves + 1
+    assert read_documents(path)[1] <= 0.8 * leaves + 1
     with DB(path, backend=backend) as db:  # keys not stored count for nothing
         assert db.delete_many(range(10**6, 10**6 + 1000)) == 0
     assert read_removed(path) == 190
-    entries, _ = read_sub_database(path, DOCS)
-    assert [k for k, _ in entries] == sorted(msgpack.packb(k) for k in docs)
+    entries, _ = read_documents(path)
+    assert sorted(k for k, _ in entries) == sorted(msgpack.packb(k) for k in docs)
     assert set().union(*read_index(path)) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
     with DB(path, readonly=True) as db:
         check_exact(db, docs, probes)
@@ -601,7 +617,7 @@ def test_a_large_removal_with_every_reader_slot_taken_removes_in_place(tmp_path,
         check_exact(db, docs, probes)
         assert db.delete_many([-1]) == 0  # the next batch's tidy writes them whole
     assert read_removed(path) == 0
-    assert [k for k, _ in read_sub_database(path, DOCS)[0]] == sorted(
+    assert sorted(k for k, _ in read_documents(path)[0]) == sorted(
         msgpack.packb(k) for k in docs)
     with DB(path, readonly=True) as db:
         check_exact(db, docs, probes)
@@ -640,7 +656,7 @@ def test_a_walk_cut_short_by_damage_is_refused_not_copied(tmp_path, backend):
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    root = sub_database_root(path, DOCS)
+    root = sub_database_root(path, RECORDS)
     with open(os.path.join(path, "data.mdb"), "r+b") as f:
         f.seek(root * 4096)
         page = bytearray(f.read(4096))
@@ -728,57 +744,6 @@ def test_the_stale_count_triggers_the_rewrite(tmp_path):
                 assert len(view._directory(0)) == 1 or expected_stale
 
 
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_tables_of_0_3_open_read_only_and_convert_to_runs(tmp_path, backend):
-    path, rng = str(tmp_path / "old.db"), random.Random(6)
-    top = rng.getrandbits(64) & ~((1 << 20) - 1)
-    fps = [0, MAX] + [top | rng.getrandbits(20) for _ in range(2000)] + \
-        [rng.getrandbits(64) for _ in range(1000)]
-    docs = {"k%d" % i: fp for i, fp in enumerate(fps)}
-    docs.update({"twin%d" % i: fps[i] for i in range(50)})
-    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
-        db.insert_many(docs.items())
-        full = storage_of(db).path
-    as_in_0_3(path)
-    probes = [0, MAX, top, fps[7] ^ 0b11] + [fp ^ 0b1001 for fp in rng.sample(fps, 20)]
-    with pytest.raises(DatabaseError) as refused:
-        DB(path, backend="py-lmdb")
-    assert str(refused.value) == str(old_tables_error(full))
-    with DB(path, readonly=True, backend="py-lmdb") as db:
-        check_exact(db, docs, probes)
-    storage = registry.backend_class(backend)(path)  # no layout: its tables are not opened
-    try:
-        assert storage.write(lambda txn: txn.convert_table(0))  # as if a crash followed
-        assert not storage.write(lambda txn: txn.convert_table(0))  # done: nothing
-    finally:
-        storage.close()
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        for readonly in (True, False):  # half converted: refused, saying how to finish
-            with pytest.raises(DatabaseError, match="conversion stopped: finish it"):
-                DB(path, readonly=readonly, backend=opened)
-    done = []
-    simhashdb.upgrade(path, backend=backend, progress=lambda *step: done.append(step))
-    parts = LAYOUT.tables + simhashdb.storage.BANDS  # the tables, then the bands
-    assert done == [(n + 1, parts) for n in range(parts)]
-    simhashdb.upgrade(path, backend=backend)  # nothing left to convert
-    tables, counts = read_tables(path, LAYOUT.tables)
-    assert counts == [len(set(fps)), 0]
-    for table, runs in enumerate(tables):
-        assert [(run, slot) for run, slot, _ in runs] == [(1, 0)]
-        assert runs[0][2] == LAYOUT.table_values(sorted(set(fps)), table)
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        with DB(path, backend=opened) as db:
-            check_exact(db, docs, probes)
-    with DB(path, backend="py-lmdb") as db:  # and goes on as runs
-        db.delete_many(["k%d" % i for i in range(100, 400)])
-        db.insert_many([("new", top | 5)])
-    for i in range(100, 400):
-        del docs["k%d" % i]
-    docs["new"] = top | 5
-    with DB(path, readonly=True, backend="py-lmdb") as db:
-        check_exact(db, docs, probes)
-
-
 def test_a_damaged_block_is_a_database_error(tmp_path):
     path = str(tmp_path / "damaged.db")
     with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
@@ -794,24 +759,6 @@ def test_a_damaged_block_is_a_database_error(tmp_path):
         with pytest.raises(DatabaseError, match="a block of table 0 is unreadable"):
             db.query_many(array("Q", range(0, 2**64 - 1, 2**58)), distance=3)
         assert any("a block of table 0 is unreadable" in problem for problem in db.check())
-
-
-@pytest.mark.parametrize("backend", [
-    "py-lmdb", pytest.param("lmdb", marks=native)])
-def test_a_converted_database_opens_read_only(tmp_path, backend):
-    path = str(tmp_path / "old.db")
-    docs = {"k%d" % i: (i * 0x9E3779B97F4A7C15) % 2**64 for i in range(500)}
-    with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
-        db.insert_many(docs.items())
-    as_in_0_3(path)
-    storage = registry.backend_class(backend)(path)
-    try:
-        storage.convert_tables(LAYOUT.tables)
-    finally:
-        storage.close()
-    for opened in ["py-lmdb"] + (["lmdb"] if native_built() else []):
-        with DB(path, readonly=True, backend=opened) as db:
-            check_exact(db, docs, [0, MAX, docs["k7"] ^ 0b111])
 
 
 def test_a_layout_of_more_than_256_tables_reopens_with_room_for_them(tmp_path):

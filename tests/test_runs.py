@@ -395,10 +395,11 @@ def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_pat
         assert sorted(view.table_fingerprints(2)) == sorted(set(fps))
 
 
-def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
-    """Tables in 0.3's form: read-only opens search them; a writable open says
-    how to convert; upgrade() converts a table a transaction (a conversion cut
-    short is finished by the next) and the database then answers as before."""
+def test_a_database_of_0_3_is_refused_until_upgrade_copies_it_into_this_format(tmp_path):
+    """Tables in 0.3's form, with the documents of format 6 and before: every
+    open says how to convert; upgrade() copies the database into this format
+    and it then answers as before, takes writes, and is left as it is by a
+    second upgrade."""
     pytest.importorskip("simhashdb._lmdb")
     import simhashdb
     from simhashdb import DB
@@ -412,29 +413,20 @@ def test_a_database_of_0_3_is_read_as_it_is_and_converted_in_place(tmp_path):
         before = [sorted(db.query(p)) for p in probes]
     assert all(before)
     as_in_0_3(path)
-    with pytest.raises(DatabaseError, match="simhashdb-cli upgrade"):
-        DB(path)
-    with DB(path, readonly=True) as db:
-        assert [sorted(db.query(p)) for p in probes] == before
-        assert db.stats()["format"] == 2
-        tables = db.tables
-    from simhashdb.storage.registry import open_storage
-    storage = open_storage(path)  # a conversion cut short after its first table
-    storage.write(lambda txn: txn.convert_table(0))
-    storage.close()
     for readonly in (False, True):
-        with pytest.raises(DatabaseError, match="conversion stopped: finish it with `simhashdb-cli upgrade"):
+        with pytest.raises(DatabaseError, match="simhashdb 0.7 and earlier.*simhashdb-cli upgrade"):
             DB(path, readonly=readonly)
     seen = []
     simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))
-    parts = tables + simhashdb.storage.BANDS  # the tables, then the bands
-    assert seen == [(n + 1, parts) for n in range(parts)]
+    assert seen == [(1, 1)]
     with DB(path) as db:
         assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
         assert [sorted(db.query(p)) for p in probes] == before
         db.delete_many(range(100))
         assert db.check() == []
     simhashdb.upgrade(path)  # a database of this format is left as it is
+    with DB(path, readonly=True) as db:
+        assert len(db) == len(fps) - 100
 
 
 def test_churn_keeps_the_tables_bounded_and_exact(tmp_path):
@@ -483,7 +475,7 @@ def documents_leaf_pages(path):
     env = lmdb.open(path, max_dbs=4096, readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            docs = env.open_db(lmdb_format.DOCS.name(), txn=txn, create=False)
+            docs = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
             return txn.stat(docs)["leaf_pages"]
     finally:
         env.close()

@@ -1,7 +1,6 @@
 """Text in, decisions out: DB.insert_text, insert_text_if_new(_many), query_text,
 by the database's own recipe, candidates confirmed by the stored signature."""
 
-import os
 import pathlib
 import random
 import sysconfig
@@ -14,7 +13,7 @@ from simhashdb.db import FORMAT_VERSION
 from simhashdb import InvalidArgumentError, ParameterMismatchError
 from simhashdb.storage.lmdb import format as lmdb_format
 
-from conftest import storage_of, store_params, store_values, stored_params, stored_value
+from conftest import store_values, stored_value
 
 RECIPE_2 = "simhashdb-2/nfkc-casefold/chars/runs-3/shingles-2-3-4/cjk-shingles-1-2/counts/fast-hash"
 STDLIB = pathlib.Path(sysconfig.get_paths()["stdlib"])
@@ -197,23 +196,14 @@ def foreign_block(text, foreign, rate, seed=0):
     return " ".join(words[:at] + foreign[start:start + int(rate * len(words))] + words[at:])
 
 
-def made_by_0_2(path, request):
-    """Make the database at ``path`` look as simhashdb 0.2 left it: format 1,
-    no band index (its text documents kept their signatures)."""
-    if os.environ["SIMHASHDB_BACKEND"] == "redis":
-        cluster = request.getfixturevalue("redis_cluster")
-        with simhashdb.DB(path) as db:
-            bands = tuple(storage_of(db).keys.bands)
-            for port in cluster.primaries():
-                with cluster.client(port) as client:
-                    for key in list(client.scan_iter(match=b"*:b*")):
-                        if key.startswith(bands):
-                            client.delete(key)
-            params = msgpack.unpackb(stored_params(db))
-            params["format"] = 1
-            store_params(db, msgpack.packb(params))
-        return
+def made_by_0_2(path):
+    """Make the LMDB database at ``path`` look as simhashdb 0.2 left it: format
+    1, the documents of format 6 and before, no band index (its text documents
+    kept their signatures)."""
     import lmdb
+
+    from conftest import documents_as_in_format_6
+    documents_as_in_format_6(path, format=1)
     env = lmdb.open(path, max_dbs=1100)
     with env.begin(write=True) as txn:
         for band in range(32):
@@ -221,37 +211,28 @@ def made_by_0_2(path, request):
                 txn.drop(env.open_db(name, txn=txn), delete=True)
             txn.delete(lmdb_format.band_directory_key(band),
                        db=env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn))
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        params = msgpack.unpackb(txn.get(b"params", db=meta))
-        params["format"] = 1
-        txn.put(b"params", msgpack.packb(params), db=meta)
     env.close()
 
 
-@pytest.mark.usefixtures("backend")
-def test_a_database_of_0_2_builds_its_band_index_once_opened_writable(tmp_path, request):
+@pytest.mark.lmdb_only
+def test_a_database_of_0_2_gets_its_band_index_from_upgrade(tmp_path, backend):
     docs = texts(8, seed=6)
     path = str(tmp_path / "old")
-    with simhashdb.DB(path) as db:
+    with simhashdb.DB(path, backend=backend) as db:
         db.insert_text_many([("k%d" % i, t) for i, t in enumerate(docs)])
         db.insert("raw", 12345)
-    made_by_0_2(path, request)
+    made_by_0_2(path)
     foreign = texts(1, seed=7)[0].split(" ")
     far_edit = [foreign_block(t, foreign, 0.1, i) for i, t in enumerate(docs)]
-    with pytest.warns(UserWarning, match="read-only.*fingerprints alone"):
-        readonly = simhashdb.DB(path, readonly=True)
-    with readonly:
-        assert readonly.stats()["format"] == 1 and readonly.check() == []
-        by_fingerprint = [[m.key for m in found] for found in readonly.query_text_many(far_edit)]
-    with pytest.warns(UserWarning, match="building the band index"):
-        db = simhashdb.DB(path)
-    with db:
+    with pytest.raises(simhashdb.DatabaseError, match="simhashdb-cli upgrade"):
+        simhashdb.DB(path, readonly=True, backend=backend)
+    simhashdb.upgrade(path, backend=backend)
+    with simhashdb.DB(path, backend=backend) as db:
         assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
+        assert db.get("raw").fingerprint == 12345
         by_bands = [[m.key for m in found] for found in db.query_text_many(far_edit)]
-        assert sum(map(len, by_bands)) > sum(map(len, by_fingerprint))
         assert all(keys in ([], ["k%d" % i]) for i, keys in enumerate(by_bands))
-    with simhashdb.DB(path) as db:  # once
-        assert db.stats()["format"] == FORMAT_VERSION
+        assert sum(map(len, by_bands)) >= len(docs) // 2
 
 
 def test_text_documents_of_long_keys_keep_their_signature_and_key(tmp_path):

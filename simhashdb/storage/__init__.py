@@ -185,6 +185,10 @@ class Storage(ABC):
     def open_tables(self, layout):
         """Use ``layout``'s permutation tables (creating them where writable)."""
 
+    old_documents = False
+    """Whether the backend keeps the documents in the form of an earlier
+    format, which only :meth:`relayout`'s copy reads (:func:`simhashdb.upgrade`)."""
+
     def format_stored(self):
         """Called on a writable storage once its parameters give this version's
         format, which earlier versions refuse to open: a backend may now add
@@ -218,10 +222,6 @@ class Storage(ABC):
         raise DatabaseError("the %s backend cannot build a database's tables again in another "
                             "layout; export the database and import it into a new one"
                             % self.backend)
-
-    def convert_tables(self, tables, progress=None):
-        """Bring ``tables`` permutation tables kept in an earlier form to this
-        one (:func:`simhashdb.upgrade`); a backend with one form has none."""
 
     def check(self):
         """Problems the backend sees in what it keeps (its files), as strings."""

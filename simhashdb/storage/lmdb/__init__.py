@@ -4,7 +4,8 @@ same files; :mod:`.files` holds what they share.
 
 A database is a directory holding one LMDB environment (``data.mdb``,
 LMDB's ``lock.mdb``) and simhashdb's lock files; :mod:`.format` declares its
-sub-databases, their keys and values, and meta's counters. Databases of
-simhashdb 0.3 and earlier are read as they are; to write to one, convert it
-first (:meth:`.files.LmdbStorage.convert_tables`).
+sub-databases, their keys and values, and meta's counters. A database of
+simhashdb 0.7 and earlier (format 6 and before) keeps its documents in
+another form, which only the copy of :meth:`.files.LmdbStorage.relayout`
+reads (:func:`simhashdb.upgrade`).
 """

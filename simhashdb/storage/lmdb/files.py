@@ -20,7 +20,7 @@ import weakref
 from ... import _ext
 from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
                         MaintenanceWarning)
-from .. import BANDS, Storage, check_process
+from .. import Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
 from .format import INDEX_SLOTS
 
@@ -354,20 +354,6 @@ class LmdbStorage(Storage):
                 if self._env is None:  # replaced or not, the data file is whole: open it again
                     self._open_env()
 
-    def convert_tables(self, tables, progress=None):
-        """Rewrite tables kept in simhashdb 0.3's form (dupsort ``table:NNN``),
-        then bands kept in 0.5's (dupsort ``band:NN``), as runs, one a
-        transaction: a crash leaves each whole in one form or the other, and
-        the next call goes on where it stopped. ``progress`` is called with
-        (tables and bands done, tables + bands)."""
-        self._check_writable()
-        steps = ([("convert_table", table) for table in range(tables)]
-                 + [("convert_band", band) for band in range(BANDS)])
-        for done, (convert, number) in enumerate(steps, 1):
-            self.write(lambda txn: getattr(txn, convert)(number))
-            if progress is not None:
-                progress(done, len(steps))
-
     def info(self):
         self._check_usable()
         return {"backend": self.backend, "disk_bytes": self._dir.disk_bytes(),
@@ -463,11 +449,14 @@ class LmdbHandle(Storage):
     def relayout(self, layout, params):
         self._writable().relayout(layout, params)
 
-    def convert_tables(self, tables, progress=None):
-        self._writable().convert_tables(tables, progress)
-
     def check(self):
         return self.shared.check()
+
+    @property
+    def old_documents(self):
+        """Whether the file keeps its documents as format 6 did (its
+        storage's ``old_documents``)."""
+        return self._open().old_documents
 
     def info(self):
         return self._open().info()

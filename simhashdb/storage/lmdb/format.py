@@ -6,15 +6,29 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 
 - ``meta``: ``params`` -> the parameters (bytes the DB stores), and the
   counters (8 bytes big-endian each): ``distinct`` (the distinct
-  fingerprints), ``stale`` (fingerprints removed since the tables were last
-  written whole), ``removed`` (documents removed since the documents and the
-  index were last written whole), ``run ids`` (the highest run id a rewrite
+  fingerprints), ``next id`` (the id the next new document takes; none: 0),
+  ``stale`` (fingerprints removed since the tables were last
+  written whole), ``removed`` (documents removed since the records were last
+  written whole), ``run ids`` (the highest run id a rewrite
   dropped) and, while the tables are being written again, ``rewrite`` (the
   next table, and the stale count the rewrite began with);
-- ``docs``: encoded key -> document value (:mod:`simhashdb.records`);
+- ``records``: the documents, a record each under its document id (8 bytes
+  big-endian, :data:`ID_BYTES`): the encoded key's length (2 bytes
+  big-endian, :data:`KEY_LENGTH_BYTES`), the encoded key, then the document
+  value (:mod:`simhashdb.records`). A batch's new keys take the next ids
+  (meta's ``next id``) in key order and are appended; a key written again keeps
+  its id and its record is replaced where it is; an id is never given twice;
+- the key map (encoded key -> its document id, 8 bytes big-endian), kept in
+  :data:`KEY_SLOTS` slots as the index is: ``keys``, then ``keys:01`` to
+  ``keys:07``, each key in exactly one of them;
 - the fingerprint index (sorted duplicates: 8-byte big-endian fingerprint ->
-  key, one entry per document), kept in :data:`INDEX_SLOTS` slots:
-  ``fingerprints``, then ``index:01`` to ``index:07``;
+  document id, 8 bytes big-endian, one entry per document), kept in
+  :data:`INDEX_SLOTS` slots: ``fingerprints``, then ``index:01`` to
+  ``index:07``. A write transaction puts its new entries of the key map and
+  of the index into a slot of its own, which takes them in few pages whatever
+  the database holds; a deletion goes to the slot that holds the entry; merges
+  (the smallest slots in use into a free one, appended in order) keep about
+  log_RUN_RATIO(N / batch) slots in use;
 - ``runs``: the directory of live runs of each permutation table (keyed by
   the table) and of each band (keyed by :data:`BAND_DIRECTORY` + the band),
   :data:`TABLE_KEY_BYTES` bytes big-endian: a record of
@@ -37,7 +51,10 @@ A database's sub-databases (:data:`SUB_DATABASES`):
   from the documents (``band rewrite``: the next band, and the stale count
   it began with).
 
-Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
+Databases of format 6 and earlier (simhashdb 0.7 and earlier) keep the
+documents as ``docs`` (:data:`OLD_DOCS`: encoded key -> document value) and
+the index's keys in place of ids; ``upgrade`` copies one into this form, and
+nothing else reads it. Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
 (:data:`OLD_TABLE`: sorted, fixed-size duplicates, the permuted fingerprint's
 top 2 bytes as key, the other 6 as value); those of 0.5 and earlier keep
 each band as ``band:NN`` (:data:`OLD_BAND`, in the same form). They are read
@@ -82,21 +99,28 @@ class SubDatabase(NamedTuple):
 
 RUN_SLOTS, RUN_RATIO = 8, 4  # a table's slots (one live run each); the merge ratio
 INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
+KEY_SLOTS = INDEX_SLOTS  # the key map's slots, kept as the index's
+ID_BYTES = 8  # a document id, big-endian: a record's key, a value of the key map and of the index
+KEY_LENGTH_BYTES = 2  # a record's first bytes: its encoded key's length, big-endian
 
 META = SubDatabase(b"meta")
-DOCS = SubDatabase(b"docs")
+RECORDS = SubDatabase(b"records")
+KEYS = SubDatabase(b"keys:%02d", KEY_SLOTS, first=b"keys")
 INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
+OLD_DOCS = SubDatabase(b"docs")
 RUN_DIRECTORY = SubDatabase(b"runs")
 TABLE_RUNS = SubDatabase(b"runs:%03d:%02d", RUN_SLOTS, per_table=True)
 BAND_RUNS = SubDatabase(b"band:%02d:%02d", RUN_SLOTS, per_band=True)
 OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=True)
 OLD_BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 
-SUB_DATABASES = (META, DOCS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS)
-SPARE_DBS = 1  # room for one more (a 0.3 table or 0.5 band being converted beside its slots)
+SUB_DATABASES = (META, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS)
+SPARE_DBS = 1  # room for one more (a 0.3 table or 0.5 band being converted beside its slots,
+               # or the documents of format 6 being copied)
 
 # meta's keys
 PARAMS, DISTINCT, STALE, REMOVED = b"params", b"distinct", b"stale", b"removed"
+NEXT_ID = b"next id"
 RUN_IDS, REWRITE = b"run ids", b"rewrite"
 BAND_STALE, BAND_REWRITE = b"band stale", b"band rewrite"
 
@@ -109,7 +133,8 @@ CHECKSUMMED = 1 << CHECKSUM_BIT
 SUM_BYTES = 4  # a checksummed block's last bytes: its checksum, little-endian (the codec's)
 
 # the integer constants ext/_format.pxi declares for the native engine
-NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "TABLE_KEY_BYTES",
+NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "KEY_SLOTS", "ID_BYTES",
+                    "KEY_LENGTH_BYTES", "TABLE_KEY_BYTES",
                     "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT")
 
 

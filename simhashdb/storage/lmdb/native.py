@@ -19,7 +19,7 @@ from . import format
 from .format import INDEX_SLOTS, PARAMS
 
 ITEMS_PER_READ = 4096
-DOCS, INDEX = format.DOCS.name(), format.INDEX.name(0)  # the sub-databases Txn.items reads
+RECORDS, INDEX = format.RECORDS.name(), format.INDEX.name(0)  # what Txn.entries counts
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1, 8)  # the cores this process may run on
@@ -156,6 +156,14 @@ class NativeStorage(LmdbStorage):
     def lmdb_version(self):
         return _lmdb.version()
 
+    @property
+    def old_documents(self):
+        """Whether the file keeps its documents as format 6 did (``docs``):
+        only a copy (:meth:`compact`, :meth:`relayout`) reads them, writing
+        them in this format."""
+        self._check_usable()
+        return self._env.old_documents
+
     def statistics(self):
         """``threaded_merges``: merges cut among the worker threads;
         ``fed_merges``: merges of the fingerprint index whose sources a
@@ -271,7 +279,7 @@ class NativeView(View):
         return self._txn.get(PARAMS, True)
 
     def count(self):
-        return self._txn.entries(DOCS)
+        return self._txn.entries(RECORDS)
 
     def distinct(self):
         return self._txn.distinct()
@@ -283,29 +291,45 @@ class NativeView(View):
         return self._txn.get_many(keys)
 
     def documents(self, after=None):
-        return self._items(DOCS, after)
-
-    def _items(self, which, after=None):
         while True:
-            chunk = self._txn.items(which, after, ITEMS_PER_READ)
+            chunk = self._txn.documents(after, ITEMS_PER_READ)
             yield from chunk
             if len(chunk) < ITEMS_PER_READ:
                 return
-            after = chunk[-1][0] + (chunk[-1][1] if which == INDEX else b"")
+            after = chunk[-1][0]
+
+    def _index_entries(self):
+        """The index's (fingerprint, id) entries in order, as bytes."""
+        after = None
+        while True:
+            chunk = self._txn.items(INDEX, after, ITEMS_PER_READ)
+            yield from chunk
+            if len(chunk) < ITEMS_PER_READ:
+                return
+            after = chunk[-1][0] + chunk[-1][1]
 
     def keys_of(self, fingerprint):
         return self._txn.keys_of(fingerprint)
 
     def fingerprint_groups(self):
-        group, keys = None, []
-        for fp_bytes, key in self._items(INDEX):
-            if fp_bytes != group:
-                if keys:
-                    yield _ext.unpack_key(group), keys
-                group, keys = fp_bytes, []
-            keys.append(key)
-        if keys:
-            yield _ext.unpack_key(group), keys
+        groups, entries = [], 0  # [(fingerprint, [ids])], their keys read together
+        for fp_bytes, id_bytes in self._index_entries():
+            if not groups or groups[-1][0] != fp_bytes:
+                if entries >= ITEMS_PER_READ:
+                    yield from self._with_keys(groups)
+                    groups, entries = [], 0
+                groups.append((fp_bytes, []))
+            groups[-1][1].append(int.from_bytes(id_bytes, "big"))
+            entries += 1
+        yield from self._with_keys(groups)
+
+    def _with_keys(self, groups):
+        """(fingerprint, [keys]) of each (fingerprint bytes, [ids]) of ``groups``:
+        the records read once, in id order."""
+        ids = sorted(i for _, group in groups for i in group)
+        keys = dict(zip(ids, self._txn.keys_of_ids(ids)))
+        for fp_bytes, group in groups:
+            yield _ext.unpack_key(fp_bytes), sorted(keys[i] for i in group)
 
     def search(self, probes, distance):
         return self._txn.search(probes, distance, self._storage._layout.prefix_flips(distance))
@@ -331,12 +355,6 @@ class NativeTxn(NativeView, Txn):
 
     def remove(self, keys):
         return self._txn.remove(keys)
-
-    def convert_table(self, table):
-        return self._txn.convert_table(table)
-
-    def convert_band(self, band):
-        return self._txn.convert_band(band)
 
     @property
     def untidy(self):

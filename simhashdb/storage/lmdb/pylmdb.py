@@ -6,9 +6,12 @@ A new database keeps its tables and bands as compressed sorted runs
 a database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``)
 or whose bands are in 0.5's (dupsort ``band:NN``) opens read-only. A run set
 is a table (numbered from 0) or a band (numbered after the tables).
-The fingerprint index is the union of its slots, as native keeps them; this
-backend puts new entries into ``fingerprints`` and leaves merging the slots
-to the native one (any slot may hold any entry).
+The documents are records under their ids; the key map and the fingerprint
+index are each the union of their slots, as native keeps them: this backend
+puts new entries into the first slot and leaves merging the slots to the
+native one (any slot may hold any entry). A database of format 6 and
+earlier (documents in ``docs``) opens as it is, for the copy that converts
+it (:meth:`PyLmdbStorage._copy_to`); nothing else reads it.
 
 Its reads are :class:`.pyview.PyView`, its writes :class:`.pytxn.PyTxn`,
 over what :mod:`.pyruns` keeps of the runs' blocks and merges.
@@ -21,14 +24,17 @@ from array import array
 
 import lmdb
 
+from ... import _ext
 from ...errors import DatabaseError
 from ...records import value_fingerprint
 from .. import BANDS, band_entries
 from .files import LmdbStorage, old_tables_error
+from . import format
 from .format import (
     BAND_REWRITE,
     BAND_STALE,
-    INDEX_SLOTS,
+    DISTINCT,
+    NEXT_ID,
     PARAMS,
     REMOVED,
     REWRITE,
@@ -43,19 +49,23 @@ from .format import (
 )
 from .pyruns import (
     BAND_SLOTS,
-    DOCS,
-    FINGERPRINTS,
     META,
     OLD_BANDS,
+    OLD_DOCS,
+    RECORDS,
     RUNS,
+    Slots,
     band_slot_name,
     count_bytes,
     damaged_error,
     distinct_fingerprints,
     fill_empty,
+    id_bytes,
     index_items,
-    index_name,
     read_counter,
+    record_bytes,
+    record_parts,
+    slot_items,
     slot_name,
     table_name,
     write_run,
@@ -68,7 +78,12 @@ VERIFY_TRIES = 3  # walks of the data file check() makes while other processes c
 
 
 class PyLmdbStorage(LmdbStorage):
-    """An LMDB environment in the directory ``path``, through py-lmdb."""
+    """An LMDB environment in the directory ``path``, through py-lmdb.
+
+    ``old_documents``: whether the file keeps its documents as format 6 and
+    earlier did (``docs``), which only the copy of compaction and relayout
+    reads (converting them); its views refuse to read documents.
+    """
 
     backend = "py-lmdb"
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
@@ -92,12 +107,26 @@ class PyLmdbStorage(LmdbStorage):
             if new and txn.cursor().first():
                 raise DatabaseError("%s holds an LMDB database that simhashdb did not make; "
                                     "use another directory" % self.path)
-            self._dbs = {name: self._open_db(name, txn=txn) for name in (META, DOCS)}
-            self._index = []  # the index's slots (one where a database made before them is read)
-            self._open_index_slots(create=new, txn=txn)
+            self._dbs = {META: self._open_db(META, txn=txn)}
+            self._open_documents(txn)
+            self._index = Slots(format.INDEX)  # (one slot in a database made before them)
+            self._open_slots(self._index, create=new, txn=txn)
             self._open_bands(new, txn)
         if self._layout is not None:
             self.open_tables(self._layout)
+
+    def _open_documents(self, txn):
+        """Open the records and the key map's slots (made where writable), or,
+        in a database of format 6 and earlier, its ``docs``, making nothing."""
+        with contextlib.ExitStack() as stack:
+            reader = txn or stack.enter_context(self._env.begin())
+            self.old_documents = reader.get(OLD_DOCS) is not None
+        self._keys = Slots(format.KEYS)
+        if self.old_documents:
+            self._dbs[OLD_DOCS] = self._open_db(OLD_DOCS, txn=txn, create=False)
+        else:
+            self._dbs[RECORDS] = self._open_db(RECORDS, txn=txn)
+            self._open_slots(self._keys, create=True, txn=txn)
 
     def _open_bands(self, new, txn):
         """Open the bands: as runs (made where writable: in a database of
@@ -159,33 +188,36 @@ class PyLmdbStorage(LmdbStorage):
         with self._errors("grow the map of"):
             self._env.set_mapsize(map_size)
         if self.readonly:  # another process may have added slots (none can beside a writer)
-            self._open_index_slots(create=False)
+            self._open_slots(self._index, create=False)
+            if not self.old_documents:
+                self._open_slots(self._keys, create=False)
 
     def _making(self):
         """The write transaction in which sub-databases are made (none read-only)."""
         return contextlib.nullcontext() if self.readonly else self._env.begin(write=True)
 
-    def _open_index_slots(self, create, txn=None):
-        """Open the index's slots from the first this handle lacks; without
-        ``create``, up to the first the database does not have."""
-        for name in map(index_name, range(len(self._index), INDEX_SLOTS)):
-            made = create or not self._index  # (the first slot is made in any database)
+    def _open_slots(self, slots, create, txn=None):
+        """Open the ``slots``' sub-databases from the first this handle lacks;
+        without ``create``, up to the first the database does not have."""
+        for name in slots.kind.names()[len(slots):]:
+            made = create or not slots.names  # (the first slot is made in any database)
             if not made and txn is not None and txn.get(name) is None:
                 break  # (a write transaction must not meet a failed open)
             try:
-                self._dbs[name] = self._open_db(name, dupsort=True, txn=txn, create=made)
+                self._dbs[name] = self._open_db(name, dupsort=slots.kind.dupsort, txn=txn,
+                                                create=made)
             except DatabaseError:
-                if not self._index:
+                if not slots.names:
                     raise
                 break
-            self._index.append(name)
+            slots.names.append(name)
 
     def _index_slots(self):
         return len(self._index)
 
     def _add_index_slots(self):
         with self._making() as txn:
-            self._open_index_slots(create=True, txn=txn)
+            self._open_slots(self._index, create=True, txn=txn)
 
     def _set_slot(self, table, slot, tables=None):
         """The name of slot ``slot`` of run set ``table`` (a table, or a band
@@ -214,6 +246,8 @@ class PyLmdbStorage(LmdbStorage):
             self._close_env()
             self._open_env()
             return
+        if self.old_documents:  # only upgrade's copy reads it: its documents alone
+            return
         with self._env.begin() as txn:
             old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
         if old and (not self.readonly or old < layout.tables):
@@ -235,9 +269,12 @@ class PyLmdbStorage(LmdbStorage):
     def _begin_read(self):
         with self._errors("read"):
             txn = self._env.begin()
-        if len(self._index) < INDEX_SLOTS and txn.get(index_name(len(self._index))) is not None:
-            txn.abort()  # the slots another process added must be read too
-            raise lmdb.MapResizedError("the fingerprint index of %s gained slots" % self.path)
+        for slots in (self._index, self._keys):
+            lacking = slots.kind.name(len(slots)) if 0 < len(slots) < slots.kind.count else None
+            if lacking is not None and txn.get(lacking) is not None:
+                txn.abort()  # the slots another process added must be read too
+                raise lmdb.MapResizedError("%s gained slots of %s"
+                                           % (self.path, slots.first.decode()))
         return txn
 
     def _view(self, txn):
@@ -320,47 +357,53 @@ class PyLmdbStorage(LmdbStorage):
             raise damaged_error(self.path, "part of %s" % b", ".join(names).decode())
 
     def _copy_to(self, copy, layout, params):
-        """Write the database, compacted, into the new file ``copy``: every
-        sub-database appended in order, the tables rebuilt from the index as
-        one run each in ``layout`` (no stale entries; meta brings the distinct
-        count), the bands from the documents, the parameters ``params`` (None:
-        as they are)."""
+        """Write the database, compacted, into the new file ``copy``: the
+        records in id order (meta keeps the next id), each family of slots
+        (the key map, the index) merged into its first slot, every one
+        appended in order; the tables rebuilt from the index as one run each
+        in ``layout`` (no stale entries; meta brings the distinct count), the
+        bands from the records, the parameters ``params`` (None: as they are).
+        A database of format 6 and earlier is converted: its documents take
+        ids in key order, and the index is built from them."""
         grows = -(-layout.tables // self._layout.tables)  # (more tables: room for them)
         target = lmdb.open(os.fsencode(copy), map_size=grows * self._map_size_to_open(),
                            max_dbs=max_dbs(max(self._room_for_tables(), layout.tables)),
                            subdir=False, lock=False)
         try:
             with self._env.begin() as source, target.begin(write=True) as written:
-                for name in (META, DOCS):
-                    db = self._open_db(name, env=target, txn=written)
-                    self._walked(source, [name], fill_empty(
-                        written.cursor(db), source.cursor(self._dbs[name]).iternext(), False))
-                for name in map(index_name, range(INDEX_SLOTS)):  # the index as one run
-                    db = self._open_db(name, dupsort=True, env=target, txn=written)
-                    if name == FINGERPRINTS:
-                        self._walked(source, self._index, fill_empty(
-                            written.cursor(db), index_items(source, self), True))
-                fps = distinct_fingerprints(index_items(source, self))
-                sets = (layout.table_values(fps, table) for table in range(layout.tables))
-                if self._band_runs:  # the bands from the documents
-                    held = [set() for _ in range(BANDS)]
-                    for _, value in source.cursor(self._dbs[DOCS]).iternext():
-                        for entries, entry in zip(held, band_entries(value,
-                                                                     value_fingerprint(value))):
-                            entries.add(entry)
-                    sets = itertools.chain(sets, (array("Q", sorted(entries))
-                                                  for entries in held))
-                directory = self._open_db(RUNS, env=target, txn=written)
+                def opened(name, dupsort=False):
+                    return self._open_db(name, dupsort=dupsort, env=target, txn=written)
+
+                meta = opened(META)
+                self._walked(source, [META], fill_empty(
+                    written.cursor(meta), source.cursor(self._dbs[META]).iternext(), False))
+                records, keys = opened(RECORDS), [opened(name) for name in format.KEYS.names()]
+                index = [opened(name, dupsort=True) for name in format.INDEX.names()]
+                if self.old_documents:
+                    converted = self._convert_documents(source, written, records, keys[0], index[0])
+                    written.put(NEXT_ID, count_bytes(converted), db=meta)
+                else:
+                    self._copy_documents(source, written, records, keys[0], index[0])
+                fps = distinct_fingerprints(written.cursor(index[0]).iternext())
+                written.put(DISTINCT, count_bytes(len(fps)), db=meta)  # (0.3's files have none)
+                held = [set() for _ in range(BANDS)]  # the bands from the records
+                for doc, raw in written.cursor(records).iternext():
+                    _, value = record_parts(raw, self.path, doc)
+                    for entries, entry in zip(held, band_entries(value, value_fingerprint(value))):
+                        entries.add(entry)
+                sets = itertools.chain(
+                    (layout.table_values(fps, table) for table in range(layout.tables)),
+                    (array("Q", sorted(entries)) for entries in held))
+                directory = opened(RUNS)
                 ids = source.get(RUN_IDS, db=self._dbs[META])
                 run = new_run_id(read_counter(ids, self.path, RUN_IDS))
                 for table, values in enumerate(sets):
-                    slots = [self._open_db(self._set_slot(table, slot, layout.tables),
-                                           env=target, txn=written) for slot in range(RUN_SLOTS)]
+                    slots = [opened(self._set_slot(table, slot, layout.tables))
+                             for slot in range(RUN_SLOTS)]
                     if values:
                         write_run(written, slots[0], run, values)
                     written.put(self._set_key(table, layout.tables), directory_record(
                         [(run, 0, len(values))] if values else []), db=directory)
-                meta = self._open_db(META, env=target, txn=written)
                 for counter in (STALE, REMOVED, BAND_STALE):
                     written.put(counter, count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
@@ -370,4 +413,29 @@ class PyLmdbStorage(LmdbStorage):
         finally:
             target.close()
 
+    def _copy_documents(self, source, written, records, keys, index):
+        """Copy the records, the key map's slots into ``keys`` and the index's
+        into ``index`` (the copy's first slots), each in order."""
+        self._walked(source, [RECORDS], fill_empty(
+            written.cursor(records), source.cursor(self._dbs[RECORDS]).iternext(), False))
+        self._walked(source, self._keys.names, fill_empty(
+            written.cursor(keys), slot_items(source, self, self._keys), False))
+        self._walked(source, self._index.names, fill_empty(
+            written.cursor(index), index_items(source, self), True))
 
+    def _convert_documents(self, source, written, records, keys, index):
+        """Write the documents of ``docs`` (format 6 and earlier) as records,
+        ids given in key order from 0, with their key map (into ``keys``) and
+        index (into ``index``); returns how many (the next id)."""
+        def numbered():
+            return enumerate(source.cursor(self._dbs[OLD_DOCS]).iternext())
+
+        count = fill_empty(written.cursor(records), ((id_bytes(number), record_bytes(key, value))
+                                                     for number, (key, value) in numbered()), False)
+        self._walked(source, [OLD_DOCS], count)
+        fill_empty(written.cursor(keys), ((key, id_bytes(number))
+                                          for number, (key, _) in numbered()), False)
+        entries = sorted(_ext.pack_key(value_fingerprint(value)) + id_bytes(number)
+                         for number, (_, value) in numbered())
+        fill_empty(written.cursor(index), ((entry[:8], entry[8:]) for entry in entries), True)
+        return count

@@ -1,7 +1,7 @@
 """What the py-lmdb backend's reads and writes share: the sub-databases' names,
 a run's blocks written and read (coded by ``_ext`` as the native engine codes
-them), when runs merge, the index's slots as one, counters and the errors
-for a damaged file."""
+them), when runs merge, a family of slots as one (the index, the key map),
+the documents' records, counters and the errors for a damaged file."""
 
 import heapq
 import itertools
@@ -11,13 +11,21 @@ from ... import _ext
 from ...errors import DatabaseError
 from .. import BANDS, band_entries
 from . import format
-from .format import RUN_KEY_BYTES, RUN_RATIO, RUN_SLOTS, block_key, checksummed
+from .format import (
+    ID_BYTES,
+    KEY_LENGTH_BYTES,
+    RUN_KEY_BYTES,
+    RUN_RATIO,
+    RUN_SLOTS,
+    block_key,
+    checksummed,
+)
 
-META, DOCS, RUNS = format.META.name(), format.DOCS.name(), format.RUN_DIRECTORY.name()
-FINGERPRINTS = format.INDEX.name(0)  # the index's first slot, where new entries go
+META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
+OLD_DOCS = format.OLD_DOCS.name()
 OLD_BANDS = format.OLD_BAND.names()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
-table_name, index_name, slot_name = format.OLD_TABLE.name, format.INDEX.name, format.TABLE_RUNS.name
+table_name, slot_name = format.OLD_TABLE.name, format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
 BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
@@ -50,15 +58,62 @@ def note_bands(bands, value, fingerprint, added):
         bands[band, entry] = bands.get((band, entry), 0) | (BROUGHT if added else TAKEN)
 
 
-def index_items(txn, storage, start=None):
-    """(fingerprint bytes, key) of every entry of the index's slots from
-    ``start`` (8 bytes) on, in order: the union of the slots."""
-    slots = []
-    for name in storage._index:
+class Slots:
+    """A family of sub-databases kept in slots, each entry in one of them (the
+    fingerprint index, the key map): ``names``, the slots a storage opened,
+    from the first. This backend puts new entries into the first slot and
+    leaves merging them to the native engine, so any slot may hold any entry."""
+
+    def __init__(self, kind):
+        self.kind, self.names = kind, []
+        self.first = kind.name(0)
+
+    def __len__(self):
+        return len(self.names)
+
+
+def slot_items(txn, storage, slots, start=None):
+    """(key, value) of every entry of the family ``slots`` from key ``start``
+    on, in order: the union of its slots."""
+    found = []
+    for name in slots.names:
         cursor = txn.cursor(storage._dbs[name])
         if cursor.set_range(start) if start is not None else cursor.first():
-            slots.append(cursor.iternext())
-    return heapq.merge(*slots)
+            found.append(cursor.iternext())
+    return heapq.merge(*found)
+
+
+def index_items(txn, storage, start=None):
+    """(fingerprint bytes, document id bytes) of every entry of the index from
+    ``start`` (8 bytes) on, in order."""
+    return slot_items(txn, storage, storage._index, start)
+
+
+def record_bytes(key, value):
+    """A document's record: its key's length, the key, the value."""
+    return len(key).to_bytes(KEY_LENGTH_BYTES, "big") + key + value
+
+
+def record_parts(raw, path, doc_id):
+    """(key, value) of the record ``raw`` of document ``doc_id`` (its id's bytes).
+
+    :raises DatabaseError: its key's length runs past it, or the id is not
+        ID_BYTES long (damage).
+    """
+    end = KEY_LENGTH_BYTES + int.from_bytes(raw[:KEY_LENGTH_BYTES], "big")
+    if len(raw) < end or len(doc_id) != ID_BYTES:
+        raise damaged_error(path, "the record of document id %s" % doc_id.hex())
+    return raw[KEY_LENGTH_BYTES:end], raw[end:]
+
+
+def id_bytes(number):
+    return number.to_bytes(ID_BYTES, "big")
+
+
+def old_documents_error(path):
+    return DatabaseError("%s keeps its documents in the form of simhashdb 0.7 and earlier, "
+                         "which this version does not read: convert it with `simhashdb-cli "
+                         "upgrade %s` (or simhashdb.upgrade(path))" % (path, path))
 
 
 def distinct_fingerprints(items):
@@ -78,15 +133,6 @@ def fill_empty(cursor, items, dupsort):
         raise DatabaseError("a copy wrote %d of %d entries; the database is unchanged"
                             % (added, consumed))
     return consumed
-
-
-def old_entries(cursor, path, what):
-    """The values of a table in 0.3's form or a band in 0.5's, in order: each
-    a 2-byte key and a 6-byte duplicate."""
-    for key, value in cursor.iternext():
-        if len(key) + len(value) != 8:
-            raise damaged_error(path, what)
-        yield int.from_bytes(key + value, "big")
 
 
 def read_counter(raw, path, name):

@@ -13,11 +13,11 @@ from ... import _ext
 from ...layout import NearIndex
 from ...records import value_fingerprint
 from .. import BANDS, Txn, band_entries
-from . import format
 from .format import (
     BAND_REWRITE,
     BAND_STALE,
     DISTINCT,
+    NEXT_ID,
     PARAMS,
     REMOVED,
     REWRITE,
@@ -25,32 +25,28 @@ from .format import (
     RUN_RATIO,
     RUN_SLOTS,
     STALE,
-    band_directory_key,
-    directory_key,
     directory_record,
     new_run_id,
 )
 from .pyruns import (
     BAND_GROUP,
     BROUGHT,
-    DOCS,
-    FINGERPRINTS,
     MAX_VALUE,
     META,
-    OLD_BANDS,
+    RECORDS,
     RUNS,
     TAKEN,
     count_bytes,
     damaged_error,
     distinct_fingerprints,
     fill_empty,
+    id_bytes,
     index_items,
     merge_due,
     merges_left,
     note_bands,
-    old_entries,
-    slot_name,
-    table_name,
+    record_bytes,
+    record_parts,
     write_run,
 )
 from .pyview import PyView
@@ -65,24 +61,43 @@ class PyTxn(PyView, Txn):
         self._cursor(META).put(PARAMS, raw)
 
     def upsert(self, documents):
+        """Store the documents: a stored key's record replaced under its id,
+        the new keys' appended under the next ids in key order."""
         self.changed = True
         latest = {key: (fp, value) for key, fp, value in documents}
-        touched, bands = {}, {}
-        docs, index = self._cursor(DOCS), self._cursor(FINGERPRINTS)  # new entries: slot 0
-        for key in sorted(latest):
+        touched, bands, appended, mapped = {}, {}, [], []
+        storage = self._storage
+        records = self._cursor(RECORDS)
+        keys, index = self._cursor(storage._keys.first), self._cursor(storage._index.first)
+        next_id = self._count(NEXT_ID)
+        if next_id > 2**64 - 1 - len(latest):  # (ids run to 2^64: only damage comes near)
+            raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
+        for key, doc in self._ids_of(latest).items():  # (new entries: the first slots)
             fp, value = latest[key]
-            old = docs.get(key)
             note_bands(bands, value, fp, True)
-            if old is not None:
+            if doc is None:
+                doc = id_bytes(next_id)
+                next_id += 1
+                appended.append((doc, record_bytes(key, value)))
+                mapped.append((key, doc))
+            else:
+                old = self._record(doc)[1]
                 old_fp = value_fingerprint(old)
                 note_bands(bands, old, old_fp, False)
+                records.put(doc, record_bytes(key, value))
                 if old_fp == fp:
-                    docs.put(key, value)
                     continue
-                self._unlink(old_fp, key, touched)
-            docs.put(key, value)
+                self._unlink(old_fp, doc, touched)
             self._touch(fp, touched)
-            index.put(_ext.pack_key(fp), key)
+            index.put(_ext.pack_key(fp), doc)
+        if appended:
+            if records.putmulti(appended, append=True)[1] != len(appended):  # ids behind theirs
+                raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
+            self._set_count(NEXT_ID, next_id)
+            # in full pages where the new keys sort after the slot's (a first batch, rising keys)
+            after = not keys.last() or keys.key() < mapped[0][0]
+            if keys.putmulti(mapped, append=after)[1] != len(mapped):
+                raise damaged_error(storage.path, "the key map")
         self._update_tables(touched)
         self._update_bands(bands)
 
@@ -111,29 +126,27 @@ class PyTxn(PyView, Txn):
 
     def remove(self, keys):
         """Remove in place, or, as the native backend does, by writing the
-        documents and the index whole without them where the batch takes the
-        documents removed since they were last written whole past 1/RUN_RATIO
-        of them and the transaction changed nothing before."""
+        records, the key map and the index whole without them where the
+        batch takes the documents removed since they were last written whole
+        past 1/RUN_RATIO of them and the transaction changed nothing before."""
         touched, bands, gone = {}, {}, []
-        docs = self._cursor(DOCS)
-        keys = sorted(set(keys))
-        last, removed = None, self._count(REMOVED)
-        if (not self.changed and (removed + len(keys)) * RUN_RATIO > self.count()
-                and (removed + sum(docs.set_key(k) for k in keys)) * RUN_RATIO > self.count()):
+        stored = [(key, doc) for key, doc in self._ids_of(set(keys)).items() if doc is not None]
+        last = None
+        if not self.changed and (self._count(REMOVED) + len(stored)) * RUN_RATIO > self.count():
             last = self._snapshot()
         self.changed = True
         with last or contextlib.nullcontext():
-            for key in keys:
-                old = docs.get(key)
-                if old is not None:
-                    fp = value_fingerprint(old)
-                    note_bands(bands, old, fp, False)
-                    gone.append((key, fp))
-                    if last is None:
-                        docs.delete()
-                        self._unlink(fp, key, touched)
-                    else:
-                        self._touch(fp, touched)
+            for key, doc in stored:
+                old = self._record(doc)[1]
+                fp = value_fingerprint(old)
+                note_bands(bands, old, fp, False)
+                gone.append((key, doc, fp))
+                if last is None:
+                    self._txn.delete(doc, db=self._storage._dbs[RECORDS])
+                    self._delete_entry(self._storage._keys, key)
+                    self._unlink(fp, doc, touched)
+                else:
+                    self._touch(fp, touched)
             if last is not None:
                 self._write_whole(last, gone)
             elif gone:
@@ -166,16 +179,19 @@ class PyTxn(PyView, Txn):
         return None
 
     def _write_whole(self, last, gone=()):
-        """Write the documents and the index's slots again without the
-        documents ``gone`` [(key, fingerprint)], each emptied and appended in
-        order from snapshot ``last``."""
-        dbs, keys = self._storage._dbs, {key for key, _ in gone}
-        entries = {(_ext.pack_key(fp), key) for key, fp in gone}
-        self._append(last, DOCS, lambda k, v: k not in keys, False)
-        for name in self._storage._index:
-            if last.stat(dbs[name])["entries"]:
-                self._append(last, name, lambda k, v: (k, v) not in entries, True)
-        self._cursors, self._slots = {}, None  # on emptied sub-databases
+        """Write the records, the key map's slots and the index's again
+        without the documents ``gone`` [(key, id, fingerprint)], each emptied
+        and appended in order from snapshot ``last``."""
+        storage = self._storage
+        keys, docs = {key for key, _, _ in gone}, {doc for _, doc, _ in gone}
+        entries = {(_ext.pack_key(fp), doc) for _, doc, fp in gone}
+        self._append(last, RECORDS, lambda k, v: k not in docs, False)
+        for slots, keep in ((storage._keys, lambda k, v: k not in keys),
+                            (storage._index, lambda k, v: (k, v) not in entries)):
+            for name in slots.names:
+                if last.stat(storage._dbs[name])["entries"]:
+                    self._append(last, name, keep, slots.kind.dupsort)
+        self._cursors, self._in_use = {}, {}  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
     def _update_bands(self, bands):
@@ -212,13 +228,18 @@ class PyTxn(PyView, Txn):
         if fp not in touched:
             touched[fp] = self._has(fp)
 
-    def _unlink(self, fp, key, touched):
+    def _unlink(self, fp, doc, touched):
+        """Delete document ``doc``'s entry of ``fp`` from the index."""
         self._touch(fp, touched)
-        fp_bytes = _ext.pack_key(fp)
-        for cursor in self._index_cursors():  # the slot that holds the entry
-            if cursor.set_key_dup(fp_bytes, key):
+        self._delete_entry(self._storage._index, _ext.pack_key(fp), doc)
+
+    def _delete_entry(self, slots, key, value=None):
+        """Delete the entry of ``key`` (with ``value``, in a family of sorted
+        duplicates) from the slot of family ``slots`` that holds it."""
+        for cursor in self._slot_cursors(slots):
+            if cursor.set_key(key) if value is None else cursor.set_key_dup(key, value):
                 cursor.delete()
-                break
+                return
 
     def _update_tables(self, touched):
         """Append to every table as a run the fingerprints the index gained; count
@@ -363,7 +384,8 @@ class PyTxn(PyView, Txn):
         """Write bands ``first`` to ``end`` again from the documents' signatures,
         each as one run (its stale entries gone): one pass over the documents."""
         entries = [set() for _ in range(first, end)]
-        for _, value in self.documents():
+        for doc, raw in self._txn.cursor(self._storage._dbs[RECORDS]).iternext():
+            _, value = record_parts(raw, self._storage.path, doc)
             for held, entry in zip(entries, band_entries(value, value_fingerprint(value))[first:end]):
                 held.add(entry)
         for band, held in zip(range(first, end), entries):
@@ -381,46 +403,3 @@ class PyTxn(PyView, Txn):
         if values:
             self._put_run(table, runs, values)
         self._save_directory(table, runs)
-
-    def convert_table(self, table):
-        """Rewrite table ``table`` from 0.3's form (a dupsort ``table:NNN``,
-        then dropped) as its one run (slot 0), as the native backend
-        does; table 0 sets meta's counters (distinct: its entries, stale: 0).
-        Returns whether it was in that form (else nothing is done)."""
-        values = self._convert(table_name(table), [slot_name(table, s) for s in range(RUN_SLOTS)],
-                               directory_key(table), "table %d" % table)
-        if values is not None and table == 0:
-            self._set_count(DISTINCT, len(values))
-            self._set_count(STALE, 0)
-        return values is not None
-
-    def convert_band(self, band):
-        """Rewrite band ``band`` from 0.5's form (a dupsort ``band:NN``, then
-        dropped) as its one run (slot 0), as the native backend does;
-        band 0 sets meta's ``band stale`` to 0. Returns whether it was in that
-        form (else nothing is done)."""
-        values = self._convert(OLD_BANDS[band], format.BAND_RUNS.names(band),
-                               band_directory_key(band), "band %d" % band)
-        if values is not None and band == 0:
-            self._set_count(BAND_STALE, 0)
-        return values is not None
-
-    def _convert(self, name, slot_names, key, what):
-        """Write the dupsort sub-database ``name`` (in order) as its first run in the
-        first of ``slot_names`` under directory ``key``, then drop it; its
-        values, or None where there is no such sub-database."""
-        env, txn = self._storage._env, self._txn
-        try:
-            old = env.open_db(name, txn=txn, dupsort=True, dupfixed=True, create=False)
-        except lmdb.NotFoundError:
-            return None
-        directory = env.open_db(RUNS, txn=txn)
-        slots = [env.open_db(slot, txn=txn) for slot in slot_names]
-        txn.drop(slots[0], delete=False)
-        values = array("Q", old_entries(txn.cursor(old), self._storage.path, what))
-        run = new_run_id(0)
-        if values:
-            write_run(txn, slots[0], run, values)
-        txn.put(key, directory_record([(run, 0, len(values))] if values else []), db=directory)
-        txn.drop(old, delete=True)
-        return values

@@ -1,5 +1,6 @@
-"""Reads of the py-lmdb backend over one transaction: documents, the
-fingerprint index, the tables' runs searched and the bands' entries."""
+"""Reads of the py-lmdb backend over one transaction: documents (the key
+map, then the records), the fingerprint index, the tables' runs searched
+and the bands' entries."""
 
 import itertools
 from array import array
@@ -7,24 +8,30 @@ from bisect import bisect_left, bisect_right
 
 
 from ... import _ext
+from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
-from .format import DISTINCT, PARAMS, block_entries, block_key, directory_runs
+from .format import DISTINCT, ID_BYTES, PARAMS, block_entries, block_key, directory_runs
 from .pyruns import (
-    DOCS,
-    FINGERPRINTS,
     MAX_VALUE,
     META,
     OLD_BANDS,
+    RECORDS,
     RUNS,
     big_endian,
     damaged_error,
     index_items,
+    old_documents_error,
     read_block,
     read_counter,
+    record_parts,
     run_damaged_error,
     scan_old_entries,
+    slot_items,
     table_name,
 )
+
+CHUNK = 1024  # documents(): keys read from the key map, then their records sorted by id
+
 
 class PyView(View):
     """Reads over one py-lmdb transaction."""
@@ -32,19 +39,25 @@ class PyView(View):
     def __init__(self, storage, txn):
         self._storage, self._txn = storage, txn
         self._cursors = {}
-        self._slots = None  # cursors on the index's slots in use (_index_cursors)
+        self._in_use = {}  # cursors on each family's slots in use (_slot_cursors)
+
+    def _db(self, name):
+        db = self._storage._dbs.get(name)
+        if db is None:  # only the records and key map of a database of format 6 and earlier
+            raise old_documents_error(self._storage.path)
+        return db
 
     def _cursor(self, name):
         cursor = self._cursors.get(name)
         if cursor is None:
-            cursor = self._cursors[name] = self._txn.cursor(self._storage._dbs[name])
+            cursor = self._cursors[name] = self._txn.cursor(self._db(name))
         return cursor
 
     def params(self):
         return self._cursor(META).get(PARAMS)
 
     def count(self):
-        return self._txn.stat(self._storage._dbs[DOCS])["entries"]
+        return self._txn.stat(self._db(RECORDS))["entries"]
 
     def distinct(self):
         if self._storage._runs:
@@ -54,23 +67,93 @@ class PyView(View):
     def _count(self, name):
         return read_counter(self._cursor(META).get(name), self._storage.path, name)
 
+    def _slot_cursors(self, slots):
+        """Cursors on the slots of family ``slots`` in use, and on its first,
+        which takes this backend's puts (the others only lose entries here)."""
+        cursors = self._in_use.get(slots.first)
+        if cursors is None:
+            dbs = self._storage._dbs
+            cursors = self._in_use[slots.first] = [
+                self._cursor(name) for name in slots.names
+                if name == slots.first or self._txn.stat(dbs[name])["entries"]]
+        return cursors
+
+    def _index_cursors(self):
+        return self._slot_cursors(self._storage._index)
+
+    def _id_of(self, key):
+        """The document id (bytes) of ``key`` in the key map, or None."""
+        for cursor in self._slot_cursors(self._storage._keys):
+            found = cursor.get(key)
+            if found is not None:
+                if len(found) != ID_BYTES:
+                    raise damaged_error(self._storage.path, "the key map's entry of a key")
+                return found
+        return None
+
+    def _ids_of(self, keys):
+        """{key: its document id, or None} of ``keys``, looked up in key order."""
+        return {key: self._id_of(key) for key in sorted(keys)}
+
+    def _record(self, doc, key=None):
+        """(key, value) of document ``doc`` (an id's bytes), which the key
+        map (for ``key``, where given) or the index names: its record must be
+        there, and hold that key."""
+        raw = self._cursor(RECORDS).get(doc)
+        parts = None if raw is None else record_parts(raw, self._storage.path, doc)
+        if parts is None or key is not None and parts[0] != key:
+            raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
+        return parts
+
+    def _records(self, docs):
+        """{id: (key, value)} of the documents ``docs`` (ids' bytes), read in id order."""
+        return {doc: self._record(doc) for doc in sorted(set(docs))}
+
     def get(self, key):
-        return self._cursor(DOCS).get(key)
+        doc = self._id_of(key)
+        return None if doc is None else self._record(doc, key)[1]
+
+    def get_many(self, keys):
+        ids = self._ids_of(keys)
+        found = self._records(doc for doc in ids.values() if doc is not None)
+        for key, doc in ids.items():
+            if doc is not None and found[doc][0] != key:
+                raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
+        return [None if ids[key] is None else found[ids[key]][1] for key in keys]
 
     def documents(self, after=None):
-        cursor = self._txn.cursor(self._storage._dbs[DOCS])
-        if after is None:
-            return cursor.iternext() if cursor.first() else iter(())
-        if not cursor.set_range(after):
-            return iter(())
-        if cursor.key() == after and not cursor.next():
-            return iter(())
-        return cursor.iternext()
+        """Every (key, value) in key order: the key map's slots merged, a
+        chunk of keys at a time, then their records in id order."""
+        items = slot_items(self._txn, self._storage, self._storage._keys, after)
+        if after is not None:
+            items = itertools.dropwhile(lambda item: item[0] == after, items)
+        while chunk := list(itertools.islice(items, CHUNK)):
+            found = self._records(doc for _, doc in chunk)
+            for key, doc in chunk:
+                stored, value = found[doc]
+                if stored != key:
+                    raise damaged_error(self._storage.path, "the record of document id %s"
+                                        % doc.hex())
+                yield key, value
 
     def keys_of(self, fingerprint):
+        return self.keys_of_many([fingerprint])[fingerprint]
+
+    def keys_of_many(self, fingerprints):
+        """The ids of each fingerprint from the index in fingerprint order,
+        then their records in id order."""
+        ids = {fp: self._ids_with(fp) for fp in sorted(set(fingerprints))}
+        found = self._records(doc for docs in ids.values() for doc in docs)
+        for fp, docs in ids.items():
+            if any(value_fingerprint(found[doc][1]) != fp for doc in docs):
+                raise damaged_error(self._storage.path, "a record the index names")
+        return {fp: sorted(found[doc][0] for doc in docs) for fp, docs in ids.items()}
+
+    def _ids_with(self, fingerprint):
+        """The document ids (bytes) the index holds for ``fingerprint``."""
         fp_bytes = _ext.pack_key(fingerprint)
-        return sorted(key for cursor in self._index_cursors() if cursor.set_key(fp_bytes)
-                      for key in cursor.iternext_dup())
+        return [doc for cursor in self._index_cursors() if cursor.set_key(fp_bytes)
+                for doc in cursor.iternext_dup()]
 
     def _has(self, fp):
         """Whether a slot of the index has ``fp``."""
@@ -80,23 +163,15 @@ class PyView(View):
                 return True
         return False
 
-    def _index_cursors(self):
-        """Cursors on the index's slots in use, and on ``fingerprints``, which
-        takes this backend's puts (the others only lose entries here)."""
-        if self._slots is None:
-            dbs = self._storage._dbs
-            self._slots = [self._cursor(name) for name in self._storage._index
-                           if name == FINGERPRINTS or self._txn.stat(dbs[name])["entries"]]
-        return self._slots
-
     def fingerprint_groups(self):
         items = index_items(self._txn, self._storage)
         for fp_bytes, entries in itertools.groupby(items, key=lambda item: item[0]):
-            yield _ext.unpack_key(fp_bytes), [key for _, key in entries]
+            found = self._records(doc for _, doc in entries)
+            yield _ext.unpack_key(fp_bytes), sorted(key for key, _ in found.values())
 
     def search(self, probes, distance):
         """Each probe's hits; a fingerprint in two runs is found once (by
-        fingerprint), a stale one not at all (keys_of gives it no key)."""
+        fingerprint), a stale one not at all (the index gives it no document)."""
         layout = self._storage._layout
         if self._storage._runs:
             directories = [self._whole_directory(t) for t in range(layout.tables)]
@@ -114,12 +189,9 @@ class PyView(View):
                                            _ext.pack_key(last))
                 return _ext.verify(perm, entries, distance) if entries else ()
 
-        results = []
-        for probe in probes:
-            found = layout.near(probe, distance, scan)
-            results.append([(key, fp, d) for fp, d in found.items()
-                            for key in self.keys_of(fp)])
-        return results
+        found = [layout.near(probe, distance, scan) for probe in probes]
+        keys = self.keys_of_many({fp for near in found for fp in near})
+        return [[(key, fp, d) for fp, d in near.items() for key in keys[fp]] for near in found]
 
     def band_search(self, keys):
         storage = self._storage
@@ -138,18 +210,19 @@ class PyView(View):
                 for run, slot, _ in runs:
                     prefixes.update(_ext.pack_key(entry)[4:] for entry in self._run_range(
                         storage._layout.tables + band, run, slot, first, first | 0xFFFFFFFF))
-            results.append([found for prefix in sorted(prefixes)
-                            for found in self._with_prefix(prefix)])
+            hits = [hit for prefix in sorted(prefixes) for hit in self._with_prefix(prefix)]
+            found = self._records(doc for doc, _ in hits)
+            results.append([(found[doc][0], fp) for doc, fp in hits])
         return results
 
     def _with_prefix(self, prefix):
-        """(key, fingerprint) of the documents whose fingerprint starts with
-        the 4 bytes ``prefix``."""
+        """(document id, fingerprint) of the documents whose fingerprint
+        starts with the 4 bytes ``prefix``."""
         found = []
-        for fp_bytes, key in index_items(self._txn, self._storage, prefix + bytes(4)):
+        for fp_bytes, doc in index_items(self._txn, self._storage, prefix + bytes(4)):
             if fp_bytes[:4] != prefix:
                 break
-            found.append((key, _ext.unpack_key(fp_bytes)))
+            found.append((doc, _ext.unpack_key(fp_bytes)))
         return found
 
     def band_entries(self, band):
@@ -167,8 +240,8 @@ class PyView(View):
 
     def _held(self, band, entry):
         """Whether a stored document (as the index is now) has band entry ``entry``."""
-        for key, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
-            entries = band_entries(self._cursor(DOCS).get(key), fp)
+        for doc, fp in self._with_prefix(_ext.pack_key(entry)[4:]):
+            entries = band_entries(self._record(doc)[1], fp)
             if entries and entries[band] == entry:
                 return True
         return False

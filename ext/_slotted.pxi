@@ -1,10 +1,12 @@
-# The fingerprint index as runs (RUNS.md, "The index as runs"): a fingerprint's
-# keys are the union of its entries in a few dupsort slot sub-databases
-# ("fingerprints", then "index:NN"), each (fingerprint, key) in exactly one of
-# them. A write transaction puts its new entries into a slot of its own, which
-# takes them in few pages whatever the index holds; deletes go to the slot that
-# holds the entry; merges keep about log_RATIO(N / batch) slots in use. Included
-# by _lmdb.pyx after Work (and Index, which Work holds).
+# Slotted structures (RUNS.md, "The index as runs"): a sorted map kept in a
+# few slot sub-databases, its entries the union of theirs, each entry in exactly
+# one of them. A write transaction puts its new entries into a slot of its own,
+# which takes them in few pages whatever the map holds; deletes go to the slot
+# that holds the entry; merges (the smallest slots in use into a free one,
+# appended in order) keep about log_RATIO(N / batch) slots in use. Used twice:
+# the fingerprint index (dupsort slots "fingerprints", "index:NN": fingerprint
+# -> document id) and the key map (plain slots "keys", "keys:NN": key -> id).
+# Included by _lmdb.pyx after Work (which holds both as Slotted).
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -14,26 +16,27 @@ from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_del, g_drop, g_stat, g_txn_begin,
     GUARD_FAULT, MDB_APPEND, MDB_APPENDDUP, MDB_cursor, mdb_cursor_close, MDB_cursor_op, MDB_dbi,
     MDB_env, MDB_FIRST, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_NODUP,
-    MDB_NODUPDATA, MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_SET_RANGE, MDB_stat, MDB_txn,
+    MDB_NODUPDATA, MDB_NOOVERWRITE, MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_SET_RANGE, MDB_stat,
+    MDB_txn,
     mdb_txn_abort, mdb_txn_env, mdb_txn_id, MDB_val, pthread_cond_broadcast, pthread_cond_destroy,
     pthread_cond_init, pthread_cond_t, pthread_cond_wait, pthread_create, pthread_join,
     pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, pthread_t,
 )
 
-cdef int index_open(Work* w) noexcept nogil:
+cdef int slotted_open(Work* w, Slotted* m) noexcept nogil:
     """Open a cursor on each slot in use and on the transaction's own, once
     (lazily: a search without hits never reads the index)."""
-    cdef Index* ix = &w.ix
+    cdef SlotCursors* ix = &m.ix
     cdef MDB_stat stat
     cdef int s, rc = 0
     if ix.opened:
         return 0
-    index_close(w)  # what a failed open left
-    for s in range(w.index_slots):
-        rc = g_stat(w.txn, w.index_dbis[s], &stat)
-        if rc == 0 and (stat.ms_entries or s == w.put_slot):
-            rc = g_cursor_open(w.txn, w.index_dbis[s], &ix.cursor[ix.n])
+    slotted_close(m)  # what a failed open left
+    for s in range(m.slots):
+        rc = g_stat(w.txn, m.dbis[s], &stat)
+        if rc == 0 and (stat.ms_entries or s == m.put_slot):
+            rc = g_cursor_open(w.txn, m.dbis[s], &ix.cursor[ix.n])
             if rc == 0:
                 ix.slot[ix.n], ix.on[ix.n] = s, False
                 ix.n += 1
@@ -43,13 +46,13 @@ cdef int index_open(Work* w) noexcept nogil:
     return 0
 
 
-cdef void index_close(Work* w) noexcept nogil:
+cdef void slotted_close(Slotted* m) noexcept nogil:
     cdef int i
-    for i in range(w.ix.n):
-        mdb_cursor_close(w.ix.cursor[i])
-    if w.ix.put != NULL:
-        mdb_cursor_close(w.ix.put)
-    w.ix.n, w.ix.opened, w.ix.at, w.ix.put = 0, False, -1, NULL
+    for i in range(m.ix.n):
+        mdb_cursor_close(m.ix.cursor[i])
+    if m.ix.put != NULL:
+        mdb_cursor_close(m.ix.put)
+    m.ix.n, m.ix.opened, m.ix.at, m.ix.put = 0, False, -1, NULL
 
 
 cdef inline int cmp_entry(const MDB_val* k, const MDB_val* v, const MDB_val* k2,
@@ -60,7 +63,7 @@ cdef inline int cmp_entry(const MDB_val* k, const MDB_val* v, const MDB_val* k2,
                                  <const uint8_t*>v2.mv_data, v2.mv_size)
 
 
-cdef int index_pick(Index* ix, MDB_val* k, MDB_val* v) noexcept nogil:
+cdef int slots_pick(SlotCursors* ix, MDB_val* k, MDB_val* v) noexcept nogil:
     """Point ``k``, ``v`` at the least entry the positioned sub-cursors are on."""
     cdef MDB_val kk, vv
     cdef int i, rc
@@ -75,14 +78,15 @@ cdef int index_pick(Index* ix, MDB_val* k, MDB_val* v) noexcept nogil:
     return 0 if ix.at >= 0 else MDB_NOTFOUND
 
 
-cdef int index_get(Work* w, MDB_val* k, MDB_val* v, MDB_cursor_op op) noexcept nogil:
-    """A cursor operation on the union of the slots, in (fingerprint, key)
-    order: MDB_FIRST, MDB_SET, MDB_SET_RANGE, MDB_NEXT, MDB_NEXT_DUP or
-    MDB_NEXT_NODUP (the moves only after a position was found)."""
-    cdef Index* ix = &w.ix
+cdef int slotted_get(Work* w, Slotted* m, MDB_val* k, MDB_val* v,
+                     MDB_cursor_op op) noexcept nogil:
+    """A cursor operation on the union of the slots, in (key, value) order:
+    MDB_FIRST, MDB_SET, MDB_SET_RANGE, MDB_NEXT, or for the index
+    MDB_NEXT_DUP or MDB_NEXT_NODUP (the moves only after a position was found)."""
+    cdef SlotCursors* ix = &m.ix
     cdef MDB_val kk, vv
     cdef uint8_t at_key[8]
-    cdef int i, rc = index_open(w)
+    cdef int i, rc = slotted_open(w, m)
     if rc:
         return rc
     if ix.n == 1:
@@ -115,15 +119,16 @@ cdef int index_get(Work* w, MDB_val* k, MDB_val* v, MDB_cursor_op op) noexcept n
         ix.on[ix.at] = rc == 0
         if rc and rc != MDB_NOTFOUND:
             return rc
-    return index_pick(ix, k, v)
+    return slots_pick(ix, k, v)
 
 
 cdef int index_seek(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
-    """Position at the first entry at or past (``k``, ``v``): a fingerprint and
-    a key, found by a descent in each slot, however many keys the fingerprint has."""
-    cdef Index* ix = &w.ix
+    """Position the index at the first entry at or past (``k``, ``v``): a
+    fingerprint and an id, found by a descent in each slot, however many
+    documents the fingerprint has."""
+    cdef SlotCursors* ix = &w.index.ix
     cdef MDB_val kk, vv
-    cdef int i, rc = index_open(w)
+    cdef int i, rc = slotted_open(w, &w.index)
     for i in range(ix.n if rc == 0 else 0):
         kk, vv = k[0], v[0]
         rc = g_cursor_get(ix.cursor[i], &kk, &vv, MDB_GET_BOTH_RANGE)
@@ -136,23 +141,22 @@ cdef int index_seek(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
         ix.on[i] = rc == 0
         if rc and rc != MDB_NOTFOUND:
             return rc
-    return rc if rc and rc != MDB_NOTFOUND else index_pick(ix, k, v)
+    return rc if rc and rc != MDB_NOTFOUND else slots_pick(ix, k, v)
 
 
-cdef int index_has(Work* w, uint64_t fp) noexcept nogil:
-    """1 if a slot has ``fp``, 0 if none, or an LMDB error."""
-    cdef Index* ix = &w.ix
-    cdef uint8_t key_bytes[8]
-    cdef MDB_val k, v
-    cdef int i, rc = index_open(w)
+cdef int slotted_find(Work* w, Slotted* m, const MDB_val* key, MDB_val* v) noexcept nogil:
+    """1 if a slot has ``key`` (``v``: its value, the first of the index's),
+    0 if none, or an LMDB error."""
+    cdef SlotCursors* ix = &m.ix
+    cdef MDB_val k
+    cdef int i, rc = slotted_open(w, m)
     if rc:
         return rc
-    write_be(key_bytes, fp, 8)
     ix.at = -1  # the lookups move the sub-cursors
     for i in range(ix.n):
         ix.on[i] = False
-        k.mv_size, k.mv_data = 8, key_bytes
-        rc = g_cursor_get(ix.cursor[i], &k, &v, MDB_SET)
+        k = key[0]
+        rc = g_cursor_get(ix.cursor[i], &k, v, MDB_SET)
         if rc == 0:
             return 1
         if rc != MDB_NOTFOUND:
@@ -160,34 +164,46 @@ cdef int index_has(Work* w, uint64_t fp) noexcept nogil:
     return 0
 
 
-cdef int index_empty(Work* w) noexcept nogil:
+cdef int index_has(Work* w, uint64_t fp) noexcept nogil:
+    """1 if the index has ``fp``, 0 if not, or an LMDB error."""
+    cdef uint8_t key_bytes[8]
+    cdef MDB_val k, v
+    write_be(key_bytes, fp, 8)
+    k.mv_size, k.mv_data = 8, key_bytes
+    return slotted_find(w, &w.index, &k, &v)
+
+
+cdef int slotted_empty(Work* w, Slotted* m) noexcept nogil:
     """1 if no slot has an entry, 0 if one has, or an LMDB error."""
     cdef MDB_val k, v
-    cdef int rc = index_get(w, &k, &v, MDB_FIRST)
+    cdef int rc = slotted_get(w, m, &k, &v, MDB_FIRST)
     return 1 if rc == MDB_NOTFOUND else 0 if rc == 0 else rc
 
 
-cdef int index_delete(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
-    """Delete the entry (fingerprint, key) from the slot that holds it (if any)."""
+cdef int slotted_delete(Work* w, Slotted* m, MDB_val* k, MDB_val* v) noexcept nogil:
+    """Delete the entry (key, value) from the slot that holds it (if any; the
+    key map's: ``v`` NULL)."""
     cdef MDB_val kk, vv
-    cdef int i, rc = index_open(w)
-    w.ix.at = -1
-    for i in range(w.ix.n if rc == 0 else 0):
-        w.ix.on[i] = False
-        kk, vv = k[0], v[0]
-        rc = g_del(w.txn, w.index_dbis[w.ix.slot[i]], &kk, &vv)
+    cdef int i, rc = slotted_open(w, m)
+    m.ix.at = -1
+    for i in range(m.ix.n if rc == 0 else 0):
+        m.ix.on[i] = False
+        kk = k[0]
+        if v != NULL:
+            vv = v[0]
+        rc = g_del(w.txn, m.dbis[m.ix.slot[i]], &kk, &vv if v != NULL else NULL)
         if rc != MDB_NOTFOUND:
             return rc
         rc = 0
     return rc
 
 
-cdef int index_sizes(Work* w, uint64_t* entries, int* used) noexcept nogil:
+cdef int slotted_sizes(Work* w, Slotted* m, uint64_t* entries, int* used) noexcept nogil:
     cdef MDB_stat stat
     cdef int s, rc = 0
     used[0] = 0
-    for s in range(w.index_slots):
-        rc = g_stat(w.txn, w.index_dbis[s], &stat)
+    for s in range(m.slots):
+        rc = g_stat(w.txn, m.dbis[s], &stat)
         if rc:
             return rc
         entries[s] = stat.ms_entries
@@ -195,10 +211,13 @@ cdef int index_sizes(Work* w, uint64_t* entries, int* used) noexcept nogil:
     return 0
 
 
-cdef int append_entry(MDB_cursor* dst, MDB_val* k, MDB_val* v, uint8_t* last,
+cdef int append_entry(MDB_cursor* dst, bint dups, MDB_val* k, MDB_val* v, uint8_t* last,
                       bint* have_last) noexcept nogil:
-    """Append an entry to a slot written in order: a key of the fingerprint
-    appended last (``last``, once ``have_last``), or a new fingerprint."""
+    """Append an entry to a slot written in order: of the index (``dups``), an
+    id of the fingerprint appended last (``last``, once ``have_last``) or a
+    new fingerprint; of the key map, a key."""
+    if not dups:
+        return g_cursor_put(dst, k, v, MDB_APPEND)
     if k.mv_size != 8:
         return CORRUPTED
     if have_last[0] and memcmp(last, k.mv_data, 8) == 0:
@@ -208,23 +227,24 @@ cdef int append_entry(MDB_cursor* dst, MDB_val* k, MDB_val* v, uint8_t* last,
     return g_cursor_put(dst, k, v, MDB_APPEND)
 
 
-cdef int index_merge_in_place(Work* w, int a, int b, uint64_t entries) noexcept nogil:
+cdef int slotted_merge_in_place(Work* w, Slotted* m, int a, int b, uint64_t entries) noexcept nogil:
     """Merge slot ``a`` into slot ``b`` (where no slot is free; ``entries``
     in both); ``a`` is emptied."""
     cdef MDB_cursor* src = NULL
     cdef MDB_cursor* dst = NULL
     cdef MDB_val k, v
     cdef int rc
-    index_close(w)  # the emptied slot leaves its cursor nowhere
-    if w.put_slot == a or w.put_slot == b:
-        w.put_slot = -1
-    rc = g_cursor_open(w.txn, w.index_dbis[a], &src)
+    slotted_close(m)  # the emptied slot leaves its cursor nowhere
+    if m.put_slot == a or m.put_slot == b:
+        m.put_slot = -1
+    rc = g_cursor_open(w.txn, m.dbis[a], &src)
     if rc == 0:
-        rc = g_cursor_open(w.txn, w.index_dbis[b], &dst)
+        rc = g_cursor_open(w.txn, m.dbis[b], &dst)
     if rc == 0:
         rc = g_cursor_get(src, &k, &v, MDB_FIRST)
     while rc == 0:
-        rc = g_cursor_put(dst, &k, &v, MDB_NODUPDATA) if k.mv_size == 8 else CORRUPTED
+        rc = CORRUPTED if m.dups and k.mv_size != 8 else \
+            g_cursor_put(dst, &k, &v, MDB_NODUPDATA if m.dups else MDB_NOOVERWRITE)
         if rc == MDB_KEYEXIST:  # the same entry in both (never written so): kept once
             rc = 0
         if rc == 0:
@@ -232,15 +252,15 @@ cdef int index_merge_in_place(Work* w, int a, int b, uint64_t entries) noexcept 
     close_two(src, dst)
     rc = 0 if rc == MDB_NOTFOUND else rc
     if rc == 0:
-        rc = g_drop(w.txn, w.index_dbis[a], 0)
+        rc = g_drop(w.txn, m.dbis[a], 0)
     w.merged += entries
     return rc
 
 
-# A merge into a free slot reads its sources in (fingerprint, key) order
-# (Slots) and appends. Where the sources are as the last commit left them,
-# a thread reads them in a snapshot of that commit and hands the entries to the
-# writer in chunks (Feed), so that the writer's thread only puts.
+# A merge into a free slot reads its sources in (key, value) order (Slots)
+# and appends. Where the sources are as the last commit left them, a thread
+# reads them in a snapshot of that commit and hands the entries to the writer
+# in chunks (Feed), so that the writer's thread only puts.
 
 cdef struct Slots:
     MDB_cursor* cursor[INDEX_SLOTS]
@@ -307,6 +327,7 @@ cdef struct Feed:
     size_t snapshot         # the commit the sources are read in: the write transaction's last
     MDB_dbi dbis[INDEX_SLOTS]
     int n
+    bint dups               # the sources are the index's (else the key map's)
     pthread_mutex_t lock
     pthread_cond_t moved    # a chunk was filled or emptied, or the thread ended or must stop
     uint8_t* chunk[FEED_CHUNKS]
@@ -330,11 +351,11 @@ cdef bint feed_publish(Feed* f, bint last) noexcept nogil:
 
 
 cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
-    """Merge the sources in ``txn`` into chunks: each entry its fingerprint
-    (8 bytes), its key's size (u16 LE) and the key."""
+    """Merge the sources in ``txn`` into chunks: each entry its key's size
+    (u16 LE), the key, its value's size (u16 LE) and the value."""
     cdef Slots src
     cdef uint8_t* out
-    cdef size_t used = 0, need
+    cdef size_t used = 0, need, ks, vs
     cdef int at, rc = slots_open(&src, txn, f.dbis, f.n)
     cdef bint go_on = True
     out = f.chunk[f.filled % FEED_CHUNKS]
@@ -342,21 +363,23 @@ cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
         at = slots_least(&src)
         if at < 0:
             break
-        if src.k[at].mv_size != 8 or src.v[at].mv_size > 0xFFFF:
+        ks, vs = src.k[at].mv_size, src.v[at].mv_size
+        if ks > 0xFFFF or vs > 0xFFFF or (f.dups and ks != 8):
             rc = CORRUPTED
             break
-        need = 10 + src.v[at].mv_size
+        need = 4 + ks + vs
         if used + need > FEED_CHUNK:
             f.size[f.filled % FEED_CHUNKS] = used
             go_on = feed_publish(f, False)
             out, used = f.chunk[f.filled % FEED_CHUNKS], 0
             if not go_on:
                 break
-        if g_copy(out + used, src.k[at].mv_data, 8) or \
-                g_copy(out + used + 10, src.v[at].mv_data, src.v[at].mv_size):
+        out[used], out[used + 1] = ks & 0xFF, ks >> 8
+        out[used + 2 + ks], out[used + 3 + ks] = vs & 0xFF, vs >> 8
+        if g_copy(out + used + 2, src.k[at].mv_data, ks) or \
+                g_copy(out + used + 4 + ks, src.v[at].mv_data, vs):
             rc = CORRUPTED
             break
-        out[used + 8], out[used + 9] = src.v[at].mv_size & 0xFF, src.v[at].mv_size >> 8
         used += need
         rc = slots_pass(&src, at)
     slots_close(&src)
@@ -402,10 +425,12 @@ cdef int feed_drain(Feed* f, MDB_cursor* dst) noexcept nogil:
         p = f.chunk[f.emptied % FEED_CHUNKS]
         end = p + f.size[f.emptied % FEED_CHUNKS]
         while rc == 0 and p < end:
-            k.mv_size, k.mv_data = 8, p
-            v.mv_size, v.mv_data = p[8] | (<size_t>p[9] << 8), p + 10
-            rc = append_entry(dst, &k, &v, last, &have_last)
-            p += 10 + v.mv_size
+            k.mv_size = p[0] | (<size_t>p[1] << 8)
+            k.mv_data = p + 2
+            p += 2 + k.mv_size
+            v.mv_size, v.mv_data = p[0] | (<size_t>p[1] << 8), p + 2
+            p += 2 + v.mv_size
+            rc = append_entry(dst, f.dups, &k, &v, last, &have_last)
         pthread_mutex_lock(&f.lock)
         f.emptied += 1
         f.stop = rc != 0
@@ -414,18 +439,19 @@ cdef int feed_drain(Feed* f, MDB_cursor* dst) noexcept nogil:
     return rc
 
 
-cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
+cdef int feed_merge(Work* w, bint dups, const MDB_dbi* dbis, int n, MDB_cursor* dst,
                     bint* fed) noexcept nogil:
-    """Merge the slots ``dbis``, as the last commit left them, into ``dst``
-    with a thread that reads them; ``fed``: whether the thread read them (else
-    nothing was appended: no thread, or no snapshot for it)."""
+    """Merge the slots ``dbis`` (the index's where ``dups``), as the last
+    commit left them, into ``dst`` with a thread that reads them; ``fed``:
+    whether the thread read them (else nothing was appended: no thread, or no
+    snapshot for it)."""
     cdef Feed f
     cdef pthread_t thread
     cdef bint chunks = True
     cdef int i, rc = 0
     memset(&f, 0, sizeof(Feed))
     fed[0] = False
-    f.env, f.snapshot, f.n = mdb_txn_env(w.txn), mdb_txn_id(w.txn) - 1, n
+    f.env, f.snapshot, f.n, f.dups = mdb_txn_env(w.txn), mdb_txn_id(w.txn) - 1, n, dups
     memcpy(f.dbis, dbis, n * sizeof(MDB_dbi))
     for i in range(FEED_CHUNKS):
         f.chunk[i] = <uint8_t*>malloc(FEED_CHUNK)
@@ -444,8 +470,8 @@ cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
     return rc
 
 
-cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
-                     bint committed) noexcept nogil:
+cdef int slotted_merge(Work* w, Slotted* m, const int* slots, int n, int d, uint64_t entries,
+                       bint committed) noexcept nogil:
     """Merge the ``n`` slots ``slots`` (``entries`` in all) into the free slot
     ``d``, appending in order, and empty them; ``committed``: the slots are as
     the last commit left them."""
@@ -455,21 +481,21 @@ cdef int index_merge(Work* w, const int* slots, int n, int d, uint64_t entries,
     cdef uint8_t last[8]
     cdef bint have_last = False, fed = False
     cdef int i, at, rc
-    index_close(w)  # emptied slots leave their cursors nowhere
+    slotted_close(m)  # emptied slots leave their cursors nowhere
     for i in range(n):
-        dbis[i] = w.index_dbis[slots[i]]
-        if w.put_slot == slots[i]:
-            w.put_slot = -1
-    rc = g_cursor_open(w.txn, w.index_dbis[d], &dst)
+        dbis[i] = m.dbis[slots[i]]
+        if m.put_slot == slots[i]:
+            m.put_slot = -1
+    rc = g_cursor_open(w.txn, m.dbis[d], &dst)
     if rc == 0 and committed and entries >= min(<uint64_t>FEED_FROM, w.threaded_merge) and \
             w.merge_threads > 1:
-        rc = feed_merge(w, dbis, n, dst, &fed)
+        rc = feed_merge(w, m.dups, dbis, n, dst, &fed)
         w.fed_merges[0] += fed
     if rc == 0 and not fed:
         rc = slots_open(&src, w.txn, dbis, n)
         at = slots_least(&src) if rc == 0 else -1
         while at >= 0:  # each put before its source moves on, so its page is held
-            rc = append_entry(dst, &src.k[at], &src.v[at], last, &have_last)
+            rc = append_entry(dst, m.dups, &src.k[at], &src.v[at], last, &have_last)
             if rc == 0:
                 rc = slots_pass(&src, at)
             at = slots_least(&src) if rc == 0 else -1
@@ -522,7 +548,7 @@ cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limi
     return n
 
 
-cdef int index_merges(Work* w, uint64_t limit, bint committed) noexcept nogil:
+cdef int slotted_merges(Work* w, Slotted* m, uint64_t limit, bint committed) noexcept nogil:
     """The merges merge_chain calls for, until there are none; a merge of more
     than ``limit`` entries (0: any) is left for tidy (``w.untidy``).
     ``committed``: the slots are as the last commit left them, so that a
@@ -533,52 +559,59 @@ cdef int index_merges(Work* w, uint64_t limit, bint committed) noexcept nogil:
     cdef uint32_t written = 0, taken
     cdef int s, n, d, used, rc = 0
     while rc == 0:
-        rc = index_sizes(w, entries, &used)
-        n = merge_chain(entries, w.index_slots, used, limit, chain, &total, &taken, &w.untidy) \
+        rc = slotted_sizes(w, m, entries, &used)
+        n = merge_chain(entries, m.slots, used, limit, chain, &total, &taken, &w.untidy) \
             if rc == 0 else 0
         if n == 0:
             break
         d = -1
-        for s in range(w.index_slots):
+        for s in range(m.slots):
             if d < 0 and entries[s] == 0:
                 d = s
         if d < 0:  # every slot in use (a writer of another kind)
-            rc = index_merge_in_place(w, chain[0], chain[1], entries[chain[0]] + entries[chain[1]])
+            rc = slotted_merge_in_place(w, m, chain[0], chain[1],
+                                        entries[chain[0]] + entries[chain[1]])
             written |= (1 << chain[0]) | (1 << chain[1])
         else:
-            rc = index_merge(w, chain, n, d, total, committed and not (written & taken))
+            rc = slotted_merge(w, m, chain, n, d, total, committed and not (written & taken))
             written |= taken | (1 << d)
     return rc
 
 
-cdef int index_put_cursor(Work* w, MDB_cursor** put) noexcept nogil:
+cdef int merges(Work* w, uint64_t limit, bint committed) noexcept nogil:
+    """slotted_merges of the index, then of the key map."""
+    cdef int rc = slotted_merges(w, &w.index, limit, committed)
+    return rc if rc else slotted_merges(w, &w.keys, limit, committed)
+
+
+cdef int slotted_put_cursor(Work* w, Slotted* m, MDB_cursor** put) noexcept nogil:
     """The cursor on the transaction's own slot, chosen (a free one: merges keep
     one) the first time it puts."""
     cdef uint64_t entries[INDEX_SLOTS]
     cdef int s, used, rc = 0
-    if w.ix.put != NULL:
-        put[0] = w.ix.put
+    if m.ix.put != NULL:
+        put[0] = m.ix.put
         return 0
-    if w.index_slots == 1:  # slots not added yet (see Env.open_dbs): the one there is
-        w.put_slot = 0
-    while w.put_slot < 0 and rc == 0:
-        rc = index_sizes(w, entries, &used)
-        for s in range(w.index_slots):
-            if w.put_slot < 0 and entries[s] == 0:
-                w.put_slot = s
-        if rc == 0 and w.put_slot < 0:  # every slot in use (a writer of another kind)
-            rc = index_merges(w, 0, False)
-    index_close(w)  # opened again with the slot among the ones it reads
+    if m.slots == 1:  # slots not added yet (see Env.open_dbs): the one there is
+        m.put_slot = 0
+    while m.put_slot < 0 and rc == 0:
+        rc = slotted_sizes(w, m, entries, &used)
+        for s in range(m.slots):
+            if m.put_slot < 0 and entries[s] == 0:
+                m.put_slot = s
+        if rc == 0 and m.put_slot < 0:  # every slot in use (a writer of another kind)
+            rc = slotted_merges(w, m, 0, False)
+    slotted_close(m)  # opened again with the slot among the ones it reads
     if rc == 0:
-        rc = index_open(w)
+        rc = slotted_open(w, m)
     if rc == 0:
-        rc = g_cursor_open(w.txn, w.index_dbis[w.put_slot], &w.ix.put)
-    put[0] = w.ix.put
+        rc = g_cursor_open(w.txn, m.dbis[m.put_slot], &m.ix.put)
+    put[0] = m.ix.put
     return rc
 
 
-cdef int index_copy(Work* w, MDB_txn* target, MDB_dbi dst_dbi) noexcept nogil:
-    """Append every entry of the index, in order, to the empty ``dst_dbi``."""
+cdef int slotted_copy(Work* w, Slotted* m, MDB_txn* target, MDB_dbi dst_dbi) noexcept nogil:
+    """Append every entry of ``m``, in order, to the empty ``dst_dbi``."""
     cdef MDB_cursor* dst
     cdef MDB_val k, v
     cdef uint8_t last[8]
@@ -586,10 +619,10 @@ cdef int index_copy(Work* w, MDB_txn* target, MDB_dbi dst_dbi) noexcept nogil:
     cdef int rc = g_cursor_open(target, dst_dbi, &dst)
     if rc:
         return rc
-    rc = index_get(w, &k, &v, MDB_FIRST)
+    rc = slotted_get(w, m, &k, &v, MDB_FIRST)
     while rc == 0:
-        rc = append_entry(dst, &k, &v, last, &have_last)
+        rc = append_entry(dst, m.dups, &k, &v, last, &have_last)
         if rc == 0:
-            rc = index_get(w, &k, &v, MDB_NEXT)
+            rc = slotted_get(w, m, &k, &v, MDB_NEXT)
     mdb_cursor_close(dst)
     return 0 if rc == MDB_NOTFOUND else rc

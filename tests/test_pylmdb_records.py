@@ -1,0 +1,298 @@
+"""Format 7's documents as records under ids (storage/lmdb/format.py) in the
+py-lmdb backend: ids given in key order and kept by a key written again, a
+key map whose keys may sit in any of its slots (as the native engine's
+merges leave them), a record damaged past its end, the copy that converts a
+file of format 6 (``docs``), and the files of both backends written from the
+same batches (tests/test_record_log.py tests the native engine alone)."""
+
+import itertools
+import random
+from array import array
+
+import lmdb
+import msgpack
+import pytest
+from conftest import brute_force, documents_as_in_format_6, native_built, storage_of, store_values
+
+from simhashdb import DB, RECIPE, DatabaseError, fingerprint_with_signature
+from simhashdb.layout import Layout
+from simhashdb.records import encode_documents, with_signature
+from simhashdb.storage import MAX_KEY_BYTES, registry
+from simhashdb.storage.lmdb import format as lmdb_format
+
+LAYOUT = Layout(5, 3)  # DB(distance=3, blocks=5)
+RECORDS, OLD_DOCS = lmdb_format.RECORDS.name(), lmdb_format.OLD_DOCS.name()
+BACKEND = "py-lmdb"
+native = pytest.mark.skipif(not native_built(), reason="the native backend was not built")
+
+
+def record_parts(raw):
+    """(key, value) of a record: its key's length (2 bytes), the key, the value."""
+    end = 2 + int.from_bytes(raw[:2], "big")
+    return raw[2:end], raw[end:]
+
+
+def read_file(path):
+    """What the file holds: {name: [(key, value)]} of its sub-databases of
+    documents (records, the key map's slots, the index's slots, docs), and
+    meta's next id."""
+    env = lmdb.open(path, max_dbs=4096, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            names = {name for name, _ in txn.cursor()}
+            families = [RECORDS, OLD_DOCS] + lmdb_format.KEYS.names() + lmdb_format.INDEX.names()
+            held = {name: list(txn.cursor(env.open_db(name, txn=txn, create=False,
+                                                      dupsort=name in lmdb_format.INDEX.names()))
+                               .iternext())
+                    for name in families if name in names}
+            meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
+            next_id = txn.get(lmdb_format.NEXT_ID, db=meta)
+    finally:
+        env.close()
+    return held, None if next_id is None else int.from_bytes(next_id, "big")
+
+
+def ids_of(path):
+    """{key: id} of the records."""
+    held, _ = read_file(path)
+    return {msgpack.unpackb(record_parts(raw)[0]): int.from_bytes(doc, "big")
+            for doc, raw in held[RECORDS]}
+
+
+def key_map(path):
+    """The key map's entries, slot by slot: [{key: id}]."""
+    held, _ = read_file(path)
+    return [{msgpack.unpackb(k): int.from_bytes(v, "big") for k, v in held.get(name, [])}
+            for name in lmdb_format.KEYS.names()]
+
+
+def check_exact(db, docs, probes):
+    for probe in probes:
+        assert [tuple(m) for m in db.query(probe, 3)] == brute_force(docs, probe, 3)
+
+
+def test_new_keys_take_the_next_ids_in_key_order_and_a_key_written_again_keeps_its_own(
+        tmp_path):
+    """A batch's new keys take consecutive ids in key order from meta's next
+    id; a key written again (its fingerprint or its value's size changed, or
+    neither) keeps its id; a removed key's id is never given again, not even
+    to the key itself; compaction keeps every id and the next id."""
+    path, rng = str(tmp_path / "db"), random.Random(21)
+    first = {"k%03d" % i: rng.getrandbits(64) for i in rng.sample(range(500), 200)}
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many(first.items())
+    expected = {key: n for n, key in enumerate(sorted(first))}
+    assert ids_of(path) == expected
+    again = {key: first[key] ^ (n % 2) for n, key in enumerate(sorted(first)[::7])}
+    new = {"k%03d" % i: rng.getrandbits(64) for i in range(500, 530)}
+    gone = sorted(first)[1::9]
+    with DB(path, backend=BACKEND) as db:
+        db.insert_many([(key, fp, {"meta": "x" * (n % 40)})
+                        for n, (key, fp) in enumerate({**again, **new}.items())])
+        assert db.delete_many(gone) == len(gone)
+        db.insert_many([(gone[0], 5)])
+    docs = {**first, **again, **new, gone[0]: 5}
+    expected.update((key, 200 + n) for n, key in enumerate(sorted(new)))
+    for key in gone[1:]:
+        del docs[key], expected[key]
+    expected[gone[0]] = 230
+    assert ids_of(path) == expected and read_file(path)[1] == 231
+    with DB(path, backend=BACKEND) as db:
+        assert {r.key: r.fingerprint for r in db} == docs
+        assert db.get(sorted(again)[3]).meta == {"meta": "x" * 3}
+        check_exact(db, docs, [docs[k] ^ 0b101 for k in rng.sample(sorted(docs), 30)] + [5])
+        db.compact()
+        check_exact(db, docs, [docs[k] ^ 0b11 for k in rng.sample(sorted(docs), 30)])
+    assert ids_of(path) == expected and read_file(path)[1] == 231
+
+
+def spread_key_map(path, rng):
+    """Deal the key map's entries out over its slots at random, as the native
+    engine's merges may leave them."""
+    env = lmdb.open(path, max_dbs=4096, lock=False)
+    with env.begin(write=True) as txn:
+        slots = [env.open_db(name, txn=txn) for name in lmdb_format.KEYS.names()]
+        entries = list(txn.cursor(slots[0]).iternext())
+        txn.drop(slots[0], delete=False)
+        for key, doc in entries:
+            txn.put(key, doc, db=slots[rng.choice([0, 1, 3, 6])])
+    env.close()
+
+
+def test_py_lmdb_reads_and_writes_keys_in_any_slot_of_the_key_map(tmp_path):
+    """Keys spread over the key map's slots: py-lmdb reads the union (get,
+    documents from a key on, queries), replaces and removes a key in the
+    slot that holds it (its id kept; never a second entry), puts new keys in
+    the first slot, and compaction merges every slot into the first."""
+    path, rng = str(tmp_path / "db"), random.Random(22)
+    docs = {"k%03d" % i: rng.getrandbits(64) for i in range(400)}
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many(docs.items())
+    ids = ids_of(path)
+    spread_key_map(path, rng)
+    assert sum(bool(slot) for slot in key_map(path)) == 4
+    with DB(path, backend=BACKEND) as db:
+        assert [r.key for r in db] == sorted(docs)
+        with storage_of(db).read() as view:
+            after = itertools.islice(view.documents(msgpack.packb("k199")), 2)
+            assert [key for key, _ in after] == [msgpack.packb("k200"), msgpack.packb("k201")]
+        assert [db.get(k).fingerprint for k in ("k000", "k399")] == [docs["k000"], docs["k399"]]
+        changed = {key: docs[key] ^ 0b1 if n % 2 else docs[key]
+                   for n, key in enumerate(rng.sample(sorted(docs), 60))}
+        db.insert_many(list(changed.items()) + [("n%d" % i, i) for i in range(20)])
+        gone = rng.sample(sorted(set(docs) - set(changed)), 30)
+        db.delete_many(gone)
+        docs.update(changed)
+        docs.update(("n%d" % i, i) for i in range(20))
+        for key in gone:
+            del docs[key]
+        check_exact(db, docs, [docs[k] ^ 0b110 for k in rng.sample(sorted(docs), 40)])
+    slots = key_map(path)
+    assert sum(len(slot) for slot in slots) == len(docs)
+    assert {k: v for slot in slots for k, v in slot.items()} == ids_of(path)
+    assert all(ids_of(path)[key] == ids[key] for key in changed)
+    assert {"n%d" % i for i in range(20)} <= set(slots[0])
+    with DB(path, backend=BACKEND) as db:
+        db.compact()
+        assert {r.key: r.fingerprint for r in db} == docs
+    assert [len(slot) for slot in key_map(path)] == [len(docs)] + [0] * 7
+
+
+def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
+    """A record whose key's length runs past the record is damage: reading
+    the document, iterating, replacing and removing it raise DatabaseError."""
+    path = str(tmp_path / "db")
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
+    doc = ids_of(path)[7].to_bytes(8, "big")
+    env = lmdb.open(path, max_dbs=4096, lock=False)
+    with env.begin(write=True) as txn:
+        txn.put(doc, b"\x01\x00" + msgpack.packb(7), db=env.open_db(RECORDS, txn=txn))
+    env.close()
+    with DB(path, backend=BACKEND) as db:
+        for call in (lambda: db.get(7), lambda: list(db), lambda: db.insert(7, 1),
+                     lambda: db.delete(7), lambda: db.query(7 * 0x9E3779B97F4A7C15 % 2**64)):
+            with pytest.raises(DatabaseError, match="damaged"):
+                call()
+        assert db.get(8).fingerprint == 8 * 0x9E3779B97F4A7C15 % 2**64
+
+
+def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path):
+    """A file that keeps its documents in ``docs`` opens read-only and
+    writable without gaining records or a key map (``old_documents``; its
+    documents are not read: that says to upgrade); compaction's copy writes
+    it in format 7: ids in key order, the next id after them, every key map
+    and index entry in the first slot, the tables and bands rebuilt, and
+    every read as before."""
+    path, rng = str(tmp_path / "db"), random.Random(23)
+    docs = {i * 7: rng.getrandbits(64) for i in range(300)}
+    words = ["w%d" % i for i in range(80)]
+    texts = {"t%d" % i: " ".join(rng.choice(words) for _ in range(40)) for i in range(30)}
+    with DB(path, distance=3, blocks=5, recipe=RECIPE, backend=BACKEND) as db:
+        db.insert_many(list(docs.items())[:150])
+        db.insert_text_many(texts.items())
+        db.insert_many(list(docs.items())[150:])
+        db.delete_many(range(0, 700, 21))
+        fps = {r.key: r.fingerprint for r in db}
+        with storage_of(db).read() as view:
+            bands = [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)]
+    documents_as_in_format_6(path)
+    before = read_file(path)
+    documents = before[0][OLD_DOCS]
+    for readonly in (True, False):
+        storage = registry.open_storage(path, readonly=readonly, backend=BACKEND)
+        try:
+            storage.open_tables(LAYOUT)
+            assert storage.shared.old_documents
+            with storage.read() as view, pytest.raises(DatabaseError, match="upgrade"):
+                view.count()
+        finally:
+            storage.close()
+        assert read_file(path) == before
+    probes = [fp ^ 0b1001 for fp in rng.sample(sorted(fps.values()), 40)]
+    storage = registry.open_storage(path, backend=BACKEND)
+    try:
+        storage.open_tables(LAYOUT)
+        storage.compact()
+        assert not storage.shared.old_documents
+        with storage.read() as view:
+            assert list(view.documents()) == documents and view.count() == len(documents)
+            assert [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)] == bands
+            for probe, found in zip(probes, view.search(array("Q", probes), 3)):
+                assert sorted((msgpack.unpackb(key), fp, d) for key, fp, d in found) == \
+                    sorted(brute_force(fps, probe, 3))
+    finally:
+        storage.close()
+    held, next_id = read_file(path)
+    numbered = [(n.to_bytes(8, "big"), key) for n, (key, _) in enumerate(documents)]
+    assert OLD_DOCS not in held and next_id == len(documents)
+    assert [(doc, record_parts(raw)[0]) for doc, raw in held[RECORDS]] == numbered
+    assert held[lmdb_format.KEYS.name(0)] == [(key, doc) for doc, key in numbered]
+    assert held[lmdb_format.INDEX.name(0)] == sorted(
+        (fps[msgpack.unpackb(key)].to_bytes(8, "big"), doc) for doc, key in numbered)
+    others = lmdb_format.KEYS.names()[1:] + lmdb_format.INDEX.names()[1:]
+    assert not any(held[name] for name in others)
+
+
+def same_steps(rng):
+    """Batches for each backend to write alike: documents new and written
+    again (other fingerprints, other metadata), removals within a quarter
+    and past it, and texts (values with their signatures), all stored at
+    fixed times."""
+    keys = ["https://example.org/%05d" % i for i in range(3000)]
+    words = ["w%d" % i for i in range(300)]
+    steps = []
+    for step in range(12):
+        if step % 3 == 0:
+            steps.append(("insert", [(key, rng.getrandbits(64), {"step": step} if n % 3 else None,
+                                      10**9 + step) for n, key in
+                                     enumerate(rng.sample(keys, rng.choice([10, 400, 1500])))]))
+        elif step % 3 == 1:
+            steps.append(("delete", rng.sample(keys, rng.choice([5, 300, 900]))))
+        else:
+            texts = [(key, " ".join(rng.choice(words) for _ in range(50)))
+                     for key in rng.sample(keys, 60)]
+            plain = encode_documents([(key, fingerprint_with_signature(text)[0])
+                                      for key, text in texts], MAX_KEY_BYTES, 10**9 + step)
+            steps.append(("texts", [(key, fp, with_signature(value, fingerprint_with_signature(
+                text)[1])) for (_, fp, value), (key, text) in zip(plain, texts)]))
+    return steps
+
+
+@native
+def test_each_backend_reads_and_writes_the_file_the_other_wrote_from_the_same_batches(tmp_path):
+    """The same batches written by each backend into a file of its own: the
+    records are the same bytes under the same ids, meta's next id the same,
+    the key map and the index hold the same entries (their slots may
+    differ), and each backend reads the other's file as the writer does, then
+    writes a batch more into it."""
+    steps, paths = same_steps(random.Random(24)), {}
+    for backend in ("lmdb", "py-lmdb"):
+        paths[backend] = path = str(tmp_path / backend)
+        with DB(path, distance=3, blocks=5, recipe=RECIPE, backend=backend) as db:
+            for kind, batch in steps:
+                if kind == "insert":
+                    db.insert_many(batch)
+                elif kind == "delete":
+                    db.delete_many(batch)
+                else:
+                    store_values(db, batch)
+            fps = {r.key: r.fingerprint for r in db}
+            with storage_of(db).read() as view:
+                bands = [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)]
+    (native, native_id), (python, python_id) = (read_file(paths[b]) for b in ("lmdb", "py-lmdb"))
+    assert native[RECORDS] == python[RECORDS] and native_id == python_id
+    for family in (lmdb_format.KEYS, lmdb_format.INDEX):
+        assert sorted(e for name in family.names() for e in native.get(name, [])) == \
+            sorted(e for name in family.names() for e in python.get(name, []))
+    rng = random.Random(25)
+    probes = [fp ^ 0b1011 for fp in rng.sample(sorted(fps.values()), 40)]
+    for writer, reader in (("lmdb", "py-lmdb"), ("py-lmdb", "lmdb")):
+        with DB(paths[writer], backend=reader) as db:
+            assert {r.key: r.fingerprint for r in db} == fps
+            check_exact(db, fps, probes)
+            with storage_of(db).read() as view:
+                assert [sorted(view.band_entries(b)) for b in range(lmdb_format.BANDS)] == bands
+            db.insert_many([("https://example.org/new", 7), (sorted(fps)[0], 8)])
+            assert db.check() == []
+            check_exact(db, {**fps, "https://example.org/new": 7, sorted(fps)[0]: 8}, [7, 8])

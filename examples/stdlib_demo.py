@@ -22,7 +22,7 @@ def main() -> None:
     root, paths = stdlib_files()
     try:
         db = simhashdb.DB(DB_PATH, distance=3, recipe=simhashdb.RECIPE)
-    except simhashdb.ParameterMismatchError as exc:  # e.g. filled by an older default recipe
+    except simhashdb.DatabaseError as exc:  # e.g. filled by an older recipe or simhashdb
         sys.exit("%s\nRemove %s to rebuild it." % (exc, DB_PATH))
     with db:
         if len(db):

@@ -69,6 +69,31 @@ cdef int read_record(MDB_cursor* records, uint64_t id, MDB_val* key, MDB_val* va
     return rc if rc else record_parts(&v, key, value)
 
 
+cdef int read_keyed(MDB_cursor* records, uint64_t id, const uint8_t* want, size_t size,
+                    MDB_val* value, uint64_t* fp) noexcept nogil:
+    """The value of record ``id``, which the key map names for key ``want``,
+    and its fingerprint where ``fp`` is given: CORRUPTED where there is no such
+    record, it holds another key, or its value leads with no fingerprint."""
+    cdef MDB_val key
+    cdef int rc = read_record(records, id, &key, value)
+    if rc == 0:
+        rc = record_holds(&key, want, size)
+    if rc == 0 and fp != NULL and value_fingerprint(value, fp) != 0:
+        rc = CORRUPTED
+    return CORRUPTED if rc == MDB_NOTFOUND else rc
+
+
+cdef int read_indexed(MDB_cursor* records, uint64_t id, uint64_t fp, MDB_val* key,
+                      MDB_val* value) noexcept nogil:
+    """The key and value of record ``id``, which the index holds under ``fp``:
+    CORRUPTED where there is no such record, or it holds another fingerprint."""
+    cdef uint64_t held
+    cdef int rc = read_record(records, id, key, value)
+    if rc == 0 and (value_fingerprint(value, &held) != 0 or held != fp):
+        rc = CORRUPTED
+    return CORRUPTED if rc == MDB_NOTFOUND else rc
+
+
 cdef int put_record(Work* w, uint64_t id, const uint8_t* key, size_t key_size,
                     const uint8_t* value, size_t value_size, unsigned int flags) noexcept nogil:
     """Write record ``id`` through the records' cursor (``flags``: MDB_APPEND

@@ -342,7 +342,7 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     cdef uint8_t fp_bytes[8]
     cdef MDB_val k, v, value
     cdef U64s found  # (id, hit) of each document
-    cdef uint64_t id, fp
+    cdef uint64_t id
     cdef size_t i
     cdef int rc = 0
     found.data, found.size, found.cap = NULL, 0, 0
@@ -365,12 +365,8 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     if rc == 0:
         rc = sort_records(found.data, found.size // 2, 2)
     for i in range(found.size // 2 if rc == 0 else 0):
-        rc = read_record(w.record_cursor, found.data[2 * i], &k, &value)
-        if rc == MDB_NOTFOUND:  # the index names no record
-            rc = CORRUPTED
-        if rc == 0 and (value_fingerprint(&value, &fp) != 0
-                        or fp != hits.data[found.data[2 * i + 1]].fp):
-            rc = CORRUPTED  # the record of another fingerprint: damage
+        rc = read_indexed(w.record_cursor, found.data[2 * i],
+                          hits.data[found.data[2 * i + 1]].fp, &k, &value)
         if rc:
             break
         while out.used + k.mv_size > out.room:  # doubled until the key fits

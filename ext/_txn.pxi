@@ -130,7 +130,7 @@ cdef class Txn:
         cdef U64s found  # (id, index in keys) of each key stored
         found.data, found.size, found.cap = NULL, 0, 0
         cdef uint64_t id
-        cdef MDB_val key, value
+        cdef MDB_val value
         cdef list values = [None] * job.n
         cdef size_t i
         cdef int rc
@@ -150,12 +150,10 @@ cdef class Txn:
                 if rc == 0:
                     rc = sort_records(found.data, found.size // 2, 2)
             for i in range(found.size // 2 if rc == 0 else 0):
-                rc = read_record(job.w.record_cursor, found.data[2 * i], &key, &value)
-                if rc == 0:  # the record of another key: damage
-                    rc = record_holds(&key, job.docs[found.data[2 * i + 1]].key,
-                                      job.docs[found.data[2 * i + 1]].key_size)
+                rc = read_keyed(job.w.record_cursor, found.data[2 * i],
+                                job.docs[found.data[2 * i + 1]].key,
+                                job.docs[found.data[2 * i + 1]].key_size, &value, NULL)
                 if rc:
-                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the key map names no record
                     break
                 values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
         finally:
@@ -169,7 +167,7 @@ cdef class Txn:
         then the chunk's records read in id order. Keys out of order are a
         damaged file (a walk in chunks would go round them for ever)."""
         cdef Job job = self.job()
-        cdef MDB_val k, v, key, value
+        cdef MDB_val k, v, value
         cdef U64s found  # (id, index in out) of each
         found.data, found.size, found.cap = NULL, 0, 0
         cdef uint64_t id
@@ -207,13 +205,10 @@ cdef class Txn:
                 if rc == 0:
                     rc = sort_records(found.data, found.size // 2, 2)
             for i in range(found.size // 2 if rc == 0 else 0):
-                rc = read_record(job.w.record_cursor, found.data[2 * i], &key, &value)
-                if rc == 0 and cmp_bytes(<uint8_t*>key.mv_data, key.mv_size,
-                                         <uint8_t*>PyBytes_AS_STRING(keys[found.data[2 * i + 1]]),
-                                         len(keys[found.data[2 * i + 1]])):
-                    rc = CORRUPTED  # the key map and the record disagree
+                rc = read_keyed(job.w.record_cursor, found.data[2 * i],
+                                <uint8_t*>PyBytes_AS_STRING(keys[found.data[2 * i + 1]]),
+                                len(keys[found.data[2 * i + 1]]), &value, NULL)
                 if rc:
-                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc
                     break
                 values[found.data[2 * i + 1]] = self._copy(&value)
         finally:
@@ -566,9 +561,8 @@ cdef class Txn:
                     break
                 rc = read_id(&v, &id)
                 if rc == 0:
-                    rc = read_record(job.w.record_cursor, id, &key, &value)
+                    rc = read_indexed(job.w.record_cursor, id, fp, &key, &value)
                 if rc:
-                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the index names no record
                     break
                 found.append((self._copy(&key), fp))
                 rc = slotted_get(&job.w, &job.w.index, &k, &v, MDB_NEXT)

@@ -199,7 +199,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     """Store documents (sorted by key, unique), replacing existing keys: a new
     key takes the next id (meta ``next id``) and its record is appended; a
     stored one keeps its id, its record replaced where it is."""
-    cdef MDB_val k, v, old_key, old
+    cdef MDB_val k, v, old
     cdef uint8_t fp_bytes[8]
     cdef uint8_t id_bytes[ID_BYTES]
     cdef size_t i, fresh = 0
@@ -249,11 +249,7 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
         changed = True  # the document is new, or has another fingerprint now
         found = 0 if appending else find_id(w, docs[i].key, docs[i].key_size, &id)
         if found == 1:
-            rc = read_record(w.record_cursor, id, &old_key, &old)
-            if rc == MDB_NOTFOUND:  # the key map names no record
-                rc = CORRUPTED
-            if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
-                rc = CORRUPTED
+            rc = read_keyed(w.record_cursor, id, docs[i].key, docs[i].key_size, &old, &old_fp)
             if rc == 0:
                 rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
             if rc == 0 and old_fp == docs[i].fp:
@@ -482,7 +478,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
     where the batch brings the documents removed since they were last written
     whole (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs
     about RUN_RATIO entries written)."""
-    cdef MDB_val k, old_key, old
+    cdef MDB_val k, old
     cdef MDB_stat records_stat
     cdef MDB_txn* last = NULL
     cdef uint8_t id_bytes[ID_BYTES]
@@ -512,11 +508,8 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         rc = find_id(w, docs[i].key, docs[i].key_size, &id)
         if rc == 0:
             continue
-        rc = read_record(w.record_cursor, id, &old_key, &old) if rc == 1 else rc
-        if rc == MDB_NOTFOUND:  # the key map names no record
-            rc = CORRUPTED
-        if rc == 0 and value_fingerprint(&old, &old_fp) != 0:
-            rc = CORRUPTED
+        if rc == 1:
+            rc = read_keyed(w.record_cursor, id, docs[i].key, docs[i].key_size, &old, &old_fp)
         if rc == 0:
             rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
         if rc == 0 and last != NULL:

@@ -81,7 +81,7 @@ class PyTxn(PyView, Txn):
                 appended.append((doc, record_bytes(key, value)))
                 mapped.append((key, doc))
             else:
-                old = self._record(doc)[1]
+                old = self._record(doc, key)[1]
                 old_fp = value_fingerprint(old)
                 note_bands(bands, old, old_fp, False)
                 records.put(doc, record_bytes(key, value))
@@ -137,7 +137,7 @@ class PyTxn(PyView, Txn):
         self.changed = True
         with last or contextlib.nullcontext():
             for key, doc in stored:
-                old = self._record(doc)[1]
+                old = self._record(doc, key)[1]
                 fp = value_fingerprint(old)
                 note_bands(bands, old, fp, False)
                 gone.append((key, doc, fp))

@@ -109,17 +109,27 @@ class PyView(View):
         """{id: (key, value)} of the documents ``docs`` (ids' bytes), read in id order."""
         return {doc: self._record(doc) for doc in sorted(set(docs))}
 
+    def _values(self, keyed):
+        """{id: value} of the documents ``keyed`` ((key, id) pairs the key map
+        gave), read in id order: each record must hold its key."""
+        return {doc: self._record(doc, key)[1]
+                for key, doc in sorted(keyed, key=lambda pair: pair[1])}
+
+    def _keys(self, indexed):
+        """{id: key} of the documents ``indexed`` ((id, fingerprint) pairs the
+        index gave), read in id order: each record must hold its fingerprint."""
+        found = self._records(doc for doc, _ in indexed)
+        if any(value_fingerprint(found[doc][1]) != fp for doc, fp in indexed):
+            raise damaged_error(self._storage.path, "a record the index names")
+        return {doc: key for doc, (key, _) in found.items()}
+
     def get(self, key):
-        doc = self._id_of(key)
-        return None if doc is None else self._record(doc, key)[1]
+        return self.get_many([key])[0]
 
     def get_many(self, keys):
         ids = self._ids_of(keys)
-        found = self._records(doc for doc in ids.values() if doc is not None)
-        for key, doc in ids.items():
-            if doc is not None and found[doc][0] != key:
-                raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
-        return [None if ids[key] is None else found[ids[key]][1] for key in keys]
+        found = self._values((key, doc) for key, doc in ids.items() if doc is not None)
+        return [None if ids[key] is None else found[ids[key]] for key in keys]
 
     def documents(self, after=None):
         """Every (key, value) in key order: the key map's slots merged, a
@@ -128,13 +138,9 @@ class PyView(View):
         if after is not None:
             items = itertools.dropwhile(lambda item: item[0] == after, items)
         while chunk := list(itertools.islice(items, CHUNK)):
-            found = self._records(doc for _, doc in chunk)
+            found = self._values(chunk)
             for key, doc in chunk:
-                stored, value = found[doc]
-                if stored != key:
-                    raise damaged_error(self._storage.path, "the record of document id %s"
-                                        % doc.hex())
-                yield key, value
+                yield key, found[doc]
 
     def keys_of(self, fingerprint):
         return self.keys_of_many([fingerprint])[fingerprint]
@@ -143,11 +149,8 @@ class PyView(View):
         """The ids of each fingerprint from the index in fingerprint order,
         then their records in id order."""
         ids = {fp: self._ids_with(fp) for fp in sorted(set(fingerprints))}
-        found = self._records(doc for docs in ids.values() for doc in docs)
-        for fp, docs in ids.items():
-            if any(value_fingerprint(found[doc][1]) != fp for doc in docs):
-                raise damaged_error(self._storage.path, "a record the index names")
-        return {fp: sorted(found[doc][0] for doc in docs) for fp, docs in ids.items()}
+        keys = self._keys([(doc, fp) for fp, docs in ids.items() for doc in docs])
+        return {fp: sorted(keys[doc] for doc in docs) for fp, docs in ids.items()}
 
     def _ids_with(self, fingerprint):
         """The document ids (bytes) the index holds for ``fingerprint``."""
@@ -211,8 +214,8 @@ class PyView(View):
                     prefixes.update(_ext.pack_key(entry)[4:] for entry in self._run_range(
                         storage._layout.tables + band, run, slot, first, first | 0xFFFFFFFF))
             hits = [hit for prefix in sorted(prefixes) for hit in self._with_prefix(prefix)]
-            found = self._records(doc for doc, _ in hits)
-            results.append([(found[doc][0], fp) for doc, fp in hits])
+            named = self._keys(hits)
+            results.append([(named[doc], fp) for doc, fp in hits])
         return results
 
     def _with_prefix(self, prefix):

@@ -209,9 +209,7 @@ def relayout(storage, blocks, table_distance, expected_size):
             expected_size = max(2, view.count())
     _, layout = new_layout(params["distance"], blocks, expected_size, table_distance)
     if (layout.blocks, layout.distance) != (old.blocks, old.distance):
-        storage.relayout(layout, msgpack.packb(dict(
-            params, format=FORMAT_VERSION, table_distance=layout.distance,
-            blocks=layout.blocks, widths=layout.widths)))
+        _copy_into(storage, params, layout)
     return layout
 
 
@@ -225,6 +223,12 @@ def convert_documents(storage):
     params = _existing(storage)
     layout = stored_layout(params)
     storage.open_tables(layout)
+    _copy_into(storage, params, layout)
+
+
+def _copy_into(storage, params, layout):
+    """Copy the database of ``storage`` (stored ``params``) into this format
+    with its tables in ``layout``, put in its place once whole."""
     storage.relayout(layout, msgpack.packb(dict(
         params, format=FORMAT_VERSION, table_distance=layout.distance,
         blocks=layout.blocks, widths=layout.widths)))

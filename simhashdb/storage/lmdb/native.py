@@ -269,6 +269,17 @@ class NativeStorage(LmdbStorage):
                 target.close()
 
 
+def _paged(read, after, position):
+    """Every item of ``read(after, limit)``'s pages, in order, from the first
+    after ``after``: each page goes on from ``position(*its last item)``."""
+    while True:
+        chunk = read(after, ITEMS_PER_READ)
+        yield from chunk
+        if len(chunk) < ITEMS_PER_READ:
+            return
+        after = position(*chunk[-1])
+
+
 class NativeView(View):
     """Reads over one native LMDB transaction."""
 
@@ -291,22 +302,12 @@ class NativeView(View):
         return self._txn.get_many(keys)
 
     def documents(self, after=None):
-        while True:
-            chunk = self._txn.documents(after, ITEMS_PER_READ)
-            yield from chunk
-            if len(chunk) < ITEMS_PER_READ:
-                return
-            after = chunk[-1][0]
+        return _paged(self._txn.documents, after, lambda key, value: key)
 
     def _index_entries(self):
         """The index's (fingerprint, id) entries in order, as bytes."""
-        after = None
-        while True:
-            chunk = self._txn.items(INDEX, after, ITEMS_PER_READ)
-            yield from chunk
-            if len(chunk) < ITEMS_PER_READ:
-                return
-            after = chunk[-1][0] + chunk[-1][1]
+        return _paged(lambda after, limit: self._txn.items(INDEX, after, limit), None,
+                      lambda fp_bytes, id_bytes: fp_bytes + id_bytes)
 
     def keys_of(self, fingerprint):
         return self._txn.keys_of(fingerprint)

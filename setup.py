@@ -36,18 +36,18 @@ LMDB_PARTS = ["ext/_buffers.pxi", "ext/_dirs.pxi", "ext/_work.pxi", "ext/_search
               "ext/_txn.pxi"]
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/bits.pxd", "ext/_match.pxi", "ext/_tables.pxi",
-                                 "ext/_memory.pxi", "ext/_signature.pxi", "ext/_codec.pxi",
+                                 "ext/_memory.pxi", "ext/_signature.pxi", "ext/_hash.pxi", "ext/_codec.pxi",
                                  "ext/_gate.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._text", ["ext/_text.pyx"],
-                        depends=["ext/bits.pxd", "ext/_memory.pxi", "ext/_signature.pxi",
+                        depends=["ext/bits.pxd", "ext/_memory.pxi", "ext/_signature.pxi", "ext/_hash.pxi",
                                  "ext/_casefold.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._records", ["ext/_records.pyx"],
                         depends=["ext/bits.pxd", "ext/_values.pxi"], extra_compile_args=["-O3"]),
               Extension("simhashdb._redis", ["ext/_redis.pyx"],
                         depends=["ext/bits.pxd", "ext/_tables.pxi", "ext/_memory.pxi",
-                                 "ext/_signature.pxi"],
+                                 "ext/_signature.pxi", "ext/_hash.pxi"],
                         extra_compile_args=["-O3"])]
 # SIMHASHDB_NO_NATIVE_LMDB=1 leaves the native backend out on purpose;
 # SIMHASHDB_REQUIRE_NATIVE_LMDB=1 (make wheel) fails the build rather than leave it out
@@ -69,7 +69,7 @@ else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
                                 depends=["ext/guard.h", "ext/clmdb.pxd", "ext/bits.pxd",
                                          "ext/_format.pxi", "ext/_tables.pxi",
-                                         "ext/_signature.pxi", "ext/_values.pxi", "ext/_runs.pxi",
+                                         "ext/_signature.pxi", "ext/_hash.pxi", "ext/_values.pxi", "ext/_runs.pxi",
                                          "ext/_codec.pxi"] + LMDB_PARTS,
                                 extra_compile_args=["-O3"], **flags))
 

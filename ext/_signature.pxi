@@ -13,24 +13,13 @@
 
 from libc.stdint cimport uint32_t, uint64_t
 
+include "_hash.pxi"  # the mixing its bands and densification use
+
 cdef enum:
     MINHASH_BINS = 128
     SIGNATURE_BANDS = 32
     BAND_ROWS = 4
     DENSIFY_PROBES = 4 * MINHASH_BINS
-
-
-cdef inline uint64_t rotl(uint64_t x, int r) noexcept nogil:
-    return (x << r) | (x >> (64 - r))
-
-
-cdef inline uint64_t fmix64(uint64_t h) noexcept nogil:
-    h ^= h >> 33
-    h *= 0xff51afd7ed558ccdULL
-    h ^= h >> 33
-    h *= 0xc4ceb9fe1a85ec53ULL
-    h ^= h >> 33
-    return h
 
 
 cdef int signature_bands(const unsigned char* signature, uint32_t* keys) noexcept nogil:

@@ -37,6 +37,7 @@ NEAR_EXACT = 0.8  # the least resemblance of a short text's near-duplicate: one 
 SHORT_WORDS = 0  # texts of fewer words are short (0: none); see docs/crawlers.md
 BINS = _ext.SIGNATURE_BYTES // 2
 SHINGLE_WORDS = 5
+GROUP_CHECKED = 64  # the most texts under one fingerprint block whose pairs sharing() checks
 
 
 class Threshold(NamedTuple):
@@ -138,26 +139,71 @@ def search(view, fps, signatures, distance, threshold):
     return found
 
 
+def _cuts(distance):
+    """The d + 1 blocks of a fingerprint's 64 bits, as (low bit, high bit):
+    two fingerprints within d bits agree on one of them."""
+    parts = min(distance + 1, 64)
+    return [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+
+
+def sharing(fps, banded, distance):
+    """Which texts of a batch (fingerprints ``fps``, band keys ``banded``)
+    share a band with another of them or have another within the distance:
+    those alone can be a candidate of another, so only they go in the batch's
+    :class:`Kept` index (most of a crawler's batch is not). Texts under a
+    fingerprint block shared by more than :data:`GROUP_CHECKED` are all
+    counted in unchecked."""
+    shared = [False] * len(fps)
+
+    def groups(column, rows):  # the rows of each value ``column`` holds more than once
+        repeated = {value for value, count in collections.Counter(column).items() if count > 1}
+        found = collections.defaultdict(list)
+        for row, value in zip(rows, column) if repeated else ():
+            if value in repeated:
+                found[value].append(row)
+        return found.values()
+
+    for lo, hi in _cuts(distance):
+        mask = (1 << (hi - lo)) - 1
+        for group in groups([(fp >> lo) & mask for fp in fps], range(len(fps))):
+            if len(group) > GROUP_CHECKED:  # too many pairs to check: all counted in
+                near = group
+            else:  # the fingerprints within the distance find each other by it
+                near = [row for pair in itertools.combinations(group, 2)
+                        if (fps[pair[0]] ^ fps[pair[1]]).bit_count() <= distance for row in pair]
+            for row in near:
+                shared[row] = True
+    rows = [i for i, keys in enumerate(banded) if keys]
+    for column in zip(*(banded[i] for i in rows)):  # a shared band: each finds the others
+        for group in groups(column, rows):
+            for row in group:
+                shared[row] = True
+    return shared
+
+
 class Kept:
     """The texts a batch of decisions has kept so far (``documents``: key ->
     encoded document, the last one a key kept), found as :func:`search` finds
     stored ones: by a shared band, or by a fingerprint within the distance,
-    through the d + 1 blocks of its 64 bits (two fingerprints within d bits
-    agree on one of them)."""
+    through the blocks of :func:`_cuts`. A text kept ``alone`` (one that
+    shares neither with another text of the batch: :func:`sharing`) is not
+    indexed: no other can find it."""
 
     def __init__(self, distance, threshold):
-        parts = min(distance + 1, 64)
         self.distance, self.threshold = distance, threshold
-        self.cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+        self.cuts = _cuts(distance)
         self.documents, self.signatures = {}, {}
         self.by_band, self.by_block = collections.defaultdict(list), collections.defaultdict(list)
 
     def _blocks(self, fp):
         return [(p, (fp >> lo) & ((1 << (hi - lo)) - 1)) for p, (lo, hi) in enumerate(self.cuts)]
 
-    def add(self, document, signature):
+    def add(self, document, signature, alone=False):
         key, fp, _ = document
-        self.documents[key], self.signatures[key] = document, signature
+        self.documents[key] = document
+        if alone:
+            return
+        self.signatures[key] = signature
         for band in enumerate(bands(signature)):
             self.by_band[band].append(document)
         for block in self._blocks(fp):
@@ -189,14 +235,17 @@ def decide(store, texts, distance, threshold):
     texts kept earlier in the batch are compared in memory (:class:`Kept`),
     and the kept ones are stored together, so a batch writes each structure
     once."""
-    found = search(store, [d[1] for d, _ in texts], [s for _, s in texts], distance, threshold)
+    fps = [d[1] for d, _ in texts]
+    found = search(store, fps, [s for _, s in texts], distance, threshold)
+    shared = sharing(fps, [bands(s) for _, s in texts], distance)
     kept = Kept(distance, threshold)
     for i, (document, signature) in enumerate(texts):
         if kept.documents:  # a stored hit a kept text replaced is gone
-            found[i] = [h for h in found[i] if h[0] not in kept.documents] + \
-                kept.hits(document[1], signature)
+            found[i] = [h for h in found[i] if h[0] not in kept.documents]
+            if shared[i]:
+                found[i] += kept.hits(document[1], signature)
         if not found[i]:
-            kept.add(document, signature)
+            kept.add(document, signature, alone=not shared[i])
     store.upsert(list(kept.documents.values()))
     return found
 

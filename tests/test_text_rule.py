@@ -155,3 +155,43 @@ def test_a_batch_decides_as_one_text_a_call(texts, tmp_path):
                          for f in found], contents))
     assert results[0] == results[1]
     assert sum(1 for f in results[0][0] if f) >= 10  # the batch met itself and the store
+
+
+def test_a_batch_decides_as_if_every_text_were_indexed(texts, tmp_path, monkeypatch):
+    """Texts that share no band and no fingerprint block with another text of
+    their batch are kept out of the batch's index (rule.sharing); decisions,
+    their order and what is stored must be those of indexing every text."""
+    docs, _, _, _, _ = texts
+    rng = random.Random(7)
+    batch = [(key, text) for key, text in docs] + [(key + "-again", text) for key, text in
+                                                   rng.sample(docs, 10)]
+    batch += [(docs[3][0], docs[4][1]), ("empty", ""), ("short", "two words")]
+    rng.shuffle(batch)
+    results = []
+    for indexed in ("shared", "every"):
+        if indexed == "every":
+            monkeypatch.setattr(simhashdb.rule, "sharing", lambda fps, banded, d: [True] * len(fps))
+        with simhashdb.DB(str(tmp_path / indexed), distance=DISTANCE) as db:
+            db.insert_text_many(docs[:3])
+            found = db.insert_text_if_new_many(batch)
+            results.append(([[(m.key, m.fingerprint, m.distance, m.resemblance) for m in f]
+                             for f in found], sorted((r.key, r.fingerprint) for r in db)))
+    assert results[0] == results[1]
+    assert sum(1 for f in results[0][0] if f) >= 10
+
+
+def test_sharing_marks_the_texts_another_could_find():
+    fp = 0x0123456789ABCDEF
+    fps = [fp, fp ^ (1 << 63), fp ^ 0xFFFFFFFFFFFFFFFF, 0x00FF00FF00FF00FF, 7, 7 ^ 0xFFFF << 48]
+    banded = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 8], [10, 11]]
+    # 0 and 1 are within 3 bits; 3 and 4 share band 1; 4 and 5 share three of the four
+    # 16-bit blocks but differ in 16 bits; 2 shares nothing
+    assert simhashdb.rule.sharing(fps, banded, 3) == [True, True, False, True, True, False]
+    assert simhashdb.rule.sharing(fps, [[]] * 6, 3) == [True, True, False, False, False, False]
+    assert simhashdb.rule.sharing(fps, [[]] * 6, 16) == [True, True, False, False, True, True]
+    assert simhashdb.rule.sharing(fps[:1], banded[:1], 0) == [False]
+    # 128 under one block, pairwise 4 bits or more apart: over GROUP_CHECKED, all counted in
+    apart = [fp ^ (a << 56 | a << 48) for a in range(256) if a.bit_count() % 2 == 0]
+    assert len(apart) > simhashdb.rule.GROUP_CHECKED
+    assert simhashdb.rule.sharing(apart, [[]] * len(apart), 3) == [True] * len(apart)
+    assert simhashdb.rule.sharing(apart[:60], [[]] * 60, 3) == [False] * 60

@@ -185,7 +185,7 @@ def main():
         crawl = Crawl()
         db = simhashdb.DB(path, recipe=simhashdb.RECIPE, backend=args.backend)
         rows, flagged, stored = stream(db, crawl, args.pages, args.batch, args.stretch)
-        one = single(db, crawl, args.pages, args.single)
+        one = single(db, crawl, args.pages, args.single) if args.single else None
         asked = queries(db, crawl, stored, args.queries)
         count = len(db)
         db.close()
@@ -200,8 +200,9 @@ def main():
                  "file_bytes_per_page", "load"])
     print("\nlast stretch / second stretch: %.2f" % (rows[-1]["pages_per_s"]
                                                       / rows[min(1, len(rows) - 1)]["pages_per_s"]))
-    print("\n## One page a call on the filled database\n")
-    table([one], ["pages", "pages_per_s", "kb_written_per_page", "kb_accounted_per_page"])
+    if one:
+        print("\n## One page a call on the filled database\n")
+        table([one], ["pages", "pages_per_s", "kb_written_per_page", "kb_accounted_per_page"])
     print("\n## query_text_many, calls of 100 texts\n")
     table([asked], list(asked))
     print("\n## Decisions\n")

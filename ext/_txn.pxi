@@ -518,6 +518,7 @@ cdef class Txn:
         cdef bint runs = self.env.band_runs
         if n == 0 or not self.env.has_bands:
             return results
+        job.w.dirs = self.env.dirs
         with nogil:
             rc = open_cursors(&job.w)
             if rc == 0 and runs:

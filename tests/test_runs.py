@@ -548,3 +548,42 @@ def test_an_item_of_another_run_in_a_slot_ends_the_run_as_for_a_cursor(tmp_path,
             answers.append([sorted(m.key for m in db.query(probe)) for probe in probes[:50]])
     assert answers[0] == answers[2] and answers[1] == answers[3]
     assert all(i in keys for i, keys in enumerate(answers[2]))
+
+
+def test_band_searches_read_the_block_directories_as_the_b_tree(tmp_path, monkeypatch):
+    """The native band search over bands of several runs, each thousands of
+    entries: through block directories (reads, and a write transaction before
+    it writes), through the B-tree (directories off, and a transaction after
+    its own writes), the same candidates."""
+    pytest.importorskip("simhashdb._lmdb")
+    import itertools
+    from array import array
+
+    import simhashdb
+    from simhashdb.rule import bands
+    from simhashdb.storage.lmdb.native import NativeStorage
+    rng = np.random.default_rng(3)
+    words = ["w%d" % i for i in range(3000)]
+
+    def text():
+        return " ".join(rng.choice(words, int(rng.integers(20, 80))).tolist())
+
+    texts = [text() for _ in range(6000)]
+    path = str(tmp_path / "db")
+    with simhashdb.DB(path, distance=3) as db:
+        for start in range(0, len(texts), 700):  # runs of several sizes in every band
+            db.insert_text_many((i, texts[i]) for i in range(start, min(start + 700, len(texts))))
+    probes = [texts[i] for i in rng.integers(0, len(texts), 300)] + [text() for _ in range(100)]
+    keys = array("I", itertools.chain.from_iterable(
+        bands(simhashdb.fingerprint_with_signature(t)[1]) for t in probes))
+    answers = []
+    for entries in (1 << 24, 0):
+        monkeypatch.setattr(NativeStorage, "directory_entries", entries)
+        with simhashdb.DB(path) as db:
+            storage = db._storage
+            with storage.read() as view:
+                answers.append(view.band_search(keys))
+            answers.append(storage.write(lambda txn: txn.band_search(keys)))
+    answers = [[sorted(found) for found in answer] for answer in answers]
+    assert answers[0] == answers[1] == answers[2] == answers[3]
+    assert sum(map(len, answers[0])) >= 300  # each stored probe finds itself

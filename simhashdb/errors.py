@@ -81,14 +81,6 @@ class MapResizedError(DatabaseError):
     begins again (the native LMDB engine raises it)."""
 
 
-class OldTablesError(DatabaseError):
-    """A database whose tables are in simhashdb 0.3's form (dupsort
-    ``table:NNN``) or whose bands are in 0.5's (dupsort ``band:NN``), opened
-    to write, or with some of them in that form; the LMDB backend turns it
-    into an error that says to upgrade. Its arguments: whether only some
-    are, and whether it is the bands."""
-
-
 class NodeTimeoutError(DatabaseError):
     """A Redis node does not answer in time (it hangs, or cannot be reached),
     and no replica took over from it."""

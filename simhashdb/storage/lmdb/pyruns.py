@@ -23,9 +23,8 @@ from .format import (
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
 OLD_DOCS = format.OLD_DOCS.name()
-OLD_BANDS = format.OLD_BAND.names()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
-table_name, slot_name = format.OLD_TABLE.name, format.TABLE_RUNS.name
+slot_name = format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
 BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
@@ -189,18 +188,3 @@ def big_endian(values):
     if sys.byteorder == "little":
         values.byteswap()
     return values.tobytes()
-
-
-def scan_old_entries(cursor, first, last):
-    """The 8-byte entries of a table in [first, last], concatenated."""
-    if not cursor.set_range_dup(first[:2], first[2:]):
-        following = (int.from_bytes(first[:2], "big") + 1).to_bytes(3, "big")[1:]
-        if first[:2] == b"\xff\xff" or first[:2] == last[:2] or not cursor.set_range(following):
-            return b""
-    found = []
-    for key, value in cursor.iternext():
-        entry = key + value
-        if entry > last:
-            break
-        found.append(entry)
-    return b"".join(found)

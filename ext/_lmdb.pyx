@@ -46,7 +46,7 @@ cdef enum:
     MAX_TABLES = 1024
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
 cdef int NO_MEMORY = -29999
-cdef int RUN_DAMAGED = -29998  # a run holds fewer or more entries than its directory says
+cdef int RUN_DAMAGED = -29998  # a run holds other entries than its directory says, or lost its sums
 
 
 cdef object lmdb_error(int rc, str what):
@@ -58,8 +58,9 @@ cdef object lmdb_error(int rc, str what):
         return MemoryError("%s: out of memory" % what)
     if rc == RUN_DAMAGED:
         return DamagedError("%s: a run of the tables or bands is damaged (its blocks hold other than the "
-                            "entries it was written with); db.check() lists the damage, and "
-                            "compact() writes the tables again from the fingerprint index" % what)
+                            "entries it was written with, or its id lost the flag of their "
+                            "checksums); db.check() lists the damage, and compact() writes the "
+                            "tables again from the fingerprint index" % what)
     if rc == BLOCK_DAMAGED:
         return DamagedError("%s: a block of the tables or bands is damaged (its bytes disagree "
                             "with its checksum); db.check() lists the damage, and compact() "

@@ -36,13 +36,13 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 - ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
   permuted fingerprints in order, in blocks coded by their differences
   (Elias-Fano), each keyed by the run id (4 bytes) and its first value (8):
-  :data:`RUN_KEY_BYTES`. A run whose id has bit :data:`CHECKSUM_BIT` set
-  (every run written since format 5's checksums; older ones have it clear)
-  ends each block with a checksum of the block's first value and bytes
-  (:data:`SUM_BYTES`). A batch appends a run; the newest is merged into the
-  one before while newest * :data:`RUN_RATIO` > previous (or the slots run
-  short); once the entries removals left behind could reach 1/RUN_RATIO of
-  the table, every table is written again from the index;
+  :data:`RUN_KEY_BYTES`. Every run has bit :data:`CHECKSUM_BIT` set in its
+  id (a live run without it is damage) and ends each block with a checksum
+  of the block's first value and bytes (:data:`SUM_BYTES`). A batch
+  appends a run; the newest is merged into the one before while newest *
+  :data:`RUN_RATIO` > previous (or the slots run short); once the entries
+  removals left behind could reach 1/RUN_RATIO of the table, every table is
+  written again from the index;
 - ``band:BB:SS``: slot SS of band BB of the text documents' band index, runs
   as a table's: the entries ``band key << 32 | the fingerprint's top 32
   bits`` of the stored texts. A removal leaves its entries (``band stale``

@@ -8,7 +8,7 @@ import itertools
 import sys
 
 from ... import _ext
-from ...errors import DatabaseError
+from ...errors import DamagedError, DatabaseError
 from .. import BANDS, band_entries
 from . import format
 from .format import (
@@ -18,7 +18,6 @@ from .format import (
     RUN_RATIO,
     RUN_SLOTS,
     block_key,
-    checksummed,
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
@@ -164,8 +163,7 @@ def read_block(storage, table, key, value):
     try:
         if len(key) != RUN_KEY_BYTES:
             raise ValueError
-        return _ext.decode_block(int.from_bytes(key[4:], "big"), value,
-                                 checksummed(int.from_bytes(key[:4], "big")))
+        return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
     except ValueError as exc:
         raise run_damaged_error(storage.path, storage._set_named(table), str(exc)) from None
 
@@ -173,13 +171,13 @@ def read_block(storage, table, key, value):
 def run_damaged_error(path, named, why):
     """The error for a block of a run of ``named`` (a table or band) that is
     damaged, ``why``: compact() writes every run again."""
-    return DatabaseError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
+    return DamagedError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
                          "the damage, and compact() writes the tables again from the "
                          "fingerprint index and the bands from the documents" % (path, named, why))
 
 
 def damaged_error(path, what):
-    return DatabaseError("%s is damaged (%s is unreadable): restore it from a backup"
+    return DamagedError("%s is damaged (%s is unreadable): restore it from a backup"
                          % (path, what))
 
 

@@ -10,7 +10,15 @@ from bisect import bisect_left, bisect_right
 from ... import _ext
 from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
-from .format import DISTINCT, ID_BYTES, PARAMS, block_entries, block_key, directory_runs
+from .format import (
+    DISTINCT,
+    ID_BYTES,
+    PARAMS,
+    block_entries,
+    block_key,
+    checksummed,
+    directory_runs,
+)
 from .pyruns import (
     MAX_VALUE,
     META,
@@ -235,7 +243,8 @@ class PyView(View):
         return [fp for fp in fps if self._has(fp)]
 
     def _directory(self, table):
-        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
+        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)].
+        Every run of this format has checksums: an id without their flag is damage."""
         raw = self._txn.get(self._storage._set_key(table), db=self._storage._dbs[RUNS])
         if raw is None:
             return []
@@ -243,6 +252,9 @@ class PyView(View):
         if runs is None:
             raise damaged_error(self._storage.path, "the directory of %s's runs"
                            % self._storage._set_named(table))
+        if not all(checksummed(run) for run, _, _ in runs):
+            raise run_damaged_error(self._storage.path, self._storage._set_named(table),
+                                    "its run's id lost the flag of their checksums")
         return runs
 
     def _whole_directory(self, table):

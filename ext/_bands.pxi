@@ -16,8 +16,7 @@ from clmdb cimport g_cursor_get, g_get, MDB_FIRST, MDB_NEXT, MDB_NOTFOUND, MDB_S
 # what it finds by the signatures, and once the stale entries could reach
 # 1/RUN_RATIO of the bands' entries, the bands are written again from the
 # documents, BAND_GROUP bands a transaction (``band rewrite``: the next band
-# and the stale count it began with). Databases of 0.5 keep each band as a
-# dupsort sub-database (w.bands), read as it is.
+# and the stale count it began with).
 
 cdef bytes band_stale_key = lmdb_format.BAND_STALE, band_rewrite_key = lmdb_format.BAND_REWRITE
 cdef const char* BAND_STALE = band_stale_key
@@ -37,8 +36,6 @@ cdef int note_bands(Work* w, const uint8_t* value, size_t size, uint64_t fp,
     cdef const uint8_t* signature
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef int b, rc = 0
-    if not w.band_runs:
-        return 0
     signature = value_signature(value, size, 2 * MINHASH_BINS)
     if signature == NULL or signature_bands(signature, keys) == 0:
         return 0
@@ -60,7 +57,7 @@ cdef int update_bands(Work* w) noexcept nogil:
     cdef uint64_t entry, stale = 0
     cdef bint brought, taken
     cdef int b, rc = 0
-    for b in range(SIGNATURE_BANDS if w.band_runs else 0):
+    for b in range(SIGNATURE_BANDS):
         changes = &w.band_changes[b]
         n = changes.size // 2
         if n:
@@ -86,7 +83,7 @@ cdef int update_bands(Work* w) noexcept nogil:
     if stale:
         rc = add_to_counter(w, BAND_STALE, stale)
     cdef bint due = False
-    if rc == 0 and w.band_runs:
+    if rc == 0:
         rc = band_rewrite_due(w, &due)
     w.untidy = w.untidy or due
     return rc
@@ -154,8 +151,6 @@ cdef int tidy_bands(Work* w, bint* did) noexcept nogil:
     cdef uint64_t stale, next_band = 0, began
     cdef bint found
     did[0] = False
-    if not w.band_runs:
-        return 0
     cdef int rc = band_rewrite_due(w, did)
     if rc or not did[0]:
         return rc

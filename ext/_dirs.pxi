@@ -192,14 +192,13 @@ cdef int dir_grow(BlockDir* d) noexcept nogil:
 cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
                    BlockDir** out) noexcept nogil:
     """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
-    first value, and where its coded bytes lie in the map (a checksummed
-    run's blocks are checked here, once: BLOCK_DAMAGED, and their readers
+    first value, and where its coded bytes lie in the map (its blocks'
+    checksums are checked here, once: BLOCK_DAMAGED, and their readers
     through the directory leave the checksum out). A run whose blocks hold
     other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced)."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
     cdef uint8_t key[RUN_KEY_BYTES]
-    cdef uint8_t block[BLOCK_BYTES]  # a block's header (its entries after the first), or all of it
-    cdef bint sums = summed(run)
+    cdef uint8_t block[BLOCK_BYTES]  # a block, copied out to check its checksum
     cdef size_t coded
     cdef MDB_val k, v
     cdef uint64_t first, counted = 0
@@ -214,7 +213,7 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
     rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
     while rc == 0 and in_run(&k, run):
         first = read_be(<const uint8_t*>k.mv_data + 4, 8)
-        if v.mv_size < 3 + (SUM_BYTES if sums else 0) or v.mv_size > BLOCK_BYTES \
+        if v.mv_size < 3 + SUM_BYTES or v.mv_size > BLOCK_BYTES \
                 or (d.n and first <= d.firsts[d.n - 1]):
             rc = CORRUPTED
             break
@@ -222,11 +221,11 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
             rc = dir_grow(d)
             if rc:
                 break
-        coded = v.mv_size - SUM_BYTES if sums else v.mv_size
-        if g_copy(block, v.mv_data, v.mv_size if sums else 2):
+        coded = v.mv_size - SUM_BYTES
+        if g_copy(block, v.mv_data, v.mv_size):
             rc = CORRUPTED
             break
-        if sums and block_sum(first, block, coded) != load_le32(block + coded):
+        if block_sum(first, block, coded) != load_le32(block + coded):
             rc = BLOCK_DAMAGED
             break
         counted += 1 + (block[0] | (<uint64_t>block[1] << 8))

@@ -3,14 +3,14 @@
 #
 # The environment: its sub-databases, snapshots and reader slots.
 
-from libc.stdint cimport uint8_t, uint64_t
+from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memset, strlen
+from libc.string cimport strlen
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 from clmdb cimport (
-    g_dbi_open, g_get, g_put, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
-    guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPFIXED, MDB_DUPSORT, MDB_env, mdb_env_close,
+    g_dbi_open, g_get, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
+    guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPSORT, MDB_env, mdb_env_close,
     mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert, mdb_env_set_mapsize,
     mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
     MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS, MDB_RDONLY, mdb_reader_check,
@@ -62,12 +62,6 @@ cdef class Env:
     cdef readonly int index_slots    # how many the database has (1: made before they were)
     cdef MDB_dbi keys[KEY_SLOTS]     # the key map's slots
     cdef int key_slots               # how many are open (none in a file of format 6)
-    cdef MDB_dbi tables[MAX_TABLES]
-    cdef MDB_dbi bands[SIGNATURE_BANDS]  # the bands in 0.5's form (dupsort), read only
-    cdef readonly bint has_bands  # a database of simhashdb before 0.3 opened read-only has none
-    cdef readonly bint runs       # its tables are kept as runs (RUNS.md), not 0.3's dupsort tables
-    cdef readonly bint band_runs  # its bands are kept as runs, not 0.5's dupsort bands
-    cdef readonly bint old_bands  # its bands are in 0.5's form (read, not written)
     cdef MDB_dbi run_dir
     cdef MDB_dbi run_slots[RUN_SETS * RUN_SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
@@ -162,11 +156,10 @@ cdef class Env:
                                     % (what, guard_last_signal(), self.damage))
         return lmdb_error(rc, what)
 
-    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create,
-                 bint add_index_slots):
-        """Open the sub-databases of a layout's tables (and the fixed ones); a
-        database whose index has one slot gains the others only with
-        ``add_index_slots`` (it writes to that slot alone until then)."""
+    def open_dbs(self, long[::1] spec, uint64_t[::1] prefixes, list prefix_bits, bint create):
+        """Open the sub-databases of a layout's tables (and the fixed ones); of
+        a file of format 6 and earlier, meta and its documents alone (all that
+        copy_into reads of it), making nothing."""
         self.check()
         if self.dirs != NULL:
             dir_clear(self.dirs, False)  # a view holds the tables of the layout before
@@ -176,7 +169,6 @@ cdef class Env:
         cdef MDB_stat stat
         cdef unsigned int create_flag = MDB_CREATE if create else 0
         cdef int rc = g_txn_begin(self.env, NULL, 0 if create else MDB_RDONLY, &txn)
-        cdef bint made = False  # the database is new
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
         rc = g_dbi_open(txn, META_NAME, 0, &self.meta)
@@ -190,10 +182,10 @@ cdef class Env:
                                     "use another directory" % self.path.decode())
             if rc == 0:
                 rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
-                add_index_slots = made = True  # a new database has every slot from the start
-        # the documents: a file of format 6 keeps them in docs, and gains no
-        # records or key map until it is copied (upgrade)
+        # the documents: a file of format 6 keeps them in docs, and gains
+        # nothing until it is copied (upgrade)
         self.old_documents = rc == 0 and sub_database_exists(txn, DOCS_NAME)
+        cdef bint runs = not self.old_documents
         self.key_slots = 0
         if rc == 0 and self.old_documents:
             rc = g_dbi_open(txn, DOCS_NAME, 0, &self.docs)
@@ -203,65 +195,30 @@ cdef class Env:
             rc = g_dbi_open(txn, key_name(self.key_slots), create_flag, &self.keys[self.key_slots])
             self.key_slots += rc == 0
         self.index_slots = 0
-        for slot in range(INDEX_SLOTS):
+        for slot in range(INDEX_SLOTS if runs else 0):
             if rc == 0 and self.index_slots == slot:
-                rc = g_dbi_open(txn, index_name(slot), MDB_DUPSORT | (
-                    create_flag if add_index_slots or slot == 0 else 0), &self.index[slot])
+                rc = g_dbi_open(txn, index_name(slot), MDB_DUPSORT | create_flag, &self.index[slot])
                 if rc == MDB_NOTFOUND and slot:  # made before there were slots
                     rc = 0
                 else:
                     self.index_slots += rc == 0
-        cdef Py_ssize_t old = 0  # tables in simhashdb 0.3's form: read, not written
-        for t in range(tables):
-            if rc == 0:
-                rc = g_dbi_open(txn, old_table_name(t), MDB_DUPSORT | MDB_DUPFIXED,
-                                &self.tables[t])
-                old += rc == 0
-                rc = 0 if rc == MDB_NOTFOUND else rc
-        self.runs = old == 0
-        if rc == 0 and old and (create or old < tables) and not self.old_documents:
-            mdb_txn_abort(txn)
-            raise OldTablesError(old < tables, False)
         if rc == 0 and tables > self.max_tables:
             mdb_txn_abort(txn)
             raise DatabaseError("this handle has room for %d tables, not %d"
                                 % (self.max_tables, tables))
-        if rc == 0 and self.runs:
+        if rc == 0 and runs:
             rc = g_dbi_open(txn, RUN_DIRECTORY_NAME, create_flag, &self.run_dir)
         for t in range(tables):
-            if rc == 0 and self.runs:
+            if rc == 0 and runs:
                 for slot in range(RUN_SLOTS):
                     if rc == 0:
                         rc = g_dbi_open(txn, run_slot_name(t, slot), create_flag,
                                         &self.run_slots[t * RUN_SLOTS + slot])
-        cdef int old_bands = 0  # bands in simhashdb 0.5's form: read, not written
-        for t in range(SIGNATURE_BANDS if rc == 0 else 0):
-            old_bands += sub_database_exists(txn, old_band_name(t))
-        if rc == 0 and old_bands and tables and (create or old_bands < SIGNATURE_BANDS) \
-                and not self.old_documents:
-            mdb_txn_abort(txn)  # (opened without tables, to be converted: upgrade)
-            raise OldTablesError(old_bands < SIGNATURE_BANDS, True)
-        self.old_bands = old_bands == SIGNATURE_BANDS  # (fewer: opened to be converted)
-        # bands as runs: in a database made or opened writable by this version;
-        # made in one of simhashdb 0.2's, they are written from its documents
-        # (a rewrite of the bands begun: tidy_bands)
-        cdef bint unbanded = rc == 0 and not sub_database_exists(txn, band_run_name(0, 0))
-        self.band_runs = rc == 0 and self.runs and not old_bands and (create or not unbanded)
-        cdef uint8_t begun[16]
-        cdef MDB_val k = meta_key(BAND_REWRITE), v
-        if self.band_runs and unbanded and not made:
-            memset(begun, 0, 16)
-            v.mv_size, v.mv_data = 16, begun
-            rc = g_put(txn, self.meta, &k, &v, 0)
-        for t in range(SIGNATURE_BANDS if self.band_runs else 0):
+        for t in range(SIGNATURE_BANDS if runs else 0):
             for slot in range(RUN_SLOTS):
                 if rc == 0:
                     rc = g_dbi_open(txn, band_run_name(t, slot), create_flag,
                                     &self.run_slots[(tables + t) * RUN_SLOTS + slot])
-        for t in range(SIGNATURE_BANDS if old_bands == SIGNATURE_BANDS else 0):
-            if rc == 0:
-                rc = g_dbi_open(txn, old_band_name(t), MDB_DUPSORT | MDB_DUPFIXED, &self.bands[t])
-        self.has_bands = self.band_runs or self.old_bands
         if rc == 0:
             rc = g_txn_commit(txn)
         else:

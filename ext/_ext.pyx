@@ -288,12 +288,10 @@ def encode_run(values):
     return blocks
 
 
-def decode_block(first, const unsigned char[::1] block, bint summed=True):
+def decode_block(first, const unsigned char[::1] block):
     """The values of a block whose first value is ``first``, ascending: an
-    array('Q'). ``summed``: the block ends in its checksum (a run written
-    before checksums has none). ValueError where the block is damaged (its
-    checksum, header, size, bits or values disagree), without reading past
-    its end."""
+    array('Q'). ValueError where the block is damaged (its checksum, header,
+    size, bits or values disagree), without reading past its end."""
     cdef Block b
     cdef size_t size = block.shape[0], ones = 0, w
     cdef uint64_t span
@@ -301,12 +299,12 @@ def decode_block(first, const unsigned char[::1] block, bint summed=True):
     if size < 3 or size > BLOCK_BYTES:
         raise ValueError("a damaged block: %d bytes" % size)
     memcpy(b.buf, &block[0], size)
-    rc = block_header(&b, check_fingerprint(first), size, summed)
+    rc = block_header(&b, check_fingerprint(first), size, True)
     if rc == BLOCK_DAMAGED:
         raise ValueError("a damaged block: its bytes disagree with its checksum")
     if rc:
         raise ValueError("a damaged block: its header claims more than it holds")
-    size -= SUM_BYTES if summed else 0
+    size -= SUM_BYTES
     out = array("Q", [0]) * (b.c + 1)
     cdef uint64_t[::1] vs = out
     if decode_entries(&b, &vs[0]):

@@ -13,9 +13,9 @@ goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 
 A file of format 6 or earlier keeps its documents in ``docs`` (an Env's
-``old_documents``), and maybe its tables or bands in the forms of 0.3 and
-0.5: only the compaction's copy reads such a file, its documents alone
-(copy_into, for upgrade).
+``old_documents``): only the compaction's copy reads such a file, its meta
+and documents alone (copy_into, for upgrade), whatever form its tables and
+bands are in.
 
 This file holds the module's errors and names; the engine is in its parts,
 included below in order, each a concern that cimports the C declarations it
@@ -28,8 +28,7 @@ from clmdb cimport (
     guard_last_signal, mdb_strerror, mdb_version,
 )
 
-from simhashdb.errors import (DamagedError, DatabaseError, MapFullError, MapResizedError,
-                              OldTablesError)
+from simhashdb.errors import DamagedError, DatabaseError, MapFullError, MapResizedError
 from simhashdb.storage.lmdb import format as lmdb_format
 
 include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
@@ -39,16 +38,15 @@ cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
 cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
 index_name, key_name = lmdb_format.INDEX.name, lmdb_format.KEYS.name
-old_band_name = lmdb_format.OLD_BAND.name
 band_run_name = lmdb_format.BAND_RUNS.name
-run_slot_name, old_table_name = lmdb_format.TABLE_RUNS.name, lmdb_format.OLD_TABLE.name
+run_slot_name = lmdb_format.TABLE_RUNS.name
 
 cdef enum:
     MAIN_DBI = 1        # LMDB's main database: the sub-databases' names and records
     MAX_TABLES = 1024
     SPARE_READS = 8     # ended read transactions an Env keeps to renew (Env.begin)
 cdef int NO_MEMORY = -29999
-cdef int RUN_DAMAGED = -29998  # a run holds fewer or more entries than its directory says
+cdef int RUN_DAMAGED = -29998  # a run holds other entries than its directory says, or lost its sums
 
 
 cdef object lmdb_error(int rc, str what):
@@ -60,8 +58,9 @@ cdef object lmdb_error(int rc, str what):
         return MemoryError("%s: out of memory" % what)
     if rc == RUN_DAMAGED:
         return DamagedError("%s: a run of the tables or bands is damaged (its blocks hold other than the "
-                            "entries it was written with); db.check() lists the damage, and "
-                            "compact() writes the tables again from the fingerprint index" % what)
+                            "entries it was written with, or its id lost the flag of their "
+                            "checksums); db.check() lists the damage, and compact() writes the "
+                            "tables again from the fingerprint index" % what)
     if rc == BLOCK_DAMAGED:
         return DamagedError("%s: a block of the tables or bands is damaged (its bytes disagree "
                             "with its checksum); db.check() lists the damage, and compact() "
@@ -104,7 +103,6 @@ include "_buffers.pxi"
 include "_dirs.pxi"
 include "_work.pxi"
 include "_search.pxi"
-include "_old_tables.pxi"
 include "_slotted.pxi"
 include "_documents.pxi"
 include "_merges.pxi"

@@ -17,7 +17,8 @@ from clmdb cimport (
 
 cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     """Read run set ``t``'s directory ((id u32, slot u8, entries u64) a run,
-    big-endian, oldest first) and open a cursor on each live run's slot."""
+    big-endian, oldest first) and open a cursor on each live run's slot. Every
+    run of this format has checksums: an id without their bit is RUN_DAMAGED."""
     cdef TableRuns* r = &w.table_runs[t]
     cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
     cdef uint8_t key[TABLE_KEY_BYTES]
@@ -40,6 +41,8 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         r.entries[i] = read_be(buf + RUN_RECORD_BYTES * i + 5, 8)
         if r.slot[i] >= RUN_SLOTS:
             return CORRUPTED
+        if not summed(r.id[i]):
+            return RUN_DAMAGED
         for j in range(i):  # a slot named twice (a merge drops its sources' slots)
             if r.slot[j] == r.slot[i]:
                 return CORRUPTED

@@ -19,7 +19,8 @@ include "_codec.pxi"
 # Blocks in LMDB: an item per block, keyed by the run id and its first value
 
 cdef inline bint summed(uint32_t run) noexcept nogil:
-    """Whether the blocks of run ``run`` end in their checksum (format.py)."""
+    """Whether the blocks of run ``run`` end in their checksum (format.py):
+    every live run's do (load_runs)."""
     return (run >> CHECKSUM_BIT) & 1
 
 
@@ -29,14 +30,13 @@ cdef inline uint32_t new_run_id(uint64_t last) noexcept nogil:
 
 
 cdef int load_block(Block* b, const MDB_val* k, const MDB_val* v) noexcept nogil:
-    """Copy a block out of the map (guarded) and check it (its checksum, where
-    its run has them, and its header)."""
+    """Copy a block out of the map (guarded) and check it (its checksum and
+    its header)."""
     if k.mv_size != RUN_KEY_BYTES or v.mv_size < 3 or v.mv_size > BLOCK_BYTES:
         return CORRUPTED
     if g_copy(b.buf, v.mv_data, v.mv_size):
         return CORRUPTED
-    return block_header(b, read_be(<const uint8_t*>k.mv_data + 4, 8), v.mv_size,
-                        summed(read_be(<const uint8_t*>k.mv_data, 4)))
+    return block_header(b, read_be(<const uint8_t*>k.mv_data + 4, 8), v.mv_size, True)
 
 
 # A run's block directory: where each of its blocks lies in the map, read

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _runs.pxi,
-# _codec.pxi, _buffers.pxi, _work.pxi, _old_tables.pxi, _slotted.pxi, _documents.pxi.
+# _codec.pxi, _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort
@@ -47,9 +47,7 @@ cdef int scan_variants(Work* w, Py_ssize_t t, uint64_t base, uint64_t perm, int 
     cdef uint64_t mask = w.layout.prefixes[t]
     cdef long* spec = w.layout.spec + 3 * w.layout.blocks * t
     cdef int rc = scan_runs(&w.table_runs[t], base, base | ~mask, perm, distance, spec,
-                            w.layout.blocks, probe, out) if w.runs else \
-        scan_range(w.table_cursors[t], base, base | ~mask, perm, distance, spec,
-                   w.layout.blocks, probe, out)
+                            w.layout.blocks, probe, out)
     cdef int bit
     if rc or flips == 0:
         return rc
@@ -146,7 +144,7 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     probe (removed ones too: drop_stale), as hits sorted by (probe,
     fingerprint): table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
-    if w.runs and n > 1:  # one probe: a seek a range costs less than setting up sweeps
+    if n > 1:  # one probe: a seek a range costs less than setting up sweeps
         return sweep_tables(w, probes, n, distance, flips, out)
     cdef uint64_t* order = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
     cdef Py_ssize_t t
@@ -219,7 +217,7 @@ cdef int emit_hits(RunIter* it, uint64_t lo, uint64_t hi, uint64_t perm, int dis
 
 cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int distance,
                    const long* spec, Py_ssize_t blocks, uint64_t probe, Hits* out) noexcept nogil:
-    """scan_range over every live run of a table (a fingerprint may come from two)."""
+    """The hits in [lo, hi] of every live run of a table (a fingerprint may come from two)."""
     cdef RunIter it
     cdef size_t i
     cdef int rc = 0

@@ -217,8 +217,6 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
     cdef Py_ssize_t t
     cdef bint rewriting = False
     more[0] = False
-    if not w.runs:
-        return 0
     cdef int rc = read_marker(w, REWRITE, w.layout.tables, &rewriting, &next_table, &began)
     if rc:
         return rc

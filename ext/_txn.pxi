@@ -1,6 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi,
-# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _old_tables.pxi,
-# _slotted.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
+# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
 #
 # A transaction: the calls the backend makes.
 
@@ -67,15 +66,11 @@ cdef class Txn:
             self.key_put_slot
         w.index.dups = True
         w.scratch, w.scratch_room = NULL, 0
-        w.tables = self.env.tables
-        w.runs, w.run_dir, w.run_slots = self.env.runs, self.env.run_dir, self.env.run_slots
+        w.run_dir, w.run_slots = self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
-        w.band_runs = self.env.band_runs
-        w.bands = self.env.bands if self.env.old_bands else NULL
         w.band_changes = NULL
         w.layout = &self.env.layout
         w.record_cursor = NULL
-        w.table_cursors = NULL
         w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
         w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
         w.snapshot, w.view = not self.write, NULL
@@ -235,24 +230,20 @@ cdef class Txn:
             raise self.env.fail(rc, "cannot write to %s" % self.env.path.decode())
 
     def distinct(self):
-        """The number of distinct fingerprints (the entries of table 0, or the
-        counter of a database whose tables are runs)."""
-        if not self.env.runs:
-            return self.entries(old_table_name(0))
+        """The number of distinct fingerprints (meta's counter)."""
         raw = self.get(DISTINCT, True)
         return int.from_bytes(raw, "big") if raw else 0
 
     def entries(self, bytes which):
         """Entries of the sub-database ``which`` (named as in format.py):
-        records, the index (its first slot's name: all its slots) or a table
-        in 0.3's form."""
+        records, or the index (its first slot's name: all its slots)."""
         self.check_records() if which == RECORDS_NAME else self.check()
         cdef MDB_stat stat
         cdef int slot, rc = 0
         cdef size_t total = 0
         cdef bint index = which == INDEX_NAME
         if not index:
-            rc = g_stat(self.txn, self._dbi(which), &stat)
+            rc = g_stat(self.txn, self.env.records, &stat)
             total = stat.ms_entries
         for slot in range(self.env.index_slots if index else 0):
             if rc == 0:
@@ -261,11 +252,6 @@ cdef class Txn:
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         return total
-
-    cdef MDB_dbi _dbi(self, bytes which) except? 0:
-        if which == RECORDS_NAME:
-            return self.env.records
-        return self.env.tables[int(which.split(b":")[1])]
 
     def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
         """Up to ``limit`` (key, value) items of the records or the index (as
@@ -278,7 +264,7 @@ cdef class Txn:
         cdef bint have_last = after is not None
         cdef Work w = self.work()
         cdef bint index = which == INDEX_NAME
-        cdef int rc = 0 if index else g_cursor_open(self.txn, self._dbi(which), &cursor)
+        cdef int rc = 0 if index else g_cursor_open(self.txn, self.env.records, &cursor)
         if rc:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
         out = []
@@ -358,21 +344,11 @@ cdef class Txn:
 
     def table_values(self, Py_ssize_t table):
         """Every fingerprint in permutation table ``table`` (unpermuted), in table order."""
-        if self.env.runs:
-            return self.run_values(table)
-        return self.entries_of(self.env.tables[table],
-                               self.env.layout.spec + 3 * self.env.layout.blocks * table,
-                               self.env.layout.blocks)
+        return self.run_values(table)
 
     def band_values(self, Py_ssize_t band):
         """Every entry (band key << 32 | a fingerprint's top 32 bits) of band
-        ``band`` that a stored document has, in order (none where the database
-        has no bands)."""
-        from array import array
-        if self.env.old_bands:
-            return self.entries_of(self.env.bands[band], IDENTITY_SPEC, 1)
-        if not self.env.band_runs:
-            return array("Q")
+        ``band`` that a stored document has, in order."""
         return self.run_values(self.env.layout.tables + band)
 
     cdef object run_values(self, Py_ssize_t table):
@@ -430,38 +406,6 @@ cdef class Txn:
         finally:
             free(values.data)
 
-    cdef object entries_of(self, MDB_dbi dbi, const long* spec, Py_ssize_t blocks):
-        """The entries of a table (2-byte keys, 6-byte values), unpermuted by
-        ``spec``, in order: an ``array('Q')``."""
-        self.check()
-        from array import array
-        out = array("Q")
-        cdef U64s values
-        values.data, values.size, values.cap = NULL, 0, 0
-        cdef MDB_cursor* cursor
-        cdef MDB_val k, v
-        cdef int rc = g_cursor_open(self.txn, dbi, &cursor)
-        if rc == 0:
-            with nogil:
-                rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
-                while rc == 0:
-                    if k.mv_size != 2 or v.mv_size != 6:
-                        rc = -30796
-                        break
-                    rc = u64_push(&values, unpermute_one(
-                        (read_be(<uint8_t*>k.mv_data, 2) << 48) | read_be(<uint8_t*>v.mv_data, 6),
-                        spec, blocks))
-                    if rc == 0:
-                        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
-                mdb_cursor_close(cursor)
-        try:
-            if rc and rc != MDB_NOTFOUND:
-                raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
-            out.frombytes((<char*>values.data)[:values.size * 8] if values.size else b"")
-        finally:
-            free(values.data)
-        return out
-
     cdef Job job(self, object items=None, bint with_values=False):
         """The working state of one batch call, freed with it (``items``: a
         list, or for upsert records.PackedDocuments)."""
@@ -510,30 +454,17 @@ cdef class Txn:
         32 bits an entry of one of its band keys names: every text document
         that shares a band with it, and any other of those fingerprints."""
         cdef Job job = self.job()
-        cdef Py_ssize_t n = bands.shape[0] // SIGNATURE_BANDS, i, b
+        cdef Py_ssize_t n = bands.shape[0] // SIGNATURE_BANDS
         cdef list results = [[] for _ in range(n)]
-        cdef uint64_t first
         cdef size_t h
         cdef int rc = 0
-        cdef bint runs = self.env.band_runs
-        if n == 0 or not self.env.has_bands:
+        if n == 0:
             return results
         job.w.dirs = self.env.dirs
         with nogil:
             rc = open_cursors(&job.w)
-            if rc == 0 and runs:
+            if rc == 0:
                 rc = band_sweep(&job.w, &bands[0], n, &job.hits)
-            elif rc == 0:
-                rc = open_band_cursors(&job.w)
-            i = 0
-            while rc == 0 and i < n and not runs:  # bands in 0.5's form
-                for b in range(SIGNATURE_BANDS):
-                    first = (<uint64_t>bands[i * SIGNATURE_BANDS + b]) << 32
-                    rc = scan_range(job.w.band_cursors[b], first, first | 0xFFFFFFFFULL, 0, 64,
-                                    IDENTITY_SPEC, 1, i, &job.hits)
-                    if rc:
-                        break
-                i += 1
             if rc == 0:
                 for h in range(job.hits.size):  # an entry's fingerprint prefix, once a query
                     job.hits.data[h].fp = (job.hits.data[h].fp & 0xFFFFFFFFULL) << 32
@@ -734,7 +665,7 @@ cdef class Txn:
                 if rc == 0:
                     rc = end_rewrite(&w, REWRITE, STALE, 0)
                 which = 0
-                while rc == 0 and w.band_runs and which < SIGNATURE_BANDS:
+                while rc == 0 and which < SIGNATURE_BANDS:
                     # one run a band, from the documents (meta brought the counters)
                     rc = rewrite_bands(&w, which, min(which + BAND_GROUP, SIGNATURE_BANDS))
                     which += BAND_GROUP

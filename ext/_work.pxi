@@ -2,8 +2,8 @@
 # _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc
-from clmdb cimport g_cursor_open, MDB_cursor, mdb_cursor_close, MDB_dbi, MDB_txn, mdb_txn_id
+from libc.stdlib cimport calloc, free
+from clmdb cimport MDB_cursor, mdb_cursor_close, MDB_dbi, MDB_txn, mdb_txn_id
 
 
 # The layout of the tables, and what one transaction works with
@@ -56,20 +56,14 @@ cdef struct Work:
     MDB_dbi meta, records
     Slotted index           # fingerprint -> document id
     Slotted keys            # key -> document id
-    MDB_dbi* tables
-    bint runs               # the tables are kept as runs (RUNS.md), not dupsort tables
     MDB_dbi run_dir         # every run set's directory of runs (directory_number, u16 BE)
     MDB_dbi* run_slots      # per run set: RUN_SLOTS slot sub-databases
     TableRuns* table_runs   # per run set (run_sets): its live runs, loaded by open_cursors
     U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
-    bint band_runs          # the bands are kept as runs, run sets after the tables (_bands.pxi)
-    MDB_dbi* bands          # the bands in 0.5's form, read only (NULL where none are)
     Layout* layout
     MDB_cursor* record_cursor
     uint8_t* scratch        # a record being written (put_record)
     size_t scratch_room
-    MDB_cursor** table_cursors
-    MDB_cursor* band_cursors[SIGNATURE_BANDS]
     U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
     bint index_was_empty    # the fingerprint index was empty when the batch began
     bint unlinked           # the batch took documents out of the index
@@ -90,8 +84,8 @@ cdef struct Work:
 
 
 cdef inline Py_ssize_t run_sets(const Work* w) noexcept nogil:
-    """What keeps runs: the tables, then the bands where they are kept as runs."""
-    return w.layout.tables + (SIGNATURE_BANDS if w.band_runs else 0)
+    """What keeps runs: the tables, then the bands."""
+    return w.layout.tables + SIGNATURE_BANDS
 
 
 cdef inline uint64_t directory_number(const Work* w, Py_ssize_t t) noexcept nogil:
@@ -101,18 +95,8 @@ cdef inline uint64_t directory_number(const Work* w, Py_ssize_t t) noexcept nogi
 
 cdef int open_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
-    cdef int rc
-    for t in range(SIGNATURE_BANDS):  # opened by what uses them (open_band_cursors)
-        w.band_cursors[t] = NULL
-    rc = open_records(w)
-    w.table_cursors = <MDB_cursor**>malloc((w.layout.tables + 1) * sizeof(MDB_cursor*))
-    if w.table_cursors == NULL:
-        return NO_MEMORY
-    for t in range(w.layout.tables):
-        w.table_cursors[t] = NULL
-        if rc == 0 and not w.runs:
-            rc = g_cursor_open(w.txn, w.tables[t], &w.table_cursors[t])
-    if not w.runs or rc:
+    cdef int rc = open_records(w)
+    if rc:
         return rc
     cdef bint viewed = w.snapshot and w.dirs != NULL
     if viewed:
@@ -128,16 +112,6 @@ cdef int open_cursors(Work* w) noexcept nogil:
             rc = load_runs(w, t)
     if rc == 0 and viewed:
         view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, run_sets(w))
-    return rc
-
-
-cdef int open_band_cursors(Work* w) noexcept nogil:
-    """Open the cursors of the bands in 0.5's form once: a fingerprint search
-    needs none, and each sub-database's first use in a snapshot costs a lookup."""
-    cdef int b, rc = 0
-    for b in range(SIGNATURE_BANDS if w.bands != NULL else 0):
-        if rc == 0 and w.band_cursors[b] == NULL:
-            rc = g_cursor_open(w.txn, w.bands[b], &w.band_cursors[b])
     return rc
 
 
@@ -157,14 +131,6 @@ cdef void close_cursors(Work* w) noexcept nogil:
     slotted_close(&w.keys)
     free(w.scratch)
     w.scratch, w.scratch_room = NULL, 0
-    if w.table_cursors != NULL:
-        for t in range(w.layout.tables):
-            if w.table_cursors[t] != NULL:
-                mdb_cursor_close(w.table_cursors[t])
-        free(w.table_cursors)
-        for t in range(SIGNATURE_BANDS):
-            if w.band_cursors[t] != NULL:
-                mdb_cursor_close(w.band_cursors[t])
     if w.view != NULL:
         view_release(w.dirs, w.view)
     elif w.table_runs != NULL:

@@ -72,7 +72,6 @@ cdef extern from "guard.h" nogil:
     int g_del(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v)
     int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
     int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)
-    int g_cursor_del(MDB_cursor* c, unsigned int f)
     int g_stat(MDB_txn* t, MDB_dbi d, MDB_stat* s)
     int g_drop(MDB_txn* t, MDB_dbi d, int delete)
     int g_txn_commit(MDB_txn* t)

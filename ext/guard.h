@@ -90,8 +90,6 @@ static int g_cursor_get(MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op)
     int rc_; GUARDED(mdb_cursor_get(c, k, v, op)); return rc_; }
 static int g_cursor_put(MDB_cursor *c, MDB_val *k, MDB_val *v, unsigned int f) {
     int rc_; GUARDED(mdb_cursor_put(c, k, v, f)); return rc_; }
-static int g_cursor_del(MDB_cursor *c, unsigned int f) {
-    int rc_; GUARDED(mdb_cursor_del(c, f)); return rc_; }
 static int g_stat(MDB_txn *t, MDB_dbi d, MDB_stat *s) {
     int rc_; GUARDED(mdb_stat(t, d, s)); return rc_; }
 static int g_drop(MDB_txn *t, MDB_dbi d, int del) {

@@ -61,8 +61,8 @@ class DatabaseBusyError(DatabaseError):
 
 
 class DamagedError(DatabaseError):
-    """The data file is damaged: LMDB faulted or found it corrupt (the
-    native LMDB engine raises it)."""
+    """The data file is damaged: LMDB faulted or found it corrupt, or a run
+    of the tables or bands is damaged (the LMDB backends raise it)."""
 
 
 class DamagedPageError(DatabaseError):
@@ -79,14 +79,6 @@ class MapFullError(DatabaseError):
 class MapResizedError(DatabaseError):
     """Another process grew the LMDB map: the backend adopts its size and
     begins again (the native LMDB engine raises it)."""
-
-
-class OldTablesError(DatabaseError):
-    """A database whose tables are in simhashdb 0.3's form (dupsort
-    ``table:NNN``) or whose bands are in 0.5's (dupsort ``band:NN``), opened
-    to write, or with some of them in that form; the LMDB backend turns it
-    into an error that says to upgrade. Its arguments: whether only some
-    are, and whether it is the bands."""
 
 
 class NodeTimeoutError(DatabaseError):

@@ -1,9 +1,8 @@
 """Every block of a run ends in a checksum of its first value and bytes: a
 bit flipped inside a block's coded values (which its count and its run's
 count cannot see) is a DatabaseError naming check() and compact(), never a
-wrong answer, on both LMDB backends, whichever of them wrote the file. Runs
-written before checksums (their ids without the flag) still read, and
-merges write them again with checksums."""
+wrong answer, on both LMDB backends, whichever of them wrote the file. A run
+without the checksum flag in its id is damage too."""
 
 import random
 from array import array
@@ -12,7 +11,8 @@ import lmdb
 import pytest
 from conftest import brute_force, native_built
 
-from simhashdb import DB, RECIPE, DatabaseError, _ext
+from simhashdb import DB, DatabaseError, _ext
+from simhashdb.errors import DamagedError
 from simhashdb.storage import BANDS
 from simhashdb.storage.lmdb import format as lmdb_format
 
@@ -24,7 +24,6 @@ LMDB_BACKENDS = ["py-lmdb"] + (["lmdb"] if native_built() else [])
 READERS = LMDB_BACKENDS + (["lmdb, no directories"] if native_built() else [])
 DOCUMENTS = 5_000
 SUM = lmdb_format.SUM_BYTES
-TEXT = " ".join("word%d" % (i * 7919 % 1000) for i in range(300))
 
 
 def test_every_bit_of_a_block_and_its_first_value_is_checked():
@@ -43,9 +42,7 @@ def test_every_bit_of_a_block_and_its_first_value_is_checked():
     for bit in range(64):
         with pytest.raises(ValueError, match="checksum"):
             _ext.decode_block(first ^ 1 << bit, block)
-    # a block written before checksums: the same coding without them
-    assert _ext.decode_block(first, block[:-SUM], summed=False) == decoded
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError):  # a block without its checksum
         _ext.decode_block(first, block[:-SUM])
 
 
@@ -95,12 +92,6 @@ def flip_a_bit(where, number=0):
         value = value[:byte] + bytes([value[byte] ^ 0x10]) + value[byte + 1:]
         return run, [(key, value) if k == key else (k, v) for k, v in items]
     return change
-
-
-def without_checksums(number, run, items):
-    """A change (rewrite_file) that makes a run as written before checksums."""
-    old = run & ~lmdb_format.CHECKSUMMED
-    return old, [(old.to_bytes(4, "big") + key[4:], value[:-SUM]) for key, value in items]
 
 
 def run_ids(path, tables):
@@ -166,31 +157,43 @@ def test_a_flipped_bit_in_a_band_block_raises_and_compact_mends_it(tmp_path, bac
                 for found in db.query_text_many(list(texts.values()))] == before
 
 
-@pytest.mark.parametrize("writer", LMDB_BACKENDS)
-def test_runs_written_before_checksums_read_and_merge_into_checksummed_ones(tmp_path, writer):
+def checksum_bit_cleared(where):
+    """A change (rewrite_file) that clears the checksum bit of every run's id:
+    in its directory's record alone, or in the whole run (its blocks' keys too,
+    their checksums cut off: a run as written before checksums)."""
+    def change(number, run, items):
+        cleared = run & ~lmdb_format.CHECKSUMMED
+        if where == "directory":
+            return cleared, items
+        return cleared, [(cleared.to_bytes(4, "big") + key[4:], value[:-SUM]) for key, value in items]
+    return change
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("where", ["directory", "whole run"])
+def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, reader, where):
+    """Every run of this format has its blocks summed (upgrade writes the runs of
+    an older database again): a live run whose id lacks the checksum bit is a
+    flipped bit, so it raises DamagedError rather than be read unverified;
+    check() lists it, and compact() mends it."""
+    if reader.endswith("no directories"):
+        from simhashdb.storage.lmdb.native import NativeStorage
+        monkeypatch.setattr(NativeStorage, "directory_entries", 0)
+        reader = "lmdb"
     rng = random.Random(4504)
-    docs = {key: rng.getrandbits(64) for key in range(DOCUMENTS)}
+    docs = {key: rng.getrandbits(64) for key in range(2000)}
     path = str(tmp_path / "db")
-    with DB(path, distance=3, recipe=RECIPE, backend=writer) as db:
-        db.insert_text_many([("text", TEXT)])
-        for start in range(0, DOCUMENTS, 1000):  # several runs a table
-            db.insert_many((key, docs[key]) for key in range(start, start + 1000))
-        docs["text"] = db.get("text").fingerprint
+    with DB(path, distance=3, backend=reader) as db:
+        db.insert_many(docs.items())
         tables = db.tables
-    rewrite_file(path, tables, without_checksums)
-    probes = list(docs.values())[::20] + [rng.getrandbits(64) for _ in range(200)]
-    for reader in LMDB_BACKENDS:
-        with DB(path, readonly=True, backend=reader) as db:
-            assert exact(db, docs, probes)
-            assert "text" in {m.key for m in db.query_text(TEXT)}
-            assert db.check() == []
-    ids = run_ids(path, tables)
-    assert ids and not any(map(lmdb_format.checksummed, ids))
-    with DB(path, backend=writer) as db:  # new runs merge with the old
-        for start in range(DOCUMENTS, 3 * DOCUMENTS, 2000):
-            batch = {key: rng.getrandbits(64) for key in range(start, start + 2000)}
-            db.insert_many(batch.items())
-            docs.update(batch)
-        assert exact(db, docs, probes)
+    rewrite_file(path, tables, checksum_bit_cleared(where))
+    probes = list(docs.values())[::10]
+    with DB(path, readonly=True, backend=reader) as db:
+        with pytest.raises(DamagedError):
+            db.query_many(probes)
+        assert db.check()
+    with DB(path, backend=reader) as db:
+        db.compact()
         assert db.check() == []
-    assert lmdb_format.checksummed(run_ids(path, tables)[0])  # table 0's oldest run was merged
+        assert exact(db, docs, probes + [rng.getrandbits(64) for _ in range(200)])
+    assert all(map(lmdb_format.checksummed, run_ids(path, tables)))

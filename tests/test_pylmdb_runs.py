@@ -1,8 +1,7 @@
 """The py-lmdb backend keeps its tables as runs in the native backend's format
 (RUNS.md): the block codec in _ext codes what native codes byte for byte,
-each backend searches and extends what the other wrote, removals past a
-quarter rewrite the tables, and tables in simhashdb 0.3's form open
-read-only and convert to runs."""
+each backend searches and extends what the other wrote, and removals past a
+quarter rewrite the tables."""
 
 import os
 import random
@@ -12,13 +11,12 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import brute_force, index_in_one_slot, native_built, storage_of, stored_id
+from conftest import brute_force, native_built, storage_of, stored_id
 
 import simhashdb
 from simhashdb import DB, _ext
 from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
-from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
 
@@ -308,112 +306,6 @@ def test_the_index_is_the_union_of_slots_each_entry_in_one(tmp_path):
     with DB(path) as db:
         db.compact()
     assert sum(bool(slot) for slot in read_index(path)) == 1
-
-
-def as_format_3(path):
-    """Rewrite the closed database at ``path`` as format 3 kept it: its whole
-    fingerprint index in ``fingerprints``."""
-    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables))
-    with env.begin(write=True) as txn:
-        index_in_one_slot(env, txn)
-        meta = env.open_db(lmdb_format.META.name(), txn=txn)
-        params = msgpack.unpackb(txn.get(b"params", db=meta))
-        params["format"] = 3
-        txn.put(b"params", msgpack.packb(params), db=meta)
-    env.close()
-
-
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_an_index_of_format_3_opens_read_only_and_writable(tmp_path, backend):
-    """A database of format 3 has its whole index in ``fingerprints`` and no
-    other slot: read-only it answers as it is; writable it gains the slots
-    and format 4, and what it writes next lands in them."""
-    path, rng = str(tmp_path / "f3.db"), random.Random(9)
-    docs = {i: rng.getrandbits(64) for i in range(3000)}
-    with DB(path, distance=3, blocks=5, backend=backend) as db:
-        for start in range(0, 3000, 500):
-            db.insert_many(list(docs.items())[start:start + 500])
-    as_format_3(path)
-    probes = [docs[i] ^ 0b101 for i in range(0, 3000, 97)]
-    with DB(path, readonly=True, backend=backend) as db:
-        assert db.stats()["format"] == 3
-        check_exact(db, docs, probes)
-    with DB(path, backend=backend) as db:
-        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION
-        new = {3000 + i: rng.getrandbits(64) for i in range(200)}
-        db.insert_many(new.items())
-        docs.update(new)
-        db.delete_many(range(0, 3000, 7))
-        for i in range(0, 3000, 7):
-            del docs[i]
-        check_exact(db, docs, probes + [new[3100]])
-    assert set().union(*read_index(path)) == {(fp, msgpack.packb(key)) for key, fp in docs.items()}
-
-
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_a_database_of_format_3_gains_the_index_slots_only_when_no_other_handle_is_open(
-        tmp_path, backend):
-    """simhashdb before format 4 reads and writes the index's first slot alone
-    (its stale rewrite would drop the tables' entries of any other), so a
-    writer adds the other slots only when no other handle has the database
-    open (an earlier version's writer may be one): until then it writes to the
-    first slot, and every handle finds every document."""
-    import subprocess
-    import sys
-
-    path, rng = str(tmp_path / "f3r.db"), random.Random(11)
-    docs = {i: rng.getrandbits(64) for i in range(400)}
-    with DB(path, distance=3, blocks=5, backend=backend) as db:
-        db.insert_many(docs.items())
-    as_format_3(path)
-    new = {1000 + i: rng.getrandbits(64) for i in range(300)}  # over a quarter: slots would merge
-    with DB(path, readonly=True, backend=backend) as other:
-        check_exact(other, docs, [docs[5], docs[7] ^ 0b11])
-        writer = subprocess.run([sys.executable, "-c", "import sys; from simhashdb import DB; "
-                                 "db = DB(sys.argv[1], backend=sys.argv[2]); "
-                                 "db.insert_many(%r.items()); db.delete_many(range(0, 400, 2)); "
-                                 "db.close()" % new, path, backend],
-                                check=True, capture_output=True, text=True)
-        assert "keeps its fingerprint index in one slot" in writer.stderr
-        docs.update(new)
-        for key in range(0, 400, 2):  # over a quarter: written whole
-            del docs[key]
-        probes = [docs[5], docs[7] ^ 0b11, new[1100], new[1200] ^ 1, 0, MAX]
-        check_exact(other, docs, probes)
-    slots = read_index(path)
-    assert len(slots) == 1 and slots[0] == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
-    more = {2000 + i: rng.getrandbits(64) for i in range(300)}
-    with DB(path, backend=backend) as db:  # alone: the slots are added
-        db.insert_many(more.items())
-        docs.update(more)
-        check_exact(db, docs, probes + [more[2100] ^ 0b110])
-    slots = read_index(path)
-    assert len(slots) == INDEX_SLOTS
-    assert set().union(*slots) == {(fp, msgpack.packb(k)) for k, fp in docs.items()}
-    with DB(path, readonly=True, backend=backend) as db:
-        check_exact(db, docs, probes + [more[2100] ^ 0b110])
-
-
-@pytest.mark.parametrize("backend", ["py-lmdb", pytest.param("lmdb", marks=native)])
-def test_the_index_slots_are_added_only_once_format_4_is_stored(tmp_path, backend, monkeypatch):
-    """An earlier version may open a database of format 3 at any moment until
-    format 4 is stored, so a writer adds the slots only after that."""
-    path = str(tmp_path / "f3o.db")
-    with DB(path, distance=3, blocks=5, backend=backend) as db:
-        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(300))
-    as_format_3(path)
-    storage = registry.backend_class(backend)
-    add_slots, formats = storage._add_index_slots, []
-
-    def stored_format_then_add(self):
-        with self.read() as view:
-            formats.append(msgpack.unpackb(view.params())["format"])
-        add_slots(self)
-
-    monkeypatch.setattr(storage, "_add_index_slots", stored_format_then_add)
-    with DB(path, backend=backend) as db:
-        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION
-    assert formats == [simhashdb.db.FORMAT_VERSION] and len(read_index(path)) == INDEX_SLOTS
 
 
 @native

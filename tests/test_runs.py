@@ -117,7 +117,6 @@ def test_a_large_batch_shares_its_index_lookups_with_a_thread(tmp_path, monkeypa
     monkeypatch.setattr(native, "THREADS", 2)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
-    storage.format_stored()  # the index in slots
     rng = np.random.default_rng(9)
     fps = [int(x) for x in rng.integers(0, 2**64, 20_000, dtype=np.uint64)]
     fps[16_000:] = fps[:4000]  # under other keys
@@ -161,7 +160,6 @@ def test_a_large_batch_after_changes_in_its_transaction_looks_up_what_the_transa
     monkeypatch.setattr(native, "THREADS", 2)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
-    storage.format_stored()
     rng = np.random.default_rng(1)
     fps = [int(x) for x in rng.integers(0, 2**64, 16_000, dtype=np.uint64)]
     live = {k: fps[k] for k in range(8000)}
@@ -213,7 +211,6 @@ def _fed_index_storage(tmp_path, monkeypatch, **storage_attrs):
         monkeypatch.setattr(files.LmdbStorage, name, value)
     storage = registry.backend_class("lmdb")(str(tmp_path / "db"))
     storage.open_tables(STORAGE_LAYOUT)
-    storage.format_stored()
     return storage
 
 

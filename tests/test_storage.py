@@ -196,7 +196,7 @@ def test_large_batches_that_bring_back_indexed_fingerprints_keep_everything_in_s
     holds in earlier batches' slots (some twice in one batch, some whose old
     keys were removed): each is noted once, as it was or was not stored."""
     storage, rng = opener(), random.Random(8)
-    storage.format_stored()  # what a backend adds at this version's format (LMDB: index slots)
+    storage.format_stored()  # what a backend adds at this version's format (as DB has it)
     first = [rng.getrandbits(64) for _ in range(5000)]
     docs = dict(enumerate(first))
     put(storage, docs.items())

@@ -22,7 +22,6 @@ from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
                         MaintenanceWarning)
 from .. import Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
-from .format import INDEX_SLOTS
 
 # The map a batch may take a document: its document, index entry and copied
 # pages, and an entry a table (twice what a large batch into an empty
@@ -242,25 +241,6 @@ class LmdbStorage(Storage):
         and every transaction's setup grows with the room)."""
         return max(256, self._layout.tables if self._layout is not None else 0)
 
-    def format_stored(self):
-        """Add the fingerprint index's slots to a database that has fewer (one,
-        made at format 3; some, where an earlier py-lmdb's creation of them was
-        cut short), only while no other handle is open: a
-        writer of an earlier version, opened before the format was stored,
-        reads and writes the first slot alone (and its stale rewrite would drop
-        the tables' entries of the others). Until then every entry goes into
-        the first slot, which is slower: it warns."""
-        if self.readonly or self._index_slots() == INDEX_SLOTS:
-            return
-        with self._dir.alone() as alone:
-            if alone:  # no other handle, so no other writer to wait for
-                self._add_index_slots()
-        if self._index_slots() < INDEX_SLOTS:
-            warnings.warn("%s keeps its fingerprint index in one slot while another handle has "
-                          "it open (a writer of simhashdb before format 4 would not see the "
-                          "others); writes are slower until it is opened writable with no other "
-                          "handle open" % self.path, MaintenanceWarning, stacklevel=4)
-
     def _map_size_to_open(self):
         size = os.path.getsize(self._dir.data) if os.path.exists(self._dir.data) else 0
         return max(self.initial_map_size, 2 * size)
@@ -430,10 +410,6 @@ class LmdbHandle(Storage):
             if shared._layout is None or shared._layout.spec != layout.spec:
                 shared.open_tables(layout)
 
-    def format_stored(self):
-        if not self.readonly:
-            self._open().format_stored()
-
     def read(self):
         return self._open().read()
 
@@ -469,21 +445,6 @@ class LmdbHandle(Storage):
             if not self._closed:
                 self._closed = True
                 self.shared.release_handle()
-
-
-def old_tables_error(path, converting=False, bands=False):
-    """The error for a database whose tables are in simhashdb 0.3's form (or
-    whose ``bands`` are in 0.5's), opened to write, or opened at all while a
-    conversion is unfinished (``converting``)."""
-    if converting:
-        return DatabaseError("%s was being converted to this version's format when the "
-                             "conversion stopped: finish it with `simhashdb-cli upgrade %s` "
-                             "(or simhashdb.upgrade(path))" % (path, path))
-    return DatabaseError(
-        "%s keeps its %s, which this version reads but does not write: convert it with "
-        "`simhashdb-cli upgrade %s` (or simhashdb.upgrade(path)), or open it read-only"
-        % (path, "band index in the form of simhashdb 0.5 and earlier" if bands else
-           "tables in the form of simhashdb 0.3 and earlier", path))
 
 
 def _forget_inherited_storages():

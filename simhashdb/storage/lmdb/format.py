@@ -36,13 +36,13 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 - ``runs:NNN:SS``: slot SS of table NNN, holding at most one run: the table's
   permuted fingerprints in order, in blocks coded by their differences
   (Elias-Fano), each keyed by the run id (4 bytes) and its first value (8):
-  :data:`RUN_KEY_BYTES`. A run whose id has bit :data:`CHECKSUM_BIT` set
-  (every run written since format 5's checksums; older ones have it clear)
-  ends each block with a checksum of the block's first value and bytes
-  (:data:`SUM_BYTES`). A batch appends a run; the newest is merged into the
-  one before while newest * :data:`RUN_RATIO` > previous (or the slots run
-  short); once the entries removals left behind could reach 1/RUN_RATIO of
-  the table, every table is written again from the index;
+  :data:`RUN_KEY_BYTES`. Every run has bit :data:`CHECKSUM_BIT` set in its
+  id (a live run without it is damage) and ends each block with a checksum
+  of the block's first value and bytes (:data:`SUM_BYTES`). A batch
+  appends a run; the newest is merged into the one before while newest *
+  :data:`RUN_RATIO` > previous (or the slots run short); once the entries
+  removals left behind could reach 1/RUN_RATIO of the table, every table is
+  written again from the index;
 - ``band:BB:SS``: slot SS of band BB of the text documents' band index, runs
   as a table's: the entries ``band key << 32 | the fingerprint's top 32
   bits`` of the stored texts. A removal leaves its entries (``band stale``
@@ -54,11 +54,15 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 Databases of format 6 and earlier (simhashdb 0.7 and earlier) keep the
 documents as ``docs`` (:data:`OLD_DOCS`: encoded key -> document value) and
 the index's keys in place of ids; ``upgrade`` copies one into this form, and
-nothing else reads it. Databases of simhashdb 0.3 and earlier keep each table as ``table:NNN``
-(:data:`OLD_TABLE`: sorted, fixed-size duplicates, the permuted fingerprint's
-top 2 bytes as key, the other 6 as value); those of 0.5 and earlier keep
-each band as ``band:NN`` (:data:`OLD_BAND`, in the same form). They are read
-as they are; to write to one, convert it first.
+nothing else reads it. The copy reads its ``meta`` (the parameters and
+counters) and ``docs`` alone, and builds the index, the tables and the bands
+again, so it never reads the old tables or bands, whatever their form: runs
+(with checksums or, written before them, without), each table as
+``table:NNN`` in simhashdb 0.3 and earlier (:data:`OLD_TABLE`: sorted,
+fixed-size duplicates, the permuted fingerprint's top 2 bytes as key, the
+other 6 as value), each band as ``band:NN`` in 0.5 and earlier
+(:data:`OLD_BAND`, in the same form), or none in 0.2. (The tests write such
+files to convert.)
 
 A new kind of sub-database is one more :class:`SubDatabase` in
 :data:`SUB_DATABASES`: :func:`max_dbs` and the names follow from it.
@@ -115,8 +119,7 @@ OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=Tr
 OLD_BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 
 SUB_DATABASES = (META, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS)
-SPARE_DBS = 1  # room for one more (a 0.3 table or 0.5 band being converted beside its slots,
-               # or the documents of format 6 being copied)
+SPARE_DBS = 1  # room for one more: the documents of format 6 being copied
 
 # meta's keys
 PARAMS, DISTINCT, STALE, REMOVED = b"params", b"distinct", b"stale", b"removed"

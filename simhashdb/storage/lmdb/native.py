@@ -11,10 +11,9 @@ import threading
 from array import array
 
 from ... import _ext, _lmdb
-from ...errors import DatabaseError, MapFullError, MapResizedError, OldTablesError
-from ...layout import Layout
+from ...errors import DatabaseError, MapFullError, MapResizedError
 from .. import Txn, View
-from .files import LmdbStorage, old_tables_error
+from .files import LmdbStorage
 from . import format
 from .format import INDEX_SLOTS, PARAMS
 
@@ -100,45 +99,28 @@ class NativeStorage(LmdbStorage):
         self._env.batch_merge = self.batch_merge
         self._env.directory_entries = self.directory_entries
         self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge
-        if self._layout is None and not self._dir.new:
-            found = self._open_found()
-            if found is False or found and self.readonly:
-                return
+        if self._layout is None and not self._dir.new and self._open_found() and self.readonly:
+            return
         self._open_dbs()
 
     def _open_found(self):
-        """Open the sub-databases the file has, making none: True where its
-        tables and bands are runs (a writable handle then opens them again,
-        making what this version adds); False where they are in an earlier
-        form (tables in simhashdb 0.3's, which opens by its first table, or
-        bands in 0.5's: open_tables opens them all, read-only); None where it
-        has neither (another process is making it, or it is not simhashdb's)."""
-        first = Layout(1, 0)
-        for tables in ((array("l"), array("Q"), []),
-                       (first.spec, first.prefixes, first.prefix_bits)):
-            try:
-                self._env.open_dbs(*tables, False, False)
-                return not tables[0] and not self._env.old_bands
-            except DatabaseError:
-                pass
-        return None
+        """Open the sub-databases the file has, making none (a writable handle
+        then opens them again, making what this version adds); whether it has
+        them (if not, another process is making it, or it is not simhashdb's)."""
+        try:
+            self._env.open_dbs(array("l"), array("Q"), [], False)
+            return True
+        except DatabaseError:
+            return False
 
-    def _open_dbs(self, add_index_slots=False):
+    def _open_dbs(self):
         layout = self._layout
         tables = (array("l"), array("Q"), []) if layout is None else (
             layout.spec, layout.prefixes, layout.prefix_bits)
         try:
-            self._env.open_dbs(*tables, not self.readonly, add_index_slots)
-        except OldTablesError as exc:
-            raise old_tables_error(self.path, *exc.args) from None
+            self._env.open_dbs(*tables, not self.readonly)
         except DatabaseError as exc:
             raise self._open_error(exc) from None
-
-    def _index_slots(self):
-        return self._env.index_slots
-
-    def _add_index_slots(self):
-        self._open_dbs(add_index_slots=True)
 
     def _close_env(self):
         self._env.close()
@@ -252,7 +234,7 @@ class NativeStorage(LmdbStorage):
             target = _lmdb.Env(os.fsencode(copy), False, map_size, 1, True, False,
                                max_tables=max(self._room_for_tables(), layout.tables))
             try:
-                target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True, True)
+                target.open_dbs(layout.spec, layout.prefixes, layout.prefix_bits, True)
                 source, written = self._env.begin(), target.begin(write=True)
                 try:
                     source.copy_into(written)

@@ -1,17 +1,15 @@
 """The portable LMDB backend, on py-lmdb: the same files as the native
 backend, used where that one was not built (or with ``backend="py-lmdb"``).
 
-A new database keeps its tables and bands as compressed sorted runs
-(RUNS.md), blocks coded by ``_ext`` exactly as the native backend codes them;
-a database whose tables are in simhashdb 0.3's form (dupsort ``table:NNN``)
-or whose bands are in 0.5's (dupsort ``band:NN``) opens read-only. A run set
-is a table (numbered from 0) or a band (numbered after the tables).
+It keeps the tables and bands as compressed sorted runs (RUNS.md), blocks
+coded by ``_ext`` exactly as the native backend codes them. A run set is a
+table (numbered from 0) or a band (numbered after the tables).
 The documents are records under their ids; the key map and the fingerprint
 index are each the union of their slots, as native keeps them: this backend
 puts new entries into the first slot and leaves merging the slots to the
 native one (any slot may hold any entry). A database of format 6 and
-earlier (documents in ``docs``) opens as it is, for the copy that converts
-it (:meth:`PyLmdbStorage._copy_to`); nothing else reads it.
+earlier (documents in ``docs``) opens its meta and documents alone, for the
+copy that converts it (:meth:`PyLmdbStorage._copy_to`); nothing else reads it.
 
 Its reads are :class:`.pyview.PyView`, its writes :class:`.pytxn.PyTxn`,
 over what :mod:`.pyruns` keeps of the runs' blocks and merges.
@@ -28,7 +26,7 @@ from ... import _ext
 from ...errors import DatabaseError
 from ...records import value_fingerprint
 from .. import BANDS, band_entries
-from .files import LmdbStorage, old_tables_error
+from .files import LmdbStorage
 from . import format
 from .format import (
     BAND_REWRITE,
@@ -50,7 +48,6 @@ from .format import (
 from .pyruns import (
     BAND_SLOTS,
     META,
-    OLD_BANDS,
     OLD_DOCS,
     RECORDS,
     RUNS,
@@ -67,7 +64,6 @@ from .pyruns import (
     record_parts,
     slot_items,
     slot_name,
-    table_name,
     write_run,
 )
 from .pyview import PyView
@@ -98,7 +94,6 @@ class PyLmdbStorage(LmdbStorage):
             self._env.reader_check()
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
-        self._runs = False  # whether the tables are kept as runs (known once they are open)
         self._whole_runs = set()  # (table, run id, entries) of runs found whole (_check_run)
         # what a new database needs is made in one transaction (whose write lock
         # also orders two processes making it at once): a crash leaves all or none
@@ -109,9 +104,11 @@ class PyLmdbStorage(LmdbStorage):
                                     "use another directory" % self.path)
             self._dbs = {META: self._open_db(META, txn=txn)}
             self._open_documents(txn)
-            self._index = Slots(format.INDEX)  # (one slot in a database made before them)
-            self._open_slots(self._index, create=new, txn=txn)
-            self._open_bands(new, txn)
+            self._index = Slots(format.INDEX)
+            if not self.old_documents:  # (writable: the slots it lacks made, as natively)
+                self._open_slots(self._index, create=True, txn=txn)
+                for name in BAND_SLOTS:
+                    self._dbs[name] = self._open_db(name, txn=txn)
         if self._layout is not None:
             self.open_tables(self._layout)
 
@@ -128,27 +125,9 @@ class PyLmdbStorage(LmdbStorage):
             self._dbs[RECORDS] = self._open_db(RECORDS, txn=txn)
             self._open_slots(self._keys, create=True, txn=txn)
 
-    def _open_bands(self, new, txn):
-        """Open the bands: as runs (made where writable: in a database of
-        simhashdb 0.2, a rewrite of the bands begun), or in 0.5's form
-        (``_old_bands``: how many are), or none (a database made before
-        bands were, opened read-only)."""
-        with contextlib.ExitStack() as stack:
-            reader = txn or stack.enter_context(self._env.begin())
-            old = [name for name in OLD_BANDS if reader.get(name) is not None]
-            unbanded = reader.get(BAND_SLOTS[0]) is None
-        self._old_bands = len(old)
-        runs = not old and (not self.readonly or not unbanded)
-        if runs and unbanded and not new:  # made in one of 0.2's: written from its documents
-            txn.put(BAND_REWRITE, bytes(16), db=self._dbs[META])
-        self._band_runs = runs
-        for name in BAND_SLOTS if runs else old:
-            self._dbs[name] = self._open_db(name, dupsort=not runs, dupfixed=not runs, txn=txn,
-                                            create=runs)
-
-    def _open_db(self, name, dupsort=False, dupfixed=False, env=None, txn=None, create=True):
+    def _open_db(self, name, dupsort=False, env=None, txn=None, create=True):
         try:
-            return (env or self._env).open_db(name, txn=txn, dupsort=dupsort, dupfixed=dupfixed,
+            return (env or self._env).open_db(name, txn=txn, dupsort=dupsort,
                                               create=create and not self.readonly)
         except lmdb.NotFoundError:
             raise DatabaseError("%s has no %r sub-database: it is not a simhashdb database"
@@ -212,13 +191,6 @@ class PyLmdbStorage(LmdbStorage):
                 break
             slots.names.append(name)
 
-    def _index_slots(self):
-        return len(self._index)
-
-    def _add_index_slots(self):
-        with self._making() as txn:
-            self._open_slots(self._index, create=True, txn=txn)
-
     def _set_slot(self, table, slot, tables=None):
         """The name of slot ``slot`` of run set ``table`` (a table, or a band
         after the ``tables``: by default, the layout's)."""
@@ -235,12 +207,11 @@ class PyLmdbStorage(LmdbStorage):
         return "table %d" % table if table < tables else "band %d" % (table - tables)
 
     def _run_sets(self):
-        """The run sets: the tables, then the bands where they are kept as runs."""
-        return range(self._layout.tables + (BANDS if self._band_runs else 0))
+        """The run sets: the tables, then the bands."""
+        return range(self._layout.tables + BANDS)
 
     def open_tables(self, layout):
-        """Open the tables of ``layout``: runs (made in a new database), or
-        tables in 0.3's form, which open read-only and all in that form only."""
+        """Open the tables of ``layout``, as runs (made where writable)."""
         self._layout = layout
         if layout.tables > self._room:  # an environment with room for them
             self._close_env()
@@ -248,23 +219,11 @@ class PyLmdbStorage(LmdbStorage):
             return
         if self.old_documents:  # only upgrade's copy reads it: its documents alone
             return
-        with self._env.begin() as txn:
-            old = sum(txn.get(table_name(t)) is not None for t in range(layout.tables))
-        if old and (not self.readonly or old < layout.tables):
-            raise old_tables_error(self.path, converting=old < layout.tables)
-        if self._old_bands and (not self.readonly or self._old_bands < BANDS):
-            raise old_tables_error(self.path, converting=self._old_bands < BANDS, bands=True)
-        self._runs = not old
-        if self._runs:
-            names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
-                              for slot in range(RUN_SLOTS)]
-            flags = {}
-        else:
-            names = [table_name(table) for table in range(layout.tables)]
-            flags = {"dupsort": True, "dupfixed": True}
+        names = [RUNS] + [slot_name(table, slot) for table in range(layout.tables)
+                          for slot in range(RUN_SLOTS)]
         # made in one write transaction; a read transaction would close them as it ends
         with self._making() as txn:
-            self._dbs.update((name, self._open_db(name, txn=txn, **flags)) for name in names)
+            self._dbs.update((name, self._open_db(name, txn=txn)) for name in names)
 
     def _begin_read(self):
         with self._errors("read"):

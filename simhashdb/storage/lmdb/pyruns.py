@@ -8,7 +8,7 @@ import itertools
 import sys
 
 from ... import _ext
-from ...errors import DatabaseError
+from ...errors import DamagedError, DatabaseError
 from .. import BANDS, band_entries
 from . import format
 from .format import (
@@ -18,14 +18,12 @@ from .format import (
     RUN_RATIO,
     RUN_SLOTS,
     block_key,
-    checksummed,
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
 OLD_DOCS = format.OLD_DOCS.name()
-OLD_BANDS = format.OLD_BAND.names()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
-table_name, slot_name = format.OLD_TABLE.name, format.TABLE_RUNS.name
+slot_name = format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
 BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
@@ -165,8 +163,7 @@ def read_block(storage, table, key, value):
     try:
         if len(key) != RUN_KEY_BYTES:
             raise ValueError
-        return _ext.decode_block(int.from_bytes(key[4:], "big"), value,
-                                 checksummed(int.from_bytes(key[:4], "big")))
+        return _ext.decode_block(int.from_bytes(key[4:], "big"), value)
     except ValueError as exc:
         raise run_damaged_error(storage.path, storage._set_named(table), str(exc)) from None
 
@@ -174,13 +171,13 @@ def read_block(storage, table, key, value):
 def run_damaged_error(path, named, why):
     """The error for a block of a run of ``named`` (a table or band) that is
     damaged, ``why``: compact() writes every run again."""
-    return DatabaseError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
+    return DamagedError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
                          "the damage, and compact() writes the tables again from the "
                          "fingerprint index and the bands from the documents" % (path, named, why))
 
 
 def damaged_error(path, what):
-    return DatabaseError("%s is damaged (%s is unreadable): restore it from a backup"
+    return DamagedError("%s is damaged (%s is unreadable): restore it from a backup"
                          % (path, what))
 
 
@@ -189,18 +186,3 @@ def big_endian(values):
     if sys.byteorder == "little":
         values.byteswap()
     return values.tobytes()
-
-
-def scan_old_entries(cursor, first, last):
-    """The 8-byte entries of a table in [first, last], concatenated."""
-    if not cursor.set_range_dup(first[:2], first[2:]):
-        following = (int.from_bytes(first[:2], "big") + 1).to_bytes(3, "big")[1:]
-        if first[:2] == b"\xff\xff" or first[:2] == last[:2] or not cursor.set_range(following):
-            return b""
-    found = []
-    for key, value in cursor.iternext():
-        entry = key + value
-        if entry > last:
-            break
-        found.append(entry)
-    return b"".join(found)

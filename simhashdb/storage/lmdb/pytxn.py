@@ -1,6 +1,6 @@
 """Writes of the py-lmdb backend: upsert, insert-if-new and remove over the
 write transaction, the runs of the tables and bands each batch adds and
-merges, tidy's rewrites, and the conversion of 0.3's tables and 0.5's bands."""
+merges, and tidy's rewrites."""
 
 import collections
 import contextlib
@@ -199,8 +199,6 @@ class PyTxn(PyView, Txn):
         document it took away had ({(band, entry): BROUGHT | TAKEN}), and count
         as stale those it took away that none it brought has, as the native
         backend does."""
-        if not self._storage._band_runs:
-            return
         brought = collections.defaultdict(list)
         stale = 0
         for (band, entry), how in sorted(bands.items()):
@@ -341,7 +339,7 @@ class PyTxn(PyView, Txn):
             table, began = self._marker(REWRITE, marker, self._storage._layout.tables)
         elif stale * RUN_RATIO > distinct:
             table, began = 0, stale
-        elif self._storage._band_runs and self._band_rewrite_due():
+        elif self._band_rewrite_due():
             self._tidy_bands()
             return True
         else:

@@ -10,11 +10,18 @@ from bisect import bisect_left, bisect_right
 from ... import _ext
 from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
-from .format import DISTINCT, ID_BYTES, PARAMS, block_entries, block_key, directory_runs
+from .format import (
+    DISTINCT,
+    ID_BYTES,
+    PARAMS,
+    block_entries,
+    block_key,
+    checksummed,
+    directory_runs,
+)
 from .pyruns import (
     MAX_VALUE,
     META,
-    OLD_BANDS,
     RECORDS,
     RUNS,
     big_endian,
@@ -25,9 +32,7 @@ from .pyruns import (
     read_counter,
     record_parts,
     run_damaged_error,
-    scan_old_entries,
     slot_items,
-    table_name,
 )
 
 CHUNK = 1024  # documents(): keys read from the key map, then their records sorted by id
@@ -60,9 +65,7 @@ class PyView(View):
         return self._txn.stat(self._db(RECORDS))["entries"]
 
     def distinct(self):
-        if self._storage._runs:
-            return self._count(DISTINCT)
-        return self._txn.stat(self._storage._dbs[table_name(0)])["entries"]
+        return self._count(DISTINCT)
 
     def _count(self, name):
         return read_counter(self._cursor(META).get(name), self._storage.path, name)
@@ -176,21 +179,13 @@ class PyView(View):
         """Each probe's hits; a fingerprint in two runs is found once (by
         fingerprint), a stale one not at all (the index gives it no document)."""
         layout = self._storage._layout
-        if self._storage._runs:
-            directories = [self._whole_directory(t) for t in range(layout.tables)]
+        directories = [self._whole_directory(t) for t in range(layout.tables)]
 
-            def scan(table, first, last, perm):
-                entries = array("Q")
-                for run, slot, _ in directories[table]:
-                    entries.extend(self._run_range(table, run, slot, first, last))
-                return _ext.verify(perm, big_endian(entries), distance) if entries else ()
-        else:
-            cursors = [self._cursor(table_name(t)) for t in range(layout.tables)]
-
-            def scan(table, first, last, perm):
-                entries = scan_old_entries(cursors[table], _ext.pack_key(first),
-                                           _ext.pack_key(last))
-                return _ext.verify(perm, entries, distance) if entries else ()
+        def scan(table, first, last, perm):
+            entries = array("Q")
+            for run, slot, _ in directories[table]:
+                entries.extend(self._run_range(table, run, slot, first, last))
+            return _ext.verify(perm, big_endian(entries), distance) if entries else ()
 
         found = [layout.near(probe, distance, scan) for probe in probes]
         keys = self.keys_of_many({fp for near in found for fp in near})
@@ -199,15 +194,10 @@ class PyView(View):
     def band_search(self, keys):
         storage = self._storage
         bands = [(band, self._whole_directory(storage._layout.tables + band))
-                 for band in range(BANDS)] if storage._band_runs else []
+                 for band in range(BANDS)]
         results = []
         for query in range(len(keys) // BANDS):
             prefixes = set()
-            for band in range(BANDS if storage._old_bands else 0):  # 0.5's form
-                first = keys[query * BANDS + band] << 32
-                entries = scan_old_entries(self._cursor(OLD_BANDS[band]), _ext.pack_key(first),
-                                _ext.pack_key(first | 0xFFFFFFFF))
-                prefixes.update(entries[i + 4:i + 8] for i in range(0, len(entries), 8))
             for band, runs in bands:
                 first = keys[query * BANDS + band] << 32
                 for run, slot, _ in runs:
@@ -230,11 +220,6 @@ class PyView(View):
 
     def band_entries(self, band):
         storage = self._storage
-        if storage._old_bands:
-            cursor = self._txn.cursor(storage._dbs[OLD_BANDS[band]])
-            return [_ext.unpack_key(k + v) for k, v in cursor.iternext()] if cursor.first() else []
-        if not storage._band_runs:
-            return []
         held = array("Q")  # the union of the runs less the stale entries
         for run, slot, _ in self._directory(storage._layout.tables + band):
             held = _ext.merge_unique(held, self._run_range(storage._layout.tables + band, run,
@@ -251,18 +236,15 @@ class PyView(View):
 
     def table_fingerprints(self, table):
         layout = self._storage._layout
-        if self._storage._runs:  # the union of the runs less the stale entries
-            values = array("Q")
-            for run, slot, _ in self._directory(table):
-                values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
-            fps = (layout.unpermute(value, table) for value in values)
-            return [fp for fp in fps if self._has(fp)]
-        cursor = self._txn.cursor(self._storage._dbs[table_name(table)])
-        return [layout.unpermute(_ext.unpack_key(k + v), table) for k, v in cursor.iternext()] \
-            if cursor.first() else []
+        values = array("Q")  # the union of the runs less the stale entries
+        for run, slot, _ in self._directory(table):
+            values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
+        fps = (layout.unpermute(value, table) for value in values)
+        return [fp for fp in fps if self._has(fp)]
 
     def _directory(self, table):
-        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)]."""
+        """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)].
+        Every run of this format has checksums: an id without their flag is damage."""
         raw = self._txn.get(self._storage._set_key(table), db=self._storage._dbs[RUNS])
         if raw is None:
             return []
@@ -270,6 +252,9 @@ class PyView(View):
         if runs is None:
             raise damaged_error(self._storage.path, "the directory of %s's runs"
                            % self._storage._set_named(table))
+        if not all(checksummed(run) for run, _, _ in runs):
+            raise run_damaged_error(self._storage.path, self._storage._set_named(table),
+                                    "its run's id lost the flag of their checksums")
         return runs
 
     def _whole_directory(self, table):

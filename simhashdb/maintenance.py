@@ -14,8 +14,8 @@ from .storage.registry import open_storage
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Convert a database made by an earlier simhashdb to this version's
-    format, which it then opens writable. An LMDB database of simhashdb 0.7
-    or earlier (format 6 and before) is copied into this format, its tables
+    format, which it then opens writable. An LMDB database of simhashdb 0.8
+    or earlier (format 7 and before) is copied into this format, its tables
     and bands built again, and the copy put in its place once whole: a crash
     leaves the old database or the converted one. It needs the database to
     itself and free disk space for the copy. A database of this format is

@@ -61,8 +61,8 @@ class DatabaseBusyError(DatabaseError):
 
 
 class DamagedError(DatabaseError):
-    """The data file is damaged: LMDB faulted or found it corrupt (the
-    native LMDB engine raises it)."""
+    """The data file is damaged: LMDB faulted or found it corrupt, or what
+    it holds contradicts itself (the LMDB backends raise it)."""
 
 
 class DamagedPageError(DatabaseError):

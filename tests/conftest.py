@@ -213,10 +213,18 @@ def store_format(env, txn, version):
 
 
 def stored_id(env, txn, key):
-    """The document id (8 bytes) that the key map of an LMDB database holds
-    for encoded ``key`` (in whichever of its slots), or None."""
-    found = (txn.get(key, db=env.open_db(name, txn=txn)) for name in lmdb_format.KEYS.names())
-    return next(filter(None, found), None)
+    """The document id (8 bytes) of encoded ``key`` in an LMDB database: of
+    the ids its key map holds under the key's hash (in whichever of its
+    slots), the one whose record holds the key; None where none does."""
+    records = env.open_db(lmdb_format.RECORDS.name(), txn=txn)
+    record_start = len(key).to_bytes(lmdb_format.KEY_LENGTH_BYTES, "big") + key
+    for name in lmdb_format.KEYS.names():
+        cursor = txn.cursor(env.open_db(name, txn=txn, dupsort=True))
+        if cursor.set_key(lmdb_format.key_hash(key)):
+            for doc in cursor.iternext_dup():
+                if txn.get(doc, db=records).startswith(record_start):
+                    return doc
+    return None
 
 
 def index_in_one_slot(env, txn):

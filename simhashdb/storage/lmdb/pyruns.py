@@ -8,7 +8,7 @@ import itertools
 import sys
 
 from ... import _ext
-from ...errors import DatabaseError
+from ...errors import DamagedError, DatabaseError
 from .. import BANDS, band_entries
 from . import format
 from .format import (
@@ -22,7 +22,7 @@ from .format import (
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
-OLD_DOCS = format.OLD_DOCS.name()
+OLD_DOCS, OLD_KEYS = format.OLD_DOCS.name(), format.OLD_KEYS.name()
 OLD_BANDS = format.OLD_BAND.names()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
 table_name, slot_name = format.OLD_TABLE.name, format.TABLE_RUNS.name
@@ -59,10 +59,11 @@ def note_bands(bands, value, fingerprint, added):
 
 
 class Slots:
-    """A family of sub-databases kept in slots, each entry in one of them (the
-    fingerprint index, the key map): ``names``, the slots a storage opened,
-    from the first. This backend puts new entries into the first slot and
-    leaves merging them to the native engine, so any slot may hold any entry."""
+    """A family of sub-databases of sorted duplicates (8 bytes -> a document
+    id) kept in slots, each entry in one of them (the fingerprint index, the
+    key map by key hash): ``names``, the slots a storage opened, from the
+    first. This backend puts new entries into the first slot and leaves
+    merging them to the native engine, so any slot may hold any entry."""
 
     def __init__(self, kind):
         self.kind, self.names = kind, []
@@ -111,7 +112,7 @@ def id_bytes(number):
 
 
 def old_documents_error(path):
-    return DatabaseError("%s keeps its documents in the form of simhashdb 0.7 and earlier, "
+    return DatabaseError("%s keeps its documents in the form of simhashdb 0.8 and earlier, "
                          "which this version does not read: convert it with `simhashdb-cli "
                          "upgrade %s` (or simhashdb.upgrade(path))" % (path, path))
 
@@ -180,7 +181,7 @@ def run_damaged_error(path, named, why):
 
 
 def damaged_error(path, what):
-    return DatabaseError("%s is damaged (%s is unreadable): restore it from a backup"
+    return DamagedError("%s is damaged (%s is unreadable): restore it from a backup"
                          % (path, what))
 
 

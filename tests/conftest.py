@@ -213,17 +213,18 @@ def store_format(env, txn, version):
 
 
 def stored_id(env, txn, key):
-    """The document id (8 bytes) of encoded ``key`` in an LMDB database: of
-    the ids its key map holds under the key's hash (in whichever of its
-    slots), the one whose record holds the key; None where none does."""
-    records = env.open_db(lmdb_format.RECORDS.name(), txn=txn)
-    record_start = len(key).to_bytes(lmdb_format.KEY_LENGTH_BYTES, "big") + key
+    """The document id (8 bytes) of encoded ``key`` in an LMDB database: the
+    one under its hash in the key map (in whichever of its slots) whose record
+    holds it; or None."""
+    records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
     for name in lmdb_format.KEYS.names():
         cursor = txn.cursor(env.open_db(name, txn=txn, dupsort=True))
         if cursor.set_key(lmdb_format.key_hash(key)):
-            for doc in cursor.iternext_dup():
-                if txn.get(doc, db=records).startswith(record_start):
-                    return doc
+            for id_bytes in cursor.iternext_dup():
+                record = txn.get(id_bytes, db=records)
+                if record[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + len(key)] == key \
+                        and int.from_bytes(record[:lmdb_format.KEY_LENGTH_BYTES], "big") == len(key):
+                    return id_bytes
     return None
 
 

@@ -9,6 +9,10 @@ same batches (tests/test_record_log.py tests the native engine alone)."""
 
 import itertools
 import random
+import signal
+import subprocess
+import sys
+import time
 from array import array
 
 import lmdb
@@ -391,6 +395,52 @@ def test_a_database_of_format_7_is_refused_until_upgraded_then_answers_as_before
         assert answers(db) == before
         assert db.check() == []
     assert ids_of(path) == {key: n for n, key in enumerate(sorted(before[0], key=order))}
+
+
+KILLED_WRITER = """
+import sys
+from simhashdb import DB
+path, start = sys.argv[1], int(sys.argv[2])
+def key(b, i):
+    return "https://example.org/%d/%d/" % (b, i) + "k" * 80
+with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+    db.delete_many(key(start - 1, i) for i in range(0, 400, 2))  # (a killed writer's may not have landed)
+    print("open", flush=True)
+    for b in range(start, start + 1000):
+        db.insert_many((key(b, i), (b * 7919 + i * 104729) % 2**64) for i in range(400))
+        db.delete_many(key(b - 1, i) for i in range(0, 400, 2))
+        print(b, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_while_the_key_map_is_written_keeps_every_batch_whole(tmp_path):
+    """A py-lmdb writer whose removals write the records, key map and index
+    whole again every few batches (past a quarter of the documents), killed
+    at random moments: each batch there whole (or its removals whole), the
+    key map one entry a record under its key's hash, check() clean."""
+    path, rng, start = str(tmp_path / "db"), random.Random(28), 0
+
+    def key(b, i):
+        return "https://example.org/%d/%d/" % (b, i) + "k" * 80
+
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, path, str(start)],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "open"
+        time.sleep(rng.uniform(0.3, 1.0))
+        child.send_signal(signal.SIGKILL)
+        printed = child.communicate()[0].split()
+        with DB(path, backend=BACKEND) as db:
+            start = next(b for b in itertools.count() if key(b, 1) not in db)
+            assert start >= (int(printed[-1]) + 1 if printed else 0)
+            evens = [b for b in range(start) if key(b, 0) in db]
+            assert evens in ([start - 1], [start - 2, start - 1]) or not start, \
+                "removals landed in part"
+            assert {r.key for r in db} == {key(b, i) for b in range(start) for i in range(400)
+                                           if i % 2 or b in evens}
+            assert db.check() == []
+        assert set().union(*key_map(path)) == hashed(ids_of(path))
 
 
 def same_steps(rng):

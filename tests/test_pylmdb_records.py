@@ -404,7 +404,7 @@ path, start = sys.argv[1], int(sys.argv[2])
 def key(b, i):
     return "https://example.org/%d/%d/" % (b, i) + "k" * 80
 with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
-    db.delete_many(key(start - 1, i) for i in range(0, 400, 2))  # (a killed writer's may not have landed)
+    db.delete_many(key(start - 2, i) for i in range(0, 400, 2))  # (a killed writer's may not have landed)
     print("open", flush=True)
     for b in range(start, start + 1000):
         db.insert_many((key(b, i), (b * 7919 + i * 104729) % 2**64) for i in range(400))

@@ -182,7 +182,7 @@ def run_damaged_error(path, named, why):
 
 def damaged_error(path, what):
     return DamagedError("%s is damaged (%s is unreadable): restore it from a backup"
-                         % (path, what))
+                        % (path, what))
 
 
 def big_endian(values):

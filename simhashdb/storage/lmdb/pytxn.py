@@ -193,7 +193,8 @@ class PyTxn(PyView, Txn):
                                (storage._index, {(_ext.pack_key(fp), doc) for _, doc, fp in gone})):
             for name in slots.names:
                 if last.stat(storage._dbs[name])["entries"]:
-                    self._append(last, name, lambda k, v: (k, v) not in entries, True)
+                    self._append(last, name, lambda k, v: (k, v) not in entries,
+                                 slots.kind.dupsort)
         self._cursors, self._in_use = {}, {}  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 

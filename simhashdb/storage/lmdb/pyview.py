@@ -11,13 +11,7 @@ from ... import _ext
 from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
 from . import format
-from .format import (
-    DISTINCT,
-    PARAMS,
-    block_entries,
-    block_key,
-    directory_runs,
-)
+from .format import DISTINCT, PARAMS, block_entries, block_key, directory_runs
 from .pyruns import (
     MAX_VALUE,
     META,

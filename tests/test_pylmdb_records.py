@@ -9,10 +9,6 @@ same batches (tests/test_record_log.py tests the native engine alone)."""
 
 import itertools
 import random
-import signal
-import subprocess
-import sys
-import time
 from array import array
 
 import lmdb
@@ -20,6 +16,7 @@ import msgpack
 import pytest
 from conftest import (as_tuples, brute_force, documents_as_in_format_6, native_built, storage_of,
                       store_format, store_values)
+from test_durability import run_and_kill
 
 import simhashdb
 from simhashdb import DB, RECIPE, DatabaseError, fingerprint_with_signature
@@ -182,13 +179,18 @@ def test_py_lmdb_reads_and_writes_keys_in_any_slot_of_the_key_map(tmp_path):
     assert [len(slot) for slot in key_map(path)] == [len(docs)] + [0] * 7
 
 
+def fifty_documents(path):
+    """Make a database of documents 0 to 49 at ``path``; returns document 7's id (bytes)."""
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
+    return ids_of(path)[7].to_bytes(8, "big")
+
+
 def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
     """A record whose key's length runs past the record is damage: reading
     the document, iterating, replacing and removing it raise DatabaseError."""
     path = str(tmp_path / "db")
-    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
-        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
-    doc = ids_of(path)[7].to_bytes(8, "big")
+    doc = fifty_documents(path)
     env = lmdb.open(path, max_dbs=4096, lock=False)
     with env.begin(write=True) as txn:
         txn.put(doc, b"\x01\x00" + msgpack.packb(7), db=env.open_db(RECORDS, txn=txn))
@@ -261,9 +263,7 @@ def test_a_record_under_another_keys_hash_is_damage(tmp_path):
     (its entry moved under another key's hash): every call that reads that
     hash's documents raises DamagedError, never another key's document."""
     path = str(tmp_path / "db")
-    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
-        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
-    doc = ids_of(path)[7].to_bytes(8, "big")
+    doc = fifty_documents(path)
     env = lmdb.open(path, max_dbs=4096, lock=False)
     with env.begin(write=True) as txn:
         first = env.open_db(lmdb_format.KEYS.name(0), txn=txn, dupsort=True)
@@ -425,15 +425,11 @@ def test_sigkill_while_the_key_map_is_written_keeps_every_batch_whole(tmp_path):
         return "https://example.org/%d/%d/" % (b, i) + "k" * 80
 
     for _ in range(3):
-        child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, path, str(start)],
-                                 stdout=subprocess.PIPE, text=True)
-        assert child.stdout.readline().strip() == "open"
-        time.sleep(rng.uniform(0.3, 1.0))
-        child.send_signal(signal.SIGKILL)
-        printed = child.communicate()[0].split()
+        printed = run_and_kill(KILLED_WRITER, [path, str(start)], 1, rng.uniform(0.3, 1.0))
+        assert printed[0] == "open"
         with DB(path, backend=BACKEND) as db:
             start = next(b for b in itertools.count() if key(b, 1) not in db)
-            assert start >= (int(printed[-1]) + 1 if printed else 0)
+            assert start >= (int(printed[-1]) + 1 if printed[1:] else 0)
             evens = [b for b in range(start) if key(b, 0) in db]
             assert evens in ([start - 1], [start - 2, start - 1]) or not start, \
                 "removals landed in part"

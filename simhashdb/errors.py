@@ -61,8 +61,9 @@ class DatabaseBusyError(DatabaseError):
 
 
 class DamagedError(DatabaseError):
-    """The data file is damaged: LMDB faulted or found it corrupt, or a run
-    of the tables or bands is damaged (the LMDB backends raise it)."""
+    """The data file is damaged: LMDB faulted or found it corrupt, a run of
+    the tables or bands is damaged, or what it holds contradicts itself (the
+    LMDB backends raise it)."""
 
 
 class DamagedPageError(DatabaseError):

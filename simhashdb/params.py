@@ -15,8 +15,9 @@ from .layout import DEFAULT_EXPECTED_SIZE, Layout
 # 2: text documents have a band index (0.3); 3: LMDB tables as runs (0.4);
 # 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs;
 # 6: a database's distance may exceed its tables' (``table_distance``);
-# 7: the LMDB documents as records under ids, a key map and an index of ids
-FORMAT_VERSION = 7
+# 7: the LMDB documents as records under ids, a key map and an index of ids;
+# 8: the LMDB key map by the key's hash (the key stored once, in its record)
+FORMAT_VERSION = 8
 DEFAULT_DISTANCE = 3
 
 
@@ -110,7 +111,7 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
     params = read(storage)
     if params is not None and storage.old_documents:
         raise DatabaseError(
-            "%s keeps its documents in the form of simhashdb 0.7 and earlier (format %d), "
+            "%s keeps its documents in the form of simhashdb 0.8 and earlier (format %d), "
             "which this version does not read: convert it once with `simhashdb-cli upgrade %s` "
             "(or simhashdb.upgrade(path))" % (storage.path, params["format"], storage.path))
     if params is None:

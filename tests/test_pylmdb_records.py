@@ -1,8 +1,10 @@
-"""Format 7's documents as records under ids (storage/lmdb/format.py) in the
-py-lmdb backend: ids given in key order and kept by a key written again, a
-key map whose keys may sit in any of its slots (as the native engine's
-merges leave them), a record damaged past its end, the copy that converts a
-file of format 6 (``docs``), and the files of both backends written from the
+"""Format 8's documents as records under ids, found through a key map by
+key hash (storage/lmdb/format.py), in the py-lmdb backend: ids given in key
+order (by key hash, then key) and kept by a key written again, a key map
+whose entries may sit in any of its slots (as the native engine's merges
+leave them), keys of one hash, records damaged past their end or under
+another key's hash, the copy that converts a file of format 7 (the key map
+by key) or 6 (``docs``), and the files of both backends written from the
 same batches (tests/test_record_log.py tests the native engine alone)."""
 
 import itertools
@@ -12,16 +14,22 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import brute_force, documents_as_in_format_6, native_built, storage_of, store_values
+from conftest import (as_tuples, brute_force, documents_as_in_format_6, native_built, storage_of,
+                      store_format, store_values)
+from test_durability import run_and_kill
 
+import simhashdb
 from simhashdb import DB, RECIPE, DatabaseError, fingerprint_with_signature
+from simhashdb.errors import DamagedError
 from simhashdb.layout import Layout
 from simhashdb.records import encode_documents, with_signature
 from simhashdb.storage import MAX_KEY_BYTES, registry
 from simhashdb.storage.lmdb import format as lmdb_format
+from simhashdb.storage.lmdb import pyview
 
 LAYOUT = Layout(5, 3)  # DB(distance=3, blocks=5)
 RECORDS, OLD_DOCS = lmdb_format.RECORDS.name(), lmdb_format.OLD_DOCS.name()
+OLD_KEYS = lmdb_format.OLD_KEYS.name()
 BACKEND = "py-lmdb"
 native = pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 
@@ -40,10 +48,11 @@ def read_file(path):
     try:
         with env.begin() as txn:
             names = {name for name, _ in txn.cursor()}
-            families = [RECORDS, OLD_DOCS] + lmdb_format.KEYS.names() + lmdb_format.INDEX.names()
+            families = [RECORDS, OLD_DOCS, OLD_KEYS] + lmdb_format.KEYS.names() + \
+                lmdb_format.INDEX.names()
+            dupsort = lmdb_format.KEYS.names() + lmdb_format.INDEX.names()
             held = {name: list(txn.cursor(env.open_db(name, txn=txn, create=False,
-                                                      dupsort=name in lmdb_format.INDEX.names()))
-                               .iternext())
+                                                      dupsort=name in dupsort)).iternext())
                     for name in families if name in names}
             meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
             next_id = txn.get(lmdb_format.NEXT_ID, db=meta)
@@ -60,10 +69,20 @@ def ids_of(path):
 
 
 def key_map(path):
-    """The key map's entries, slot by slot: [{key: id}]."""
+    """The key map's entries, slot by slot: [{(key hash, id)}]."""
     held, _ = read_file(path)
-    return [{msgpack.unpackb(k): int.from_bytes(v, "big") for k, v in held.get(name, [])}
+    return [{(k, int.from_bytes(v, "big")) for k, v in held.get(name, [])}
             for name in lmdb_format.KEYS.names()]
+
+
+def order(key):
+    """The key order of (unencoded) key ``key``: by its hash, then itself."""
+    return lmdb_format.key_order(msgpack.packb(key))
+
+
+def hashed(ids):
+    """The key map's entries of {key: id}: {(key hash, id)}."""
+    return {(order(key)[0], doc) for key, doc in ids.items()}
 
 
 def check_exact(db, docs, probes):
@@ -81,7 +100,7 @@ def test_new_keys_take_the_next_ids_in_key_order_and_a_key_written_again_keeps_i
     first = {"k%03d" % i: rng.getrandbits(64) for i in rng.sample(range(500), 200)}
     with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
         db.insert_many(first.items())
-    expected = {key: n for n, key in enumerate(sorted(first))}
+    expected = {key: n for n, key in enumerate(sorted(first, key=order))}
     assert ids_of(path) == expected
     again = {key: first[key] ^ (n % 2) for n, key in enumerate(sorted(first)[::7])}
     new = {"k%03d" % i: rng.getrandbits(64) for i in range(500, 530)}
@@ -92,7 +111,7 @@ def test_new_keys_take_the_next_ids_in_key_order_and_a_key_written_again_keeps_i
         assert db.delete_many(gone) == len(gone)
         db.insert_many([(gone[0], 5)])
     docs = {**first, **again, **new, gone[0]: 5}
-    expected.update((key, 200 + n) for n, key in enumerate(sorted(new)))
+    expected.update((key, 200 + n) for n, key in enumerate(sorted(new, key=order)))
     for key in gone[1:]:
         del docs[key], expected[key]
     expected[gone[0]] = 230
@@ -111,7 +130,7 @@ def spread_key_map(path, rng):
     engine's merges may leave them."""
     env = lmdb.open(path, max_dbs=4096, lock=False)
     with env.begin(write=True) as txn:
-        slots = [env.open_db(name, txn=txn) for name in lmdb_format.KEYS.names()]
+        slots = [env.open_db(name, txn=txn, dupsort=True) for name in lmdb_format.KEYS.names()]
         entries = list(txn.cursor(slots[0]).iternext())
         txn.drop(slots[0], delete=False)
         for key, doc in entries:
@@ -120,10 +139,11 @@ def spread_key_map(path, rng):
 
 
 def test_py_lmdb_reads_and_writes_keys_in_any_slot_of_the_key_map(tmp_path):
-    """Keys spread over the key map's slots: py-lmdb reads the union (get,
+    """Entries spread over the key map's slots: py-lmdb reads the union (get,
     documents from a key on, queries), replaces and removes a key in the
-    slot that holds it (its id kept; never a second entry), puts new keys in
-    the first slot, and compaction merges every slot into the first."""
+    slot that holds its entry (its id kept; never a second entry), puts new
+    entries in the first slot, and compaction merges every slot into the
+    first."""
     path, rng = str(tmp_path / "db"), random.Random(22)
     docs = {"k%03d" % i: rng.getrandbits(64) for i in range(400)}
     with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
@@ -132,10 +152,11 @@ def test_py_lmdb_reads_and_writes_keys_in_any_slot_of_the_key_map(tmp_path):
     spread_key_map(path, rng)
     assert sum(bool(slot) for slot in key_map(path)) == 4
     with DB(path, backend=BACKEND) as db:
-        assert [r.key for r in db] == sorted(docs)
+        ordered = sorted(docs, key=order)
+        assert [r.key for r in db] == ordered
         with storage_of(db).read() as view:
-            after = itertools.islice(view.documents(msgpack.packb("k199")), 2)
-            assert [key for key, _ in after] == [msgpack.packb("k200"), msgpack.packb("k201")]
+            after = itertools.islice(view.documents(msgpack.packb(ordered[199])), 2)
+            assert [key for key, _ in after] == [msgpack.packb(k) for k in ordered[200:202]]
         assert [db.get(k).fingerprint for k in ("k000", "k399")] == [docs["k000"], docs["k399"]]
         changed = {key: docs[key] ^ 0b1 if n % 2 else docs[key]
                    for n, key in enumerate(rng.sample(sorted(docs), 60))}
@@ -149,22 +170,27 @@ def test_py_lmdb_reads_and_writes_keys_in_any_slot_of_the_key_map(tmp_path):
         check_exact(db, docs, [docs[k] ^ 0b110 for k in rng.sample(sorted(docs), 40)])
     slots = key_map(path)
     assert sum(len(slot) for slot in slots) == len(docs)
-    assert {k: v for slot in slots for k, v in slot.items()} == ids_of(path)
+    assert set().union(*slots) == hashed(ids_of(path))
     assert all(ids_of(path)[key] == ids[key] for key in changed)
-    assert {"n%d" % i for i in range(20)} <= set(slots[0])
+    assert hashed({key: ids_of(path)[key] for key in ("n%d" % i for i in range(20))}) <= slots[0]
     with DB(path, backend=BACKEND) as db:
         db.compact()
         assert {r.key: r.fingerprint for r in db} == docs
     assert [len(slot) for slot in key_map(path)] == [len(docs)] + [0] * 7
 
 
+def fifty_documents(path):
+    """Make a database of documents 0 to 49 at ``path``; returns document 7's id (bytes)."""
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
+    return ids_of(path)[7].to_bytes(8, "big")
+
+
 def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
     """A record whose key's length runs past the record is damage: reading
     the document, iterating, replacing and removing it raise DatabaseError."""
     path = str(tmp_path / "db")
-    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
-        db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(50))
-    doc = ids_of(path)[7].to_bytes(8, "big")
+    doc = fifty_documents(path)
     env = lmdb.open(path, max_dbs=4096, lock=False)
     with env.begin(write=True) as txn:
         txn.put(doc, b"\x01\x00" + msgpack.packb(7), db=env.open_db(RECORDS, txn=txn))
@@ -177,13 +203,114 @@ def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
         assert db.get(8).fingerprint == 8 * 0x9E3779B97F4A7C15 % 2**64
 
 
-def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path):
-    """A file that keeps its documents in ``docs`` opens read-only and
-    writable without gaining records or a key map (``old_documents``; its
-    documents are not read: that says to upgrade); compaction's copy writes
-    it in format 7: ids in key order, the next id after them, every key map
-    and index entry in the first slot, the tables and bands rebuilt, and
-    every read as before."""
+REAL_HASH = lmdb_format.key_hash
+
+
+def colliding_hash(key):
+    """A key hash of four values, so that many keys share each."""
+    return bytes(7) + bytes([REAL_HASH(key)[-1] & 3])
+
+
+@pytest.mark.parametrize("hashes", ["real", "colliding"])
+def test_documents_by_key_hash_then_key_from_any_key_and_keys_sharing_a_hash(
+        tmp_path, monkeypatch, hashes):
+    """Documents are listed by (key hash, key), from any key on, stored or
+    not, across chunks of hashes; ids go in that order; get, upsert (a key
+    written again keeps its id), remove, queries and compaction answer as a
+    dict does, also where many keys share a hash (``colliding``: the test
+    replaces format.key_hash, which the backend calls, by one of four
+    values): their records are read and the others' keys passed over."""
+    if hashes == "colliding":
+        monkeypatch.setattr(lmdb_format, "key_hash", colliding_hash)
+    monkeypatch.setattr(pyview, "CHUNK", 3)  # (hashes a chunk of documents() reads)
+    path, rng = str(tmp_path / "db"), random.Random(27)
+    docs = {"k%03d" % i: rng.getrandbits(64) for i in range(0, 300, 2)}
+    with DB(path, distance=3, blocks=5, backend=BACKEND) as db:
+        db.insert_many(docs.items())
+    ids = ids_of(path)
+    assert ids == {key: n for n, key in enumerate(sorted(docs, key=order))}
+    assert set().union(*key_map(path)) == hashed(ids)
+    again = {key: docs[key] ^ (n % 2) for n, key in enumerate(rng.sample(sorted(docs), 40))}
+    new = {"k%03d" % i: rng.getrandbits(64) for i in range(1, 60, 2)}
+    gone = rng.sample(sorted(set(docs) - set(again)), 30)
+    with DB(path, backend=BACKEND) as db:
+        db.insert_many(list(again.items()) + list(new.items()))
+        assert db.delete_many(gone + ["k999", 5]) == len(gone)
+        docs.update(again)
+        docs.update(new)
+        for key in gone:
+            del docs[key]
+        ordered = sorted(docs, key=order)
+        for compacted in (False, True):
+            assert [r.key for r in db] == ordered
+            assert [db.get(key) and db.get(key).fingerprint for key in ("k998", 5, *ordered)] \
+                == [None, None] + [docs[key] for key in ordered]
+            with storage_of(db).read() as view:
+                for after in ordered[::17] + ["k%03d" % i for i in range(61, 300, 23)] + [5]:
+                    assert [msgpack.unpackb(key) for key, _ in view.documents(
+                        msgpack.packb(after))] == [k for k in ordered if order(k) > order(after)]
+            check_exact(db, docs, [docs[k] ^ 0b1101 for k in rng.sample(ordered, 30)])
+            assert db.check() == []
+            db.compact()
+    assert {key: ids_of(path)[key] for key in again} == {key: ids[key] for key in again}
+    assert sorted(ids_of(path).values())[-len(new):] == list(range(150, 150 + len(new)))
+    assert [ids_of(path)[key] for key in sorted(new, key=order)] == list(range(150, 180))
+    assert set().union(*key_map(path)) == hashed(ids_of(path))
+
+
+def test_a_record_under_another_keys_hash_is_damage(tmp_path):
+    """The key map naming a document under a hash its key does not have
+    (its entry moved under another key's hash): every call that reads that
+    hash's documents raises DamagedError, never another key's document."""
+    path = str(tmp_path / "db")
+    doc = fifty_documents(path)
+    env = lmdb.open(path, max_dbs=4096, lock=False)
+    with env.begin(write=True) as txn:
+        first = env.open_db(lmdb_format.KEYS.name(0), txn=txn, dupsort=True)
+        assert txn.delete(order(7)[0], doc, db=first)
+        txn.put(order(8)[0], doc, db=first)
+    env.close()
+    with DB(path, backend=BACKEND) as db:
+        for call in (lambda: db.get(8), lambda: list(db), lambda: db.insert(8, 1),
+                     lambda: db.delete(8), lambda: db.insert_many([(9, 2), (8, 3)])):
+            with pytest.raises(DamagedError, match="damaged"):
+                call()
+        assert db.get(9).fingerprint == 9 * 0x9E3779B97F4A7C15 % 2**64
+
+
+def documents_as_in_format_7(path):
+    """Rewrite the closed database at ``path``'s key map as format 7 kept it:
+    ``keys`` (encoded key -> id), written by key, and no ``hashes`` slots;
+    format 7 stored."""
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        records = env.open_db(RECORDS, txn=txn, create=False)
+        keys = env.open_db(OLD_KEYS, txn=txn)
+        txn.cursor(keys).putmulti(sorted((record_parts(raw)[0], doc)
+                                         for doc, raw in txn.cursor(records)))
+        for name in lmdb_format.KEYS.names():
+            txn.drop(env.open_db(name, txn=txn, dupsort=True), delete=True)
+        store_format(env, txn, 7)
+    env.close()
+
+
+AS_IN = {6: documents_as_in_format_6, 7: documents_as_in_format_7}
+
+
+def old_documents(held):
+    """The (key, value) documents of a file of format 6 (``docs``) or 7 (its records)."""
+    return held[OLD_DOCS] if OLD_DOCS in held else [record_parts(raw) for _, raw in held[RECORDS]]
+
+
+@pytest.mark.parametrize("old_format", sorted(AS_IN))
+def test_a_database_of_an_earlier_format_opens_as_it_is_and_its_copy_converts_it(
+        tmp_path, old_format):
+    """A file that keeps its documents in ``docs`` (format 6) or its key map
+    by key (``keys``, format 7) opens read-only and writable without gaining
+    a sub-database (``old_documents``; its documents are not read: that says
+    to upgrade); compaction's copy writes it in format 8: ids in key order,
+    the next id after them, every key map and index entry in the first
+    slot, the tables and bands rebuilt, and every read as before."""
     path, rng = str(tmp_path / "db"), random.Random(23)
     docs = {i * 7: rng.getrandbits(64) for i in range(300)}
     words = ["w%d" % i for i in range(80)]
@@ -196,9 +323,9 @@ def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path
         fps = {r.key: r.fingerprint for r in db}
         with storage_of(db).read() as view:
             bands = [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)]
-    documents_as_in_format_6(path)
+    AS_IN[old_format](path)
     before = read_file(path)
-    documents = before[0][OLD_DOCS]
+    documents = sorted(old_documents(before[0]), key=lambda doc: lmdb_format.key_order(doc[0]))
     for readonly in (True, False):
         storage = registry.open_storage(path, readonly=readonly, backend=BACKEND)
         try:
@@ -225,13 +352,91 @@ def test_a_database_of_format_6_opens_as_it_is_and_its_copy_converts_it(tmp_path
         storage.close()
     held, next_id = read_file(path)
     numbered = [(n.to_bytes(8, "big"), key) for n, (key, _) in enumerate(documents)]
-    assert OLD_DOCS not in held and next_id == len(documents)
+    assert OLD_DOCS not in held and OLD_KEYS not in held and next_id == len(documents)
     assert [(doc, record_parts(raw)[0]) for doc, raw in held[RECORDS]] == numbered
-    assert held[lmdb_format.KEYS.name(0)] == [(key, doc) for doc, key in numbered]
+    assert held[lmdb_format.KEYS.name(0)] == [(lmdb_format.key_hash(key), doc)
+                                              for doc, key in numbered]
     assert held[lmdb_format.INDEX.name(0)] == sorted(
         (fps[msgpack.unpackb(key)].to_bytes(8, "big"), doc) for doc, key in numbered)
     others = lmdb_format.KEYS.names()[1:] + lmdb_format.INDEX.names()[1:]
     assert not any(held[name] for name in others)
+
+
+def test_a_database_of_format_7_is_refused_until_upgraded_then_answers_as_before(tmp_path):
+    """A file of format 7 (0.8): DB refuses it, saying to upgrade it;
+    upgrade converts it, and every document, query and text query answers
+    as before."""
+    path, rng = str(tmp_path / "db"), random.Random(26)
+    words = ["w%d" % i for i in range(200)]
+    texts = {"https://example.org/%d" % i: " ".join(rng.choice(words) for _ in range(60))
+             for i in range(120)}
+    text_probes = [text.replace("w1 ", "w2 ") for text in rng.sample(sorted(texts.values()), 20)]
+    with DB(path, distance=3, recipe=RECIPE, backend=BACKEND) as db:
+        db.insert_text_many(texts.items())
+        db.insert_many([(i, rng.getrandbits(64), {"n": i}) for i in range(400)])
+        db.delete_many(range(0, 400, 9))
+
+        def answers(db):
+            records = {r.key: (r.fingerprint, r.meta) for r in db}
+            near = [sorted(as_tuples(db.query(fp ^ 0b101, 4)))
+                    for fp, _ in list(records.values())[::7]]
+            text = [sorted((m.key, m.fingerprint, round(m.resemblance, 9)) for m in found)
+                    for found in db.query_text_many(text_probes)]
+            return records, near, text
+
+        before = answers(db)
+    assert any(before[2])
+    documents_as_in_format_7(path)
+    for readonly in (False, True):
+        with pytest.raises(DatabaseError, match="format 7.*simhashdb-cli upgrade"):
+            DB(path, readonly=readonly, backend=BACKEND)
+    simhashdb.upgrade(path, backend=BACKEND)
+    with DB(path, backend=BACKEND) as db:
+        assert answers(db) == before
+        assert db.check() == []
+    assert ids_of(path) == {key: n for n, key in enumerate(sorted(before[0], key=order))}
+
+
+KILLED_WRITER = """
+import sys
+from simhashdb import DB
+path, start = sys.argv[1], int(sys.argv[2])
+def key(b, i):
+    return "https://example.org/%d/%d/" % (b, i) + "k" * 80
+with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
+    db.delete_many(key(start - 2, i) for i in range(0, 400, 2))  # (a killed writer's may not have landed)
+    print("open", flush=True)
+    for b in range(start, start + 1000):
+        db.insert_many((key(b, i), (b * 7919 + i * 104729) % 2**64) for i in range(400))
+        db.delete_many(key(b - 1, i) for i in range(0, 400, 2))
+        print(b, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_while_the_key_map_is_written_keeps_every_batch_whole(tmp_path):
+    """A py-lmdb writer whose removals write the records, key map and index
+    whole again every few batches (past a quarter of the documents), killed
+    at random moments: each batch there whole (or its removals whole), the
+    key map one entry a record under its key's hash, check() clean."""
+    path, rng, start = str(tmp_path / "db"), random.Random(28), 0
+
+    def key(b, i):
+        return "https://example.org/%d/%d/" % (b, i) + "k" * 80
+
+    for _ in range(3):
+        printed = run_and_kill(KILLED_WRITER, [path, str(start)], 1, rng.uniform(0.3, 1.0))
+        assert printed[0] == "open"
+        with DB(path, backend=BACKEND) as db:
+            start = next(b for b in itertools.count() if key(b, 1) not in db)
+            assert start >= (int(printed[-1]) + 1 if printed[1:] else 0)
+            evens = [b for b in range(start) if key(b, 0) in db]
+            assert evens in ([start - 1], [start - 2, start - 1]) or not start, \
+                "removals landed in part"
+            assert {r.key for r in db} == {key(b, i) for b in range(start) for i in range(400)
+                                           if i % 2 or b in evens}
+            assert db.check() == []
+        assert set().union(*key_map(path)) == hashed(ids_of(path))
 
 
 def same_steps(rng):

@@ -16,11 +16,17 @@ A database's sub-databases (:data:`SUB_DATABASES`):
   big-endian, :data:`ID_BYTES`): the encoded key's length (2 bytes
   big-endian, :data:`KEY_LENGTH_BYTES`), the encoded key, then the document
   value (:mod:`simhashdb.records`). A batch's new keys take the next ids
-  (meta's ``next id``) in key order and are appended; a key written again keeps
-  its id and its record is replaced where it is; an id is never given twice;
-- the key map (encoded key -> its document id, 8 bytes big-endian), kept in
-  :data:`KEY_SLOTS` slots as the index is: ``keys``, then ``keys:01`` to
-  ``keys:07``, each key in exactly one of them;
+  (meta's ``next id``) in key order (:func:`key_order`) and are appended; a
+  key written again keeps its id and its record is replaced where it is; an
+  id is never given twice;
+- the key map (sorted duplicates: the encoded key's hash, 8 bytes big-endian
+  (:func:`key_hash`) -> the document id, 8 bytes big-endian; one entry per
+  document), kept in :data:`KEY_SLOTS` slots as the index is: ``hashes``, then
+  ``hashes:01`` to ``hashes:07``, each document's entry in exactly one of them.
+  The key is stored once, in its record: a lookup reads the records of the
+  ids under the key's hash and keeps the one holding the key (two keys may
+  share a hash; a record whose key has another hash is damage). Documents
+  are listed in key order: by key hash, then key;
 - the fingerprint index (sorted duplicates: 8-byte big-endian fingerprint ->
   document id, 8 bytes big-endian, one entry per document), kept in
   :data:`INDEX_SLOTS` slots: ``fingerprints``, then ``index:01`` to
@@ -53,16 +59,18 @@ A database's sub-databases (:data:`SUB_DATABASES`):
 
 Databases of format 6 and earlier (simhashdb 0.7 and earlier) keep the
 documents as ``docs`` (:data:`OLD_DOCS`: encoded key -> document value) and
-the index's keys in place of ids; ``upgrade`` copies one into this form, and
-nothing else reads it. The copy reads its ``meta`` (the parameters and
-counters) and ``docs`` alone, and builds the index, the tables and the bands
-again, so it never reads the old tables or bands, whatever their form: runs
-(with checksums or, written before them, without), each table as
-``table:NNN`` in simhashdb 0.3 and earlier (:data:`OLD_TABLE`: sorted,
-fixed-size duplicates, the permuted fingerprint's top 2 bytes as key, the
-other 6 as value), each band as ``band:NN`` in 0.5 and earlier
-(:data:`OLD_BAND`, in the same form), or none in 0.2. (The tests write such
-files to convert.)
+the index's keys in place of ids; those of format 7 (0.8) keep the records as
+this format does but the key map by key (``keys``, :data:`OLD_KEYS`: encoded
+key -> id). ``upgrade`` copies either into this form, and nothing else reads
+them. The copy reads the old file's ``meta`` (the parameters and counters)
+and its documents alone (from ``docs``, or from the records in id order), and
+builds the key map, the index, the tables and the bands again, so it never
+reads the old tables or bands, whatever their form: runs (with checksums or,
+written before them, without), each table as ``table:NNN`` in simhashdb 0.3
+and earlier (:data:`OLD_TABLE`: sorted, fixed-size duplicates, the permuted
+fingerprint's top 2 bytes as key, the other 6 as value), each band as
+``band:NN`` in 0.5 and earlier (:data:`OLD_BAND`, in the same form), or none
+in 0.2. (The tests write such files to convert.)
 
 A new kind of sub-database is one more :class:`SubDatabase` in
 :data:`SUB_DATABASES`: :func:`max_dbs` and the names follow from it.
@@ -70,6 +78,7 @@ A new kind of sub-database is one more :class:`SubDatabase` in
 
 from typing import NamedTuple
 
+from ... import _text
 from .. import BANDS
 
 
@@ -109,9 +118,10 @@ KEY_LENGTH_BYTES = 2  # a record's first bytes: its encoded key's length, big-en
 
 META = SubDatabase(b"meta")
 RECORDS = SubDatabase(b"records")
-KEYS = SubDatabase(b"keys:%02d", KEY_SLOTS, first=b"keys")
+KEYS = SubDatabase(b"hashes:%02d", KEY_SLOTS, dupsort=True, first=b"hashes")
 INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
 OLD_DOCS = SubDatabase(b"docs")
+OLD_KEYS = SubDatabase(b"keys")  # format 7's key map: its presence marks a file of format 7
 RUN_DIRECTORY = SubDatabase(b"runs")
 TABLE_RUNS = SubDatabase(b"runs:%03d:%02d", RUN_SLOTS, per_table=True)
 BAND_RUNS = SubDatabase(b"band:%02d:%02d", RUN_SLOTS, per_band=True)
@@ -153,6 +163,18 @@ def native_constants():
              "", "cdef enum:"]
     lines += ["    %s = %d" % (name, globals()[name]) for name in NATIVE_CONSTANTS]
     return "\n".join(lines) + "\n"
+
+
+def key_hash(key):
+    """The key map's key of encoded key ``key``: its 64-bit hash
+    (:func:`simhashdb.fast_hash`, natively ``hash_bytes`` of ``ext/_hash.pxi``),
+    8 bytes big-endian."""
+    return _text.fast_hash(key).to_bytes(ID_BYTES, "big")
+
+
+def key_order(key):
+    """The sort key of encoded key ``key`` in the key order: its hash, then itself."""
+    return key_hash(key), key
 
 
 def directory_key(table):

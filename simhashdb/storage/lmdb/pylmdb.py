@@ -4,12 +4,13 @@ backend, used where that one was not built (or with ``backend="py-lmdb"``).
 It keeps the tables and bands as compressed sorted runs (RUNS.md), blocks
 coded by ``_ext`` exactly as the native backend codes them. A run set is a
 table (numbered from 0) or a band (numbered after the tables).
-The documents are records under their ids; the key map and the fingerprint
-index are each the union of their slots, as native keeps them: this backend
-puts new entries into the first slot and leaves merging the slots to the
-native one (any slot may hold any entry). A database of format 6 and
-earlier (documents in ``docs``) opens its meta and documents alone, for the
-copy that converts it (:meth:`PyLmdbStorage._copy_to`); nothing else reads it.
+The documents are records under their ids; the key map (by key hash) and the
+fingerprint index are each the union of their slots, as native keeps them:
+this backend puts new entries into the first slot and leaves merging the
+slots to the native one (any slot may hold any entry). A database of format
+7 and earlier (the key map by key, or the documents in ``docs``) opens its
+meta and documents alone, for the copy that converts it
+(:meth:`PyLmdbStorage._copy_to`); nothing else reads it.
 
 Its reads are :class:`.pyview.PyView`, its writes :class:`.pytxn.PyTxn`,
 over what :mod:`.pyruns` keeps of the runs' blocks and merges.
@@ -49,6 +50,7 @@ from .pyruns import (
     BAND_SLOTS,
     META,
     OLD_DOCS,
+    OLD_KEYS,
     RECORDS,
     RUNS,
     Slots,
@@ -69,6 +71,8 @@ from .pyruns import (
 from .pyview import PyView
 from .pytxn import PyTxn
 
+# what marks a file of an earlier format, and what its copy reads the documents from
+OLD_SOURCES = ((OLD_DOCS, OLD_DOCS), (OLD_KEYS, RECORDS))
 _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
 VERIFY_TRIES = 3  # walks of the data file check() makes while other processes commit
 
@@ -76,9 +80,10 @@ VERIFY_TRIES = 3  # walks of the data file check() makes while other processes c
 class PyLmdbStorage(LmdbStorage):
     """An LMDB environment in the directory ``path``, through py-lmdb.
 
-    ``old_documents``: whether the file keeps its documents as format 6 and
-    earlier did (``docs``), which only the copy of compaction and relayout
-    reads (converting them); its views refuse to read documents.
+    ``old_documents``: whether the file keeps its documents as format 7
+    (the key map by key) or 6 and earlier (``docs``) did, which only the
+    copy of compaction and relayout reads (converting them); its views refuse
+    to read documents.
     """
 
     backend = "py-lmdb"
@@ -114,13 +119,16 @@ class PyLmdbStorage(LmdbStorage):
 
     def _open_documents(self, txn):
         """Open the records and the key map's slots (made where writable), or,
-        in a database of format 6 and earlier, its ``docs``, making nothing."""
+        in a database of an earlier format, what the copy converts, making
+        nothing: format 7's records, the ``docs`` of format 6 and earlier."""
         with contextlib.ExitStack() as stack:
             reader = txn or stack.enter_context(self._env.begin())
-            self.old_documents = reader.get(OLD_DOCS) is not None
+            self._old_source = next((source for marker, source in OLD_SOURCES
+                                     if reader.get(marker) is not None), None)
+        self.old_documents = self._old_source is not None
         self._keys = Slots(format.KEYS)
         if self.old_documents:
-            self._dbs[OLD_DOCS] = self._open_db(OLD_DOCS, txn=txn, create=False)
+            self._dbs[self._old_source] = self._open_db(self._old_source, txn=txn, create=False)
         else:
             self._dbs[RECORDS] = self._open_db(RECORDS, txn=txn)
             self._open_slots(self._keys, create=True, txn=txn)
@@ -322,8 +330,8 @@ class PyLmdbStorage(LmdbStorage):
         appended in order; the tables rebuilt from the index as one run each
         in ``layout`` (no stale entries; meta brings the distinct count), the
         bands from the records, the parameters ``params`` (None: as they are).
-        A database of format 6 and earlier is converted: its documents take
-        ids in key order, and the index is built from them."""
+        A database of an earlier format is converted: its documents take ids
+        in key order, and the key map and index are built from them."""
         grows = -(-layout.tables // self._layout.tables)  # (more tables: room for them)
         target = lmdb.open(os.fsencode(copy), map_size=grows * self._map_size_to_open(),
                            max_dbs=max_dbs(max(self._room_for_tables(), layout.tables)),
@@ -336,8 +344,9 @@ class PyLmdbStorage(LmdbStorage):
                 meta = opened(META)
                 self._walked(source, [META], fill_empty(
                     written.cursor(meta), source.cursor(self._dbs[META]).iternext(), False))
-                records, keys = opened(RECORDS), [opened(name) for name in format.KEYS.names()]
-                index = [opened(name, dupsort=True) for name in format.INDEX.names()]
+                records = opened(RECORDS)
+                keys, index = ([opened(name, dupsort=True) for name in family.names()]
+                               for family in (format.KEYS, format.INDEX))
                 if self.old_documents:
                     converted = self._convert_documents(source, written, records, keys[0], index[0])
                     written.put(NEXT_ID, count_bytes(converted), db=meta)
@@ -378,23 +387,35 @@ class PyLmdbStorage(LmdbStorage):
         self._walked(source, [RECORDS], fill_empty(
             written.cursor(records), source.cursor(self._dbs[RECORDS]).iternext(), False))
         self._walked(source, self._keys.names, fill_empty(
-            written.cursor(keys), slot_items(source, self, self._keys), False))
+            written.cursor(keys), slot_items(source, self, self._keys), True))
         self._walked(source, self._index.names, fill_empty(
             written.cursor(index), index_items(source, self), True))
 
     def _convert_documents(self, source, written, records, keys, index):
-        """Write the documents of ``docs`` (format 6 and earlier) as records,
-        ids given in key order from 0, with their key map (into ``keys``) and
-        index (into ``index``); returns how many (the next id)."""
-        def numbered():
-            return enumerate(source.cursor(self._dbs[OLD_DOCS]).iternext())
+        """Write the documents of a file of an earlier format (``docs``, or
+        format 7's records) as records, ids given in key order from 0, with
+        their key map (into ``keys``) and index (into ``index``); returns how
+        many (the next id)."""
+        old = self._dbs[self._old_source]
+        if self._old_source == OLD_DOCS:  # (key, where its value is)
+            located = [(key, key) for key in source.cursor(old).iternext(values=False)]
+        else:
+            located = [(record_parts(raw, self.path, doc)[0], doc)
+                       for doc, raw in source.cursor(old).iternext()]
+        self._walked(source, [self._old_source], len(located))
+        located.sort(key=lambda pair: format.key_order(pair[0]))
+        entries = []  # the index's, as the records are written
 
-        count = fill_empty(written.cursor(records), ((id_bytes(number), record_bytes(key, value))
-                                                     for number, (key, value) in numbered()), False)
-        self._walked(source, [OLD_DOCS], count)
-        fill_empty(written.cursor(keys), ((key, id_bytes(number))
-                                          for number, (key, _) in numbered()), False)
-        entries = sorted(_ext.pack_key(value_fingerprint(value)) + id_bytes(number)
-                         for number, (_, value) in numbered())
-        fill_empty(written.cursor(index), ((entry[:8], entry[8:]) for entry in entries), True)
+        def numbered():
+            for number, (key, at) in enumerate(located):
+                value = source.get(at, db=old)
+                if self._old_source == RECORDS:
+                    value = record_parts(value, self.path, at)[1]
+                entries.append(_ext.pack_key(value_fingerprint(value)) + id_bytes(number))
+                yield id_bytes(number), record_bytes(key, value)
+
+        count = fill_empty(written.cursor(records), numbered(), False)
+        fill_empty(written.cursor(keys), ((format.key_hash(key), id_bytes(number))
+                                          for number, (key, _) in enumerate(located)), True)
+        fill_empty(written.cursor(index), ((entry[:8], entry[8:]) for entry in sorted(entries)), True)
         return count

@@ -21,7 +21,7 @@ from .format import (
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
-OLD_DOCS = format.OLD_DOCS.name()
+OLD_DOCS, OLD_KEYS = format.OLD_DOCS.name(), format.OLD_KEYS.name()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
 slot_name = format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
@@ -57,10 +57,11 @@ def note_bands(bands, value, fingerprint, added):
 
 
 class Slots:
-    """A family of sub-databases kept in slots, each entry in one of them (the
-    fingerprint index, the key map): ``names``, the slots a storage opened,
-    from the first. This backend puts new entries into the first slot and
-    leaves merging them to the native engine, so any slot may hold any entry."""
+    """A family of sub-databases of sorted duplicates (8 bytes -> a document
+    id) kept in slots, each entry in one of them (the fingerprint index, the
+    key map by key hash): ``names``, the slots a storage opened, from the
+    first. This backend puts new entries into the first slot and leaves
+    merging them to the native engine, so any slot may hold any entry."""
 
     def __init__(self, kind):
         self.kind, self.names = kind, []
@@ -109,7 +110,7 @@ def id_bytes(number):
 
 
 def old_documents_error(path):
-    return DatabaseError("%s keeps its documents in the form of simhashdb 0.7 and earlier, "
+    return DatabaseError("%s keeps its documents in the form of simhashdb 0.8 and earlier, "
                          "which this version does not read: convert it with `simhashdb-cli "
                          "upgrade %s` (or simhashdb.upgrade(path))" % (path, path))
 

@@ -13,6 +13,7 @@ from ... import _ext
 from ...layout import NearIndex
 from ...records import value_fingerprint
 from .. import BANDS, Txn, band_entries
+from . import format
 from .format import (
     BAND_REWRITE,
     BAND_STALE,
@@ -72,16 +73,17 @@ class PyTxn(PyView, Txn):
         next_id = self._count(NEXT_ID)
         if next_id > 2**64 - 1 - len(latest):  # (ids run to 2^64: only damage comes near)
             raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
-        for key, doc in self._ids_of(latest).items():  # (new entries: the first slots)
+        stored = self._lookup(latest.keys())
+        for hash_, key in sorted(map(format.key_order, latest)):  # (new entries: the first slots)
             fp, value = latest[key]
             note_bands(bands, value, fp, True)
-            if doc is None:
+            if key not in stored:
                 doc = id_bytes(next_id)
                 next_id += 1
                 appended.append((doc, record_bytes(key, value)))
-                mapped.append((key, doc))
+                mapped.append((hash_, doc))
             else:
-                old = self._record(doc, key)[1]
+                doc, old = stored[key]
                 old_fp = value_fingerprint(old)
                 note_bands(bands, old, old_fp, False)
                 records.put(doc, record_bytes(key, value))
@@ -94,9 +96,11 @@ class PyTxn(PyView, Txn):
             if records.putmulti(appended, append=True)[1] != len(appended):  # ids behind theirs
                 raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
             self._set_count(NEXT_ID, next_id)
-            # in full pages where the new keys sort after the slot's (a first batch, rising keys)
-            after = not keys.last() or keys.key() < mapped[0][0]
-            if keys.putmulti(mapped, append=after)[1] != len(mapped):
+            # in full pages where the new hashes sort after the slot's (a first batch), each
+            # once (py-lmdb before 3.0 refuses a duplicate appended)
+            after = (not keys.last() or keys.key() < mapped[0][0]) and all(
+                older[0] < newer[0] for older, newer in zip(mapped, mapped[1:]))
+            if keys.putmulti(mapped, dupdata=True, append=after)[1] != len(mapped):
                 raise damaged_error(storage.path, "the key map")
         self._update_tables(touched)
         self._update_bands(bands)
@@ -130,20 +134,20 @@ class PyTxn(PyView, Txn):
         batch takes the documents removed since they were last written whole
         past 1/RUN_RATIO of them and the transaction changed nothing before."""
         touched, bands, gone = {}, {}, []
-        stored = [(key, doc) for key, doc in self._ids_of(set(keys)).items() if doc is not None]
+        stored = self._lookup(set(keys))
         last = None
         if not self.changed and (self._count(REMOVED) + len(stored)) * RUN_RATIO > self.count():
             last = self._snapshot()
         self.changed = True
         with last or contextlib.nullcontext():
-            for key, doc in stored:
-                old = self._record(doc, key)[1]
+            for hash_, key in sorted(map(format.key_order, stored)):
+                doc, old = stored[key]
                 fp = value_fingerprint(old)
                 note_bands(bands, old, fp, False)
-                gone.append((key, doc, fp))
+                gone.append((hash_, doc, fp))
                 if last is None:
                     self._txn.delete(doc, db=self._storage._dbs[RECORDS])
-                    self._delete_entry(self._storage._keys, key)
+                    self._delete_entry(self._storage._keys, hash_, doc)
                     self._unlink(fp, doc, touched)
                 else:
                     self._touch(fp, touched)
@@ -180,17 +184,17 @@ class PyTxn(PyView, Txn):
 
     def _write_whole(self, last, gone=()):
         """Write the records, the key map's slots and the index's again
-        without the documents ``gone`` [(key, id, fingerprint)], each emptied
-        and appended in order from snapshot ``last``."""
+        without the documents ``gone`` [(key hash, id, fingerprint)], each
+        emptied and appended in order from snapshot ``last``."""
         storage = self._storage
-        keys, docs = {key for key, _, _ in gone}, {doc for _, doc, _ in gone}
-        entries = {(_ext.pack_key(fp), doc) for _, doc, fp in gone}
+        docs = {doc for _, doc, _ in gone}
         self._append(last, RECORDS, lambda k, v: k not in docs, False)
-        for slots, keep in ((storage._keys, lambda k, v: k not in keys),
-                            (storage._index, lambda k, v: (k, v) not in entries)):
+        for slots, entries in ((storage._keys, {(hash_, doc) for hash_, doc, _ in gone}),
+                               (storage._index, {(_ext.pack_key(fp), doc) for _, doc, fp in gone})):
             for name in slots.names:
                 if last.stat(storage._dbs[name])["entries"]:
-                    self._append(last, name, keep, slots.kind.dupsort)
+                    self._append(last, name, lambda k, v: (k, v) not in entries,
+                                 slots.kind.dupsort)
         self._cursors, self._in_use = {}, {}  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
@@ -231,11 +235,11 @@ class PyTxn(PyView, Txn):
         self._touch(fp, touched)
         self._delete_entry(self._storage._index, _ext.pack_key(fp), doc)
 
-    def _delete_entry(self, slots, key, value=None):
-        """Delete the entry of ``key`` (with ``value``, in a family of sorted
-        duplicates) from the slot of family ``slots`` that holds it."""
+    def _delete_entry(self, slots, key, value):
+        """Delete the entry (``key``, ``value``) from the slot of family
+        ``slots`` that holds it."""
         for cursor in self._slot_cursors(slots):
-            if cursor.set_key(key) if value is None else cursor.set_key_dup(key, value):
+            if cursor.set_key_dup(key, value):
                 cursor.delete()
                 return
 

@@ -1,6 +1,6 @@
 """Reads of the py-lmdb backend over one transaction: documents (the key
-map, then the records), the fingerprint index, the tables' runs searched
-and the bands' entries."""
+map by key hash, then the records), the fingerprint index, the tables' runs
+searched and the bands' entries."""
 
 import itertools
 from array import array
@@ -10,15 +10,8 @@ from bisect import bisect_left, bisect_right
 from ... import _ext
 from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
-from .format import (
-    DISTINCT,
-    ID_BYTES,
-    PARAMS,
-    block_entries,
-    block_key,
-    checksummed,
-    directory_runs,
-)
+from . import format
+from .format import DISTINCT, PARAMS, block_entries, block_key, checksummed, directory_runs
 from .pyruns import (
     MAX_VALUE,
     META,
@@ -35,7 +28,7 @@ from .pyruns import (
     slot_items,
 )
 
-CHUNK = 1024  # documents(): keys read from the key map, then their records sorted by id
+CHUNK = 1024  # documents(): key hashes read from the key map, then their records sorted by id
 
 
 class PyView(View):
@@ -48,7 +41,8 @@ class PyView(View):
 
     def _db(self, name):
         db = self._storage._dbs.get(name)
-        if db is None:  # only the records and key map of a database of format 6 and earlier
+        # the documents of a file of an earlier format: only the copy reads them
+        if db is None or name == RECORDS and self._storage.old_documents:
             raise old_documents_error(self._storage.path)
         return db
 
@@ -81,30 +75,27 @@ class PyView(View):
                 if name == slots.first or self._txn.stat(dbs[name])["entries"]]
         return cursors
 
-    def _index_cursors(self):
-        return self._slot_cursors(self._storage._index)
+    def _ids_under(self, slots, key):
+        """The document ids (bytes) that the family ``slots`` holds under ``key``."""
+        return [doc for cursor in self._slot_cursors(slots) if cursor.set_key(key)
+                for doc in cursor.iternext_dup()]
 
-    def _id_of(self, key):
-        """The document id (bytes) of ``key`` in the key map, or None."""
-        for cursor in self._slot_cursors(self._storage._keys):
-            found = cursor.get(key)
-            if found is not None:
-                if len(found) != ID_BYTES:
-                    raise damaged_error(self._storage.path, "the key map's entry of a key")
-                return found
-        return None
+    def _lookup(self, keys):
+        """{key: (its id, its value)} of the stored ones of ``keys`` (a set):
+        the ids under their hashes, swept in hash order, then those records
+        in id order; the records of other keys of a hash are passed over."""
+        hashed = {doc: hash_ for hash_ in sorted({format.key_hash(key) for key in keys})
+                  for doc in self._ids_under(self._storage._keys, hash_)}
+        return {key: (doc, value) for doc, (key, value) in self._hashed(hashed).items()
+                if key in keys}
 
-    def _ids_of(self, keys):
-        """{key: its document id, or None} of ``keys``, looked up in key order."""
-        return {key: self._id_of(key) for key in sorted(keys)}
-
-    def _record(self, doc, key=None):
-        """(key, value) of document ``doc`` (an id's bytes), which the key
-        map (for ``key``, where given) or the index names: its record must be
-        there, and hold that key."""
+    def _record(self, doc, hash_=None):
+        """(key, value) of document ``doc`` (an id's bytes), which the key map
+        (under ``hash_``, where given) or the index names: its record must be
+        there, and hold a key of that hash."""
         raw = self._cursor(RECORDS).get(doc)
         parts = None if raw is None else record_parts(raw, self._storage.path, doc)
-        if parts is None or key is not None and parts[0] != key:
+        if parts is None or hash_ is not None and format.key_hash(parts[0]) != hash_:
             raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())
         return parts
 
@@ -112,11 +103,10 @@ class PyView(View):
         """{id: (key, value)} of the documents ``docs`` (ids' bytes), read in id order."""
         return {doc: self._record(doc) for doc in sorted(set(docs))}
 
-    def _values(self, keyed):
-        """{id: value} of the documents ``keyed`` ((key, id) pairs the key map
-        gave), read in id order: each record must hold its key."""
-        return {doc: self._record(doc, key)[1]
-                for key, doc in sorted(keyed, key=lambda pair: pair[1])}
+    def _hashed(self, hashed):
+        """{id: (key, value)} of the documents ``hashed`` ({id: key hash} the
+        key map gave), read in id order: each record's key must have that hash."""
+        return {doc: self._record(doc, hashed[doc]) for doc in sorted(hashed)}
 
     def _keys(self, indexed):
         """{id: key} of the documents ``indexed`` ((id, fingerprint) pairs the
@@ -130,20 +120,23 @@ class PyView(View):
         return self.get_many([key])[0]
 
     def get_many(self, keys):
-        ids = self._ids_of(keys)
-        found = self._values((key, doc) for key, doc in ids.items() if doc is not None)
-        return [None if ids[key] is None else found[ids[key]] for key in keys]
+        found = self._lookup(set(keys))
+        return [found[key][1] if key in found else None for key in keys]
 
     def documents(self, after=None):
-        """Every (key, value) in key order: the key map's slots merged, a
-        chunk of keys at a time, then their records in id order."""
-        items = slot_items(self._txn, self._storage, self._storage._keys, after)
-        if after is not None:
-            items = itertools.dropwhile(lambda item: item[0] == after, items)
-        while chunk := list(itertools.islice(items, CHUNK)):
-            found = self._values(chunk)
-            for key, doc in chunk:
-                yield key, found[doc]
+        """Every (key, value) in key order (by key hash, then key): the key
+        map's slots merged, a chunk of hashes at a time, then their records
+        in id order."""
+        start = None if after is None else format.key_order(after)
+        items = slot_items(self._txn, self._storage, self._storage._keys, start and start[0])
+        hashes = ((hash_, [doc for _, doc in entries])
+                  for hash_, entries in itertools.groupby(items, key=lambda item: item[0]))
+        while chunk := list(itertools.islice(hashes, CHUNK)):
+            found = self._hashed({doc: hash_ for hash_, docs in chunk for doc in docs})
+            for hash_, docs in chunk:
+                for key, value in sorted(found[doc] for doc in docs):
+                    if start is None or (hash_, key) > start:
+                        yield key, value
 
     def keys_of(self, fingerprint):
         return self.keys_of_many([fingerprint])[fingerprint]
@@ -151,23 +144,15 @@ class PyView(View):
     def keys_of_many(self, fingerprints):
         """The ids of each fingerprint from the index in fingerprint order,
         then their records in id order."""
-        ids = {fp: self._ids_with(fp) for fp in sorted(set(fingerprints))}
+        ids = {fp: self._ids_under(self._storage._index, _ext.pack_key(fp))
+               for fp in sorted(set(fingerprints))}
         keys = self._keys([(doc, fp) for fp, docs in ids.items() for doc in docs])
         return {fp: sorted(keys[doc] for doc in docs) for fp, docs in ids.items()}
-
-    def _ids_with(self, fingerprint):
-        """The document ids (bytes) the index holds for ``fingerprint``."""
-        fp_bytes = _ext.pack_key(fingerprint)
-        return [doc for cursor in self._index_cursors() if cursor.set_key(fp_bytes)
-                for doc in cursor.iternext_dup()]
 
     def _has(self, fp):
         """Whether a slot of the index has ``fp``."""
         fp_bytes = _ext.pack_key(fp)
-        for cursor in self._index_cursors():
-            if cursor.set_key(fp_bytes):
-                return True
-        return False
+        return any(cursor.set_key(fp_bytes) for cursor in self._slot_cursors(self._storage._index))
 
     def fingerprint_groups(self):
         items = index_items(self._txn, self._storage)

@@ -213,10 +213,19 @@ def store_format(env, txn, version):
 
 
 def stored_id(env, txn, key):
-    """The document id (8 bytes) that the key map of an LMDB database holds
-    for encoded ``key`` (in whichever of its slots), or None."""
-    found = (txn.get(key, db=env.open_db(name, txn=txn)) for name in lmdb_format.KEYS.names())
-    return next(filter(None, found), None)
+    """The document id (8 bytes) of encoded ``key`` in an LMDB database: the
+    one under its hash in the key map (in whichever of its slots) whose record
+    holds it; or None."""
+    records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+    for name in lmdb_format.KEYS.names():
+        cursor = txn.cursor(env.open_db(name, txn=txn, dupsort=True))
+        if cursor.set_key(lmdb_format.key_hash(key)):
+            for id_bytes in cursor.iternext_dup():
+                record = txn.get(id_bytes, db=records)
+                if record[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + len(key)] == key \
+                        and int.from_bytes(record[:lmdb_format.KEY_LENGTH_BYTES], "big") == len(key):
+                    return id_bytes
+    return None
 
 
 def index_in_one_slot(env, txn):

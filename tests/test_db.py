@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 from conftest import (as_tuples, brute_force, flip, key_order, storage_of, store_params,
-                      stored_params)
+                      stored_id, stored_params)
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -391,8 +391,7 @@ def test_check_reads_the_keys_of_a_fingerprint_many_documents_share_once(db, mon
         db.close()
         env = lmdb.open(db.path, max_dbs=4096)
         with env.begin(write=True) as txn:
-            id_ = b"".join(txn.get(msgpack.packb(1717), b"", db=env.open_db(name, txn=txn))
-                           for name in lmdb_format.KEYS.names())
+            id_ = stored_id(env, txn, msgpack.packb(1717))
             for name in lmdb_format.INDEX.names():
                 txn.delete((12345).to_bytes(8, "big"), id_,
                            db=env.open_db(name, txn=txn, dupsort=True))

@@ -17,7 +17,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import BACKENDS, as_tuples, brute_force, storage_of
+from conftest import BACKENDS, as_tuples, brute_force, storage_of, stored_id
 
 from simhashdb import DB, DatabaseError, SimhashDBError
 from simhashdb.storage.lmdb import format as lmdb_format
@@ -470,8 +470,7 @@ def test_a_damaged_document_record_is_a_database_error_everywhere(tmp_path, back
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
         key = msgpack.packb(7)
-        id_ = b"".join(txn.get(key, b"", db=env.open_db(name, txn=txn, create=False))
-                       for name in lmdb_format.KEYS.names())
+        id_ = stored_id(env, txn, key)
         docs = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
         record, value = txn.get(id_, db=docs), DAMAGED_VALUES[damage]
         txn.put(id_, record[:-3] if value is None else record[:2 + len(key)] + value, db=docs)

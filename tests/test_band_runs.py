@@ -146,7 +146,7 @@ def test_a_database_of_0_5_is_converted_by_upgrade_with_its_text_decisions(tmp_p
     assert any(before)
     bands_as_in_0_5(path)
     for readonly in (False, True):
-        with pytest.raises(DatabaseError, match="simhashdb 0.7 and earlier.*simhashdb-cli upgrade"):
+        with pytest.raises(DatabaseError, match="simhashdb 0.8 and earlier.*simhashdb-cli upgrade"):
             simhashdb.DB(path, readonly=readonly, backend=backend)
     simhashdb.upgrade(path, backend=backend)
     with simhashdb.DB(path, backend=backend) as db:

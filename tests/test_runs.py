@@ -414,7 +414,7 @@ def test_a_database_of_0_3_is_refused_until_upgrade_copies_it_into_this_format(t
     assert all(before)
     as_in_0_3(path)
     for readonly in (False, True):
-        with pytest.raises(DatabaseError, match="simhashdb 0.7 and earlier.*simhashdb-cli upgrade"):
+        with pytest.raises(DatabaseError, match="simhashdb 0.8 and earlier.*simhashdb-cli upgrade"):
             DB(path, readonly=readonly)
     seen = []
     simhashdb.upgrade(path, progress=lambda done, total: seen.append((done, total)))

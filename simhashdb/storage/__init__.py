@@ -89,9 +89,9 @@ class View(ABC):
 
     @abstractmethod
     def documents(self, after=None):
-        """Every (key, value), streamed in an order fixed by the backend (LMDB:
-        key order), from the first after key ``after`` in that order (from the
-        first: None); ``after`` need not be stored."""
+        """Every (key, value), streamed in an order fixed by the backend
+        (LMDB: by the key's hash, then the key), from the first after key
+        ``after`` in that order (from the first: None); ``after`` need not be stored."""
 
     @abstractmethod
     def keys_of(self, fingerprint):

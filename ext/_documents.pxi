@@ -1,5 +1,5 @@
-# A part of _lmdb.pyx, which includes the parts in order; it builds on _buffers.pxi, _work.pxi,
-# _slotted.pxi.
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi (the
+# hash), _buffers.pxi, _work.pxi, _slotted.pxi.
 #
 # The documents as records under ids (format.py): a record is the key's length
 # (u16 BE), the key and the document value; the key map holds each id under its

@@ -1,9 +1,10 @@
 # Slotted structures (RUNS.md, "The index as runs"): sorted duplicates (an
 # 8-byte key -> 8-byte ids) kept in a few slot sub-databases, its entries the
-# union of theirs, each entry in exactly one of them. A write transaction puts its new entries into a slot of its own,
-# which takes them in few pages whatever the map holds; deletes go to the slot
-# that holds the entry; merges (the smallest slots in use into a free one,
-# appended in order) keep about log_RATIO(N / batch) slots in use. Used twice:
+# union of theirs, each entry in exactly one of them. A write transaction puts
+# its new entries into a slot of its own, which takes them in few pages
+# whatever the map holds; deletes go to the slot that holds the entry; merges
+# (the smallest slots in use into a free one, appended in order) keep about
+# log_RATIO(N / batch) slots in use. Used twice:
 # the fingerprint index (slots "fingerprints", "index:NN": fingerprint ->
 # document id) and the key map (slots "hashes", "hashes:NN": key hash -> id).
 # Included by _lmdb.pyx after Work (which holds both as Slotted).

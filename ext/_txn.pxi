@@ -200,7 +200,8 @@ cdef class Txn:
                 while rc == 0:
                     rc = CORRUPTED if k.mv_size != 8 else read_id(&v, &id)
                     hash = read_be(<uint8_t*>k.mv_data, 8) if rc == 0 else 0
-                    if rc == 0 and n and (hash < last_hash or (hash == last_hash and id <= last_id)):
+                    if rc == 0 and n and (hash < last_hash or
+                                          (hash == last_hash and id <= last_id)):
                         rc = CORRUPTED
                     if rc or (counted >= limit and hash != last_hash):
                         break

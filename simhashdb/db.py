@@ -509,8 +509,8 @@ class DB:
 
     def __iter__(self) -> Iterator[Record]:
         """Records (not keys: a DB is a store of documents, as a table is of
-        rows) in an order fixed by the backend: on LMDB in key-encoding order,
-        from one snapshot held until the loop ends; on Redis, which keeps no
+        rows) in an order fixed by the backend: on LMDB by the key's hash,
+        then the key, from one snapshot held until the loop ends; on Redis, which keeps no
         snapshots, by a hash of the key, streamed in rounds that each see
         whole batches (a record not written meanwhile comes once; one written
         meanwhile may come or not)."""

@@ -222,8 +222,8 @@ def stored_id(env, txn, key):
         if cursor.set_key(lmdb_format.key_hash(key)):
             for id_bytes in cursor.iternext_dup():
                 record = txn.get(id_bytes, db=records)
-                if record[lmdb_format.KEY_LENGTH_BYTES:lmdb_format.KEY_LENGTH_BYTES + len(key)] == key \
-                        and int.from_bytes(record[:lmdb_format.KEY_LENGTH_BYTES], "big") == len(key):
+                if record[:lmdb_format.KEY_LENGTH_BYTES + len(key)] == \
+                        len(key).to_bytes(lmdb_format.KEY_LENGTH_BYTES, "big") + key:
                     return id_bytes
     return None
 

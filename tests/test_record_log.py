@@ -144,20 +144,25 @@ def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_8(tmp_path):
         assert db.check() == []
 
 
-def test_a_record_whose_key_runs_past_it_is_damage(tmp_path):
-    """A record's key length past its end raises DatabaseError on every read
-    of it, never a fault or garbage."""
-    path = str(tmp_path / "db")
+def damaged(path, damage):
+    """The native storage at ``path`` of documents "a" and "b", reopened once
+    ``damage(env, txn, b's id as bytes)`` wrote to its file with py-lmdb."""
     storage = open_native(path)
     put(storage, [("a", 1), ("b", 2)])
     storage.close()
-    b_id = key_map(file_state(path))[records.encode_key("b")]
+    b_id = key_map(file_state(path))[records.encode_key("b")].to_bytes(ID, "big")
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        db = env.open_db(RECORDS, txn=txn)
-        txn.put(b_id.to_bytes(ID, "big"), b"\x01\xff" + b"b", db=db)
+        damage(env, txn, b_id)
     env.close()
-    storage = open_native(path)
+    return open_native(path)
+
+
+def test_a_record_whose_key_runs_past_it_is_damage(tmp_path):
+    """A record's key length past its end raises DatabaseError on every read
+    of it, never a fault or garbage."""
+    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: txn.put(
+        b_id, b"\x01\xff" + b"b", db=env.open_db(RECORDS, txn=txn)))
     with storage.read() as view:
         assert view.get(records.encode_key("a")) is not None
         for read in (lambda: view.get(records.encode_key("b")), lambda: list(view.documents()),
@@ -237,7 +242,8 @@ def test_a_file_of_format_7_is_refused_until_upgrade_converts_it(tmp_path):
         db.delete_many(["f%d" % i for i in range(0, 2000, 9)] + ["t3", "t4"])
         probes = [fp ^ 3 for fp in rng.sample([r.fingerprint for r in db], 100)]
         before = (sorted((r.key, r.fingerprint) for r in db), [sorted(db.query(p)) for p in probes],
-                  [sorted(m.key for m in found) for found in db.query_text_many(list(texts.values()))])
+                  [sorted(m.key for m in found)
+                   for found in db.query_text_many(list(texts.values()))])
     documents_as_in_format_7(path)
     names = set(file_state(path))
     for readonly in (True, False):
@@ -330,7 +336,8 @@ def test_keys_whose_hashes_collide_are_each_found_written_and_removed(tmp_path, 
         for after in order + [colliding[1], colliding[2], "nope"]:
             encoded = records.encode_key(after)
             assert [records.unpack(k) for k, _ in view.documents(encoded)] == \
-                [k for k in order if format.key_order(records.encode_key(k)) > format.key_order(encoded)]
+                [k for k in order
+                 if format.key_order(records.encode_key(k)) > format.key_order(encoded)]
     assert storage.check() == []
     storage.close()
     assert sorted(key_map(file_state(path))) == sorted(records.encode_key(k) for k in expected)
@@ -339,17 +346,9 @@ def test_keys_whose_hashes_collide_are_each_found_written_and_removed(tmp_path, 
 def test_a_record_under_another_keys_hash_is_damage(tmp_path):
     """A key map entry naming a record whose key has another hash: reads of
     that hash (get, documents) and writes of its key raise DamagedError."""
-    path = str(tmp_path / "db")
-    storage = open_native(path)
-    put(storage, [("a", 1), ("b", 2)])
-    storage.close()
-    b_id = key_map(file_state(path))[records.encode_key("b")]
-    env = lmdb.open(path, max_dbs=4096)
-    with env.begin(write=True) as txn:
-        txn.put(format.key_hash(records.encode_key("c")), b_id.to_bytes(ID, "big"),
-                db=env.open_db(format.KEYS.name(0), txn=txn, dupsort=True))
-    env.close()
-    storage = open_native(path)
+    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: txn.put(
+        format.key_hash(records.encode_key("c")), b_id,
+        db=env.open_db(format.KEYS.name(0), txn=txn, dupsort=True)))
     with storage.read() as view:
         assert records.value_fingerprint(view.get(records.encode_key("a"))) == 1
         for read in (lambda: view.get(records.encode_key("c")), lambda: list(view.documents())):

@@ -312,7 +312,7 @@ cdef int slots_pass(Slots* s, int at) noexcept nogil:
 cdef enum:
     FEED_FROM = 1 << 16     # the fewest entries a merge takes for a thread to read them
                             # (or Work.threaded_merge, where that is fewer)
-    FEED_CHUNK = 1 << 18    # bytes of entries handed over at a time
+    FEED_CHUNK = 1 << 16    # bytes of entries handed over at a time (4,096 entries)
     FEED_CHUNKS = 8         # chunks in flight
 
 

@@ -13,6 +13,7 @@ from test_multiprobe import adversarial_docs, probes_near
 
 from simhashdb import DB
 from simhashdb.layout import Layout
+from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.registry import default_backend
 
 both = pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
@@ -111,7 +112,7 @@ def test_a_reader_of_one_backend_beside_a_writer_of_the_other(tmp_path, monkeypa
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_name, request):
     """View.documents(after): what expire() walks in batches, in the order
-    of the backend (LMDB: key order; Redis: shard, then key)."""
+    of the backend (LMDB: by the key's hash, then the key; Redis: shard, then key)."""
     import msgpack
     if backend_name == "redis":
         request.getfixturevalue("redis_names")
@@ -122,8 +123,7 @@ def test_documents_start_after_any_key_alike_on_each_backend(tmp_path, backend_n
             def position(key):
                 return storage_of(db).keys.doc_shard(key), key
         else:
-            def position(key):
-                return key
+            position = lmdb_format.key_order
         with storage_of(db).read() as view:
             keys = [k for k, _ in view.documents()]
             assert sorted(keys) == sorted(msgpack.packb(k) for k in stored)

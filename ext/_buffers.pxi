@@ -56,6 +56,7 @@ cdef int sort_records(uint64_t* data, size_t n, size_t stride) noexcept nogil:
 cdef struct Doc:
     const uint8_t* key
     size_t key_size
+    uint64_t hash           # the key's (format.key_hash): its key map key, first in key order
     const uint8_t* value
     size_t value_size
     uint64_t fp
@@ -70,10 +71,17 @@ cdef inline int cmp_bytes(const uint8_t* a, size_t na, const uint8_t* b, size_t 
     return (na > nb) - (na < nb)
 
 
+cdef inline int cmp_key_order(const Doc* x, const Doc* y) noexcept nogil:
+    """The key order (format.key_order): the keys' hashes, then the keys."""
+    if x.hash != y.hash:
+        return -1 if x.hash < y.hash else 1
+    return cmp_bytes(x.key, x.key_size, y.key, y.key_size)
+
+
 cdef int cmp_doc_key(const void* a, const void* b) noexcept nogil:
     cdef const Doc* x = <const Doc*>a
     cdef const Doc* y = <const Doc*>b
-    cdef int c = cmp_bytes(x.key, x.key_size, y.key, y.key_size)
+    cdef int c = cmp_key_order(x, y)
     if c:
         return c
     return (x.seq > y.seq) - (x.seq < y.seq)

@@ -1,13 +1,20 @@
-# A part of _lmdb.pyx, which includes the parts in order; it builds on _buffers.pxi, _work.pxi,
-# _slotted.pxi.
+# A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi (the
+# hash), _buffers.pxi, _work.pxi, _slotted.pxi.
 #
 # The documents as records under ids (format.py): a record is the key's length
-# (u16 BE), the key and the document value; the key map finds a key's id.
+# (u16 BE), the key and the document value; the key map holds each id under its
+# key's hash, and the record of one of the ids under a key's hash holds the key.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from bits cimport read_be, write_be
-from clmdb cimport g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_cursor, MDB_SET, MDB_val
+from clmdb cimport (
+    g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_cursor, MDB_NEXT_DUP, MDB_NOTFOUND,
+    MDB_SET, MDB_val,
+)
+
+cdef enum:
+    KEY_ROOM = 512  # room for a record's key: the longest stored is 511 bytes (MAX_KEY_BYTES)
 
 
 cdef int open_records(Work* w) noexcept nogil:
@@ -31,31 +38,12 @@ cdef int record_parts(const MDB_val* record, MDB_val* key, MDB_val* value) noexc
     return 0
 
 
-cdef int record_holds(const MDB_val* key, const uint8_t* want, size_t size) noexcept nogil:
-    """0 if a record's key (``key``, in the map) is the key ``want``, else
-    CORRUPTED: the key map or the index named the record of another document."""
-    cdef uint8_t held[512]
-    if key.mv_size != size or size > 512 or g_copy(held, key.mv_data, size):
-        return CORRUPTED
-    return 0 if memcmp(held, want, size) == 0 else CORRUPTED
-
-
 cdef int read_id(const MDB_val* v, uint64_t* id) noexcept nogil:
     """The document id a value of the key map or the index holds."""
     if v.mv_size != ID_BYTES:
         return CORRUPTED
     id[0] = read_be(<const uint8_t*>v.mv_data, ID_BYTES)
     return 0
-
-
-cdef int find_id(Work* w, const uint8_t* key, size_t key_size, uint64_t* id) noexcept nogil:
-    """1 if the key map has ``key`` (``id``: its id), 0 if not, or an LMDB error."""
-    cdef MDB_val k, v
-    k.mv_size, k.mv_data = key_size, <void*>key
-    cdef int rc = slotted_find(w, &w.keys, &k, &v)
-    if rc == 1 and read_id(&v, id):
-        return CORRUPTED
-    return rc
 
 
 cdef int read_record(MDB_cursor* records, uint64_t id, MDB_val* key, MDB_val* value) noexcept nogil:
@@ -69,18 +57,45 @@ cdef int read_record(MDB_cursor* records, uint64_t id, MDB_val* key, MDB_val* va
     return rc if rc else record_parts(&v, key, value)
 
 
-cdef int read_keyed(MDB_cursor* records, uint64_t id, const uint8_t* want, size_t size,
-                    MDB_val* value, uint64_t* fp) noexcept nogil:
-    """The value of record ``id``, which the key map names for key ``want``,
-    and its fingerprint where ``fp`` is given: CORRUPTED where there is no such
-    record, it holds another key, or its value leads with no fingerprint."""
+cdef int read_hashed(MDB_cursor* records, uint64_t id, const Doc* doc, MDB_val* value,
+                     uint64_t* fp) noexcept nogil:
+    """1 if record ``id``, which the key map holds under ``doc``'s key's hash,
+    holds that key (``value``: its value, ``fp``: the value's fingerprint
+    where given), 0 if it holds another key of that hash; CORRUPTED where
+    there is no such record, its key has another hash, or the value leads
+    with no fingerprint."""
+    cdef uint8_t held[KEY_ROOM]
     cdef MDB_val key
     cdef int rc = read_record(records, id, &key, value)
+    if rc:
+        return CORRUPTED if rc == MDB_NOTFOUND else rc
+    if key.mv_size > KEY_ROOM or g_copy(held, key.mv_data, key.mv_size):
+        return CORRUPTED
+    if key.mv_size != doc.key_size or memcmp(held, doc.key, doc.key_size):
+        return 0 if hash_bytes(held, key.mv_size) == doc.hash else CORRUPTED
+    return CORRUPTED if fp != NULL and value_fingerprint(value, fp) else 1
+
+
+cdef int find_key(Work* w, const Doc* doc, uint64_t* id, MDB_val* value,
+                  uint64_t* fp) noexcept nogil:
+    """1 if ``doc``'s key is stored (``id``, ``value``, ``fp``: its id, value
+    and fingerprint, as read_hashed), 0 if not, or an LMDB error: the
+    records of the ids under the key's hash are read, those of other keys of
+    that hash passed over."""
+    cdef uint8_t hash[8]
+    cdef MDB_val k, v
+    cdef int rc = open_records(w)
+    write_be(hash, doc.hash, 8)
+    k.mv_size, k.mv_data = 8, hash
     if rc == 0:
-        rc = record_holds(&key, want, size)
-    if rc == 0 and fp != NULL and value_fingerprint(value, fp) != 0:
-        rc = CORRUPTED
-    return CORRUPTED if rc == MDB_NOTFOUND else rc
+        rc = slotted_get(w, &w.keys, &k, &v, MDB_SET)
+    while rc == 0:
+        rc = read_id(&v, id)
+        if rc == 0:
+            rc = read_hashed(w.record_cursor, id[0], doc, value, fp)
+        if rc == 0:
+            rc = slotted_get(w, &w.keys, &k, &v, MDB_NEXT_DUP)
+    return 0 if rc == MDB_NOTFOUND else rc
 
 
 cdef int read_indexed(MDB_cursor* records, uint64_t id, uint64_t fp, MDB_val* key,

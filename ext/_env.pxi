@@ -57,11 +57,12 @@ cdef class Env:
     cdef MDB_env* env
     cdef MDB_dbi meta, records
     cdef MDB_dbi docs                # the documents of format 6 and earlier (copy_into reads them)
-    cdef readonly bint old_documents  # the file keeps its documents as format 6 did
+    cdef readonly bint old_documents  # the file keeps its documents as format 6 or 7 did
+    cdef bint keyed_by_key           # of format 7: records, and a key map by key (not read)
     cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_slotted.pxi)
     cdef readonly int index_slots    # how many the database has (1: made before they were)
     cdef MDB_dbi keys[KEY_SLOTS]     # the key map's slots
-    cdef int key_slots               # how many are open (none in a file of format 6)
+    cdef int key_slots               # how many are open (none in a file of format 6 or 7)
     cdef MDB_dbi run_dir
     cdef MDB_dbi run_slots[RUN_SETS * RUN_SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
@@ -182,17 +183,20 @@ cdef class Env:
                                     "use another directory" % self.path.decode())
             if rc == 0:
                 rc = g_dbi_open(txn, META_NAME, MDB_CREATE, &self.meta)
-        # the documents: a file of format 6 keeps them in docs, and gains
-        # nothing until it is copied (upgrade)
-        self.old_documents = rc == 0 and sub_database_exists(txn, DOCS_NAME)
+        # the documents: a file of format 6 keeps them in docs, one of format
+        # 7 its key map by key; either gains nothing until it is copied (upgrade)
+        self.keyed_by_key = rc == 0 and sub_database_exists(txn, OLD_KEYS_NAME)
+        self.old_documents = self.keyed_by_key or (rc == 0 and sub_database_exists(txn, DOCS_NAME))
         cdef bint runs = not self.old_documents
         self.key_slots = 0
-        if rc == 0 and self.old_documents:
+        if rc == 0 and self.old_documents and not self.keyed_by_key:
             rc = g_dbi_open(txn, DOCS_NAME, 0, &self.docs)
         elif rc == 0:
-            rc = g_dbi_open(txn, RECORDS_NAME, create_flag, &self.records)
+            rc = g_dbi_open(txn, RECORDS_NAME, 0 if self.old_documents else create_flag,
+                            &self.records)
         while rc == 0 and not self.old_documents and self.key_slots < KEY_SLOTS:
-            rc = g_dbi_open(txn, key_name(self.key_slots), create_flag, &self.keys[self.key_slots])
+            rc = g_dbi_open(txn, key_name(self.key_slots), MDB_DUPSORT | create_flag,
+                            &self.keys[self.key_slots])
             self.key_slots += rc == 0
         self.index_slots = 0
         for slot in range(INDEX_SLOTS if runs else 0):

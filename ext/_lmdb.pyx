@@ -2,8 +2,9 @@
 """The native LMDB backend's kernels, on the LMDB C API.
 
 One environment: ``meta``, ``records`` (document id -> key and value,
-``_documents.pxi``), the key map (key -> id) and the fingerprint index
-(8-byte big-endian fingerprint -> id, sorted duplicates), each kept in slots
+``_documents.pxi``), the key map (the key's 64-bit hash -> id) and the
+fingerprint index (fingerprint -> id), each sorted duplicates of 8-byte
+big-endian integers kept in slots
 (``_slotted.pxi``), and each permutation table kept as compressed sorted runs
 (issue 22, RUNS.md, ``_runs.pxi``): a run a batch, merged by size, scanned
 run by run, hits checked against the index. A search permutes, seeks, scans
@@ -12,10 +13,10 @@ upserts and removals keep the index and the tables in step. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an
 error; the environment is then marked broken.
 
-A file of format 6 or earlier keeps its documents in ``docs`` (an Env's
-``old_documents``): only the compaction's copy reads such a file, its meta
-and documents alone (copy_into, for upgrade), whatever form its tables and
-bands are in.
+A file of format 6 or earlier keeps its documents in ``docs``, one of format
+7 its key map by key (``keys``): either is an Env's ``old_documents``. Only
+the compaction's copy reads such a file, its meta and documents alone
+(copy_into, for upgrade), whatever form its tables and bands are in.
 
 This file holds the module's errors and names; the engine is in its parts,
 included below in order, each a concern that cimports the C declarations it
@@ -34,7 +35,7 @@ from simhashdb.storage.lmdb import format as lmdb_format
 include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
 
 cdef bytes META_NAME = lmdb_format.META.name(), RECORDS_NAME = lmdb_format.RECORDS.name()
-cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name()
+cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name(), OLD_KEYS_NAME = lmdb_format.OLD_KEYS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
 cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
 index_name, key_name = lmdb_format.INDEX.name, lmdb_format.KEYS.name

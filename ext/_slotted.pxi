@@ -1,11 +1,12 @@
-# Slotted structures (RUNS.md, "The index as runs"): a sorted map kept in a
-# few slot sub-databases, its entries the union of theirs, each entry in exactly
-# one of them. A write transaction puts its new entries into a slot of its own,
-# which takes them in few pages whatever the map holds; deletes go to the slot
-# that holds the entry; merges (the smallest slots in use into a free one,
-# appended in order) keep about log_RATIO(N / batch) slots in use. Used twice:
-# the fingerprint index (dupsort slots "fingerprints", "index:NN": fingerprint
-# -> document id) and the key map (plain slots "keys", "keys:NN": key -> id).
+# Slotted structures (RUNS.md, "The index as runs"): sorted duplicates (an
+# 8-byte key -> 8-byte ids) kept in a few slot sub-databases, its entries the
+# union of theirs, each entry in exactly one of them. A write transaction puts
+# its new entries into a slot of its own, which takes them in few pages
+# whatever the map holds; deletes go to the slot that holds the entry; merges
+# (the smallest slots in use into a free one, appended in order) keep about
+# log_RATIO(N / batch) slots in use. Used twice:
+# the fingerprint index (slots "fingerprints", "index:NN": fingerprint ->
+# document id) and the key map (slots "hashes", "hashes:NN": key hash -> id).
 # Included by _lmdb.pyx after Work (which holds both as Slotted).
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -16,7 +17,7 @@ from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_del, g_drop, g_stat, g_txn_begin,
     GUARD_FAULT, MDB_APPEND, MDB_APPENDDUP, MDB_cursor, mdb_cursor_close, MDB_cursor_op, MDB_dbi,
     MDB_env, MDB_FIRST, MDB_GET_BOTH_RANGE, MDB_GET_CURRENT, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_NODUP,
-    MDB_NODUPDATA, MDB_NOOVERWRITE, MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_SET_RANGE, MDB_stat,
+    MDB_NODUPDATA, MDB_NOTFOUND, MDB_RDONLY, MDB_SET, MDB_SET_RANGE, MDB_stat,
     MDB_txn,
     mdb_txn_abort, mdb_txn_env, mdb_txn_id, MDB_val, pthread_cond_broadcast, pthread_cond_destroy,
     pthread_cond_init, pthread_cond_t, pthread_cond_wait, pthread_create, pthread_join,
@@ -81,8 +82,8 @@ cdef int slots_pick(SlotCursors* ix, MDB_val* k, MDB_val* v) noexcept nogil:
 cdef int slotted_get(Work* w, Slotted* m, MDB_val* k, MDB_val* v,
                      MDB_cursor_op op) noexcept nogil:
     """A cursor operation on the union of the slots, in (key, value) order:
-    MDB_FIRST, MDB_SET, MDB_SET_RANGE, MDB_NEXT, or for the index
-    MDB_NEXT_DUP or MDB_NEXT_NODUP (the moves only after a position was found)."""
+    MDB_FIRST, MDB_SET, MDB_SET_RANGE, MDB_NEXT, MDB_NEXT_DUP or
+    MDB_NEXT_NODUP (the moves only after a position was found)."""
     cdef SlotCursors* ix = &m.ix
     cdef MDB_val kk, vv
     cdef uint8_t at_key[8]
@@ -100,7 +101,7 @@ cdef int slotted_get(Work* w, Slotted* m, MDB_val* k, MDB_val* v,
                 return rc
     elif ix.at < 0:
         return MDB_NOTFOUND
-    elif op == MDB_NEXT_NODUP:  # every sub-cursor on the current fingerprint moves past it
+    elif op == MDB_NEXT_NODUP:  # every sub-cursor on the current key moves past it
         rc = g_cursor_get(ix.cursor[ix.at], &kk, &vv, MDB_GET_CURRENT)
         if rc == 0 and (kk.mv_size != 8 or g_copy(at_key, kk.mv_data, 8)):
             rc = CORRUPTED
@@ -145,8 +146,8 @@ cdef int index_seek(Work* w, MDB_val* k, MDB_val* v) noexcept nogil:
 
 
 cdef int slotted_find(Work* w, Slotted* m, const MDB_val* key, MDB_val* v) noexcept nogil:
-    """1 if a slot has ``key`` (``v``: its value, the first of the index's),
-    0 if none, or an LMDB error."""
+    """1 if a slot has ``key`` (``v``: the first of its values there), 0 if
+    none, or an LMDB error."""
     cdef SlotCursors* ix = &m.ix
     cdef MDB_val k
     cdef int i, rc = slotted_open(w, m)
@@ -181,17 +182,14 @@ cdef int slotted_empty(Work* w, Slotted* m) noexcept nogil:
 
 
 cdef int slotted_delete(Work* w, Slotted* m, MDB_val* k, MDB_val* v) noexcept nogil:
-    """Delete the entry (key, value) from the slot that holds it (if any; the
-    key map's: ``v`` NULL)."""
+    """Delete the entry (key, value) from the slot that holds it (if any)."""
     cdef MDB_val kk, vv
     cdef int i, rc = slotted_open(w, m)
     m.ix.at = -1
     for i in range(m.ix.n if rc == 0 else 0):
         m.ix.on[i] = False
-        kk = k[0]
-        if v != NULL:
-            vv = v[0]
-        rc = g_del(w.txn, m.dbis[m.ix.slot[i]], &kk, &vv if v != NULL else NULL)
+        kk, vv = k[0], v[0]
+        rc = g_del(w.txn, m.dbis[m.ix.slot[i]], &kk, &vv)
         if rc != MDB_NOTFOUND:
             return rc
         rc = 0
@@ -211,13 +209,10 @@ cdef int slotted_sizes(Work* w, Slotted* m, uint64_t* entries, int* used) noexce
     return 0
 
 
-cdef int append_entry(MDB_cursor* dst, bint dups, MDB_val* k, MDB_val* v, uint8_t* last,
+cdef int append_entry(MDB_cursor* dst, MDB_val* k, MDB_val* v, uint8_t* last,
                       bint* have_last) noexcept nogil:
-    """Append an entry to a slot written in order: of the index (``dups``), an
-    id of the fingerprint appended last (``last``, once ``have_last``) or a
-    new fingerprint; of the key map, a key."""
-    if not dups:
-        return g_cursor_put(dst, k, v, MDB_APPEND)
+    """Append an entry to a slot written in order: an id of the key appended
+    last (``last``, once ``have_last``) or a new key."""
     if k.mv_size != 8:
         return CORRUPTED
     if have_last[0] and memcmp(last, k.mv_data, 8) == 0:
@@ -243,8 +238,7 @@ cdef int slotted_merge_in_place(Work* w, Slotted* m, int a, int b, uint64_t entr
     if rc == 0:
         rc = g_cursor_get(src, &k, &v, MDB_FIRST)
     while rc == 0:
-        rc = CORRUPTED if m.dups and k.mv_size != 8 else \
-            g_cursor_put(dst, &k, &v, MDB_NODUPDATA if m.dups else MDB_NOOVERWRITE)
+        rc = CORRUPTED if k.mv_size != 8 else g_cursor_put(dst, &k, &v, MDB_NODUPDATA)
         if rc == MDB_KEYEXIST:  # the same entry in both (never written so): kept once
             rc = 0
         if rc == 0:
@@ -318,7 +312,7 @@ cdef int slots_pass(Slots* s, int at) noexcept nogil:
 cdef enum:
     FEED_FROM = 1 << 16     # the fewest entries a merge takes for a thread to read them
                             # (or Work.threaded_merge, where that is fewer)
-    FEED_CHUNK = 1 << 18    # bytes of entries handed over at a time
+    FEED_CHUNK = 1 << 16    # bytes of entries handed over at a time (4,096 entries)
     FEED_CHUNKS = 8         # chunks in flight
 
 
@@ -327,7 +321,6 @@ cdef struct Feed:
     size_t snapshot         # the commit the sources are read in: the write transaction's last
     MDB_dbi dbis[INDEX_SLOTS]
     int n
-    bint dups               # the sources are the index's (else the key map's)
     pthread_mutex_t lock
     pthread_cond_t moved    # a chunk was filled or emptied, or the thread ended or must stop
     uint8_t* chunk[FEED_CHUNKS]
@@ -351,11 +344,11 @@ cdef bint feed_publish(Feed* f, bint last) noexcept nogil:
 
 
 cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
-    """Merge the sources in ``txn`` into chunks: each entry its key's size
-    (u16 LE), the key, its value's size (u16 LE) and the value."""
+    """Merge the sources in ``txn`` into chunks of entries: each its key and
+    its value, 8 bytes each."""
     cdef Slots src
     cdef uint8_t* out
-    cdef size_t used = 0, need, ks, vs
+    cdef size_t used = 0
     cdef int at, rc = slots_open(&src, txn, f.dbis, f.n)
     cdef bint go_on = True
     out = f.chunk[f.filled % FEED_CHUNKS]
@@ -363,24 +356,19 @@ cdef int feed_fill(Feed* f, MDB_txn* txn) noexcept nogil:
         at = slots_least(&src)
         if at < 0:
             break
-        ks, vs = src.k[at].mv_size, src.v[at].mv_size
-        if ks > 0xFFFF or vs > 0xFFFF or (f.dups and ks != 8):
+        if src.k[at].mv_size != 8 or src.v[at].mv_size != 8:
             rc = CORRUPTED
             break
-        need = 4 + ks + vs
-        if used + need > FEED_CHUNK:
+        if used + 16 > FEED_CHUNK:
             f.size[f.filled % FEED_CHUNKS] = used
             go_on = feed_publish(f, False)
             out, used = f.chunk[f.filled % FEED_CHUNKS], 0
             if not go_on:
                 break
-        out[used], out[used + 1] = ks & 0xFF, ks >> 8
-        out[used + 2 + ks], out[used + 3 + ks] = vs & 0xFF, vs >> 8
-        if g_copy(out + used + 2, src.k[at].mv_data, ks) or \
-                g_copy(out + used + 4 + ks, src.v[at].mv_data, vs):
+        if g_copy(out + used, src.k[at].mv_data, 8) or g_copy(out + used + 8, src.v[at].mv_data, 8):
             rc = CORRUPTED
             break
-        used += need
+        used += 16
         rc = slots_pass(&src, at)
     slots_close(&src)
     if rc == 0 and go_on and used:
@@ -425,12 +413,9 @@ cdef int feed_drain(Feed* f, MDB_cursor* dst) noexcept nogil:
         p = f.chunk[f.emptied % FEED_CHUNKS]
         end = p + f.size[f.emptied % FEED_CHUNKS]
         while rc == 0 and p < end:
-            k.mv_size = p[0] | (<size_t>p[1] << 8)
-            k.mv_data = p + 2
-            p += 2 + k.mv_size
-            v.mv_size, v.mv_data = p[0] | (<size_t>p[1] << 8), p + 2
-            p += 2 + v.mv_size
-            rc = append_entry(dst, f.dups, &k, &v, last, &have_last)
+            k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, p, 8, p + 8
+            p += 16
+            rc = append_entry(dst, &k, &v, last, &have_last)
         pthread_mutex_lock(&f.lock)
         f.emptied += 1
         f.stop = rc != 0
@@ -439,9 +424,9 @@ cdef int feed_drain(Feed* f, MDB_cursor* dst) noexcept nogil:
     return rc
 
 
-cdef int feed_merge(Work* w, bint dups, const MDB_dbi* dbis, int n, MDB_cursor* dst,
+cdef int feed_merge(Work* w, const MDB_dbi* dbis, int n, MDB_cursor* dst,
                     bint* fed) noexcept nogil:
-    """Merge the slots ``dbis`` (the index's where ``dups``), as the last
+    """Merge the slots ``dbis``, as the last
     commit left them, into ``dst`` with a thread that reads them; ``fed``:
     whether the thread read them (else nothing was appended: no thread, or no
     snapshot for it)."""
@@ -451,7 +436,7 @@ cdef int feed_merge(Work* w, bint dups, const MDB_dbi* dbis, int n, MDB_cursor* 
     cdef int i, rc = 0
     memset(&f, 0, sizeof(Feed))
     fed[0] = False
-    f.env, f.snapshot, f.n, f.dups = mdb_txn_env(w.txn), mdb_txn_id(w.txn) - 1, n, dups
+    f.env, f.snapshot, f.n = mdb_txn_env(w.txn), mdb_txn_id(w.txn) - 1, n
     memcpy(f.dbis, dbis, n * sizeof(MDB_dbi))
     for i in range(FEED_CHUNKS):
         f.chunk[i] = <uint8_t*>malloc(FEED_CHUNK)
@@ -489,13 +474,13 @@ cdef int slotted_merge(Work* w, Slotted* m, const int* slots, int n, int d, uint
     rc = g_cursor_open(w.txn, m.dbis[d], &dst)
     if rc == 0 and committed and entries >= min(<uint64_t>FEED_FROM, w.threaded_merge) and \
             w.merge_threads > 1:
-        rc = feed_merge(w, m.dups, dbis, n, dst, &fed)
+        rc = feed_merge(w, dbis, n, dst, &fed)
         w.fed_merges[0] += fed
     if rc == 0 and not fed:
         rc = slots_open(&src, w.txn, dbis, n)
         at = slots_least(&src) if rc == 0 else -1
         while at >= 0:  # each put before its source moves on, so its page is held
-            rc = append_entry(dst, m.dups, &src.k[at], &src.v[at], last, &have_last)
+            rc = append_entry(dst, &src.k[at], &src.v[at], last, &have_last)
             if rc == 0:
                 rc = slots_pass(&src, at)
             at = slots_least(&src) if rc == 0 else -1
@@ -621,7 +606,7 @@ cdef int slotted_copy(Work* w, Slotted* m, MDB_txn* target, MDB_dbi dst_dbi) noe
         return rc
     rc = slotted_get(w, m, &k, &v, MDB_FIRST)
     while rc == 0:
-        rc = append_entry(dst, m.dups, &k, &v, last, &have_last)
+        rc = append_entry(dst, &k, &v, last, &have_last)
         if rc == 0:
             rc = slotted_get(w, m, &k, &v, MDB_NEXT)
     mdb_cursor_close(dst)

@@ -4,7 +4,7 @@
 # A transaction: the calls the backend makes.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, qsort
 from libc.string cimport memset
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from bits cimport read_be, write_be
@@ -46,11 +46,11 @@ cdef class Txn:
         return 0
 
     cdef int check_records(self) except -1:
-        """check, and refuse a file whose documents are in format 6's form
-        (only copy_into reads them)."""
+        """check, and refuse a file whose documents are in the form of format 6
+        or 7 (only copy_into reads them)."""
         self.check()
         if self.env.old_documents:
-            raise DatabaseError("%s keeps its documents as simhashdb 0.7 and earlier did; "
+            raise DatabaseError("%s keeps its documents as simhashdb 0.8 and earlier did; "
                                 "run `simhashdb-cli upgrade` on it" % self.env.path.decode())
         return 0
 
@@ -64,7 +64,6 @@ cdef class Txn:
             self.index_put_slot
         w.keys.dbis, w.keys.slots, w.keys.put_slot = self.env.keys, self.env.key_slots, \
             self.key_put_slot
-        w.index.dups = True
         w.scratch, w.scratch_room = NULL, 0
         w.run_dir, w.run_slots = self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
@@ -119,97 +118,125 @@ cdef class Txn:
         return self._copy(&v)
 
     def get_many(self, list keys):
-        """The value of each of ``keys`` (bytes), or None, as a list: their ids
-        looked up in key order, then their records read in id order."""
+        """The value of each of ``keys`` (bytes), or None, as a list: the ids
+        under their hashes looked up in key order, then those records read in
+        id order (a record of another key of the hash passed over)."""
         cdef Job job = self.job(keys, False)
-        cdef U64s found  # (id, index in keys) of each key stored
+        cdef U64s found  # (id, index in keys) under each key's hash
         found.data, found.size, found.cap = NULL, 0, 0
+        cdef uint8_t hash[8]
         cdef uint64_t id
-        cdef MDB_val value
+        cdef MDB_val k, v, value
         cdef list values = [None] * job.n
         cdef size_t i
-        cdef int rc
+        cdef int rc = 0
         try:
             with nogil:
-                rc = open_records(&job.w)
                 qsort(job.docs, job.n, sizeof(Doc), cmp_doc_key)
-                for i in range(job.n if rc == 0 else 0):
-                    rc = find_id(&job.w, job.docs[i].key, job.docs[i].key_size, &id)
-                    if rc == 1:
-                        rc = u64_push(&found, id)
+                for i in range(job.n):
+                    write_be(hash, job.docs[i].hash, 8)
+                    k.mv_size, k.mv_data = 8, hash
+                    rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_SET)
+                    while rc == 0:
+                        rc = read_id(&v, &id)
+                        if rc == 0:
+                            rc = u64_push(&found, id)
                         if rc == 0:
                             rc = u64_push(&found, i)
-                    if rc < 0:
+                        if rc == 0:
+                            rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT_DUP)
+                    if rc != MDB_NOTFOUND:
                         break
                     rc = 0
                 if rc == 0:
+                    rc = open_records(&job.w)
+                if rc == 0:
                     rc = sort_records(found.data, found.size // 2, 2)
             for i in range(found.size // 2 if rc == 0 else 0):
-                rc = read_keyed(job.w.record_cursor, found.data[2 * i],
-                                job.docs[found.data[2 * i + 1]].key,
-                                job.docs[found.data[2 * i + 1]].key_size, &value, NULL)
-                if rc:
+                rc = read_hashed(job.w.record_cursor, found.data[2 * i],
+                                 &job.docs[found.data[2 * i + 1]], &value, NULL)
+                if rc == 1:
+                    values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
+                elif rc:
                     break
-                values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
+                rc = 0
         finally:
             free(found.data)
         self.done(rc, "read")
         return values
 
     def documents(self, bytes after=None, Py_ssize_t limit=4096):
-        """Up to ``limit`` documents (key, value) in key order from the first
-        key after ``after`` (from the first: None): the key map's slots' union,
-        then the chunk's records read in id order. Keys out of order are a
-        damaged file (a walk in chunks would go round them for ever)."""
+        """Documents (key, value) in key order (the keys' hashes, then the
+        keys) from the first after ``after`` in it (from the first: None):
+        the key map's entries from ``after``'s hash on, ``limit`` past it and
+        the rest of the last hash's (its keys are ordered once read), their
+        records read in id order. Entries out of order, a record under
+        another key's hash or a key twice are a damaged file (a walk in
+        chunks would go round them for ever)."""
         cdef Job job = self.job()
-        cdef MDB_val k, v, value
-        cdef U64s found  # (id, index in out) of each
+        cdef MDB_val k, v, key, value
+        cdef U64s found  # (id, hash, index in the chunk) of each entry
         found.data, found.size, found.cap = NULL, 0, 0
-        cdef uint64_t id
-        cdef list keys = [], values
-        cdef bytes previous = after
-        cdef size_t i
+        cdef uint8_t start[8]
+        cdef uint64_t hash, id, after_hash = 0, last_hash = 0, last_id = 0
+        cdef Py_ssize_t counted = 0
+        cdef size_t i, n = 0
+        cdef list chunk
+        cdef bint from_first = after is None
         cdef int rc = 0
+        if after is not None:
+            after_hash = hash_bytes(<uint8_t*>PyBytes_AS_STRING(after), len(after))
+        write_be(start, after_hash, 8)
+        k.mv_size, k.mv_data = 8, start
         try:
-            if after is not None:
-                k.mv_size, k.mv_data = len(after), <char*>after
-            rc = slotted_get(&job.w, &job.w.keys, &k, &v,
-                             MDB_FIRST if after is None else MDB_SET_RANGE)
-            if rc == 0 and after is not None and cmp_bytes(
-                    <uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after, len(after)) == 0:
-                rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT)
-            while rc == 0 and len(keys) < limit:
-                key_bytes = self._copy(&k)
-                if previous is not None and key_bytes <= previous:
-                    rc = CORRUPTED
-                    break
-                previous = key_bytes
-                rc = read_id(&v, &id)
-                if rc == 0:
-                    rc = u64_push(&found, id)
-                if rc == 0:
-                    rc = u64_push(&found, len(keys))
-                keys.append(key_bytes)
-                if rc == 0:
-                    rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT)
-            rc = 0 if rc == MDB_NOTFOUND else rc
-            values = [None] * len(keys)
             with nogil:
+                rc = slotted_get(&job.w, &job.w.keys, &k, &v,
+                                 MDB_FIRST if from_first else MDB_SET_RANGE)
+                while rc == 0:
+                    rc = CORRUPTED if k.mv_size != 8 else read_id(&v, &id)
+                    hash = read_be(<uint8_t*>k.mv_data, 8) if rc == 0 else 0
+                    if rc == 0 and n and (hash < last_hash or
+                                          (hash == last_hash and id <= last_id)):
+                        rc = CORRUPTED
+                    if rc or (counted >= limit and hash != last_hash):
+                        break
+                    rc = u64_push(&found, id)
+                    if rc == 0:
+                        rc = u64_push(&found, hash)
+                    if rc == 0:
+                        rc = u64_push(&found, n)
+                    n += 1
+                    counted += from_first or hash != after_hash
+                    last_hash, last_id = hash, id
+                    if rc == 0:
+                        rc = slotted_get(&job.w, &job.w.keys, &k, &v, MDB_NEXT)
+                rc = 0 if rc == MDB_NOTFOUND else rc
                 if rc == 0:
                     rc = open_records(&job.w)
                 if rc == 0:
-                    rc = sort_records(found.data, found.size // 2, 2)
-            for i in range(found.size // 2 if rc == 0 else 0):
-                rc = read_keyed(job.w.record_cursor, found.data[2 * i],
-                                <uint8_t*>PyBytes_AS_STRING(keys[found.data[2 * i + 1]]),
-                                len(keys[found.data[2 * i + 1]]), &value, NULL)
+                    rc = sort_records(found.data, n, 3)
+            chunk = [None] * n
+            for i in range(n if rc == 0 else 0):
+                rc = read_record(job.w.record_cursor, found.data[3 * i], &key, &value)
                 if rc:
+                    rc = CORRUPTED if rc == MDB_NOTFOUND else rc
                     break
-                values[found.data[2 * i + 1]] = self._copy(&value)
+                key_bytes = self._copy(&key)
+                hash = found.data[3 * i + 1]
+                if hash_bytes(<uint8_t*>PyBytes_AS_STRING(key_bytes), len(key_bytes)) != hash:
+                    rc = CORRUPTED
+                    break
+                if after is None or hash != after_hash or key_bytes > after:
+                    chunk[found.data[3 * i + 2]] = (hash, key_bytes, self._copy(&value))
         finally:
             free(found.data)
         self.done(rc, "read")
-        return list(zip(keys, values))
+        chunk = [document for document in chunk if document is not None]
+        chunk.sort()  # (in order but where two keys share a hash)
+        for i in range(1, len(chunk)):
+            if chunk[i][:2] == chunk[i - 1][:2]:
+                self.done(CORRUPTED, "read")
+        return [(key_bytes, value_bytes) for _, key_bytes, value_bytes in chunk]
 
     cdef bytes _copy(self, MDB_val* v):
         if v.mv_size >> 32:  # LMDB stores an item's size in 32 bits: a damaged page
@@ -632,10 +659,10 @@ cdef class Txn:
 
     def copy_into(self, Txn target):
         """Write this snapshot into ``target``'s empty sub-databases in order
-        (appending): meta, the records (ids and ``next id`` kept; a database of
-        format 6's documents take ids in key order), the key map and the index
-        each into its first slot; then the tables and the bands as one run
-        each (the bands from the records)."""
+        (appending): meta, the records (ids and ``next id`` kept; the
+        documents of a database of format 6 or 7 take ids in key order), the
+        key map and the index each into its first slot; then the tables and
+        the bands as one run each (the bands from the records)."""
         self.check()
         target.check()
         target.changed = True
@@ -647,7 +674,8 @@ cdef class Txn:
             with nogil:
                 rc = copy_dbi(self.txn, self.env.meta, target.txn, target.env.meta, False)
                 if rc == 0 and old:
-                    rc = copy_old_documents(self.txn, self.env.docs, &w)
+                    rc = copy_old_documents(self.txn, self.env.records if self.env.keyed_by_key
+                                            else self.env.docs, self.env.keyed_by_key, &w)
                 if rc == 0 and not old:
                     rc = copy_dbi(self.txn, self.env.records, target.txn, target.env.records, False)
                 if rc == 0 and not old:
@@ -680,63 +708,77 @@ cdef class Txn:
             close_cursors(&w)
 
 
-cdef int copy_old_documents(MDB_txn* source, MDB_dbi docs, Work* w) noexcept nogil:
-    """Write the documents of a database of format 6 (``docs``: key -> value)
-    as records into ``w``'s empty records, key map and index (their first
-    slots), the ids given in key order; ``next id`` follows the last."""
+cdef int copy_old_documents(MDB_txn* source, MDB_dbi dbi, bint records, Work* w) noexcept nogil:
+    """Write the documents of a database of format 6 (``dbi``: docs, key ->
+    value) or 7 (``records``: ``dbi`` its records) into ``w``'s empty records,
+    key map and index (their first slots), the ids given in key order; ``next
+    id`` follows the last."""
     cdef MDB_cursor* reader = NULL
     cdef MDB_cursor* keys = NULL
     cdef MDB_cursor* index = NULL
-    cdef MDB_val k, v
+    cdef MDB_val k, v, key, value
+    cdef Doc* docs = NULL  # each document, pointing into the source's snapshot
+    cdef size_t n = 0, room = 0, i
     cdef U64s entries  # (fingerprint, id) of each document
     entries.data, entries.size, entries.cap = NULL, 0, 0
-    cdef uint8_t id_bytes[ID_BYTES]
-    cdef uint8_t fp_bytes[8]
+    cdef uint8_t raw[16]
     cdef uint8_t last[8]
     cdef bint have_last = False
-    cdef uint64_t fp, id = 0
-    cdef size_t i
-    cdef int rc = open_records(w)
-    if rc == 0:
-        rc = g_cursor_open(w.txn, w.keys.dbis[0], &keys)
-    if rc == 0:
-        rc = g_cursor_open(source, docs, &reader)
+    cdef int rc = g_cursor_open(source, dbi, &reader)
     if rc == 0:
         rc = g_cursor_get(reader, &k, &v, MDB_FIRST)
     while rc == 0:
-        rc = CORRUPTED if value_fingerprint(&v, &fp) else put_record(
-            w, id, <const uint8_t*>k.mv_data, k.mv_size, <const uint8_t*>v.mv_data, v.mv_size,
-            MDB_APPEND)
-        write_be(id_bytes, id, ID_BYTES)
-        v.mv_size, v.mv_data = ID_BYTES, id_bytes
+        key, value = k, v
+        rc = record_parts(&v, &key, &value) if records else 0
         if rc == 0:
-            rc = g_cursor_put(keys, &k, &v, MDB_APPEND)
+            rc = make_room(<void**>&docs, &room, n, sizeof(Doc))
         if rc == 0:
-            rc = u64_push(&entries, fp)
-        if rc == 0:
-            rc = u64_push(&entries, id)
-        id += 1
+            docs[n].key, docs[n].key_size = <const uint8_t*>key.mv_data, key.mv_size
+            docs[n].value, docs[n].value_size = <const uint8_t*>value.mv_data, value.mv_size
+            docs[n].hash, docs[n].seq = hash_bytes(docs[n].key, key.mv_size), n
+            rc = CORRUPTED if value_fingerprint(&value, &docs[n].fp) else 0
+            n += 1
         if rc == 0:
             rc = g_cursor_get(reader, &k, &v, MDB_NEXT)
     if rc == MDB_NOTFOUND:
-        rc = walked_whole(source, docs, id)
+        rc = walked_whole(source, dbi, n)
+    if rc == 0:
+        qsort(docs, n, sizeof(Doc), cmp_doc_key)
+        rc = open_records(w)
+    if rc == 0:
+        rc = g_cursor_open(w.txn, w.keys.dbis[0], &keys)
+    for i in range(n if rc == 0 else 0):
+        rc = CORRUPTED if i and cmp_key_order(&docs[i - 1], &docs[i]) == 0 else put_record(
+            w, i, docs[i].key, docs[i].key_size, docs[i].value, docs[i].value_size, MDB_APPEND)
+        write_be(raw, docs[i].hash, 8)
+        write_be(raw + 8, i, ID_BYTES)
+        k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, raw, ID_BYTES, raw + 8
+        if rc == 0:
+            rc = append_entry(keys, &k, &v, last, &have_last)
+        if rc == 0:
+            rc = u64_push(&entries, docs[i].fp)
+        if rc == 0:
+            rc = u64_push(&entries, i)
+        if rc:
+            break
     if rc == 0:  # the index's entries by fingerprint (stable: the ids come in order)
-        rc = sort_records(entries.data, entries.size // 2, 2)
+        rc = sort_records(entries.data, n, 2)
     if rc == 0:
         rc = g_cursor_open(w.txn, w.index.dbis[0], &index)
-    for i in range(entries.size // 2 if rc == 0 else 0):
-        write_be(fp_bytes, entries.data[2 * i], 8)
-        write_be(id_bytes, entries.data[2 * i + 1], ID_BYTES)
-        k.mv_size, k.mv_data = 8, fp_bytes
-        v.mv_size, v.mv_data = ID_BYTES, id_bytes
-        rc = append_entry(index, True, &k, &v, last, &have_last)
+    have_last = False
+    for i in range(n if rc == 0 else 0):
+        write_be(raw, entries.data[2 * i], 8)
+        write_be(raw + 8, entries.data[2 * i + 1], ID_BYTES)
+        k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, raw, ID_BYTES, raw + 8
+        rc = append_entry(index, &k, &v, last, &have_last)
         if rc:
             break
     if rc == 0:
-        rc = write_counter(w, NEXT_ID, id)
+        rc = write_counter(w, NEXT_ID, n)
     close_two(reader, keys)
     if index != NULL:
         mdb_cursor_close(index)
+    free(docs)
     free(entries.data)
     return rc
 

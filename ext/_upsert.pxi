@@ -177,26 +177,30 @@ cdef int last_key(Work* w, Slotted* m, MDB_val* last) noexcept nogil:
 
 
 cdef int put_key(Work* w, const Doc* doc, uint64_t id, int* appending) noexcept nogil:
-    """Put a new key's entry into the transaction's own key slot: appended
-    while the batch's keys come after what the slot holds (``appending``,
-    decided at the batch's first put; -1: undecided)."""
+    """Put a new key's entry (its hash, ``id``) into the transaction's own key
+    slot: appended while the batch's hashes come after what the slot holds
+    (``appending``, decided at the batch's first put; -1: undecided)."""
     cdef MDB_cursor* put = NULL
+    cdef uint8_t hash[8]
     cdef uint8_t id_bytes[ID_BYTES]
     cdef MDB_val k, v
     cdef int rc = slotted_put_cursor(w, &w.keys, &put)
     if rc == 0 and appending[0] < 0:
         rc = g_cursor_get(put, &k, &v, MDB_LAST)
-        appending[0] = rc == MDB_NOTFOUND or (rc == 0 and cmp_bytes(
-            doc.key, doc.key_size, <const uint8_t*>k.mv_data, k.mv_size) > 0)
+        appending[0] = rc == MDB_NOTFOUND or (rc == 0 and k.mv_size == 8 and
+                                              doc.hash > read_be(<const uint8_t*>k.mv_data, 8))
         rc = 0 if rc == MDB_NOTFOUND else rc
+    write_be(hash, doc.hash, 8)
     write_be(id_bytes, id, ID_BYTES)
-    k.mv_size, k.mv_data = doc.key_size, <void*>doc.key
-    v.mv_size, v.mv_data = ID_BYTES, id_bytes
-    return rc if rc else g_cursor_put(put, &k, &v, MDB_APPEND if appending[0] else 0)
+    k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, hash, ID_BYTES, id_bytes
+    if rc or not appending[0]:
+        return rc if rc else g_cursor_put(put, &k, &v, 0)
+    rc = g_cursor_put(put, &k, &v, MDB_APPEND)
+    return g_cursor_put(put, &k, &v, MDB_APPENDDUP) if rc == MDB_KEYEXIST else rc  # (a hash twice)
 
 
 cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
-    """Store documents (sorted by key, unique), replacing existing keys: a new
+    """Store documents (in key order, unique), replacing existing keys: a new
     key takes the next id (meta ``next id``) and its record is appended; a
     stored one keeps its id, its record replaced where it is."""
     cdef MDB_val k, v, old
@@ -234,8 +238,8 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     if rc == MDB_NOTFOUND:
         appending, rc = True, 0
     elif rc == 0 and n:
-        appending = cmp_bytes(docs[0].key, docs[0].key_size, <uint8_t*>k.mv_data,
-                              k.mv_size) > 0
+        rc = CORRUPTED if k.mv_size != 8 else 0
+        appending = rc == 0 and docs[0].hash > read_be(<uint8_t*>k.mv_data, 8)
     if rc == 0 and appending and n >= THREAD_SHARE and w.merge_threads > 1:
         # every document is new: its index entries are sorted while it is put
         for i in range(n):
@@ -247,11 +251,9 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
     i = 0
     while rc == 0 and i < n:
         changed = True  # the document is new, or has another fingerprint now
-        found = 0 if appending else find_id(w, docs[i].key, docs[i].key_size, &id)
+        found = 0 if appending else find_key(w, &docs[i], &id, &old, &old_fp)
         if found == 1:
-            rc = read_keyed(w.record_cursor, id, docs[i].key, docs[i].key_size, &old, &old_fp)
-            if rc == 0:
-                rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
+            rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
             if rc == 0 and old_fp == docs[i].fp:
                 changed = False
             elif rc == 0:
@@ -386,7 +388,7 @@ cdef int copy_skipping(MDB_txn* last, MDB_txn* txn, MDB_dbi dbi, const MDB_val* 
         if j < n and c == 0:
             j += 1
         elif values != NULL:
-            rc = append_entry(writer, True, &k, &v, last_key, &have_last)
+            rc = append_entry(writer, &k, &v, last_key, &have_last)
         else:
             rc = g_cursor_put(writer, &k, &v, MDB_APPEND)
         walked += 1
@@ -405,65 +407,72 @@ cdef int walked_whole(MDB_txn* txn, MDB_dbi dbi, size_t walked) noexcept nogil:
     return rc if rc else (0 if stat.ms_entries == walked else CORRUPTED)
 
 
+cdef int without_entries(Work* w, MDB_txn* last, Slotted* m, uint64_t* pairs,
+                         size_t n) noexcept nogil:
+    """Write the slots of ``m`` again from ``last`` without its ``n`` entries
+    ``pairs`` ((key, id) each, in id order: sorted here by key, stably)."""
+    cdef uint64_t entries[INDEX_SLOTS]
+    cdef uint8_t* raw = <uint8_t*>malloc(16 * n + 1)
+    cdef MDB_val* keys = <MDB_val*>malloc((2 * n + 1) * sizeof(MDB_val))
+    cdef size_t i
+    cdef int s, used, rc = NO_MEMORY if raw == NULL or keys == NULL else sort_records(pairs, n, 2)
+    for i in range(n if rc == 0 else 0):
+        write_be(raw + 16 * i, pairs[2 * i], 8)
+        write_be(raw + 16 * i + 8, pairs[2 * i + 1], ID_BYTES)
+        keys[i].mv_size, keys[i].mv_data = 8, raw + 16 * i
+        keys[n + i].mv_size, keys[n + i].mv_data = ID_BYTES, raw + 16 * i + 8
+    if rc == 0:
+        rc = slotted_sizes(w, m, entries, &used)
+    for s in range(m.slots):
+        if rc == 0 and entries[s]:
+            rc = copy_skipping(last, w.txn, m.dbis[s], keys, keys + n, n)
+    free(raw)
+    free(keys)
+    return rc
+
+
 cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
                        size_t found) noexcept nogil:
     """Write the records, the key map's and the index's slots again without
     the ``found`` documents ``gone`` ((id, fingerprint, index in ``docs``)
-    triples, in key order), appended in order from ``last``, a snapshot
-    holding what the transaction holds. Their leaves come out full, where
-    removals in place copy leaves and leave them sparse."""
-    cdef uint64_t entries[INDEX_SLOTS]
+    triples), appended in order from ``last``, a snapshot holding what the
+    transaction holds. Their leaves come out full, where removals in place
+    copy leaves and leave them sparse."""
     cdef size_t i
-    cdef int s, used, rc = 0
-    cdef uint8_t* fp_bytes = <uint8_t*>malloc(8 * found + 1)
     cdef uint8_t* id_bytes = <uint8_t*>malloc(ID_BYTES * found + 1)
-    cdef MDB_val* keys = <MDB_val*>malloc((2 * found + 1) * sizeof(MDB_val))
-    if fp_bytes == NULL or id_bytes == NULL or keys == NULL:
-        rc = NO_MEMORY
+    cdef MDB_val* keys = <MDB_val*>malloc((found + 1) * sizeof(MDB_val))
+    cdef uint64_t* pairs = <uint64_t*>malloc((2 * found + 1) * sizeof(uint64_t))
+    cdef int rc = NO_MEMORY if id_bytes == NULL or keys == NULL or pairs == NULL else 0
     slotted_close(&w.index)  # the slots are written again below
     slotted_close(&w.keys)
-    for i in range(found if rc == 0 else 0):  # the keys, in order
-        keys[i].mv_size = docs[gone[3 * i + 2]].key_size
-        keys[i].mv_data = <void*>docs[gone[3 * i + 2]].key
-    if rc == 0:
-        rc = slotted_sizes(w, &w.keys, entries, &used)
-    for s in range(w.keys.slots):
-        if rc == 0 and entries[s]:
-            rc = copy_skipping(last, w.txn, w.keys.dbis[s], keys, NULL, found)
     if rc == 0:  # the records, by id
         rc = sort_records(gone, found, 3)
     for i in range(found if rc == 0 else 0):
         write_be(id_bytes + ID_BYTES * i, gone[3 * i], ID_BYTES)
         keys[i].mv_size, keys[i].mv_data = ID_BYTES, id_bytes + ID_BYTES * i
+        pairs[2 * i], pairs[2 * i + 1] = docs[gone[3 * i + 2]].hash, gone[3 * i]
     if rc == 0:
         rc = copy_skipping(last, w.txn, w.records, keys, NULL, found)
-    for i in range(found if rc == 0 else 0):  # the index's entries: by fingerprint, then id
-        gone[3 * i], gone[3 * i + 1] = gone[3 * i + 1], gone[3 * i]
     if rc == 0:
-        rc = sort_records(gone, found, 3)
+        rc = without_entries(w, last, &w.keys, pairs, found)
     for i in range(found if rc == 0 else 0):
-        write_be(fp_bytes + 8 * i, gone[3 * i], 8)
-        write_be(id_bytes + ID_BYTES * i, gone[3 * i + 1], ID_BYTES)
-        keys[i].mv_size, keys[i].mv_data = 8, fp_bytes + 8 * i
-        keys[found + i].mv_size, keys[found + i].mv_data = ID_BYTES, id_bytes + ID_BYTES * i
+        pairs[2 * i], pairs[2 * i + 1] = gone[3 * i + 1], gone[3 * i]
     if rc == 0:
-        rc = slotted_sizes(w, &w.index, entries, &used)
-    for s in range(w.index.slots):
-        if rc == 0 and entries[s]:
-            rc = copy_skipping(last, w.txn, w.index.dbis[s], keys, keys + found, found)
-    free(fp_bytes)
+        rc = without_entries(w, last, &w.index, pairs, found)
     free(id_bytes)
     free(keys)
+    free(pairs)
     return rc if rc else write_counter(w, REMOVED, 0)
 
 
 cdef int count_stored(Work* w, const Doc* docs, size_t n, size_t* stored) noexcept nogil:
     cdef uint64_t id
+    cdef MDB_val value
     cdef size_t i
     cdef int rc
     stored[0] = 0
     for i in range(n):
-        rc = find_id(w, docs[i].key, docs[i].key_size, &id)
+        rc = find_key(w, &docs[i], &id, &value, NULL)
         if rc < 0:
             return rc
         stored[0] += rc
@@ -472,15 +481,16 @@ cdef int count_stored(Work* w, const Doc* docs, size_t n, size_t* stored) noexce
 
 cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
                 bint may_rewrite) noexcept nogil:
-    """Remove documents (sorted by key, unique) that are stored: in place, or
+    """Remove documents (in key order, unique) that are stored: in place, or
     (``may_rewrite``: the transaction has changed nothing yet) by writing the
     records, the key map and the index again without them (write_without),
     where the batch brings the documents removed since they were last written
     whole (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs
     about RUN_RATIO entries written)."""
-    cdef MDB_val k, old
+    cdef MDB_val k, v, old
     cdef MDB_stat records_stat
     cdef MDB_txn* last = NULL
+    cdef uint8_t hash[8]
     cdef uint8_t id_bytes[ID_BYTES]
     cdef uint64_t old_fp, id, removed = 0
     cdef size_t stored = 0
@@ -505,12 +515,10 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
             if gone == NULL:
                 rc = NO_MEMORY
     for i in range(n if rc == 0 else 0):
-        rc = find_id(w, docs[i].key, docs[i].key_size, &id)
+        rc = find_key(w, &docs[i], &id, &old, &old_fp)
         if rc == 0:
             continue
         if rc == 1:
-            rc = read_keyed(w.record_cursor, id, docs[i].key, docs[i].key_size, &old, &old_fp)
-        if rc == 0:
             rc = note_bands(w, <uint8_t*>old.mv_data, old.mv_size, old_fp, False)
         if rc == 0 and last != NULL:
             rc = touch(w, touched, old_fp)
@@ -521,9 +529,10 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
             k.mv_size, k.mv_data = ID_BYTES, id_bytes
             if rc == 0:
                 rc = g_del(w.txn, w.records, &k, NULL)
-            k.mv_size, k.mv_data = docs[i].key_size, <void*>docs[i].key
+            write_be(hash, docs[i].hash, 8)
+            k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, hash, ID_BYTES, id_bytes
             if rc == 0:
-                rc = slotted_delete(w, &w.keys, &k, NULL)
+                rc = slotted_delete(w, &w.keys, &k, &v)
         if rc:
             break
         count[0] += 1
@@ -540,17 +549,16 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
 
 
 cdef size_t sort_unique(Doc* docs, size_t n) noexcept nogil:
-    """Sort documents by key, keeping the last of each key; returns the count kept."""
+    """Sort documents in key order, keeping the last of each key; returns the count kept."""
     cdef size_t i, kept = 0
-    for i in range(1, n):  # input in key order (a bulk load, often) needs no sort
-        if cmp_bytes(docs[i - 1].key, docs[i - 1].key_size, docs[i].key, docs[i].key_size) >= 0:
+    for i in range(1, n):  # input in key order needs no sort
+        if cmp_key_order(&docs[i - 1], &docs[i]) >= 0:
             break
     else:
         return n
     qsort(docs, n, sizeof(Doc), cmp_doc_key)
     for i in range(n):
-        if i + 1 < n and cmp_bytes(docs[i].key, docs[i].key_size, docs[i + 1].key,
-                                   docs[i + 1].key_size) == 0:
+        if i + 1 < n and cmp_key_order(&docs[i], &docs[i + 1]) == 0:
             continue
         docs[kept] = docs[i]
         kept += 1
@@ -571,6 +579,7 @@ cdef Doc* load_packed(documents) except NULL:
         raise MemoryError()
     for i in range(n):
         docs[i].key, docs[i].key_size = &keys[KEY_SLOT * i], key_sizes[i]
+        docs[i].hash = hash_bytes(docs[i].key, docs[i].key_size)
         docs[i].value, docs[i].value_size = &values[VALUE_SLOT * i], value_sizes[i]
         docs[i].fp, docs[i].seq = fps[i], i
     return docs
@@ -588,6 +597,7 @@ cdef Doc* load_docs(list documents, bint with_values) except NULL:
             key = item[0] if with_values else item
             docs[i].key = <const uint8_t*>PyBytes_AS_STRING(key)
             docs[i].key_size = PyBytes_GET_SIZE(key)
+            docs[i].hash = hash_bytes(docs[i].key, docs[i].key_size)
             docs[i].seq = i
             if with_values:
                 value = item[2]

@@ -43,11 +43,10 @@ cdef struct SlotCursors:
     MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
 
 
-cdef struct Slotted:        # a map kept in slots (_slotted.pxi): the index, the key map
+cdef struct Slotted:        # sorted duplicates kept in slots (_slotted.pxi): the index, the key map
     MDB_dbi* dbis           # its slots (KEY_SLOTS == INDEX_SLOTS at most)
     int slots               # how many the database has (the index: 1 where an older one is read)
     int put_slot            # the slot the transaction puts new entries into (-1: none yet)
-    bint dups               # sorted duplicates (the index), else one value a key (the key map)
     SlotCursors ix          # its cursors in this call
 
 
@@ -55,7 +54,7 @@ cdef struct Work:
     MDB_txn* txn
     MDB_dbi meta, records
     Slotted index           # fingerprint -> document id
-    Slotted keys            # key -> document id
+    Slotted keys            # the key's hash -> document id
     MDB_dbi run_dir         # every run set's directory of runs (directory_number, u16 BE)
     MDB_dbi* run_slots      # per run set: RUN_SLOTS slot sub-databases
     TableRuns* table_runs   # per run set (run_sets): its live runs, loaded by open_cursors

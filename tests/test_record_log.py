@@ -1,7 +1,8 @@
-"""Format 7's documents as records under ids (storage/lmdb/format.py) in the
-native engine: ids given and kept, the key map in one slot per key, a file of
-format 6 opened without change and converted by the copy, damage, and SIGKILL
-during the key map's merges."""
+"""The documents as records under ids, found by the key's hash (format 8,
+storage/lmdb/format.py), in the native engine: ids given in key order and
+kept, the key map's one entry a document, keys whose hashes collide, files of
+format 6 and 7 opened without change and converted by the copy, damage, and
+SIGKILL during the key map's merges."""
 
 import random
 import signal
@@ -11,11 +12,12 @@ import time
 
 import lmdb
 import pytest
-from conftest import STORAGE_LAYOUT, documents_as_in_format_6
+from conftest import STORAGE_LAYOUT, documents_as_in_format_6, store_format
 
 from simhashdb import DB, DatabaseError, records
+from simhashdb.errors import DamagedError
 from simhashdb.storage import MAX_KEY_BYTES, registry
-from simhashdb.storage.lmdb import format
+from simhashdb.storage.lmdb import format, native
 
 pytest.importorskip("simhashdb._lmdb")
 pytestmark = pytest.mark.lmdb_only
@@ -42,25 +44,39 @@ def file_state(path):
             state = {}
             for name in names:
                 db = env.open_db(name, txn=txn, create=False,
-                                 dupsort=name in format.INDEX.names())
+                                 dupsort=name in format.INDEX.names() + format.KEYS.names())
                 state[name] = list(txn.cursor(db))
             return state
     finally:
         env.close()
 
 
+def record_key(record):
+    """The encoded key a stored record holds."""
+    return record[format.KEY_LENGTH_BYTES:format.KEY_LENGTH_BYTES + int.from_bytes(
+        record[:format.KEY_LENGTH_BYTES], "big")]
+
+
 def key_map(state):
-    """{key: id} of the key map's slots, a key in one slot only."""
+    """{key: id} from the key map's slots: one entry a record, in one slot,
+    under its key's hash."""
+    keys = {int.from_bytes(i, "big"): record_key(record) for i, record in state[RECORDS]}
     entries = [(k, int.from_bytes(v, "big")) for name in format.KEYS.names()
                for k, v in state.get(name, [])]
-    assert len({k for k, _ in entries}) == len(entries), "a key in two slots"
-    return dict(entries)
+    assert sorted(i for _, i in entries) == sorted(keys), "not one entry a record"
+    assert all(format.key_hash(keys[i]) == k for k, i in entries), "an entry under another hash"
+    return {keys[i]: i for _, i in entries}
+
+
+def in_key_order(keys):
+    return sorted(keys, key=lambda key: format.key_order(records.encode_key(key)))
 
 
 def test_new_keys_take_ids_in_key_order_and_keep_them(tmp_path):
-    """A batch's new keys take the next ids in key order, appended; a key
-    written again keeps its id (the record replaced, the index moved where
-    its fingerprint changed); a removed key's id is never given again."""
+    """A batch's new keys take the next ids in key order (their hashes, then
+    the keys), appended; a key written again keeps its id (the record
+    replaced, the index moved where its fingerprint changed); a removed key's
+    id is never given again."""
     path = str(tmp_path / "db")
     storage = open_native(path)
     put(storage, [("c", 3), ("a", 1), ("b", 2)])
@@ -74,20 +90,17 @@ def test_new_keys_take_ids_in_key_order_and_keep_them(tmp_path):
     storage.close()
     state = file_state(path)
     ids = {records.unpack(k): i for k, i in key_map(state).items()}
-    assert ids == {"a": 0, "b": 1, "c": 4, "d": 3}
-    assert [int.from_bytes(k, "big") for k, _ in state[RECORDS]] == [0, 1, 3, 4]
-    for id_bytes, record in state[RECORDS]:  # the key's length, the key, the value
-        size = int.from_bytes(record[:format.KEY_LENGTH_BYTES], "big")
-        key = record[format.KEY_LENGTH_BYTES:format.KEY_LENGTH_BYTES + size]
-        assert ids[records.unpack(key)] == int.from_bytes(id_bytes, "big")
+    first = {key: i for i, key in enumerate(in_key_order("abc"))}
+    assert ids == {"a": first["a"], "b": first["b"], "c": 4, "d": 3}
+    assert [int.from_bytes(k, "big") for k, _ in state[RECORDS]] == sorted(ids.values())
     index = sorted((int.from_bytes(k, "big"), int.from_bytes(v, "big"))
                    for name in format.INDEX.names() for k, v in state.get(name, []))
-    assert index == [(1, 0), (4, 3), (20, 1), (30, 4)]
+    assert index == [(1, ids["a"]), (4, 3), (20, ids["b"]), (30, 4)]
     meta = dict(state[META])
     assert int.from_bytes(meta[format.NEXT_ID], "big") == 5
 
 
-def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_7(tmp_path):
+def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_8(tmp_path):
     """A file with ``docs`` opens read-only and writable without gaining
     records or a key map (old_documents says so, and reads of its documents
     are refused, saying to upgrade it); compaction's copy writes
@@ -124,26 +137,32 @@ def test_a_file_of_format_6_opens_unchanged_and_its_copy_is_format_7(tmp_path):
     storage.close()
     state = file_state(path)
     assert OLD_DOCS not in state
-    ordered = sorted(key_map(state).items())
+    ordered = sorted(key_map(state).items(), key=lambda item: format.key_order(item[0]))
     assert [i for _, i in ordered] == list(range(len(before)))
     assert int.from_bytes(dict(state[META])[format.NEXT_ID], "big") == len(before)
     with DB(path) as db:
         assert db.check() == []
 
 
-def test_a_record_whose_key_runs_past_it_is_damage(tmp_path):
-    """A record's key length past its end raises DatabaseError on every read
-    of it, never a fault or garbage."""
-    path = str(tmp_path / "db")
+def damaged(path, damage):
+    """The native storage at ``path`` of documents "a" and "b", reopened once
+    ``damage(env, txn, b's id as bytes)`` wrote to its file with py-lmdb."""
     storage = open_native(path)
     put(storage, [("a", 1), ("b", 2)])
     storage.close()
+    b_id = key_map(file_state(path))[records.encode_key("b")].to_bytes(ID, "big")
     env = lmdb.open(path, max_dbs=4096)
     with env.begin(write=True) as txn:
-        db = env.open_db(RECORDS, txn=txn)
-        txn.put((1).to_bytes(ID, "big"), b"\x01\xff" + b"b", db=db)
+        damage(env, txn, b_id)
     env.close()
-    storage = open_native(path)
+    return open_native(path)
+
+
+def test_a_record_whose_key_runs_past_it_is_damage(tmp_path):
+    """A record's key length past its end raises DatabaseError on every read
+    of it, never a fault or garbage."""
+    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: txn.put(
+        b_id, b"\x01\xff" + b"b", db=env.open_db(RECORDS, txn=txn)))
     with storage.read() as view:
         assert view.get(records.encode_key("a")) is not None
         for read in (lambda: view.get(records.encode_key("b")), lambda: list(view.documents()),
@@ -171,9 +190,10 @@ with DB(path, distance=3, blocks=5) as db:
 
 @pytest.mark.slow
 def test_sigkill_during_the_key_maps_merges_keeps_every_batch_whole(tmp_path):
-    """A writer whose batches of long keys make the key map merge (in the
-    batch and in tidy), killed at random moments: each committed batch is
-    there whole, every key in one slot, and check() finds nothing wrong."""
+    """A writer whose batches make the key map merge (in the batch and in
+    tidy), killed at random moments: each committed batch is there whole,
+    each record's one key map entry in one slot under its key's hash, and
+    check() finds nothing wrong."""
     path, rng, start = str(tmp_path / "db"), random.Random(3), 0
     for _ in range(4):
         child = subprocess.Popen([sys.executable, "-c", KEY_WRITER, path, str(start)],
@@ -190,3 +210,150 @@ def test_sigkill_during_the_key_maps_merges_keeps_every_batch_whole(tmp_path):
             for b in range(start):
                 assert db.get(("%d-%d-" % (b, 999)) + "k" * 150) is not None
         assert len(key_map(file_state(path))) == start * 1000
+
+
+def documents_as_in_format_7(path):
+    """Rewrite the closed database at ``path``'s key map as format 7 kept it:
+    ``keys`` (encoded key -> id), no ``hashes`` slots; format 7 stored."""
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        keys = env.open_db(format.OLD_KEYS.name(), txn=txn)
+        for id_bytes, record in txn.cursor(env.open_db(RECORDS, txn=txn, create=False)):
+            txn.put(record_key(record), id_bytes, db=keys)
+        for name in format.KEYS.names():
+            txn.drop(env.open_db(name, txn=txn, dupsort=True), delete=True)
+        store_format(env, txn, 7)
+    env.close()
+
+
+def test_a_file_of_format_7_is_refused_until_upgrade_converts_it(tmp_path):
+    """A file whose key map is by key (format 7) opens read-only and writable
+    without change, DB refuses it saying to upgrade, and upgrade() writes it
+    in format 8: ids anew in key order, the same documents, queries and text
+    decisions."""
+    import simhashdb
+    rng = random.Random(7)
+    words = ["w%d" % i for i in range(2000)]
+    texts = {"t%d" % i: " ".join(rng.choice(words) for _ in range(80)) for i in range(150)}
+    path = str(tmp_path / "db")
+    with DB(path) as db:
+        db.insert_text_many(texts.items())
+        db.insert_many(("f%d" % i, rng.getrandbits(64)) for i in range(2000))
+        db.delete_many(["f%d" % i for i in range(0, 2000, 9)] + ["t3", "t4"])
+        probes = [fp ^ 3 for fp in rng.sample([r.fingerprint for r in db], 100)]
+        before = (sorted((r.key, r.fingerprint) for r in db), [sorted(db.query(p)) for p in probes],
+                  [sorted(m.key for m in found)
+                   for found in db.query_text_many(list(texts.values()))])
+    documents_as_in_format_7(path)
+    names = set(file_state(path))
+    for readonly in (True, False):
+        with pytest.raises(DatabaseError, match="0.8 and earlier.*simhashdb-cli upgrade"):
+            DB(path, readonly=readonly)
+        assert set(file_state(path)) == names
+    simhashdb.upgrade(path)
+    with DB(path) as db:
+        assert db.stats()["format"] == 8 and db.check() == []
+        assert (sorted((r.key, r.fingerprint) for r in db), [sorted(db.query(p)) for p in probes],
+                [sorted(m.key for m in found) for found in db.query_text_many(list(texts.values()))]
+                ) == before
+    state = file_state(path)
+    assert format.OLD_KEYS.name() not in state
+    ordered = sorted(key_map(state).items(), key=lambda item: format.key_order(item[0]))
+    assert [i for _, i in ordered] == list(range(len(before[0])))
+
+
+MASK = 2**64 - 1
+C1, C2 = 0x87c37b91114253d5, 0x4cf5ad432745937f  # fast_hash's word mixing (ext/_hash.pxi)
+
+
+def rotl(x, r):
+    return (x << r | x >> (64 - r)) & MASK
+
+
+def mix(word):
+    return rotl(word * C1 & MASK, 31) * C2 & MASK
+
+
+def unmix(mixed):
+    return rotl(mixed * pow(C2, -1, 2**64) & MASK, 33) * pow(C1, -1, 2**64) & MASK
+
+
+def after_first_word(encoded):
+    """fast_hash's state after the first 8 bytes of ``encoded``."""
+    h = 0x9E3779B97F4A7C15 ^ (len(encoded) * 0xC2B2AE3D27D4EB4F & MASK)
+    h ^= mix(int.from_bytes(encoded[:8], "little"))
+    return (rotl(h, 27) * 5 + 0x52dce729) & MASK
+
+
+def colliding_keys(count):
+    """``count`` bytes keys whose encoded forms (msgpack bin 8 of 16 bytes)
+    share their fast_hash: the second word of each is chosen (the mixing is
+    invertible) so that the states after it agree; the rest is the same."""
+    tail, second = b"zz", 0x0123456789ABCDEF
+    keys = [b"first:" + second.to_bytes(8, "little") + tail]
+    target = after_first_word(records.encode_key(keys[0])) ^ mix(second)
+    for i in range(1, count):
+        head = b"key%03d" % i
+        state = after_first_word(records.encode_key(head + bytes(10)))
+        keys.append(head + unmix(target ^ state).to_bytes(8, "little") + tail)
+    return keys
+
+
+def test_keys_whose_hashes_collide_are_each_found_written_and_removed(tmp_path, monkeypatch):
+    """Keys sharing their 64-bit hash (real collisions of fast_hash) among
+    others: get, get_many, upsert, remove (in place and by writing the key
+    map again) and documents (in chunks of 2, from keys stored or not) keep
+    to a dict, the key map holding each document once under the hash."""
+    monkeypatch.setattr(native, "ITEMS_PER_READ", 2)
+    colliding = colliding_keys(5)
+    assert len({format.key_hash(records.encode_key(k)) for k in colliding}) == 1
+    path, rng = str(tmp_path / "db"), random.Random(9)
+    storage = open_native(path)
+    expected = {}
+
+    def store(pairs):
+        put(storage, pairs)
+        expected.update(pairs)
+
+    def gone(keys):
+        assert storage.write(lambda txn: txn.remove([records.encode_key(k) for k in keys])) == \
+            len([k for k in keys if expected.pop(k, None) is not None])
+
+    store([(colliding[0], 1), (colliding[2], 2), ("x", 3)])
+    store([(colliding[1], 4), (colliding[3], 5), (colliding[2], 6)] +
+          [("k%d" % i, rng.getrandbits(64)) for i in range(12)])
+    gone([colliding[2], "k1", "absent"])
+    store([(colliding[4], 7), (colliding[0], 8)])
+    gone([colliding[1]] + ["k%d" % i for i in range(2, 10)])  # most of it: written again
+    order = in_key_order(expected)
+    with storage.read() as view:
+        assert [view.get(records.encode_key(k)) is not None for k in colliding] == \
+            [k in expected for k in colliding]
+        values = view.get_many([records.encode_key(k) for k in colliding + ["x", "nope"]])
+        assert [v and records.value_fingerprint(v) for v in values] == \
+            [expected.get(k) for k in colliding + ["x", "nope"]]
+        assert [records.unpack(k) for k, _ in view.documents()] == order
+        for after in order + [colliding[1], colliding[2], "nope"]:
+            encoded = records.encode_key(after)
+            assert [records.unpack(k) for k, _ in view.documents(encoded)] == \
+                [k for k in order
+                 if format.key_order(records.encode_key(k)) > format.key_order(encoded)]
+    assert storage.check() == []
+    storage.close()
+    assert sorted(key_map(file_state(path))) == sorted(records.encode_key(k) for k in expected)
+
+
+def test_a_record_under_another_keys_hash_is_damage(tmp_path):
+    """A key map entry naming a record whose key has another hash: reads of
+    that hash (get, documents) and writes of its key raise DamagedError."""
+    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: txn.put(
+        format.key_hash(records.encode_key("c")), b_id,
+        db=env.open_db(format.KEYS.name(0), txn=txn, dupsort=True)))
+    with storage.read() as view:
+        assert records.value_fingerprint(view.get(records.encode_key("a"))) == 1
+        for read in (lambda: view.get(records.encode_key("c")), lambda: list(view.documents())):
+            with pytest.raises(DamagedError):
+                read()
+    with pytest.raises(DamagedError):
+        put(storage, [("c", 3)])
+    storage.close()

@@ -267,11 +267,10 @@ def _write_and_check_index(storage, batches, seed, holding=None, live=None, pad=
 
 
 def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_path, monkeypatch):
-    """A map that grows by 256 KB at a time fills during tidy's merges, while
-    the thread feeds chunks (keys of 300 bytes: a merge's entries fill the
-    ring of chunks, so the thread waits for room); the thread stops, the
-    merge is undone, the map grows, the merge runs again, and the index holds
-    every entry once."""
+    """A map left 4 KB of room before each tidy (and grown by 256 KB at a
+    time) fills during tidy's merges, while the thread feeds chunks; the
+    thread stops, the merge is undone, the map grows, the merge runs again,
+    and the index holds every entry once."""
     import faulthandler
 
     from simhashdb.storage.lmdb import native
@@ -288,9 +287,12 @@ def test_the_map_filling_while_a_thread_feeds_an_index_merge_loses_nothing(tmp_p
             raise
     monkeypatch.setattr(native.NativeTxn, "tidy", watched_tidy)
     monkeypatch.setattr(storage, "_grow", lambda: storage._resize(storage._map_size() + (1 << 18)))
+    tidy_after_batch = storage._tidy
+    monkeypatch.setattr(storage, "_tidy", lambda: storage._resize(storage._map_used() + 4096)
+                        or tidy_after_batch())
     faulthandler.dump_traceback_later(600, exit=True)  # a thread never told to stop hangs
     try:
-        _write_and_check_index(storage, 12, seed=8, pad=300)
+        _write_and_check_index(storage, 12, seed=8)
     finally:
         faulthandler.cancel_dump_traceback_later()
     assert any(fed_in_a_filled_tidy) and storage.statistics()["fed_merges"] > 3

@@ -430,7 +430,7 @@ class LmdbHandle(Storage):
 
     @property
     def old_documents(self):
-        """Whether the file keeps its documents as format 6 did (its
+        """Whether the file keeps its documents as format 7 or 6 did (its
         storage's ``old_documents``)."""
         return self._open().old_documents
 

@@ -140,9 +140,9 @@ class NativeStorage(LmdbStorage):
 
     @property
     def old_documents(self):
-        """Whether the file keeps its documents as format 6 did (``docs``):
-        only a copy (:meth:`compact`, :meth:`relayout`) reads them, writing
-        them in this format."""
+        """Whether the file keeps its documents as format 6 did (``docs``) or
+        7 (a key map by key): only a copy (:meth:`compact`, :meth:`relayout`)
+        reads them, writing them in this format."""
         self._check_usable()
         return self._env.old_documents
 

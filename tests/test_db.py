@@ -630,7 +630,7 @@ def test_db_reads_like_a_mapping(db):
     assert str(missing.value) == "no document with key 'zz'"
     with pytest.raises(simhashdb.InvalidKeyError):
         db[1.5]
-    keys = [r.key for r in db]  # iteration gives Records, documented; on LMDB in key order
+    keys = [r.key for r in db]  # iteration gives Records, documented; on LMDB by key hash
     assert (keys if db.backend != "redis" else sorted(keys, key=str)) == [2, "a"]
 
 

@@ -108,12 +108,12 @@ def judge(near, signature, banded, their_signature, threshold):
     return alike if passes(alike, signature, their_signature, threshold) else False
 
 
-def search(view, fps, signatures, distance, threshold):
+def search(view, fps, signatures, distance, threshold, banded=None):
     """For each text (fingerprint, signature), its near-duplicates stored in
     ``view`` (a storage View) as (key, fingerprint, distance, resemblance or
-    None) hits."""
+    None) hits (``banded``: the signatures' bands, where the caller has them)."""
     near = view.search(_ext.as_fingerprints(fps), distance)
-    ours = [bands(signature) for signature in signatures]
+    ours = banded if banded is not None else [bands(signature) for signature in signatures]
     asking = [i for i, keys in enumerate(ours) if keys]
     banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
         ours[i] for i in asking))))) if asking else {}
@@ -235,9 +235,9 @@ def decide(store, texts, distance, threshold):
     texts kept earlier in the batch are compared in memory (:class:`Kept`),
     and the kept ones are stored together, so a batch writes each structure
     once."""
-    fps = [d[1] for d, _ in texts]
-    found = search(store, fps, [s for _, s in texts], distance, threshold)
-    shared = sharing(fps, [bands(s) for _, s in texts], distance)
+    fps, banded = [d[1] for d, _ in texts], [bands(s) for _, s in texts]
+    found = search(store, fps, [s for _, s in texts], distance, threshold, banded)
+    shared = sharing(fps, banded, distance)
     kept = Kept(distance, threshold)
     for i, (document, signature) in enumerate(texts):
         if kept.documents:  # a stored hit a kept text replaced is gone

@@ -265,6 +265,26 @@ def documents_as_in_format_6(path, format=6):
     env.close()
 
 
+def documents_as_in_format_7(path):
+    """Rewrite the closed database at ``path``'s key map as format 7 kept it:
+    ``keys`` (encoded key -> id), written by key, and no ``hashes`` slots;
+    format 7 stored."""
+    import lmdb
+
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+        keys = env.open_db(lmdb_format.OLD_KEYS.name(), txn=txn)
+        size = lmdb_format.KEY_LENGTH_BYTES
+        txn.cursor(keys).putmulti(sorted(
+            (raw[size:size + int.from_bytes(raw[:size], "big")], id_bytes)
+            for id_bytes, raw in txn.cursor(records)))
+        for name in lmdb_format.KEYS.names():
+            txn.drop(env.open_db(name, txn=txn, dupsort=True), delete=True)
+        store_format(env, txn, 7)
+    env.close()
+
+
 def bands_as_in_0_5(path):
     """Rewrite the closed database at ``path``'s bands as simhashdb 0.5 kept
     them: each a dupsort ``band:NN`` (an entry's top 2 bytes as key, the other

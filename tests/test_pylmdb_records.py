@@ -14,8 +14,8 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import (as_tuples, brute_force, documents_as_in_format_6, native_built, storage_of,
-                      store_format, store_values)
+from conftest import (as_tuples, brute_force, documents_as_in_format_6, documents_as_in_format_7,
+                      native_built, storage_of, store_values)
 from test_durability import run_and_kill
 
 import simhashdb
@@ -276,22 +276,6 @@ def test_a_record_under_another_keys_hash_is_damage(tmp_path):
             with pytest.raises(DamagedError, match="damaged"):
                 call()
         assert db.get(9).fingerprint == 9 * 0x9E3779B97F4A7C15 % 2**64
-
-
-def documents_as_in_format_7(path):
-    """Rewrite the closed database at ``path``'s key map as format 7 kept it:
-    ``keys`` (encoded key -> id), written by key, and no ``hashes`` slots;
-    format 7 stored."""
-    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
-    with env.begin(write=True) as txn:
-        records = env.open_db(RECORDS, txn=txn, create=False)
-        keys = env.open_db(OLD_KEYS, txn=txn)
-        txn.cursor(keys).putmulti(sorted((record_parts(raw)[0], doc)
-                                         for doc, raw in txn.cursor(records)))
-        for name in lmdb_format.KEYS.names():
-            txn.drop(env.open_db(name, txn=txn, dupsort=True), delete=True)
-        store_format(env, txn, 7)
-    env.close()
 
 
 AS_IN = {6: documents_as_in_format_6, 7: documents_as_in_format_7}

@@ -12,7 +12,7 @@ import time
 
 import lmdb
 import pytest
-from conftest import STORAGE_LAYOUT, documents_as_in_format_6, store_format
+from conftest import STORAGE_LAYOUT, documents_as_in_format_6, documents_as_in_format_7
 
 from simhashdb import DB, DatabaseError, records
 from simhashdb.errors import DamagedError
@@ -210,20 +210,6 @@ def test_sigkill_during_the_key_maps_merges_keeps_every_batch_whole(tmp_path):
             for b in range(start):
                 assert db.get(("%d-%d-" % (b, 999)) + "k" * 150) is not None
         assert len(key_map(file_state(path))) == start * 1000
-
-
-def documents_as_in_format_7(path):
-    """Rewrite the closed database at ``path``'s key map as format 7 kept it:
-    ``keys`` (encoded key -> id), no ``hashes`` slots; format 7 stored."""
-    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
-    with env.begin(write=True) as txn:
-        keys = env.open_db(format.OLD_KEYS.name(), txn=txn)
-        for id_bytes, record in txn.cursor(env.open_db(RECORDS, txn=txn, create=False)):
-            txn.put(record_key(record), id_bytes, db=keys)
-        for name in format.KEYS.names():
-            txn.drop(env.open_db(name, txn=txn, dupsort=True), delete=True)
-        store_format(env, txn, 7)
-    env.close()
 
 
 def test_a_file_of_format_7_is_refused_until_upgrade_converts_it(tmp_path):

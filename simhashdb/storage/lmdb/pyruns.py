@@ -1,32 +1,40 @@
 """What the py-lmdb backend's reads and writes share: the sub-databases' names,
 a run's blocks written and read (coded by ``_ext`` as the native engine codes
 them), when runs merge, a family of slots as one (the index, the key map),
-the documents' records, counters and the errors for a damaged file."""
+recent's records read, the documents' records, counters and the errors for a
+damaged file."""
 
 import heapq
 import itertools
 import sys
+from array import array
+from typing import NamedTuple
 
 from ... import _ext
 from ...errors import DamagedError, DatabaseError
 from .. import BANDS, band_entries
 from . import format
 from .format import (
+    BAND_DIRECTORY,
     ID_BYTES,
     KEY_LENGTH_BYTES,
+    RECENT_FINGERPRINTS,
     RUN_KEY_BYTES,
     RUN_RATIO,
     RUN_SLOTS,
     block_key,
+    recent_groups,
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
+RECENT_WRITES = format.RECENT_WRITES.name()
 OLD_DOCS, OLD_KEYS = format.OLD_DOCS.name(), format.OLD_KEYS.name()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
 slot_name = format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
 BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
+MAX_KEY = MAX_VALUE.to_bytes(ID_BYTES, "big")  # (no record of recent follows it)
 
 
 def merge_due(runs, limit):
@@ -86,6 +94,48 @@ def index_items(txn, storage, start=None):
     """(fingerprint bytes, document id bytes) of every entry of the index from
     ``start`` (8 bytes) on, in order."""
     return slot_items(txn, storage, storage._index, start)
+
+
+class Recent(NamedTuple):
+    """What recent holds: the tables' fingerprints (unpermuted) and each band's
+    entries ({band: values}), each once, ascending; ``values``, what its
+    records count (meta's ``recent``); ``next``, the key of the next record."""
+
+    fingerprints: array
+    bands: dict
+    values: int
+    next: int
+
+
+EMPTY_RECENT = Recent(array("Q"), {}, 0, 0)
+
+
+def read_recent(cursor, counted, path):
+    """What recent holds, from a cursor on it and meta's count of its values
+    (``counted``).
+
+    :raises DamagedError: a record is not one (a key not ID_BYTES long, no
+        groups, a group's length off or out of order), or their values are not
+        ``counted``.
+    """
+    fps, bands, values, last = set(), {}, 0, -1
+    for key, raw in cursor.iternext():
+        groups = recent_groups(raw) if len(key) == ID_BYTES and key != MAX_KEY else None
+        if not groups:
+            raise damaged_error(path, "recent's record %s" % key.hex())
+        last = int.from_bytes(key, "big")
+        for group, held in groups.items():
+            values += len(held)
+            if group == RECENT_FINGERPRINTS:
+                fps.update(held)
+            else:
+                bands.setdefault(group - BAND_DIRECTORY, set()).update(held)
+    if values != counted:
+        raise damaged_error(path, "meta's %r (%d, for the %d values recent holds)"
+                            % (format.RECENT.decode(), counted, values))
+    return Recent(array("Q", sorted(fps)), {band: array("Q", sorted(held))
+                                           for band, held in sorted(bands.items())},
+                  values, last + 1)
 
 
 def record_bytes(key, value):

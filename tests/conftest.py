@@ -16,6 +16,7 @@ from simhashdb.layout import Layout
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.files import LmdbStorage
+from simhashdb.storage.lmdb.pylmdb import PyLmdbStorage
 
 registry.register("memory", MemoryStorage)  # the toy backend of tests/memory_backend.py
 
@@ -126,6 +127,16 @@ def opener(request, tmp_path):
     yield open_
     for storage in opened:
         storage.close()
+
+
+@pytest.fixture
+def runs_only():
+    """Writes put their tables' and bands' entries into runs however few they
+    are, none into recent (py-lmdb's ``recent_limit`` 0): for the tests of the
+    runs and their merges. (Kept apart from ``monkeypatch``, which a test may undo.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PyLmdbStorage, "recent_limit", 0)
+        yield
 
 
 @pytest.fixture

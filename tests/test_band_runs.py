@@ -86,8 +86,8 @@ def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_docum
     path = str(tmp_path / "db")
     keys = sorted(pages)
     with simhashdb.DB(path, backend=backend) as db:
-        for start in range(0, len(keys), 100):
-            db.insert_text_many((k, pages[k]) for k in keys[start:start + 100])
+        for start in range(0, len(keys), 500):  # (each past recent's limit: written as runs)
+            db.insert_text_many((k, pages[k]) for k in keys[start:start + 500])
     runs, stale = band_state(path)
     entries = sum(run[2] for band in runs for run in band)
     assert stale == 0 and entries >= len(pages) * BANDS * 0.9

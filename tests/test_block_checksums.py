@@ -121,6 +121,7 @@ def test_a_flipped_bit_in_a_block_raises_and_compact_mends_it(tmp_path, monkeypa
     path = str(tmp_path / "db")
     with DB(path, distance=3, backend=writer) as db:
         db.insert_many(docs.items())
+        db.compact()  # (written as runs: a small write's entries wait in recent)
         tables = db.tables
     rewrite_file(path, tables, flip_a_bit(where))
     probes = list(docs.values())  # every block of every table is read
@@ -185,6 +186,7 @@ def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, re
     path = str(tmp_path / "db")
     with DB(path, distance=3, backend=reader) as db:
         db.insert_many(docs.items())
+        db.compact()  # (written as runs: a small write's entries wait in recent)
         tables = db.tables
     rewrite_file(path, tables, checksum_bit_cleared(where))
     probes = list(docs.values())[::10]

@@ -19,7 +19,6 @@ from simhashdb.errors import DatabaseError
 from simhashdb.layout import Layout
 from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
-from simhashdb.storage.lmdb.pylmdb import PyLmdbStorage
 
 index_name, slot_name = lmdb_format.INDEX.name, lmdb_format.TABLE_RUNS.name
 RECORDS = lmdb_format.RECORDS.name()
@@ -121,13 +120,6 @@ def read_tables(path, tables):
     return result, counts
 
 
-@pytest.fixture
-def runs_only(monkeypatch):
-    """Every batch's entries go to the runs, none to recent (its limit 0):
-    for the tests of the runs themselves."""
-    monkeypatch.setattr(PyLmdbStorage, "recent_limit", 0)
-
-
 def recent_fingerprints(path):
     """The fingerprints the file's recent holds (none where it has no recent)."""
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
@@ -190,7 +182,7 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
         recent = list(recent_fingerprints(path))
         for table, runs in enumerate(tables):
             union = set().union(*(set(values) for _, _, values in runs))
-            union |= set(LAYOUT.table_values(recent, table)) if recent else set()
+            union |= set(LAYOUT.table_values(recent, table))
             assert set(LAYOUT.table_values(list(docs.values()), table)) <= union
 
 

@@ -35,8 +35,9 @@ def check(db, docs, rng):
 
 
 @pytest.fixture
-def small_merges(monkeypatch):
-    """Batches merge runs of at most 300 entries themselves."""
+def small_merges(monkeypatch, runs_only):
+    """Batches merge runs of at most 300 entries themselves (and write their
+    entries as runs, however few)."""
     monkeypatch.setattr(LmdbStorage, "batch_merge", 300)
 
 
@@ -226,8 +227,9 @@ def test_a_readers_block_directories_never_outlive_their_runs(tmp_path, writer):
     again with as many other fingerprints, so the new runs take the old ones'
     slots and sizes: they take new ids, and the reader's searches stay exact."""
     path, rng = str(tmp_path / "db"), random.Random(8)
-    first = {"a%d" % i: rng.getrandbits(64) for i in range(3000)}
-    second = {"b%d" % i: rng.getrandbits(64) for i in range(3000)}
+    size = lmdb_format.RECENT_LIMIT + 1  # (past recent's limit: written as runs)
+    first = {"a%d" % i: rng.getrandbits(64) for i in range(size)}
+    second = {"b%d" % i: rng.getrandbits(64) for i in range(size)}
     with DB(path, distance=3, blocks=5, backend=writer) as db:
         db.insert_many(first.items())
     before, _ = read_tables(path, LAYOUT.tables)
@@ -240,5 +242,5 @@ def test_a_readers_block_directories_never_outlive_their_runs(tmp_path, writer):
     after, _ = read_tables(path, LAYOUT.tables)
     for old, new in zip(before, after):
         assert [(slot, len(values)) for _, slot, values in new] == \
-            [(slot, len(values)) for _, slot, values in old] == [(0, 3000)]
+            [(slot, len(values)) for _, slot, values in old] == [(0, size)]
         assert new[0][0] > old[0][0]

@@ -3,7 +3,9 @@ backend, used where that one was not built (or with ``backend="py-lmdb"``).
 
 It keeps the tables and bands as compressed sorted runs (RUNS.md), blocks
 coded by ``_ext`` exactly as the native backend codes them. A run set is a
-table (numbered from 0) or a band (numbered after the tables).
+table (numbered from 0) or a band (numbered after the tables). A small
+write's new entries wait in ``recent`` until they are many, then go into
+every run set at once (:mod:`.format`), as the native backend writes them.
 The documents are records under their ids; the key map (by key hash) and the
 fingerprint index are each the union of their slots, as native keeps them:
 this backend puts new entries into the first slot and leaves merging the

@@ -34,7 +34,6 @@ slot_name = format.TABLE_RUNS.name
 band_slot_name = format.BAND_RUNS.name
 BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the documents)
 MAX_VALUE = (1 << 64) - 1
-MAX_KEY = MAX_VALUE.to_bytes(ID_BYTES, "big")  # (no record of recent follows it)
 
 
 def merge_due(runs, limit):
@@ -99,15 +98,14 @@ def index_items(txn, storage, start=None):
 class Recent(NamedTuple):
     """What recent holds: the tables' fingerprints (unpermuted) and each band's
     entries ({band: values}), each once, ascending; ``values``, what its
-    records count (meta's ``recent``); ``next``, the key of the next record."""
+    records count (meta's ``recent``)."""
 
     fingerprints: array
     bands: dict
     values: int
-    next: int
 
 
-EMPTY_RECENT = Recent(array("Q"), {}, 0, 0)
+EMPTY_RECENT = Recent(array("Q"), {}, 0)
 
 
 def read_recent(cursor, counted, path):
@@ -118,12 +116,11 @@ def read_recent(cursor, counted, path):
         groups, a group's length off or out of order), or their values are not
         ``counted``.
     """
-    fps, bands, values, last = set(), {}, 0, -1
+    fps, bands, values = set(), {}, 0
     for key, raw in cursor.iternext():
-        groups = recent_groups(raw) if len(key) == ID_BYTES and key != MAX_KEY else None
+        groups = recent_groups(raw) if len(key) == ID_BYTES else None
         if not groups:
             raise damaged_error(path, "recent's record %s" % key.hex())
-        last = int.from_bytes(key, "big")
         for group, held in groups.items():
             values += len(held)
             if group == RECENT_FINGERPRINTS:
@@ -134,8 +131,7 @@ def read_recent(cursor, counted, path):
         raise damaged_error(path, "meta's %r (%d, for the %d values recent holds)"
                             % (format.RECENT.decode(), counted, values))
     return Recent(array("Q", sorted(fps)), {band: array("Q", sorted(held))
-                                           for band, held in sorted(bands.items())},
-                  values, last + 1)
+                                           for band, held in sorted(bands.items())}, values)
 
 
 def record_bytes(key, value):

@@ -240,6 +240,8 @@ class PyTxn(PyView, Txn):
             return
         cursor = self._txn.cursor(db)
         number = int.from_bytes(cursor.key(), "big") + 1 if cursor.last() else 0
+        if number > MAX_VALUE:  # (numbers run to 2^64: only damage comes near)
+            raise damaged_error(self._storage.path, "recent's last record")
         groups = {BAND_DIRECTORY + band: entries for band, entries in brought.items()}
         groups[RECENT_FINGERPRINTS] = sorted(added)
         if not cursor.put(id_bytes(number), recent_record(groups), append=True):

@@ -16,7 +16,6 @@ from simhashdb.layout import Layout
 from simhashdb.storage import registry
 from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.files import LmdbStorage
-from simhashdb.storage.lmdb.pylmdb import PyLmdbStorage
 
 registry.register("memory", MemoryStorage)  # the toy backend of tests/memory_backend.py
 
@@ -130,13 +129,12 @@ def opener(request, tmp_path):
 
 
 @pytest.fixture
-def runs_only():
-    """Writes put their tables' and bands' entries into runs however few they
-    are, none into recent (py-lmdb's ``recent_limit`` 0): for the tests of the
-    runs and their merges. (Kept apart from ``monkeypatch``, which a test may undo.)"""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PyLmdbStorage, "recent_limit", 0)
-        yield
+def runs_only(monkeypatch):
+    """Every write's run entries go to the runs, none to recent (its limit 0),
+    on both LMDB backends: for the tests whose subject is the runs themselves."""
+    for name in ("lmdb", "py-lmdb"):
+        if name == "py-lmdb" or native_built():
+            monkeypatch.setattr(registry.backend_class(name), "recent_limit", 0, raising=False)
 
 
 @pytest.fixture

@@ -77,6 +77,7 @@ def fresh_answers(tmp_path, name, pages, probes, backend):
         return answers(fresh, probes)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_documents(
         tmp_path, backend):
@@ -86,8 +87,8 @@ def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_docum
     path = str(tmp_path / "db")
     keys = sorted(pages)
     with simhashdb.DB(path, backend=backend) as db:
-        for start in range(0, len(keys), 500):  # (each past recent's limit: written as runs)
-            db.insert_text_many((k, pages[k]) for k in keys[start:start + 500])
+        for start in range(0, len(keys), 100):
+            db.insert_text_many((k, pages[k]) for k in keys[start:start + 100])
     runs, stale = band_state(path)
     entries = sum(run[2] for band in runs for run in band)
     assert stale == 0 and entries >= len(pages) * BANDS * 0.9
@@ -109,6 +110,7 @@ def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_docum
             assert sum(run[2] for band in after for run in band) < entries * 0.8
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 def test_the_backends_write_and_read_each_others_band_runs(tmp_path):
     pages = corpus(3, 600, 60)

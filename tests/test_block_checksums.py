@@ -107,6 +107,7 @@ def exact(db, docs, probes, distance=3):
         == [set(brute_force(docs, probe, distance)) for probe in probes]
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("writer", LMDB_BACKENDS)
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("where", ["low bits", "high bits", "checksum"])
@@ -121,7 +122,6 @@ def test_a_flipped_bit_in_a_block_raises_and_compact_mends_it(tmp_path, monkeypa
     path = str(tmp_path / "db")
     with DB(path, distance=3, backend=writer) as db:
         db.insert_many(docs.items())
-        db.compact()  # (written as runs: a small write's entries wait in recent)
         tables = db.tables
     rewrite_file(path, tables, flip_a_bit(where))
     probes = list(docs.values())  # every block of every table is read
@@ -170,6 +170,7 @@ def checksum_bit_cleared(where):
     return change
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("where", ["directory", "whole run"])
 def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, reader, where):
@@ -186,7 +187,6 @@ def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, re
     path = str(tmp_path / "db")
     with DB(path, distance=3, backend=reader) as db:
         db.insert_many(docs.items())
-        db.compact()  # (written as runs: a small write's entries wait in recent)
         tables = db.tables
     rewrite_file(path, tables, checksum_bit_cleared(where))
     probes = list(docs.values())[::10]

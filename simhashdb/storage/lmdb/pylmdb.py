@@ -52,6 +52,7 @@ from .format import (
 )
 from .pyruns import (
     BAND_SLOTS,
+    EMPTY_RECENT,
     META,
     OLD_DOCS,
     OLD_KEYS,
@@ -106,7 +107,7 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._whole_runs = set()  # (table, run id, entries) of runs found whole (_check_run)
-        self._recent_read = None  # (snapshot id, what recent held in it) of the last read view
+        self._recent_known = EMPTY_RECENT  # what a transaction last read of recent (pyruns.read_recent)
         # what a new database needs is made in one transaction (whose write lock
         # also orders two processes making it at once): a crash leaves all or none
         with self._making() as txn:

@@ -98,26 +98,32 @@ def index_items(txn, storage, start=None):
 class Recent(NamedTuple):
     """What recent holds: the tables' fingerprints (unpermuted) and each band's
     entries ({band: values}), each once, ascending; ``values``, what its
-    records count (meta's ``recent``)."""
+    records count (meta's ``recent``); ``records``, the (key, value) records
+    it was read from, in order."""
 
     fingerprints: array
     bands: dict
     values: int
+    records: tuple
 
 
-EMPTY_RECENT = Recent(array("Q"), {}, 0)
+EMPTY_RECENT = Recent(array("Q"), {}, 0, ())
 
 
-def read_recent(cursor, counted, path):
+def read_recent(cursor, counted, path, known=EMPTY_RECENT):
     """What recent holds, from a cursor on it and meta's count of its values
-    (``counted``).
+    (``counted``); the records of ``known`` (an earlier read) that lead it
+    are not parsed again (they only grow until recent is emptied).
 
     :raises DamagedError: a record is not one (a key not ID_BYTES long, no
         groups, a group's length off or out of order), or their values are not
         ``counted``.
     """
-    fps, bands, values = set(), {}, 0
-    for key, raw in cursor.iternext():
+    records = tuple(cursor.iternext())
+    if records[:len(known.records)] != known.records:
+        known = EMPTY_RECENT
+    fps, bands, values = set(), {}, known.values
+    for key, raw in records[len(known.records):]:
         groups = recent_groups(raw) if len(key) == ID_BYTES else None
         if not groups:
             raise damaged_error(path, "recent's record %s" % key.hex())
@@ -130,8 +136,11 @@ def read_recent(cursor, counted, path):
     if values != counted:
         raise damaged_error(path, "meta's %r (%d, for the %d values recent holds)"
                             % (format.RECENT.decode(), counted, values))
-    return Recent(array("Q", sorted(fps)), {band: array("Q", sorted(held))
-                                           for band, held in sorted(bands.items())}, values)
+    if len(records) == len(known.records):
+        return known
+    return Recent(_ext.merge_unique(known.fingerprints, sorted(fps)), {
+        band: _ext.merge_unique(known.bands.get(band, ()), sorted(bands.get(band, ())))
+        for band in sorted(bands.keys() | known.bands.keys())}, values, records)
 
 
 def record_bytes(key, value):

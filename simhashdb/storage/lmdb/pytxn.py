@@ -247,6 +247,7 @@ class PyTxn(PyView, Txn):
         if not cursor.put(id_bytes(number), recent_record(groups), append=True):
             raise damaged_error(self._storage.path, "recent's last record")
         self._set_count(RECENT, held + values)
+        self._recent_held = None
 
     def _flush(self, added=(), brought=None):
         """Write recent's values, and the fingerprints ``added`` and band entries
@@ -264,10 +265,7 @@ class PyTxn(PyView, Txn):
         if recent.values:
             self._txn.drop(self._storage._dbs[RECENT_WRITES], delete=False)
             self._set_count(RECENT, 0)
-
-    def _recent(self):
-        """What recent holds, this transaction's records too (read each time)."""
-        return self._read_recent()
+            self._recent_held = None
 
     def _band_rewrite_due(self):
         """Whether a rewrite of the bands is under way, or due: the stale

@@ -49,6 +49,7 @@ class PyView(View):
         self._storage, self._txn = storage, txn
         self._cursors = {}
         self._in_use = {}  # cursors on each family's slots in use (_slot_cursors)
+        self._recent_held = None  # what recent holds, once read (_recent)
 
     def _db(self, name):
         db = self._storage._dbs.get(name)
@@ -253,21 +254,14 @@ class PyView(View):
         return [fp for fp in fps if self._has(fp)]
 
     def _recent(self):
-        """What recent holds in this snapshot, read once a snapshot (a read
-        view's: the storage keeps the last snapshot's)."""
-        kept = self._storage._recent_read
-        if kept is not None and kept[0] == self._txn.id():
-            return kept[1]
-        recent = self._read_recent()
-        self._storage._recent_read = self._txn.id(), recent
-        return recent
-
-    def _read_recent(self):
-        """What recent holds now (none in a file of format 8, which lacks it)."""
+        """What recent holds (none in a file of format 8, which lacks it), read
+        once (a write forgets it), its records parsed once in the storage."""
         db = self._storage._dbs.get(RECENT_WRITES)
-        if db is None:
-            return EMPTY_RECENT
-        return read_recent(self._txn.cursor(db), self._count(RECENT), self._storage.path)
+        if self._recent_held is None and db is not None:
+            self._recent_held = self._storage._recent_known = read_recent(
+                self._txn.cursor(db), self._count(RECENT), self._storage.path,
+                self._storage._recent_known)
+        return self._recent_held or EMPTY_RECENT
 
     def _directory(self, table):
         """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)].

@@ -1,23 +1,24 @@
 """Format 9's recent in the py-lmdb backend (tests/test_recent.py tests both
 LMDB backends alike): a writer killed while it appends small writes to recent
 or writes recent out as runs leaves a committed state, damaged records of
-recent are damage, a read-only handle on a format-8 file reads the recent a
-writer adds since, and the native engine writes the same records of recent
-from the same writes."""
+recent are damage, and a read-only handle on a format-8 file reads the recent
+a writer adds since. (test_pylmdb_records.py: the backends write the same
+records of recent from the same batches, and read each other's.)"""
 
 import random
+import subprocess
+import sys
 
 import lmdb
 import pytest
-from conftest import brute_force, native_built, store_format
+from conftest import brute_force, store_format
 from test_durability import run_and_kill
 
-from simhashdb import DB, RECIPE
+from simhashdb import DB
 from simhashdb.errors import DamagedError
 from simhashdb.storage.lmdb import format as lmdb_format
 
 RECENT_NAME = lmdb_format.RECENT_WRITES.name()
-native = pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 
 
 def raw_recent(path):
@@ -115,8 +116,6 @@ with DB(sys.argv[1], backend="py-lmdb") as db:
 
 
 def test_a_read_only_handle_on_a_format_8_file_reads_the_recent_a_writer_makes(tmp_path):
-    import subprocess
-    import sys
     path = str(tmp_path / "db")
     with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
         db.insert_many([("old", 1)])
@@ -133,49 +132,3 @@ def test_a_read_only_handle_on_a_format_8_file_reads_the_recent_a_writer_makes(t
         assert [m.key for m in reader.query(12345)] == ["new"]
         assert [m.key for m in reader.query(1)] == ["old"]
     assert len(raw_recent(path)[0]) == 1
-
-
-def small_writes(rng):
-    """Writes of a few documents each (plain and texts, new and written
-    again, removals), none past recent's limit."""
-    words = ["w%d" % i for i in range(400)]
-    keys = ["https://example.org/%d" % i for i in range(40)]
-    steps = []
-    for step in range(30):
-        if step % 5 == 4:
-            steps.append(("delete", rng.sample(keys, 2)))
-        elif step % 2:
-            steps.append(("text", [(key, " ".join(rng.choice(words) for _ in range(40)))
-                                   for key in rng.sample(keys, rng.randint(1, 3))]))
-        else:
-            steps.append(("insert", [(key, rng.getrandbits(64)) for key in rng.sample(keys, 3)]))
-    return steps
-
-
-@native
-def test_the_backends_write_the_same_records_of_recent_and_read_each_others(tmp_path):
-    """The same small writes through each backend: the same records of
-    recent (keys and values, byte for byte) and the same counter; each
-    backend's searches of the other's file, recent not empty, answer as its
-    writer's."""
-    steps, paths, answers = small_writes(random.Random(31)), {}, {}
-    probes = [text for kind, batch in steps if kind == "text" for _, text in batch][:20]
-    for backend in ("lmdb", "py-lmdb"):
-        paths[backend] = path = str(tmp_path / backend)
-        with DB(path, distance=3, blocks=5, recipe=RECIPE, backend=backend) as db:
-            for kind, batch in steps:
-                if kind == "delete":
-                    db.delete_many(batch)
-                elif kind == "text":
-                    db.insert_text_many(batch)
-                else:
-                    db.insert_many(batch)
-            answers[backend] = [[m.key for m in found] for found in db.query_text_many(probes)]
-    native_recent, python_recent = raw_recent(paths["lmdb"]), raw_recent(paths["py-lmdb"])
-    assert native_recent[0] and native_recent == python_recent
-    assert answers["lmdb"] == answers["py-lmdb"]
-    for writer, reader in (("lmdb", "py-lmdb"), ("py-lmdb", "lmdb")):
-        with DB(paths[writer], backend=reader, readonly=True) as db:
-            assert [[m.key for m in found] for found in db.query_text_many(probes)] == \
-                answers[writer]
-            assert db.check() == []

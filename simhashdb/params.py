@@ -16,8 +16,9 @@ from .layout import DEFAULT_EXPECTED_SIZE, Layout
 # 4: the LMDB fingerprint index in slots, a union of runs; 5: the LMDB bands as runs;
 # 6: a database's distance may exceed its tables' (``table_distance``);
 # 7: the LMDB documents as records under ids, a key map and an index of ids;
-# 8: the LMDB key map by the key's hash (the key stored once, in its record)
-FORMAT_VERSION = 8
+# 8: the LMDB key map by the key's hash (the key stored once, in its record);
+# 9: the LMDB run entries of small writes kept together in `recent` (format 8 reads as it is)
+FORMAT_VERSION = 9
 DEFAULT_DISTANCE = 3
 
 

@@ -512,7 +512,8 @@ def test_a_run_directory_naming_every_slot_or_one_twice_is_an_error_on_write(tmp
     def write():
         try:
             with DB(path, backend=backend) as db:
-                db.insert_many((i, i * 7919) for i in range(3000, 6000))
+                # (past recent's limit with the first batch's: written as runs)
+                db.insert_many((i, i * 7919) for i in range(3000, 3000 + lmdb_format.RECENT_LIMIT))
                 return {"wrote": len(db)}
         except SimhashDBError as exc:
             return {"error": type(exc).__name__, "says": str(exc)}

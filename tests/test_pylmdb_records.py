@@ -17,6 +17,7 @@ import pytest
 from conftest import (as_tuples, brute_force, documents_as_in_format_6, documents_as_in_format_7,
                       native_built, storage_of, store_values)
 from test_durability import run_and_kill
+from test_pylmdb_recent import raw_recent
 
 import simhashdb
 from simhashdb import DB, RECIPE, DatabaseError, fingerprint_with_signature
@@ -453,8 +454,9 @@ def test_each_backend_reads_and_writes_the_file_the_other_wrote_from_the_same_ba
     """The same batches written by each backend into a file of its own: the
     records are the same bytes under the same ids, meta's next id the same,
     the key map and the index hold the same entries (their slots may
-    differ), and each backend reads the other's file as the writer does, then
-    writes a batch more into it."""
+    differ), recent the same records (appended, and written out as runs
+    before rewrites) and counter, and each backend reads the other's file
+    (recent not empty) as the writer does, then writes a batch more into it."""
     steps, paths = same_steps(random.Random(24)), {}
     for backend in ("lmdb", "py-lmdb"):
         paths[backend] = path = str(tmp_path / backend)
@@ -471,6 +473,8 @@ def test_each_backend_reads_and_writes_the_file_the_other_wrote_from_the_same_ba
                 bands = [sorted(view.band_entries(band)) for band in range(lmdb_format.BANDS)]
     (native, native_id), (python, python_id) = (read_file(paths[b]) for b in ("lmdb", "py-lmdb"))
     assert native[RECORDS] == python[RECORDS] and native_id == python_id
+    assert raw_recent(paths["lmdb"]) == raw_recent(paths["py-lmdb"]) and \
+        raw_recent(paths["lmdb"])[0]
     for family in (lmdb_format.KEYS, lmdb_format.INDEX):
         assert sorted(e for name in family.names() for e in native.get(name, [])) == \
             sorted(e for name in family.names() for e in python.get(name, []))

@@ -120,6 +120,20 @@ def read_tables(path, tables):
     return result, counts
 
 
+def recent_fingerprints(path):
+    """The fingerprints the file's recent holds (none where it has no recent)."""
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            if txn.get(lmdb_format.RECENT_WRITES.name()) is None:
+                return set()
+            db = env.open_db(lmdb_format.RECENT_WRITES.name(), txn=txn, create=False)
+            return {fp for _, raw in txn.cursor(db).iternext() for fp in
+                    lmdb_format.recent_groups(raw).get(lmdb_format.RECENT_FINGERPRINTS, ())}
+    finally:
+        env.close()
+
+
 def check_exact(db, docs, probes):
     for distance in (3, 4):
         found = db.query_many(array("Q", probes), distance=distance)
@@ -165,8 +179,10 @@ def test_the_backends_write_and_search_each_others_runs(tmp_path):
             check_exact(db, docs, probes)
         tables, (distinct, _) = read_tables(path, LAYOUT.tables)
         assert distinct == len(set(docs.values()))
+        recent = list(recent_fingerprints(path))
         for table, runs in enumerate(tables):
             union = set().union(*(set(values) for _, _, values in runs))
+            union |= set(LAYOUT.table_values(recent, table))
             assert set(LAYOUT.table_values(list(docs.values()), table)) <= union
 
 
@@ -569,7 +585,7 @@ def test_a_walk_cut_short_by_damage_is_refused_not_copied(tmp_path, backend):
         assert db.check() == []
 
 
-def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path):
+def test_removals_past_a_quarter_rewrite_every_table_as_one_run(tmp_path, runs_only):
     path, rng = str(tmp_path / "stale.db"), random.Random(4)
     fps = list({rng.getrandbits(64) for _ in range(2000)} - {0, MAX}) + [0, MAX]
     docs = {}
@@ -636,7 +652,7 @@ def test_the_stale_count_triggers_the_rewrite(tmp_path):
                 assert len(view._directory(0)) == 1 or expected_stale
 
 
-def test_a_damaged_block_is_a_database_error(tmp_path):
+def test_a_damaged_block_is_a_database_error(tmp_path, runs_only):
     path = str(tmp_path / "damaged.db")
     with DB(path, distance=3, blocks=5, backend="py-lmdb") as db:
         db.insert_many(("k%d" % i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(3000))

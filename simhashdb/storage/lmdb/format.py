@@ -55,7 +55,32 @@ A database's sub-databases (:data:`SUB_DATABASES`):
   counts them; a search confirms what it finds by the signatures); once they
   could reach 1/RUN_RATIO of the bands' entries, the bands are written again
   from the documents (``band rewrite``: the next band, and the stale count
-  it began with).
+  it began with);
+- ``recent``: the run entries of the latest small writes, kept together in
+  one sub-database until they are many, so that a write of a few documents
+  copies a few pages, not a page of every table and band. A record per write
+  (key: a sequence number, 8 bytes big-endian, one above the last record's,
+  the first 0; appended) holds its groups in ascending order of their 2-byte
+  group key: :data:`RECENT_FINGERPRINTS` for the new fingerprints the tables
+  would take (unpermuted), :func:`band_directory_key` of a band for that
+  band's new entries; each group is its key (2 bytes big-endian), its count
+  (4 bytes big-endian, at least 1) and that many 8-byte big-endian values,
+  strictly ascending (:func:`recent_record`, :func:`recent_groups`). Meta's
+  ``recent`` (:data:`RECENT`) counts the values recent holds. A write that
+  would add runs (an upsert, or an insert-if-new, storing fingerprints or
+  band entries the runs lack) appends its values to recent as one record
+  while recent's values and its own stay within :data:`RECENT_LIMIT`;
+  otherwise every run set takes one run of recent's values and the write's
+  own (sorted, each once) and recent is emptied (its counter 0). Recent is
+  also written out as runs and emptied before a step of a rewrite of the
+  tables or the bands, and by compaction and the copy (a copy's target
+  holds none). A recent value is a run entry in every respect: a search
+  compares a probe with every recent fingerprint (within the distance, any
+  prefix), a band search finds the recent entries under its keys, a removal
+  leaves recent's entries as it leaves the runs' (stale, counted as such),
+  and listings and checks of a table or band include them. A format-8 file
+  (none) reads as an empty recent; opened writable it takes format 9 and
+  ``recent`` is created.
 
 Databases of format 6 and earlier (simhashdb 0.7 and earlier) keep the
 documents as ``docs`` (:data:`OLD_DOCS`: encoded key -> document value) and
@@ -122,13 +147,14 @@ KEYS = SubDatabase(b"hashes:%02d", KEY_SLOTS, dupsort=True, first=b"hashes")
 INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
 OLD_DOCS = SubDatabase(b"docs")
 OLD_KEYS = SubDatabase(b"keys")  # format 7's key map: its presence marks a file of format 7
+RECENT_WRITES = SubDatabase(b"recent")
 RUN_DIRECTORY = SubDatabase(b"runs")
 TABLE_RUNS = SubDatabase(b"runs:%03d:%02d", RUN_SLOTS, per_table=True)
 BAND_RUNS = SubDatabase(b"band:%02d:%02d", RUN_SLOTS, per_band=True)
 OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=True)
 OLD_BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 
-SUB_DATABASES = (META, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS)
+SUB_DATABASES = (META, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS, RECENT_WRITES)
 SPARE_DBS = 1  # room for one more: the documents of format 6 being copied
 
 # meta's keys
@@ -136,6 +162,7 @@ PARAMS, DISTINCT, STALE, REMOVED = b"params", b"distinct", b"stale", b"removed"
 NEXT_ID = b"next id"
 RUN_IDS, REWRITE = b"run ids", b"rewrite"
 BAND_STALE, BAND_REWRITE = b"band stale", b"band rewrite"
+RECENT = b"recent"  # the values recent holds
 
 TABLE_KEY_BYTES = 2  # a key of the run directory: the table, or BAND_DIRECTORY + the band
 BAND_DIRECTORY = 0x8000  # the directory key of band 0 (tables are fewer)
@@ -144,11 +171,15 @@ RUN_KEY_BYTES = 12  # a block's key: run id 4, first value 8
 CHECKSUM_BIT = 31  # set in the id of a run whose blocks end in their checksum
 CHECKSUMMED = 1 << CHECKSUM_BIT
 SUM_BYTES = 4  # a checksummed block's last bytes: its checksum, little-endian (the codec's)
+RECENT_LIMIT = 8192  # the most values recent holds (about 250 texts, or 8,192 fingerprints)
+RECENT_FINGERPRINTS = 0xFFFF  # recent's group key of the tables' new fingerprints
+RECENT_GROUP_BYTES = 6  # a recent group's head: its key 2, its count 4
 
 # the integer constants ext/_format.pxi declares for the native engine
 NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "INDEX_SLOTS", "KEY_SLOTS", "ID_BYTES",
                     "KEY_LENGTH_BYTES", "TABLE_KEY_BYTES",
-                    "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT")
+                    "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT",
+                    "RECENT_LIMIT", "RECENT_FINGERPRINTS", "RECENT_GROUP_BYTES")
 
 
 def max_dbs(tables):
@@ -224,3 +255,32 @@ def checksummed(run):
 def block_key(run, first):
     """The key of run ``run``'s block whose first value is ``first``."""
     return run.to_bytes(4, "big") + first.to_bytes(8, "big")
+
+
+def recent_record(groups):
+    """A record of recent, as stored, from {group key: ascending values} (the
+    empty groups left out)."""
+    return b"".join(key.to_bytes(TABLE_KEY_BYTES, "big") + len(values).to_bytes(4, "big")
+                    + b"".join(value.to_bytes(8, "big") for value in values)
+                    for key, values in sorted(groups.items()) if values)
+
+
+def recent_groups(raw):
+    """{group key: [values]} of a stored record of recent; None where it is
+    not one (a length off, groups out of order, an empty group, a group key
+    that is neither RECENT_FINGERPRINTS nor a band's, values not ascending)."""
+    groups, at, last = {}, 0, -1
+    while at < len(raw):
+        if at + RECENT_GROUP_BYTES > len(raw):
+            return None
+        key = int.from_bytes(raw[at:at + 2], "big")
+        count = int.from_bytes(raw[at + 2:at + 6], "big")
+        at += RECENT_GROUP_BYTES
+        values = [int.from_bytes(raw[i:i + 8], "big") for i in range(at, at + 8 * count, 8)]
+        at += 8 * count
+        if (at > len(raw) or not count or key <= last
+                or not (key == RECENT_FINGERPRINTS or BAND_DIRECTORY <= key < BAND_DIRECTORY + BANDS)
+                or any(a >= b for a, b in zip(values, values[1:]))):
+            return None
+        groups[key], last = values, key
+    return groups

@@ -3,7 +3,9 @@ backend, used where that one was not built (or with ``backend="py-lmdb"``).
 
 It keeps the tables and bands as compressed sorted runs (RUNS.md), blocks
 coded by ``_ext`` exactly as the native backend codes them. A run set is a
-table (numbered from 0) or a band (numbered after the tables).
+table (numbered from 0) or a band (numbered after the tables). A small
+write's new entries wait in ``recent`` until they are many, then go into
+every run set at once (:mod:`.format`), as the native backend writes them.
 The documents are records under their ids; the key map (by key hash) and the
 fingerprint index are each the union of their slots, as native keeps them:
 this backend puts new entries into the first slot and leaves merging the
@@ -35,6 +37,8 @@ from .format import (
     DISTINCT,
     NEXT_ID,
     PARAMS,
+    RECENT,
+    RECENT_LIMIT,
     REMOVED,
     REWRITE,
     RUN_IDS,
@@ -48,9 +52,11 @@ from .format import (
 )
 from .pyruns import (
     BAND_SLOTS,
+    EMPTY_RECENT,
     META,
     OLD_DOCS,
     OLD_KEYS,
+    RECENT_WRITES,
     RECORDS,
     RUNS,
     Slots,
@@ -88,6 +94,7 @@ class PyLmdbStorage(LmdbStorage):
 
     backend = "py-lmdb"
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
+    recent_limit = RECENT_LIMIT  # the most values recent holds (a test may set fewer)
 
     def _open_env(self, map_size=0):
         self._room = self._room_for_tables()  # the most tables it can open
@@ -100,6 +107,7 @@ class PyLmdbStorage(LmdbStorage):
         except lmdb.Error as exc:
             raise DatabaseError("cannot open the database at %s: %s" % (self.path, exc)) from None
         self._whole_runs = set()  # (table, run id, entries) of runs found whole (_check_run)
+        self._recent_known = EMPTY_RECENT  # what a transaction last read of recent (pyruns.read_recent)
         # what a new database needs is made in one transaction (whose write lock
         # also orders two processes making it at once): a crash leaves all or none
         with self._making() as txn:
@@ -114,6 +122,7 @@ class PyLmdbStorage(LmdbStorage):
                 self._open_slots(self._index, create=True, txn=txn)
                 for name in BAND_SLOTS:
                     self._dbs[name] = self._open_db(name, txn=txn)
+                self._open_recent(txn)
         if self._layout is not None:
             self.open_tables(self._layout)
 
@@ -132,6 +141,15 @@ class PyLmdbStorage(LmdbStorage):
         else:
             self._dbs[RECORDS] = self._open_db(RECORDS, txn=txn)
             self._open_slots(self._keys, create=True, txn=txn)
+
+    def _open_recent(self, txn=None):
+        """Open recent, made where writable (a database of format 8 has none
+        until it is opened writable: read-only, it reads as empty)."""
+        if txn is None:
+            with self._env.begin() as reader:
+                if reader.get(RECENT_WRITES) is None:
+                    return
+        self._dbs[RECENT_WRITES] = self._open_db(RECENT_WRITES, txn=txn)
 
     def _open_db(self, name, dupsort=False, env=None, txn=None, create=True):
         try:
@@ -174,10 +192,11 @@ class PyLmdbStorage(LmdbStorage):
     def _set_mapsize(self, map_size):
         with self._errors("grow the map of"):
             self._env.set_mapsize(map_size)
-        if self.readonly:  # another process may have added slots (none can beside a writer)
+        if self.readonly:  # another process may have added slots or recent (none can beside a writer)
             self._open_slots(self._index, create=False)
             if not self.old_documents:
                 self._open_slots(self._keys, create=False)
+                self._open_recent()
 
     def _making(self):
         """The write transaction in which sub-databases are made (none read-only)."""
@@ -242,6 +261,9 @@ class PyLmdbStorage(LmdbStorage):
                 txn.abort()  # the slots another process added must be read too
                 raise lmdb.MapResizedError("%s gained slots of %s"
                                            % (self.path, slots.first.decode()))
+        if RECENT_WRITES not in self._dbs and not self.old_documents and txn.get(RECENT_WRITES):
+            txn.abort()  # a writer opened a database of format 8: recent must be read too
+            raise lmdb.MapResizedError("%s gained recent" % self.path)
         return txn
 
     def _view(self, txn):
@@ -372,7 +394,8 @@ class PyLmdbStorage(LmdbStorage):
                         write_run(written, slots[0], run, values)
                     written.put(self._set_key(table, layout.tables), directory_record(
                         [(run, 0, len(values))] if values else []), db=directory)
-                for counter in (STALE, REMOVED, BAND_STALE):
+                opened(RECENT_WRITES)  # (empty: its values are in the runs written)
+                for counter in (STALE, REMOVED, BAND_STALE, RECENT):
                     written.put(counter, count_bytes(0), db=meta)
                 written.delete(REWRITE, db=meta)
                 written.delete(BAND_REWRITE, db=meta)

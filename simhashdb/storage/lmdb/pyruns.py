@@ -1,26 +1,33 @@
 """What the py-lmdb backend's reads and writes share: the sub-databases' names,
 a run's blocks written and read (coded by ``_ext`` as the native engine codes
 them), when runs merge, a family of slots as one (the index, the key map),
-the documents' records, counters and the errors for a damaged file."""
+recent's records read, the documents' records, counters and the errors for a
+damaged file."""
 
 import heapq
 import itertools
 import sys
+from array import array
+from typing import NamedTuple
 
 from ... import _ext
 from ...errors import DamagedError, DatabaseError
 from .. import BANDS, band_entries
 from . import format
 from .format import (
+    BAND_DIRECTORY,
     ID_BYTES,
     KEY_LENGTH_BYTES,
+    RECENT_FINGERPRINTS,
     RUN_KEY_BYTES,
     RUN_RATIO,
     RUN_SLOTS,
     block_key,
+    recent_groups,
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
+RECENT_WRITES = format.RECENT_WRITES.name()
 OLD_DOCS, OLD_KEYS = format.OLD_DOCS.name(), format.OLD_KEYS.name()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]
 slot_name = format.TABLE_RUNS.name
@@ -86,6 +93,54 @@ def index_items(txn, storage, start=None):
     """(fingerprint bytes, document id bytes) of every entry of the index from
     ``start`` (8 bytes) on, in order."""
     return slot_items(txn, storage, storage._index, start)
+
+
+class Recent(NamedTuple):
+    """What recent holds: the tables' fingerprints (unpermuted) and each band's
+    entries ({band: values}), each once, ascending; ``values``, what its
+    records count (meta's ``recent``); ``records``, the (key, value) records
+    it was read from, in order."""
+
+    fingerprints: array
+    bands: dict
+    values: int
+    records: tuple
+
+
+EMPTY_RECENT = Recent(array("Q"), {}, 0, ())
+
+
+def read_recent(cursor, counted, path, known=EMPTY_RECENT):
+    """What recent holds, from a cursor on it and meta's count of its values
+    (``counted``); the records of ``known`` (an earlier read) that lead it
+    are not parsed again (they only grow until recent is emptied).
+
+    :raises DamagedError: a record is not one (a key not ID_BYTES long, no
+        groups, a group's length off or out of order), or their values are not
+        ``counted``.
+    """
+    records = tuple(cursor.iternext())
+    if records[:len(known.records)] != known.records:
+        known = EMPTY_RECENT
+    fps, bands, values = set(), {}, known.values
+    for key, raw in records[len(known.records):]:
+        groups = recent_groups(raw) if len(key) == ID_BYTES else None
+        if not groups:
+            raise damaged_error(path, "recent's record %s" % key.hex())
+        for group, held in groups.items():
+            values += len(held)
+            if group == RECENT_FINGERPRINTS:
+                fps.update(held)
+            else:
+                bands.setdefault(group - BAND_DIRECTORY, set()).update(held)
+    if values != counted:
+        raise damaged_error(path, "meta's %r (%d, for the %d values recent holds)"
+                            % (format.RECENT.decode(), counted, values))
+    if len(records) == len(known.records):
+        return known
+    return Recent(_ext.merge_unique(known.fingerprints, sorted(fps)), {
+        band: _ext.merge_unique(known.bands.get(band, ()), sorted(bands.get(band, ())))
+        for band in sorted(bands.keys() | known.bands.keys())}, values, records)
 
 
 def record_bytes(key, value):

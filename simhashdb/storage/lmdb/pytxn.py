@@ -15,11 +15,14 @@ from ...records import value_fingerprint
 from .. import BANDS, Txn, band_entries
 from . import format
 from .format import (
+    BAND_DIRECTORY,
     BAND_REWRITE,
     BAND_STALE,
     DISTINCT,
     NEXT_ID,
     PARAMS,
+    RECENT,
+    RECENT_FINGERPRINTS,
     REMOVED,
     REWRITE,
     RUN_IDS,
@@ -28,12 +31,14 @@ from .format import (
     STALE,
     directory_record,
     new_run_id,
+    recent_record,
 )
 from .pyruns import (
     BAND_GROUP,
     BROUGHT,
     MAX_VALUE,
     META,
+    RECENT_WRITES,
     RECORDS,
     RUNS,
     TAKEN,
@@ -102,8 +107,7 @@ class PyTxn(PyView, Txn):
                 older[0] < newer[0] for older, newer in zip(mapped, mapped[1:]))
             if keys.putmulti(mapped, dupdata=True, append=after)[1] != len(mapped):
                 raise damaged_error(storage.path, "the key map")
-        self._update_tables(touched)
-        self._update_bands(bands)
+        self._update(touched, bands)
 
     def insert_if_new(self, documents, distance):
         """As :meth:`Txn.insert_if_new`, with one upsert for the call: the
@@ -155,8 +159,7 @@ class PyTxn(PyView, Txn):
                 self._write_whole(last, gone)
             elif gone:
                 self._set_count(REMOVED, self._count(REMOVED) + len(gone))
-        self._update_tables(touched)
-        self._update_bands(bands)
+        self._update(touched, bands)
         return len(gone)
 
     def _append(self, last, name, keep, dupsort):
@@ -198,23 +201,71 @@ class PyTxn(PyView, Txn):
         self._cursors, self._in_use = {}, {}  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
+    def _update(self, touched, bands):
+        """Store what the index gained in the tables and what the batch brought
+        the bands (:meth:`_store`), and count what they lost as stale."""
+        added = self._update_tables(touched)
+        brought = self._update_bands(bands)
+        self._store(added, brought)
+        self.untidy = self.untidy or self._band_rewrite_due()
+
     def _update_bands(self, bands):
-        """Append to each band as a run the entries the batch brought that no
-        document it took away had ({(band, entry): BROUGHT | TAKEN}), and count
-        as stale those it took away that none it brought has, as the native
-        backend does."""
+        """The entries of each band the batch brought that no document it took
+        away had ({(band, entry): BROUGHT | TAKEN}): {band: ascending entries};
+        those it took away that none it brought has counted as stale, as the
+        native backend does."""
         brought = collections.defaultdict(list)
         stale = 0
         for (band, entry), how in sorted(bands.items()):
             if how == BROUGHT:
                 brought[band].append(entry)
             stale += how == TAKEN
-        tables = self._storage._layout.tables
-        for band, entries in brought.items():
-            self._add_run(tables + band, array("Q", entries))
         if stale:
             self._set_count(BAND_STALE, self._count(BAND_STALE) + stale)
-        self.untidy = self.untidy or self._band_rewrite_due()
+        return brought
+
+    def _store(self, added, brought):
+        """Keep the fingerprints ``added`` to the tables and the band entries
+        ``brought`` ({band: ascending entries}) in recent as one record while
+        recent's values and these stay within the storage's ``recent_limit``;
+        else write them with recent's as one run of each table and band
+        (:meth:`_flush`)."""
+        values = len(added) + sum(map(len, brought.values()))
+        if not values:
+            return
+        db = self._storage._dbs.get(RECENT_WRITES)
+        held = self._count(RECENT)
+        if db is None or held + values > self._storage.recent_limit:
+            self._flush(added, brought)
+            return
+        cursor = self._txn.cursor(db)
+        number = int.from_bytes(cursor.key(), "big") + 1 if cursor.last() else 0
+        if number > MAX_VALUE:  # (numbers run to 2^64: only damage comes near)
+            raise damaged_error(self._storage.path, "recent's last record")
+        groups = {BAND_DIRECTORY + band: entries for band, entries in brought.items()}
+        groups[RECENT_FINGERPRINTS] = sorted(added)
+        if not cursor.put(id_bytes(number), recent_record(groups), append=True):
+            raise damaged_error(self._storage.path, "recent's last record")
+        self._set_count(RECENT, held + values)
+        self._recent_held = None
+
+    def _flush(self, added=(), brought=None):
+        """Write recent's values, and the fingerprints ``added`` and band entries
+        ``brought`` (as :meth:`_store`), as one run of each table and band that
+        takes any (merged as a batch's runs are), and empty recent."""
+        recent, brought = self._recent(), brought or {}
+        layout = self._storage._layout
+        fps = _ext.merge_unique(recent.fingerprints, array("Q", sorted(added)))
+        for table in range(layout.tables if fps else 0):
+            self._add_run(table, layout.table_values(fps, table))
+        for band in range(BANDS):
+            entries = _ext.merge_unique(recent.bands.get(band, ()), brought.get(band, ()))
+            if entries:
+                self._add_run(layout.tables + band, entries)
+        if recent.values:
+            self._txn.drop(self._storage._dbs[RECENT_WRITES], delete=False)
+            self._set_count(RECENT, 0)
+            self._recent_held = None
 
     def _band_rewrite_due(self):
         """Whether a rewrite of the bands is under way, or due: the stale
@@ -244,10 +295,10 @@ class PyTxn(PyView, Txn):
                 return
 
     def _update_tables(self, touched):
-        """Append to every table as a run the fingerprints the index gained; count
-        those it lost as stale (their entries stay in the runs until a rewrite)."""
+        """The fingerprints the index gained; those it lost counted as stale
+        (their entries stay in the runs and recent until a rewrite)."""
         if not touched:  # as native: a batch that changed no fingerprint checks nothing
-            return
+            return []
         added, removed = [], []
         for fp, had in touched.items():
             now = self._has(fp)
@@ -255,9 +306,6 @@ class PyTxn(PyView, Txn):
                 added.append(fp)
             elif had and not now:
                 removed.append(fp)
-        layout = self._storage._layout
-        for table in range(layout.tables if added else 0):
-            self._add_run(table, layout.table_values(added, table))
         distinct = self._count(DISTINCT) + len(added) - len(removed)
         stale = self._count(STALE) + len(removed)
         if len(added) != len(removed):
@@ -266,6 +314,7 @@ class PyTxn(PyView, Txn):
             self._set_count(STALE, stale)
         self.untidy = (self.untidy or stale * RUN_RATIO > distinct or self._sparse()
                        or self._cursor(META).get(REWRITE) is not None)
+        return added
 
     def _sparse(self):
         """Whether the documents removed since they were last written whole
@@ -354,6 +403,7 @@ class PyTxn(PyView, Txn):
                         return True
                     merged += self._add_run(table, None, tidying=True)
             return False
+        self._flush()  # (a value of recent is in the runs a rewrite writes, never in both)
         fps = distinct_fingerprints(index_items(self._txn, self._storage))
         self._rewrite_run_set(table, self._storage._layout.table_values(fps, table))
         if table + 1 == self._storage._layout.tables:  # removals since it began stay counted
@@ -372,6 +422,7 @@ class PyTxn(PyView, Txn):
 
     def _tidy_bands(self):
         """The next BAND_GROUP bands of a rewrite of the bands (under way or due)."""
+        self._flush()  # (as before a table's rewrite)
         stale, marker = self._count(BAND_STALE), self._cursor(META).get(BAND_REWRITE)
         first, began = self._marker(BAND_REWRITE, marker, BANDS) if marker else (0, stale)
         self._rewrite_bands(first, min(first + BAND_GROUP, BANDS))

@@ -1,6 +1,6 @@
 """Reads of the py-lmdb backend over one transaction: documents (the key
 map by key hash, then the records), the fingerprint index, the tables' runs
-searched and the bands' entries."""
+and recent's fingerprints searched, and the bands' entries."""
 
 import itertools
 from array import array
@@ -11,10 +11,20 @@ from ... import _ext
 from ...records import value_fingerprint
 from .. import BANDS, View, band_entries
 from . import format
-from .format import DISTINCT, PARAMS, block_entries, block_key, checksummed, directory_runs
+from .format import (
+    DISTINCT,
+    PARAMS,
+    RECENT,
+    block_entries,
+    block_key,
+    checksummed,
+    directory_runs,
+)
 from .pyruns import (
+    EMPTY_RECENT,
     MAX_VALUE,
     META,
+    RECENT_WRITES,
     RECORDS,
     RUNS,
     big_endian,
@@ -23,6 +33,7 @@ from .pyruns import (
     old_documents_error,
     read_block,
     read_counter,
+    read_recent,
     record_parts,
     run_damaged_error,
     slot_items,
@@ -38,6 +49,7 @@ class PyView(View):
         self._storage, self._txn = storage, txn
         self._cursors = {}
         self._in_use = {}  # cursors on each family's slots in use (_slot_cursors)
+        self._recent_held = None  # what recent holds, once read (_recent)
 
     def _db(self, name):
         db = self._storage._dbs.get(name)
@@ -173,6 +185,11 @@ class PyView(View):
             return _ext.verify(perm, big_endian(entries), distance) if entries else ()
 
         found = [layout.near(probe, distance, scan) for probe in probes]
+        recent = self._recent().fingerprints
+        if recent:  # every one compared with each probe
+            recent = big_endian(array("Q", recent))
+            for probe, near in zip(probes, found):
+                near.update(_ext.verify(probe, recent, distance))
         keys = self.keys_of_many({fp for near in found for fp in near})
         return [[(key, fp, d) for fp, d in near.items() for key in keys[fp]] for near in found]
 
@@ -180,14 +197,19 @@ class PyView(View):
         storage = self._storage
         bands = [(band, self._whole_directory(storage._layout.tables + band))
                  for band in range(BANDS)]
+        recent = self._recent().bands
         results = []
         for query in range(len(keys) // BANDS):
             prefixes = set()
             for band, runs in bands:
                 first = keys[query * BANDS + band] << 32
+                last = first | 0xFFFFFFFF
                 for run, slot, _ in runs:
                     prefixes.update(_ext.pack_key(entry)[4:] for entry in self._run_range(
-                        storage._layout.tables + band, run, slot, first, first | 0xFFFFFFFF))
+                        storage._layout.tables + band, run, slot, first, last))
+                held = recent.get(band, ())
+                prefixes.update(_ext.pack_key(entry)[4:] for entry in
+                                held[bisect_left(held, first):bisect_right(held, last)])
             hits = [hit for prefix in sorted(prefixes) for hit in self._with_prefix(prefix)]
             named = self._keys(hits)
             results.append([(named[doc], fp) for doc, fp in hits])
@@ -209,6 +231,7 @@ class PyView(View):
         for run, slot, _ in self._directory(storage._layout.tables + band):
             held = _ext.merge_unique(held, self._run_range(storage._layout.tables + band, run,
                                                            slot, 0, MAX_VALUE))
+        held = _ext.merge_unique(held, self._recent().bands.get(band, array("Q")))
         return [entry for entry in held if self._held(band, entry)]
 
     def _held(self, band, entry):
@@ -224,8 +247,21 @@ class PyView(View):
         values = array("Q")  # the union of the runs less the stale entries
         for run, slot, _ in self._directory(table):
             values = _ext.merge_unique(values, self._run_range(table, run, slot, 0, MAX_VALUE))
+        recent = self._recent().fingerprints
+        if recent:
+            values = _ext.merge_unique(values, layout.table_values(recent, table))
         fps = (layout.unpermute(value, table) for value in values)
         return [fp for fp in fps if self._has(fp)]
+
+    def _recent(self):
+        """What recent holds (none in a file of format 8, which lacks it), read
+        once (a write forgets it), its records parsed once in the storage."""
+        db = self._storage._dbs.get(RECENT_WRITES)
+        if self._recent_held is None and db is not None:
+            self._recent_held = self._storage._recent_known = read_recent(
+                self._txn.cursor(db), self._count(RECENT), self._storage.path,
+                self._storage._recent_known)
+        return self._recent_held or EMPTY_RECENT
 
     def _directory(self, table):
         """Run set ``table``'s live runs, oldest first: [(run id, slot, entries)].

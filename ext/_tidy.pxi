@@ -227,6 +227,8 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
         rewriting, began = True, stale
     more[0] = rewriting
     if rc or rewriting:
+        if rc == 0:  # (a value both in recent and in the index's run would be there twice)
+            rc = flush_recent(w)
         if rc == 0:
             rc = rewrite_tables(w, next_table, next_table + 1)
         if rc == 0:  # removals since the rewrite began stay counted

@@ -129,6 +129,15 @@ def opener(request, tmp_path):
 
 
 @pytest.fixture
+def runs_only(monkeypatch):
+    """Every write's run entries go to the runs, none to recent (its limit 0),
+    on both LMDB backends: for the tests whose subject is the runs themselves."""
+    for name in ("lmdb", "py-lmdb"):
+        if name == "py-lmdb" or native_built():
+            monkeypatch.setattr(registry.backend_class(name), "recent_limit", 0, raising=False)
+
+
+@pytest.fixture
 def db_path(tmp_path):
     return str(tmp_path / "test.db")
 

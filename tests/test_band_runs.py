@@ -77,6 +77,7 @@ def fresh_answers(tmp_path, name, pages, probes, backend):
         return answers(fresh, probes)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_documents(
         tmp_path, backend):
@@ -109,6 +110,7 @@ def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_docum
             assert sum(run[2] for band in after for run in band) < entries * 0.8
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 def test_the_backends_write_and_read_each_others_band_runs(tmp_path):
     pages = corpus(3, 600, 60)

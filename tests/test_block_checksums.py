@@ -107,6 +107,7 @@ def exact(db, docs, probes, distance=3):
         == [set(brute_force(docs, probe, distance)) for probe in probes]
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("writer", LMDB_BACKENDS)
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("where", ["low bits", "high bits", "checksum"])
@@ -169,6 +170,7 @@ def checksum_bit_cleared(where):
     return change
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("where", ["directory", "whole run"])
 def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, reader, where):

@@ -350,6 +350,7 @@ def test_stats(db):
     assert stats["bytes_per_fingerprint_per_table"] == size / (2 * 10)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.lmdb_only
 def test_check_reports_a_damaged_table(db):
     db.insert_many([("a", 1), ("b", 2)])

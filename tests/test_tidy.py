@@ -40,6 +40,7 @@ def small_merges(monkeypatch):
     monkeypatch.setattr(LmdbStorage, "batch_merge", 300)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_merges_bigger_than_a_batch_takes_follow_its_commit(tmp_path, backend, small_merges,
                                                             monkeypatch):
@@ -58,6 +59,7 @@ def test_merges_bigger_than_a_batch_takes_follow_its_commit(tmp_path, backend, s
                    set(LAYOUT.table_values(list(docs.values()), t))
                    for t, runs in enumerate(tables))
     # without tidy, a batch leaves the big merges undone, and searches are exact
+    tidy = LmdbStorage._tidy
     monkeypatch.setattr(LmdbStorage, "_tidy", lambda self: None)
     batch = {"late%d" % i: rng.getrandbits(64) for i in range(3000)}
     with DB(path, backend=backend) as db:
@@ -66,8 +68,7 @@ def test_merges_bigger_than_a_batch_takes_follow_its_commit(tmp_path, backend, s
         check(db, docs, rng)
     tables, _ = read_tables(path, LAYOUT.tables)
     assert all(merges_left(runs) for runs in tables)
-    monkeypatch.undo()
-    monkeypatch.setattr(LmdbStorage, "batch_merge", 300)
+    monkeypatch.setattr(LmdbStorage, "_tidy", tidy)
     with DB(path, backend=backend) as db:
         db.insert_many([("one more", 12345)])  # the next batch tidies
         docs["one more"] = 12345
@@ -112,6 +113,7 @@ def test_a_rewrite_cut_short_goes_on_and_counts_the_removals_since(tmp_path, bac
     assert (distinct, stale) == (1350, 0)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_failed_tidy_warns_and_the_batch_stays(tmp_path, backend, small_merges, monkeypatch):
     path, rng = str(tmp_path / "db"), random.Random(3)
@@ -142,6 +144,7 @@ def test_a_failed_tidy_warns_and_the_batch_stays(tmp_path, backend, small_merges
     assert not any(merges_left(runs) for runs in tables)
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 def test_both_backends_merge_and_rewrite_to_the_same_file(tmp_path, small_merges):
     """The same batches, with merges bigger than a batch takes and rewrites,
@@ -211,13 +214,16 @@ def test_a_damaged_rewrite_marker_is_refused_not_followed(tmp_path, backend):
 WRITER = """
 import json, sys
 from simhashdb import DB
+from simhashdb.storage import registry
 path, backend, gone, second = sys.argv[1], sys.argv[2], *json.load(open(sys.argv[3]))
+registry.backend_class(backend).recent_limit = 0  # as runs_only: the runs themselves
 with DB(path, backend=backend) as db:
     db.delete_many(gone)
     db.insert_many(second.items())
 """
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.skipif(not native_built(), reason="the native backend was not built")
 @pytest.mark.parametrize("writer", ["lmdb", "py-lmdb"])
 def test_a_readers_block_directories_never_outlive_their_runs(tmp_path, writer):

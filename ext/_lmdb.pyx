@@ -7,7 +7,9 @@ fingerprint index (fingerprint -> id), each sorted duplicates of 8-byte
 big-endian integers kept in slots
 (``_slotted.pxi``), and each permutation table kept as compressed sorted runs
 (issue 22, RUNS.md, ``_runs.pxi``): a run a batch, merged by size, scanned
-run by run, hits checked against the index. A search permutes, seeks, scans
+run by run, hits checked against the index; the run entries of small
+writes wait together in ``recent`` (``_recent.pxi``) until they are many,
+read by every search beside the runs. A search permutes, seeks, scans
 and verifies every table for a batch of probes in one call without the GIL;
 upserts and removals keep the index and the tables in step. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an

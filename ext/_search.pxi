@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _runs.pxi,
-# _codec.pxi, _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi.
+# _codec.pxi, _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi, _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort

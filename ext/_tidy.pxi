@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _codec.pxi,
-# _buffers.pxi, _work.pxi, _merges.pxi, _upsert.pxi, _txn.pxi.
+# _buffers.pxi, _work.pxi, _merges.pxi, _recent.pxi, _upsert.pxi, _txn.pxi.
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc

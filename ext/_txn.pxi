@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi,
-# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
+# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _writes.pxi, _tidy.pxi, _recent.pxi, _upsert.pxi, _env.pxi.
 #
 # A transaction: the calls the backend makes.
 

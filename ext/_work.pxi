@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _runs.pxi,
-# _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi.
+# _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi, _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _buffers.pxi,
-# _work.pxi, _slotted.pxi, _merges.pxi, _tidy.pxi.
+# _work.pxi, _slotted.pxi, _merges.pxi, _tidy.pxi, _recent.pxi.
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc

@@ -12,7 +12,7 @@ import time
 
 import lmdb
 import pytest
-from conftest import brute_force, native_built
+from conftest import brute_force, native_built, raw_snapshot
 
 import simhashdb
 from simhashdb.errors import DamagedError
@@ -45,16 +45,12 @@ def step(i):
 
 def recent_state(path):
     """(the values recent's records hold, meta's count of them), read raw."""
-    env = lmdb.open(path, max_dbs=lmdb_format.max_dbs(64), readonly=True, lock=False)
-    try:
-        with env.begin() as txn:
-            meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
-            recent = env.open_db(lmdb_format.RECENT_WRITES.name(), txn=txn, create=False)
-            held = sum(len(values) for _, raw in txn.cursor(recent)
-                       for values in lmdb_format.recent_groups(raw).values())
-            return held, int.from_bytes(txn.get(lmdb_format.RECENT, b"", db=meta), "big")
-    finally:
-        env.close()
+    with raw_snapshot(path) as (env, txn):
+        meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
+        recent = env.open_db(lmdb_format.RECENT_WRITES.name(), txn=txn, create=False)
+        held = sum(len(values) for _, raw in txn.cursor(recent)
+                   for values in lmdb_format.recent_groups(raw).values())
+        return held, int.from_bytes(txn.get(lmdb_format.RECENT, b"", db=meta), "big")
 
 
 def test_sigkill_among_small_writes_and_their_runs_leaves_a_committed_state(tmp_path):

@@ -150,8 +150,8 @@ cdef void view_release(DirCache* cache, RunsView* v) noexcept nogil:
 cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t tables,
                      const Recent* recent) noexcept nogil:
     """Cache a view of ``runs`` and a copy of ``recent`` (a read snapshot's, of
-    transaction ``txnid``; recent loaded and sorted, or NULL) in place of the
-    last, where every run has its directory."""
+    transaction ``txnid``; recent loaded, or NULL) in place of the last, where
+    every run has its directory."""
     cdef Py_ssize_t t
     cdef size_t i
     for t in range(tables):
@@ -166,7 +166,7 @@ cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t 
         return  # no view: searches read the runs as before
     memcpy(copy, runs, tables * sizeof(TableRuns))
     v.txnid, v.refs, v.tables, v.runs = txnid, 1, tables, copy
-    v.recent = recent_copy(recent, tables - SIGNATURE_BANDS) if recent != NULL else NULL
+    v.recent = recent_copy(recent) if recent != NULL else NULL
     if recent != NULL and v.recent == NULL:
         free(v)
         free(copy)

@@ -10,13 +10,18 @@ from clmdb cimport (
     mdb_cursor_close, MDB_FIRST, MDB_LAST, MDB_NEXT, MDB_NOTFOUND, MDB_stat, MDB_val,
 )
 
+cdef extern from "near.h" nogil:
+    size_t near_values(const uint64_t* values, size_t n, uint64_t probe, int distance,
+                       size_t* near)
+
 
 # Recent (format.py): the run entries of the latest small writes, a record a
 # call, in one sub-database, until they reach RECENT_LIMIT; then every run set
 # takes one run of them and the call's own, and recent is emptied. Searches
-# read recent beside the runs, in the same transaction: a read snapshot's view
-# keeps it read and sorted (one sorted array a table), a write transaction
-# reads it afresh each call.
+# read recent beside the runs, in the same transaction (a read snapshot's view
+# keeps it read; a write transaction reads it afresh each call): a few probes
+# are compared with each of its fingerprints, many seek their ranges in a
+# sorted copy of them a table (RecentTables).
 
 cdef bytes recent_key = lmdb_format.RECENT
 cdef const char* RECENT = recent_key  # meta's count of the values recent holds
@@ -25,13 +30,17 @@ cdef int RECENT_DAMAGED = -29996  # a record of recent is not one, or the count 
 cdef size_t COMPARED_AT_MOST = 1 << 16  # a search compares so many (probe, value) pairs one by one
 
 
+cdef struct RecentTables:  # recent's distinct fingerprints, permuted and sorted for each table
+    uint64_t* values        # table t's at values + t * n
+    size_t n
+
+
 cdef void recent_clear(Recent* r) noexcept nogil:
     """Empty ``r``, keeping its buffers."""
     cdef int g
     for g in range(RECENT_GROUPS):
         r.groups[g].size = 0
-    free(r.sorted)
-    r.sorted, r.values, r.distinct, r.loaded = NULL, 0, 0, False
+    r.values, r.loaded = 0, False
 
 
 cdef void recent_free(Recent* r) noexcept nogil:
@@ -42,15 +51,14 @@ cdef void recent_free(Recent* r) noexcept nogil:
         r.groups[g].data, r.groups[g].cap = NULL, 0
 
 
-cdef Recent* recent_copy(const Recent* r, Py_ssize_t tables) noexcept nogil:
-    """A copy of loaded ``r`` (with its sorted arrays, of ``tables`` tables),
-    or NULL (no memory)."""
+cdef Recent* recent_copy(const Recent* r) noexcept nogil:
+    """A copy of loaded ``r``, or NULL (no memory)."""
     cdef Recent* c = <Recent*>calloc(1, sizeof(Recent))
-    cdef size_t size, sorted_size = tables * r.distinct * sizeof(uint64_t)
+    cdef size_t size
     cdef int g
     if c == NULL:
         return NULL
-    c.values, c.distinct, c.loaded = r.values, r.distinct, True
+    c.values, c.loaded = r.values, True
     for g in range(RECENT_GROUPS):
         size = r.groups[g].size
         c.groups[g].data = <uint64_t*>malloc(size * sizeof(uint64_t) + 1)
@@ -60,13 +68,6 @@ cdef Recent* recent_copy(const Recent* r, Py_ssize_t tables) noexcept nogil:
             free(c)
             return NULL
         memcpy(c.groups[g].data, r.groups[g].data, size * sizeof(uint64_t))
-    if r.sorted != NULL:
-        c.sorted = <uint64_t*>malloc(sorted_size + 1)
-        if c.sorted == NULL:
-            recent_free(c)
-            free(c)
-            return NULL
-        memcpy(c.sorted, r.sorted, sorted_size)
     return c
 
 
@@ -165,26 +166,30 @@ cdef int load_recent(Work* w, Recent* r) noexcept nogil:
     return rc
 
 
-cdef int recent_sort(Work* w, Recent* r) noexcept nogil:
-    """Give loaded ``r`` its fingerprints once each, and for each table those
-    permuted and sorted (a search then seeks a range as in a run)."""
-    cdef U64s* fps = &r.groups[FINGERPRINTS]
+cdef int recent_tables(Work* w, const U64s* fps, RecentTables* out) noexcept nogil:
+    """``fps`` once each, permuted and sorted for each table into ``out`` (its
+    values freed by the caller): a search then seeks a range as in a run."""
+    cdef U64s distinct
     cdef Py_ssize_t t
     cdef size_t i
     cdef long* spec
-    cdef int rc = unique_values(fps)
-    if rc or fps.size == 0 or r.sorted != NULL:
-        return rc
-    r.sorted = <uint64_t*>malloc(w.layout.tables * fps.size * sizeof(uint64_t) + 1)
-    if r.sorted == NULL:
+    distinct.data = <uint64_t*>malloc(fps.size * sizeof(uint64_t) + 1)
+    distinct.size, distinct.cap = fps.size, fps.size
+    if distinct.data == NULL:
         return NO_MEMORY
-    r.distinct = fps.size
-    for t in range(w.layout.tables):
+    memcpy(distinct.data, fps.data, fps.size * sizeof(uint64_t))
+    cdef int rc = unique_values(&distinct)
+    out.n = distinct.size
+    out.values = <uint64_t*>malloc(w.layout.tables * out.n * sizeof(uint64_t) + 1)
+    if out.values == NULL:
+        rc = NO_MEMORY
+    for t in range(w.layout.tables if rc == 0 else 0):
         spec = w.layout.spec + 3 * w.layout.blocks * t
-        for i in range(fps.size):
-            r.sorted[t * fps.size + i] = permute_one(fps.data[i], spec, w.layout.blocks)
+        for i in range(out.n):
+            out.values[t * out.n + i] = permute_one(distinct.data[i], spec, w.layout.blocks)
         if rc == 0:
-            rc = sort_records(r.sorted + t * fps.size, fps.size, 1)
+            rc = sort_records(out.values + t * out.n, out.n, 1)
+    free(distinct.data)
     return rc
 
 
@@ -310,18 +315,25 @@ cdef int recent_hits(Work* w, const uint64_t* probes, size_t n, int distance, in
     if rc or r == NULL or r.groups[FINGERPRINTS].size == 0:
         return rc
     cdef U64s* fps = &r.groups[FINGERPRINTS]
-    cdef size_t i, j
-    if r.sorted == NULL and n * fps.size > COMPARED_AT_MOST:
-        rc = recent_sort(w, r)
-    if rc or r.sorted != NULL:
-        return rc if rc else sorted_hits(w, r, probes, n, distance, flips, out)
+    cdef RecentTables tables
+    cdef size_t i, j, found
+    if n * fps.size > COMPARED_AT_MOST:
+        tables.values = NULL
+        rc = recent_tables(w, fps, &tables)
+        if rc == 0:
+            rc = sorted_hits(w, &tables, probes, n, distance, flips, out)
+        free(tables.values)
+        return rc
+    cdef size_t* near = <size_t*>malloc(fps.size * sizeof(size_t))
+    if near == NULL:
+        return NO_MEMORY
     for i in range(n):
-        for j in range(fps.size):
-            if popcount64(fps.data[j] ^ probes[i]) <= distance:
-                rc = hit_push(out, i, fps.data[j], popcount64(fps.data[j] ^ probes[i]))
-                if rc:
-                    return rc
-    return 0
+        found = near_values(fps.data, fps.size, probes[i], distance, near)
+        for j in range(found):
+            if rc == 0:
+                rc = hit_push(out, i, fps.data[near[j]], popcount64(fps.data[near[j]] ^ probes[i]))
+    free(near)
+    return rc
 
 
 cdef size_t first_at_least(const uint64_t* values, size_t n, size_t stride,
@@ -338,13 +350,13 @@ cdef size_t first_at_least(const uint64_t* values, size_t n, size_t stride,
     return lo
 
 
-cdef int sorted_hits(Work* w, Recent* r, const uint64_t* probes, size_t n, int distance,
-                     int flips, Hits* out) noexcept nogil:
+cdef int sorted_hits(Work* w, const RecentTables* r, const uint64_t* probes, size_t n,
+                     int distance, int flips, Hits* out) noexcept nogil:
     """recent_hits by each table's sorted copy: the ranges a probe's prefixes
     (push_ranges) cover, each sought and read."""
     cdef U64s ranges
     cdef Py_ssize_t t
-    cdef size_t i, at, m = r.distinct
+    cdef size_t i, at, m = r.n
     cdef uint64_t perm, x
     cdef const uint64_t* values
     cdef long* spec
@@ -352,7 +364,7 @@ cdef int sorted_hits(Work* w, Recent* r, const uint64_t* probes, size_t n, int d
     ranges.data, ranges.size, ranges.cap = NULL, 0, 0
     for t in range(w.layout.tables):
         spec = w.layout.spec + 3 * w.layout.blocks * t
-        values = r.sorted + t * m
+        values = r.values + t * m
         ranges.size = 0
         for i in range(n):
             perm = permute_one(probes[i], spec, w.layout.blocks)

@@ -34,8 +34,6 @@ cdef enum:  # a Recent's groups: each band's (under its number), then the tables
 cdef struct Recent:         # recent's values (_recent.pxi), or the new ones of a call
     U64s groups[RECENT_GROUPS]  # each band's entries, then the tables' fingerprints (FINGERPRINTS)
     uint64_t values         # the values its records hold (a value may be in two records)
-    uint64_t* sorted        # per table, its fingerprints permuted and sorted (recent_sort), or NULL
-    size_t distinct         # the distinct fingerprints each table's holds
     bint loaded
 
 
@@ -44,7 +42,7 @@ cdef struct RunsView:
     size_t refs             # its holders: the cache and the searches using it
     Py_ssize_t tables       # the run sets (run_sets): the tables, then the bands
     TableRuns* runs         # per run set; every run with its directory, no cursors
-    Recent* recent          # recent, read and sorted, or NULL
+    Recent* recent          # recent as read in that transaction, or NULL
 
 
 cdef struct SlotCursors:
@@ -129,10 +127,8 @@ cdef int open_cursors(Work* w) noexcept nogil:
     for t in range(run_sets(w)):
         if rc == 0:
             rc = load_runs(w, t)
-    if rc == 0 and viewed and w.recent != NULL:  # a view holds recent read and sorted
+    if rc == 0 and viewed and w.recent != NULL:  # a view holds recent read
         rc = load_recent(w, w.recent)
-        if rc == 0:
-            rc = recent_sort(w, w.recent)
     if rc == 0 and viewed:
         view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, run_sets(w), w.recent)
     return rc

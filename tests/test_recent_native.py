@@ -124,3 +124,25 @@ def test_a_damaged_recent_record_raises_and_compact_mends_it(tmp_path, how):
         assert recent_state(path) == (0, 0)
         for key, text in texts.items():
             assert key in [m.key for m in db.query_text(text)]
+
+
+def test_many_probes_seek_recent_a_table_at_a_time_as_exactly_as_few_compare_it(tmp_path):
+    """A batch of probes times recent's fingerprints past COMPARED_AT_MOST
+    seeks each probe's ranges in recent sorted a table; fewer compare each
+    fingerprint: both are brute force's answers, at and above the tables' distance."""
+    rng = random.Random(9)
+    docs = {i: rng.getrandbits(64) for i in range(5000)}
+    docs.update((-i, docs[i] ^ (1 << rng.randrange(64)) ^ (1 << rng.randrange(64)))
+                for i in range(1, 2000))
+    with simhashdb.DB(str(tmp_path / "db"), distance=3, blocks=5, backend="lmdb") as db:
+        db.insert_many(docs.items())
+        assert recent_state(str(tmp_path / "db"))[0] == len(set(docs.values()))
+        probes = [fp ^ (1 << rng.randrange(64)) for fp in list(docs.values())[:150]]
+        probes += [rng.getrandbits(64) for _ in range(50)]
+        for distance in (3, 4):
+            many = db.query_many(probes, distance=distance)  # 200 x 7,000: sought
+            for probe, found in zip(probes, many):
+                assert [(m.key, m.fingerprint, m.distance) for m in found] == \
+                    brute_force(docs, probe, distance)
+            assert all(db.query(probe, distance=distance) == found  # one by one: compared
+                       for probe, found in zip(probes[:20], many))

@@ -32,7 +32,8 @@ WARC = ["warcio>=1.7"]
 # the engine's parts (_lmdb.pyx includes them in order); every extension cimports ext/bits.pxd
 LMDB_PARTS = ["ext/_buffers.pxi", "ext/_dirs.pxi", "ext/_work.pxi", "ext/_search.pxi",
               "ext/_slotted.pxi", "ext/_documents.pxi", "ext/_merges.pxi",
-              "ext/_bands.pxi", "ext/_writes.pxi", "ext/_tidy.pxi", "ext/_upsert.pxi", "ext/_env.pxi",
+              "ext/_bands.pxi", "ext/_writes.pxi", "ext/_tidy.pxi", "ext/_recent.pxi",
+              "ext/_upsert.pxi", "ext/_env.pxi",
               "ext/_txn.pxi"]
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/bits.pxd", "ext/_match.pxi", "ext/_tables.pxi",
@@ -67,7 +68,7 @@ if flags is None:
         % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/clmdb.pxd", "ext/bits.pxd",
+                                depends=["ext/guard.h", "ext/near.h", "ext/clmdb.pxd", "ext/bits.pxd",
                                          "ext/_format.pxi", "ext/_tables.pxi",
                                          "ext/_signature.pxi", "ext/_hash.pxi", "ext/_values.pxi", "ext/_runs.pxi",
                                          "ext/_codec.pxi"] + LMDB_PARTS,

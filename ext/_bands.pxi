@@ -1,5 +1,6 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _values.pxi,
-# _signature.pxi, _runs.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _merges.pxi.
+# _signature.pxi, _runs.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _merges.pxi,
+# _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free
@@ -49,11 +50,13 @@ cdef int note_bands(Work* w, const uint8_t* value, size_t size, uint64_t fp,
 
 
 cdef int update_bands(Work* w) noexcept nogil:
-    """Append to each band as a run the entries the batch's documents brought
-    that no document it took away had (those are in the runs already), and
-    count as stale the entries it took away that none it brought has."""
+    """Add to the call's new run entries (``w.fresh``) the entries the batch's
+    documents brought that no document it took away had (those are in the
+    runs already), and count as stale the entries it took away that none it
+    brought has; outside insert_if_new (which stores them at its end), store
+    them (store_fresh)."""
     cdef U64s* changes
-    cdef size_t n, i, j, added
+    cdef size_t n, i, j
     cdef uint64_t entry, stale = 0
     cdef bint brought, taken
     cdef int b, rc = 0
@@ -62,26 +65,25 @@ cdef int update_bands(Work* w) noexcept nogil:
         n = changes.size // 2
         if n:
             rc = sort_records(changes.data, n, 2)
-        i = added = 0
+        i = 0
         while rc == 0 and i < n:
             entry, brought, taken, j = changes.data[2 * i], False, False, i
             while j < n and changes.data[2 * j] == entry:
                 brought = brought or changes.data[2 * j + 1]
                 taken = taken or not changes.data[2 * j + 1]
                 j += 1
-            if brought and not taken:  # gathered at the front (written behind what is read)
-                changes.data[added] = entry
-                added += 1
+            if brought and not taken:
+                rc = u64_push(&w.fresh.groups[b], entry)
             elif taken and not brought:
                 stale += 1
             i = j
-        if rc == 0 and added:
-            rc = add_run(w, w.layout.tables + b, changes.data, added)
         changes.size = 0
         if rc:
             return rc
     if stale:
         rc = add_to_counter(w, BAND_STALE, stale)
+    if rc == 0 and w.pending == NULL:
+        rc = store_fresh(w, False)
     cdef bint due = False
     if rc == 0:
         rc = band_rewrite_due(w, &due)
@@ -159,6 +161,8 @@ cdef int tidy_bands(Work* w, bint* did) noexcept nogil:
     if rc == 0:
         rc = read_marker(w, BAND_REWRITE, SIGNATURE_BANDS, &found, &next_band, &began)
     if rc == 0:
+        rc = flush_recent(w)
+    if rc == 0:
         rc = rewrite_bands(w, next_band, min(next_band + BAND_GROUP, SIGNATURE_BANDS))
     if rc == 0:  # removals since the rewrite began stay counted
         rc = step_rewrite(w, BAND_REWRITE, BAND_STALE, next_band + BAND_GROUP, SIGNATURE_BANDS,
@@ -168,8 +172,8 @@ cdef int tidy_bands(Work* w, bint* did) noexcept nogil:
 
 cdef int band_sweep(Work* w, const uint32_t* keys, size_t n, Hits* out) noexcept nogil:
     """For each of ``n`` queries (SIGNATURE_BANDS band keys each), a hit
-    (query, entry) for every entry of the bands' runs under one of its keys:
-    each band's ranges sorted and swept over its runs once."""
+    (query, entry) for every entry of the bands' runs and recent under one of
+    its keys: each band's ranges sorted and swept over its runs once."""
     cdef U64s ranges
     cdef uint64_t first
     cdef size_t i
@@ -192,6 +196,8 @@ cdef int band_sweep(Work* w, const uint32_t* keys, size_t n, Hits* out) noexcept
         if rc == 0:
             rc = sweep_runs(&w.table_runs[w.layout.tables + b], ranges.data, n, 64,
                             IDENTITY_SPEC, 1, out)
+        if rc == 0:
+            rc = recent_band_hits(w, b, ranges.data, n, out)
         if rc:
             break
     free(ranges.data)

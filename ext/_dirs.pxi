@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _runs.pxi, _codec.pxi,
-# _work.pxi.
+# _work.pxi, _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
@@ -122,6 +122,9 @@ cdef void view_free(RunsView* v) noexcept nogil:
             if dir_unref(v.runs[t].dir[i]):
                 dir_free(v.runs[t].dir[i])
     free(v.runs)
+    if v.recent != NULL:
+        recent_free(v.recent)
+        free(v.recent)
     free(v)
 
 
@@ -144,9 +147,11 @@ cdef void view_release(DirCache* cache, RunsView* v) noexcept nogil:
     pthread_mutex_unlock(&cache.lock)
 
 
-cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t tables) noexcept nogil:
-    """Cache a view of ``runs`` (a read snapshot's, of transaction ``txnid``)
-    in place of the last, where every run has its directory."""
+cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t tables,
+                     const Recent* recent) noexcept nogil:
+    """Cache a view of ``runs`` and a copy of ``recent`` (a read snapshot's, of
+    transaction ``txnid``; recent loaded, or NULL) in place of the last, where
+    every run has its directory."""
     cdef Py_ssize_t t
     cdef size_t i
     for t in range(tables):
@@ -161,6 +166,11 @@ cdef void view_offer(DirCache* cache, size_t txnid, TableRuns* runs, Py_ssize_t 
         return  # no view: searches read the runs as before
     memcpy(copy, runs, tables * sizeof(TableRuns))
     v.txnid, v.refs, v.tables, v.runs = txnid, 1, tables, copy
+    v.recent = recent_copy(recent) if recent != NULL else NULL
+    if recent != NULL and v.recent == NULL:
+        free(v)
+        free(copy)
+        return
     pthread_mutex_lock(&cache.lock)
     for t in range(tables):
         for i in range(runs[t].n):

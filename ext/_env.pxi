@@ -30,9 +30,13 @@ cdef class Job:
     cdef U64s band_changes[SIGNATURE_BANDS]
     cdef Hits hits
     cdef KeyedHits keyed
+    cdef Recent recent  # recent as the call reads it
+    cdef Recent fresh   # the run entries the call adds
 
     def __dealloc__(self):
         close_cursors(&self.w)
+        recent_free(&self.recent)
+        recent_free(&self.fresh)
         free(self.keyed.data)
         free(self.keyed.bytes)
         free(self.docs)
@@ -64,9 +68,11 @@ cdef class Env:
     cdef MDB_dbi keys[KEY_SLOTS]     # the key map's slots
     cdef int key_slots               # how many are open (none in a file of format 6 or 7)
     cdef MDB_dbi run_dir
+    cdef MDB_dbi recent              # recent (0: none, a file of format 8 opened read-only)
     cdef MDB_dbi run_slots[RUN_SETS * RUN_SLOTS]
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
+    cdef public uint64_t recent_limit  # the most values recent holds (a test may set fewer)
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory
     cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
@@ -117,6 +123,7 @@ cdef class Env:
         cdef int dead
         mdb_reader_check(self.env, &dead)
         self.layout.tables = 0
+        self.recent_limit = RECENT_LIMIT
         self.pid = getpid()
 
     def __dealloc__(self):
@@ -212,6 +219,11 @@ cdef class Env:
                                 % (self.max_tables, tables))
         if rc == 0 and runs:
             rc = g_dbi_open(txn, RUN_DIRECTORY_NAME, create_flag, &self.run_dir)
+        cdef MDB_dbi recent = 0
+        if rc == 0 and runs:
+            rc = g_dbi_open(txn, RECENT_NAME, create_flag, &recent)
+            if rc == MDB_NOTFOUND and not create:  # a file of format 8: an empty recent
+                rc, recent = 0, 0
         for t in range(tables):
             if rc == 0 and runs:
                 for slot in range(RUN_SLOTS):
@@ -232,6 +244,7 @@ cdef class Env:
                                 % self.path.decode())
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
+        self.recent = recent
         free(self.layout.spec)
         free(self.layout.prefixes)
         free(self.layout.prefix_bits)
@@ -311,7 +324,15 @@ cdef class Env:
             txn.abort()  # the slots another process added must be read too
             raise MapResizedError("the fingerprint index of %s gained slots: open them and "
                                   "begin again" % self.path.decode())
+        if self.recent == 0 and self.key_slots and sub_database_exists(txn.txn, RECENT_NAME):
+            txn.abort()  # the file took format 9 since it was opened read-only
+            raise MapResizedError("%s gained recent: open it and begin again" % self.path.decode())
         return txn
+
+    @property
+    def has_recent(self):
+        """Whether recent is open (a file of format 8 opened read-only has none)."""
+        return self.recent != 0
 
     def close(self):
         dir_clear(self.dirs, False)

@@ -7,7 +7,9 @@ fingerprint index (fingerprint -> id), each sorted duplicates of 8-byte
 big-endian integers kept in slots
 (``_slotted.pxi``), and each permutation table kept as compressed sorted runs
 (issue 22, RUNS.md, ``_runs.pxi``): a run a batch, merged by size, scanned
-run by run, hits checked against the index. A search permutes, seeks, scans
+run by run, hits checked against the index; the run entries of small
+writes wait together in ``recent`` (``_recent.pxi``) until they are many,
+read by every search beside the runs. A search permutes, seeks, scans
 and verifies every table for a batch of probes in one call without the GIL;
 upserts and removals keep the index and the tables in step. Every LMDB call
 goes through a guard (guard.h) that turns a fault on a damaged file into an
@@ -37,6 +39,7 @@ include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/for
 cdef bytes META_NAME = lmdb_format.META.name(), RECORDS_NAME = lmdb_format.RECORDS.name()
 cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name(), OLD_KEYS_NAME = lmdb_format.OLD_KEYS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
+cdef bytes RECENT_NAME = lmdb_format.RECENT_WRITES.name()
 cdef bytes INDEX_NAME = lmdb_format.INDEX.name(0)  # (the index's first slot)
 index_name, key_name = lmdb_format.INDEX.name, lmdb_format.KEYS.name
 band_run_name = lmdb_format.BAND_RUNS.name
@@ -62,6 +65,11 @@ cdef object lmdb_error(int rc, str what):
                             "entries it was written with, or its id lost the flag of their "
                             "checksums); db.check() lists the damage, and compact() writes the "
                             "tables again from the fingerprint index" % what)
+    if rc == RECENT_DAMAGED:
+        return DamagedError("%s: recent (the run entries of the latest small writes) is damaged "
+                            "(a record that is not one, or a count that disagrees); compact() "
+                            "writes the tables again from the fingerprint index and the bands "
+                            "from the documents" % what)
     if rc == BLOCK_DAMAGED:
         return DamagedError("%s: a block of the tables or bands is damaged (its bytes disagree "
                             "with its checksum); db.check() lists the damage, and compact() "
@@ -110,6 +118,7 @@ include "_merges.pxi"
 include "_bands.pxi"
 include "_writes.pxi"
 include "_tidy.pxi"
+include "_recent.pxi"
 include "_upsert.pxi"
 include "_env.pxi"
 include "_txn.pxi"

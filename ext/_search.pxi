@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _runs.pxi,
-# _codec.pxi, _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi.
+# _codec.pxi, _buffers.pxi, _work.pxi, _slotted.pxi, _documents.pxi, _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort
@@ -140,8 +140,8 @@ cdef int search_pending(Work* w, uint64_t fp, int distance, uint64_t probe, bint
 
 cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
                      Hits* out) noexcept nogil:
-    """The distinct fingerprints the tables hold within ``distance`` of each
-    probe (removed ones too: drop_stale), as hits sorted by (probe,
+    """The distinct fingerprints the tables and recent hold within ``distance``
+    of each probe (removed ones too: drop_stale), as hits sorted by (probe,
     fingerprint): table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
     if n > 1:  # one probe: a seek a range costs less than setting up sweeps
@@ -166,6 +166,8 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
         if rc:
             break
     free(order)
+    if rc == 0:
+        rc = recent_hits(w, probes, n, distance, flips, out)
     return rc if rc else dedupe_hits(out)
 
 
@@ -196,6 +198,8 @@ cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, i
         if rc:
             break
     free(ranges.data)
+    if rc == 0:
+        rc = recent_hits(w, probes, n, distance, flips, out)
     return rc if rc else dedupe_hits(out)
 
 

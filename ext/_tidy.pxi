@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _codec.pxi,
-# _buffers.pxi, _work.pxi, _merges.pxi, _upsert.pxi, _txn.pxi.
+# _buffers.pxi, _work.pxi, _merges.pxi, _recent.pxi, _upsert.pxi, _txn.pxi.
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -227,6 +227,8 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
         rewriting, began = True, stale
     more[0] = rewriting
     if rc or rewriting:
+        if rc == 0:  # (a value both in recent and in the index's run would be there twice)
+            rc = flush_recent(w)
         if rc == 0:
             rc = rewrite_tables(w, next_table, next_table + 1)
         if rc == 0:  # removals since the rewrite began stay counted

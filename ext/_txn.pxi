@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi,
-# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _writes.pxi, _tidy.pxi, _upsert.pxi, _env.pxi.
+# _signature.pxi, _runs.pxi, _codec.pxi, _buffers.pxi, _work.pxi, _search.pxi, _slotted.pxi, _writes.pxi, _tidy.pxi, _recent.pxi, _upsert.pxi, _env.pxi.
 #
 # A transaction: the calls the backend makes.
 
@@ -67,6 +67,8 @@ cdef class Txn:
         w.scratch, w.scratch_room = NULL, 0
         w.run_dir, w.run_slots = self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
+        w.recent_dbi, w.recent, w.fresh = self.env.recent, NULL, NULL
+        w.recent_limit = self.env.recent_limit
         w.band_changes = NULL
         w.layout = &self.env.layout
         w.record_cursor = NULL
@@ -379,8 +381,8 @@ cdef class Txn:
         return self.run_values(self.env.layout.tables + band)
 
     cdef object run_values(self, Py_ssize_t table):
-        """The fingerprints of a table kept as runs: the union of its runs,
-        less the stale entries (not in the index), unpermuted, in table order;
+        """The fingerprints of a table kept as runs: the union of its runs and
+        recent's, less the stale entries (not in the index), unpermuted, in table order;
         or, for a run set after the tables, the entries of that band a
         stored document has (entry_held)."""
         from array import array
@@ -411,7 +413,9 @@ cdef class Txn:
                     rc = 0 if rc == MDB_NOTFOUND else rc
                     if rc:
                         break
-                if rc == 0 and r.n > 1:
+                if rc == 0:
+                    rc = recent_values(&job.w, table, &values)
+                if rc == 0:
                     rc = sort_records(values.data, values.size, 1)
                 for i in range(values.size if rc == 0 else 0):
                     if kept and values.data[kept - 1] == values.data[i]:
@@ -440,6 +444,7 @@ cdef class Txn:
         cdef Job job = Job.__new__(Job)
         job.w = self.work()
         job.w.band_changes = job.band_changes
+        job.w.recent, job.w.fresh = &job.recent, &job.fresh
         if items is not None:
             job.n = len(items)
             job.docs = load_docs(items, with_values) if isinstance(items, list) \
@@ -701,6 +706,8 @@ cdef class Txn:
                     rc = end_rewrite(&w, BAND_REWRITE, BAND_STALE, 0)
                 if rc == 0:
                     rc = write_counter(&w, REMOVED, 0)
+                if rc == 0:  # (the tables and bands hold what recent held)
+                    rc = write_counter(&w, RECENT, 0)
             target.runs_written = True
             if rc:
                 raise target.env.fail(rc, "cannot write the compacted copy")

@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _signature.pxi, _runs.pxi,
-# _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi.
+# _buffers.pxi, _dirs.pxi, _slotted.pxi, _merges.pxi, _recent.pxi.
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
@@ -26,11 +26,23 @@ cdef struct TableRuns:
     uint32_t written_from      # the first run id this call wrote into the table (0: none)
 
 
+cdef enum:  # a Recent's groups: each band's (under its number), then the tables' fingerprints
+    FINGERPRINTS = SIGNATURE_BANDS
+    RECENT_GROUPS = SIGNATURE_BANDS + 1
+
+
+cdef struct Recent:         # recent's values (_recent.pxi), or the new ones of a call
+    U64s groups[RECENT_GROUPS]  # each band's entries, then the tables' fingerprints (FINGERPRINTS)
+    uint64_t values         # the values its records hold (a value may be in two records)
+    bint loaded
+
+
 cdef struct RunsView:
     size_t txnid            # the committed transaction whose runs these are
     size_t refs             # its holders: the cache and the searches using it
     Py_ssize_t tables       # the run sets (run_sets): the tables, then the bands
     TableRuns* runs         # per run set; every run with its directory, no cursors
+    Recent* recent          # recent as read in that transaction, or NULL
 
 
 cdef struct SlotCursors:
@@ -59,6 +71,10 @@ cdef struct Work:
     MDB_dbi* run_slots      # per run set: RUN_SLOTS slot sub-databases
     TableRuns* table_runs   # per run set (run_sets): its live runs, loaded by open_cursors
     U64s* pending           # insert_if_new on runs: fingerprints added, not yet in a run
+    MDB_dbi recent_dbi      # recent (0: the file has none, one of format 8 read as it is)
+    Recent* recent          # recent as this transaction reads it (load_recent), or NULL
+    Recent* fresh           # the run entries this call adds, for recent or runs (store_fresh)
+    uint64_t recent_limit   # the most values recent may hold
     Layout* layout
     MDB_cursor* record_cursor
     uint8_t* scratch        # a record being written (put_record)
@@ -102,6 +118,8 @@ cdef int open_cursors(Work* w) noexcept nogil:
         w.view = view_acquire(w.dirs, mdb_txn_id(w.txn))
         if w.view != NULL:
             w.table_runs = w.view.runs
+            if w.view.recent != NULL:
+                w.recent = w.view.recent
             return 0
     w.table_runs = <TableRuns*>calloc(run_sets(w) + 1, sizeof(TableRuns))
     if w.table_runs == NULL:
@@ -109,8 +127,10 @@ cdef int open_cursors(Work* w) noexcept nogil:
     for t in range(run_sets(w)):
         if rc == 0:
             rc = load_runs(w, t)
+    if rc == 0 and viewed and w.recent != NULL:  # a view holds recent read
+        rc = load_recent(w, w.recent)
     if rc == 0 and viewed:
-        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, run_sets(w))
+        view_offer(w.dirs, mdb_txn_id(w.txn), w.table_runs, run_sets(w), w.recent)
     return rc
 
 

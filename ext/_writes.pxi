@@ -1,5 +1,5 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _tables.pxi, _buffers.pxi,
-# _work.pxi, _slotted.pxi, _merges.pxi, _tidy.pxi.
+# _work.pxi, _slotted.pxi, _merges.pxi, _tidy.pxi, _recent.pxi.
 
 from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -22,14 +22,13 @@ cdef int note_touched(U64s* touched, uint64_t fp, bint had) noexcept nogil:
 
 
 cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
-    """Put the touched fingerprints the index has gained into every table, and
-    take out those it has lost."""
+    """Put the touched fingerprints the index has gained into the call's new
+    run entries (``w.fresh``, for recent or every table: store_fresh), or
+    insert_if_new's pending ones, and take out those it has lost."""
     cdef size_t n = touched.size // 2, i, added = 0, removed = 0
     cdef uint64_t* pairs = touched.data
     cdef uint64_t* add
     cdef uint64_t* rem
-    cdef uint64_t* perms
-    cdef Py_ssize_t t
     cdef int rc = 0, now
     cdef bint had
     if n == 0:
@@ -37,8 +36,7 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
     rc = sort_records(pairs, n, 2)  # stable: each fingerprint's first note first
     add = <uint64_t*>malloc(n * sizeof(uint64_t))
     rem = <uint64_t*>malloc(n * sizeof(uint64_t))
-    perms = <uint64_t*>malloc(n * sizeof(uint64_t))
-    if add == NULL or rem == NULL or perms == NULL:
+    if add == NULL or rem == NULL:
         rc = NO_MEMORY
     i = 0
     while rc == 0 and i < n:
@@ -55,12 +53,9 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         i += 1
         while i < n and pairs[2 * i] == pairs[2 * i - 2]:
             i += 1
-    if rc == 0 and added:  # removals leave stale entries (see drop_stale)
-        if w.pending == NULL:
-            rc = append_runs(w, add, added, perms)
-        for i in range(added if w.pending != NULL else 0):
-            if rc == 0:
-                rc = u64_push(w.pending, add[i])
+    for i in range(added):  # removals leave stale entries (see drop_stale)
+        if rc == 0:
+            rc = u64_push(w.pending if w.pending != NULL else &w.fresh.groups[FINGERPRINTS], add[i])
     if rc == 0 and added != removed:
         rc = add_to_counter(w, DISTINCT, <int64_t>added - <int64_t>removed)
     if rc == 0 and removed:
@@ -69,7 +64,6 @@ cdef int update_tables(Work* w, U64s* touched) noexcept nogil:
         rc = note_if_stale(w)
     free(add)
     free(rem)
-    free(perms)
     touched.size = 0
     return rc
 
@@ -135,11 +129,11 @@ cdef int append_runs(Work* w, const uint64_t* fps, size_t n, uint64_t* perms) no
 
 
 cdef int flush_pending(Work* w) noexcept nogil:
-    """Write the fingerprints insert_if_new added (still in the index) as one run a table."""
+    """Store the fingerprints insert_if_new added (still in the index) with the
+    call's other new run entries (store_fresh)."""
     cdef U64s* p = w.pending
     cdef size_t i, kept = 0
     cdef int rc = sort_records(p.data, p.size, 1)
-    cdef uint64_t* perms
     for i in range(p.size if rc == 0 else 0):
         if kept and p.data[kept - 1] == p.data[i]:
             continue
@@ -149,11 +143,9 @@ cdef int flush_pending(Work* w) noexcept nogil:
         if rc:
             p.data[kept] = p.data[i]
             kept += 1
-        rc = 0
-    if rc == 0 and kept:
-        perms = <uint64_t*>malloc(kept * sizeof(uint64_t))
-        if perms == NULL:
-            return NO_MEMORY
-        rc = append_runs(w, p.data, kept, perms)
-        free(perms)
+            rc = u64_push(&w.fresh.groups[FINGERPRINTS], p.data[i])
+            if rc:
+                return rc
+    if rc == 0:
+        rc = store_fresh(w, False)
     return rc if rc or p.size == 0 else note_if_stale(w)

@@ -1,3 +1,4 @@
+import contextlib
 import os
 
 from hypothesis import HealthCheck, settings
@@ -208,6 +209,19 @@ def brute_force(docs, fingerprint, distance):
     hits = [(key, fp, d) for key, fp in docs.items()
             if (d := (fp ^ fingerprint).bit_count()) <= distance]
     return sorted(hits, key=lambda m: (m[2], key_order(m[0])))
+
+
+@contextlib.contextmanager
+def raw_snapshot(path):
+    """(env, txn): a py-lmdb read transaction on the file of the database at
+    ``path``, taking no lock, to read what it holds raw."""
+    import lmdb
+    env = lmdb.open(path, max_dbs=lmdb_format.max_dbs(64), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            yield env, txn
+    finally:
+        env.close()
 
 
 def store_format(env, txn, version):

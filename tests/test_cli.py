@@ -79,7 +79,7 @@ def test_dec_import_query_get_delete(tmp_path, capsys, monkeypatch):
 def test_compact_reports_the_size_where_the_backend_keeps_it(tmp_path, capsys, backend):
     db = tmp_path / "x.db"
     with simhashdb.DB(str(db)) as handle:
-        handle.insert_many((i, i * 7919) for i in range(500))
+        handle.insert_many((i, i * 7919) for i in range(9000))  # (as runs: past recent's limit)
     code, out, err = run(capsys, "compact", db)
     size = "memory_bytes" if backend == "redis" else "disk_bytes"  # Redis: RAM
     assert code == 0 and err == "" and set(out[0]) == {size + "_before", size + "_after"}

@@ -238,7 +238,7 @@ def test_a_file_of_format_7_is_refused_until_upgrade_converts_it(tmp_path):
         assert set(file_state(path)) == names
     simhashdb.upgrade(path)
     with DB(path) as db:
-        assert db.stats()["format"] == 8 and db.check() == []
+        assert db.stats()["format"] == 9 and db.check() == []
         assert (sorted((r.key, r.fingerprint) for r in db), [sorted(db.query(p)) for p in probes],
                 [sorted(m.key for m in found) for found in db.query_text_many(list(texts.values()))]
                 ) == before

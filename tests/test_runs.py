@@ -17,6 +17,7 @@ TOP = 2**64 - 1
 
 @pytest.mark.parametrize("directory_entries,threaded", [(0, False), (3000, False),
                                                         (1 << 24, False), (3000, True)])
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_entries,
                                                            threaded, monkeypatch):
     """The native backend: batches of
@@ -355,6 +356,7 @@ def test_a_damaged_entry_met_by_an_index_merge_undoes_it_with_a_warning(tmp_path
     storage.close()
 
 
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 def test_runs_written_earlier_in_a_transaction_are_never_merged_in_parts(tmp_path, monkeypatch):
     """Merges in parts read their sources from other threads, so only runs
     committed before the transaction qualify: after an upsert in the same

@@ -15,7 +15,7 @@ from ...errors import DatabaseError, MapFullError, MapResizedError
 from .. import Txn, View
 from .files import LmdbStorage
 from . import format
-from .format import INDEX_SLOTS, PARAMS
+from .format import INDEX_SLOTS, PARAMS, RECENT_LIMIT
 
 ITEMS_PER_READ = 4096
 RECORDS, INDEX = format.RECORDS.name(), format.INDEX.name(0)  # what Txn.entries counts
@@ -89,6 +89,7 @@ class NativeStorage(LmdbStorage):
     # committed slots of 65,536 entries or more (fewer where this is lower)
     # has a thread read its sources.
     threaded_merge = 1 << 18
+    recent_limit = RECENT_LIMIT  # the most values recent holds (a test may set fewer)
 
     def _open_env(self, map_size=0):
         self._env = _lmdb.Env(os.fsencode(self.path), self.readonly,
@@ -96,7 +97,7 @@ class NativeStorage(LmdbStorage):
                               self.max_readers, not self._dir.locked,
                               max_tables=self._room_for_tables())
         self._env.damage = self._dir.doubt
-        self._env.batch_merge = self.batch_merge
+        self._env.batch_merge, self._env.recent_limit = self.batch_merge, self.recent_limit
         self._env.directory_entries = self.directory_entries
         self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge
         if self._layout is None and not self._dir.new and self._open_found() and self.readonly:
@@ -157,8 +158,8 @@ class NativeStorage(LmdbStorage):
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)
-        if self.readonly and self._env.index_slots < INDEX_SLOTS:  # another process may
-            self._open_dbs()                                         # have added them
+        if self.readonly and (self._env.index_slots < INDEX_SLOTS or not self._env.has_recent):
+            self._open_dbs()  # another process may have added them
 
     def open_tables(self, layout):
         self._layout = layout

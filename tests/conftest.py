@@ -53,6 +53,25 @@ def native_built():
     return True
 
 
+# Both LMDB backends, for tests of their files (the native one where it was built).
+LMDB_BACKENDS = ["py-lmdb", pytest.param("lmdb", marks=pytest.mark.skipif(
+    not native_built(), reason="the native backend was not built"))]
+VOCABULARY = ["w%d" % i for i in range(3000)]
+
+
+def page(rng, words=90):
+    """A page of ``words`` words drawn from VOCABULARY."""
+    return " ".join(rng.choice(VOCABULARY) for _ in range(words))
+
+
+def edited(rng, text, share):
+    """``text`` with ``share`` of its words replaced by words it never had."""
+    words = text.split()
+    for i in rng.sample(range(len(words)), max(1, int(len(words) * share))):
+        words[i] = "new%d" % rng.randrange(10**6)
+    return " ".join(words)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "lmdb_only: tests what only the LMDB backends have "
                             "(files, directories, the map, compaction, one handle per process)")

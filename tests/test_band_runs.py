@@ -15,28 +15,13 @@ import time
 
 import lmdb
 import pytest
-from conftest import bands_as_in_0_5, native_built
+from conftest import LMDB_BACKENDS, bands_as_in_0_5, edited, native_built, page
 
 import simhashdb
 from simhashdb.errors import DatabaseError
 from simhashdb.storage import BANDS
 from simhashdb.storage.lmdb import format as lmdb_format
 
-BACKENDS = ["py-lmdb", pytest.param("lmdb", marks=pytest.mark.skipif(
-    not native_built(), reason="the native backend was not built"))]
-VOCABULARY = ["w%d" % i for i in range(3000)]
-
-
-def page(rng, words=90):
-    return " ".join(rng.choice(VOCABULARY) for _ in range(words))
-
-
-def edited(rng, text, share):
-    """``text`` with ``share`` of its words replaced by words it never had."""
-    words = text.split()
-    for i in rng.sample(range(len(words)), max(1, int(len(words) * share))):
-        words[i] = "new%d" % rng.randrange(10**6)
-    return " ".join(words)
 
 
 def corpus(seed, n, copies):
@@ -78,7 +63,7 @@ def fresh_answers(tmp_path, name, pages, probes, backend):
 
 
 @pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
 def test_removals_leave_stale_entries_until_the_bands_are_written_from_the_documents(
         tmp_path, backend):
     pages = corpus(1, 900, 100)
@@ -136,7 +121,7 @@ def test_the_backends_write_and_read_each_others_band_runs(tmp_path):
     assert found[0] == found[1] == fresh_answers(tmp_path, "fresh", kept, probes, "lmdb")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
 def test_a_database_of_0_5_is_converted_by_upgrade_with_its_text_decisions(tmp_path, backend):
     pages = corpus(5, 500, 50)
     rng = random.Random(6)
@@ -160,7 +145,7 @@ def test_a_database_of_0_5_is_converted_by_upgrade_with_its_text_decisions(tmp_p
     assert all(band and band[0][0] == lmdb_format.new_run_id(0) for band in runs)  # the first, then the batch's
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
 def test_a_long_stream_of_small_batches_keeps_the_file_bounded(tmp_path, backend):
     """A crawler's recrawls: 2,000 pages kept, each small batch replacing 25 of
     them with edited texts and removing 5 for 5 new ones. The file stops
@@ -207,7 +192,7 @@ def batch_pages(i):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
 def test_sigkill_among_band_merges_and_rewrites_loses_no_committed_batch(tmp_path, backend,
                                                                         monkeypatch):
     monkeypatch.setenv("SIMHASHDB_BACKEND", backend)

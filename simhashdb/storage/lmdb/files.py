@@ -22,6 +22,7 @@ from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
                         MaintenanceWarning)
 from .. import Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
+from .format import RECENT_LIMIT
 
 # The map a batch may take a document: its document, index entry and copied
 # pages, and an entry a table (twice what a large batch into an empty
@@ -42,6 +43,7 @@ class LmdbStorage(Storage):
     # the rewrite of every table from the index, follow its commit in transactions of about
     # a table's entries each (tidy)
     batch_merge = 1 << 18
+    recent_limit = RECENT_LIMIT  # the most values recent holds (a test may set fewer)
 
     opens_damaged_files = True  # reads of a damaged file fail with an error, not a signal
 

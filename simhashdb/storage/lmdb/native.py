@@ -15,7 +15,7 @@ from ...errors import DatabaseError, MapFullError, MapResizedError
 from .. import Txn, View
 from .files import LmdbStorage
 from . import format
-from .format import INDEX_SLOTS, PARAMS, RECENT_LIMIT
+from .format import INDEX_SLOTS, PARAMS
 
 ITEMS_PER_READ = 4096
 RECORDS, INDEX = format.RECORDS.name(), format.INDEX.name(0)  # what Txn.entries counts
@@ -89,7 +89,6 @@ class NativeStorage(LmdbStorage):
     # committed slots of 65,536 entries or more (fewer where this is lower)
     # has a thread read its sources.
     threaded_merge = 1 << 18
-    recent_limit = RECENT_LIMIT  # the most values recent holds (a test may set fewer)
 
     def _open_env(self, map_size=0):
         self._env = _lmdb.Env(os.fsencode(self.path), self.readonly,

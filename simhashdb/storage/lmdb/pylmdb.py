@@ -38,7 +38,6 @@ from .format import (
     NEXT_ID,
     PARAMS,
     RECENT,
-    RECENT_LIMIT,
     REMOVED,
     REWRITE,
     RUN_IDS,
@@ -94,7 +93,6 @@ class PyLmdbStorage(LmdbStorage):
 
     backend = "py-lmdb"
     opens_damaged_files = False  # no fault guard: reading past the end of the file is a SIGBUS
-    recent_limit = RECENT_LIMIT  # the most values recent holds (a test may set fewer)
 
     def _open_env(self, map_size=0):
         self._room = self._room_for_tables()  # the most tables it can open

@@ -132,17 +132,15 @@ cdef int flush_pending(Work* w) noexcept nogil:
     """Store the fingerprints insert_if_new added (still in the index) with the
     call's other new run entries (store_fresh)."""
     cdef U64s* p = w.pending
-    cdef size_t i, kept = 0
+    cdef size_t i
     cdef int rc = sort_records(p.data, p.size, 1)
     for i in range(p.size if rc == 0 else 0):
-        if kept and p.data[kept - 1] == p.data[i]:
+        if i and p.data[i - 1] == p.data[i]:
             continue
         rc = index_has(w, p.data[i])
         if rc < 0:
             return rc
         if rc:
-            p.data[kept] = p.data[i]
-            kept += 1
             rc = u64_push(&w.fresh.groups[FINGERPRINTS], p.data[i])
             if rc:
                 return rc

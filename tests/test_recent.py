@@ -255,7 +255,7 @@ def test_a_format_8_file_reads_as_it_is(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", LMDB_BACKENDS)
-@pytest.mark.parametrize("damage", ["cut", "order", "counter"])
+@pytest.mark.parametrize("damage", ["cut", "order", "counter", "missing", "last key"])
 def test_a_damaged_recent_is_reported(tmp_path, backend, damage):
     path = str(tmp_path / "db")
     with simhashdb.DB(path, distance=3, blocks=5, backend=backend) as db:
@@ -264,22 +264,30 @@ def test_a_damaged_recent_is_reported(tmp_path, backend, damage):
     env = lmdb.open(path, max_dbs=lmdb_format.max_dbs(64))
     with env.begin(write=True) as txn:
         recent = env.open_db(lmdb_format.RECENT_WRITES.name(), txn=txn)
+        records = list(txn.cursor(recent))
         if damage == "counter":
             meta = env.open_db(lmdb_format.META.name(), txn=txn)
             txn.put(lmdb_format.RECENT, (3).to_bytes(8, "big"), db=meta)
+        elif damage == "missing":  # the records gone, meta still counting them
+            txn.drop(recent, delete=True)
+        elif damage == "last key":  # no key can follow it
+            txn.delete(records[-1][0], db=recent)
+            txn.put(b"\xff" * 8, records[-1][1], db=recent)
         else:
-            key, value = next(iter(txn.cursor(recent)))
+            key, value = records[0]
             groups = {lmdb_format.RECENT_FINGERPRINTS: [5, 9]}
             txn.put(key, value[:-3] if damage == "cut" else
                     lmdb_format.recent_record(groups)[:6] + (9).to_bytes(8, "big")
                     + (5).to_bytes(8, "big"), db=recent)
     env.close()
     with pytest.raises(DamagedError):
-        with simhashdb.DB(path, backend=backend) as db:
+        with simhashdb.DB(path, backend=backend, readonly=damage == "missing") as db:
             if damage == "counter":  # reported by check, or raised
                 problems = db.check()
                 assert problems
                 raise DamagedError(problems[0])
+            if damage == "last key":
+                db.insert(-1, 99)
             db.query_many(fingerprints(23, 10))
 
 

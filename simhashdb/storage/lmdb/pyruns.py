@@ -126,7 +126,7 @@ def read_recent(cursor, counted, path, known=EMPTY_RECENT):
     for key, raw in records[len(known.records):]:
         groups = recent_groups(raw) if len(key) == ID_BYTES else None
         if not groups:
-            raise damaged_error(path, "recent's record %s" % key.hex())
+            raise recent_damaged_error(path, "recent's record %s is not one" % key.hex())
         for group, held in groups.items():
             values += len(held)
             if group == RECENT_FINGERPRINTS:
@@ -134,8 +134,8 @@ def read_recent(cursor, counted, path, known=EMPTY_RECENT):
             else:
                 bands.setdefault(group - BAND_DIRECTORY, set()).update(held)
     if values != counted:
-        raise damaged_error(path, "meta's %r (%d, for the %d values recent holds)"
-                            % (format.RECENT.decode(), counted, values))
+        raise recent_damaged_error(path, "meta's %r counts %d values, recent holds %d"
+                                   % (format.RECENT.decode(), counted, values))
     if len(records) == len(known.records):
         return known
     return Recent(_ext.merge_unique(known.fingerprints, sorted(fps)), {
@@ -230,6 +230,12 @@ def run_damaged_error(path, named, why):
     return DamagedError("%s is damaged: a block of %s is unreadable (%s); db.check() lists "
                          "the damage, and compact() writes the tables again from the "
                          "fingerprint index and the bands from the documents" % (path, named, why))
+
+
+def recent_damaged_error(path, what):
+    """The error for a recent that is not as written, ``what``: compact() mends it."""
+    return DamagedError("%s is damaged: %s; compact() writes the tables again from the "
+                        "fingerprint index and the bands from the documents" % (path, what))
 
 
 def damaged_error(path, what):

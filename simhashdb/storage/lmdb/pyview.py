@@ -35,6 +35,7 @@ from .pyruns import (
     read_counter,
     read_recent,
     record_parts,
+    recent_damaged_error,
     run_damaged_error,
     slot_items,
 )
@@ -257,6 +258,9 @@ class PyView(View):
         """What recent holds (none in a file of format 8, which lacks it), read
         once (a write forgets it), its records parsed once in the storage."""
         db = self._storage._dbs.get(RECENT_WRITES)
+        if db is None and self._count(RECENT):
+            raise recent_damaged_error(self._storage.path, "meta counts values in recent, "
+                                       "which it lacks")
         if self._recent_held is None and db is not None:
             self._recent_held = self._storage._recent_known = read_recent(
                 self._txn.cursor(db), self._count(RECENT), self._storage.path,

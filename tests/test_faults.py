@@ -364,7 +364,7 @@ def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pri
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
 @pytest.mark.parametrize("damage", [flip_bit, overwrite_page])
 def test_damage_inside_the_data_file_is_an_error_never_a_signal(tmp_path, pristine, damage):
-    cases = {flip_bit: 400 if CI else 120, overwrite_page: 100 if CI else 30}[damage]
+    cases = {flip_bit: 250 if CI else 120, overwrite_page: 100 if CI else 30}[damage]
     assert damage_cases(pristine("lmdb"), cases, damage, tmp_path) == []
 
 

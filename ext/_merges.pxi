@@ -259,16 +259,23 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
     return rc
 
 
-cdef size_t cascade(const TableRuns* r) noexcept nogil:
+cdef bint settle_due(const TableRuns* r, uint64_t settle) noexcept nogil:
+    """Whether settling (``settle`` entries; 0: not) merges the two newest runs:
+    they hold at most that many together."""
+    return settle != 0 and r.n >= 2 and r.entries[r.n - 1] + r.entries[r.n - 2] <= settle
+
+
+cdef size_t cascade(const TableRuns* r, uint64_t settle) noexcept nogil:
     """How many of the newest runs (two at least) merging the two newest while
-    merges_left would make one, the sizes taken as sums."""
+    merges_left (or settle_due) would make one, the sizes taken as sums."""
     cdef uint64_t merged = r.entries[r.n - 1]
     cdef size_t i, k = r.n
     cdef bint left = True
     while left and k >= 2:
         merged += r.entries[k - 2]
         k -= 1
-        left = k >= RUN_SLOTS - 1 or (k >= 2 and merged * RUN_RATIO > r.entries[k - 2])
+        left = k >= RUN_SLOTS - 1 or (k >= 2 and (merged * RUN_RATIO > r.entries[k - 2] or (
+            settle != 0 and merged + r.entries[k - 2] <= settle)))
         for i in range(1, k - 1):
             left = left or r.entries[i] * RUN_RATIO > r.entries[i - 1]
     return r.n - k + 1
@@ -293,8 +300,8 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
     w.runs_written = True  # before any slot changes, whatever happens next
-    while rc == 0 and (n or (merges_left(&r) if w.merge_limit == 0 else
-                             merge_due(&r, w.merge_limit))):
+    while rc == 0 and (n or settle_due(&r, w.settle) or (
+            merges_left(&r) if w.merge_limit == 0 else merge_due(&r, w.merge_limit))):
         # a run id is never given twice in a table (so a block directory cached
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
@@ -313,7 +320,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
             continue
         # the newest into one: two, or, in parts, as many as the merges of two would take
         threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
-        m = cascade(&r) if threaded else 2
+        m = cascade(&r, w.settle) if threaded else 2
         taken = 0
         for i in range(r.n - m, r.n):
             taken += r.entries[i]

@@ -494,12 +494,13 @@ cdef int slotted_merge(Work* w, Slotted* m, const int* slots, int n, int d, uint
     return rc
 
 
-cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, int* chain,
-                     uint64_t* total, uint32_t* taken, bint* untidy) noexcept nogil:
+cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limit, uint64_t settle,
+                     int* chain, uint64_t* total, uint32_t* taken, bint* untidy) noexcept nogil:
     """The slots of the next merge (how many; 0: none): the two smallest in use
-    while the smaller holds over 1/RUN_RATIO of the other (or the slots run short),
-    extended while its output would be merged next. A merge of more than
-    ``limit`` entries (0: any) is left (``untidy``)."""
+    while the smaller holds over 1/RUN_RATIO of the other (or the slots run short,
+    or, settling, the two hold at most ``settle`` entries), extended while its
+    output would be merged next. A merge of more than ``limit`` entries (0: any)
+    is left (``untidy``)."""
     cdef uint64_t x, y
     cdef int s, a, b, n = 0
     total[0], taken[0] = 0, 0
@@ -516,7 +517,7 @@ cdef int merge_chain(const uint64_t* entries, int slots, int used, uint64_t limi
             break
         x = entries[a] if n == 0 else min(total[0], entries[a])
         y = entries[b] if n == 0 else max(total[0], entries[a])
-        if used < INDEX_SLOTS - 1 and x * RUN_RATIO <= y:
+        if used < INDEX_SLOTS - 1 and x * RUN_RATIO <= y and not (settle and x + y <= settle):
             break
         if used < INDEX_SLOTS - 1 and limit and x + y > limit:
             untidy[0] = True
@@ -545,7 +546,7 @@ cdef int slotted_merges(Work* w, Slotted* m, uint64_t limit, bint committed) noe
     cdef int s, n, d, used, rc = 0
     while rc == 0:
         rc = slotted_sizes(w, m, entries, &used)
-        n = merge_chain(entries, m.slots, used, limit, chain, &total, &taken, &w.untidy) \
+        n = merge_chain(entries, m.slots, used, limit, w.settle, chain, &total, &taken, &w.untidy) \
             if rc == 0 else 0
         if n == 0:
             break

@@ -250,3 +250,30 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
             if rc:
                 break
     return rc
+
+
+cdef int settle(Work* w, uint64_t entries, bint committed, bint* more) noexcept nogil:
+    """One transaction's share of settling after a call that wrote ``entries``
+    documents in many batches: recent written out as runs, then in every run
+    set the two newest runs merged while they hold at most ``entries``
+    together, and in the index and the key map the smallest slots likewise,
+    until the merges have taken about a table's entries (``more``: whether to
+    call again; ``committed``: as for merges). What a bulk load leaves is then
+    about a run a table."""
+    cdef uint64_t distinct
+    cdef Py_ssize_t t
+    more[0] = False
+    cdef int rc = read_counter(w, DISTINCT, &distinct)
+    if rc == 0:
+        rc = flush_recent(w)
+    w.settle, w.merge_limit = entries, 0
+    if rc == 0:
+        rc = merges(w, 0, committed)
+    for t in range(run_sets(w)):
+        if rc == 0 and settle_due(&w.table_runs[t], entries):
+            if w.merged >= max(distinct, entries):
+                more[0] = True
+                break
+            rc = add_run(w, t, NULL, 0)
+    w.settle = 0
+    return rc

@@ -72,7 +72,7 @@ cdef class Txn:
         w.band_changes = NULL
         w.layout = &self.env.layout
         w.record_cursor = NULL
-        w.merge_limit, w.merged, w.untidy = self.env.batch_merge, 0, False
+        w.merge_limit, w.merged, w.untidy, w.settle = self.env.batch_merge, 0, False, 0
         w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
         w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
@@ -657,6 +657,23 @@ cdef class Txn:
                 rc = merges(&job.w, 0, unchanged)
             if rc == 0 and not more:
                 rc = tidy(&job.w, &more)
+        self.runs_written = self.runs_written or job.w.runs_written
+        self.index_put_slot, self.key_put_slot = job.w.index.put_slot, job.w.keys.put_slot
+        self.done(rc, "write to")
+        return more
+
+    def settle(self, uint64_t entries):
+        """One transaction's share of settling after a call that wrote
+        ``entries`` documents in many batches (see settle); returns whether
+        there is more."""
+        cdef Job job = self.job()
+        cdef bint more = False, unchanged = not self.changed
+        cdef int rc
+        self.changed = True
+        with nogil:
+            rc = open_cursors(&job.w)
+            if rc == 0:
+                rc = settle(&job.w, entries, unchanged, &more)
         self.runs_written = self.runs_written or job.w.runs_written
         self.index_put_slot, self.key_put_slot = job.w.index.put_slot, job.w.keys.put_slot
         self.done(rc, "write to")

@@ -84,6 +84,7 @@ cdef struct Work:
     bint unlinked           # the batch took documents out of the index
     uint64_t merge_limit    # the most entries a merge may take (0: any; a batch: Env.batch_merge)
     uint64_t merged         # the entries this transaction's merges have taken
+    uint64_t settle         # settling: merge the newest runs (smallest slots) within this many entries
     bint untidy             # the batch left merges or a rewrite of the tables for tidy
     DirCache* dirs          # where a search finds and leaves block directories (NULL: none)
     bint snapshot           # a read transaction: its runs may be cached as a view

@@ -44,24 +44,28 @@ def _check_batch_size(size):
         raise InvalidArgumentError("batch_size must be an int >= 1, got %s" % _ext.shown(size))
 
 
-def _batches(items, size):
-    """Lists of ``size`` items (the last may be shorter); arguments checked now."""
+def _batches(items, size, settle=None):
+    """Lists of ``size`` items (the last may be shorter); arguments checked now.
+    With ``settle`` (a storage the batches are written to), once two or more
+    have been written, it settles them (see Storage.settle)."""
     _check_batch_size(size)
     if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
                                    % _ext.shown(items))
-    return _chunks(items, size)
+    return _chunks(items, size, settle)
 
 
-def _chunks(items, size):
-    batch = []
+def _chunks(items, size, settle):
+    batch, given = [], 0
     for item in items:
         batch.append(item)
         if len(batch) == size:
             yield batch
-            batch = []
+            batch, given = [], given + size
     if batch:
         yield batch
+    if settle is not None and given + len(batch) > size:
+        settle.settle(given + len(batch))
 
 
 def _now():
@@ -91,6 +95,8 @@ def insert_arrays(storage, records, batch_size, keys, fingerprints):
         stop = min(start + batch_size, n)
         batch = encode(start, stop, _now())
         storage.write(lambda txn: txn.upsert(batch), stop - start)
+    if n > batch_size:
+        storage.settle(n)
     return n
 
 

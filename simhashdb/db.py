@@ -185,7 +185,7 @@ class DB:
         if records is None:
             raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=")
         written = 0
-        for batch in _batches(records, batch_size):
+        for batch in _batches(records, batch_size, self._storage):
             encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
             self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
             written += len(encoded)
@@ -241,7 +241,7 @@ class DB:
         d = self._query_distance(distance)
         results.check_invalid(invalid)
         limit, decisions = self._storage.max_key_bytes, []
-        for batch in _batches(records, batch_size):
+        for batch in _batches(records, batch_size, self._storage):
             now = _now()
             try:
                 valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
@@ -268,7 +268,7 @@ class DB:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
         written = 0
-        for batch in _batches(records, batch_size):
+        for batch in _batches(records, batch_size, self._storage):
             now = _now()
             documents = [self._text_document(*_text_record(r), html, now)[0] for r in batch]
             self._storage.write(lambda txn: txn.upsert(documents), len(documents))
@@ -331,7 +331,7 @@ class DB:
         least = _threshold(threshold, short_words)
         results.check_invalid(invalid)
         decisions = []
-        for batch in _batches(records, batch_size):
+        for batch in _batches(records, batch_size, self._storage):
             now = _now()
             decisions += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
                                             least, refresh, now)
@@ -640,7 +640,7 @@ class DB:
         if recipe is not None:  # known: checked (or taken) before anything is written
             self._check_recipe(recipe, source)
         recipe, written = recipe or RECIPE, 0
-        for batch in _batches(records, batch_size):
+        for batch in _batches(records, batch_size, self._storage):
             whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
             signatures = [record[4] if five else None for record, five in zip(batch, whole)]
             encoded = encode_documents([record[:4] if five else record

@@ -205,6 +205,11 @@ class Storage(ABC):
         ``documents``: about how many documents it writes or removes, so
         that a backend can make room for them first."""
 
+    def settle(self, documents):
+        """After a call that wrote ``documents`` in many batches: leave what
+        it wrote as few runs as a bulk load of them would (backends without
+        runs keep what they wrote as it is)."""
+
     def search(self, probes, distance):
         """:meth:`View.search` over a snapshot of its own (backends may answer
         it faster than through :meth:`read`)."""

@@ -204,18 +204,29 @@ class LmdbStorage(Storage):
         """The merges and the rewrites a committed batch left (of the
         documents and the index once removals passed a quarter of them, then of
         the tables), in transactions of about a table's entries each, so the
-        file needs room for the tables and about one table more. A failure here
-        loses nothing: it warns, and the next batch tries again."""
-        try:  # a rewrite takes a call a table, merges about one; more waits for the next batch
-            for _ in range(2 * self._layout.tables + 2):
-                if not self._transact(lambda txn: txn.tidy())[0]:
+        file needs room for the tables and about one table more."""
+        self._maintain(lambda txn: txn.tidy(), 2 * self._layout.tables + 2, "the batch is")
+
+    def settle(self, documents):
+        self._check_writable()
+        with self._write_lock:
+            self._maintain(lambda txn: txn.settle(documents), 4 * self._layout.tables + 4,
+                           "every batch is")
+
+    def _maintain(self, step, most, stored):
+        """``step`` in a transaction each until it has no more, at most ``most``
+        times (more waits for the next batch). A failure here loses nothing:
+        it warns, and the next batch tries again."""
+        try:
+            for _ in range(most):
+                if not self._transact(step)[0]:
                     break
         except (DatabaseError, MemoryError) as exc:
             then = "the next write tries again" if self._env is not None else \
                 "the file could not be mapped again: open the database again"
-            warnings.warn("%s: the batch is stored, but merging the tables' runs after it "
-                          "failed (%s); %s" % (self.path, exc, then),
-                          MaintenanceWarning, stacklevel=4)
+            warnings.warn("%s: %s stored, but merging the tables' runs after it "
+                          "failed (%s); %s" % (self.path, stored, exc, then),
+                          MaintenanceWarning, stacklevel=5)
 
     def _writer(self, txn):
         """The backend's Txn over the write transaction ``txn``: where the file
@@ -417,6 +428,9 @@ class LmdbHandle(Storage):
 
     def write(self, body, documents=0):
         return self._writable().write(body, documents)
+
+    def settle(self, documents):
+        self._writable().settle(documents)
 
     def search(self, probes, distance):
         return self._open().search(probes, distance)

@@ -346,6 +346,9 @@ class NativeTxn(NativeView, Txn):
     def tidy(self):
         return self._txn.tidy()
 
+    def settle(self, documents):
+        return self._txn.settle(documents)
+
     def insert_if_new(self, documents, distance):
         return self._txn.insert_if_new(documents, distance,
                                        self._storage._layout.prefix_flips(distance))

@@ -46,6 +46,12 @@ def merge_due(runs, limit):
                                            and runs[-1][2] + runs[-2][2] <= limit)
 
 
+def settle_due(runs, settle):
+    """Whether settling (``settle`` entries; 0: not) merges the two newest
+    runs: they hold at most that many together."""
+    return bool(settle) and len(runs) >= 2 and runs[-1][2] + runs[-2][2] <= settle
+
+
 def merges_left(runs):
     """Whether a run is over 1/RUN_RATIO of the one before it, or the slots run
     short: merges a batch left for tidy."""

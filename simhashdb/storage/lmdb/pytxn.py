@@ -53,6 +53,7 @@ from .pyruns import (
     note_bands,
     record_bytes,
     record_parts,
+    settle_due,
     write_run,
 )
 from .pyview import PyView
@@ -326,18 +327,19 @@ class PyTxn(PyView, Txn):
             raise damaged_error(self._storage.path, "meta's %r" % name.decode())
         self._cursor(META).put(name, count_bytes(value))
 
-    def _add_run(self, table, values, tidying=False):
+    def _add_run(self, table, values, tidying=False, settle=0):
         """Append sorted ``values`` (if any) to table ``table`` as a new run, then
         merge the two newest runs while the newest is over 1/RUN_RATIO of the one
         before and they hold at most the storage's ``batch_merge`` entries (or
-        the slots run short; ``tidying``: while any merge is left), as the
-        native backend does; returns the entries merged."""
+        the slots run short; ``tidying``: while any merge is left; ``settle``:
+        also while the two hold at most that many entries), as the native
+        backend does; returns the entries merged."""
         runs = self._directory(table)
         limit = None if tidying or not self._storage.batch_merge else self._storage.batch_merge
         if values is not None:
             self._put_run(table, runs, values)
         merged = 0
-        while merge_due(runs, limit):
+        while settle_due(runs, settle) or merge_due(runs, limit):
             older, newer = runs[-2:]
             merged += older[2] + newer[2]
             values = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
@@ -412,6 +414,23 @@ class PyTxn(PyView, Txn):
         else:
             meta.put(REWRITE, (table + 1).to_bytes(8, "big") + began.to_bytes(8, "big"))
         return True
+
+    def settle(self, documents):
+        """One transaction's share of settling after a call that wrote
+        ``documents`` in many batches, as the native backend does: recent
+        written out as runs, then in every run set the two newest runs merged
+        while they hold at most ``documents`` together, until the merges have
+        taken about a table's entries (this backend keeps one slot of the
+        index and of the key map). Returns whether there is more."""
+        self.changed = True
+        self._flush()
+        merged, budget = 0, max(self._count(DISTINCT), documents)
+        for table in self._storage._run_sets():
+            if settle_due(self._directory(table), documents):
+                if merged >= budget:
+                    return True
+                merged += self._add_run(table, None, tidying=True, settle=documents)
+        return False
 
     def _marker(self, name, marker, end):
         """(the next table or band, the stale count it began with) of a rewrite's marker."""

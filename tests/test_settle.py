@@ -1,0 +1,173 @@
+"""A call that writes many batches leaves what it wrote as few runs as one
+batch would (Storage.settle): one run a table and band, and (natively) one
+slot of the index and of the key map, after a bulk load into an empty
+database; merges bounded by what the call wrote in a bigger one; answers
+exact throughout, on both LMDB backends."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import lmdb
+import numpy as np
+import pytest
+from conftest import LMDB_BACKENDS, edited, page
+
+import simhashdb
+from simhashdb.storage import BANDS
+from simhashdb.storage.lmdb import format as lmdb_format
+
+
+def layout_state(path):
+    """(runs a table, runs a band, slots of the index in use, of the key map), read raw."""
+    env = lmdb.open(str(path), max_dbs=lmdb_format.max_dbs(64), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            directory = env.open_db(lmdb_format.RUN_DIRECTORY.name(), txn=txn, create=False)
+
+            def runs(key):
+                return lmdb_format.directory_runs(txn.get(key, b"", db=directory))
+
+            tables = [runs(lmdb_format.directory_key(t)) for t in range(1024)
+                      if txn.get(lmdb_format.directory_key(t), db=directory) is not None]
+            bands = [runs(lmdb_format.band_directory_key(b)) for b in range(BANDS)]
+            used = []
+            for kind in (lmdb_format.INDEX, lmdb_format.KEYS):
+                slots = 0
+                for name in kind.names():
+                    try:
+                        slots += txn.stat(env.open_db(name, txn=txn, create=False))["entries"] > 0
+                    except lmdb.NotFoundError:
+                        pass
+                used.append(slots)
+    finally:
+        env.close()
+    return tables, bands, used
+
+
+def assert_exact(db, docs, rng, count=300):
+    """query_many at distances 3 and 4 against brute force over ``docs``."""
+    keys = np.array(list(docs), dtype=np.uint64)
+    fps = np.array(list(docs.values()), dtype=np.uint64)
+    probes = [int(fps[i]) ^ (1 << int(rng.integers(64))) for i in rng.integers(0, len(fps), count)]
+    probes += rng.integers(0, 2**64, 50, dtype=np.uint64).tolist() + [0, 2**64 - 1]
+    for distance in (3, 4):
+        for probe, found in zip(probes, db.query_many(probes, distance=distance)):
+            near = np.nonzero(np.bitwise_count(fps ^ np.uint64(probe)) <= distance)[0]
+            assert sorted((m.key, m.fingerprint) for m in found) == \
+                sorted(zip(keys[near].tolist(), fps[near].tolist()))
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_a_bulk_load_in_batches_leaves_a_run_a_table_and_answers_exactly(tmp_path, backend):
+    rng = np.random.default_rng(3)
+    fps = rng.integers(0, 2**64, 40_000, dtype=np.uint64)
+    fps[:3000] = np.uint64(0x5A5A_0000_0000_0000) + rng.integers(0, 2**16, 3000, dtype=np.uint64)
+    fps[3000:3002] = 0, 2**64 - 1
+    docs = {i: int(fp) for i, fp in enumerate(fps)}
+    with simhashdb.DB(tmp_path / "db", distance=3, backend=backend) as db:
+        # 2,500 a batch: the first three go to recent, then runs merge as batches come
+        assert db.insert_many(docs.items(), batch_size=2500) == len(docs)
+    tables, _, (index, keys) = layout_state(tmp_path / "db")
+    assert [len(runs) for runs in tables] == [1] * len(tables)
+    distinct = len(set(docs.values()))
+    assert all(runs[0][2] == distinct for runs in tables)
+    if backend == "lmdb":  # (py-lmdb keeps one slot of each)
+        assert (index, keys) == (1, 1)
+    with simhashdb.DB(tmp_path / "db", backend=backend) as db:
+        assert db.check() == []
+        assert_exact(db, docs, rng)
+        # from arrays likewise, above a run this call leaves alone
+        more = rng.integers(0, 2**64, 6000, dtype=np.uint64)
+        db.insert_many(keys=np.arange(10**6, 10**6 + 6000, dtype=np.uint64), fingerprints=more,
+                       batch_size=700)
+        docs.update(zip(range(10**6, 10**6 + 6000), more.tolist()))
+    after, _, _ = layout_state(tmp_path / "db")
+    assert all(runs[0] == before[0] for runs, before in zip(after, tables))
+    assert [[entries for _, _, entries in runs] for runs in after] == \
+        [[distinct, 6000]] * len(tables)
+    with simhashdb.DB(tmp_path / "db", backend=backend, readonly=True) as db:
+        assert db.check() == []
+        assert_exact(db, docs, rng)
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_texts_in_batches_leave_a_run_a_band_and_decide_as_one_batch(tmp_path, backend):
+    rng = random.Random(5)
+    pages = {"https://example.org/%d" % i: page(rng) for i in range(400)}
+    texts = list(pages.values())
+    probes = [edited(rng, texts[i], 0.03) for i in range(0, 400, 20)] + [page(rng)]
+    answers = []
+    for name, size in (("batches", 60), ("one", 400)):
+        with simhashdb.DB(tmp_path / name, backend=backend) as db:
+            db.insert_text_many(pages.items(), batch_size=size)
+            answers.append([sorted(m.key for m in found) for found in db.query_text_many(probes)])
+        _, bands, _ = layout_state(tmp_path / name)
+        assert [len(runs) for runs in bands] == [1] * BANDS
+    assert answers[0] == answers[1]
+    assert sum(map(len, answers[0])) >= 20
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_one_batch_settles_nothing(tmp_path, backend, monkeypatch):
+    from simhashdb.storage.lmdb import files
+    settled = []
+    monkeypatch.setattr(files.LmdbStorage, "settle", lambda self, n: settled.append(n))
+    with simhashdb.DB(tmp_path / "db", distance=3, backend=backend) as db:
+        db.insert_many([(i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(300)], batch_size=300)
+        db.insert_if_new_many([(i, i * 0x9E37 % 2**64) for i in range(1000, 1300)], batch_size=100)
+        db.insert_many(keys=np.arange(50, dtype=np.uint64), fingerprints=np.arange(50, dtype=np.uint64),
+                       batch_size=50)
+    assert settled == [300]
+
+
+KILLED = """
+import sys, numpy as np, simhashdb
+from simhashdb.storage.lmdb import files
+n, size = int(sys.argv[2]), int(sys.argv[3])
+settle = files.LmdbStorage.settle
+
+
+def announced(self, documents):
+    print("settling", flush=True)
+    settle(self, documents)
+    print("settled", flush=True)
+
+
+files.LmdbStorage.settle = announced
+fps = np.random.default_rng(1).integers(0, 2**64, n, dtype=np.uint64)
+with simhashdb.DB(sys.argv[1], distance=3, backend=sys.argv[4]) as db:
+    db.insert_many(keys=np.arange(n, dtype=np.uint64), fingerprints=fps, batch_size=size)
+"""
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_sigkill_while_settling_keeps_every_batch_and_answers_exactly(tmp_path, backend):
+    """Killed while it settles (five batches leave two runs a table to merge),
+    at three moments: every batch is whole and searched exactly; the next
+    write settles or merges on."""
+    rng = np.random.default_rng(7)
+    size = 20_000 if backend == "lmdb" else 8000
+    fps = np.random.default_rng(1).integers(0, 2**64, 5 * size, dtype=np.uint64)
+    inside = 0
+    for moment, delay in enumerate((0.0, 0.005, 0.02)):
+        path = tmp_path / ("db%d" % moment)
+        child = subprocess.Popen([sys.executable, "-c", KILLED, str(path), str(5 * size),
+                                  str(size), backend], stdout=subprocess.PIPE,
+                                 env=dict(os.environ))
+        assert child.stdout.readline() == b"settling\n"
+        try:
+            child.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        inside += b"settled" not in child.stdout.read()
+        with simhashdb.DB(path, backend=backend) as db:
+            assert len(db) == 5 * size  # every batch had committed before it settled
+            assert db.check() == []
+            assert_exact(db, {i: int(fp) for i, fp in enumerate(fps)}, rng, count=100)
+            db.insert_many([(10**7, 12345)])
+            assert db.get(10**7).fingerprint == 12345
+    assert inside >= 2

@@ -6,7 +6,7 @@
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memmove, memset
-from bits cimport ctz64, read_be, write_be
+from bits cimport __builtin_prefetch, ctz64, read_be, write_be
 from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, MDB_APPEND, MDB_cursor, mdb_cursor_close,
     MDB_cursor_op, MDB_dbi, MDB_GET_CURRENT, MDB_LAST, MDB_NEXT, MDB_NOTFOUND, MDB_PREV,
@@ -71,12 +71,31 @@ cdef size_t dir_find(const BlockDir* d, uint64_t x, size_t lo, size_t hi) noexce
     return last_at_most(d.firsts, lo, hi, x)
 
 
+cdef inline size_t dir_top(const BlockDir* d, uint64_t x) noexcept nogil:
+    """The first block of the stretch of DIR_STRIDE blocks dir_seek looks in for ``x``."""
+    return DIR_STRIDE * last_at_most(d.tops, 0, (d.n + DIR_STRIDE - 1) // DIR_STRIDE, x)
+
+
 cdef size_t dir_seek(const BlockDir* d, uint64_t x) noexcept nogil:
     """dir_find over the whole directory: first among the tops, then in the
     stretch of DIR_STRIDE blocks that one begins (two short searches, where one
     over all the blocks would miss the cache at each of its last steps)."""
-    cdef size_t top = last_at_most(d.tops, 0, (d.n + DIR_STRIDE - 1) // DIR_STRIDE, x)
-    return dir_find(d, x, top * DIR_STRIDE, min(top * DIR_STRIDE + DIR_STRIDE, d.n))
+    cdef size_t top = dir_top(d, x)
+    return dir_find(d, x, top, min(top + DIR_STRIDE, d.n))
+
+
+cdef inline void prefetch_stretch(const BlockDir* d, uint64_t x) noexcept nogil:
+    """Start reading the first values of the stretch dir_seek looks in for ``x``."""
+    cdef size_t top = dir_top(d, x)
+    __builtin_prefetch(d.firsts + top)
+    __builtin_prefetch(d.firsts + min(top + DIR_STRIDE, d.n) - 1)
+
+
+cdef inline void prefetch_block(const BlockDir* d, size_t at) noexcept nogil:
+    """Start reading block ``at`` from the map (a hint: it never faults)."""
+    cdef size_t offset
+    for offset in range(0, d.sizes[at], 64):
+        __builtin_prefetch(d.data[at] + offset)
 
 
 cdef size_t dir_gallop(const BlockDir* d, uint64_t x, size_t at) noexcept nogil:

@@ -153,6 +153,7 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     cdef long* spec
     if order == NULL:
         return NO_MEMORY
+    prefetch_probe(w, probes[0])
     for t in range(w.layout.tables):
         spec = w.layout.spec + 3 * w.layout.blocks * t
         for i in range(n):
@@ -169,6 +170,27 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     if rc == 0:
         rc = recent_hits(w, probes, n, distance, flips, out)
     return rc if rc else dedupe_hits(out)
+
+
+cdef void prefetch_probe(Work* w, uint64_t probe) noexcept nogil:
+    """Start reading, in every run of every table, the block that holds the
+    probe's range, all at once (the stretches of their directories first),
+    so that the scan that follows waits on memory once, not once a run."""
+    cdef Py_ssize_t t, pass_
+    cdef size_t i
+    cdef uint64_t lo
+    cdef TableRuns* r
+    for pass_ in range(2):
+        for t in range(w.layout.tables):
+            lo = permute_one(probe, w.layout.spec + 3 * w.layout.blocks * t,
+                             w.layout.blocks) & w.layout.prefixes[t]
+            r = &w.table_runs[t]
+            for i in range(r.n):
+                if r.dir[i] != NULL and r.dir[i].n:
+                    if pass_ == 0:
+                        prefetch_stretch(r.dir[i], lo)
+                    else:
+                        prefetch_block(r.dir[i], dir_seek(r.dir[i], lo))
 
 
 cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, int flips,
@@ -267,6 +289,10 @@ cdef int block_hits(RunIter* it, const uint64_t* q, int distance, const long* sp
     return rc
 
 
+cdef enum:
+    SWEEP_AHEAD = 8  # a sweep starts reading the blocks of the next ranges this far ahead
+
+
 cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, const long* spec,
                     Py_ssize_t blocks, Hits* out) noexcept nogil:
     """scan_runs for ``n`` ranges (lo, hi, perm, probe) sorted by lo, each run
@@ -274,7 +300,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
     ranges start in it, and the cursor steps on before it seeks."""
     cdef Sweep sw
     cdef RunIter rest
-    cdef size_t i, j
+    cdef size_t i, j, ahead, at
     cdef int rc = 0
     for i in range(r.n):
         sw.it.cursor, sw.it.dir, sw.it.run, sw.kept, sw.has_next = \
@@ -286,8 +312,12 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
         if rc:
             return rc
         rc = sweep_to(&sw, q[0]) if n else 0
-        j = 0
+        j = ahead = at = 0
         while rc == 0 and j < n:
+            while rest.dir != NULL and rest.dir.n and ahead < min(n, j + SWEEP_AHEAD):  # blocks to come
+                at = dir_gallop(rest.dir, q[4 * ahead], at)
+                prefetch_block(rest.dir, at)
+                ahead += 1
             if sw.has_next and q[4 * j] >= sw.next_first:
                 rc = sweep_to(&sw, q[4 * j])
             if rc == 0 and sw.kept:

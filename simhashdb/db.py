@@ -169,7 +169,8 @@ class DB:
 
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
-        A bulk load into an empty database is fastest in one large batch. A
+        A bulk load into an empty database is fastest in one large batch; a
+        call of many batches merges what they wrote once the last commits. A
         bad record raises, and its batch and later ones are not written.
 
         :returns: the number of records written.

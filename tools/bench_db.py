@@ -47,12 +47,18 @@ def flip_random_bits(values, counts, rng):
 
 
 def probes(fps, q, rng):
+    return split_probes(fps, q, rng)[0]
+
+
+def split_probes(fps, q, rng):
+    """``q`` probes, half near a stored fingerprint (0 to K bits flipped), half
+    random, shuffled; and the near ones and the random ones apart."""
     near = flip_random_bits(fps[rng.integers(0, fps.size, size=q // 2)],
                             rng.integers(0, K + 1, size=q // 2), rng)
     far = rng.integers(0, 2**64, size=q - q // 2, dtype=np.uint64, endpoint=False)
     out = np.concatenate([near, far])
     rng.shuffle(out)
-    return out
+    return out, near, far
 
 
 def brute_force(fps, probe):
@@ -84,13 +90,14 @@ def batch_rate(search, qs):
     return len(qs) / float(np.median(times)), answer
 
 
-def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
+def bench_ours(fps, qs, parts, truth, workdir, backend, k2_rows=None, imports="both",
                above=2000, compact=True, batch_size=None, writes=True):
     """Import into an empty database in one transaction (and, timed alone,
     from arrays into another) and in batches
     (``batch_size``, default insert_many's) into another (``imports``: both,
     one or batches), then query, insert-if-new and compact the first one built
-    (with ``writes``). Returns the figures and the last database built, open,
+    (with ``writes``); ``parts``: the near probes and the random ones, each
+    queried alone too. Returns the figures and the last database built, open,
     unchanged since its import but for the queries."""
     path = os.path.join(workdir, backend + ".db")
     row = {"method": "simhashdb.DB, backend %r" % backend}
@@ -135,6 +142,8 @@ def bench_ours(fps, qs, truth, workdir, backend, k2_rows=None, imports="both",
     row["p50_us"], row["p99_us"], row["single_qps"] = latencies(db.query, single)
     row["batch_qps"], results = batch_rate(db.query_many, qs)
     row["recall"] = recall([{m.key for m in r} for r in results], truth)
+    for name, part in zip(("near_qps", "random_qps"), parts):
+        row[name] = batch_rate(db.query_many, part)[0]
     if k2_rows is not None and above:
         k2_rows += bench_above(db, fps, qs[:above], backend)
     if not writes:
@@ -236,7 +245,7 @@ def bench_above(db, fps, qs, backend):
     return rows
 
 
-def bench_faiss(fps, qs, truth, nhash, b, nflip):
+def bench_faiss(fps, qs, parts, truth, nhash, b, nflip):
     import faiss
     row = {"method": "faiss IndexBinaryMultiHash(64, %d, %d), nflip %d" % (nhash, b, nflip)}
     as_bytes = fps.view(np.uint8).reshape(-1, 8)
@@ -251,6 +260,9 @@ def bench_faiss(fps, qs, truth, nhash, b, nflip):
         lambda q: index.range_search(q.reshape(1, 8), K + 1), single)  # keeps distance < radius
     row["batch_qps"], (lims, _, ids) = batch_rate(lambda q: index.range_search(q, K + 1), q_bytes)
     row["recall"] = recall([set(ids[lims[i]:lims[i + 1]].tolist()) for i in range(len(qs))], truth)
+    for name, part in zip(("near_qps", "random_qps"), parts):
+        row[name] = batch_rate(lambda q: index.range_search(q, K + 1),
+                               part.view(np.uint8).reshape(-1, 8))[0]
     row["note"] = "in memory, %d threads" % faiss.omp_get_max_threads()
     return row
 
@@ -296,14 +308,14 @@ def main():
     n = 10_000_000 if args.big else args.n
     rng = np.random.default_rng(0)
     fps = corpus(n, rng)
-    qs = probes(fps, args.queries, rng)
+    qs, *parts = split_probes(fps, args.queries, rng)
     start = time.perf_counter()
     truth = {i: brute_force(fps, qs[i]) for i in range(min(args.oracle, len(qs)))}
     oracle_s = time.perf_counter() - start
     workdir = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
     rows, k2_rows, churn_rows = [], [], []
     try:
-        row, batched = bench_ours(fps, qs, truth, workdir, "lmdb", k2_rows, args.imports,
+        row, batched = bench_ours(fps, qs, parts, truth, workdir, "lmdb", k2_rows, args.imports,
                                   args.above, not args.no_compact, args.batch_size,
                                   not args.churn)
         rows.append(row)
@@ -315,7 +327,7 @@ def main():
         if args.fallback_n:
             small = fps[:min(n, args.fallback_n)]
             small_truth = {i: brute_force(small, qs[i]) for i in truth}
-            row, batched = bench_ours(small, qs, small_truth, workdir, "py-lmdb", k2_rows,
+            row, batched = bench_ours(small, qs, parts, small_truth, workdir, "py-lmdb", k2_rows,
                                       args.imports, args.above, not args.no_compact,
                                       args.batch_size)
             if batched is not None:
@@ -326,19 +338,22 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
     try:
         if not args.no_faiss:
-            rows.append(bench_faiss(fps, qs, truth, 2, 32, 1))
-            rows.append(bench_faiss(fps, qs, truth, 4, 16, 0))
+            rows.append(bench_faiss(fps, qs, parts, truth, 2, 32, 1))
+            rows.append(bench_faiss(fps, qs, parts, truth, 4, 16, 0))
     except ImportError:
         print("faiss not installed: pip install faiss-cpu")
     rows.append(bench_numpy(truth, oracle_s))
-    faiss_qps = next((r["batch_qps"] for r in rows if "(64, 2, 32)" in r["method"]), None)
+    faiss = next((r for r in rows if "(64, 2, 32)" in r["method"]), None)
     for row in rows:
-        if faiss_qps and "batch_qps" in row:
-            row["batch_vs_faiss_2x32"] = "%.2fx" % (row["batch_qps"] / faiss_qps)
+        for rate, ratio in (("batch_qps", "batch_vs_faiss_2x32"), ("near_qps", "near_vs_faiss"),
+                            ("random_qps", "random_vs_faiss")):
+            if faiss and rate in row:
+                row[ratio] = "%.2fx" % (row[rate] / faiss[rate])
     print("N = %d fingerprints (10%% planted near-duplicates), k = %d, %d probes, %d cores"
           % (n, K, len(qs), os.cpu_count()))
     table(rows, ["method", "import_one_txn_s", "import_arrays_s", "import_batches_s", "p50_us",
-                 "p99_us", "single_qps", "batch_qps", "batch_vs_faiss_2x32", "if_new_per_s",
+                 "p99_us", "single_qps", "batch_qps", "batch_vs_faiss_2x32", "near_qps",
+                 "near_vs_faiss", "random_qps", "random_vs_faiss", "if_new_per_s",
                  "bytes_per_fp", "bytes_per_fp_table", "batched_bytes_per_fp_table",
                  "compacted_bytes_per_fp_table", "recall", "note"])
     if k2_rows:

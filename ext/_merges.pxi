@@ -267,15 +267,18 @@ cdef bint settle_due(const TableRuns* r, uint64_t settle) noexcept nogil:
 
 cdef size_t cascade(const TableRuns* r, uint64_t settle) noexcept nogil:
     """How many of the newest runs (two at least) merging the two newest while
-    merges_left (or settle_due) would make one, the sizes taken as sums."""
+    merges_left would make one (settling: while the slots run short or
+    settle_due), the sizes taken as sums."""
     cdef uint64_t merged = r.entries[r.n - 1]
     cdef size_t i, k = r.n
     cdef bint left = True
     while left and k >= 2:
         merged += r.entries[k - 2]
         k -= 1
-        left = k >= RUN_SLOTS - 1 or (k >= 2 and (merged * RUN_RATIO > r.entries[k - 2] or (
-            settle != 0 and merged + r.entries[k - 2] <= settle)))
+        if settle:
+            left = k >= RUN_SLOTS - 1 or (k >= 2 and merged + r.entries[k - 2] <= settle)
+            continue
+        left = k >= RUN_SLOTS - 1 or (k >= 2 and merged * RUN_RATIO > r.entries[k - 2])
         for i in range(1, k - 1):
             left = left or r.entries[i] * RUN_RATIO > r.entries[i - 1]
     return r.n - k + 1

@@ -300,7 +300,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
     ranges start in it, and the cursor steps on before it seeks."""
     cdef Sweep sw
     cdef RunIter rest
-    cdef size_t i, j, ahead, at
+    cdef size_t i, j, ahead, at, block
     cdef int rc = 0
     for i in range(r.n):
         sw.it.cursor, sw.it.dir, sw.it.run, sw.kept, sw.has_next = \
@@ -315,8 +315,10 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
         j = ahead = at = 0
         while rc == 0 and j < n:
             while rest.dir != NULL and rest.dir.n and ahead < min(n, j + SWEEP_AHEAD):  # blocks to come
-                at = dir_gallop(rest.dir, q[4 * ahead], at)
-                prefetch_block(rest.dir, at)
+                block = dir_gallop(rest.dir, q[4 * ahead], at)
+                if block != at or ahead == 0:
+                    prefetch_block(rest.dir, block)
+                at = block
                 ahead += 1
             if sw.has_next and q[4 * j] >= sw.next_first:
                 rc = sweep_to(&sw, q[4 * j])

@@ -254,25 +254,23 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
 
 cdef int settle(Work* w, uint64_t entries, bint committed, bint* more) noexcept nogil:
     """One transaction's share of settling after a call that wrote ``entries``
-    documents in many batches: recent written out as runs; the smallest slots
-    of the index merged while they hold at most ``entries`` together, then
-    (in a transaction of its own, so that the file needs room for one copy
-    more of one of them) the key map's likewise; then in every run set the
-    two newest runs merged while they hold at most ``entries`` together, until
-    the merges have taken about a table's entries (``more``: whether to call
-    again; ``committed``: as for merges). What a bulk load leaves is then
-    about a run a table."""
+    documents in many batches: the smallest slots of the index merged while
+    they hold at most ``entries`` together, then (in a transaction of its own,
+    so that the file needs room for one copy more of one of them) the key
+    map's likewise; then in every run set the two newest runs merged while
+    they hold at most ``entries`` together, until the merges have taken about
+    a table's entries (``more``: whether to call again; ``committed``: as for
+    merges). No merge takes more than ``entries``; recent stays as it is.
+    What a bulk load leaves is then about a run a table."""
     cdef uint64_t distinct
     cdef Py_ssize_t t
     more[0] = False
     cdef int rc = read_counter(w, DISTINCT, &distinct)
+    w.settle, w.merge_limit = entries, entries
     if rc == 0:
-        rc = flush_recent(w)
-    w.settle, w.merge_limit = entries, 0
+        rc = slotted_merges(w, &w.index, entries, committed)
     if rc == 0 and w.merged == 0:
-        rc = slotted_merges(w, &w.index, 0, committed)
-    if rc == 0 and w.merged == 0:
-        rc = slotted_merges(w, &w.keys, 0, committed)
+        rc = slotted_merges(w, &w.keys, entries, committed)
     more[0] = w.merged != 0
     for t in range(run_sets(w) if w.merged == 0 else 0):
         if rc == 0 and settle_due(&w.table_runs[t], entries):

@@ -21,7 +21,8 @@ from simhashdb.storage.lmdb import format as lmdb_format
 
 
 def layout_state(path):
-    """(runs a table, runs a band, slots of the index in use, of the key map), read raw."""
+    """(runs a table, runs a band, slots of the index in use, of the key map,
+    the values recent holds), read raw."""
     env = lmdb.open(str(path), max_dbs=lmdb_format.max_dbs(64), readonly=True, lock=False)
     try:
         with env.begin() as txn:
@@ -42,9 +43,11 @@ def layout_state(path):
                     except lmdb.NotFoundError:
                         pass
                 used.append(slots)
+            meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
+            recent = int.from_bytes(txn.get(lmdb_format.RECENT, bytes(8), db=meta), "big")
     finally:
         env.close()
-    return tables, bands, used
+    return tables, bands, used, recent
 
 
 def assert_exact(db, docs, rng, count=300):
@@ -68,43 +71,44 @@ def test_a_bulk_load_in_batches_leaves_a_run_a_table_and_answers_exactly(tmp_pat
     fps[3000:3002] = 0, 2**64 - 1
     docs = {i: int(fp) for i, fp in enumerate(fps)}
     with simhashdb.DB(tmp_path / "db", distance=3, backend=backend) as db:
-        # 2,500 a batch: the first three go to recent, then runs merge as batches come
+        # 2,500 a batch: some go to recent, the others to runs that merge as batches come
         assert db.insert_many(docs.items(), batch_size=2500) == len(docs)
-    tables, _, (index, keys) = layout_state(tmp_path / "db")
+    tables, _, (index, keys), recent = layout_state(tmp_path / "db")
     assert [len(runs) for runs in tables] == [1] * len(tables)
     distinct = len(set(docs.values()))
-    assert all(runs[0][2] == distinct for runs in tables)
+    assert all(runs[0][2] + recent == distinct for runs in tables)
     if backend == "lmdb":  # (py-lmdb keeps one slot of each)
         assert (index, keys) == (1, 1)
     with simhashdb.DB(tmp_path / "db", backend=backend) as db:
         assert db.check() == []
         assert_exact(db, docs, rng)
-        # from arrays likewise, above a run this call leaves alone
-        more = rng.integers(0, 2**64, 6000, dtype=np.uint64)
-        db.insert_many(keys=np.arange(10**6, 10**6 + 6000, dtype=np.uint64), fingerprints=more,
-                       batch_size=700)
-        docs.update(zip(range(10**6, 10**6 + 6000), more.tolist()))
-    after, _, _ = layout_state(tmp_path / "db")
+        # from arrays likewise, above a run this call leaves alone (recent kept as it is)
+        more = rng.integers(0, 2**64, 12_000, dtype=np.uint64)
+        db.insert_many(keys=np.arange(10**6, 10**6 + 12_000, dtype=np.uint64), fingerprints=more,
+                       batch_size=1500)
+        docs.update(zip(range(10**6, 10**6 + 12_000), more.tolist()))
+    after, _, _, held = layout_state(tmp_path / "db")
     assert all(runs[0] == before[0] for runs, before in zip(after, tables))
     assert [[entries for _, _, entries in runs] for runs in after] == \
-        [[distinct, 6000]] * len(tables)
+        [[distinct - recent, 12_000 + recent - held]] * len(tables)
     with simhashdb.DB(tmp_path / "db", backend=backend, readonly=True) as db:
         assert db.check() == []
         assert_exact(db, docs, rng)
 
 
+@pytest.mark.parametrize("layout", [{}, {"blocks": 2, "table_distance": 1}])  # 10 tables; 2
 @pytest.mark.parametrize("backend", LMDB_BACKENDS)
-def test_texts_in_batches_leave_a_run_a_band_and_decide_as_one_batch(tmp_path, backend):
+def test_texts_in_batches_leave_a_run_a_band_and_decide_as_one_batch(tmp_path, backend, layout):
     rng = random.Random(5)
     pages = {"https://example.org/%d" % i: page(rng) for i in range(400)}
     texts = list(pages.values())
     probes = [edited(rng, texts[i], 0.03) for i in range(0, 400, 20)] + [page(rng)]
     answers = []
     for name, size in (("batches", 60), ("one", 400)):
-        with simhashdb.DB(tmp_path / name, backend=backend) as db:
+        with simhashdb.DB(tmp_path / name, backend=backend, distance=3, **layout) as db:
             db.insert_text_many(pages.items(), batch_size=size)
             answers.append([sorted(m.key for m in found) for found in db.query_text_many(probes)])
-        _, bands, _ = layout_state(tmp_path / name)
+        _, bands, _, _ = layout_state(tmp_path / name)
         assert [len(runs) for runs in bands] == [1] * BANDS
     assert answers[0] == answers[1]
     assert sum(map(len, answers[0])) >= 20
@@ -149,7 +153,7 @@ def test_sigkill_while_settling_keeps_every_batch_and_answers_exactly(tmp_path, 
     at three moments: every batch is whole and searched exactly; the next
     write settles or merges on."""
     rng = np.random.default_rng(7)
-    size = 20_000 if backend == "lmdb" else 8000
+    size = 20_000 if backend == "lmdb" else 9000  # each batch past recent's limit: a run
     fps = np.random.default_rng(1).integers(0, 2**64, 5 * size, dtype=np.uint64)
     inside = 0
     for moment, delay in enumerate((0.0, 0.005, 0.02)):

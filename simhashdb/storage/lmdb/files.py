@@ -20,7 +20,7 @@ import weakref
 from ... import _ext
 from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
                         MaintenanceWarning)
-from .. import Storage, check_process
+from .. import BANDS, Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
 from .format import RECENT_LIMIT
 
@@ -205,27 +205,29 @@ class LmdbStorage(Storage):
         documents and the index once removals passed a quarter of them, then of
         the tables), in transactions of about a table's entries each, so the
         file needs room for the tables and about one table more."""
-        self._maintain(lambda txn: txn.tidy(), 2 * self._layout.tables + 2, "the batch is")
+        self._maintain(lambda txn: txn.tidy(), 2 * self._layout.tables + 2,
+                       "the batch is stored, but merging the tables' runs after it",
+                       "the next write tries again")
 
     def settle(self, documents):
         self._check_writable()
-        with self._write_lock:
-            self._maintain(lambda txn: txn.settle(documents), 4 * self._layout.tables + 4,
-                           "every batch is")
+        with self._write_lock:  # a transaction a table or band at most, and two for the slots
+            self._maintain(lambda txn: txn.settle(documents), self._layout.tables + BANDS + 3,
+                           "every batch is stored, but merging their runs after them",
+                           "compact() merges them")
 
-    def _maintain(self, step, most, stored):
+    def _maintain(self, step, most, stored, then):
         """``step`` in a transaction each until it has no more, at most ``most``
-        times (more waits for the next batch). A failure here loses nothing:
-        it warns, and the next batch tries again."""
+        times. A failure here loses nothing: it warns that what was ``stored``
+        failed, and what ``then`` mends it."""
         try:
             for _ in range(most):
                 if not self._transact(step)[0]:
                     break
         except (DatabaseError, MemoryError) as exc:
-            then = "the next write tries again" if self._env is not None else \
-                "the file could not be mapped again: open the database again"
-            warnings.warn("%s: %s stored, but merging the tables' runs after it "
-                          "failed (%s); %s" % (self.path, stored, exc, then),
+            if self._env is None:
+                then = "the file could not be mapped again: open the database again"
+            warnings.warn("%s: %s failed (%s); %s" % (self.path, stored, exc, then),
                           MaintenanceWarning, stacklevel=5)
 
     def _writer(self, txn):

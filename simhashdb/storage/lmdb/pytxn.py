@@ -332,10 +332,11 @@ class PyTxn(PyView, Txn):
         merge the two newest runs while the newest is over 1/RUN_RATIO of the one
         before and they hold at most the storage's ``batch_merge`` entries (or
         the slots run short; ``tidying``: while any merge is left; ``settle``:
-        also while the two hold at most that many entries), as the native
-        backend does; returns the entries merged."""
+        while the two hold at most that many entries, and no merge takes
+        more), as the native backend does; returns the entries merged."""
         runs = self._directory(table)
-        limit = None if tidying or not self._storage.batch_merge else self._storage.batch_merge
+        limit = settle or (None if tidying or not self._storage.batch_merge
+                           else self._storage.batch_merge)
         if values is not None:
             self._put_run(table, runs, values)
         merged = 0
@@ -417,19 +418,18 @@ class PyTxn(PyView, Txn):
 
     def settle(self, documents):
         """One transaction's share of settling after a call that wrote
-        ``documents`` in many batches, as the native backend does: recent
-        written out as runs, then in every run set the two newest runs merged
-        while they hold at most ``documents`` together, until the merges have
-        taken about a table's entries (this backend keeps one slot of the
-        index and of the key map). Returns whether there is more."""
+        ``documents`` in many batches, as the native backend does: in every
+        run set the two newest runs merged while they hold at most
+        ``documents`` together, until the merges have taken about a table's
+        entries (this backend keeps one slot of the index and of the key map;
+        recent stays as it is). Returns whether there is more."""
         self.changed = True
-        self._flush()
         merged, budget = 0, max(self._count(DISTINCT), documents)
         for table in self._storage._run_sets():
             if settle_due(self._directory(table), documents):
                 if merged >= budget:
                     return True
-                merged += self._add_run(table, None, tidying=True, settle=documents)
+                merged += self._add_run(table, None, settle=documents)
         return False
 
     def _marker(self, name, marker, end):

@@ -9,7 +9,7 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
+import threading
 import warnings
 
 import pytest
@@ -250,11 +250,20 @@ def test_a_writer_whose_lock_file_was_replaced_stops_before_it_commits(tmp_path)
     os.unlink(os.path.join(path, LOCK_FILE))  # a clean-up script
     second = subprocess.Popen([sys.executable, "-c", WRITER, path, "second"],
                               stdout=subprocess.PIPE, text=True)
-    time.sleep(3)
+    # both run until the first has stopped (at its refusal) and the second has
+    # committed, 3 s at most: the first cannot commit once it ended
+    watchdog = threading.Timer(3, lambda: (first.kill(), second.kill()))
+    watchdog.start()
+    lines += first.stdout.read().splitlines()
+    seconds = []
+    while not any(line.startswith("ok") for line in seconds):
+        seconds.append(second.stdout.readline())
+        if not seconds[-1]:
+            break
+    watchdog.cancel()
     second.kill()
     first.kill()
-    lines += first.stdout.read().splitlines()
-    seconds = second.stdout.read().splitlines()
+    seconds += second.stdout.read().splitlines()
     refusals = [line for line in lines if line.startswith("refused")]
     assert refusals and "lock.mdb was removed or replaced" in refusals[0]
     # a writer killed mid-print may leave "ok" without its batch: not reported as committed

@@ -175,3 +175,22 @@ def test_sigkill_while_settling_keeps_every_batch_and_answers_exactly(tmp_path, 
             db.insert_many([(10**7, 12345)])
             assert db.get(10**7).fingerprint == 12345
     assert inside >= 2
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_settling_makes_no_run_over_its_bound(tmp_path, backend, monkeypatch):
+    """Runs past SETTLE_MOST entries stay as the batches' merges left them."""
+    from simhashdb.storage.lmdb import files
+    fps = np.random.default_rng(9).integers(0, 2**64, 45_000, dtype=np.uint64)
+    states = []
+    for name, most in (("bounded", 12_000), ("unsettled", None)):
+        if most is None:
+            monkeypatch.setattr(files.LmdbStorage, "settle", lambda self, n: None)
+        else:
+            monkeypatch.setattr(files, "SETTLE_MOST", most)
+        with simhashdb.DB(tmp_path / name, distance=3, backend=backend) as db:
+            db.insert_many(keys=np.arange(45_000, dtype=np.uint64), fingerprints=fps,
+                           batch_size=9000)  # runs of 36,000 and 9,000: 45,000 over the bound
+        states.append([[entries for _, _, entries in runs]
+                       for runs in layout_state(tmp_path / name)[0]])
+    assert states[0] == states[1] == [[36_000, 9000]] * len(states[0])

@@ -153,7 +153,8 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     cdef long* spec
     if order == NULL:
         return NO_MEMORY
-    prefetch_probe(w, probes[0])
+    if n:
+        prefetch_probe(w, probes[0])
     for t in range(w.layout.tables):
         spec = w.layout.spec + 3 * w.layout.blocks * t
         for i in range(n):

@@ -241,8 +241,19 @@ cdef int tidy(Work* w, bint* more) noexcept nogil:
         return rc
     cdef uint64_t budget = distinct if distinct > w.merge_limit else w.merge_limit
     w.merge_limit = 0
+    return merge_run_sets(w, budget, more)
+
+
+cdef int merge_run_sets(Work* w, uint64_t budget, bint* more) noexcept nogil:
+    """The merges due in every run set (settling: settle_due; else
+    merges_left), until this transaction's merges have taken ``budget``
+    entries (``more``: some are left)."""
+    cdef Py_ssize_t t
+    cdef TableRuns* r
+    cdef int rc = 0
     for t in range(run_sets(w)):
-        if merges_left(&w.table_runs[t]):
+        r = &w.table_runs[t]
+        if settle_due(r, w.settle) if w.settle else merges_left(r):
             if w.merged >= budget:
                 more[0] = True
                 break
@@ -263,7 +274,6 @@ cdef int settle(Work* w, uint64_t entries, bint committed, bint* more) noexcept 
     merges). No merge takes more than ``entries``; recent stays as it is.
     What a bulk load leaves is then about a run a table."""
     cdef uint64_t distinct
-    cdef Py_ssize_t t
     more[0] = False
     cdef int rc = read_counter(w, DISTINCT, &distinct)
     w.settle, w.merge_limit = entries, entries
@@ -272,11 +282,7 @@ cdef int settle(Work* w, uint64_t entries, bint committed, bint* more) noexcept 
     if rc == 0 and w.merged == 0:
         rc = slotted_merges(w, &w.keys, entries, committed)
     more[0] = w.merged != 0
-    for t in range(run_sets(w) if w.merged == 0 else 0):
-        if rc == 0 and settle_due(&w.table_runs[t], entries):
-            if w.merged >= max(distinct, entries):
-                more[0] = True
-                break
-            rc = add_run(w, t, NULL, 0)
+    if rc == 0 and w.merged == 0:
+        rc = merge_run_sets(w, max(distinct, entries), more)
     w.settle = 0
     return rc

@@ -399,13 +399,7 @@ class PyTxn(PyView, Txn):
             self._tidy_bands()
             return True
         else:
-            merged, budget = 0, max(distinct, self._storage.batch_merge)
-            for table in self._storage._run_sets():
-                if merges_left(self._directory(table)):
-                    if merged >= budget:
-                        return True
-                    merged += self._add_run(table, None, tidying=True)
-            return False
+            return self._merge_run_sets(max(distinct, self._storage.batch_merge))
         self._flush()  # (a value of recent is in the runs a rewrite writes, never in both)
         fps = distinct_fingerprints(index_items(self._txn, self._storage))
         self._rewrite_run_set(table, self._storage._layout.table_values(fps, table))
@@ -424,12 +418,19 @@ class PyTxn(PyView, Txn):
         entries (this backend keeps one slot of the index and of the key map;
         recent stays as it is). Returns whether there is more."""
         self.changed = True
-        merged, budget = 0, max(self._count(DISTINCT), documents)
+        return self._merge_run_sets(max(self._count(DISTINCT), documents), documents)
+
+    def _merge_run_sets(self, budget, settle=0):
+        """The merges due in every run set (``settle``: settle_due within that
+        many entries; else merges_left), until they have taken ``budget``
+        entries; returns whether some are left."""
+        merged = 0
         for table in self._storage._run_sets():
-            if settle_due(self._directory(table), documents):
+            runs = self._directory(table)
+            if settle_due(runs, settle) if settle else merges_left(runs):
                 if merged >= budget:
                     return True
-                merged += self._add_run(table, None, settle=documents)
+                merged += self._add_run(table, None, tidying=not settle, settle=settle)
         return False
 
     def _marker(self, name, marker, end):

@@ -75,6 +75,7 @@ def latencies(fn, items):
     return np.percentile(times, 50), np.percentile(times, 99), len(items) / (times.sum() / 1e6)
 
 
+LAYOUT = {}  # blocks and table_distance, where given: the database chooses them otherwise
 BATCH_CALLS = 5  # timed calls of a batch query, after one that warms: their median counts
 
 
@@ -103,7 +104,7 @@ def bench_ours(fps, qs, parts, truth, workdir, backend, k2_rows=None, imports="b
     row = {"method": "simhashdb.DB, backend %r" % backend}
     db = None
     if imports in ("both", "one"):
-        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
+        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend, **LAYOUT)
         records = list(zip(range(fps.size), fps.tolist()))
         start = time.perf_counter()
         db.insert_many(records, batch_size=len(records))
@@ -112,14 +113,14 @@ def bench_ours(fps, qs, parts, truth, workdir, backend, k2_rows=None, imports="b
         row["bytes_per_fp_table"] = stats["disk_bytes"] / (fps.size * stats["tables"])
         del records
         with simhashdb.DB(path + ".arrays", distance=K, expected_size=fps.size,
-                          backend=backend) as from_arrays:
+                          backend=backend, **LAYOUT) as from_arrays:
             start = time.perf_counter()
             from_arrays.insert_many(keys=np.arange(fps.size, dtype=np.uint64),
                                     fingerprints=fps, batch_size=fps.size)
             row["import_arrays_s"] = time.perf_counter() - start
         shutil.rmtree(path + ".arrays")
     if imports == "arrays":
-        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend)
+        db = simhashdb.DB(path, distance=K, expected_size=fps.size, backend=backend, **LAYOUT)
         start = time.perf_counter()
         db.insert_many(keys=np.arange(fps.size, dtype=np.uint64), fingerprints=fps,
                        **({"batch_size": batch_size} if batch_size else {}))
@@ -129,7 +130,7 @@ def bench_ours(fps, qs, parts, truth, workdir, backend, k2_rows=None, imports="b
     batched = None
     if imports in ("both", "batches"):
         batched = simhashdb.DB(path + ".batched", distance=K, expected_size=fps.size,
-                               backend=backend)
+                               backend=backend, **LAYOUT)
         start = time.perf_counter()
         batched.insert_many(streamed(fps), **({"batch_size": batch_size} if batch_size else {}))
         row["import_batches_s"] = time.perf_counter() - start
@@ -303,8 +304,13 @@ def main():
                              "insert as many new, ROUNDS times (no insert-if-new or compaction "
                              "before)")
     parser.add_argument("--churn-fraction", type=float, default=0.1)
+    parser.add_argument("--blocks", type=int, help="the databases' blocks (default: chosen)")
+    parser.add_argument("--table-distance", type=int,
+                        help="the distance their tables are built for (default: chosen)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
+    LAYOUT.update({name: value for name, value in (("blocks", args.blocks),
+                   ("table_distance", args.table_distance)) if value is not None})
     n = 10_000_000 if args.big else args.n
     rng = np.random.default_rng(0)
     fps = corpus(n, rng)

@@ -144,7 +144,7 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
     of each probe (removed ones too: drop_stale), as hits sorted by (probe,
     fingerprint): table by table in the order of the permuted
     probes, so that neighbouring seeks share the pages on their way down."""
-    if n > 1:  # one probe: a seek a range costs less than setting up sweeps
+    if n > 1 or flips:  # one range a table: a seek costs less than setting up sweeps
         return sweep_tables(w, probes, n, distance, flips, out)
     cdef uint64_t* order = <uint64_t*>malloc((2 * n + 1) * sizeof(uint64_t))
     cdef Py_ssize_t t

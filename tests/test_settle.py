@@ -262,6 +262,25 @@ def test_a_loop_of_calls_in_bulk_load_settles_once_into_a_run_a_table(tmp_path, 
 
 
 @pytest.mark.parametrize("backend", LMDB_BACKENDS)
+def test_text_decisions_in_a_bulk_load_leave_a_run_a_band_and_decide_alike(tmp_path, backend,
+                                                                           runs_only):
+    rng = random.Random(8)
+    pages = [("https://example.org/%d" % i, page(rng)) for i in range(250)]
+    pages[200:210] = [(key, edited(rng, pages[i][1], 0.02)) for i, (key, _) in
+                      zip(range(0, 100, 10), pages[200:210])]
+    decided = {}
+    for name in ("bulk", "loop"):
+        with simhashdb.DB(tmp_path / name, distance=3, backend=backend) as db:
+            with db.bulk_load() if name == "bulk" else contextlib.nullcontext():
+                decided[name] = [found.status for start in range(0, 250, 50) for found in
+                                 db.insert_text_if_new_many(pages[start:start + 50])]
+        bands = layout_state(tmp_path / name)[1]
+        assert all((len(runs) == 1) == (name == "bulk") for runs in bands)
+    assert decided["bulk"] == decided["loop"]
+    assert decided["bulk"].count("duplicate") == 10
+
+
+@pytest.mark.parametrize("backend", LMDB_BACKENDS)
 def test_nested_bulk_loads_settle_once_what_all_their_calls_wrote(tmp_path, backend, runs_only,
                                                                   monkeypatch):
     """Calls of many batches and inner blocks (one ended by an exception

@@ -101,6 +101,7 @@ class Writer(threading.local):
 
     @contextlib.contextmanager
     def bulk_load(self):
+        """:meth:`DB.bulk_load`'s block."""
         if not self.depth:
             self.documents = self.transactions = 0
         self.depth += 1

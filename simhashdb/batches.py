@@ -1,9 +1,12 @@
-"""DB's writes in batches: records cut into batches and checked, arrays of
-keys and fingerprints upserted, the insert-if-new transaction (with its
-restamps of the hits), and the time documents are stored at."""
+"""DB's writes in batches: records cut into batches and checked, upserted
+from records or arrays of keys and fingerprints, the insert-if-new
+transaction (with its restamps of the hits), the time documents are stored
+at, and the settling of what a call or a bulk load wrote in many batches."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
 from . import _ext, _records, results
@@ -12,6 +15,7 @@ from .results import Match
 from .records import (
     decode,
     decode_key,
+    encode_documents,
     int_arrays,
     restamped,
     value_fingerprint,
@@ -46,8 +50,8 @@ def _check_batch_size(size):
 
 def _batches(items, size, settle=None):
     """Lists of ``size`` items (the last may be shorter); arguments checked now.
-    With ``settle`` (a storage the batches are written to), once two or more
-    have been written, it settles them (see Storage.settle)."""
+    With ``settle`` (the :class:`Writer` the batches are written through), once
+    two or more have been written, it settles them."""
     _check_batch_size(size)
     if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
         raise InvalidArgumentError("expected an iterable of records or keys, got %s"
@@ -72,6 +76,71 @@ def _now():
     return int(time.time())
 
 
+class Writer(threading.local):
+    """The writes of DB's storing calls to ``storage``, counted for
+    :meth:`DB.bulk_load`: a call of many batches settles what it wrote
+    (Storage.settle) at its end, unless it is inside a bulk load of its
+    thread, which settles what it counted once, at the end of its outermost
+    block."""
+
+    def __init__(self, storage):
+        self.storage = storage
+        self.depth = self.documents = self.transactions = 0
+
+    def write(self, body, documents):
+        """``storage.write(body, documents)``, counted."""
+        result = self.storage.write(body, documents)
+        self.documents += documents
+        self.transactions += 1
+        return result
+
+    def settle(self, documents):
+        """The end of a call that wrote ``documents`` in many batches."""
+        if not self.depth:
+            self.storage.settle(documents)
+
+    @contextlib.contextmanager
+    def bulk_load(self):
+        """:meth:`DB.bulk_load`'s block."""
+        if not self.depth:
+            self.documents = self.transactions = 0
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if not self.depth and self.transactions > 1:
+            self.storage.settle(self.documents)
+
+
+def upsert_batches(writer, records, batch_size, encode):
+    """Store ``records`` a batch of ``batch_size`` a transaction, each batch
+    encoded by ``encode(batch, now)`` into (key, fingerprint, value)
+    documents; returns how many were written."""
+    written = 0
+    for batch in _batches(records, batch_size, writer):
+        documents = encode(batch, _now())
+        writer.write(lambda txn: txn.upsert(documents), len(documents))
+        written += len(documents)
+    return written
+
+
+def exported_documents(batch, max_key_bytes, now, source, check_recipe):
+    """The documents of records as :meth:`DB.export_records` gives them (a
+    fifth item: a text's signature, or None); ``check_recipe()`` is called
+    once the signatures are checked, before any is kept."""
+    whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
+    signatures = [record[4] if five else None for record, five in zip(batch, whole)]
+    documents = encode_documents([record[:4] if five else record
+                                  for record, five in zip(batch, whole)], max_key_bytes, now)
+    if not any(signatures):
+        return documents
+    signed = [(key, fp, _signed(value, theirs, source))
+              for (key, fp, value), theirs in zip(documents, signatures)]
+    check_recipe()
+    return signed
+
+
 def _restamp(txn, keys, now):
     """Record the documents of the encoded ``keys`` as stored ``now``, each as
     it is now (a hit found early in a batch may have been replaced since)."""
@@ -82,7 +151,7 @@ def _restamp(txn, keys, now):
         txn.upsert(documents)
 
 
-def insert_arrays(storage, records, batch_size, keys, fingerprints):
+def insert_arrays(writer, records, batch_size, keys, fingerprints):
     if records is not None:
         raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=, "
                                    "not both (arrays hold no metadata: insert records with "
@@ -94,13 +163,13 @@ def insert_arrays(storage, records, batch_size, keys, fingerprints):
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
         batch = encode(start, stop, _now())
-        storage.write(lambda txn: txn.upsert(batch), stop - start)
+        writer.write(lambda txn: txn.upsert(batch), stop - start)
     if n > batch_size:
-        storage.settle(n)
+        writer.settle(n)
     return n
 
 
-def store_if_new(storage, documents, store_new, refresh, now):
+def store_if_new(writer, documents, store_new, refresh, now):
     """In one transaction: ``store_new(txn)`` stores each of the encoded
     (key, fingerprint, value) ``documents`` that has no near-duplicate and
     returns the hits of each; with ``refresh``, the hits are recorded as
@@ -127,6 +196,6 @@ def store_if_new(storage, documents, store_new, refresh, now):
             matches = [results.matches(hits, names) for hits in found]
         return replaced, statuses, matches
 
-    replaced, statuses, found = storage.write(body, len(documents))
+    replaced, statuses, found = writer.write(body, len(documents))
     return [(hits, status, old and decode(decode_key(key, old), old))
             for (key, _, _), hits, status, old in zip(documents, found, statuses, replaced)]

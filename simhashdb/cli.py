@@ -96,7 +96,8 @@ def cmd_import(args):
                 note(args, "no file below %s matches --include %s" % (
                     given, " ".join(args.include)))
         try:
-            with progress(args, "import", unit="B", total=reader.size(list(formats))) as bar:
+            with progress(args, "import", unit="B", total=reader.size(list(formats))) as bar, \
+                    db.bulk_load():  # its batches merged once the last commits
                 _import(args, db, reader, formats, counts, bar)
             if reader.decoded:
                 counts["decoded"] = reader.decoded

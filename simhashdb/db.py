@@ -8,11 +8,11 @@ import itertools
 import os
 import sys
 from array import array
-from typing import Any, Iterable, Iterator, Literal, Optional, Union, overload
+from typing import Any, ContextManager, Iterable, Iterator, Literal, Optional, Union, overload
 
 from . import _ext, _records, check, pairs, params, results, rule
-from .batches import (_batches, _check_batch_size, _now, _signed, _text_record, insert_arrays,
-                      store_if_new)
+from .batches import (Writer, _batches, _check_batch_size, _now, _text_record, exported_documents,
+                      insert_arrays, store_if_new, upsert_batches)
 from .errors import (
     DatabaseError,
     InvalidArgumentError,
@@ -119,6 +119,7 @@ class DB:
             self._storage.close()
             raise
         self.path = self._storage.path
+        self._writer = Writer(self._storage)  # the storing calls' writes
 
     @property
     def distance(self) -> int:
@@ -170,8 +171,9 @@ class DB:
         Each batch of ``batch_size`` records is one transaction: it lands
         whole or not at all. A key repeated in the input keeps its last record.
         A bulk load into an empty database is fastest in one large batch; a
-        call of many batches merges what they wrote once the last commits. A
-        bad record raises, and its batch and later ones are not written.
+        call of many batches merges what they wrote once the last commits (a
+        loop of calls does so in :meth:`bulk_load`). A bad record raises, and
+        its batch and later ones are not written.
 
         :returns: the number of records written.
         :raises InvalidKeyError: a record's key is bad.
@@ -182,15 +184,28 @@ class DB:
             arrays of different lengths.
         """
         if keys is not None or fingerprints is not None:
-            return insert_arrays(self._storage, records, batch_size, keys, fingerprints)
+            return insert_arrays(self._writer, records, batch_size, keys, fingerprints)
         if records is None:
             raise InvalidArgumentError("insert_many takes records, or keys= and fingerprints=")
-        written = 0
-        for batch in _batches(records, batch_size, self._storage):
-            encoded = encode_documents(batch, self._storage.max_key_bytes, _now())
-            self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
-            written += len(encoded)
-        return written
+        return upsert_batches(self._writer, records, batch_size, lambda batch, now:
+                              encode_documents(batch, self._storage.max_key_bytes, now))
+
+    def bulk_load(self) -> ContextManager[None]:
+        """A block whose writes are one load, settled as one call of many
+        batches settles its own::
+
+            with db.bulk_load():
+                for chunk in source:
+                    db.insert_many(chunk)
+
+        The storing calls (inserts, insert-if-new, :meth:`import_records`)
+        that this thread makes on this DB inside it are counted; when the
+        outermost block ends without an exception, what they wrote in more
+        than one transaction is merged once, into about one run a table (see
+        docs/database.md). Calls of many batches inside it leave their
+        merging to it. On an exception the committed batches stay, unmerged.
+        Blocks nest; other threads' calls are not counted."""
+        return self._writer.bulk_load()
 
     def delete(self, key: Key) -> bool:
         """Remove the document ``key``; True if it was there."""
@@ -242,7 +257,7 @@ class DB:
         d = self._query_distance(distance)
         results.check_invalid(invalid)
         limit, decisions = self._storage.max_key_bytes, []
-        for batch in _batches(records, batch_size, self._storage):
+        for batch in _batches(records, batch_size, self._writer):
             now = _now()
             try:
                 valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
@@ -251,7 +266,7 @@ class DB:
                     batch, lambda record: encode_documents([record], limit, now)[0], invalid)
             encoded = [document for _, document in valid]
             decisions += results.in_order(batch, valid, refused, store_if_new(
-                self._storage, encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
+                self._writer, encoded, lambda txn: txn.insert_if_new(encoded, d), refresh, now))
         return decisions
 
     # Text in, decisions out
@@ -268,13 +283,8 @@ class DB:
                          batch_size: int = DEFAULT_BATCH_SIZE) -> int:
         """:meth:`insert_text` for each ``(key, text)`` or ``(key, text, meta)``
         record, one transaction per batch; returns the number written."""
-        written = 0
-        for batch in _batches(records, batch_size, self._storage):
-            now = _now()
-            documents = [self._text_document(*_text_record(r), html, now)[0] for r in batch]
-            self._storage.write(lambda txn: txn.upsert(documents), len(documents))
-            written += len(documents)
-        return written
+        return upsert_batches(self._writer, records, batch_size, lambda batch, now: [
+            self._text_document(*_text_record(r), html, now)[0] for r in batch])
 
     def insert_text_if_new(self, key: Key, text: Text, meta: Any = None, *,
                            html: Html = False, threshold: Optional[float] = None,
@@ -332,7 +342,7 @@ class DB:
         least = _threshold(threshold, short_words)
         results.check_invalid(invalid)
         decisions = []
-        for batch in _batches(records, batch_size, self._storage):
+        for batch in _batches(records, batch_size, self._writer):
             now = _now()
             decisions += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
                                             least, refresh, now)
@@ -351,7 +361,7 @@ class DB:
         valid, refused = prepared
         texts = [text for _, text in valid]
         return results.in_order(batch, valid, refused, store_if_new(
-            self._storage, [document for document, _ in texts],
+            self._writer, [document for document, _ in texts],
             lambda txn: rule.decide(txn, texts, self.distance, least), refresh, now))
 
     def query_text(self, text: Text, *, html: Html = False,
@@ -640,20 +650,10 @@ class DB:
         """
         if recipe is not None:  # known: checked (or taken) before anything is written
             self._check_recipe(recipe, source)
-        recipe, written = recipe or RECIPE, 0
-        for batch in _batches(records, batch_size, self._storage):
-            whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
-            signatures = [record[4] if five else None for record, five in zip(batch, whole)]
-            encoded = encode_documents([record[:4] if five else record
-                                        for record, five in zip(batch, whole)],
-                                       self._storage.max_key_bytes, _now())
-            if any(signatures):
-                encoded = [(k, fp, _signed(value, theirs, source))
-                           for (k, fp, value), theirs in zip(encoded, signatures)]
-                self._check_recipe(recipe, source)
-            self._storage.write(lambda txn: txn.upsert(encoded), len(encoded))
-            written += len(encoded)
-        return written
+        recipe = recipe or RECIPE
+        return upsert_batches(self._writer, records, batch_size, lambda batch, now:
+                              exported_documents(batch, self._storage.max_key_bytes, now, source,
+                                                 lambda: self._check_recipe(recipe, source)))
 
     def _check_recipe(self, recipe, source):
         """Refuse texts of ``recipe`` from ``source`` unless the database is of

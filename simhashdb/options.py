@@ -115,7 +115,8 @@ def build_parser(handlers):
     rooting(sub)
     sub.add_argument("--batch-size", type=positive, default=DEFAULT_BATCH,
                      help="records per transaction, at most (default: %d; a batch also "
-                     "commits after %d s of reading)" % (DEFAULT_BATCH, BATCH_SECONDS))
+                     "commits after %d s of reading); the batches are merged as one load "
+                     "once the last commits" % (DEFAULT_BATCH, BATCH_SECONDS))
     sub.add_argument("--if-new", action="store_true",
                      help="import only documents with no near-duplicate stored or earlier in "
                           "the input; print the skipped ones. Texts are near-duplicates by "

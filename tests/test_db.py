@@ -176,6 +176,36 @@ def test_a_stream_of_batches_commits_in_order_up_to_the_first_failure(db, monkey
     assert sorted(r.key for r in db if r.key[0] == "b") == ["b0", "b1", "b2"]
 
 
+def test_a_bulk_load_settles_its_calls_once_at_its_end(db, monkeypatch):
+    """On every backend: the calls in a bulk load store and answer as without
+    one; the outermost block settles what they all wrote, once; a block left
+    by an exception keeps its committed batches and settles nothing."""
+    settled, settle = [], storage_of(db).settle
+
+    def counting(documents):
+        settled.append(documents)
+        settle(documents)
+
+    monkeypatch.setattr(storage_of(db), "settle", counting)
+    with pytest.raises(RuntimeError), db.bulk_load():
+        db.insert_many([("a%d" % i, i << 40) for i in range(4)], batch_size=2)
+        raise RuntimeError
+    assert settled == [] and len(db) == 4
+    docs = {"b%d" % i: i * 0x9E3779B97F4A7C15 % 2**64 for i in range(1, 8)}
+    with db.bulk_load():
+        for key in ("b1", "b2", "b3"):
+            db.insert(key, docs[key])
+        with db.bulk_load():
+            decisions = db.insert_if_new_many([(k, docs[k]) for k in ("b4", "b5", "b6", "b7")],
+                                              batch_size=2)
+        assert settled == []
+    assert settled == [7] and [d.status for d in decisions] == ["stored"] * 4
+    docs.update(("a%d" % i, i << 40) for i in range(4))
+    assert len(db) == 11 and db.check() == []
+    for fp, found in zip(docs.values(), db.query_many(list(docs.values()))):
+        assert as_tuples(found) == brute_force(docs, fp, 3)
+
+
 @pytest.mark.parametrize("key", [1.5, None, ("t",), True, 2**64, -2**63 - 1, "\ud800"])
 def test_bad_keys(db, key):
     with pytest.raises(InvalidKeyError):

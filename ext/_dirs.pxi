@@ -34,6 +34,9 @@ cdef struct DirCache:
     pthread_mutex_t lock
     BlockDir* dirs[RUN_SETS * RUN_SLOTS]
     RunsView* view
+    uint64_t sought[RUN_SETS * RUN_SLOTS]      # seeks searches made in the slot's run without a directory
+    uint32_t sought_run[RUN_SETS * RUN_SLOTS]  # the run they were made in
+    uint64_t built  # directories built
 
 
 cdef void dir_free(BlockDir* d) noexcept nogil:
@@ -79,10 +82,25 @@ cdef void dir_publish(DirCache* cache, size_t at, BlockDir* d) noexcept nogil:
     cdef BlockDir* old = cache.dirs[at]
     cache.dirs[at] = d
     d.refs += 1
+    cache.built += 1
     cdef bint last = old != NULL and dir_unref(old)
     pthread_mutex_unlock(&cache.lock)
     if last:
         dir_free(old)
+
+
+cdef bint dir_rented(DirCache* cache, size_t at, uint32_t run, uint64_t seeks,
+                     uint64_t enough) noexcept nogil:
+    """Count ``seeks`` made in run ``run`` of slot ``at`` without a directory:
+    whether the run's searches have made ``enough`` (0: never), so that its
+    directory, read once, costs no more than the seeks made without it."""
+    pthread_mutex_lock(&cache.lock)
+    if cache.sought_run[at] != run:
+        cache.sought_run[at], cache.sought[at] = run, 0
+    cache.sought[at] += seeks
+    cdef bint paid = enough != 0 and cache.sought[at] >= enough
+    pthread_mutex_unlock(&cache.lock)
+    return paid
 
 
 cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:

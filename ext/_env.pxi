@@ -73,7 +73,8 @@ cdef class Env:
     cdef readonly Py_ssize_t max_tables  # the most tables it has room to open (maxdbs)
     cdef public uint64_t batch_merge  # the most entries a batch's merges take (0: any); tidy the rest
     cdef public uint64_t recent_limit  # the most values recent holds (a test may set fewer)
-    cdef public uint64_t directory_entries  # the largest run a search gives a block directory
+    cdef public uint64_t directory_entries  # the largest run a search gives a block directory at once
+    cdef public uint64_t directory_rent  # a larger run gets one after entries / this seeks without
     cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
     cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
@@ -333,6 +334,11 @@ cdef class Env:
     def has_recent(self):
         """Whether recent is open (a file of format 8 opened read-only has none)."""
         return self.recent != 0
+
+    @property
+    def directories_built(self):
+        """The block directories searches have built since it was opened."""
+        return self.dirs.built if self.dirs != NULL else 0
 
     def close(self):
         dir_clear(self.dirs, False)

@@ -35,7 +35,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         rc = CORRUPTED
     if rc == 0 and g_copy(buf, v.mv_data, v.mv_size):
         rc = CORRUPTED
-    r.cache = NULL if w.runs_written else w.dirs
+    r.cache, r.at = NULL if w.runs_written else w.dirs, t * RUN_SLOTS
     for i in range(v.mv_size // RUN_RECORD_BYTES if rc == 0 else 0):
         r.id[i], r.slot[i] = read_be(buf + RUN_RECORD_BYTES * i, 4), buf[RUN_RECORD_BYTES * i + 4]
         r.entries[i] = read_be(buf + RUN_RECORD_BYTES * i + 5, 8)
@@ -47,13 +47,15 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
             if r.slot[j] == r.slot[i]:
                 return CORRUPTED
         r.n = i + 1
-        r.cursor[i], r.dir[i] = NULL, NULL
+        r.cursor[i], r.dir[i], r.sought[i] = NULL, NULL, 0
         if r.cache != NULL:
             r.dir[i] = dir_acquire(r.cache, t * RUN_SLOTS + r.slot[i], r.id[i], r.entries[i])
         if r.dir[i] != NULL:
             continue
         rc = g_cursor_open(w.txn, w.run_slots[t * RUN_SLOTS + r.slot[i]], &r.cursor[i])
-        if rc == 0 and r.cache != NULL and r.entries[i] <= w.directory_entries:
+        if rc == 0 and r.cache != NULL and (r.entries[i] <= w.directory_entries or dir_rented(
+                r.cache, r.at + r.slot[i], r.id[i], 0,
+                r.entries[i] // w.directory_rent + 1 if w.directory_rent else 0)):
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
                 dir_publish(r.cache, t * RUN_SLOTS + r.slot[i], r.dir[i])
@@ -70,6 +72,8 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
 cdef void close_runs(TableRuns* r) noexcept nogil:
     cdef size_t i
     for i in range(r.n):
+        if r.sought[i] and r.cache != NULL:
+            dir_rented(r.cache, r.at + r.slot[i], r.id[i], r.sought[i], 0)
         if r.cursor[i] != NULL:
             mdb_cursor_close(r.cursor[i])
             r.cursor[i] = NULL

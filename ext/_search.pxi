@@ -250,6 +250,7 @@ cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int di
     cdef int rc = 0
     for i in range(r.n):
         it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
+        r.sought[i] += it.dir == NULL
         rc = iter_seek(&it, lo)
         if rc == 0:
             rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)
@@ -308,6 +309,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
             r.cursor[i], r.dir[i], r.id[i], False, False
         rest.run, rest.dir, rest.cursor = r.id[i], r.dir[i], NULL
         if rest.dir == NULL:
+            r.sought[i] += n
             rc = g_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]),
                                  &rest.cursor)
         if rc:

@@ -23,6 +23,8 @@ cdef struct TableRuns:
     MDB_cursor* cursor[RUN_SLOTS]  # on each run's slot, where it has no directory
     BlockDir* dir[RUN_SLOTS]       # each run's block directory, or NULL
     DirCache* cache            # where the directories are held
+    size_t at                  # the cache's place of slot 0 (run set * RUN_SLOTS)
+    uint64_t sought[RUN_SLOTS]  # seeks this search made in each run without a directory
     uint32_t written_from      # the first run id this call wrote into the table (0: none)
 
 
@@ -89,7 +91,8 @@ cdef struct Work:
     DirCache* dirs          # where a search finds and leaves block directories (NULL: none)
     bint snapshot           # a read transaction: its runs may be cached as a view
     RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
-    uint64_t directory_entries  # the largest run a search gives a directory
+    uint64_t directory_entries  # the largest run a search gives a directory at once
+    uint64_t directory_rent  # a larger run gets one after entries / this seeks without (0: never)
     bint runs_written       # the transaction wrote runs (only committed runs get directories)
     bint index_committed    # no earlier call of the transaction changed the index
     size_t merge_threads    # the threads a large merge of committed runs is cut among

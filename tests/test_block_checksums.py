@@ -116,6 +116,7 @@ def test_a_flipped_bit_in_a_block_raises_and_compact_mends_it(tmp_path, monkeypa
     if reader.endswith("no directories"):
         from simhashdb.storage.lmdb.native import NativeStorage
         monkeypatch.setattr(NativeStorage, "directory_entries", 0)
+        monkeypatch.setattr(NativeStorage, "directory_rent", 0)
         reader = "lmdb"
     rng = random.Random(4502)
     docs = {key: rng.getrandbits(64) for key in range(DOCUMENTS)}
@@ -181,6 +182,7 @@ def test_a_live_run_without_the_checksum_bit_is_damage(tmp_path, monkeypatch, re
     if reader.endswith("no directories"):
         from simhashdb.storage.lmdb.native import NativeStorage
         monkeypatch.setattr(NativeStorage, "directory_entries", 0)
+        monkeypatch.setattr(NativeStorage, "directory_rent", 0)
         reader = "lmdb"
     rng = random.Random(4504)
     docs = {key: rng.getrandbits(64) for key in range(2000)}

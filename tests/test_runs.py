@@ -36,6 +36,8 @@ def test_tables_kept_as_runs_search_exactly_over_many_runs(tmp_path, directory_e
     pytest.importorskip("simhashdb._lmdb")
     from simhashdb.storage.lmdb import native
     monkeypatch.setattr(native.NativeStorage, "directory_entries", directory_entries)
+    if not directory_entries:  # nor after many seeks
+        monkeypatch.setattr(native.NativeStorage, "directory_rent", 0)
     if threaded:
         monkeypatch.setattr(native.NativeStorage, "batch_merge", 300)  # merges follow the commit
         monkeypatch.setattr(native.NativeStorage, "threaded_merge", 1)
@@ -580,6 +582,7 @@ def test_band_searches_read_the_block_directories_as_the_b_tree(tmp_path, monkey
     answers = []
     for entries in (1 << 24, 0):
         monkeypatch.setattr(NativeStorage, "directory_entries", entries)
+        monkeypatch.setattr(NativeStorage, "directory_rent", 256 if entries else 0)
         with simhashdb.DB(path) as db:
             storage = db._storage
             with storage.read() as view:
@@ -588,3 +591,50 @@ def test_band_searches_read_the_block_directories_as_the_b_tree(tmp_path, monkey
     answers = [[sorted(found) for found in answer] for answer in answers]
     assert answers[0] == answers[1] == answers[2] == answers[3]
     assert sum(map(len, answers[0])) >= 300  # each stored probe finds itself
+
+
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
+@pytest.mark.parametrize("blocks,table_distance", [(5, 3), (2, 1)])
+def test_a_run_too_big_for_a_directory_at_once_gets_one_after_its_searches_sought_it(
+        tmp_path, monkeypatch, blocks, table_distance):
+    """A run over ``directory_entries`` is searched through the B-tree until
+    its searches have sought it entries / ``directory_rent`` times; then the
+    next search builds its directory. Single queries (one range a table, or
+    33 of a multi-index layout) and batches stay exact throughout; with no
+    rent, no directory is ever built."""
+    pytest.importorskip("simhashdb._lmdb")
+    import simhashdb
+    from simhashdb.storage.lmdb.native import NativeStorage
+    rng = np.random.default_rng(7)
+    fps = rng.integers(0, 2**64, 3000, dtype=np.uint64)
+    fps[:1000] = np.uint64(0xABCD_0000_0000_0000) + rng.integers(0, 2**16, 1000, dtype=np.uint64)
+    fps[1000:1002] = 0, TOP
+    probes = fps[rng.integers(0, len(fps), 400)] ^ (np.uint64(1) << rng.integers(0, 64, 400,
+                                                                                 dtype=np.uint64))
+    path = str(tmp_path / "db")
+    with simhashdb.DB(path, distance=3, blocks=blocks, table_distance=table_distance) as db:
+        db.insert_many(keys=np.arange(len(fps), dtype=np.uint64), fingerprints=fps)
+        tables = db.tables
+
+    def truth(probe):
+        return {i for i in np.nonzero(np.bitwise_count(fps ^ probe) <= 3)[0].tolist()}
+
+    monkeypatch.setattr(NativeStorage, "directory_entries", 100)
+    for rent in (0, 10):
+        monkeypatch.setattr(NativeStorage, "directory_rent", rent)
+        with simhashdb.DB(path) as db:
+            db.query_many([0])  # a first search builds nothing
+            assert db._storage.statistics()["directories_built"] == 0
+            seeks_due = len(fps) // 10 + 1  # a run of len(fps) entries, one a table
+            per_query = 1 if table_distance == 3 else 33
+            built = []
+            for probe in probes[:seeks_due // per_query + 2].tolist():
+                assert {m.key for m in db.query(probe)} == truth(probe)
+                built.append(db._storage.statistics()["directories_built"])
+            answers = db.query_many(probes.tolist())
+            assert [{m.key for m in found} for found in answers] == [truth(p) for p in probes]
+            if rent:
+                assert built[0] == 0 and built[-1] == tables  # each run's, once
+                assert built[-1] == db._storage.statistics()["directories_built"]
+            else:
+                assert built[-1] == 0 == db._storage.statistics()["directories_built"]

@@ -82,8 +82,10 @@ class NativeStorage(LmdbStorage):
     # The largest run a search gives a block directory (a seek without a B-tree
     # descent). Building one reads the whole run once (~90 MB at 2**24 entries),
     # which must stay small next to the seeks it saves even when the file is
-    # larger than memory; larger runs are searched through the B-tree.
-    directory_entries = 1 << 24
+    # larger than memory; a larger run is searched through the B-tree until its
+    # searches have made entries / directory_rent seeks there (then its
+    # directory, read once, costs about what those seeks cost without it).
+    directory_entries, directory_rent = 1 << 24, 256
     # A merge of committed runs of at least this many entries is cut into
     # ranges of values merged on THREADS threads at once; an index merge of
     # committed slots of 65,536 entries or more (fewer where this is lower)
@@ -98,6 +100,7 @@ class NativeStorage(LmdbStorage):
         self._env.damage = self._dir.doubt
         self._env.batch_merge, self._env.recent_limit = self.batch_merge, self.recent_limit
         self._env.directory_entries = self.directory_entries
+        self._env.directory_rent = self.directory_rent
         self._env.merge_threads, self._env.threaded_merge = THREADS, self.threaded_merge
         if self._layout is None and not self._dir.new and self._open_found() and self.readonly:
             return
@@ -150,10 +153,11 @@ class NativeStorage(LmdbStorage):
         """``threaded_merges``: merges cut among the worker threads;
         ``fed_merges``: merges of the fingerprint index whose sources a
         reading thread fed; ``shared_lookups``: batches whose index lookups a
-        thread shared."""
+        thread shared; ``directories_built``: block directories of runs that
+        searches built."""
         self._check_usable()
-        return {name: getattr(self._env, name)
-                for name in ("threaded_merges", "fed_merges", "shared_lookups")}
+        return {name: getattr(self._env, name) for name in
+                ("threaded_merges", "fed_merges", "shared_lookups", "directories_built")}
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)

@@ -17,6 +17,9 @@ cdef extern from "Python.h":
     int PyGC_Enable()
     object PyUnicode_DecodeUTF8(const char*, Py_ssize_t, const char*)
     object PyBytes_FromStringAndSize(const char*, Py_ssize_t)
+    object PyType_GenericAlloc(type, Py_ssize_t)
+    void PyTuple_SET_ITEM(object, Py_ssize_t, object)  # steals a reference
+    void Py_INCREF(object)
 
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
@@ -365,6 +368,21 @@ cdef int cmp_key_hit(const void* a, const void* b) noexcept nogil:
     return -1 if x.size < y.size else (1 if x.size > y.size else 0)
 
 
+cdef object new_match(type match, object key, object fp, object distance):
+    """``match((key, fp, distance))``, untracked (of a key and ints: no cycle
+    to collect), made as tuple's own ``__new__`` makes a subclass's, without its
+    argument tuple."""
+    made = PyType_GenericAlloc(match, 3)
+    Py_INCREF(key)
+    PyTuple_SET_ITEM(made, 0, key)
+    Py_INCREF(fp)
+    PyTuple_SET_ITEM(made, 1, fp)
+    Py_INCREF(distance)
+    PyTuple_SET_ITEM(made, 2, distance)
+    PyObject_GC_UnTrack(made)
+    return made
+
+
 cdef object key_object(const KeyHit* h):
     if h.kind == INT_KEY:
         return <int64_t>h.number if h.negative else h.number
@@ -387,7 +405,6 @@ def matches(list found, type match):
     if keyed == NULL:
         raise MemoryError()
     cdef list out = []
-    new_tuple = tuple.__new__  # not the NamedTuple's own __new__, a Python function
     cdef int collecting = PyGC_Disable()  # lists of new tuples: nothing for it to collect
     try:
         for hits in found:
@@ -408,9 +425,7 @@ def matches(list found, type match):
                     key = key_object(&keyed[j])
                 except UnicodeDecodeError:
                     return None
-                made = new_tuple(match, (key, (<tuple>hit)[1], (<tuple>hit)[2]))
-                PyObject_GC_UnTrack(made)  # of a key and ints: no cycle to collect
-                ordered.append(made)
+                ordered.append(new_match(match, key, (<tuple>hit)[1], (<tuple>hit)[2]))
             out.append(ordered)
     finally:
         free(keyed)

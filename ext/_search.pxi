@@ -372,53 +372,77 @@ cdef struct KeyedHits:
     size_t used, room
 
 
-cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
-    """The keys of the documents that have each hit's fingerprint now (none for
-    a removed one): their ids from the index, then their records read in id
-    order, the keys copied into ``out``."""
+cdef int hit_ids(Work* w, const Hits* hits, U64s* found) noexcept nogil:
+    """(id, hit) of each document that has a hit's fingerprint now (none for
+    a removed one), sorted by id: the index read in fingerprint order, each
+    fingerprint once however many probes hit it."""
     cdef uint8_t fp_bytes[8]
-    cdef MDB_val k, v, value
-    cdef U64s found  # (id, hit) of each document
+    cdef MDB_val k, v
+    cdef U64s by_fp  # (fingerprint, hit) of each hit
     cdef uint64_t id
-    cdef size_t i
+    cdef size_t i, j, at = 0
     cdef int rc = 0
-    found.data, found.size, found.cap = NULL, 0, 0
-    out.size, out.used = 0, 0
+    by_fp.data, by_fp.size, by_fp.cap = NULL, 0, 0
     for i in range(hits.size):
-        write_be(fp_bytes, hits.data[i].fp, 8)
+        rc = u64_push(&by_fp, hits.data[i].fp)
+        if rc == 0:
+            rc = u64_push(&by_fp, i)
+        if rc:
+            break
+    if rc == 0:
+        rc = sort_records(by_fp.data, hits.size, 2)
+    while rc == 0 and at < hits.size:
+        j = at + 1  # the hits of this fingerprint: at to j
+        while j < hits.size and by_fp.data[2 * j] == by_fp.data[2 * at]:
+            j += 1
+        write_be(fp_bytes, by_fp.data[2 * at], 8)
         k.mv_size, k.mv_data = 8, fp_bytes
         rc = slotted_get(w, &w.index, &k, &v, MDB_SET)
         while rc == 0:
             rc = read_id(&v, &id)
-            if rc == 0:
-                rc = u64_push(&found, id)
-            if rc == 0:
-                rc = u64_push(&found, i)
+            for i in range(at, j if rc == 0 else at):
+                rc = u64_push(found, id)
+                if rc == 0:
+                    rc = u64_push(found, by_fp.data[2 * i + 1])
+                if rc:
+                    break
             if rc == 0:
                 rc = slotted_get(w, &w.index, &k, &v, MDB_NEXT_DUP)
-        if rc != MDB_NOTFOUND:
-            break
-        rc = 0
-    if rc == 0:
-        rc = sort_records(found.data, found.size // 2, 2)
+        rc = 0 if rc == MDB_NOTFOUND else rc
+        at = j
+    free(by_fp.data)
+    return rc if rc else sort_records(found.data, found.size // 2, 2)
+
+
+cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
+    """The keys of the documents that have each hit's fingerprint now (none for
+    a removed one), copied into ``out``: their ids from the index (hit_ids),
+    then each record read once, in id order."""
+    cdef MDB_val k, value
+    cdef U64s found  # (id, hit) of each document
+    cdef size_t i, key_at = 0, key_size = 0
+    cdef int rc
+    found.data, found.size, found.cap = NULL, 0, 0
+    out.size, out.used = 0, 0
+    rc = hit_ids(w, hits, &found)
     for i in range(found.size // 2 if rc == 0 else 0):
-        rc = read_indexed(w.record_cursor, found.data[2 * i],
-                          hits.data[found.data[2 * i + 1]].fp, &k, &value)
-        if rc:
-            break
-        while out.used + k.mv_size > out.room:  # doubled until the key fits
-            if make_room(<void**>&out.bytes, &out.room, out.room, 1):
-                rc = NO_MEMORY
-                break
+        if i == 0 or found.data[2 * i] != found.data[2 * i - 2]:  # a record not read yet
+            rc = read_indexed(w.record_cursor, found.data[2 * i],
+                              hits.data[found.data[2 * i + 1]].fp, &k, &value)
+            while rc == 0 and out.used + k.mv_size > out.room:  # doubled until the key fits
+                if make_room(<void**>&out.bytes, &out.room, out.room, 1):
+                    rc = NO_MEMORY
+            if rc == 0 and g_copy(out.bytes + out.used, k.mv_data, k.mv_size):
+                rc = CORRUPTED
+            if rc == 0:
+                key_at, key_size = out.used, k.mv_size
+                out.used += key_size
         if rc == 0 and make_room(<void**>&out.data, &out.cap, out.size, sizeof(Keyed)):
             rc = NO_MEMORY
-        if rc == 0 and g_copy(out.bytes + out.used, k.mv_data, k.mv_size):
-            rc = CORRUPTED
         if rc:
             break
-        out.data[out.size].hit, out.data[out.size].at = found.data[2 * i + 1], out.used
-        out.data[out.size].size = k.mv_size
+        out.data[out.size].hit, out.data[out.size].at = found.data[2 * i + 1], key_at
+        out.data[out.size].size = key_size
         out.size += 1
-        out.used += k.mv_size
     free(found.data)
     return rc

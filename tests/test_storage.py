@@ -163,6 +163,32 @@ def test_searches_are_exact_at_and_above_the_built_distance(opener):
             assert hits_by_key(hits_in_view) == hits_by_key(hits)
 
 
+@pytest.mark.parametrize("in_recent", [True, False], ids=["recent", "runs"])
+def test_probes_that_share_their_hits_each_find_every_document(opener, in_recent, request):
+    """One batch of probes, most of them hitting the same stored fingerprints,
+    each held by documents of several write batches (the index's entries
+    spread over slots, the tables' in recent or in runs), some of them since
+    removed: every probe finds each document within the distance, once."""
+    if not in_recent:
+        request.getfixturevalue("runs_only")
+    storage, rng = opener(), random.Random(11)
+    shared = [rng.getrandbits(64) for _ in range(12)]
+    docs = {}
+    for batch in range(5):
+        pairs = {"b%d-%d" % (batch, i): shared[i % 12] ^ (1 << rng.randrange(64) if i % 3 else 0)
+                 for i in range(36)}
+        put(storage, pairs.items())
+        docs.update(pairs)
+    gone = rng.sample(sorted(docs), 30)
+    remove(storage, gone)
+    for key in gone:
+        del docs[key]
+    probes = shared * 4 + [fp ^ (1 << rng.randrange(64)) for fp in shared * 4]
+    rng.shuffle(probes)
+    for probe, hits in zip(probes, storage.search(array("Q", probes), 3)):
+        assert hits_by_key(hits) == oracle_hits(docs, probe, 3)
+
+
 def test_searches_stay_exact_over_batches_of_removals_and_returns(opener):
     """Fingerprints added over many batches, removed, moved, and back again
     (the same fingerprint under the same or another key), each state searched

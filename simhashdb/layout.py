@@ -22,6 +22,8 @@ DEFAULT_EXPECTED_SIZE = 10_000_000
 MAX_PROBES_PER_TABLE = 1 << 16
 TABLE_COST = 2  # a probe's seek in a table in memory, counted in candidates compared
 DISK_READ_COST = 100  # one that reads the disk, more
+DOCUMENT_BYTES = 95  # a document's record, key-map and index entries, with an int key
+DOCUMENT_READS = 3  # what a write or a hit reads of them: the key map, the index, the record
 
 
 class Layout:
@@ -184,13 +186,15 @@ class Layout:
         at ``distance``: the (blocks, table distance) of least expected cost a
         query, where a table's probe costs a seek plus the candidates its
         prefix leaves, and a seek reads the disk as often as the tables
-        outgrow half of ``memory`` (bytes; default: this machine's). Small
-        databases get a table per choice of ``distance`` blocks (Manku's);
-        bigger ones fewer tables built for a smaller distance, each probed at
-        every prefix within the bits left (multi-index hashing), while those
-        stay in memory; where none would, the layout of fewest disk reads.
-        Always exact. ``table_distance`` fixes that distance and chooses the
-        blocks alone."""
+        outgrow half of ``memory`` (bytes; default: this machine's), and the
+        documents have what the tables leave of it: a write or a hit reads
+        them DOCUMENT_READS times, from the disk as often as they outgrow
+        that. Small databases get a table per choice of ``distance`` blocks
+        (Manku's); bigger ones fewer tables built for a smaller distance, each
+        probed at every prefix within the bits left (multi-index hashing),
+        while those stay in memory; where none would, the layout of fewest
+        disk reads. Always exact. ``table_distance`` fixes that distance and
+        chooses the blocks alone."""
         n = max(2, expected_size)
         budget = (memory or physical_memory()) / 2
         entry = (66 - math.log2(n)) / 8 + 0.5  # bytes a table entry: Elias-Fano, LMDB's share
@@ -201,9 +205,12 @@ class Layout:
             probes = sum(math.comb(sum(widths[d:]), i) for i in range(flips + 1))
             if probes > MAX_PROBES_PER_TABLE:
                 return None
-            missed = max(0.0, 1 - budget / (tables * n * entry))  # the tables' share on disk
+            table_bytes = tables * n * entry
+            missed = max(0.0, 1 - budget / table_bytes)  # the tables' share on disk
+            documents_missed = max(0.0, 1 - max(0.0, budget - table_bytes) / (n * DOCUMENT_BYTES))
             seek = TABLE_COST + missed * DISK_READ_COST
-            return tables * probes * (seek + n / 2.0 ** sum(widths[:m - d])), tables, m, d
+            return (tables * probes * (seek + n / 2.0 ** sum(widths[:m - d]))
+                    + DOCUMENT_READS * documents_missed * DISK_READ_COST), tables, m, d
 
         costs = [cost(m, d) for d in (range(distance + 1) if table_distance is None
                                       else [table_distance])

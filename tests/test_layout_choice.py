@@ -239,3 +239,13 @@ def test_sigkill_during_relayouts_leaves_one_whole_layout(db_path, backend):
             assert [as_tuples(m) for m in db.query_many(probes)] == \
                 [brute_force(docs, p, 3) for p in probes]
     assert layouts <= {(2, 1), (6, 3), (4, 2)}
+
+
+def test_the_documents_share_the_memory_the_tables_leave():
+    """At 100M on 24 GiB, twenty tables would fit half the memory alone but
+    leave the documents (95 bytes each, read by every write and hit) on the
+    disk: fewer tables are chosen, and the twenty where memory is ample."""
+    roomy = Layout.choose(3, 10**8, memory=1 << 50)
+    tight = Layout.choose(3, 10**8, memory=24 * GIB)
+    assert table_bytes(roomy, 10**8) <= 12 * GIB
+    assert tight.tables < roomy.tables == 20 and tight.distance == 3

@@ -21,6 +21,18 @@ cdef extern from "Python.h":
     void PyTuple_SET_ITEM(object, Py_ssize_t, object)  # steals a reference
     void Py_INCREF(object)
 
+cdef extern from *:
+    """
+    /* A new tuple's cached hash (Python 3.14 on) as tuple's own __new__ leaves
+       it: not computed yet; PyType_GenericAlloc leaves 0, a hash taken as cached. */
+    static inline void tuple_hash_unknown(PyObject* t) {
+    #if PY_VERSION_HEX >= 0x030E0000
+        ((PyTupleObject*)t)->ob_hash = -1;
+    #endif
+    }
+    """
+    void tuple_hash_unknown(object)
+
 
 cdef Py_ssize_t pack_uint(unsigned char* out, uint64_t x) noexcept:
     if x < 0x80:
@@ -379,6 +391,7 @@ cdef object new_match(type match, object key, object fp, object distance):
     PyTuple_SET_ITEM(made, 1, fp)
     Py_INCREF(distance)
     PyTuple_SET_ITEM(made, 2, distance)
+    tuple_hash_unknown(made)
     PyObject_GC_UnTrack(made)
     return made
 

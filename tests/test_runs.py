@@ -543,12 +543,15 @@ def test_an_item_of_another_run_in_a_slot_ends_the_run_as_for_a_cursor(tmp_path,
                 db=env.open_db(lmdb_format.TABLE_RUNS.name(0, slot), txn=txn, create=False))
     env.close()
     probes = [int(fp) ^ 0b101 for fp in fps[:300]]
-    answers = []
+    answers, built = [], []
     for entries in (0, 1 << 24):
         monkeypatch.setattr(NativeStorage, "directory_entries", entries)
+        monkeypatch.setattr(NativeStorage, "directory_rent", 256 if entries else 0)
         with DB(path, readonly=True) as db:
             answers.append([sorted(m.key for m in found) for found in db.query_many(probes)])
             answers.append([sorted(m.key for m in db.query(probe)) for probe in probes[:50]])
+            built.append(storage_of(db).statistics()["directories_built"])
+    assert built[0] == 0 < built[1]  # the B-tree alone, then the directories
     assert answers[0] == answers[2] and answers[1] == answers[3]
     assert all(i in keys for i, keys in enumerate(answers[2]))
 

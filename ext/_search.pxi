@@ -250,7 +250,8 @@ cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int di
     cdef int rc = 0
     for i in range(r.n):
         it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
-        r.sought[i] += it.dir == NULL
+        if it.dir == NULL:  # (a view's runs, shared by threads, all have one)
+            r.sought[i] += 1
         rc = iter_seek(&it, lo)
         if rc == 0:
             rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)

@@ -21,7 +21,8 @@ import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .db import DB, Decision, Html, Key, Match, Text, TextMatch, _now, _threshold
+from . import batches
+from .db import DB, Decision, Html, Key, Match, Text, TextMatch, _threshold
 from .errors import DatabaseError
 
 GROUP_LIMIT = 1000  # calls a group takes at most (one transaction for the inserts)
@@ -186,7 +187,7 @@ def _prepared(db, calls):
 def _prepared_text(db, option, argument):
     """A text insert's record fingerprinted and checked, or the error of that."""
     try:
-        return db._prepared_texts([argument], option[0], _now(), "report")
+        return db._prepared_texts([argument], option[0], batches._now(), "report")
     except Exception as exc:  # the caller's own error
         return exc
 
@@ -202,7 +203,7 @@ def _merged(prepared):
 
 _GROUPED = {
     "insert_text": lambda db, option, records, prepared: db._texts_if_new(
-        records, _merged(prepared), option[1], option[2], _now()),
+        records, _merged(prepared), option[1], option[2], batches._now()),
     "insert": lambda db, option, records, _: db.insert_if_new_many(
         records, option[0], batch_size=len(records), refresh=option[1]),
     "query_text": lambda db, option, texts, _: db.query_text_many(

@@ -10,8 +10,8 @@ import sys
 from array import array
 from typing import Any, ContextManager, Iterable, Iterator, Literal, Optional, Union, overload
 
-from . import _ext, _records, check, pairs, params, results, rule
-from .batches import (Writer, _batches, _check_batch_size, _now, _text_record, exported_documents,
+from . import _ext, _records, batches, check, pairs, params, results, rule
+from .batches import (Writer, _batches, _check_batch_size, _text_record, exported_documents,
                       insert_arrays, store_if_new, upsert_batches)
 from .errors import (
     DatabaseError,
@@ -258,7 +258,7 @@ class DB:
         results.check_invalid(invalid)
         limit, decisions = self._storage.max_key_bytes, []
         for batch in _batches(records, batch_size, self._writer):
-            now = _now()
+            now = batches._now()  # the one clock of every write
             try:
                 valid, refused = list(enumerate(encode_documents(batch, limit, now))), {}
             except results.INVALID_RECORD:
@@ -343,7 +343,7 @@ class DB:
         results.check_invalid(invalid)
         decisions = []
         for batch in _batches(records, batch_size, self._writer):
-            now = _now()
+            now = batches._now()  # the one clock of every write
             decisions += self._texts_if_new(batch, self._prepared_texts(batch, html, now, invalid),
                                             least, refresh, now)
         return decisions

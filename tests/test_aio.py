@@ -194,8 +194,7 @@ def test_a_new_database_takes_its_recipe_in_the_order_of_the_calls(tmp_path):
 
 def test_refresh_records_the_pages_seen_again_as_seen_now(tmp_path, monkeypatch):
     clock = [1_000]
-    for module in (simhashdb.db, simhashdb.aio):
-        monkeypatch.setattr(module, "_now", lambda: clock[0])
+    monkeypatch.setattr(simhashdb.batches, "_now", lambda: clock[0])  # every write's clock
     fp = simhashdb.fingerprint(page(9))
 
     async def run():

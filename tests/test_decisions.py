@@ -112,6 +112,6 @@ def test_a_text_batch_that_raises_writes_nothing_of_it(text_db):
 
 def test_refresh_records_an_unchanged_page_as_seen_now(text_db, monkeypatch):
     text_db.insert_text("u/a", page(1))
-    monkeypatch.setattr(simhashdb.db, "_now", lambda: 4_000_000_000)
+    monkeypatch.setattr(simhashdb.batches, "_now", lambda: 4_000_000_000)
     again = text_db.insert_text_if_new("u/a", page(1), refresh=True)
     assert again.status == "unchanged" and text_db.get("u/a").stored_at == 4_000_000_000

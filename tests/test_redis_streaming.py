@@ -9,7 +9,7 @@ import pytest
 from conftest import REDIS, storage_of
 
 from simhashdb import DB
-from simhashdb import db as db_module
+from simhashdb import batches as db_clock
 from simhashdb.storage.redis import storage as redis_storage
 
 pytestmark = pytest.mark.skipif(not REDIS, reason="needs redis-server and the redis extra "
@@ -52,7 +52,7 @@ def position(storage, key):
 @pytest.mark.parametrize("blocks", [5, 6])
 def test_expire_reads_each_document_a_bounded_number_of_times(redis_names, monkeypatch, blocks):
     clock = {"now": 1_000}
-    monkeypatch.setattr(db_module, "_now", lambda: clock["now"])
+    monkeypatch.setattr(db_clock, "_now", lambda: clock["now"])
     docs = planted(3000, 1)
     with DB(redis_names.url + "/expiring", distance=3, blocks=blocks) as db:
         old = {k: fp for i, (k, fp) in enumerate(docs.items()) if i % 2}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import simhashdb
 from simhashdb import DB, InvalidArgumentError
-from simhashdb import db as db_module
+from simhashdb import batches as db_clock
 
 from conftest import brute_force, store_values
 
@@ -21,7 +21,7 @@ def clock(monkeypatch):
     """Set the time the DB stores documents at: ``clock.now = t``."""
     class Clock:
         now = 1_000
-    monkeypatch.setattr(db_module, "_now", lambda: Clock.now)
+    monkeypatch.setattr(db_clock, "_now", lambda: Clock.now)
     return Clock
 
 

@@ -169,8 +169,7 @@ def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch)
     """An item's threshold decides it as the library's does (not the
     default's way); refresh records the stored pages it matched as seen now."""
     clock = [1_000]
-    for module in (simhashdb.db, simhashdb.aio):
-        monkeypatch.setattr(module, "_now", lambda: clock[0])
+    monkeypatch.setattr(simhashdb.batches, "_now", lambda: clock[0])  # every write's clock
     base = [page(i) for i in range(8)]
     edited = [text.replace(" ".join(text.split()[40:48]), "new words", 1) for text in base]
 

@@ -11,6 +11,7 @@ import argparse
 import inspect
 import pathlib
 import random
+import shutil
 import tempfile
 
 import simhashdb
@@ -55,25 +56,28 @@ def main() -> None:
     rng = random.Random(7)
     texts = paragraphs()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="incremental-"))
-    root = workdir / "corpus"
-    root.mkdir()
-    for i in range(args.files):
-        (root / ("doc-%04d.txt" % i)).write_text(" ".join(rng.sample(texts, 3)))
-    with simhashdb.DB(str(workdir / "corpus.db"), distance=3, recipe=simhashdb.RECIPE) as db:
-        for round_number in range(args.rounds):
-            if round_number:
-                change(root, rng, texts, round_number)
-            print("round %d: %s, %d documents" % (round_number, sync(db, root), len(db)))
-        size = "disk_bytes" if "disk_bytes" in db.stats() else "memory_bytes"  # Redis: RAM
-        before = db.stats()[size]
-        db.compact()
-        problems = db.check()
-        print("compacted %d -> %d bytes; check: %s"
-              % (before, db.stats()[size], problems or "no problems"))
-        in_sync = sync(db, root) == {"added": 0, "edited": 0, "removed": 0}
-        print("database matches the corpus:", in_sync)
-        if problems or not in_sync:
-            raise SystemExit(1)
+    try:
+        root = workdir / "corpus"
+        root.mkdir()
+        for i in range(args.files):
+            (root / ("doc-%04d.txt" % i)).write_text(" ".join(rng.sample(texts, 3)))
+        with simhashdb.DB(str(workdir / "corpus.db"), distance=3, recipe=simhashdb.RECIPE) as db:
+            for round_number in range(args.rounds):
+                if round_number:
+                    change(root, rng, texts, round_number)
+                print("round %d: %s, %d documents" % (round_number, sync(db, root), len(db)))
+            size = "disk_bytes" if "disk_bytes" in db.stats() else "memory_bytes"  # Redis: RAM
+            before = db.stats()[size]
+            db.compact()
+            problems = db.check()
+            print("compacted %d -> %d bytes; check: %s"
+                  % (before, db.stats()[size], problems or "no problems"))
+            in_sync = sync(db, root) == {"added": 0, "edited": 0, "removed": 0}
+            print("database matches the corpus:", in_sync)
+            if problems or not in_sync:
+                raise SystemExit(1)
+    finally:
+        shutil.rmtree(workdir)  # the corpus and its database were the example's alone
 
 
 if __name__ == "__main__":

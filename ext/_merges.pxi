@@ -23,7 +23,7 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
     cdef uint8_t buf[RUN_RECORD_BYTES * RUN_SLOTS]
     cdef uint8_t key[TABLE_KEY_BYTES]
     cdef MDB_val k, v
-    cdef size_t i, j
+    cdef size_t i, j, at
     cdef int rc
     close_runs(r)
     write_be(key, directory_number(w, t), TABLE_KEY_BYTES)
@@ -48,17 +48,18 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
                 return CORRUPTED
         r.n = i + 1
         r.cursor[i], r.dir[i], r.sought[i] = NULL, NULL, 0
+        at = r.at + r.slot[i]  # the slot's place among the Env's (the cache's, the sub-databases')
         if r.cache != NULL:
-            r.dir[i] = dir_acquire(r.cache, t * RUN_SLOTS + r.slot[i], r.id[i], r.entries[i])
+            r.dir[i] = dir_acquire(r.cache, at, r.id[i], r.entries[i])
         if r.dir[i] != NULL:
             continue
-        rc = g_cursor_open(w.txn, w.run_slots[t * RUN_SLOTS + r.slot[i]], &r.cursor[i])
+        rc = g_cursor_open(w.txn, w.run_slots[at], &r.cursor[i])
         if rc == 0 and r.cache != NULL and (r.entries[i] <= w.directory_entries or dir_rented(
-                r.cache, r.at + r.slot[i], r.id[i], 0,
+                r.cache, at, r.id[i], 0,
                 r.entries[i] // w.directory_rent + 1 if w.directory_rent else 0)):
             rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
             if rc == 0:
-                dir_publish(r.cache, t * RUN_SLOTS + r.slot[i], r.dir[i])
+                dir_publish(r.cache, at, r.dir[i])
             else:  # a damaged block: the cursor finds it if a search goes there
                 if r.dir[i] != NULL:
                     dir_free(r.dir[i])

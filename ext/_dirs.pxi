@@ -44,6 +44,7 @@ cdef void dir_free(BlockDir* d) noexcept nogil:
     free(d.data)
     free(d.sizes)
     free(d.tops)
+    free(d.filter)
     free(d)
 
 
@@ -217,23 +218,41 @@ cdef int dir_grow(BlockDir* d) noexcept nogil:
     return 0
 
 
-cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
-                   BlockDir** out) noexcept nogil:
+cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift,
+                   uint64_t filter_bits, BlockDir** out) noexcept nogil:
     """Read run ``run``'s directory with ``cursor`` (on its slot): each block's
     first value, and where its coded bytes lie in the map (its blocks'
     checksums are checked here, once: BLOCK_DAMAGED, and their readers
     through the directory leave the checksum out). A run whose blocks hold
-    other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced)."""
+    other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced).
+    With ``filter_bits`` (bits an entry) and a ``shift`` of 1 to 63, also the
+    filter of the entries' prefixes (entry >> shift), from every entry."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
+    cdef Block* block = <Block*>malloc(sizeof(Block))  # a block, copied out to check its checksum
+    cdef uint64_t* values = NULL  # a block's entries, for the filter
+    cdef int rc = NO_MEMORY if d == NULL or block == NULL else 0
+    out[0] = d
+    if rc == 0 and filter_bits and 0 < shift < 64:
+        d.shift, d.filter_words = shift, max(1, (entries * filter_bits + 63) // 64)
+        d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
+        values = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+        rc = NO_MEMORY if d.filter == NULL or values == NULL else 0
+    if rc == 0:
+        rc = dir_read(cursor, run, entries, d, block, values)
+    free(block)
+    free(values)
+    return rc
+
+
+cdef int dir_read(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir* d,
+                  Block* block, uint64_t* values) noexcept nogil:
+    """dir_build's reading of the blocks (``values``: room for a block's
+    entries where ``d`` has a filter to fill, else NULL)."""
     cdef uint8_t key[RUN_KEY_BYTES]
-    cdef uint8_t block[BLOCK_BYTES]  # a block, copied out to check its checksum
-    cdef size_t coded
+    cdef size_t coded, i
     cdef MDB_val k, v
     cdef uint64_t first, counted = 0
-    cdef int rc = NO_MEMORY if d == NULL else 0
-    out[0] = d
-    if rc:
-        return rc
+    cdef int rc = 0
     d.run, d.entries, d.refs = run, entries, 1
     write_be(key, run, 4)
     memset(key + 4, 0, 8)
@@ -250,13 +269,21 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries,
             if rc:
                 break
         coded = v.mv_size - SUM_BYTES
-        if g_copy(block, v.mv_data, v.mv_size):
+        if g_copy(block.buf, v.mv_data, v.mv_size):
             rc = CORRUPTED
             break
-        if block_sum(first, block, coded) != load_le32(block + coded):
+        if block_sum(first, block.buf, coded) != load_le32(block.buf + coded):
             rc = BLOCK_DAMAGED
             break
-        counted += 1 + (block[0] | (<uint64_t>block[1] << 8))
+        counted += 1 + (block.buf[0] | (<uint64_t>block.buf[1] << 8))
+        if values != NULL:
+            rc = block_header(block, first, coded, False)
+            if rc == 0:
+                rc = decode_entries(block, values)
+            if rc:
+                break
+            for i in range(block.c + 1):
+                filter_add(d, values[i])
         d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, coded
         d.n += 1
         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)

@@ -75,6 +75,7 @@ cdef class Env:
     cdef public uint64_t recent_limit  # the most values recent holds (a test may set fewer)
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory at once
     cdef public uint64_t directory_rent  # a larger run gets one after entries / this seeks without
+    cdef public uint64_t filter_bits  # bits an entry of a directory's prefix filter (0: none)
     cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
     cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
@@ -339,6 +340,19 @@ cdef class Env:
     def directories_built(self):
         """The block directories searches have built since it was opened."""
         return self.dirs.built if self.dirs != NULL else 0
+
+    @property
+    def filter_bytes(self):
+        """The memory the prefix filters of the cached directories take."""
+        cdef size_t at, words = 0
+        if self.dirs == NULL:
+            return 0
+        pthread_mutex_lock(&self.dirs.lock)
+        for at in range(RUN_SETS * RUN_SLOTS):
+            if self.dirs.dirs[at] != NULL and self.dirs.dirs[at].filter != NULL:
+                words += self.dirs.dirs[at].filter_words
+        pthread_mutex_unlock(&self.dirs.lock)
+        return 8 * words
 
     def close(self):
         dir_clear(self.dirs, False)

@@ -57,7 +57,8 @@ cdef int load_runs(Work* w, Py_ssize_t t) noexcept nogil:
         if rc == 0 and r.cache != NULL and (r.entries[i] <= w.directory_entries or dir_rented(
                 r.cache, at, r.id[i], 0,
                 r.entries[i] // w.directory_rent + 1 if w.directory_rent else 0)):
-            rc = dir_build(r.cursor[i], r.id[i], r.entries[i], &r.dir[i])
+            rc = dir_build(r.cursor[i], r.id[i], r.entries[i], prefix_shift(w, t), w.filter_bits,
+                           &r.dir[i])
             if rc == 0:
                 dir_publish(r.cache, at, r.dir[i])
             else:  # a damaged block: the cursor finds it if a search goes there
@@ -213,7 +214,7 @@ cdef int merge_in_parts(Work* w, const MDB_dbi* dbis, const uint32_t* runs,
     for s in range(m):
         rc = g_cursor_open(w.txn, dbis[s], &cursor)
         if rc == 0:
-            rc = dir_build(cursor, runs[s], entries[s], &dirs[s])
+            rc = dir_build(cursor, runs[s], entries[s], 0, 0, &dirs[s])
         if cursor != NULL:
             mdb_cursor_close(cursor)
             cursor = NULL

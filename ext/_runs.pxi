@@ -56,6 +56,44 @@ cdef struct BlockDir:
     const uint8_t** data  # each block's value in the map
     uint16_t* sizes      # its coded bytes (less its checksum, checked by dir_build)
     uint64_t* tops       # firsts[DIR_STRIDE * j]: ~6 KB a million entries, in cache
+    uint64_t* filter     # the run's prefixes (entry >> shift) as a filter (filter_holds), or NULL
+    size_t filter_words
+    int shift
+
+
+# A run's prefix filter: a Bloom filter of the prefixes of its entries (entry
+# >> shift, where shift leaves the prefix a probe's range spans: a table's
+# leading blocks, a band's key), two bits of one word a prefix. A range within
+# one prefix that the filter rules out holds none of the run's entries, so a
+# search skips it without reading a block: most ranges of a probe or a band key
+# hold nothing, and a run's blocks are far apart in the map.
+
+cdef inline uint64_t prefix_hash(uint64_t p) noexcept nogil:
+    """A prefix's hash (a 64-bit finalizer: every bit of ``p`` moves every bit)."""
+    p ^= p >> 33
+    p *= 0xFF51AFD7ED558CCDULL
+    p ^= p >> 33
+    p *= 0xC4CEB9FE1A85EC53ULL
+    return p ^ (p >> 33)
+
+
+cdef inline uint64_t* filter_word(const BlockDir* d, uint64_t h) noexcept nogil:
+    return d.filter + (((h >> 32) * d.filter_words) >> 32)
+
+
+cdef inline void filter_add(BlockDir* d, uint64_t entry) noexcept nogil:
+    cdef uint64_t h = prefix_hash(entry >> d.shift)
+    filter_word(d, h)[0] |= ((<uint64_t>1) << (h & 63)) | ((<uint64_t>1) << ((h >> 6) & 63))
+
+
+cdef inline bint filter_holds(const BlockDir* d, uint64_t lo, uint64_t hi) noexcept nogil:
+    """Whether run ``d`` may hold entries in [lo, hi]: False only where the
+    range lies within one prefix that the filter rules out."""
+    if d.filter == NULL or (lo >> d.shift) != (hi >> d.shift):
+        return True
+    cdef uint64_t h = prefix_hash(lo >> d.shift)
+    cdef uint64_t word = filter_word(d, h)[0]
+    return (word >> (h & 63)) & (word >> ((h >> 6) & 63)) & 1
 
 
 cdef inline size_t last_at_most(const uint64_t* a, size_t lo, size_t hi, uint64_t x) noexcept nogil:

@@ -252,6 +252,8 @@ cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int di
         it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
         if it.dir == NULL:  # (a view's runs, shared by threads, all have one)
             r.sought[i] += 1
+        elif not filter_holds(it.dir, lo, hi):
+            continue
         rc = iter_seek(&it, lo)
         if rc == 0:
             rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)
@@ -294,36 +296,61 @@ cdef int block_hits(RunIter* it, const uint64_t* q, int distance, const long* sp
 
 cdef enum:
     SWEEP_AHEAD = 8  # a sweep starts reading the blocks of the next ranges this far ahead
+    FILTER_AHEAD = 16  # and the filter's words of the next ranges this far ahead
+
+
+cdef void filter_ranges(const BlockDir* d, const uint64_t* q, size_t n, uint8_t* held) noexcept nogil:
+    """For each of ``n`` ranges (lo, hi, perm, probe): whether run ``d`` may
+    hold entries in it (filter_holds)."""
+    cdef size_t j
+    cdef uint64_t shift = d.shift
+    for j in range(n):
+        if j + FILTER_AHEAD < n:
+            __builtin_prefetch(filter_word(d, prefix_hash(q[4 * (j + FILTER_AHEAD)] >> shift)))
+        held[j] = filter_holds(d, q[4 * j], q[4 * j + 1])
 
 
 cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, const long* spec,
                     Py_ssize_t blocks, Hits* out) noexcept nogil:
     """scan_runs for ``n`` ranges (lo, hi, perm, probe) sorted by lo, each run
     swept once: the block that holds a range's start is kept while the next
-    ranges start in it, and the cursor steps on before it seeks."""
+    ranges start in it, and the cursor steps on before it seeks; a range the
+    run's filter rules out is skipped."""
     cdef Sweep sw
     cdef RunIter rest
+    cdef uint8_t* held = <uint8_t*>malloc(n + 1)  # a run with a filter: whether it may hold range j
     cdef size_t i, j, ahead, at, block
-    cdef int rc = 0
-    for i in range(r.n):
+    cdef bint filtered, prefetched
+    cdef int rc = NO_MEMORY if held == NULL else 0
+    for i in range(r.n if rc == 0 else 0):
         sw.it.cursor, sw.it.dir, sw.it.run, sw.kept, sw.has_next = \
             r.cursor[i], r.dir[i], r.id[i], False, False
         rest.run, rest.dir, rest.cursor = r.id[i], r.dir[i], NULL
+        filtered = rest.dir != NULL and rest.dir.filter != NULL
+        if filtered:
+            filter_ranges(rest.dir, q, n, held)
         if rest.dir == NULL:
             r.sought[i] += n
             rc = g_cursor_open(mdb_cursor_txn(r.cursor[i]), mdb_cursor_dbi(r.cursor[i]),
                                  &rest.cursor)
         if rc:
-            return rc
-        rc = sweep_to(&sw, q[0]) if n else 0
-        j = ahead = at = 0
+            break
+        j = 0
+        while filtered and j < n and not held[j]:
+            j += 1
+        rc = sweep_to(&sw, q[4 * j]) if j < n else 0
+        ahead, at, prefetched = j, 0, False
         while rc == 0 and j < n:
             while rest.dir != NULL and rest.dir.n and ahead < min(n, j + SWEEP_AHEAD):  # blocks to come
-                block = dir_gallop(rest.dir, q[4 * ahead], at)
-                if block != at or ahead == 0:
-                    prefetch_block(rest.dir, block)
-                at = block
+                if not filtered or held[ahead]:
+                    block = dir_gallop(rest.dir, q[4 * ahead], at)
+                    if block != at or not prefetched:
+                        prefetch_block(rest.dir, block)
+                    at, prefetched = block, True
                 ahead += 1
+            if filtered and not held[j]:
+                j += 1
+                continue
             if sw.has_next and q[4 * j] >= sw.next_first:
                 rc = sweep_to(&sw, q[4 * j])
             if rc == 0 and sw.kept:
@@ -334,8 +361,9 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
         if rest.cursor != NULL:
             mdb_cursor_close(rest.cursor)
         if rc:
-            return rc
-    return 0
+            break
+    free(held)
+    return rc
 
 
 cdef int scan_runs_one(RunIter* it, uint64_t lo, const uint64_t* q, int distance,

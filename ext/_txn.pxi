@@ -77,6 +77,7 @@ cdef class Txn:
         w.snapshot, w.view = not self.write, NULL
         w.directory_entries = self.env.directory_entries
         w.directory_rent = self.env.directory_rent
+        w.filter_bits = self.env.filter_bits
         # runs below written_from are committed only if no earlier call of the
         # transaction wrote runs: only then may merges read them from other threads
         w.merge_threads = 1 if self.runs_written else self.env.merge_threads

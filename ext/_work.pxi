@@ -93,6 +93,7 @@ cdef struct Work:
     RunsView* view          # the cached view table_runs points into, or NULL (table_runs is its own)
     uint64_t directory_entries  # the largest run a search gives a directory at once
     uint64_t directory_rent  # a larger run gets one after entries / this seeks without (0: never)
+    uint64_t filter_bits     # bits an entry of a directory's prefix filter (0: none)
     bint runs_written       # the transaction wrote runs (only committed runs get directories)
     bint index_committed    # no earlier call of the transaction changed the index
     size_t merge_threads    # the threads a large merge of committed runs is cut among
@@ -105,6 +106,12 @@ cdef struct Work:
 cdef inline Py_ssize_t run_sets(const Work* w) noexcept nogil:
     """What keeps runs: the tables, then the bands."""
     return w.layout.tables + SIGNATURE_BANDS
+
+
+cdef inline int prefix_shift(const Work* w, Py_ssize_t t) noexcept nogil:
+    """The shift that leaves of an entry of run set ``t`` the prefix its
+    searches' ranges span: a table's leading blocks, a band's key."""
+    return 64 - (w.layout.prefix_bits[t] if t < w.layout.tables else 32)
 
 
 cdef inline uint64_t directory_number(const Work* w, Py_ssize_t t) noexcept nogil:

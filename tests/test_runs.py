@@ -583,17 +583,64 @@ def test_band_searches_read_the_block_directories_as_the_b_tree(tmp_path, monkey
     keys = array("I", itertools.chain.from_iterable(
         bands(simhashdb.fingerprint_with_signature(t)[1]) for t in probes))
     answers = []
-    for entries in (1 << 24, 0):
+    for entries, filter_bits in ((1 << 24, 8), (1 << 24, 1), (0, 8)):
         monkeypatch.setattr(NativeStorage, "directory_entries", entries)
         monkeypatch.setattr(NativeStorage, "directory_rent", 256 if entries else 0)
+        monkeypatch.setattr(NativeStorage, "filter_bits", filter_bits)
         with simhashdb.DB(path) as db:
             storage = db._storage
             with storage.read() as view:
                 answers.append(view.band_search(keys))
             answers.append(storage.write(lambda txn: txn.band_search(keys)))
+            assert (storage.statistics()["filter_bytes"] > 0) == bool(entries)
     answers = [[sorted(found) for found in answer] for answer in answers]
-    assert answers[0] == answers[1] == answers[2] == answers[3]
+    assert all(answer == answers[0] for answer in answers)
     assert sum(map(len, answers[0])) >= 300  # each stored probe finds itself
+
+
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
+@pytest.mark.parametrize("blocks,table_distance", [(5, 3), (2, 1)])
+def test_a_runs_prefix_filter_rules_out_only_ranges_it_holds_nothing_in(tmp_path, monkeypatch,
+                                                                        blocks, table_distance):
+    """Each run's directory holds a filter of its entries' prefixes, and
+    searches skip the ranges it rules out: with filters of 8 bits an entry,
+    of 1 (mostly ruling nothing out) and none, single queries and batches at
+    the built distance and above find exactly what brute force finds, over
+    runs of several sizes, thousands of fingerprints under one prefix, every
+    flip of one block, fingerprints exactly k and k + 1 bits away, 0 and
+    2^64 - 1."""
+    pytest.importorskip("simhashdb._lmdb")
+    import simhashdb
+    from simhashdb.storage.lmdb.native import NativeStorage
+    rng = np.random.default_rng(5)
+    fps = rng.integers(0, 2**64, 9000, dtype=np.uint64)
+    fps[:3000] = np.uint64(0x5A5A_0000_0000_0000) + rng.integers(0, 2**20, 3000, dtype=np.uint64)
+    fps[3000:3002] = 0, TOP
+    base = int(fps[4000])
+    fps[3002:3018] = [base ^ (1 << bit) for bit in range(16)]  # every flip of the top block
+    fps[3018:3020] = base ^ 0b111, base ^ 0b1111  # exactly 3 and 4 bits away
+    probes = np.concatenate([fps[rng.integers(0, len(fps), 300)] ^ (
+        np.uint64(1) << rng.integers(0, 64, 300, dtype=np.uint64)),
+        rng.integers(0, 2**64, 100, dtype=np.uint64), np.array([base, 0, TOP], dtype=np.uint64)])
+    path = str(tmp_path / "db")
+    with simhashdb.DB(path, distance=3, blocks=blocks, table_distance=table_distance) as db:
+        for start in (0, 5000, 7000, 8000, 8500):  # runs of several sizes in every table
+            end = {0: 5000, 5000: 7000, 7000: 8000, 8000: 8500}.get(start, len(fps))
+            db.insert_many(keys=np.arange(start, end, dtype=np.uint64), fingerprints=fps[start:end])
+
+    def truth(probe, distance):
+        return {i for i in np.nonzero(np.bitwise_count(fps ^ probe) <= distance)[0].tolist()}
+
+    for filter_bits in (8, 1, 0):
+        monkeypatch.setattr(NativeStorage, "filter_bits", filter_bits)
+        with simhashdb.DB(path) as db:
+            for distance in (3, 4):
+                answers = db.query_many(probes.tolist(), distance=distance)
+                assert [{m.key for m in found} for found in answers] == \
+                    [truth(p, distance) for p in probes]
+            for probe in probes[-60:].tolist():
+                assert {m.key for m in db.query(probe)} == truth(probe, 3)
+            assert (db._storage.statistics()["filter_bytes"] > 0) == bool(filter_bits)
 
 
 @pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent

@@ -229,27 +229,47 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift
     filter of the entries' prefixes (entry >> shift), from every entry."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
     cdef Block* block = <Block*>malloc(sizeof(Block))  # a block, copied out to check its checksum
-    cdef uint64_t* values = NULL  # a block's entries, for the filter
     cdef int rc = NO_MEMORY if d == NULL or block == NULL else 0
     out[0] = d
-    if rc == 0 and filter_bits and 0 < shift < 64:
-        d.shift, d.filter_words = shift, max(1, (entries * filter_bits + 63) // 64)
-        d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
-        values = <uint64_t*>malloc(MOST * sizeof(uint64_t))
-        rc = NO_MEMORY if d.filter == NULL or values == NULL else 0
     if rc == 0:
-        rc = dir_read(cursor, run, entries, d, block, values)
+        rc = dir_read(cursor, run, entries, d, block)
+    if rc == 0 and filter_bits and 0 < shift < 64 and d.n:
+        rc = filter_build(d, block, shift, filter_bits)
     free(block)
+    return rc
+
+
+cdef int filter_build(BlockDir* d, Block* block, int shift, uint64_t filter_bits) noexcept nogil:
+    """Fill ``d``'s prefix filter from every entry of its blocks (checked by
+    dir_read), in order."""
+    cdef uint64_t* values = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+    cdef size_t b, i
+    cdef int rc = 0
+    d.shift, d.filter_words = shift, max(1, (d.entries * filter_bits + 63) // 64)
+    d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
+    if values == NULL or d.filter == NULL:
+        free(values)
+        return NO_MEMORY
+    for b in range(d.n):
+        if g_copy(block.buf, d.data[b], d.sizes[b]):
+            rc = CORRUPTED
+        if rc == 0:
+            rc = block_header(block, d.firsts[b], d.sizes[b], False)
+        if rc == 0:
+            rc = decode_entries(block, values)
+        if rc:
+            break
+        for i in range(block.c + 1):
+            filter_word(d, values[i])[0] |= filter_bits_of(d, values[i])
     free(values)
     return rc
 
 
 cdef int dir_read(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir* d,
-                  Block* block, uint64_t* values) noexcept nogil:
-    """dir_build's reading of the blocks (``values``: room for a block's
-    entries where ``d`` has a filter to fill, else NULL)."""
+                  Block* block) noexcept nogil:
+    """dir_build's reading of the blocks."""
     cdef uint8_t key[RUN_KEY_BYTES]
-    cdef size_t coded, i
+    cdef size_t coded
     cdef MDB_val k, v
     cdef uint64_t first, counted = 0
     cdef int rc = 0
@@ -276,14 +296,6 @@ cdef int dir_read(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir* 
             rc = BLOCK_DAMAGED
             break
         counted += 1 + (block.buf[0] | (<uint64_t>block.buf[1] << 8))
-        if values != NULL:
-            rc = block_header(block, first, coded, False)
-            if rc == 0:
-                rc = decode_entries(block, values)
-            if rc:
-                break
-            for i in range(block.c + 1):
-                filter_add(d, values[i])
         d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, coded
         d.n += 1
         rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)

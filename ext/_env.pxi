@@ -345,12 +345,14 @@ cdef class Env:
     def filter_bytes(self):
         """The memory the prefix filters of the cached directories take."""
         cdef size_t at, words = 0
+        cdef BlockDir* d
         if self.dirs == NULL:
             return 0
         pthread_mutex_lock(&self.dirs.lock)
         for at in range(RUN_SETS * RUN_SLOTS):
-            if self.dirs.dirs[at] != NULL and self.dirs.dirs[at].filter != NULL:
-                words += self.dirs.dirs[at].filter_words
+            d = self.dirs.dirs[at]
+            if d != NULL and d.filter != NULL:
+                words += d.filter_words
         pthread_mutex_unlock(&self.dirs.lock)
         return 8 * words
 

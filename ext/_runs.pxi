@@ -56,7 +56,7 @@ cdef struct BlockDir:
     const uint8_t** data  # each block's value in the map
     uint16_t* sizes      # its coded bytes (less its checksum, checked by dir_build)
     uint64_t* tops       # firsts[DIR_STRIDE * j]: ~6 KB a million entries, in cache
-    uint64_t* filter     # the run's prefixes (entry >> shift) as a filter (filter_holds), or NULL
+    uint64_t* filter     # the run's prefix filter (filter_holds), or NULL
     size_t filter_words
     int shift
 
@@ -66,7 +66,9 @@ cdef struct BlockDir:
 # leading blocks, a band's key), two bits of one word a prefix. A range within
 # one prefix that the filter rules out holds none of the run's entries, so a
 # search skips it without reading a block: most ranges of a probe or a band key
-# hold nothing, and a run's blocks are far apart in the map.
+# hold nothing, and a run's blocks are far apart in the map. A prefix's word
+# follows from its value (its place among all prefixes, so building the filter
+# from the run's sorted entries writes it in order), its two bits from its hash.
 
 cdef inline uint64_t prefix_hash(uint64_t p) noexcept nogil:
     """A prefix's hash (a 64-bit finalizer: every bit of ``p`` moves every bit)."""
@@ -77,13 +79,15 @@ cdef inline uint64_t prefix_hash(uint64_t p) noexcept nogil:
     return p ^ (p >> 33)
 
 
-cdef inline uint64_t* filter_word(const BlockDir* d, uint64_t h) noexcept nogil:
-    return d.filter + (((h >> 32) * d.filter_words) >> 32)
+cdef inline uint64_t* filter_word(const BlockDir* d, uint64_t x) noexcept nogil:
+    """The word of the filter that the prefix of entry ``x`` sets."""
+    return d.filter + ((((x >> d.shift) << d.shift >> 32) * d.filter_words) >> 32)
 
 
-cdef inline void filter_add(BlockDir* d, uint64_t entry) noexcept nogil:
-    cdef uint64_t h = prefix_hash(entry >> d.shift)
-    filter_word(d, h)[0] |= ((<uint64_t>1) << (h & 63)) | ((<uint64_t>1) << ((h >> 6) & 63))
+cdef inline uint64_t filter_bits_of(const BlockDir* d, uint64_t x) noexcept nogil:
+    """The two bits the prefix of entry ``x`` sets in its word."""
+    cdef uint64_t h = prefix_hash(x >> d.shift)
+    return ((<uint64_t>1) << (h & 63)) | ((<uint64_t>1) << ((h >> 6) & 63))
 
 
 cdef inline bint filter_holds(const BlockDir* d, uint64_t lo, uint64_t hi) noexcept nogil:
@@ -91,9 +95,8 @@ cdef inline bint filter_holds(const BlockDir* d, uint64_t lo, uint64_t hi) noexc
     range lies within one prefix that the filter rules out."""
     if d.filter == NULL or (lo >> d.shift) != (hi >> d.shift):
         return True
-    cdef uint64_t h = prefix_hash(lo >> d.shift)
-    cdef uint64_t word = filter_word(d, h)[0]
-    return (word >> (h & 63)) & (word >> ((h >> 6) & 63)) & 1
+    cdef uint64_t bits = filter_bits_of(d, lo)
+    return (filter_word(d, lo)[0] & bits) == bits
 
 
 cdef inline size_t last_at_most(const uint64_t* a, size_t lo, size_t hi, uint64_t x) noexcept nogil:

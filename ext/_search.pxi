@@ -303,10 +303,9 @@ cdef void filter_ranges(const BlockDir* d, const uint64_t* q, size_t n, uint8_t*
     """For each of ``n`` ranges (lo, hi, perm, probe): whether run ``d`` may
     hold entries in it (filter_holds)."""
     cdef size_t j
-    cdef uint64_t shift = d.shift
     for j in range(n):
         if j + FILTER_AHEAD < n:
-            __builtin_prefetch(filter_word(d, prefix_hash(q[4 * (j + FILTER_AHEAD)] >> shift)))
+            __builtin_prefetch(filter_word(d, q[4 * (j + FILTER_AHEAD)]))
         held[j] = filter_holds(d, q[4 * j], q[4 * j + 1])
 
 

@@ -37,6 +37,7 @@ cdef struct DirCache:
     uint64_t sought[RUN_SETS * RUN_SLOTS]      # seeks searches made in the slot's run without a directory
     uint32_t sought_run[RUN_SETS * RUN_SLOTS]  # the run they were made in
     uint64_t built  # directories built
+    uint64_t skipped  # ranges searches skipped by a run's prefix filter (added atomically)
 
 
 cdef void dir_free(BlockDir* d) noexcept nogil:
@@ -233,7 +234,7 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift
     out[0] = d
     if rc == 0:
         rc = dir_read(cursor, run, entries, d, block)
-    if rc == 0 and filter_bits and 0 < shift < 64 and d.n:
+    if rc == 0 and filter_bits and 0 < shift < 64 and d.n and entries <= (1ULL << (64 - shift)) // 4:
         rc = filter_build(d, block, shift, filter_bits)
     free(block)
     return rc
@@ -241,15 +242,21 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift
 
 cdef int filter_build(BlockDir* d, Block* block, int shift, uint64_t filter_bits) noexcept nogil:
     """Fill ``d``'s prefix filter from every entry of its blocks (checked by
-    dir_read), in order."""
+    dir_read), in order. (A filter is built only for a run that fills at
+    most a quarter of its prefixes, where it can rule ranges out; one that
+    finds no memory is left out: searches then seek every range.)"""
     cdef uint64_t* values = <uint64_t*>malloc(MOST * sizeof(uint64_t))
+    cdef uint64_t bits = 0, last = 0
     cdef size_t b, i
     cdef int rc = 0
-    d.shift, d.filter_words = shift, max(1, (d.entries * filter_bits + 63) // 64)
+    d.shift = shift
+    d.filter_words = min(max(1, (d.entries * min(filter_bits, 64) + 63) // 64), 1ULL << 32)
     d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
     if values == NULL or d.filter == NULL:
         free(values)
-        return NO_MEMORY
+        free(d.filter)
+        d.filter = NULL
+        return 0
     for b in range(d.n):
         if g_copy(block.buf, d.data[b], d.sizes[b]):
             rc = CORRUPTED
@@ -260,7 +267,9 @@ cdef int filter_build(BlockDir* d, Block* block, int shift, uint64_t filter_bits
         if rc:
             break
         for i in range(block.c + 1):
-            filter_word(d, values[i])[0] |= filter_bits_of(d, values[i])
+            if bits == 0 or (values[i] >> shift) != last:  # (a prefix's entries are together)
+                last, bits = values[i] >> shift, filter_bits_of(d, values[i])
+            filter_word(d, values[i])[0] |= bits
     free(values)
     return rc
 

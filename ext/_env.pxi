@@ -75,7 +75,7 @@ cdef class Env:
     cdef public uint64_t recent_limit  # the most values recent holds (a test may set fewer)
     cdef public uint64_t directory_entries  # the largest run a search gives a block directory at once
     cdef public uint64_t directory_rent  # a larger run gets one after entries / this seeks without
-    cdef public uint64_t filter_bits  # bits an entry of a directory's prefix filter (0: none)
+    cdef public uint64_t filter_bits  # bits an entry of a directory's prefix filter (0: none; at most 64)
     cdef public size_t merge_threads     # the threads a large merge is cut among (1: none)
     cdef public uint64_t threaded_merge  # the least entries a merge takes to be cut so
     cdef readonly uint64_t threaded_merges  # merges cut so since it was opened
@@ -340,6 +340,11 @@ cdef class Env:
     def directories_built(self):
         """The block directories searches have built since it was opened."""
         return self.dirs.built if self.dirs != NULL else 0
+
+    @property
+    def ranges_skipped(self):
+        """The ranges searches have skipped, ruled out by a run's prefix filter."""
+        return self.dirs.skipped if self.dirs != NULL else 0
 
     @property
     def filter_bytes(self):

@@ -4,7 +4,7 @@
 from libc.stdint cimport uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, qsort
 from libc.string cimport memcpy
-from bits cimport popcount64, write_be
+from bits cimport ATOMIC_RELAXED, atomic_add, popcount64, write_be
 from clmdb cimport (
     g_copy, g_cursor_open, mdb_cursor_close, mdb_cursor_dbi, mdb_cursor_txn, MDB_NEXT_DUP,
     MDB_NOTFOUND, MDB_SET, MDB_val,
@@ -247,18 +247,22 @@ cdef int scan_runs(TableRuns* r, uint64_t lo, uint64_t hi, uint64_t perm, int di
     """The hits in [lo, hi] of every live run of a table (a fingerprint may come from two)."""
     cdef RunIter it
     cdef size_t i
+    cdef uint64_t skipped = 0
     cdef int rc = 0
     for i in range(r.n):
         it.cursor, it.dir, it.run = r.cursor[i], r.dir[i], r.id[i]
         if it.dir == NULL:  # (a view's runs, shared by threads, all have one)
             r.sought[i] += 1
         elif not filter_holds(it.dir, lo, hi):
+            skipped += 1
             continue
         rc = iter_seek(&it, lo)
         if rc == 0:
             rc = emit_hits(&it, lo, hi, perm, distance, spec, blocks, probe, out)
         if rc:
             return rc
+    if skipped:  # (only a run with a directory has a filter: the runs have a cache)
+        atomic_add(&r.cache.skipped, skipped, ATOMIC_RELAXED)
     return 0
 
 
@@ -320,6 +324,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
     cdef uint8_t* held = <uint8_t*>malloc(n + 1)  # a run with a filter: whether it may hold range j
     cdef size_t i, j, ahead, at, block
     cdef bint filtered, prefetched
+    cdef uint64_t skipped = 0
     cdef int rc = NO_MEMORY if held == NULL else 0
     for i in range(r.n if rc == 0 else 0):
         sw.it.cursor, sw.it.dir, sw.it.run, sw.kept, sw.has_next = \
@@ -348,6 +353,7 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
                     at, prefetched = block, True
                 ahead += 1
             if filtered and not held[j]:
+                skipped += 1
                 j += 1
                 continue
             if sw.has_next and q[4 * j] >= sw.next_first:
@@ -362,6 +368,8 @@ cdef int sweep_runs(TableRuns* r, const uint64_t* q, size_t n, int distance, con
         if rc:
             break
     free(held)
+    if skipped:  # (only a run with a directory has a filter: the runs have a cache)
+        atomic_add(&r.cache.skipped, skipped, ATOMIC_RELAXED)
     return rc
 
 

@@ -8,6 +8,8 @@ cdef extern from *:
     int popcount64 "__builtin_popcountll"(unsigned long long) nogil
     int ctz64 "__builtin_ctzll"(unsigned long long) nogil
     int clz64 "__builtin_clzll"(unsigned long long) nogil
+    uint64_t atomic_add "__atomic_fetch_add"(uint64_t* p, uint64_t v, int order) nogil
+    int ATOMIC_RELAXED "__ATOMIC_RELAXED"
 
 
 cdef inline uint64_t read_be(const uint8_t* p, int n) noexcept nogil:

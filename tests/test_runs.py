@@ -592,7 +592,9 @@ def test_band_searches_read_the_block_directories_as_the_b_tree(tmp_path, monkey
             with storage.read() as view:
                 answers.append(view.band_search(keys))
             answers.append(storage.write(lambda txn: txn.band_search(keys)))
-            assert (storage.statistics()["filter_bytes"] > 0) == bool(entries)
+            counts = storage.statistics()
+            assert (counts["filter_bytes"] > 0) == bool(entries)
+            assert (counts["ranges_skipped"] > 0) == bool(entries)
     answers = [[sorted(found) for found in answer] for answer in answers]
     assert all(answer == answers[0] for answer in answers)
     assert sum(map(len, answers[0])) >= 300  # each stored probe finds itself
@@ -627,6 +629,7 @@ def test_a_runs_prefix_filter_rules_out_only_ranges_it_holds_nothing_in(tmp_path
         for start in (0, 5000, 7000, 8000, 8500):  # runs of several sizes in every table
             end = {0: 5000, 5000: 7000, 7000: 8000, 8000: 8500}.get(start, len(fps))
             db.insert_many(keys=np.arange(start, end, dtype=np.uint64), fingerprints=fps[start:end])
+        tables = db.tables
 
     def truth(probe, distance):
         return {i for i in np.nonzero(np.bitwise_count(fps ^ probe) <= distance)[0].tolist()}
@@ -638,9 +641,14 @@ def test_a_runs_prefix_filter_rules_out_only_ranges_it_holds_nothing_in(tmp_path
                 answers = db.query_many(probes.tolist(), distance=distance)
                 assert [{m.key for m in found} for found in answers] == \
                     [truth(p, distance) for p in probes]
+            skipped = db._storage.statistics()["ranges_skipped"]
             for probe in probes[-60:].tolist():
                 assert {m.key for m in db.query(probe)} == truth(probe, 3)
-            assert (db._storage.statistics()["filter_bytes"] > 0) == bool(filter_bits)
+            counts = db._storage.statistics()
+            assert (counts["filter_bytes"] > 0) == bool(filter_bits)
+            if filter_bits == 8:  # most random probes' ranges hold nothing in a table's run
+                assert counts["ranges_skipped"] - skipped > 57 * tables // 2
+            assert (counts["ranges_skipped"] == 0) == (filter_bits == 0)
 
 
 @pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent

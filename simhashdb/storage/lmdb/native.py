@@ -87,8 +87,10 @@ class NativeStorage(LmdbStorage):
     # directory, read once, costs about what those seeks cost without it).
     directory_entries, directory_rent = 1 << 24, 256
     # Each directory also holds a filter of its run's prefixes, of this many
-    # bits an entry (0: none): a search skips the ranges it rules out (about
-    # 19 in 20 of those with no entry there) without reading their blocks.
+    # bits an entry (0: none; for the directories built after it is set): a
+    # search skips the ranges it rules out (about 19 in 20 of those with no
+    # entry there) without reading their blocks. Building it decodes the run,
+    # a few ns an entry more than the directory's rent above counts.
     filter_bits = 8
     # A merge of committed runs of at least this many entries is cut into
     # ranges of values merged on THREADS threads at once; an index merge of
@@ -160,11 +162,12 @@ class NativeStorage(LmdbStorage):
         reading thread fed; ``shared_lookups``: batches whose index lookups a
         thread shared; ``directories_built``: block directories of runs that
         searches built; ``filter_bytes``: the memory their prefix filters
-        take now."""
+        take now; ``ranges_skipped``: the ranges searches skipped, ruled out
+        by a filter."""
         self._check_usable()
         return {name: getattr(self._env, name) for name in
                 ("threaded_merges", "fed_merges", "shared_lookups", "directories_built",
-                 "filter_bytes")}
+                 "filter_bytes", "ranges_skipped")}
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)

@@ -229,14 +229,13 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift
     With ``filter_bits`` (bits an entry) and a ``shift`` of 1 to 63, also the
     filter of the entries' prefixes (entry >> shift), from every entry."""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
-    cdef Block* block = <Block*>malloc(sizeof(Block))  # a block, copied out to check its checksum
-    cdef int rc = NO_MEMORY if d == NULL or block == NULL else 0
+    cdef Block block  # a block, copied out to check its checksum (and decode it for the filter)
+    cdef int rc = NO_MEMORY if d == NULL else 0
     out[0] = d
     if rc == 0:
-        rc = dir_read(cursor, run, entries, d, block)
+        rc = dir_read(cursor, run, entries, d, &block)
     if rc == 0 and filter_bits and 0 < shift < 64 and d.n and entries <= (1ULL << (64 - shift)) // 4:
-        rc = filter_build(d, block, shift, filter_bits)
-    free(block)
+        rc = filter_build(d, &block, shift, filter_bits)
     return rc
 
 

@@ -68,16 +68,8 @@ cdef struct BlockDir:
 # search skips it without reading a block: most ranges of a probe or a band key
 # hold nothing, and a run's blocks are far apart in the map. A prefix's word
 # follows from its value (its place among all prefixes, so building the filter
-# from the run's sorted entries writes it in order), its two bits from its hash.
-
-cdef inline uint64_t prefix_hash(uint64_t p) noexcept nogil:
-    """A prefix's hash (a 64-bit finalizer: every bit of ``p`` moves every bit)."""
-    p ^= p >> 33
-    p *= 0xFF51AFD7ED558CCDULL
-    p ^= p >> 33
-    p *= 0xC4CEB9FE1A85EC53ULL
-    return p ^ (p >> 33)
-
+# from the run's sorted entries writes it in order), its two bits from its hash
+# (_hash.pxi's fmix64, which the host module includes first).
 
 cdef inline uint64_t* filter_word(const BlockDir* d, uint64_t x) noexcept nogil:
     """The word of the filter that the prefix of entry ``x`` sets."""
@@ -86,7 +78,7 @@ cdef inline uint64_t* filter_word(const BlockDir* d, uint64_t x) noexcept nogil:
 
 cdef inline uint64_t filter_bits_of(const BlockDir* d, uint64_t x) noexcept nogil:
     """The two bits the prefix of entry ``x`` sets in its word."""
-    cdef uint64_t h = prefix_hash(x >> d.shift)
+    cdef uint64_t h = fmix64(x >> d.shift)
     return ((<uint64_t>1) << (h & 63)) | ((<uint64_t>1) << ((h >> 6) & 63))
 
 

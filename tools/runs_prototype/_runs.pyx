@@ -45,6 +45,7 @@ cdef inline double now() noexcept nogil:
 
 
 include "_format.pxi"
+include "_hash.pxi"  # the prefix filters' mixing
 include "_runs.pxi"
 
 

@@ -1,20 +1,20 @@
 # A part of _lmdb.pyx, which includes the parts in order; it builds on _runs.pxi, _codec.pxi,
 # _work.pxi, _recent.pxi.
 
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport intptr_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.stdlib cimport posix_memalign
 from bits cimport read_be, write_be
 from clmdb cimport (
-    g_copy, g_cursor_get, MDB_cursor, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE, MDB_val, pthread_mutex_lock,
-    pthread_mutex_t, pthread_mutex_unlock,
+    g_copy, g_cursor_get, g_get, MDB_cursor, MDB_dbi, MDB_NEXT, MDB_NOTFOUND, MDB_SET_RANGE,
+    MDB_txn, MDB_val, pthread_mutex_lock, pthread_mutex_t, pthread_mutex_unlock,
 )
 
 
 # An Env's block directories (BlockDir), one a run slot of each table and band: built
 # by a search from a snapshot that holds only committed runs, kept while the
-# run is live and the map stays where it is (set_mapsize clears them), and
+# run is live (set_mapsize moves them with the map, dir_rebase), and
 # shared by the Env's threads. A directory is matched by its run's id, slot and
 # entries: run ids are never given twice in a table (add_run).
 #
@@ -124,6 +124,40 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
         view_free(view)
     if not last:
         pthread_mutex_unlock(&cache.lock)
+
+
+cdef void dir_rebase(DirCache* cache, MDB_txn* txn, const MDB_dbi* slots) noexcept nogil:
+    """Move every cached directory with the map (set_mapsize, no transaction
+    of this process running), so that none is read again: its first block,
+    found in snapshot ``txn`` (in ``slots``, a dbi a run slot), says where its
+    blocks are now. One whose block is gone, or not of its size, is dropped,
+    and so is the cached view (the next snapshot's search makes one)."""
+    cdef uint8_t key[RUN_KEY_BYTES]
+    cdef MDB_val k, v
+    cdef BlockDir* d
+    cdef intptr_t moved
+    cdef size_t at, i
+    k.mv_size, k.mv_data = RUN_KEY_BYTES, key
+    pthread_mutex_lock(&cache.lock)
+    for at in range(RUN_SETS * RUN_SLOTS):
+        d = cache.dirs[at]
+        if d == NULL or d.n == 0:
+            continue
+        write_be(key, d.run, 4)
+        write_be(key + 4, d.firsts[0], 8)
+        if g_get(txn, slots[at], &k, &v) == 0 and v.mv_size == d.sizes[0] + SUM_BYTES:
+            moved = <intptr_t>v.mv_data - <intptr_t>d.data[0]
+            for i in range(d.n):
+                d.data[i] = <const uint8_t*>(<intptr_t>d.data[i] + moved)
+            continue
+        cache.dirs[at] = NULL
+        if dir_unref(d):
+            dir_free(d)
+    cdef RunsView* view = cache.view
+    cache.view = NULL
+    if view != NULL and view_unref(view):
+        view_free(view)
+    pthread_mutex_unlock(&cache.lock)
 
 
 cdef inline bint view_unref(RunsView* v) noexcept nogil:

@@ -278,10 +278,16 @@ cdef class Env:
         transaction of this process may be running. Where it fails, LMDB
         keeps no map at all: close the environment."""
         self.check()
-        dir_clear(self.dirs, False)  # the map may move: the directories point into it
+        cdef MDB_txn* txn
         cdef int rc = mdb_env_set_mapsize(self.env, size)
         if rc:
+            dir_clear(self.dirs, False)
             raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())
+        if g_txn_begin(self.env, NULL, MDB_RDONLY, &txn):  # no snapshot to find them in
+            dir_clear(self.dirs, False)
+        else:  # the map may have moved: the directories point into it
+            dir_rebase(self.dirs, txn, self.run_slots)
+            mdb_txn_abort(txn)
 
     def readers(self):
         """LMDB's reader table as mdb_reader_list writes it (as py-lmdb's

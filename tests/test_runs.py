@@ -2,6 +2,8 @@
 many runs, conversions of 0.3's tables, damage and block directories.
 (The prototype's own checks are tools/runs_prototype/checks.py.)"""
 
+import os
+
 import pytest
 
 from conftest import as_in_0_3, storage_of
@@ -696,3 +698,65 @@ def test_a_run_too_big_for_a_directory_at_once_gets_one_after_its_searches_sough
                 assert built[-1] == db._storage.statistics()["directories_built"]
             else:
                 assert built[-1] == 0 == db._storage.statistics()["directories_built"]
+
+
+def _map_address(path):
+    """Where the data file of database ``path`` is mapped in this process
+    (/proc/self/maps)."""
+    with open("/proc/self/maps") as maps:
+        return {int(line.split("-")[0], 16) for line in maps
+                if line.rstrip().endswith(os.path.join(os.path.realpath(path), "data.mdb"))}
+
+
+@pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
+def test_the_block_directories_follow_the_map_when_it_grows(tmp_path):
+    """Growing the map moves it in the address space; the runs' block
+    directories (pointers into it), the tables' and the bands', move with it
+    instead of being read again, and every search stays exact."""
+    pytest.importorskip("simhashdb._lmdb")
+    import itertools
+    from array import array
+
+    import simhashdb
+    from simhashdb.rule import bands
+    rng = np.random.default_rng(11)
+    fps = rng.integers(0, 2**64, 6000, dtype=np.uint64)
+    fps[:2000] = np.uint64(0x1234_0000_0000_0000) + rng.integers(0, 2**20, 2000, dtype=np.uint64)
+    fps[2000:2002] = 0, TOP
+    probes = fps[rng.integers(0, len(fps), 300)] ^ (np.uint64(1) << rng.integers(0, 64, 300,
+                                                                                 dtype=np.uint64))
+    words = ["w%d" % i for i in range(3000)]
+    texts = [" ".join(rng.choice(words, 50).tolist()) for _ in range(3000)]
+    keys = array("I", itertools.chain.from_iterable(
+        bands(simhashdb.fingerprint_with_signature(t)[1]) for t in texts[::10]))
+
+    def truth(probe):
+        return {i for i in np.nonzero(np.bitwise_count(fps ^ probe) <= 3)[0].tolist()}
+
+    def searched(db, texts):
+        if texts:
+            with db._storage.read() as view:
+                return [sorted(found) for found in view.band_search(keys)]
+        assert {m.key for m in db.query(int(probes[0]))} == truth(probes[0])
+        return [{m.key for m in found} for found in db.query_many(probes.tolist())]
+
+    addresses = []
+    for kind in ("fingerprints", "texts"):
+        with simhashdb.DB(str(tmp_path / kind), distance=3) as db:
+            for start in range(0, 3000, 750):
+                if kind == "texts":
+                    db.insert_text_many((i, texts[i]) for i in range(start, start + 750))
+                else:
+                    db.insert_many(keys=np.arange(2 * start, 2 * start + 1500, dtype=np.uint64),
+                                   fingerprints=fps[2 * start:2 * start + 1500])
+            storage = db._storage.shared
+            found = searched(db, kind == "texts")
+            assert all(found) if kind == "texts" else found == [truth(p) for p in probes]
+            built = storage.statistics()["directories_built"]
+            assert built >= (32 if kind == "texts" else db.tables)
+            for _ in range(5):
+                storage._resize(storage._map_size() * 2)
+                addresses.append(_map_address(storage.path))
+                assert searched(db, kind == "texts") == found
+            assert storage.statistics()["directories_built"] == built
+    assert len(set(map(frozenset, addresses))) > 2  # the maps did move

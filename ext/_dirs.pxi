@@ -261,55 +261,50 @@ cdef int dir_build(MDB_cursor* cursor, uint32_t run, uint64_t entries, int shift
     through the directory leave the checksum out). A run whose blocks hold
     other than its ``entries`` is RUN_DAMAGED (a block lost or misplaced).
     With ``filter_bits`` (bits an entry) and a ``shift`` of 1 to 63, also the
-    filter of the entries' prefixes (entry >> shift), from every entry."""
+    filter of the entries' prefixes (entry >> shift), from every entry as its
+    block is read. (A filter is built only for a run that fills at most a
+    quarter of its prefixes, where it can rule ranges out; one that finds no
+    memory is left out: searches then seek every range.)"""
     cdef BlockDir* d = <BlockDir*>calloc(1, sizeof(BlockDir))
-    cdef Block block  # a block, copied out to check its checksum (and decode it for the filter)
+    cdef uint64_t* values = NULL  # a block's entries, decoded for the filter
     cdef int rc = NO_MEMORY if d == NULL else 0
     out[0] = d
+    if rc == 0 and filter_bits and 0 < shift < 64 and 0 < entries <= (1ULL << (64 - shift)) // 4:
+        d.shift = shift
+        d.filter_words = min(max(1, (entries * min(filter_bits, 64) + 63) // 64), 1ULL << 32)
+        d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
+        values = <uint64_t*>malloc(MOST * sizeof(uint64_t)) if d.filter != NULL else NULL
+        if values == NULL:
+            free(d.filter)
+            d.filter = NULL
     if rc == 0:
-        rc = dir_read(cursor, run, entries, d, &block)
-    if rc == 0 and filter_bits and 0 < shift < 64 and d.n and entries <= (1ULL << (64 - shift)) // 4:
-        rc = filter_build(d, &block, shift, filter_bits)
-    return rc
-
-
-cdef int filter_build(BlockDir* d, Block* block, int shift, uint64_t filter_bits) noexcept nogil:
-    """Fill ``d``'s prefix filter from every entry of its blocks (checked by
-    dir_read), in order. (A filter is built only for a run that fills at
-    most a quarter of its prefixes, where it can rule ranges out; one that
-    finds no memory is left out: searches then seek every range.)"""
-    cdef uint64_t* values = <uint64_t*>malloc(MOST * sizeof(uint64_t))
-    cdef uint64_t bits = 0, last = 0
-    cdef size_t b, i
-    cdef int rc = 0
-    d.shift = shift
-    d.filter_words = min(max(1, (d.entries * min(filter_bits, 64) + 63) // 64), 1ULL << 32)
-    d.filter = <uint64_t*>calloc(d.filter_words, sizeof(uint64_t))
-    if values == NULL or d.filter == NULL:
-        free(values)
-        free(d.filter)
-        d.filter = NULL
-        return 0
-    for b in range(d.n):
-        if g_copy(block.buf, d.data[b], d.sizes[b]):
-            rc = CORRUPTED
-        if rc == 0:
-            rc = block_header(block, d.firsts[b], d.sizes[b], False)
-        if rc == 0:
-            rc = decode_entries(block, values)
-        if rc:
-            break
-        for i in range(block.c + 1):
-            if bits == 0 or (values[i] >> shift) != last:  # (a prefix's entries are together)
-                last, bits = values[i] >> shift, filter_bits_of(d, values[i])
-            filter_word(d, values[i])[0] |= bits
+        rc = dir_read(cursor, run, entries, d, values)
     free(values)
     return rc
 
 
+cdef int filter_add(BlockDir* d, Block* block, uint64_t first, size_t coded,
+                    uint64_t* values) noexcept nogil:
+    """Set the filter's bits of the entries of ``block`` (copied out, checked)."""
+    cdef uint64_t bits = 0, last = 0
+    cdef size_t i
+    cdef int rc = block_header(block, first, coded, False)
+    if rc == 0:
+        rc = decode_entries(block, values)
+    if rc:
+        return rc
+    for i in range(block.c + 1):
+        if bits == 0 or (values[i] >> d.shift) != last:  # (a prefix's entries are together)
+            last, bits = values[i] >> d.shift, filter_bits_of(d, values[i])
+        filter_word(d, values[i])[0] |= bits
+    return 0
+
+
 cdef int dir_read(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir* d,
-                  Block* block) noexcept nogil:
-    """dir_build's reading of the blocks."""
+                  uint64_t* values) noexcept nogil:
+    """dir_build's reading of the blocks (``values``: room for a block's
+    entries, where they fill the filter; or NULL)."""
+    cdef Block block  # a block, copied out to check its checksum (and decode it for the filter)
     cdef uint8_t key[RUN_KEY_BYTES]
     cdef size_t coded
     cdef MDB_val k, v
@@ -337,6 +332,10 @@ cdef int dir_read(MDB_cursor* cursor, uint32_t run, uint64_t entries, BlockDir* 
         if block_sum(first, block.buf, coded) != load_le32(block.buf + coded):
             rc = BLOCK_DAMAGED
             break
+        if values != NULL:
+            rc = filter_add(d, &block, first, coded, values)
+            if rc:
+                break
         counted += 1 + (block.buf[0] | (<uint64_t>block.buf[1] << 8))
         d.firsts[d.n], d.data[d.n], d.sizes[d.n] = first, <const uint8_t*>v.mv_data, coded
         d.n += 1

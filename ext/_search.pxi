@@ -174,24 +174,33 @@ cdef int search_many(Work* w, const uint64_t* probes, size_t n, int distance, in
 
 
 cdef void prefetch_probe(Work* w, uint64_t probe) noexcept nogil:
-    """Start reading, in every run of every table, the block that holds the
-    probe's range, all at once (the stretches of their directories first),
-    so that the scan that follows waits on memory once, not once a run."""
-    cdef Py_ssize_t t, pass_
+    """Start reading, in every run of every table, what the probe's range
+    needs, all at once and in three rounds, so that the scan that follows
+    waits on memory about three times, not three times a run: the words of
+    the runs' prefix filters; then, of the runs whose filter holds the
+    range, the stretches of their directories; then the blocks those find."""
+    cdef Py_ssize_t t, round_
     cdef size_t i
-    cdef uint64_t lo
-    cdef TableRuns* r
-    for pass_ in range(2):
+    cdef uint64_t lo, hi
+    cdef const BlockDir* d
+    for round_ in range(3):
         for t in range(w.layout.tables):
             lo = permute_one(probe, w.layout.spec + 3 * w.layout.blocks * t,
                              w.layout.blocks) & w.layout.prefixes[t]
-            r = &w.table_runs[t]
-            for i in range(r.n):
-                if r.dir[i] != NULL and r.dir[i].n:
-                    if pass_ == 0:
-                        prefetch_stretch(r.dir[i], lo)
-                    else:
-                        prefetch_block(r.dir[i], dir_seek(r.dir[i], lo))
+            hi = lo | ~w.layout.prefixes[t]
+            for i in range(w.table_runs[t].n):
+                d = w.table_runs[t].dir[i]
+                if d == NULL or d.n == 0:
+                    continue
+                if round_ == 0:
+                    if d.filter != NULL and (lo >> d.shift) == (hi >> d.shift):
+                        __builtin_prefetch(filter_word(d, lo))
+                elif not filter_holds(d, lo, hi):
+                    continue
+                elif round_ == 1:
+                    prefetch_stretch(d, lo)
+                else:
+                    prefetch_block(d, dir_seek(d, lo))
 
 
 cdef int sweep_tables(Work* w, const uint64_t* probes, size_t n, int distance, int flips,

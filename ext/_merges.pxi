@@ -117,23 +117,58 @@ cdef int free_slot(TableRuns* r) noexcept nogil:
     return -1
 
 
-cdef bint merge_due(const TableRuns* r, uint64_t limit) noexcept nogil:
-    """Whether to merge the two newest runs now: the newest is over 1/RUN_RATIO of
-    the one before and the two hold at most ``limit`` entries (0: any number),
-    or the slots run short."""
+cdef size_t merge_width(const TableRuns* r, bint lazy) noexcept nogil:
+    """How many of the newest runs the merge policy takes into one next (0:
+    none). A table's (the ratio rule): the two newest, where the newest is
+    over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search asks
+    each run's filter, so runs cost it little): none until the slots run
+    short, then the newest j (two at least) while together they are over
+    1/BAND_RATIO of the run before them. Either merges once the slots run
+    short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
+    cdef uint64_t merged
+    cdef size_t j = 2
     if r.n < 2:
-        return False
-    return r.n >= RUN_SLOTS - 1 or (r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2] and (
-        limit == 0 or r.entries[r.n - 1] + r.entries[r.n - 2] <= limit))
+        return 0
+    if not lazy:
+        return 2 if r.n >= RUN_SLOTS - 1 or r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2] else 0
+    if r.n < RUN_SLOTS - 1:
+        return 0
+    merged = r.entries[r.n - 1] + r.entries[r.n - 2]
+    while j < r.n and merged * BAND_RATIO > r.entries[r.n - 1 - j]:
+        merged += r.entries[r.n - 1 - j]
+        j += 1
+    return j
 
 
-cdef bint merges_left(const TableRuns* r) noexcept nogil:
-    """Whether some run is over 1/RUN_RATIO of the one before it (a merge a batch
-    left for tidy, which merges the newest runs until there is none)."""
+cdef uint64_t newest_entries(const TableRuns* r, size_t m) noexcept nogil:
+    """The entries of the ``m`` newest runs."""
+    cdef uint64_t total = 0
     cdef size_t i
-    for i in range(1, r.n):
-        if r.entries[i] * RUN_RATIO > r.entries[i - 1]:
-            return True
+    for i in range(r.n - m, r.n):
+        total += r.entries[i]
+    return total
+
+
+cdef bint merge_due(const TableRuns* r, uint64_t limit, bint lazy) noexcept nogil:
+    """Whether a batch merges now (merge_width) within ``limit`` entries (0:
+    any number); a table's also where the slots run short, whatever its size,
+    so that a table never keeps more runs than a batch leaves room for (a
+    band's, next batch: add_run merges before it adds its run)."""
+    cdef size_t m = merge_width(r, lazy)
+    if m == 0:
+        return False
+    return limit == 0 or (not lazy and r.n >= RUN_SLOTS - 1) or newest_entries(r, m) <= limit
+
+
+cdef bint merges_left(const TableRuns* r, bint lazy) noexcept nogil:
+    """Whether some merge is due (for tidy, which merges the newest runs
+    until there is none): a table's run over 1/RUN_RATIO of the one before
+    it, or, either way, the slots running short."""
+    cdef size_t i
+    if not lazy:
+        for i in range(1, r.n):
+            if r.entries[i] * RUN_RATIO > r.entries[i - 1]:
+                return True
     return r.n >= RUN_SLOTS - 1
 
 
@@ -292,11 +327,13 @@ cdef size_t cascade(const TableRuns* r, uint64_t settle) noexcept nogil:
 
 cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcept nogil:
     """Append sorted ``perms`` (if ``n``) to run set ``t`` (a table, or a band
-    after the tables) as a new run, then merge
-    the two newest runs while merge_due within ``w.merge_limit``, so a table
-    keeps about log_RATIO(N / batch) runs; bigger merges are noted for tidy.
-    Where the runs those merges would take are committed and hold
-    ``w.threaded_merge`` entries or more, they are merged at once, in parts."""
+    after the tables) as a new run, then merge the newest runs while
+    merge_due within ``w.merge_limit``, so a table keeps about
+    log_RATIO(N / batch) runs; bigger merges are noted for tidy. (A band
+    that tidy left with its slots short merges before the run is added.)
+    Where the runs a table's merges would take are committed and hold
+    ``w.threaded_merge`` entries or more, they are merged at once, in parts;
+    so is a band's merge of that many."""
     cdef TableRuns r = w.table_runs[t]
     cdef uint32_t ids[RUN_SLOTS]
     cdef MDB_dbi dbis[RUN_SLOTS]
@@ -304,13 +341,13 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef size_t blocks, entries, i, m
     cdef uint32_t id
     cdef uint64_t dropped = 0, taken
-    cdef bint threaded
+    cdef bint threaded, lazy = t >= w.layout.tables, settling
     cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
     w.runs_written = True  # before any slot changes, whatever happens next
     while rc == 0 and (n or settle_due(&r, w.settle) or (
-            merges_left(&r) if w.merge_limit == 0 else merge_due(&r, w.merge_limit))):
+            merges_left(&r, lazy) if w.merge_limit == 0 else merge_due(&r, w.merge_limit, lazy))):
         # a run id is never given twice in a table (so a block directory cached
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
@@ -321,20 +358,26 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         if w.table_runs[t].written_from == 0:
             w.table_runs[t].written_from = id
         out = w.run_slots[t * RUN_SLOTS + slot]
-        if n:  # the batch's run
+        if n and r.n < RUN_SLOTS - 1:  # the batch's run, leaving a slot for a merge
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0, out, id, &blocks, &entries)
             n = 0
             r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
             r.n += 1
             continue
-        # the newest into one: two, or, in parts, as many as the merges of two would take
+        # the newest into one: a band's as many as merge_width says; else two,
+        # or, in parts, as many as the merges of two would take
         threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
-        m = cascade(&r, w.settle) if threaded else 2
-        taken = 0
-        for i in range(r.n - m, r.n):
-            taken += r.entries[i]
+        settling = settle_due(&r, w.settle)
+        if lazy and not settling:
+            m = merge_width(&r, True)
+        else:
+            m = cascade(&r, w.settle) if threaded else 2
+        taken = newest_entries(&r, m)
         if threaded and taken < w.threaded_merge:
-            m, threaded, taken = 2, False, r.entries[r.n - 2] + r.entries[r.n - 1]
+            threaded = False
+            if not lazy or settling:
+                m = 2
+                taken = newest_entries(&r, m)
         for i in range(m):
             ids[i], dbis[i] = r.id[r.n - m + i], w.run_slots[t * RUN_SLOTS + r.slot[r.n - m + i]]
         if threaded:
@@ -350,5 +393,5 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         r.n -= m
         r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
         r.n += 1
-    w.untidy = w.untidy or merges_left(&r)
+    w.untidy = w.untidy or merges_left(&r, lazy)
     return rc if rc else save_runs(w, t, &r)

@@ -253,7 +253,7 @@ cdef int merge_run_sets(Work* w, uint64_t budget, bint* more) noexcept nogil:
     cdef int rc = 0
     for t in range(run_sets(w)):
         r = &w.table_runs[t]
-        if settle_due(r, w.settle) if w.settle else merges_left(r):
+        if settle_due(r, w.settle) if w.settle else merges_left(r, t >= w.layout.tables):
             if w.merged >= budget:
                 more[0] = True
                 break

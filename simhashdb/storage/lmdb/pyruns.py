@@ -16,6 +16,7 @@ from .. import BANDS, band_entries
 from . import format
 from .format import (
     BAND_DIRECTORY,
+    BAND_RATIO,
     ID_BYTES,
     KEY_LENGTH_BYTES,
     RECENT_FINGERPRINTS,
@@ -36,14 +37,37 @@ BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the doc
 MAX_VALUE = (1 << 64) - 1
 
 
-def merge_due(runs, limit):
-    """Whether to merge the two newest runs now: within ``limit`` entries, the
-    newest is over 1/RUN_RATIO of the one before (or the slots run short); with
-    no limit, while any merges are left."""
-    if len(runs) < 2 or limit is None:
-        return merges_left(runs)
-    return len(runs) >= RUN_SLOTS - 1 or (runs[-1][2] * RUN_RATIO > runs[-2][2]
-                                           and runs[-1][2] + runs[-2][2] <= limit)
+def merge_width(runs, lazy):
+    """How many of the newest ``runs`` the merge policy takes into one next
+    (0: none). A table's (the ratio rule): the two newest, where the newest
+    is over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search
+    asks each run's filter, so runs cost it little): none until the slots run
+    short, then the newest j (two at least) while together they are over
+    1/BAND_RATIO of the run before them. Either merges once the slots run
+    short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
+    if len(runs) < 2:
+        return 0
+    if not lazy:
+        return 2 if len(runs) >= RUN_SLOTS - 1 or runs[-1][2] * RUN_RATIO > runs[-2][2] else 0
+    if len(runs) < RUN_SLOTS - 1:
+        return 0
+    width, merged = 2, runs[-1][2] + runs[-2][2]
+    while width < len(runs) and merged * BAND_RATIO > runs[-1 - width][2]:
+        merged += runs[-1 - width][2]
+        width += 1
+    return width
+
+
+def merge_due(runs, limit, lazy):
+    """Whether a batch merges now (merge_width) within ``limit`` entries; a
+    table's also where the slots run short, whatever its size (a band's,
+    next batch: it merges before it adds its run); with no limit, while any
+    merges are left."""
+    if limit is None:
+        return merges_left(runs, lazy)
+    width = merge_width(runs, lazy)
+    return bool(width) and ((not lazy and len(runs) >= RUN_SLOTS - 1)
+                            or sum(size for _, _, size in runs[-width:]) <= limit)
 
 
 def settle_due(runs, settle):
@@ -52,10 +76,10 @@ def settle_due(runs, settle):
     return bool(settle) and len(runs) >= 2 and runs[-1][2] + runs[-2][2] <= settle
 
 
-def merges_left(runs):
-    """Whether a run is over 1/RUN_RATIO of the one before it, or the slots run
-    short: merges a batch left for tidy."""
-    return len(runs) >= RUN_SLOTS - 1 or any(
+def merges_left(runs, lazy):
+    """Whether some merge is due (for tidy): a table's run over 1/RUN_RATIO
+    of the one before it, or, either way, the slots running short."""
+    return len(runs) >= RUN_SLOTS - 1 or not lazy and any(
         newer[2] * RUN_RATIO > older[2] for older, newer in zip(runs, runs[1:]))
 
 

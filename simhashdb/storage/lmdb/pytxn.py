@@ -4,6 +4,7 @@ merges, and tidy's rewrites."""
 
 import collections
 import contextlib
+import functools
 import itertools
 from array import array
 
@@ -49,6 +50,7 @@ from .pyruns import (
     id_bytes,
     index_items,
     merge_due,
+    merge_width,
     merges_left,
     note_bands,
     record_bytes,
@@ -328,29 +330,35 @@ class PyTxn(PyView, Txn):
         self._cursor(META).put(name, count_bytes(value))
 
     def _add_run(self, table, values, tidying=False, settle=0):
-        """Append sorted ``values`` (if any) to table ``table`` as a new run, then
-        merge the two newest runs while the newest is over 1/RUN_RATIO of the one
-        before and they hold at most the storage's ``batch_merge`` entries (or
-        the slots run short; ``tidying``: while any merge is left; ``settle``:
-        while the two hold at most that many entries, and no merge takes
-        more), as the native backend does; returns the entries merged."""
+        """Append sorted ``values`` (if any) to run set ``table`` as a new run,
+        then merge the newest runs while merge_due within the storage's
+        ``batch_merge`` entries (``tidying``: while any merge is left;
+        ``settle``: the two newest while they hold at most that many entries,
+        and no merge takes more), as the native backend does (a band that
+        tidy left with its slots short merges before the run is added);
+        returns the entries merged."""
         runs = self._directory(table)
+        lazy = table >= self._storage._layout.tables
         limit = settle or (None if tidying or not self._storage.batch_merge
                            else self._storage.batch_merge)
-        if values is not None:
-            self._put_run(table, runs, values)
         merged = 0
-        while settle_due(runs, settle) or merge_due(runs, limit):
-            older, newer = runs[-2:]
-            merged += older[2] + newer[2]
-            values = _ext.merge_unique(*(self._run_range(table, run, slot, 0, MAX_VALUE)
-                                         for run, slot, _ in (older, newer)))
-            self._put_run(table, runs, values)
-            for _, slot, _ in (older, newer):
+        while True:
+            if values is not None and len(runs) < RUN_SLOTS - 1:  # leaving a slot for a merge
+                self._put_run(table, runs, values)
+                values = None
+                continue
+            settling = settle_due(runs, settle)
+            if values is None and not settling and not merge_due(runs, limit, lazy):
+                break
+            sources = runs[-(merge_width(runs, True) if lazy and not settling else 2):]
+            merged += sum(size for _, _, size in sources)
+            self._put_run(table, runs, functools.reduce(_ext.merge_unique, (
+                self._run_range(table, run, slot, 0, MAX_VALUE) for run, slot, _ in sources)))
+            for _, slot, _ in sources:
                 self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)],
                                delete=False)
-            del runs[-3:-1]
-        self.untidy = self.untidy or merges_left(runs)
+            del runs[-len(sources) - 1:-1]
+        self.untidy = self.untidy or merges_left(runs, lazy)
         self._save_directory(table, runs)
         return merged
 
@@ -427,7 +435,8 @@ class PyTxn(PyView, Txn):
         merged = 0
         for table in self._storage._run_sets():
             runs = self._directory(table)
-            if settle_due(runs, settle) if settle else merges_left(runs):
+            if settle_due(runs, settle) if settle else merges_left(
+                    runs, table >= self._storage._layout.tables):
                 if merged >= budget:
                     return True
                 merged += self._add_run(table, None, tidying=not settle, settle=settle)

@@ -121,8 +121,8 @@ cdef size_t merge_width(const TableRuns* r, bint lazy) noexcept nogil:
     """How many of the newest runs the merge policy takes into one next (0:
     none). A table's (the ratio rule): the two newest, where the newest is
     over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search asks
-    each run's filter, so runs cost it little): none until the slots run
-    short, then the newest j (two at least) while together they are over
+    each run's filter, so runs cost it little): none until it has RUN_SLOTS -
+    2 runs, then the newest j (two at least) while together they are over
     1/BAND_RATIO of the run before them. Either merges once the slots run
     short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
     cdef uint64_t merged
@@ -131,7 +131,7 @@ cdef size_t merge_width(const TableRuns* r, bint lazy) noexcept nogil:
         return 0
     if not lazy:
         return 2 if r.n >= RUN_SLOTS - 1 or r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2] else 0
-    if r.n < RUN_SLOTS - 1:
+    if r.n < RUN_SLOTS - 2:
         return 0
     merged = r.entries[r.n - 1] + r.entries[r.n - 2]
     while j < r.n and merged * BAND_RATIO > r.entries[r.n - 1 - j]:
@@ -150,25 +150,23 @@ cdef uint64_t newest_entries(const TableRuns* r, size_t m) noexcept nogil:
 
 
 cdef bint merge_due(const TableRuns* r, uint64_t limit, bint lazy) noexcept nogil:
-    """Whether a batch merges now (merge_width) within ``limit`` entries (0:
-    any number); a table's also where the slots run short, whatever its size,
-    so that a table never keeps more runs than a batch leaves room for (a
-    band's, next batch: add_run merges before it adds its run)."""
+    """Whether a batch merges now (merge_width) within ``limit`` entries, or
+    whatever their size where the slots run short: a run set never keeps
+    more runs than the next batch leaves room for."""
     cdef size_t m = merge_width(r, lazy)
-    if m == 0:
-        return False
-    return limit == 0 or (not lazy and r.n >= RUN_SLOTS - 1) or newest_entries(r, m) <= limit
+    return m != 0 and (r.n >= RUN_SLOTS - 1 or newest_entries(r, m) <= limit)
 
 
 cdef bint merges_left(const TableRuns* r, bint lazy) noexcept nogil:
     """Whether some merge is due (for tidy, which merges the newest runs
     until there is none): a table's run over 1/RUN_RATIO of the one before
-    it, or, either way, the slots running short."""
+    it, or the slots running short; a band's RUN_SLOTS - 2 runs."""
     cdef size_t i
-    if not lazy:
-        for i in range(1, r.n):
-            if r.entries[i] * RUN_RATIO > r.entries[i - 1]:
-                return True
+    if lazy:
+        return r.n >= RUN_SLOTS - 2
+    for i in range(1, r.n):
+        if r.entries[i] * RUN_RATIO > r.entries[i - 1]:
+            return True
     return r.n >= RUN_SLOTS - 1
 
 
@@ -329,9 +327,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     """Append sorted ``perms`` (if ``n``) to run set ``t`` (a table, or a band
     after the tables) as a new run, then merge the newest runs while
     merge_due within ``w.merge_limit``, so a table keeps about
-    log_RATIO(N / batch) runs; bigger merges are noted for tidy. (A band
-    that tidy left with its slots short merges before the run is added.)
-    Where the runs a table's merges would take are committed and hold
+    log_RATIO(N / batch) runs; bigger merges are noted for tidy. Where the runs a table's merges would take are committed and hold
     ``w.threaded_merge`` entries or more, they are merged at once, in parts;
     so is a band's merge of that many."""
     cdef TableRuns r = w.table_runs[t]
@@ -358,7 +354,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         if w.table_runs[t].written_from == 0:
             w.table_runs[t].written_from = id
         out = w.run_slots[t * RUN_SLOTS + slot]
-        if n and r.n < RUN_SLOTS - 1:  # the batch's run, leaving a slot for a merge
+        if n:  # the batch's run
             rc = merge_runs(w.txn, NULL, NULL, 0, perms, n, NULL, 0, out, id, &blocks, &entries)
             n = 0
             r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries

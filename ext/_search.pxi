@@ -182,12 +182,14 @@ cdef void prefetch_probe(Work* w, uint64_t probe) noexcept nogil:
     cdef Py_ssize_t t, round_
     cdef size_t i
     cdef uint64_t lo, hi
+    cdef uint64_t los[MAX_TABLES]
     cdef const BlockDir* d
+    for t in range(w.layout.tables):
+        los[t] = permute_one(probe, w.layout.spec + 3 * w.layout.blocks * t,
+                             w.layout.blocks) & w.layout.prefixes[t]
     for round_ in range(3):
         for t in range(w.layout.tables):
-            lo = permute_one(probe, w.layout.spec + 3 * w.layout.blocks * t,
-                             w.layout.blocks) & w.layout.prefixes[t]
-            hi = lo | ~w.layout.prefixes[t]
+            lo, hi = los[t], los[t] | ~w.layout.prefixes[t]
             for i in range(w.table_runs[t].n):
                 d = w.table_runs[t].dir[i]
                 if d == NULL or d.n == 0:

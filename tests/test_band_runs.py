@@ -150,8 +150,7 @@ def test_a_long_stream_of_small_batches_keeps_the_file_bounded(tmp_path, backend
     """A crawler's recrawls: 2,000 pages kept, each small batch replacing 25 of
     them with edited texts and removing 5 for 5 new ones. The file stops
     growing once the stale entries and free pages reach their steady state
-    (after about 120 batches: the bands merge only when their slots run
-    short)."""
+    (after about 120 batches: the bands merge only once they have 6 runs)."""
     rng = random.Random(7)
     live = {"https://example.org/%d" % i: page(rng) for i in range(2000)}
     path = str(tmp_path / "db")
@@ -175,28 +174,34 @@ def test_a_long_stream_of_small_batches_keeps_the_file_bounded(tmp_path, backend
 
 @pytest.mark.usefixtures("runs_only")  # the batches' band entries go to the runs
 @pytest.mark.parametrize("backend", LMDB_BACKENDS)
-def test_a_band_that_tidy_left_with_its_slots_short_merges_before_the_next_run(
-        tmp_path, backend, monkeypatch):
-    """A band merges only when its slots run short, and a merge too big for
-    the batch is left for tidy; where tidy never ran (it failed, or the
-    process died after the commit), the band keeps RUN_SLOTS - 1 runs, and
-    the next batch merges the newest of them before it adds its own: no batch
-    fails, no band holds more, and every page is found."""
+def test_bands_merge_lazily_and_a_batch_keeps_room_for_the_next(tmp_path, backend, monkeypatch):
+    """A band merges once it has RUN_SLOTS - 2 runs, and a merge too big for
+    the batch is left for tidy. Where tidy never runs (it failed, or the
+    process died after the commit), the next batch merges whatever the size
+    once its run leaves the slots short: no batch fails and no band keeps
+    more runs than 0.13.0 left (which it can write to). Then one batch's
+    tidy finishes every band's merges, and every page is found."""
     from simhashdb.storage import registry
     storage_class = registry.backend_class(backend)
     monkeypatch.setattr(storage_class, "batch_merge", 1)  # every merge too big for a batch
+    tidy = storage_class._tidy
     monkeypatch.setattr(storage_class, "_tidy", lambda storage: None)
     rng = random.Random(3)
-    items = [("p%d" % i, page(rng)) for i in range(300)]
+    items = [("p%d" % i, page(rng)) for i in range(320)]
     path = str(tmp_path / "db")
     most = []
-    for start in range(0, len(items), 20):
+    for start in range(0, 300, 20):
         with simhashdb.DB(path, backend=backend) as db:
             db.insert_text_many(items[start:start + 20])
         runs, _ = band_state(path)
         most.append(max(map(len, runs)))
-    short = most.index(lmdb_format.RUN_SLOTS - 1)  # committed so, tidy not run
-    assert max(most) == lmdb_format.RUN_SLOTS - 1 and most[short + 1] < most[short]
+    full = most.index(lmdb_format.RUN_SLOTS - 2)  # committed so: the merge left for tidy
+    assert max(most) == lmdb_format.RUN_SLOTS - 2 > min(most[full:]), most  # then forced
+    monkeypatch.setattr(storage_class, "_tidy", tidy)
+    with simhashdb.DB(path, backend=backend) as db:
+        db.insert_text_many(items[300:])
+    runs, _ = band_state(path)
+    assert max(map(len, runs)) < lmdb_format.RUN_SLOTS - 2  # every band's merges done
     with simhashdb.DB(path, backend=backend) as db:
         assert db.check() == []
         found = db.query_text_many([text for _, text in items])

@@ -13,9 +13,10 @@ each merge, and names how many of the newest to merge next (0: none):
   B)), so a class holds at most K - 1 runs;
 - lazy C: none until there are more than C runs, then the newest j that
   free j - 1 runs at the least entries written a run freed;
-- bands F: the bands' rule (since 0.14.0): none until 7 runs are live (the
-  slots run short), then the newest j (two at least) while together they
-  are over 1/F of the run before them.
+- bands F: the bands' rule (since 0.14.0): none until 6 runs are live
+  (counted with the batch's: one short of the slots running short), then the
+  newest j (two at least) while together they are over 1/F of the run
+  before them.
 
 tools/run_import.py runs the same policies with the real merge.
 
@@ -46,7 +47,7 @@ def lazy(cap):
         range(2, len(sizes) + 1), key=lambda j: sum(sizes[-j:]) / (j - 1))
 
 
-def bands(f, short=7):
+def bands(f, short=6):
     def plan(sizes, batch):
         if len(sizes) < short:
             return 0
@@ -61,7 +62,7 @@ def bands(f, short=7):
 POLICIES = {"ratio F = %d" % f: ratio(f) for f in (2, 4, 8)}
 POLICIES.update({"tiers K = %d" % k: tiers(k) for k in (4, 8, 16)})
 POLICIES.update({"lazy C = %d" % c: lazy(c) for c in (4, 6)})
-POLICIES.update({"bands F = %d" % f: bands(f) for f in (2, 3, 4)})
+POLICIES.update({"bands F = %d" % f: bands(f) for f in (3, 4, 5)})
 
 
 def simulate(n, batch, plan, base=0):

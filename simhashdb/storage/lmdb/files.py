@@ -212,9 +212,10 @@ class LmdbStorage(Storage):
     def _tidy(self):
         """The merges and the rewrites a committed batch left (of the
         documents and the index once removals passed a quarter of them, then of
-        the tables), in transactions of about a table's entries each, so the
-        file needs room for the tables and about one table more."""
-        self._maintain(lambda txn: txn.tidy(), 2 * self._layout.tables + 2,
+        the tables, and the bands' merges, which come due together), in
+        transactions of about a table's entries each, so the file needs room
+        for the tables and about one table more."""
+        self._maintain(lambda txn: txn.tidy(), 2 * self._layout.tables + BANDS + 2,
                        "the batch is stored, but merging the tables' runs after it",
                        "the next write tries again")
 

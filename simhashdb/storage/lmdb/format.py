@@ -136,7 +136,7 @@ class SubDatabase(NamedTuple):
 
 
 RUN_SLOTS, RUN_RATIO = 8, 4  # a table's slots (one live run each); the merge ratio
-BAND_RATIO = 3  # the bands' lazier merges: see pyruns.merge_width
+BAND_RATIO = 4  # the bands' lazier merges: see pyruns.merge_width
 INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 KEY_SLOTS = INDEX_SLOTS  # the key map's slots, kept as the index's
 ID_BYTES = 8  # a document id, big-endian: a record's key, a value of the key map and of the index

@@ -41,15 +41,15 @@ def merge_width(runs, lazy):
     """How many of the newest ``runs`` the merge policy takes into one next
     (0: none). A table's (the ratio rule): the two newest, where the newest
     is over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search
-    asks each run's filter, so runs cost it little): none until the slots run
-    short, then the newest j (two at least) while together they are over
-    1/BAND_RATIO of the run before them. Either merges once the slots run
-    short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
+    asks each run's filter, so runs cost it little): none until it has
+    RUN_SLOTS - 2 runs, then the newest j (two at least) while together they
+    are over 1/BAND_RATIO of the run before them. Either merges once the
+    slots run short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
     if len(runs) < 2:
         return 0
     if not lazy:
         return 2 if len(runs) >= RUN_SLOTS - 1 or runs[-1][2] * RUN_RATIO > runs[-2][2] else 0
-    if len(runs) < RUN_SLOTS - 1:
+    if len(runs) < RUN_SLOTS - 2:
         return 0
     width, merged = 2, runs[-1][2] + runs[-2][2]
     while width < len(runs) and merged * BAND_RATIO > runs[-1 - width][2]:
@@ -59,14 +59,14 @@ def merge_width(runs, lazy):
 
 
 def merge_due(runs, limit, lazy):
-    """Whether a batch merges now (merge_width) within ``limit`` entries; a
-    table's also where the slots run short, whatever its size (a band's,
-    next batch: it merges before it adds its run); with no limit, while any
+    """Whether a batch merges now (merge_width) within ``limit`` entries, or
+    whatever their size where the slots run short (a run set never keeps
+    more runs than the next batch leaves room for); with no limit, while any
     merges are left."""
     if limit is None:
         return merges_left(runs, lazy)
     width = merge_width(runs, lazy)
-    return bool(width) and ((not lazy and len(runs) >= RUN_SLOTS - 1)
+    return bool(width) and (len(runs) >= RUN_SLOTS - 1
                             or sum(size for _, _, size in runs[-width:]) <= limit)
 
 
@@ -78,8 +78,11 @@ def settle_due(runs, settle):
 
 def merges_left(runs, lazy):
     """Whether some merge is due (for tidy): a table's run over 1/RUN_RATIO
-    of the one before it, or, either way, the slots running short."""
-    return len(runs) >= RUN_SLOTS - 1 or not lazy and any(
+    of the one before it, or the slots running short; a band's RUN_SLOTS -
+    2 runs."""
+    if lazy:
+        return len(runs) >= RUN_SLOTS - 2
+    return len(runs) >= RUN_SLOTS - 1 or any(
         newer[2] * RUN_RATIO > older[2] for older, newer in zip(runs, runs[1:]))
 
 

@@ -334,30 +334,25 @@ class PyTxn(PyView, Txn):
         then merge the newest runs while merge_due within the storage's
         ``batch_merge`` entries (``tidying``: while any merge is left;
         ``settle``: the two newest while they hold at most that many entries,
-        and no merge takes more), as the native backend does (a band that
-        tidy left with its slots short merges before the run is added);
-        returns the entries merged."""
+        and no merge takes more), as the native backend does; returns the
+        entries merged."""
         runs = self._directory(table)
         lazy = table >= self._storage._layout.tables
         limit = settle or (None if tidying or not self._storage.batch_merge
                            else self._storage.batch_merge)
+        if values is not None:
+            self._put_run(table, runs, values)
         merged = 0
-        while True:
-            if values is not None and len(runs) < RUN_SLOTS - 1:  # leaving a slot for a merge
-                self._put_run(table, runs, values)
-                values = None
-                continue
-            settling = settle_due(runs, settle)
-            if values is None and not settling and not merge_due(runs, limit, lazy):
-                break
-            sources = runs[-(merge_width(runs, True) if lazy and not settling else 2):]
+        while settle_due(runs, settle) or merge_due(runs, limit, lazy):
+            width = 2 if settle_due(runs, settle) or not lazy else merge_width(runs, True)
+            sources = runs[-width:]
             merged += sum(size for _, _, size in sources)
             self._put_run(table, runs, functools.reduce(_ext.merge_unique, (
                 self._run_range(table, run, slot, 0, MAX_VALUE) for run, slot, _ in sources)))
             for _, slot, _ in sources:
                 self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)],
                                delete=False)
-            del runs[-len(sources) - 1:-1]
+            del runs[-width - 1:-1]
         self.untidy = self.untidy or merges_left(runs, lazy)
         self._save_directory(table, runs)
         return merged

@@ -653,6 +653,17 @@ def test_a_runs_prefix_filter_rules_out_only_ranges_it_holds_nothing_in(tmp_path
             assert (counts["ranges_skipped"] == 0) == (filter_bits == 0)
 
 
+def _crowded(rng, n, prefix, bits, probes):
+    """``n`` random fingerprints, a third of them under ``prefix`` (their low
+    ``bits`` random), with 0 and 2^64 - 1; and ``probes`` of them with one
+    random bit flipped."""
+    fps = rng.integers(0, 2**64, n, dtype=np.uint64)
+    fps[:n // 3] = np.uint64(prefix) + rng.integers(0, 2**bits, n // 3, dtype=np.uint64)
+    fps[n // 3:n // 3 + 2] = 0, TOP
+    return fps, fps[rng.integers(0, n, probes)] ^ (
+        np.uint64(1) << rng.integers(0, 64, probes, dtype=np.uint64))
+
+
 @pytest.mark.usefixtures("runs_only")  # the runs themselves: none in recent
 @pytest.mark.parametrize("blocks,table_distance", [(5, 3), (2, 1)])
 def test_a_run_too_big_for_a_directory_at_once_gets_one_after_its_searches_sought_it(
@@ -665,12 +676,7 @@ def test_a_run_too_big_for_a_directory_at_once_gets_one_after_its_searches_sough
     pytest.importorskip("simhashdb._lmdb")
     import simhashdb
     from simhashdb.storage.lmdb.native import NativeStorage
-    rng = np.random.default_rng(7)
-    fps = rng.integers(0, 2**64, 3000, dtype=np.uint64)
-    fps[:1000] = np.uint64(0xABCD_0000_0000_0000) + rng.integers(0, 2**16, 1000, dtype=np.uint64)
-    fps[1000:1002] = 0, TOP
-    probes = fps[rng.integers(0, len(fps), 400)] ^ (np.uint64(1) << rng.integers(0, 64, 400,
-                                                                                 dtype=np.uint64))
+    fps, probes = _crowded(np.random.default_rng(7), 3000, 0xABCD_0000_0000_0000, 16, 400)
     path = str(tmp_path / "db")
     with simhashdb.DB(path, distance=3, blocks=blocks, table_distance=table_distance) as db:
         db.insert_many(keys=np.arange(len(fps), dtype=np.uint64), fingerprints=fps)
@@ -720,11 +726,7 @@ def test_the_block_directories_follow_the_map_when_it_grows(tmp_path):
     import simhashdb
     from simhashdb.rule import bands
     rng = np.random.default_rng(11)
-    fps = rng.integers(0, 2**64, 6000, dtype=np.uint64)
-    fps[:2000] = np.uint64(0x1234_0000_0000_0000) + rng.integers(0, 2**20, 2000, dtype=np.uint64)
-    fps[2000:2002] = 0, TOP
-    probes = fps[rng.integers(0, len(fps), 300)] ^ (np.uint64(1) << rng.integers(0, 64, 300,
-                                                                                 dtype=np.uint64))
+    fps, probes = _crowded(rng, 6000, 0x1234_0000_0000_0000, 20, 300)
     words = ["w%d" % i for i in range(3000)]
     texts = [" ".join(rng.choice(words, 50).tolist()) for _ in range(3000)]
     keys = array("I", itertools.chain.from_iterable(

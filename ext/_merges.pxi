@@ -327,7 +327,8 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     """Append sorted ``perms`` (if ``n``) to run set ``t`` (a table, or a band
     after the tables) as a new run, then merge the newest runs while
     merge_due within ``w.merge_limit``, so a table keeps about
-    log_RATIO(N / batch) runs; bigger merges are noted for tidy. Where the runs a table's merges would take are committed and hold
+    log_RATIO(N / batch) runs; bigger merges are noted for tidy. Where the
+    runs a table's merges would take are committed and hold
     ``w.threaded_merge`` entries or more, they are merged at once, in parts;
     so is a band's merge of that many."""
     cdef TableRuns r = w.table_runs[t]

@@ -130,7 +130,8 @@ cdef size_t merge_width(const TableRuns* r, bint lazy) noexcept nogil:
     if r.n < 2:
         return 0
     if not lazy:
-        return 2 if r.n >= RUN_SLOTS - 1 or r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2] else 0
+        return 2 if (r.n >= RUN_SLOTS - 1
+                     or r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2]) else 0
     if r.n < RUN_SLOTS - 2:
         return 0
     merged = r.entries[r.n - 1] + r.entries[r.n - 2]

@@ -118,10 +118,7 @@ cdef void dir_clear(DirCache* cache, bint last) noexcept nogil:
         cache.dirs[at] = NULL
         if d != NULL and dir_unref(d):
             dir_free(d)
-    cdef RunsView* view = cache.view
-    cache.view = NULL
-    if view != NULL and view_unref(view):
-        view_free(view)
+    view_drop(cache)
     if not last:
         pthread_mutex_unlock(&cache.lock)
 
@@ -153,11 +150,17 @@ cdef void dir_rebase(DirCache* cache, MDB_txn* txn, const MDB_dbi* slots) noexce
         cache.dirs[at] = NULL
         if dir_unref(d):
             dir_free(d)
+    view_drop(cache)
+    pthread_mutex_unlock(&cache.lock)
+
+
+cdef void view_drop(DirCache* cache) noexcept nogil:
+    """Drop the cached view (the cache's lock held, or at the cache's end);
+    its holders keep theirs."""
     cdef RunsView* view = cache.view
     cache.view = NULL
     if view != NULL and view_unref(view):
         view_free(view)
-    pthread_mutex_unlock(&cache.lock)
 
 
 cdef inline bint view_unref(RunsView* v) noexcept nogil:

@@ -195,7 +195,7 @@ cdef void prefetch_probe(Work* w, uint64_t probe) noexcept nogil:
                 if d == NULL or d.n == 0:
                     continue
                 if round_ == 0:
-                    if d.filter != NULL and (lo >> d.shift) == (hi >> d.shift):
+                    if d.filter != NULL:  # (a hint, as filter_ranges gives it)
                         __builtin_prefetch(filter_word(d, lo))
                 elif not filter_holds(d, lo, hi):
                     continue

@@ -35,10 +35,11 @@ cdef int note_bands(Work* w, const uint8_t* value, size_t size, uint64_t fp,
     """Note the band entries of a document value (none for a document without
     a signature) as brought to or taken from the bands."""
     cdef const uint8_t* signature
+    cdef size_t signature_bytes = 0
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef int b, rc = 0
-    signature = value_signature(value, size, 2 * MINHASH_BINS)
-    if signature == NULL or signature_bands(signature, keys) == 0:
+    signature = value_signature(value, size, &signature_bytes)
+    if signature == NULL or signature_bands(signature, signature_bytes, keys) == 0:
         return 0
     for b in range(SIGNATURE_BANDS):
         rc = u64_push(&w.band_changes[b], ((<uint64_t>keys[b]) << 32) | (fp >> 32))
@@ -116,6 +117,7 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
     cdef U64s entries[BAND_GROUP]
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef const uint8_t* signature
+    cdef size_t signature_bytes = 0
     cdef uint64_t fp
     cdef MDB_val record, k, v
     cdef int b, rc = 0
@@ -128,8 +130,8 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
         if rc == 0 and value_fingerprint(&v, &fp) != 0:
             rc = CORRUPTED
             break
-        signature = value_signature(<const uint8_t*>v.mv_data, v.mv_size, 2 * MINHASH_BINS)
-        if signature != NULL and signature_bands(signature, keys):
+        signature = value_signature(<const uint8_t*>v.mv_data, v.mv_size, &signature_bytes)
+        if signature != NULL and signature_bands(signature, signature_bytes, keys):
             for b in range(first, end):
                 if rc == 0:
                     rc = u64_push(&entries[b - first], ((<uint64_t>keys[b]) << 32) | (fp >> 32))
@@ -211,6 +213,7 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
     cdef MDB_val k, v, key, value
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef const uint8_t* signature
+    cdef size_t signature_bytes = 0
     cdef uint64_t id
     cdef int rc
     write_be(start, (entry & 0xFFFFFFFFULL) << 32, 8)
@@ -226,8 +229,8 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
             rc = read_record(w.record_cursor, id, &key, &value)
         if rc == 0:
             signature = value_signature(<uint8_t*>value.mv_data, value.mv_size,
-                                        2 * MINHASH_BINS)
-            if signature != NULL and signature_bands(signature, keys) and \
+                                        &signature_bytes)
+            if signature != NULL and signature_bands(signature, signature_bytes, keys) and \
                     keys[band] == (entry >> 32):
                 return 1
         elif rc != MDB_NOTFOUND:

@@ -99,8 +99,47 @@ include "_signature.pxi"
 
 
 
-SIGNATURE_BYTES = 2 * MINHASH_BINS  # a text's resemblance signature: 128 bins of 16 bits
+SIGNATURE_BYTES = NARROW_SIGNATURE  # a text's resemblance signature: 128 bins of 8 bits
+WIDE_SIGNATURE_BYTES = WIDE_SIGNATURE  # of 16 bits (databases made before format 10)
+BINS = MINHASH_BINS
 BANDS = SIGNATURE_BANDS  # the band keys of a signature
+
+
+cdef Py_ssize_t signature_size(const unsigned char[::1] signature) except -1:
+    """The size of a signature, checked: 128 bytes (8-bit bins) or 256 (16-bit)."""
+    if signature.shape[0] != NARROW_SIGNATURE and signature.shape[0] != WIDE_SIGNATURE:
+        raise InvalidArgumentError("a signature is %d bytes (8-bit bins) or %d (16-bit), got %d"
+                                   % (NARROW_SIGNATURE, WIDE_SIGNATURE, signature.shape[0]))
+    return signature.shape[0]
+
+
+cdef Py_ssize_t meet(const unsigned char[::1] a, const unsigned char[::1] b,
+                     const unsigned char** x, const unsigned char** y,
+                     unsigned char* narrowed) except -1:
+    """Point ``x`` and ``y`` at signatures ``a`` and ``b`` in one width, the
+    wider narrowed into ``narrowed`` (NARROW_SIGNATURE bytes) where they
+    differ; returns the size they meet at."""
+    cdef Py_ssize_t size_a = signature_size(a), size_b = signature_size(b)
+    x[0], y[0] = &a[0], &b[0]
+    if size_a == size_b:
+        return size_a
+    if size_a == WIDE_SIGNATURE:
+        narrow_signature(&a[0], narrowed)
+        x[0] = narrowed
+    else:
+        narrow_signature(&b[0], narrowed)
+        y[0] = narrowed
+    return NARROW_SIGNATURE
+
+
+def narrow(const unsigned char[::1] signature):
+    """The 8-bit form (128 bytes) of a signature, itself where it has it."""
+    if signature_size(signature) == NARROW_SIGNATURE:
+        return bytes(signature)
+    out = bytearray(NARROW_SIGNATURE)
+    cdef unsigned char[::1] view = out
+    narrow_signature(&signature[0], &view[0])
+    return bytes(out)
 
 
 def num_differing_bits(a, b):
@@ -143,21 +182,23 @@ include "_tables.pxi"
 
 
 def resemblance(const unsigned char[::1] a, const unsigned char[::1] b):
-    """Estimated word 5-shingle Jaccard similarity of two ``word_minhash``
-    signatures: equal bins over bins that are not empty in both."""
-    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
-        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
-    return signature_resemblance(&a[0], &b[0])
+    """Estimated word 5-shingle Jaccard similarity of two signatures (see
+    _signature.pxi), of either width: a wider one is narrowed to meet a
+    narrower one."""
+    cdef const unsigned char* x
+    cdef const unsigned char* y
+    cdef unsigned char narrowed[NARROW_SIGNATURE]
+    cdef Py_ssize_t size = meet(a, b, &x, &y, narrowed)
+    return signature_resemblance(x, y, size)
 
 
 def bands(const unsigned char[::1] signature):
-    """The band keys of a ``word_minhash`` signature (an ``array('I')`` of 32;
+    """The band keys of a signature of either width (an ``array('I')`` of 32;
     empty for a signature with no bin filled): see _signature.pxi."""
-    if signature.shape[0] != 2 * MINHASH_BINS:
-        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
+    cdef Py_ssize_t size = signature_size(signature)
     out = array("I", [0]) * SIGNATURE_BANDS
     cdef uint32_t[::1] keys = out
-    return out if signature_bands(&signature[0], &keys[0]) else array("I")
+    return out if signature_bands(&signature[0], size, &keys[0]) else array("I")
 
 
 def pack_key(fp):

@@ -285,15 +285,16 @@ cdef int push_scored(ScoredPairs* out, uint64_t a, uint64_t b, double score) exc
     return 0
 
 
-def band_pairs(const unsigned char[::1] signatures, double threshold, int only_band=-1):
-    """The pairs (i, j), i < j, of ``signatures`` (2 * MINHASH_BINS bytes each;
-    all zero for a document without text, which has no bands) that share a
+def band_pairs(const unsigned char[::1] signatures, Py_ssize_t size, double threshold,
+               int only_band=-1):
+    """The pairs (i, j), i < j, of ``signatures`` (``size`` bytes each, 128 or
+    256; all zero for a document without text, which has no bands) that share a
     band, each once, whose resemblance is at least ``threshold``: a flat
     ``array('Q')`` [i, j, ...] and an ``array('d')`` of their resemblance.
 
     With ``only_band`` (a band number), the signatures all share that band (a
     group that Spark gathered): the pairs whose first shared band it is."""
-    cdef Py_ssize_t size = 2 * MINHASH_BINS, n = signatures.shape[0] // size
+    cdef Py_ssize_t n
     cdef Py_ssize_t i, a, c, start, end, first
     cdef int band, earlier
     cdef uint64_t x, y
@@ -306,9 +307,12 @@ def band_pairs(const unsigned char[::1] signatures, double threshold, int only_b
     cdef uint64_t[::1] pair_view
     cdef double[::1] score_view
     out.pairs, out.scores, out.length, out.capacity = NULL, NULL, 0, 0
-    if only_band >= SIGNATURE_BANDS or signatures.shape[0] % size:
-        raise InvalidArgumentError("expected signatures of %d bytes and a band below %d"
-                                   % (size, SIGNATURE_BANDS))
+    if size not in (NARROW_SIGNATURE, WIDE_SIGNATURE) or only_band >= SIGNATURE_BANDS \
+            or signatures.shape[0] % size:
+        raise InvalidArgumentError("expected signatures of %d bytes (%d or %d) and a band "
+                                   "below %d" % (size, NARROW_SIGNATURE, WIDE_SIGNATURE,
+                                                 SIGNATURE_BANDS))
+    n = signatures.shape[0] // size
     try:
         grow(<void**>&keys, (n * SIGNATURE_BANDS + 1) * sizeof(uint32_t))
         grow(<void**>&has, n + 1)
@@ -316,7 +320,8 @@ def band_pairs(const unsigned char[::1] signatures, double threshold, int only_b
         grow(<void**>&scratch, (n + 1) * sizeof(uint64_t))
         with nogil:
             for i in range(n):
-                has[i] = signature_bands(&signatures[i * size], &keys[i * SIGNATURE_BANDS]) != 0
+                has[i] = signature_bands(&signatures[i * size], size,
+                                         &keys[i * SIGNATURE_BANDS]) != 0
             for band in range(SIGNATURE_BANDS):
                 if only_band >= 0 and band != only_band:
                     continue
@@ -342,7 +347,7 @@ def band_pairs(const unsigned char[::1] signatures, double threshold, int only_b
                                     break
                             else:
                                 score = signature_resemblance(&signatures[x * size],
-                                                              &signatures[y * size])
+                                                              &signatures[y * size], size)
                                 if score >= threshold:
                                     push_scored(&out, x if x < y else y, y if x < y else x,
                                                 score)
@@ -364,26 +369,31 @@ def band_pairs(const unsigned char[::1] signatures, double threshold, int only_b
 
 def shares_a_band(const unsigned char[::1] a, const unsigned char[::1] b):
     """Whether two signatures share a band (False where either has none)."""
-    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
-        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
-    return signatures_share_a_band(&a[0], &b[0])
+    cdef const unsigned char* x
+    cdef const unsigned char* y
+    cdef unsigned char narrowed[NARROW_SIGNATURE]
+    cdef Py_ssize_t size = meet(a, b, &x, &y, narrowed)
+    return signatures_share_a_band(x, y, size)
 
 
 def banded_resemblance(const unsigned char[::1] a, const unsigned char[::1] b, bint near):
     """The resemblance of two signatures where the text rule compares them:
     their texts' fingerprints are ``near`` or they share a band; else -1.0."""
-    if a.shape[0] != 2 * MINHASH_BINS or b.shape[0] != 2 * MINHASH_BINS:
-        raise InvalidArgumentError("a signature is %d bytes" % (2 * MINHASH_BINS))
-    if near or signatures_share_a_band(&a[0], &b[0]):
-        return signature_resemblance(&a[0], &b[0])
+    cdef const unsigned char* x
+    cdef const unsigned char* y
+    cdef unsigned char narrowed[NARROW_SIGNATURE]
+    cdef Py_ssize_t size = meet(a, b, &x, &y, narrowed)
+    if near or signatures_share_a_band(x, y, size):
+        return signature_resemblance(x, y, size)
     return -1.0
 
 
-cdef bint signatures_share_a_band(const unsigned char* a, const unsigned char* b) noexcept nogil:
+cdef bint signatures_share_a_band(const unsigned char* a, const unsigned char* b,
+                                  Py_ssize_t size) noexcept nogil:
     cdef uint32_t x[SIGNATURE_BANDS]
     cdef uint32_t y[SIGNATURE_BANDS]
     cdef int band
-    if not signature_bands(a, x) or not signature_bands(b, y):
+    if not signature_bands(a, size, x) or not signature_bands(b, size, y):
         return False
     for band in range(SIGNATURE_BANDS):
         if x[band] == y[band]:

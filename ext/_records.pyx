@@ -447,13 +447,14 @@ def matches(list found, type match):
     return out
 
 
-def signature(const uint8_t[::1] value, size_t size):
-    """The ``size`` bytes of the signature a well-formed document value
-    holds, or None where it holds none this reading finds (the caller then
-    reads the value the general way, which also tells a damaged one)."""
+def signature(const uint8_t[::1] value):
+    """The signature a well-formed document value holds (128 or 256 bytes),
+    or None where it holds none this reading finds (the caller then reads the
+    value the general way, which also tells a damaged one)."""
+    cdef size_t size = 0
     if value.shape[0] == 0:
         return None
-    cdef const uint8_t* found = value_signature(&value[0], value.shape[0], size)
+    cdef const uint8_t* found = value_signature(&value[0], value.shape[0], &size)
     return None if found == NULL else (<const char*>found)[:size]
 
 

@@ -424,7 +424,7 @@ def band_hits(list calls, const uint64_t[::1] node_ranges, Py_ssize_t per_blob,
 
 def sorted_band_entries(list signatures, fps, list without=None):
     """For each of the SIGNATURE_BANDS bands, the entries (band key << 32 |
-    fingerprint >> 32) of the ``signatures`` (2 * MINHASH_BINS bytes, or None:
+    fingerprint >> 32) of the ``signatures`` (128 or 256 bytes, or None:
     a document stored without one) of the fingerprints ``fps``, sorted, each
     once, less those in ``without[band]`` (sorted uint64 buffers, or None):
     a list of uint64 arrays. A signature with no bin filled has no entries."""
@@ -452,10 +452,10 @@ def sorted_band_entries(list signatures, fps, list without=None):
             if signatures[i] is None:
                 continue
             signature = signatures[i]
-            if signature.shape[0] != 2 * MINHASH_BINS:
-                raise ValueError("a signature is %d bytes, not %d"
-                                 % (signature.shape[0], 2 * MINHASH_BINS))
-            if signature_bands(&signature[0], keys + m * SIGNATURE_BANDS):
+            if signature.shape[0] != NARROW_SIGNATURE and signature.shape[0] != WIDE_SIGNATURE:
+                raise ValueError("a signature is %d bytes, not %d or %d"
+                                 % (signature.shape[0], NARROW_SIGNATURE, WIDE_SIGNATURE))
+            if signature_bands(&signature[0], signature.shape[0], keys + m * SIGNATURE_BANDS):
                 prefixes[m] = hs[i] >> 32
                 m += 1
         for b in range(SIGNATURE_BANDS):

@@ -1,15 +1,19 @@
 # The resemblance signature's bands, shared by _ext (for Python and the
 # in-memory text pair scan) and _lmdb (the native backend's band tables).
 #
-# A signature is a one-permutation MinHash of 128 bins of 16 bits (0: an empty
-# bin), big-endian (see word_minhash in _ext.pyx). Its bands: the bins in 32
-# runs of 4, after optimal densification (Shrivastava, 2017: an empty bin
-# takes the value of the first non-empty bin along a fixed pseudo-random probe
-# sequence of its own, so that two texts agree in a band with probability
-# close to their Jaccard similarity to the 4th, empty bins or not). A band's
-# key is a 32-bit hash of (its number, its 4 values). Two texts of Jaccard
-# similarity J share at least one band with probability 1 - (1 - J^4)^32:
-# 0.99 at J = 0.6 (a copy with 1 word in 20 replaced), 0.01 at J = 0.1.
+# A signature is a one-permutation MinHash of 128 bins (0: an empty bin), in
+# one of two widths (see word_minhash in _text.pyx): 16 bits a bin, big-endian
+# (256 bytes, databases made before format 10), or 8 (128 bytes): a 16-bit bin v
+# narrowed to 1 + (v - 1) mod 255, so that 0 still marks an empty bin (b-bit
+# MinHash, Li and Koenig, 2010). Its bands: the bins in 32 runs of 4, after
+# optimal densification (Shrivastava, 2017: an empty bin takes the value of the
+# first non-empty bin along a fixed pseudo-random probe sequence of its own, so
+# that two texts agree in a band with probability close to their Jaccard
+# similarity to the 4th, empty bins or not). A band's key is a 32-bit hash of
+# (its number, its 4 values). Two texts of Jaccard similarity J share at least
+# one band with probability 1 - (1 - J^4)^32: 0.99 at J = 0.6 (a copy with 1
+# word in 20 replaced), 0.01 at J = 0.1. Signatures of the two widths meet by
+# narrowing the wider one.
 
 from libc.stdint cimport uint32_t, uint64_t
 
@@ -20,18 +24,39 @@ cdef enum:
     SIGNATURE_BANDS = 32
     BAND_ROWS = 4
     DENSIFY_PROBES = 4 * MINHASH_BINS
+    NARROW_SIGNATURE = MINHASH_BINS  # the bytes of a signature of 8-bit bins
+    WIDE_SIGNATURE = 2 * MINHASH_BINS  # of 16-bit bins
+    NARROW_CODES = 255  # the values a filled 8-bit bin takes: 1 to 255
 
 
-cdef int signature_bands(const unsigned char* signature, uint32_t* keys) noexcept nogil:
-    """Write the SIGNATURE_BANDS band keys of a 256-byte signature to ``keys``;
-    returns the number written: 0 for a signature with no bin filled (a text
-    with no word: it has no bands)."""
+cdef inline unsigned int signature_bin(const unsigned char* signature, Py_ssize_t size,
+                                       int i) noexcept nogil:
+    """Bin ``i`` of a signature of ``size`` bytes (NARROW_ or WIDE_SIGNATURE)."""
+    if size == WIDE_SIGNATURE:
+        return (signature[2 * i] << 8) | signature[2 * i + 1]
+    return signature[i]
+
+
+cdef inline void narrow_signature(const unsigned char* wide, unsigned char* narrow) noexcept nogil:
+    """Write the 8-bit form of a signature of 16-bit bins to ``narrow``."""
+    cdef int i
+    cdef unsigned int v
+    for i in range(MINHASH_BINS):
+        v = (wide[2 * i] << 8) | wide[2 * i + 1]
+        narrow[i] = 1 + (v - 1) % NARROW_CODES if v else 0
+
+
+cdef int signature_bands(const unsigned char* signature, Py_ssize_t size,
+                         uint32_t* keys) noexcept nogil:
+    """Write the SIGNATURE_BANDS band keys of a signature of ``size`` bytes to
+    ``keys``; returns the number written: 0 for a signature with no bin filled
+    (a text with no word: it has no bands)."""
     cdef uint32_t bins[MINHASH_BINS]
     cdef uint32_t filled[MINHASH_BINS]
     cdef int i, t, j, count = 0, b, r
     cdef uint64_t h
     for i in range(MINHASH_BINS):
-        bins[i] = (signature[2 * i] << 8) | signature[2 * i + 1]
+        bins[i] = signature_bin(signature, size, i)
         filled[i] = bins[i] != 0
         count += filled[i]
     if count == 0:
@@ -49,7 +74,7 @@ cdef int signature_bands(const unsigned char* signature, uint32_t* keys) noexcep
             j = (i + 1) % MINHASH_BINS
             while not filled[j]:
                 j = (j + 1) % MINHASH_BINS
-        bins[i] = (signature[2 * j] << 8) | signature[2 * j + 1]
+        bins[i] = bins[j]
     for b in range(SIGNATURE_BANDS):
         h = (<uint64_t>(b + 1)) * 0x9E3779B97F4A7C15ULL
         for r in range(BAND_ROWS):
@@ -58,16 +83,24 @@ cdef int signature_bands(const unsigned char* signature, uint32_t* keys) noexcep
     return SIGNATURE_BANDS
 
 
-cdef inline double signature_resemblance(const unsigned char* a,
-                                         const unsigned char* b) noexcept nogil:
-    """Estimated word 5-shingle Jaccard similarity of two signatures: equal
-    bins over bins that are not empty in both (1.0 for two empty ones)."""
+cdef inline double signature_resemblance(const unsigned char* a, const unsigned char* b,
+                                         Py_ssize_t size) noexcept nogil:
+    """Estimated word 5-shingle Jaccard similarity of two signatures of
+    ``size`` bytes: the share f of equal bins among those not empty in both
+    (1.0 for two empty ones); for 8-bit bins, corrected for unrelated bins
+    equal by chance (c = 1/255): max(0, (f - c) / (1 - c))."""
     cdef int i, used = 0, equal = 0
     cdef unsigned int x, y
+    cdef double share
     for i in range(MINHASH_BINS):
-        x = (a[2 * i] << 8) | a[2 * i + 1]
-        y = (b[2 * i] << 8) | b[2 * i + 1]
+        x = signature_bin(a, size, i)
+        y = signature_bin(b, size, i)
         if x or y:
             used += 1
             equal += x == y
-    return <double>equal / used if used else 1.0
+    if not used:
+        return 1.0
+    share = <double>equal / used
+    if size == WIDE_SIGNATURE:
+        return share
+    return max(0.0, (share * NARROW_CODES - 1) / (NARROW_CODES - 1))

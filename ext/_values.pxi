@@ -60,10 +60,11 @@ cdef const uint8_t* msgpack_skip(const uint8_t* p, const uint8_t* end, int depth
 
 
 cdef const uint8_t* value_signature(const uint8_t* p, size_t size,
-                                    size_t signature_bytes) noexcept nogil:
+                                    size_t* signature_bytes) noexcept nogil:
     """The resemblance signature a document value holds (its 4th item, a
-    msgpack bin of ``signature_bytes``: see simhashdb.records), or NULL
-    for a value with none (a document stored without text) or a damaged one."""
+    msgpack bin of 128 bytes or of 256: see simhashdb.records), its size put
+    in ``signature_bytes``, or NULL for a value with none (a document stored
+    without text) or a damaged one."""
     cdef const uint8_t* end = p + size
     cdef size_t items
     cdef int i
@@ -81,7 +82,10 @@ cdef const uint8_t* value_signature(const uint8_t* p, size_t size,
         p = msgpack_skip(p, end, 0)
         if p == NULL:
             return NULL
-    if <size_t>(end - p) < 3 + signature_bytes or p[0] != 0xc5 or \
-            read_be(p + 1, 2) != signature_bytes:
-        return NULL
-    return p + 3
+    if <size_t>(end - p) >= 2 + 128 and p[0] == 0xc4 and p[1] == 128:
+        signature_bytes[0] = 128
+        return p + 2
+    if <size_t>(end - p) >= 3 + 256 and p[0] == 0xc5 and read_be(p + 1, 2) == 256:
+        signature_bytes[0] = 256
+        return p + 3
+    return NULL

@@ -11,6 +11,7 @@ import time
 
 from . import _ext, _records, results
 from .errors import InvalidArgumentError
+from .fingerprint import SIGNATURE_SIZES
 from .results import Match
 from .records import (
     decode,
@@ -23,17 +24,22 @@ from .records import (
 )
 
 
-def _signed(value, signature, source):
+def _signed(value, signature, source, bits):
     """A document value with the text's ``signature`` (None: none) read from
-    ``source``."""
+    ``source``, in a database of signatures of ``bits``-bit bins (one of
+    16-bit bins is narrowed to 8 where the database has 8)."""
     if signature is None:
         return value
-    if not isinstance(signature, bytes) or len(signature) != _ext.SIGNATURE_BYTES:
+    if not isinstance(signature, bytes) or len(signature) not in SIGNATURE_SIZES.values():
         raise InvalidArgumentError(
-            "%s has signatures of other values than resemblance signatures (%d bytes, from "
-            "simhashdb.fingerprint_with_signature): rename that column or field"
-            % (source, _ext.SIGNATURE_BYTES))
-    return with_signature(value, signature)
+            "%s has signatures of other values than resemblance signatures (%d or %d bytes, "
+            "from simhashdb.fingerprint_with_signature): rename that column or field"
+            % (source, _ext.SIGNATURE_BYTES, _ext.WIDE_SIGNATURE_BYTES))
+    if len(signature) < SIGNATURE_SIZES[bits]:
+        raise InvalidArgumentError(
+            "%s has signatures of 8-bit bins, and the database keeps those of 16 (it was "
+            "made before simhashdb 0.15): import them into a new database" % source)
+    return with_signature(value, _ext.narrow(signature) if bits == 8 else signature)
 
 
 def _text_record(record):
@@ -125,17 +131,18 @@ def upsert_batches(writer, records, batch_size, encode):
     return written
 
 
-def exported_documents(batch, max_key_bytes, now, source, check_recipe):
+def exported_documents(batch, max_key_bytes, now, source, check_recipe, signature_bits):
     """The documents of records as :meth:`DB.export_records` gives them (a
-    fifth item: a text's signature, or None); ``check_recipe()`` is called
-    once the signatures are checked, before any is kept."""
+    fifth item: a text's signature, or None), for a database of signatures of
+    ``signature_bits``-bit bins; ``check_recipe()`` is called once the
+    signatures are checked, before any is kept."""
     whole = [isinstance(record, (tuple, list)) and len(record) == 5 for record in batch]
     signatures = [record[4] if five else None for record, five in zip(batch, whole)]
     documents = encode_documents([record[:4] if five else record
                                   for record, five in zip(batch, whole)], max_key_bytes, now)
     if not any(signatures):
         return documents
-    signed = [(key, fp, _signed(value, theirs, source))
+    signed = [(key, fp, _signed(value, theirs, source, signature_bits))
               for (key, fp, value), theirs in zip(documents, signatures)]
     check_recipe()
     return signed

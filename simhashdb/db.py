@@ -113,8 +113,9 @@ class DB:
             params.new_layout(distance, blocks, expected_size, table_distance)
         self._storage = open_storage(path, readonly=readonly, create=create, backend=backend)
         try:
-            self._distance, self._layout, self.recipe, self._format = params.open_params(
-                self._storage, distance, blocks, expected_size, recipe, table_distance)
+            self._distance, self._layout, self.recipe, self._format, self._signature_bits = \
+                params.open_params(self._storage, distance, blocks, expected_size, recipe,
+                                   table_distance)
         except BaseException:
             self._storage.close()
             raise
@@ -395,7 +396,8 @@ class DB:
             raise ParameterMismatchError(
                 "%s holds fingerprints made with %r, a recipe this simhashdb cannot "
                 "fingerprint text with" % (self.path, recipe))
-        fp, signature = fingerprint_with_signature(text, html=html, **RECIPES[recipe])
+        fp, signature = fingerprint_with_signature(
+            text, html=html, signature_bits=self._signature_bits, **RECIPES[recipe])
         if fp == 0:  # the fingerprint of nothing would match every other empty document
             raise InvalidArgumentError("the text has no words to fingerprint; leave empty "
                                        "documents out")
@@ -547,7 +549,7 @@ class DB:
         its reads sees whole batches, but a batch written meanwhile may be seen
         by later reads only). It streams the pairs of a database of
         fingerprints; the text rule reads every document's signature first
-        (256 bytes a document in memory). Bad arguments raise at the call.
+        (128 bytes a document in memory). Bad arguments raise at the call.
         """
         return pairs.find_all(self._storage, self._layout, self.recipe,
                               self._scan_distance(distance), _threshold(threshold, short_words))
@@ -583,7 +585,7 @@ class DB:
             "block_widths": list(self._layout.widths),
             "tables": tables,
             "format": self._format,
-            "recipe": self.recipe,
+            "recipe": self.recipe, "signature_bits": self._signature_bits,
             "bytes_per_fingerprint_per_table":
                 size / (distinct * tables) if distinct else 0.0,
         }, **info)
@@ -653,7 +655,8 @@ class DB:
         recipe = recipe or RECIPE
         return upsert_batches(self._writer, records, batch_size, lambda batch, now:
                               exported_documents(batch, self._storage.max_key_bytes, now, source,
-                                                 lambda: self._check_recipe(recipe, source)))
+                                                 lambda: self._check_recipe(recipe, source),
+                                                 self._signature_bits))
 
     def _check_recipe(self, recipe, source):
         """Refuse texts of ``recipe`` from ``source`` unless the database is of

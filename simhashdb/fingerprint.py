@@ -48,6 +48,7 @@ DEFAULT_WINDOW = (2, 3, 4)
 DEFAULT_CJK_WINDOW = (1, 2)
 DEFAULT_MAX_RUN = 3
 MAX_WINDOW = 32
+SIGNATURE_SIZES = {8: _ext.SIGNATURE_BYTES, 16: _ext.WIDE_SIGNATURE_BYTES}  # bits a bin: bytes
 DEFAULT_UNIT = "chars"
 UNITS = ("chars", "words")
 WORD_WEIGHTS = "words-idf-5000"
@@ -295,15 +296,22 @@ def fingerprint(text: Text, window: Any = _DEFAULT, unit: Any = _DEFAULT,
     return method(_read(text, html, extract))[0]
 
 
-def fingerprint_with_signature(text: Text, html: Html = False, **options: Any
-                               ) -> tuple[int, bytes]:
+def fingerprint_with_signature(text: Text, html: Html = False, signature_bits: int = 8,
+                               **options: Any) -> tuple[int, bytes]:
     """(:func:`fingerprint`, :func:`resemblance` signature) of one text,
     normalised once; ``options`` as for fingerprint.
 
     The signature is a one-permutation MinHash of the text's word
-    5-shingles (128 bins of 16 bits, 256 bytes, whatever the options)."""
+    5-shingles, whatever the options: 128 bins of ``signature_bits`` (8: 128
+    bytes, the default; 16: 256 bytes, the form of databases made before
+    simhashdb 0.15, which keep it)."""
+    if isinstance(signature_bits, bool) or not isinstance(signature_bits, int) or \
+            signature_bits not in SIGNATURE_SIZES:
+        raise InvalidArgumentError("signature_bits must be 8 or 16, got %s"
+                                   % _ext.shown(signature_bits))
     extract, method = _method(**options)
-    return method(_read(text, html, extract), True)
+    fp, signature = method(_read(text, html, extract), True)
+    return fp, _ext.narrow(signature) if signature_bits == 8 else signature
 
 
 def _read(text, html, extract):
@@ -320,7 +328,7 @@ def resemblance(signature_a: bytes, signature_b: bytes) -> float:
     """The estimated word 5-shingle Jaccard similarity of two texts, from
     their signatures (:func:`fingerprint_with_signature`): 1.0 for copies,
     about 0.6 with 1 word in 20 edited, 0.4 with 1 in 10, under 0.3 for
-    unrelated texts."""
+    unrelated texts. A signature of 16-bit bins is narrowed to meet one of 8."""
     return _ext.resemblance(signature_a, signature_b)
 
 

@@ -111,8 +111,10 @@ def text_pairs(fingerprints, signatures, layout, threshold, distance=None):
     (resemblance None)."""
     if not isinstance(threshold, rule.Threshold):
         threshold = rule.text_rule(threshold)
-    empty = bytes(_ext.SIGNATURE_BYTES)
-    pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), threshold.least)
+    signatures, size = rule.one_width(signatures)
+    empty = bytes(size)
+    pairs, scores = _ext.band_pairs(b"".join(s or empty for s in signatures), size,
+                                    threshold.least)
     for p, score in enumerate(scores):
         i, j = pairs[2 * p], pairs[2 * p + 1]
         if rule.passes(score, signatures[i], signatures[j], threshold):

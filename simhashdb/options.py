@@ -220,7 +220,7 @@ def build_parser(handlers):
     sub.add_argument("--fingerprint", default="fingerprint",
                      help="fingerprint column of Parquet input (default: fingerprint)")
     sub.add_argument("--signature", metavar="COLUMN",
-                     help="the column of resemblance signatures (binary, 256 bytes; null for a "
+                     help="the column of resemblance signatures (binary, 128 or 256 bytes; null for a "
                           "document without text) of Parquet input, which makes the text rule "
                           "decide (default: a binary column named signature, where there is "
                           "one; '' for none: the distance alone); the column the signatures of "

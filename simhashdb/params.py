@@ -1,4 +1,5 @@
-"""A database's stored parameters (its format version, layout and recipe):
+"""A database's stored parameters (its format version, layout, recipe and
+the width of its texts' signature bins):
 checked, packed and stored in this one place, and a database of an earlier
 format brought to this one (:func:`simhashdb.upgrade` copies one whose
 documents are in an earlier form)."""
@@ -17,8 +18,12 @@ from .layout import DEFAULT_EXPECTED_SIZE, Layout
 # 6: a database's distance may exceed its tables' (``table_distance``);
 # 7: the LMDB documents as records under ids, a key map and an index of ids;
 # 8: the LMDB key map by the key's hash (the key stored once, in its record);
-# 9: the LMDB run entries of small writes kept together in `recent` (format 8 reads as it is)
-FORMAT_VERSION = 9
+# 9: the LMDB run entries of small writes kept together in `recent` (format 8 reads as it is);
+# 10: the texts keep signatures of 8-bit bins (``signature_bits``); a database of 16-bit
+#     bins (made before it) reads as it is and stays at 9, which earlier versions write
+FORMAT_VERSION = 10
+SIGNATURE_BITS = 8  # a new database's signature bins
+EARLIER_SIGNATURE_BITS = 16  # those of a database made before format 10
 DEFAULT_DISTANCE = 3
 
 
@@ -87,7 +92,15 @@ def _checked(raw, path):
         raise FormatVersionError(
             "%s has format version %d; this simhashdb reads up to %d: upgrade simhashdb"
             % (path, params["format"], FORMAT_VERSION))
+    if params.setdefault("signature_bits", EARLIER_SIGNATURE_BITS) not in (8, 16):
+        raise DatabaseError("%s has damaged parameters: restore it from a backup" % path)
     return params
+
+
+def written_format(params):
+    """The format a database of ``params`` is kept in: this one, or 9 for one
+    whose signatures have 16-bit bins (nothing else of 10 is new)."""
+    return FORMAT_VERSION if params["signature_bits"] == SIGNATURE_BITS else 9
 
 
 def store(storage, **changes):
@@ -101,7 +114,7 @@ def store(storage, **changes):
 
 
 def open_params(storage, distance, blocks, expected_size, recipe, table_distance=None):
-    """(distance, layout, recipe, format) of the database of ``storage``: its stored
+    """(distance, layout, recipe, format, signature bits) of the database of ``storage``: its stored
     parameters, or, for a new one, those these arguments make, stored;
     explicit ones checked against the stored, an empty database without a
     recipe given ``recipe``, one of an earlier format brought to this one.
@@ -122,7 +135,8 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
         storage.open_tables(layout)
         new = msgpack.packb({"format": FORMAT_VERSION, "distance": k,
                              "table_distance": layout.distance, "blocks": layout.blocks,
-                             "widths": layout.widths, "recipe": recipe})
+                             "widths": layout.widths, "recipe": recipe,
+                             "signature_bits": SIGNATURE_BITS})
 
         def store_new(txn):  # unless a concurrent creator stored its own first
             existing = txn.params()
@@ -151,11 +165,11 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
                 % (storage.path, "with %r" % stored if stored else "by an unnamed "
                    "recipe", recipe))
         stored = recipe
-    if params["format"] < FORMAT_VERSION:
+    if params["format"] < written_format(params):
         _upgrade(storage, params)
     elif not storage.readonly:
         storage.format_stored()
-    return params["distance"], layout, stored, params["format"]
+    return params["distance"], layout, stored, params["format"], params["signature_bits"]
 
 
 def adopt_recipe(storage, recipe):
@@ -190,8 +204,8 @@ def _upgrade(storage, params):
     """Store this format in the parameters of a database of an earlier one
     whose form this version reads as it is (a writable open)."""
     if not storage.readonly:
-        params["format"] = FORMAT_VERSION
-        store(storage, format=FORMAT_VERSION)
+        params["format"] = written_format(params)
+        store(storage, format=params["format"])
         storage.format_stored()
 
 
@@ -232,7 +246,7 @@ def _copy_into(storage, params, layout):
     """Copy the database of ``storage`` (stored ``params``) into this format
     with its tables in ``layout``, put in its place once whole."""
     storage.relayout(layout, msgpack.packb(dict(
-        params, format=FORMAT_VERSION, table_distance=layout.distance,
+        params, format=written_format(params), table_distance=layout.distance,
         blocks=layout.blocks, widths=layout.widths)))
 
 

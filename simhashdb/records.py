@@ -12,7 +12,8 @@ kept as the value's 5th item. A document value is a msgpack array:
 - ``[fingerprint, meta]``: written by simhashdb before 0.2;
 - ``[fingerprint, meta, stored_at]``: ``stored_at`` a UNIX time in whole seconds;
 - ``[fingerprint, meta, stored_at, signature]``: a text document, with its
-  resemblance signature (:func:`simhashdb.fingerprint_with_signature`);
+  resemblance signature (:func:`simhashdb.fingerprint_with_signature`: 128
+  bytes, or 256 in a database made before simhashdb 0.15);
 - ``[fingerprint, meta, stored_at, signature or None, key]``: a document of
   a long key.
 
@@ -298,7 +299,7 @@ def decode_key(key_bytes, value=None):
 def signature(value):
     """The resemblance signature a document value holds, or None (a document
     stored without one, or of a text with no word to sign)."""
-    theirs = _records.signature(value, _ext.SIGNATURE_BYTES)
+    theirs = _records.signature(value)
     if theirs is None:
         items = document_items(value)
         theirs = items[3] if len(items) > 3 else None

@@ -35,7 +35,8 @@ from .records import signature as stored_signature
 THRESHOLD = 0.45  # the least resemblance of a near-duplicate
 NEAR_EXACT = 0.8  # the least resemblance of a short text's near-duplicate: one edited word passes
 SHORT_WORDS = 0  # texts of fewer words are short (0: none); see docs/crawlers.md
-BINS = _ext.SIGNATURE_BYTES // 2
+BINS = _ext.BINS
+NARROW_CODES = 255  # the values a filled 8-bit signature bin takes (1 to 255)
 SHINGLE_WORDS = 5
 GROUP_CHECKED = 64  # the most texts under one fingerprint block whose pairs sharing() checks
 
@@ -69,7 +70,17 @@ def text_rule(threshold=None, short_words=None):
 
 def filled_bins(signature):
     """The bins a signature's shingles fill (0: no text)."""
-    return BINS - memoryview(signature).cast("H").tolist().count(0)
+    bins = memoryview(signature)
+    return BINS - (bins if len(signature) == BINS else bins.cast("H")).tolist().count(0)
+
+
+def one_width(signatures):
+    """``signatures`` (bytes, or None) in one width: those of 16-bit bins
+    narrowed where any has 8-bit ones; and that width's size in bytes."""
+    sizes = {len(s) for s in signatures if s is not None}
+    if len(sizes) < 2:
+        return signatures, sizes.pop() if sizes else _ext.SIGNATURE_BYTES
+    return [s if s is None else _ext.narrow(s) for s in signatures], _ext.SIGNATURE_BYTES
 
 
 def passes(alike, signature, their_signature, threshold):
@@ -250,24 +261,36 @@ def decide(store, texts, distance, threshold):
     return found
 
 
+def _bins(signatures):
+    """A numpy (n, 128 or 256) uint8 array of signatures as (n, 128) bins;
+    equality and emptiness ignore the byte order."""
+    return signatures if signatures.shape[1] == BINS else signatures.view("<u2")
+
+
 def resemblances(signatures, a, b):
     """The resemblance of the signatures of rows ``a`` and ``b`` of a numpy
-    (n, 256) uint8 array, as :func:`simhashdb.resemblance` computes it one
-    pair at a time: equal bins over bins not empty in both."""
-    bins = signatures.view("<u2")   # equality and emptiness ignore the byte order
+    (n, 128 or 256) uint8 array, as :func:`simhashdb.resemblance` computes it
+    one pair at a time: equal bins over bins not empty in both (1.0 where
+    both are empty), corrected for bins equal by chance where they have 8 bits."""
+    bins = _bins(signatures)
     x, y = bins[a], bins[b]
     used = (x | y) != 0
-    equal = ((x == y) & used).sum(axis=1)
-    return equal / used.sum(axis=1)
+    equal, filled = ((x == y) & used).sum(axis=1), used.sum(axis=1)
+    share = equal / filled.clip(min=1)
+    share[filled == 0] = 1.0
+    if signatures.shape[1] == BINS:
+        share = (share * NARROW_CODES - 1) / (NARROW_CODES - 1)
+        share[share < 0] = 0.0
+    return share
 
 
 def passing(signatures, a, b, scores, threshold):
     """:func:`passes` over numpy arrays: for the pairs of rows ``a`` and ``b``
-    of a (n, 256) uint8 array of ``signatures``, of resemblances ``scores``."""
+    of a (n, 128 or 256) uint8 array of ``signatures``, of resemblances ``scores``."""
     passed = scores >= threshold.least
     if threshold.short_bins:
         def is_short(rows):
-            return (signatures[rows].view("<u2") != 0).sum(axis=1) < threshold.short_bins
+            return (_bins(signatures)[rows] != 0).sum(axis=1) < threshold.short_bins
         passed &= ~(is_short(a) | is_short(b)) | (scores >= NEAR_EXACT)
     return passed
 

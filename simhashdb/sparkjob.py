@@ -57,7 +57,11 @@ true]. OLD is read, but never paired with itself."""
 
 def _spark_run(args, session, spark, stack):
     """Run cmd_spark's action and write its output."""
-    df, signature, made = _spark_input(session, args, args.input, args.format)
+    old = args.against is not None and _against_database(args.against)
+    bits = old.stats()["signature_bits"] if old else 8  # texts signed as the old ones are
+    if old:
+        old.close()
+    df, signature, made = _spark_input(session, args, args.input, args.format, bits)
     options = {"key": args.key, "fingerprint": args.fingerprint}
     if args.against is not None:
         options["against"], options["against_columns"] = _spark_against(
@@ -104,21 +108,17 @@ def _spark_against(session, args, stack, texts):
     database's recipe must be the current one where the new rows are
     ``texts`` fingerprinted here."""
     given, exported = args.against, False
-    if not inputs.is_parquet(given) and (given.startswith("redis://") or os.path.isdir(given)):
-        try:
-            db = simhashdb.DB(given, readonly=True, create=False)
-        except simhashdb.DatabaseNotFoundError:
-            db = None
-        if db is not None:
-            with db:
-                if texts and db.recipe != simhashdb.RECIPE:
-                    raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
-                                   "fingerprinted with %r: they would match nothing"
-                                   % (given, db.recipe, args.input, simhashdb.RECIPE))
-                given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
-                                     "against.parquet")
-                db.export_parquet(given)
-                exported = True
+    db = _against_database(given)
+    if db is not None:
+        with db:
+            if texts and db.recipe != simhashdb.RECIPE:
+                raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
+                               "fingerprinted with %r: they would match nothing"
+                               % (given, db.recipe, args.input, simhashdb.RECIPE))
+            given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
+                                 "against.parquet")
+            db.export_parquet(given)
+            exported = True
     if not inputs.is_parquet(given):
         df, signature, _ = _spark_input(session, args, given, None)
         names = {"key": args.key, "fingerprint": args.fingerprint}
@@ -163,11 +163,23 @@ def _spark_session(args):
     return session, spark, (PySparkException, Py4JError)
 
 
-def _spark_input(session, args, given, fmt):
+def _against_database(given):
+    """The database --against names, opened read-only, or None (Parquet or
+    another input)."""
+    if inputs.is_parquet(given) or not (given.startswith("redis://") or os.path.isdir(given)):
+        return None
+    try:
+        return simhashdb.DB(given, readonly=True, create=False)
+    except simhashdb.DatabaseNotFoundError:
+        return None
+
+
+def _spark_input(session, args, given, fmt, signature_bits=8):
     """An input as a DataFrame: Parquet read by Spark, other formats parsed
-    here; the name of its signature column (None: no text, the distance
-    rule decides) and the columns made here (the signatures of texts, the
-    metadata of an archive's pages as msgpack)."""
+    here (texts signed in bins of ``signature_bits``); the name of its
+    signature column (None: no text, the distance rule decides) and the
+    columns made here (the signatures of texts, the metadata of an archive's
+    pages as msgpack)."""
     if fmt == "parquet" or inputs.is_parquet(given):
         df = session.read.parquet(given)
         signature = args.signature
@@ -176,7 +188,7 @@ def _spark_input(session, args, given, fmt):
             signature = "signature"  # as `spark dedupe` of texts writes it
         return df, signature or None, set()  # --signature '': the distance alone
     from simhashdb import spark
-    recipe = simhashdb.RECIPES[simhashdb.RECIPE]
+    recipe = dict(simhashdb.RECIPES[simhashdb.RECIPE], signature_bits=signature_bits)
     last = {}  # the text the reader fingerprinted last: (fingerprint, signature)
 
     def fingerprint(text, html):

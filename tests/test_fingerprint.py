@@ -404,7 +404,9 @@ def old_fingerprint_with_signature(text, html):
        st.booleans())
 def test_native_case_folding_keeps_every_output(text, html):
     expected = old_fingerprint_with_signature(text, html)
-    assert simhashdb.fingerprint_with_signature(text, html=html) == expected
+    assert simhashdb.fingerprint_with_signature(text, html=html, signature_bits=16) == expected
+    assert simhashdb.fingerprint_with_signature(text, html=html) == (
+        expected[0], simhashdb._ext.narrow(expected[1]))
     assert simhashdb.fingerprint(text, html=html) == expected[0]
 
 
@@ -428,7 +430,7 @@ def test_weighted_words_match_the_reference_on_real_files():
     for path in sorted(root.glob("*.py"))[:40]:
         text = path.read_text("utf-8", "replace")
         assert simhashdb.fingerprint(text) == reference_weighted_words(text), path
-        assert simhashdb.fingerprint_with_signature(text) == \
+        assert simhashdb.fingerprint_with_signature(text, signature_bits=16) == \
             old_fingerprint_with_signature(text, False), path
 
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import LMDB_BACKENDS, brute_force, edited, native_built, page, store_format
 
 import simhashdb
+from simhashdb.db import FORMAT_VERSION
 from simhashdb.errors import DamagedError
 from simhashdb.storage import BANDS
 from simhashdb.storage.lmdb import format as lmdb_format
@@ -246,7 +247,7 @@ def test_a_format_8_file_reads_as_it_is(tmp_path, backend):
         assert_exact(db, docs, 20)
     assert raw_state(path)[0] is None  # a read-only open created nothing
     with simhashdb.DB(path, backend=backend) as db:
-        assert db.stats()["format"] == 9
+        assert db.stats()["format"] == FORMAT_VERSION
         db.insert(-1, 12345)
         docs[-1] = 12345
         assert_exact(db, docs, 21)

@@ -15,6 +15,7 @@ import pytest
 from conftest import STORAGE_LAYOUT, documents_as_in_format_6, documents_as_in_format_7
 
 from simhashdb import DB, DatabaseError, records
+from simhashdb.db import FORMAT_VERSION
 from simhashdb.errors import DamagedError
 from simhashdb.storage import MAX_KEY_BYTES, registry
 from simhashdb.storage.lmdb import format, native
@@ -238,7 +239,7 @@ def test_a_file_of_format_7_is_refused_until_upgrade_converts_it(tmp_path):
         assert set(file_state(path)) == names
     simhashdb.upgrade(path)
     with DB(path) as db:
-        assert db.stats()["format"] == 9 and db.check() == []
+        assert db.stats()["format"] == FORMAT_VERSION and db.check() == []
         assert (sorted((r.key, r.fingerprint) for r in db), [sorted(db.query(p)) for p in probes],
                 [sorted(m.key for m in found) for found in db.query_text_many(list(texts.values()))]
                 ) == before

@@ -181,9 +181,9 @@ def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch)
                                                          {"key": "g", "fingerprint": 2**40}]})
             clock[0] = 2_000
             strict = await post(http, "query-text", {"items": [
-                {"text": text, "threshold": 0.9} for text in edited]})
+                {"text": text, "threshold": 0.86} for text in edited]})
             stored = await post(http, "insert-text-if-new", {"items": [
-                {"key": "b%d" % i, "text": text, "threshold": 0.9, "refresh": i < 4}
+                {"key": "b%d" % i, "text": text, "threshold": 0.86, "refresh": i < 4}
                 for i, text in enumerate(edited)]})
             await post(http, "insert-if-new", {"items": [
                 {"key": "f", "fingerprint": 77, "refresh": True},
@@ -194,7 +194,7 @@ def test_threshold_and_refresh_decide_as_the_library_does(tmp_path, monkeypatch)
     with simhashdb.DB(tmp_path / "library.db") as db:
         db.insert_text_many([("a%d" % i, text) for i, text in enumerate(base)])
         expected = db.insert_text_if_new_many([("b%d" % i, text) for i, text in
-                                               enumerate(edited)], threshold=0.9)
+                                               enumerate(edited)], threshold=0.86)
         by_default = [db.query_text(text) for text in edited]
     assert [a["status"] for a in stored] == [d.status for d in expected]
     assert [[m["key"] for m in a["matches"]] for a in strict] == [

@@ -24,6 +24,7 @@ from simhashdb import _ext, cli, matching
 from simhashdb import spark as sspark
 from simhashdb.spark import incremental as spark_incremental, scan as spark_scan, text as spark_text
 from simhashdb.layout import Layout
+from test_signature_width import as_made_before_format_10
 from test_text_rule import THRESHOLD, components, corpus as text_corpus, oracle
 from warcio.warcwriter import WARCWriter  # noqa: E402  (the test extra brings it)
 
@@ -554,7 +555,7 @@ def test_cli_spark_over_texts_decides_as_the_database(spark, tmp_path, capsys, t
     assert json.loads(capsys.readouterr().out)["rows"] == len(firsts)
     table = pq.read_table(kept)
     assert sorted(table.column("key").to_pylist()) == firsts
-    assert {len(s) for s in table.column("signature").to_pylist()} == {256}
+    assert {len(s) for s in table.column("signature").to_pylist()} == {128}
     assert cli.main(["spark", "clusters", kept, "-", "--threshold", "0.3"]) == 0
     captured = capsys.readouterr()   # the signatures went along: the text rule again
     assert "by the text rule" in captured.err and "at least 0.3" in captured.err
@@ -570,7 +571,7 @@ def test_bad_signatures_and_thresholds_raise_at_the_call(spark):
     good = spark.createDataFrame([("a", 1, bytes([1]) * 256), ("b", 3, None)], schema)
     cases = [
         (spark.createDataFrame([("a", 1, b"short")], schema), {},
-         simhashdb.InvalidArgumentError, "not 256 bytes"),
+         simhashdb.InvalidArgumentError, "neither 128 nor 256 bytes"),
         (good.withColumn("signature", good.fingerprint), {}, simhashdb.InvalidArgumentError,
          "expected binary"),
         (good, {"signature": "sig"}, simhashdb.InvalidArgumentError, "no signature column"),
@@ -673,10 +674,44 @@ def test_incremental_dedupe_of_texts_equals_the_oracle_and_the_database(spark, t
     assert kept == sorted(k for k, _ in fresh if k not in dropped)
 
 
-def test_cli_spark_dedupe_against_a_database_or_its_parquet(spark, tmp_path, capsys, text_docs):
+def test_signatures_of_16_bit_bins_meet_8_bit_ones_narrowed(spark, text_docs):
+    """Signatures of 16-bit bins (simhashdb before 0.15) beside 8-bit ones, in
+    one frame or as an old corpus: the pairs of all of them narrowed."""
+    docs, keys, fps, signatures = text_docs
+    texts = dict(docs)
+    wide = [simhashdb.fingerprint_with_signature(texts[k], signature_bits=16)[1]
+            if k in texts else s for k, s in zip(keys, signatures)]
+    assert all(_ext.narrow(w) == s for k, w, s in zip(keys, wide, signatures) if k in texts)
+    mixed = [w if i % 2 and w else s for i, (w, s) in enumerate(zip(wide, signatures))]
+    assert {len(s) for s in mixed if s} == {128, 256}
+    pairs = sspark.find_all(text_frame(spark, keys, fps, mixed), DISTANCE, BLOCKS,
+                            signature="signature")
+    assert scored(pairs) == in_memory(keys, fps, signatures)
+    everything = list(zip(keys, fps, signatures, wide))
+    old, new = everything[0::2], everything[1::2] + [everything[0]]
+    frames = {form: [text_frame(spark, [r[0] for r in side], [r[1] for r in side],
+                                [r[column] for r in side]) for side in (new, old)]
+              for form, column in (("narrow", 2), ("wide", 3))}
+    expected = sorted(rows(sspark.find_all(frames["narrow"][0], DISTANCE, signature="signature",
+                                           against=frames["narrow"][1])))
+    assert any(crossing for *_, crossing in expected)
+    for new_frame, old_frame in ((frames["narrow"][0], frames["wide"][1]),
+                                 (frames["wide"][0], frames["narrow"][1])):
+        assert sorted(rows(sspark.find_all(new_frame, DISTANCE, signature="signature",
+                                           against=old_frame))) == expected
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_cli_spark_dedupe_against_a_database_or_its_parquet(spark, tmp_path, capsys, text_docs,
+                                                            bits):
+    """The monthly update, against a database of either signature width (16:
+    one made before format 10): the new texts are signed as its are."""
     docs = text_docs[0]
     old, new = docs[0::2], docs[1::2] + [docs[0]]
     with simhashdb.DB(str(tmp_path / "old.db"), distance=DISTANCE, recipe=simhashdb.RECIPE) as db:
+        if bits == 16:
+            as_made_before_format_10(db)
+    with simhashdb.DB(str(tmp_path / "old.db")) as db:
         db.insert_text_many(old)
         db.export_parquet(str(tmp_path / "old.parquet"))
     segment = str(tmp_path / "new.warc.gz")   # the new pages as a crawl archive
@@ -694,13 +729,15 @@ def test_cli_spark_dedupe_against_a_database_or_its_parquet(spark, tmp_path, cap
         assert all(line["meta"] == {"date": "2026-12-01T00:00:00Z"} for line in lines)
         outputs.append(sorted(line["key"] for line in lines))
     new_frame, old_frame = (text_frame(spark, [k for k, _ in part], *map(list, zip(*(
-        simhashdb.fingerprint_with_signature(t) for _, t in part)))) for part in (new, old))
+        simhashdb.fingerprint_with_signature(t, signature_bits=bits) for _, t in part))))
+        for part in (new, old))
     expected = [r[0] for r in rows(sspark.dedupe(new_frame, DISTANCE, signature="signature",
                                                  against=old_frame))]
     assert outputs == [sorted(expected)] * 2 and "t0" not in expected
     kept = str(tmp_path / "kept.parquet")   # the monthly update: the survivors join the database
     assert cli.main(["spark", "dedupe", segment, kept, "--quiet",
                      "--against", str(tmp_path / "old.db")]) == 0
+    assert {len(s) for s in pq.read_table(kept).column("signature").to_pylist()} == {bits * 16}
     assert cli.main(["import-parquet", str(tmp_path / "old.db"), kept, "--quiet"]) == 0
     capsys.readouterr()
     with simhashdb.DB(str(tmp_path / "old.db")) as db:

@@ -158,7 +158,7 @@ def test_texts_without_words_and_bad_records_are_refused(tmp_path):
 def test_resemblance_estimates_word_shingle_overlap():
     text = texts(1, seed=6)[0]
     _, a = simhashdb.fingerprint_with_signature(text)
-    assert len(a) == 256 and simhashdb.resemblance(a, a) == 1.0
+    assert len(a) == 128 and simhashdb.resemblance(a, a) == 1.0
     for rate, low in ((0.01, 0.8), (0.05, 0.45)):
         _, b = simhashdb.fingerprint_with_signature(edited(text, rate))
         assert low <= simhashdb.resemblance(a, b) < 1.0
@@ -178,7 +178,7 @@ def test_a_refreshed_text_document_keeps_its_signature(tmp_path):
         found = db.insert_if_new("b", before.fingerprint ^ 1, refresh=True)
         assert [m.key for m in found] == ["a"]
         value = msgpack.unpackb(_raw_value(db, "a"))
-        assert value[:2] == [before.fingerprint, {"m": 1}] and len(value[3]) == 256
+        assert value[:2] == [before.fingerprint, {"m": 1}] and len(value[3]) == 128
         assert db.get("a").meta == {"m": 1}
         assert [m.key for m in db.query_text(edited(text, 0.03))] == ["a"]
 

@@ -46,7 +46,7 @@ from .. import rule
 from ..errors import InputError, InvalidArgumentError
 from .components import _components
 from .incremental import _across, _dropped_in_memory
-from .scan import _prepare, _scan, _text_scan, choose_blocks
+from .scan import _narrow, _prepare, _scan, _text_scan, choose_blocks
 from .tasks import DEFAULT_SPLIT, _materialize
 
 __all__ = ["choose_blocks", "clusters", "dedupe", "find_all", "from_records"]
@@ -79,7 +79,7 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         scanned in parts of about this size; a band group of more than
         ``split / BAND_SPLIT`` texts, in parts of about that size.
     :param str signature: the name of a binary column of resemblance
-        signatures (256 bytes, from :func:`simhashdb.fingerprint_with_signature`
+        signatures (128 or 256 bytes, from :func:`simhashdb.fingerprint_with_signature`
         with the fingerprint; null, or all zero, for a document without text).
     :param float threshold: the least resemblance of two texts that are
         near-duplicates, in [0, 1] (default: ``simhashdb.rule.THRESHOLD``);
@@ -98,19 +98,25 @@ def find_all(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
         ``df``; an old corpus without a signature column, when not named
         here, holds documents without text).
     :raises InvalidArgumentError: bad parameters, columns or column types
-        (on either side), or a signature that is not 256 bytes.
+        (on either side), or a signature that is neither 128 nor 256 bytes.
     :raises InvalidFingerprintError: a row with no valid fingerprint (null,
         out of range, not 8 bytes).
     :raises InvalidKeyError: a row with a null key.
     """
     threshold = _text_rule(threshold, short_words)
-    if against is not None:
-        within = find_all(df, distance, blocks, key, fingerprint, split, signature, threshold)
-        return within.withColumn("across", F.lit(False)).unionByName(
-            _across(df, against, distance, blocks, key, fingerprint, signature, threshold,
-                    against_columns).withColumn("across", F.lit(True)))
+    if against is None:
+        return _pairs(df, distance, blocks, key, fingerprint, split, signature, threshold)
+    narrow = _narrow(df, against, signature, against_columns)
+    within = _pairs(df, distance, blocks, key, fingerprint, split, signature, threshold, narrow)
+    return within.withColumn("across", F.lit(False)).unionByName(
+        _across(df, against, distance, blocks, key, fingerprint, signature, threshold,
+                against_columns, narrow).withColumn("across", F.lit(True)))
+
+
+def _pairs(df, distance, blocks, key, fingerprint, split, signature, threshold, narrow=False):
+    """find_all's pairs within ``df``; signatures meet in 8-bit bins with ``narrow``."""
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
-                                         signature, threshold)
+                                         signature, threshold, narrow=narrow)
     if least is None:
         pairs, columns = _scan(docs, layout, split, rows, "pairs"), ["distance"]
     else:
@@ -151,22 +157,24 @@ def dedupe(df, distance=3, blocks=None, key="key", fingerprint="fingerprint",
     rows of ``df`` that are near-duplicates of a document of ``against`` go
     (whatever their key), then the rest are deduplicated as above: the rows a
     database holding ``against`` keeps when it is asked for each row's
-    near-duplicates. The old corpus is read (two passes; three with
+    near-duplicates. The old corpus is read (two passes; four with
     signatures) but not shuffled whole, and its documents are never paired
     among themselves (see the module's docstring). ``blocks`` is then that
     of the new rows' clusters; the probes of the old corpus take the
     database's blocks for their sizes."""
     threshold = _text_rule(threshold, short_words)
+    narrow = against is not None and _narrow(df, against, signature, against_columns)
     if against is not None:
         across = _across(df, against, distance, None, key, fingerprint, signature, threshold,
-                         against_columns)
+                         against_columns, narrow)
         seen = across.select(F.col("key_a").alias(key)).distinct()
         df = _materialize(df.join(seen, key, "left_anti"))
         dropped = _dropped_in_memory(df, key, fingerprint, distance, blocks, signature,
-                                     threshold)
+                                     threshold, narrow)
         if dropped is not None:
             return df.join(F.broadcast(dropped), key, "left_anti")
-    _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold)
+    _, joined = _joined(df, key, fingerprint, distance, blocks, split, signature, threshold,
+                        narrow)
     return df.join(joined.select(F.col("key").alias(key)), key, "left_anti")
 
 
@@ -176,11 +184,12 @@ def _text_rule(threshold, short_words):
     return threshold if short_words is None else rule.text_rule(threshold, short_words)
 
 
-def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold):
+def _joined(df, key, fingerprint, distance, blocks, split, signature, threshold, narrow=False):
     """The documents, and (key, cluster) of each document whose cluster is
-    another's key (the smallest of its component)."""
+    another's key (the smallest of its component); signatures meet in 8-bit
+    bins with ``narrow``."""
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, split,
-                                         signature, threshold)
+                                         signature, threshold, narrow=narrow)
     found = _scan(docs, layout, split, rows, "edges") if least is None \
         else _text_scan(docs, layout, split, rows, least, "edges")
     found = found.where(F.col("key_a") != F.col("key_b"))

@@ -29,19 +29,20 @@ from .tasks import (
     _pair_schema,
     _signed,
 )
-from .text import _band_keys, _signatures
+from .text import _band_keys, _signature_size, _signatures
 
 OLD_ROWS_PER_SCAN = 1 << 18  # old rows scanned at once beside the new fingerprints
 SHIPPED_ROWS = ROWS_PER_TASK  # new rows whose fingerprints go to every task of the old corpus
 
 
-def _dropped_in_memory(df, key, fingerprint, distance, blocks, signature, threshold):
+def _dropped_in_memory(df, key, fingerprint, distance, blocks, signature, threshold, narrow):
     """The keys of ``df`` that are not the smallest of their cluster (a
     DataFrame of one column, named ``key``), found on the driver by
     :mod:`simhashdb.matching` where ``df`` has no more rows than one scan
-    task holds (else None): a new segment's survivors, one job."""
+    task holds (else None): a new segment's survivors, one job. Signatures
+    meet in 8-bit bins with ``narrow``."""
     docs, layout, rows, least = _prepare(df, key, fingerprint, distance, blocks, DEFAULT_SPLIT,
-                                         signature, threshold)
+                                         signature, threshold, narrow=narrow)
     if rows > (ROWS_PER_TASK if least is None else TEXT_ROWS_PER_TASK):
         return None
     table = docs.toArrow()
@@ -64,11 +65,13 @@ def _dropped_in_memory(df, key, fingerprint, distance, blocks, signature, thresh
     return df.sparkSession.createDataFrame(pyarrow.table({key: dropped}))
 
 
-def _across(df, against, distance, blocks, key, fingerprint, signature, threshold, columns):
+def _across(df, against, distance, blocks, key, fingerprint, signature, threshold, columns,
+            narrow):
     """The pairs ``(key_a, key_b, distance[, resemblance])`` of a row of
     ``df`` (a) and a row of ``against`` (b, its columns named by
-    ``columns``), by the rule :func:`find_all` applies, each pair once (rows
-    of one key, fingerprint and signature are one row)."""
+    ``columns``), by the rule :func:`find_all`
+    applies, each pair once (rows of one key, fingerprint and signature are
+    one row); signatures meet in 8-bit bins with ``narrow``."""
     named = dict(key=key, fingerprint=fingerprint, signature=signature)
     if columns is not None and (not isinstance(columns, dict) or set(columns) - set(named)):
         raise InvalidArgumentError("against_columns maps 'key', 'fingerprint' and 'signature' "
@@ -79,10 +82,12 @@ def _across(df, against, distance, blocks, key, fingerprint, signature, threshol
     elif old_names["signature"] not in against.columns and "signature" not in (columns or {}):
         against = against.withColumn(old_names["signature"], F.lit(None).cast(BinaryType()))
     new, _, new_rows, least = _prepare(df, key, fingerprint, distance, distance + 1,
-                                       DEFAULT_SPLIT, signature, threshold, "the new rows")
+                                       DEFAULT_SPLIT, signature, threshold, "the new rows",
+                                       narrow)
     old, _, old_rows, _ = _prepare(against, old_names["key"], old_names["fingerprint"], distance,
                                    distance + 1, DEFAULT_SPLIT, old_names["signature"], threshold,
-                                   "the old corpus (against; against_columns names its columns)")
+                                   "the old corpus (against; against_columns names its columns)",
+                                   narrow)
     types = [docs.schema["key"].dataType.simpleString() for docs in (new, old)]
     if types[0] != types[1]:
         raise InvalidArgumentError("the key columns of the new rows (%s) and of the old ones (%s) "
@@ -194,8 +199,9 @@ def _resemblance_partition(threshold, distance, batches):
     pairs, those the text rule keeps: two texts that share a band or are
     within ``distance`` by their resemblance, any other pair by its distance."""
     for batch in batches:
-        a, has_a = _signatures(batch.column(4))
-        b, has_b = _signatures(batch.column(5))
+        size = _signature_size(batch.column(4), batch.column(5))
+        a, has_a = _signatures(batch.column(4), size)
+        b, has_b = _signatures(batch.column(5), size)
         texts = has_a & has_b
         rows = numpy.arange(len(texts))
         scores = numpy.full(len(texts), numpy.nan)

@@ -23,6 +23,7 @@ from .tasks import (
     TEXT_ROWS_PER_TASK,
     TWO_63,
     TWO_64,
+    WIDE_SIGNATURE_BYTES,
     _cells,
     _key_pairs,
     _lead_masks,
@@ -38,11 +39,13 @@ SHUFFLE_COST = 1000         # pair comparisons a row through a shuffle costs (se
 
 
 def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, threshold=None,
-             whose="the DataFrame"):
+             whose="the DataFrame", narrow=False):
     """Check the arguments and every row; the documents as (key, fp: signed
-    long, and with ``signature`` sig: 256 bytes or null), the layout, the
-    number of rows, and the text rule's threshold (None without ``signature``).
-    ``whose`` names the DataFrame in the errors of its columns."""
+    long, and with ``signature`` sig: binary or null, of one width), the
+    layout, the number of rows and the text rule's threshold (None without
+    ``signature``). Signatures of 16-bit bins are narrowed where some have
+    8-bit ones (or ``narrow``). ``whose`` names the DataFrame in the errors
+    of its columns."""
     if not isinstance(df, DataFrame):
         raise InvalidArgumentError("expected a pyspark DataFrame, got %s" % type(df).__name__)
     if not isinstance(split, int) or isinstance(split, bool) or split < 2:
@@ -67,17 +70,20 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
     if signature is not None:
         if not isinstance(fields[signature], BinaryType):
             raise InvalidArgumentError(
-                "signature column %r is %s; expected binary (the 256 bytes of "
+                "signature column %r is %s; expected binary (the 128 or 256 bytes of "
                 "simhashdb.fingerprint_with_signature, or null)"
                 % (signature, fields[signature].simpleString()))
         sig = F.col(signature)
-        bad_sig = sig.isNotNull() & (F.length(sig) != SIGNATURE_BYTES)
-        sig = F.when(sig != F.lit(bytearray(SIGNATURE_BYTES)), sig)  # all zero: no text
-    rows, null_keys, bad_rows, example, bad_sigs, sig_example = df.agg(
+        bad_sig = sig.isNotNull() & ~F.length(sig).isin(SIGNATURE_BYTES, WIDE_SIGNATURE_BYTES)
+        sig = F.when(~sig.isin(F.lit(bytearray(SIGNATURE_BYTES)),  # all zero: no text
+                               F.lit(bytearray(WIDE_SIGNATURE_BYTES))), sig)
+    rows, null_keys, bad_rows, example, bad_sigs, sig_example, narrow_sigs, wide_sigs = df.agg(
         F.count(F.lit(1)), F.count_if(F.col(key).isNull()), F.count_if(bad),
         F.first(F.when(bad, F.col(key).cast("string")), ignorenulls=True),
         F.count_if(bad_sig),
-        F.first(F.when(bad_sig, F.col(key).cast("string")), ignorenulls=True)).first()
+        F.first(F.when(bad_sig, F.col(key).cast("string")), ignorenulls=True),
+        F.count_if(F.length(sig) == SIGNATURE_BYTES),
+        F.count_if(F.length(sig) == WIDE_SIGNATURE_BYTES)).first()
     if null_keys:
         raise InvalidKeyError("%d rows have a null key; every document needs one" % null_keys)
     if bad_rows:
@@ -87,15 +93,39 @@ def _prepare(df, key, fingerprint, distance, blocks, split, signature=None, thre
             % (bad_rows, fingerprint, example))
     if bad_sigs:
         raise InvalidArgumentError(
-            "%d rows have a signature in column %r that is not %d bytes (null is a document "
-            "without text), e.g. the row of key %s"
-            % (bad_sigs, signature, SIGNATURE_BYTES, sig_example))
+            "%d rows have a signature in column %r that is neither %d nor %d bytes (null is "
+            "a document without text), e.g. the row of key %s"
+            % (bad_sigs, signature, SIGNATURE_BYTES, WIDE_SIGNATURE_BYTES, sig_example))
     if blocks is None:
         blocks = choose_blocks(distance, rows)
     layout = Layout(blocks, distance)
+    if (narrow or narrow_sigs) and wide_sigs:
+        sig = _narrowed(sig)
     columns = [F.col(key).alias("key"), fp.alias("fp")] + (
         [sig.alias("sig")] if signature is not None else [])
     return df.select(*columns), layout, rows, least
+
+
+def _narrow(df, against, signature, columns):
+    """Whether the signatures of ``df`` (column ``signature``) and of an old
+    corpus ``against`` (its columns renamed by ``columns``, as for
+    find_all) meet in 8-bit bins: where either has some (a job each, which
+    stops at the first)."""
+    old_signature = columns.get("signature", signature) if isinstance(columns, dict) \
+        else signature
+    return signature is not None and any(
+        isinstance(frame, DataFrame) and name in frame.columns
+        and isinstance(frame.schema[name].dataType, BinaryType)
+        and frame.where((F.length(name) == SIGNATURE_BYTES)
+                        & (F.col(name) != F.lit(bytearray(SIGNATURE_BYTES)))).limit(1).count()
+        for frame, name in ((df, signature), (against, old_signature)))
+
+
+def _narrowed(sig):
+    """A binary column of signatures with those of 16-bit bins narrowed."""
+    narrow = F.udf(lambda s: s if s is None or len(s) == SIGNATURE_BYTES
+                   else _ext.narrow(bytes(s)), BinaryType())
+    return F.when(F.length(sig) == WIDE_SIGNATURE_BYTES, narrow(sig)).otherwise(sig)
 
 
 def _fingerprint_column(col, dtype, name):

@@ -15,6 +15,7 @@ ROWS_PER_TASK = 2_000_000   # rows one scan task holds, about 50 bytes each and 
 PAIR_CHUNK = 1 << 20        # pairs per Arrow batch out of a scan
 TEXT_ROWS_PER_TASK = 250_000  # rows with a signature one scan task holds, about 300 bytes each
 SIGNATURE_BYTES, BANDS = _ext.SIGNATURE_BYTES, _ext.BANDS  # a text's signature, its band keys
+WIDE_SIGNATURE_BYTES = _ext.WIDE_SIGNATURE_BYTES  # a signature of 16-bit bins
 # The tag of a scanned row: table in bits 0-15, side in 16-17 (0: a whole
 # group or the diagonal cell of a split one; 2 and 3: the two parts of an
 # off-diagonal cell), cell (0 for a group not split) from bit 18. A task scans

@@ -8,6 +8,7 @@ import math
 
 import numpy
 import pyarrow
+import pyarrow.compute
 from pyspark.sql import Window, functions as F
 
 from .. import _ext, rule
@@ -162,7 +163,8 @@ def _large_group(key, fp, signatures, side, rows, band, threshold, every_pair):
         rows = rows[numpy.sort(first)]
     if len(rows) < 2:
         return
-    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), threshold.least, only_band=band)
+    pairs, scores = _ext.band_pairs(signatures[rows].tobytes(), signatures.shape[1],
+                                    threshold.least, only_band=band)
     if not len(scores):
         return
     positions = numpy.frombuffer(pairs, numpy.uint64).astype(numpy.intp)
@@ -264,15 +266,24 @@ def _text_key_pairs(key, fp, a, b, scores):
         names=["key_a", "key_b", "distance", "resemblance"])
 
 
-def _signatures(column):
-    """A binary column's signatures as an (n, 256) uint8 array (zeros where
-    null), and which rows have one."""
+def _signatures(column, size=None):
+    """A binary column's signatures, all of one width (``size``: by default
+    the column's), as an (n, 128 or 256) uint8 array (zeros where null), and
+    which rows have one."""
     has = column.is_valid().to_numpy(zero_copy_only=False)
-    fixed = column.fill_null(pyarrow.scalar(bytes(SIGNATURE_BYTES), column.type)) \
-        .cast(pyarrow.binary(SIGNATURE_BYTES))
+    size = size or _signature_size(column)
+    fixed = column.fill_null(pyarrow.scalar(bytes(size), column.type)) \
+        .cast(pyarrow.binary(size))
     data = numpy.frombuffer(fixed.buffers()[1], numpy.uint8)
-    start = fixed.offset * SIGNATURE_BYTES
-    return data[start:start + len(fixed) * SIGNATURE_BYTES].reshape(-1, SIGNATURE_BYTES), has
+    start = fixed.offset * size
+    return data[start:start + len(fixed) * size].reshape(-1, size), has
+
+
+def _signature_size(*columns):
+    """The size of the signatures of binary ``columns`` (of one width; 128
+    where all are null)."""
+    return max(pyarrow.compute.max(pyarrow.compute.binary_length(column)).as_py() or
+               SIGNATURE_BYTES for column in columns)
 
 
 def _rows_as_void(matrix):

@@ -6,7 +6,7 @@ import heapq
 from array import array
 
 from ... import _redis
-from ..._ext import SIGNATURE_BYTES, bands
+from ..._ext import SIGNATURE_BYTES, WIDE_SIGNATURE_BYTES, bands
 from ...layout import NearIndex
 from ...records import signature, value_fingerprint
 from .. import BANDS, Txn
@@ -250,9 +250,10 @@ class RedisTxn(RedisView, Txn):
 
 def _signature(value):
     """The signature a document value (None: absent) holds, or None (also
-    for one damaged: not 256 bytes, as the native LMDB backend reads it)."""
+    for one damaged: neither 128 nor 256 bytes, as the native LMDB backend reads it)."""
     theirs = None if value is None else signature(value)
-    return theirs if isinstance(theirs, bytes) and len(theirs) == SIGNATURE_BYTES else None
+    return theirs if isinstance(theirs, bytes) and \
+        len(theirs) in (SIGNATURE_BYTES, WIDE_SIGNATURE_BYTES) else None
 
 
 def _signatures(values):

@@ -15,7 +15,8 @@ bins not empty in both (the native estimate). Everything else is the
 package's: recipe 3 fingerprints, distance 3, the threshold (0.45), the
 candidates (a shared band or a fingerprint within 3 bits) and the rule that
 confirms them (``simhashdb.rule``: ``resemblances``, ``passing``,
-``kept_pairs``). 16 bits is today's form, uncorrected.
+``kept_pairs``). 16 bits is the form of databases made before format 10,
+uncorrected; a new database keeps the 8-bit form (since simhashdb 0.15).
 
 1. The quality harness's corpora (tools/eval_quality.py's Debian corpus with
    its held-out kinds; ``--quick``: the Python corpus):
@@ -42,7 +43,7 @@ confirms them (``simhashdb.rule``: ``resemblances``, ``passing``,
 
 Usage: python tools/bbit_study.py [--quick] [--seed N] [--recall N] [--bits 16 12 8 4]
        [--pages 300000] [--only corpus|templates|crawl|curve ...] [--check-db]
-(``--check-db``: the 16-bit form's stream against DB.insert_text_if_new_many
+(``--check-db``: the 8-bit form's stream against DB.insert_text_if_new_many
 itself, texts decided otherwise counted: 0 unless this study's rule drifted
 from the package's.)
 """
@@ -69,13 +70,14 @@ KEY_CHANCE = 2.0 ** -32  # two different bands under one 32-bit key
 
 
 def sign(text, html=False):
-    """(fingerprint, 256-byte signature) of a text, as the database makes them."""
-    return simhashdb.fingerprint_with_signature(text, html=html,
+    """(fingerprint, 256-byte signature of 16-bit bins) of a text, as a database
+    made before format 10 makes them (a new one keeps their 8-bit form)."""
+    return simhashdb.fingerprint_with_signature(text, html=html, signature_bits=16,
                                                 **simhashdb.RECIPES[simhashdb.RECIPE])
 
 
 def as_rows(signatures):
-    return np.frombuffer(b"".join(signatures), np.uint8).reshape(-1, _ext.SIGNATURE_BYTES)
+    return np.frombuffer(b"".join(signatures), np.uint8).reshape(-1, _ext.WIDE_SIGNATURE_BYTES)
 
 
 class Form:
@@ -154,7 +156,7 @@ class Memory:
 
     def __init__(self, form, threshold, capacity):
         self.form, self.threshold = form, threshold
-        self.sigs = np.zeros((capacity + 1, _ext.SIGNATURE_BYTES), np.uint8)
+        self.sigs = np.zeros((capacity + 1, _ext.WIDE_SIGNATURE_BYTES), np.uint8)
         self.fps, self.texts = np.zeros(capacity, np.uint64), np.zeros(capacity, bool)
         self.by_band, self.by_block, self.keys = Postings(), Postings(), []
         self.ids, self.replaced = {}, np.zeros(capacity, bool)
@@ -349,6 +351,11 @@ def dedupe_stream(c, forms, seed, threshold, check_db):
         Memory(f, threshold, len(items)), signed), items) for f in forms]
     if check_db:
         rows.append(eval_dedupe.run_db(c, seed, None, items))
+        eight = [row for f, row in zip(forms, rows) if f.bits == 8]
+        if eight:
+            stored, _ = eval_dedupe.differences(eight[0], rows[-1])
+            print("\n- the database against the 8-bit form: %d texts stored by one and "
+                  "skipped by the other" % len(stored))
     print("\n## tools/eval_dedupe.py's stream (%d texts), decided by each form\n" % len(items))
     print(eval_dedupe.table(rows, "tuned") + "\n")
     if any(k in corpus.HELD_OUT for k in c.kinds):
@@ -471,7 +478,7 @@ def main():
     parser.add_argument("--only", nargs="+", choices=("corpus", "templates", "crawl", "curve"),
                         default=("corpus", "templates", "crawl", "curve"))
     parser.add_argument("--check-db", action="store_true",
-                        help="also decide eval_dedupe's stream by the database (16 bits)")
+                        help="also decide eval_dedupe's stream by the database (8 bits)")
     args = parser.parse_args()
     forms = [Form(b) for b in [16] + [b for b in args.bits if b != 16]]
     threshold = rule.text_rule()

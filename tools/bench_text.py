@@ -72,6 +72,7 @@ import eval_quality
 from bench_db import table
 
 import simhashdb
+from simhashdb import _ext
 from simhashdb.fingerprint import _method, _nfkc
 
 BATCH = 1000
@@ -152,7 +153,8 @@ def stages(items):
         t1 = time.perf_counter()
         nfkc = _nfkc(plain)
         t2 = time.perf_counter()
-        prints[id(text)] = fingerprint_and_signature(nfkc, True)
+        fp, signature = fingerprint_and_signature(nfkc, True)
+        prints[id(text)] = fp, _ext.narrow(signature)  # a new database's 8-bit bins
         t3 = time.perf_counter()
         took["strip HTML"] += t1 - t0
         took["normalise (NFKC)"] += t2 - t1

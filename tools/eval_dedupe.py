@@ -15,7 +15,7 @@ batches of 1,000). Methods:
 
 - ``simhashdb``: the database itself, ``DB.insert_text_if_new_many``. Its
   text rule: the candidates are the stored documents that share one of the
-  32 bands (4 bins each, densified) of the text's 128 x 16-bit MinHash
+  32 bands (4 bins each, densified) of the text's 128 x 8-bit MinHash
   signature, or whose fingerprint is within the database's distance (3); a
   candidate is confirmed when the estimated resemblance is at least
   ``simhashdb.rule.THRESHOLD`` (0.45; ``--threshold`` runs it at others too);
@@ -40,7 +40,7 @@ their documents/s say nothing of a native implementation):
   the database or the reference is wrong);
 - ``--band SPEC``: a band rule simulated by bandsim.py with signatures of any
   size (``BINSxWIDTH,BANDS,ROWS,EMPTY,THRESHOLD``; the database's design is
-  ``128x16,32,4,densify,0.45``; bandsim's word hashes are not the native
+  ``128x8,32,4,densify,0.45``; bandsim's word hashes are not the native
   ones, so it agrees with the database in distribution, not text by text);
 - ``--brute T``: every stored document a candidate, confirmed at T: the
   bound of the confirmation rule whatever the index;
@@ -77,7 +77,7 @@ BATCH = 1000
 MODEL_CODE = {eval_quality.FOREIGN_WORDS: "fw", eval_quality.FOREIGN_BLOCK: "fb",
               eval_quality.SAME_DOCUMENT: "sd"}
 CODE_MODEL = {v: k for k, v in MODEL_CODE.items()}
-DB_DESIGN = "128x16,32,4,densify,%g" % THRESHOLD  # the database's, as a --band SPEC
+DB_DESIGN = "128x8,32,4,densify,%g" % THRESHOLD  # the database's, as a --band SPEC
 
 
 def stream(c, seed):
@@ -192,8 +192,7 @@ class BandRule:
         self.cfg, self.brute, self.alias, self.floor = cfg, brute, alias, floor
         self.native = native
         if native:
-            assert (cfg.bins, cfg.width, cfg.bands, cfg.rows, cfg.empty) == \
-                (128, 16, 32, 4, "densify")
+            assert (cfg.bins, cfg.bands, cfg.rows, cfg.empty) == (128, 32, 4, "densify")
         self.home = []  # per entry: the entry of the stored document (itself, or an alias's)
         self.index = collections.defaultdict(list)
         self.fps = np.zeros(capacity, dtype=np.uint64)
@@ -207,7 +206,8 @@ class BandRule:
                 fp, raw = simhashdb.fingerprint_with_signature(
                     text, html=html, **simhashdb.RECIPES[simhashdb.RECIPE])
                 fp = np.uint64(fp)
-                sig = np.frombuffer(raw, dtype=">u2").astype(np.uint64)
+                sig = np.frombuffer(raw, dtype=np.uint8 if len(raw) == 128 else ">u2"
+                                    ).astype(np.uint64)
                 band_keys = list(_ext.bands(raw))
             else:
                 least = bandsim.one_permutation(bandsim.shingle_hashes(text, html), cfg.bins)
@@ -228,6 +228,8 @@ class BandRule:
             confirmed = []
             if found:
                 est = bandsim.estimate(self.sigs[found], sig[None, :])
+                if self.native and cfg.width == 8:  # as the database corrects 8-bit bins
+                    est = np.maximum(0.0, (est * 255 - 1) / 254)
                 hits = [j for j, e in zip(found, est) if e >= cfg.threshold]
                 if self.floor is not None:  # an alias counts when its document is near too
                     hits = [j for j in hits if self.home[j] == j or bandsim.estimate(
@@ -414,7 +416,7 @@ def main():
                              "to resembles the text at 0.3 or more too")
     parser.add_argument("--brute", action="append", metavar="THRESHOLD", type=float,
                         help="also confirm against EVERY stored document at this threshold "
-                             "(128x16 signatures): what no candidate index can beat")
+                             "(128x8 signatures): what no candidate index can beat")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recall", type=int,
                         help="documents of each kind edited (default: 150, --quick 40)")

@@ -3,7 +3,8 @@
 cdef enum:
     RUN_SLOTS = 8
     RUN_RATIO = 4
-    BAND_RATIO = 4
+    BAND_RATIO = 3
+    BAND_RATIO_SPREAD = 31
     INDEX_SLOTS = 8
     KEY_SLOTS = 8
     ID_BYTES = 8

@@ -117,25 +117,27 @@ cdef int free_slot(TableRuns* r) noexcept nogil:
     return -1
 
 
-cdef size_t merge_width(const TableRuns* r, bint lazy) noexcept nogil:
+cdef size_t merge_width(const TableRuns* r, int band) noexcept nogil:
     """How many of the newest runs the merge policy takes into one next (0:
-    none). A table's (the ratio rule): the two newest, where the newest is
-    over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search asks
-    each run's filter, so runs cost it little): none until it has RUN_SLOTS -
-    2 runs, then the newest j (two at least) while together they are over
-    1/BAND_RATIO of the run before them. Either merges once the slots run
-    short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
+    none). A table's (``band`` -1; the ratio rule): the two newest, where the
+    newest is over 1/RUN_RATIO of the one before. Band ``band``'s (a band
+    search asks each run's filter, so runs cost it little): none until it
+    has RUN_SLOTS - 2 runs, then the newest j (two at least) while together
+    they are over 1/F of the run before them, F = BAND_RATIO + band /
+    BAND_RATIO_SPREAD. Either merges once the slots run short (RUN_SLOTS - 1
+    runs: a merge needs a free slot)."""
     cdef uint64_t merged
     cdef size_t j = 2
     if r.n < 2:
         return 0
-    if not lazy:
+    if band < 0:
         return 2 if (r.n >= RUN_SLOTS - 1
                      or r.entries[r.n - 1] * RUN_RATIO > r.entries[r.n - 2]) else 0
     if r.n < RUN_SLOTS - 2:
         return 0
     merged = r.entries[r.n - 1] + r.entries[r.n - 2]
-    while j < r.n and merged * BAND_RATIO > r.entries[r.n - 1 - j]:
+    while j < r.n and merged * (BAND_RATIO * BAND_RATIO_SPREAD + band) > \
+            r.entries[r.n - 1 - j] * BAND_RATIO_SPREAD:
         merged += r.entries[r.n - 1 - j]
         j += 1
     return j
@@ -150,11 +152,11 @@ cdef uint64_t newest_entries(const TableRuns* r, size_t m) noexcept nogil:
     return total
 
 
-cdef bint merge_due(const TableRuns* r, uint64_t limit, bint lazy) noexcept nogil:
-    """Whether a batch merges now (merge_width) within ``limit`` entries, or
-    whatever their size where the slots run short: a run set never keeps
-    more runs than the next batch leaves room for."""
-    cdef size_t m = merge_width(r, lazy)
+cdef bint merge_due(const TableRuns* r, uint64_t limit, int band) noexcept nogil:
+    """Whether a batch merges now (merge_width; ``band`` -1 for a table)
+    within ``limit`` entries, or whatever their size where the slots run
+    short: a run set never keeps more runs than the next batch leaves room for."""
+    cdef size_t m = merge_width(r, band)
     return m != 0 and (r.n >= RUN_SLOTS - 1 or newest_entries(r, m) <= limit)
 
 
@@ -340,12 +342,13 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef uint32_t id
     cdef uint64_t dropped = 0, taken
     cdef bint threaded, lazy = t >= w.layout.tables, settling
+    cdef int band = t - w.layout.tables if lazy else -1
     cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
     w.runs_written = True  # before any slot changes, whatever happens next
     while rc == 0 and (n or settle_due(&r, w.settle) or (
-            merges_left(&r, lazy) if w.merge_limit == 0 else merge_due(&r, w.merge_limit, lazy))):
+            merges_left(&r, lazy) if w.merge_limit == 0 else merge_due(&r, w.merge_limit, band))):
         # a run id is never given twice in a table (so a block directory cached
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
@@ -367,7 +370,7 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
         settling = settle_due(&r, w.settle)
         if lazy and not settling:
-            m = merge_width(&r, True)
+            m = merge_width(&r, band)
         else:
             m = cascade(&r, w.settle) if threaded else 2
         taken = newest_entries(&r, m)

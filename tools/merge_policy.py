@@ -16,7 +16,7 @@ each merge, and names how many of the newest to merge next (0: none):
 - bands F: the bands' rule (since 0.14.0): none until 6 runs are live
   (counted with the batch's: one short of the slots running short), then the
   newest j (two at least) while together they are over 1/F of the run
-  before them.
+  before them (since 0.15.0 band b takes F = 3 + b / 31).
 
 tools/run_import.py runs the same policies with the real merge.
 

@@ -136,7 +136,9 @@ class SubDatabase(NamedTuple):
 
 
 RUN_SLOTS, RUN_RATIO = 8, 4  # a table's slots (one live run each); the merge ratio
-BAND_RATIO = 4  # the bands' lazier merges: see pyruns.merge_width
+# the bands' lazier merges: band b's ratio is BAND_RATIO + b / BAND_RATIO_SPREAD (3 to 4), so
+# that the bands, which grow alike, do not merge their largest runs in the same batches
+BAND_RATIO, BAND_RATIO_SPREAD = 3, 31  # see pyruns.merge_width
 INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 KEY_SLOTS = INDEX_SLOTS  # the key map's slots, kept as the index's
 ID_BYTES = 8  # a document id, big-endian: a record's key, a value of the key map and of the index
@@ -177,7 +179,7 @@ RECENT_FINGERPRINTS = 0xFFFF  # recent's group key of the tables' new fingerprin
 RECENT_GROUP_BYTES = 6  # a recent group's head: its key 2, its count 4
 
 # the integer constants ext/_format.pxi declares for the native engine
-NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "BAND_RATIO", "INDEX_SLOTS", "KEY_SLOTS", "ID_BYTES",
+NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "BAND_RATIO", "BAND_RATIO_SPREAD", "INDEX_SLOTS", "KEY_SLOTS", "ID_BYTES",
                     "KEY_LENGTH_BYTES", "TABLE_KEY_BYTES",
                     "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT",
                     "RECENT_LIMIT", "RECENT_FINGERPRINTS", "RECENT_GROUP_BYTES")

@@ -17,6 +17,7 @@ from . import format
 from .format import (
     BAND_DIRECTORY,
     BAND_RATIO,
+    BAND_RATIO_SPREAD,
     ID_BYTES,
     KEY_LENGTH_BYTES,
     RECENT_FINGERPRINTS,
@@ -37,35 +38,38 @@ BAND_GROUP = 8  # bands a rewrite writes in one transaction (a pass over the doc
 MAX_VALUE = (1 << 64) - 1
 
 
-def merge_width(runs, lazy):
+def merge_width(runs, band):
     """How many of the newest ``runs`` the merge policy takes into one next
-    (0: none). A table's (the ratio rule): the two newest, where the newest
-    is over 1/RUN_RATIO of the one before. A band's (``lazy``: a band search
-    asks each run's filter, so runs cost it little): none until it has
-    RUN_SLOTS - 2 runs, then the newest j (two at least) while together they
-    are over 1/BAND_RATIO of the run before them. Either merges once the
-    slots run short (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
+    (0: none). A table's (``band`` None; the ratio rule): the two newest,
+    where the newest is over 1/RUN_RATIO of the one before. Band ``band``'s
+    (a band search asks each run's filter, so runs cost it little): none
+    until it has RUN_SLOTS - 2 runs, then the newest j (two at least) while
+    together they are over 1/F of the run before them, F = BAND_RATIO + band
+    / BAND_RATIO_SPREAD (the bands grow alike: each its own F keeps their
+    largest merges apart). Either merges once the slots run short
+    (RUN_SLOTS - 1 runs: a merge needs a free slot)."""
     if len(runs) < 2:
         return 0
-    if not lazy:
+    if band is None:
         return 2 if len(runs) >= RUN_SLOTS - 1 or runs[-1][2] * RUN_RATIO > runs[-2][2] else 0
     if len(runs) < RUN_SLOTS - 2:
         return 0
     width, merged = 2, runs[-1][2] + runs[-2][2]
-    while width < len(runs) and merged * BAND_RATIO > runs[-1 - width][2]:
+    while width < len(runs) and merged * (BAND_RATIO * BAND_RATIO_SPREAD + band) > \
+            runs[-1 - width][2] * BAND_RATIO_SPREAD:
         merged += runs[-1 - width][2]
         width += 1
     return width
 
 
-def merge_due(runs, limit, lazy):
-    """Whether a batch merges now (merge_width) within ``limit`` entries, or
-    whatever their size where the slots run short (a run set never keeps
-    more runs than the next batch leaves room for); with no limit, while any
-    merges are left."""
+def merge_due(runs, limit, band):
+    """Whether a batch merges now (merge_width; ``band`` None for a table)
+    within ``limit`` entries, or whatever their size where the slots run
+    short (a run set never keeps more runs than the next batch leaves room
+    for); with no limit, while any merges are left."""
     if limit is None:
-        return merges_left(runs, lazy)
-    width = merge_width(runs, lazy)
+        return merges_left(runs, band is not None)
+    width = merge_width(runs, band)
     return bool(width) and (len(runs) >= RUN_SLOTS - 1
                             or sum(size for _, _, size in runs[-width:]) <= limit)
 

@@ -337,14 +337,15 @@ class PyTxn(PyView, Txn):
         and no merge takes more), as the native backend does; returns the
         entries merged."""
         runs = self._directory(table)
-        lazy = table >= self._storage._layout.tables
+        tables = self._storage._layout.tables
+        band = table - tables if table >= tables else None
         limit = settle or (None if tidying or not self._storage.batch_merge
                            else self._storage.batch_merge)
         if values is not None:
             self._put_run(table, runs, values)
         merged = 0
-        while settle_due(runs, settle) or merge_due(runs, limit, lazy):
-            width = 2 if settle_due(runs, settle) or not lazy else merge_width(runs, True)
+        while settle_due(runs, settle) or merge_due(runs, limit, band):
+            width = 2 if settle_due(runs, settle) or band is None else merge_width(runs, band)
             sources = runs[-width:]
             merged += sum(size for _, _, size in sources)
             self._put_run(table, runs, functools.reduce(_ext.merge_unique, (
@@ -353,7 +354,7 @@ class PyTxn(PyView, Txn):
                 self._txn.drop(self._storage._dbs[self._storage._set_slot(table, slot)],
                                delete=False)
             del runs[-width - 1:-1]
-        self.untidy = self.untidy or merges_left(runs, lazy)
+        self.untidy = self.untidy or merges_left(runs, band is not None)
         self._save_directory(table, runs)
         return merged
 

@@ -102,12 +102,13 @@ include "_signature.pxi"
 SIGNATURE_BYTES = NARROW_SIGNATURE  # a text's resemblance signature: 128 bins of 8 bits
 WIDE_SIGNATURE_BYTES = WIDE_SIGNATURE  # of 16 bits (databases made before format 10)
 BINS = MINHASH_BINS
+NARROW_BIN_CODES = NARROW_CODES  # the values a filled 8-bit bin takes (1 to 255)
 BANDS = SIGNATURE_BANDS  # the band keys of a signature
 
 
 cdef Py_ssize_t signature_size(const unsigned char[::1] signature) except -1:
     """The size of a signature, checked: 128 bytes (8-bit bins) or 256 (16-bit)."""
-    if signature.shape[0] != NARROW_SIGNATURE and signature.shape[0] != WIDE_SIGNATURE:
+    if not is_signature_size(signature.shape[0]):
         raise InvalidArgumentError("a signature is %d bytes (8-bit bins) or %d (16-bit), got %d"
                                    % (NARROW_SIGNATURE, WIDE_SIGNATURE, signature.shape[0]))
     return signature.shape[0]

@@ -307,8 +307,7 @@ def band_pairs(const unsigned char[::1] signatures, Py_ssize_t size, double thre
     cdef uint64_t[::1] pair_view
     cdef double[::1] score_view
     out.pairs, out.scores, out.length, out.capacity = NULL, NULL, 0, 0
-    if size not in (NARROW_SIGNATURE, WIDE_SIGNATURE) or only_band >= SIGNATURE_BANDS \
-            or signatures.shape[0] % size:
+    if not is_signature_size(size) or only_band >= SIGNATURE_BANDS or signatures.shape[0] % size:
         raise InvalidArgumentError("expected signatures of %d bytes (%d or %d) and a band "
                                    "below %d" % (size, NARROW_SIGNATURE, WIDE_SIGNATURE,
                                                  SIGNATURE_BANDS))

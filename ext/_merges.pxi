@@ -341,14 +341,15 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
     cdef size_t blocks, entries, i, m
     cdef uint32_t id
     cdef uint64_t dropped = 0, taken
-    cdef bint threaded, lazy = t >= w.layout.tables, settling
-    cdef int band = t - w.layout.tables if lazy else -1
+    cdef bint threaded, settling
+    cdef int band = t - w.layout.tables if t >= w.layout.tables else -1  # -1: a table
     cdef int slot, rc = 0 if r.n else read_counter(w, RUN_IDS, &dropped)
     memset(r.cursor, 0, sizeof(r.cursor))  # the table's cursors and block
     memset(r.dir, 0, sizeof(r.dir))        # directories stay with w until save_runs
     w.runs_written = True  # before any slot changes, whatever happens next
     while rc == 0 and (n or settle_due(&r, w.settle) or (
-            merges_left(&r, lazy) if w.merge_limit == 0 else merge_due(&r, w.merge_limit, band))):
+            merges_left(&r, band >= 0) if w.merge_limit == 0
+            else merge_due(&r, w.merge_limit, band))):
         # a run id is never given twice in a table (so a block directory cached
         # for one can be trusted): each new run's is above every live one's, and
         # an emptied table's first is above those a rewrite dropped
@@ -369,14 +370,14 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         # or, in parts, as many as the merges of two would take
         threaded = w.merge_threads > 1 and r.id[r.n - 1] < w.table_runs[t].written_from
         settling = settle_due(&r, w.settle)
-        if lazy and not settling:
+        if band >= 0 and not settling:
             m = merge_width(&r, band)
         else:
             m = cascade(&r, w.settle) if threaded else 2
         taken = newest_entries(&r, m)
         if threaded and taken < w.threaded_merge:
             threaded = False
-            if not lazy or settling:
+            if band < 0 or settling:
                 m = 2
                 taken = newest_entries(&r, m)
         for i in range(m):
@@ -394,5 +395,5 @@ cdef int add_run(Work* w, Py_ssize_t t, const uint64_t* perms, size_t n) noexcep
         r.n -= m
         r.id[r.n], r.slot[r.n], r.entries[r.n] = id, slot, entries
         r.n += 1
-    w.untidy = w.untidy or merges_left(&r, lazy)
+    w.untidy = w.untidy or merges_left(&r, band >= 0)
     return rc if rc else save_runs(w, t, &r)

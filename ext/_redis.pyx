@@ -452,7 +452,7 @@ def sorted_band_entries(list signatures, fps, list without=None):
             if signatures[i] is None:
                 continue
             signature = signatures[i]
-            if signature.shape[0] != NARROW_SIGNATURE and signature.shape[0] != WIDE_SIGNATURE:
+            if not is_signature_size(signature.shape[0]):
                 raise ValueError("a signature is %d bytes, not %d or %d"
                                  % (signature.shape[0], NARROW_SIGNATURE, WIDE_SIGNATURE))
             if signature_bands(&signature[0], signature.shape[0], keys + m * SIGNATURE_BANDS):

@@ -29,6 +29,11 @@ cdef enum:
     NARROW_CODES = 255  # the values a filled 8-bit bin takes: 1 to 255
 
 
+cdef inline bint is_signature_size(Py_ssize_t size) noexcept nogil:
+    """Whether ``size`` bytes are a signature's: NARROW_ or WIDE_SIGNATURE."""
+    return size == NARROW_SIGNATURE or size == WIDE_SIGNATURE
+
+
 cdef inline unsigned int signature_bin(const unsigned char* signature, Py_ssize_t size,
                                        int i) noexcept nogil:
     """Bin ``i`` of a signature of ``size`` bytes (NARROW_ or WIDE_SIGNATURE)."""

@@ -36,7 +36,7 @@ THRESHOLD = 0.45  # the least resemblance of a near-duplicate
 NEAR_EXACT = 0.8  # the least resemblance of a short text's near-duplicate: one edited word passes
 SHORT_WORDS = 0  # texts of fewer words are short (0: none); see docs/crawlers.md
 BINS = _ext.BINS
-NARROW_CODES = 255  # the values a filled 8-bit signature bin takes (1 to 255)
+NARROW_CODES = _ext.NARROW_BIN_CODES  # the values a filled 8-bit signature bin takes (1 to 255)
 SHINGLE_WORDS = 5
 GROUP_CHECKED = 64  # the most texts under one fingerprint block whose pairs sharing() checks
 

@@ -57,15 +57,15 @@ true]. OLD is read, but never paired with itself."""
 
 def _spark_run(args, session, spark, stack):
     """Run cmd_spark's action and write its output."""
-    old = args.against is not None and _against_database(args.against)
-    bits = old.stats()["signature_bits"] if old else 8  # texts signed as the old ones are
-    if old:
-        old.close()
+    old = _against_database(args.against) if args.against is not None else None
+    if old is not None:
+        stack.enter_context(old)
+    bits = old.stats()["signature_bits"] if old is not None else 8  # signed as the old texts
     df, signature, made = _spark_input(session, args, args.input, args.format, bits)
     options = {"key": args.key, "fingerprint": args.fingerprint}
     if args.against is not None:
         options["against"], options["against_columns"] = _spark_against(
-            session, args, stack, signature in made)
+            session, args, stack, signature in made, old)
     if signature is not None:
         options.update(signature=signature, threshold=args.threshold,
                        short_words=args.short_words)
@@ -100,25 +100,23 @@ def _spark_run(args, session, spark, stack):
                 emit(line if across is None else line + [across], out)
 
 
-def _spark_against(session, args, stack, texts):
+def _spark_against(session, args, stack, texts, db):
     """The old corpus of --against as a DataFrame and the names of its key,
     fingerprint and signature columns: Parquet (named by --against-key and
-    the rest, else as INPUT), what `import` reads, or a database (exported
-    to Parquet in a directory that lasts while ``stack`` is open); a
-    database's recipe must be the current one where the new rows are
-    ``texts`` fingerprinted here."""
+    the rest, else as INPUT), what `import` reads, or a database (``db``,
+    opened: exported to Parquet in a directory that lasts while ``stack`` is
+    open); a database's recipe must be the current one where the new rows
+    are ``texts`` fingerprinted here."""
     given, exported = args.against, False
-    db = _against_database(given)
     if db is not None:
-        with db:
-            if texts and db.recipe != simhashdb.RECIPE:
-                raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
-                               "fingerprinted with %r: they would match nothing"
-                               % (given, db.recipe, args.input, simhashdb.RECIPE))
-            given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
-                                 "against.parquet")
-            db.export_parquet(given)
-            exported = True
+        if texts and db.recipe != simhashdb.RECIPE:
+            raise CliError("%s holds fingerprints made with %r, and the texts of %s are "
+                           "fingerprinted with %r: they would match nothing"
+                           % (given, db.recipe, args.input, simhashdb.RECIPE))
+        given = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()),
+                             "against.parquet")
+        db.export_parquet(given)
+        exported = True
     if not inputs.is_parquet(given):
         df, signature, _ = _spark_input(session, args, given, None)
         names = {"key": args.key, "fingerprint": args.fingerprint}

@@ -344,8 +344,8 @@ class PyTxn(PyView, Txn):
         if values is not None:
             self._put_run(table, runs, values)
         merged = 0
-        while settle_due(runs, settle) or merge_due(runs, limit, band):
-            width = 2 if settle_due(runs, settle) or band is None else merge_width(runs, band)
+        while (settling := settle_due(runs, settle)) or merge_due(runs, limit, band):
+            width = 2 if settling or band is None else merge_width(runs, band)
             sources = runs[-width:]
             merged += sum(size for _, _, size in sources)
             self._put_run(table, runs, functools.reduce(_ext.merge_unique, (

@@ -71,7 +71,7 @@ import eval_quality
 
 import simhashdb
 from simhashdb import _ext
-from simhashdb.rule import THRESHOLD
+from simhashdb.rule import NARROW_CODES, THRESHOLD
 
 BATCH = 1000
 MODEL_CODE = {eval_quality.FOREIGN_WORDS: "fw", eval_quality.FOREIGN_BLOCK: "fb",
@@ -229,7 +229,7 @@ class BandRule:
             if found:
                 est = bandsim.estimate(self.sigs[found], sig[None, :])
                 if self.native and cfg.width == 8:  # as the database corrects 8-bit bins
-                    est = np.maximum(0.0, (est * 255 - 1) / 254)
+                    est = np.maximum(0.0, (est * NARROW_CODES - 1) / (NARROW_CODES - 1))
                 hits = [j for j, e in zip(found, est) if e >= cfg.threshold]
                 if self.floor is not None:  # an alias counts when its document is near too
                     hits = [j for j in hits if self.home[j] == j or bandsim.estimate(

@@ -3,12 +3,12 @@ PY := $(VENV)/bin/python
 
 .PHONY: run test quick wheel clean
 
-# The LMDB C library for the native backend: installed with apt where it is
-# missing and we may (root), else a one-line instruction.
+# The LMDB and zstd C libraries for the native backend: installed with apt where
+# they are missing and we may (root), else a one-line instruction.
 .lmdb-checked:
-	@pkg-config --exists lmdb 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
-		&& apt-get update -qq && apt-get install -y -qq liblmdb-dev pkg-config >/dev/null; } \
-		|| { echo "simhashdb: the LMDB C library is missing: install liblmdb-dev (Debian/Ubuntu) or lmdb (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
+	@pkg-config --exists lmdb libzstd 2>/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && apt-get install -y -qq liblmdb-dev libzstd-dev pkg-config >/dev/null; } \
+		|| { echo "simhashdb: the LMDB or zstd C library is missing: install liblmdb-dev and libzstd-dev (Debian/Ubuntu) or lmdb and zstd (Homebrew) and pkg-config, then run make again" >&2; exit 1; }
 	@touch $@
 
 # The Redis server the tests run a cluster of (Debian redis-server): installed

@@ -9,16 +9,17 @@ from setuptools import Extension, setup
 
 
 def lmdb_flags():
-    """Compiler and linker flags of the LMDB C library from pkg-config, or None
-    where it is not installed (Debian/Ubuntu: liblmdb-dev; Homebrew: lmdb)."""
+    """Compiler and linker flags of the LMDB and zstd C libraries from
+    pkg-config, or None where either is not installed (Debian/Ubuntu:
+    liblmdb-dev libzstd-dev; Homebrew: lmdb zstd)."""
     try:
-        out = subprocess.run(["pkg-config", "--cflags", "--libs", "lmdb"], check=True,
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", "lmdb", "libzstd"], check=True,
                              capture_output=True, text=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         return None
     return {"include_dirs": [f[2:] for f in out if f.startswith("-I")],
             "library_dirs": [f[2:] for f in out if f.startswith("-L")],
-            "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb"]}
+            "libraries": [f[2:] for f in out if f.startswith("-l")] or ["lmdb", "zstd"]}
 
 
 # [sql] brings pandas, pyarrow and numpy, which mapInArrow needs; pyspark 4.3 warns that
@@ -52,13 +53,14 @@ extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         extra_compile_args=["-O3"])]
 # SIMHASHDB_NO_NATIVE_LMDB=1 leaves the native backend out on purpose;
 # SIMHASHDB_REQUIRE_NATIVE_LMDB=1 (make wheel) fails the build rather than leave it out
-INSTALL_LMDB = ("Install the LMDB C library and pkg-config (Debian/Ubuntu: apt-get install "
-                "liblmdb-dev pkg-config; Fedora: lmdb-devel; Homebrew: lmdb) and build again, "
+INSTALL_LMDB = ("Install the LMDB and zstd C libraries and pkg-config (Debian/Ubuntu: apt-get "
+                "install liblmdb-dev libzstd-dev pkg-config; Fedora: lmdb-devel libzstd-devel; "
+                "Homebrew: lmdb zstd) and build again, "
                 "or install a wheel made by `make wheel`, which carries the library.")
 flags = None if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1" else lmdb_flags()
 if flags is None:
     why = ("SIMHASHDB_NO_NATIVE_LMDB=1 is set" if os.environ.get("SIMHASHDB_NO_NATIVE_LMDB") == "1"
-           else "the LMDB C library was not found with pkg-config")
+           else "the LMDB or zstd C library was not found with pkg-config")
     if os.environ.get("SIMHASHDB_REQUIRE_NATIVE_LMDB") == "1":
         sys.exit("simhashdb: SIMHASHDB_REQUIRE_NATIVE_LMDB=1, but %s. %s" % (why, INSTALL_LMDB))
     rule = "!" * 78
@@ -85,8 +87,9 @@ setup(
     package_data={"simhashdb": ["py.typed", "*.pyi", "words-idf.bin"]},
     python_requires=">=3.10",
     # chardet: the encoding of a text document that declares none and is not UTF-8
+    # zstandard: the documents' blocks, read and written by the py-lmdb backend too
     install_requires=["lmdb>=1.4", "msgpack>=1.0", "bitarray>=2.8", "tqdm>=4.60",
-                      "chardet>=5.0"],
+                      "chardet>=5.0", "zstandard>=0.22"],
     entry_points={"console_scripts": ["simhashdb-cli=simhashdb.cli:main_exit"]},
     extras_require={
         # the Redis backend (simhashdb.storage.redis); hiredis parses its replies in C

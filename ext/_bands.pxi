@@ -118,16 +118,17 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
     cdef uint32_t keys[SIGNATURE_BANDS]
     cdef const uint8_t* signature
     cdef size_t signature_bytes = 0
-    cdef uint64_t fp
-    cdef MDB_val record, k, v
+    cdef uint64_t fp, id
+    cdef MDB_val k, v
     cdef int b, rc = 0
     memset(entries, 0, sizeof(entries))
     if end - first > BAND_GROUP:
         return CORRUPTED
-    rc = g_cursor_get(w.record_cursor, &record, &v, MDB_FIRST)
+    rc = flush_records(w)
+    if rc == 0:
+        rc = record_next(&w.rec, True, &id, &k, &v)
     while rc == 0:
-        rc = record_parts(&v, &k, &v)
-        if rc == 0 and value_fingerprint(&v, &fp) != 0:
+        if value_fingerprint(&v, &fp) != 0:
             rc = CORRUPTED
             break
         signature = value_signature(<const uint8_t*>v.mv_data, v.mv_size, &signature_bytes)
@@ -136,7 +137,7 @@ cdef int rewrite_bands(Work* w, int first, int end) noexcept nogil:
                 if rc == 0:
                     rc = u64_push(&entries[b - first], ((<uint64_t>keys[b]) << 32) | (fp >> 32))
         if rc == 0:
-            rc = g_cursor_get(w.record_cursor, &record, &v, MDB_NEXT)
+            rc = record_next(&w.rec, False, &id, &k, &v)
     rc = 0 if rc == MDB_NOTFOUND else rc
     for b in range(first, end):
         if rc == 0:
@@ -226,7 +227,7 @@ cdef int entry_held(Work* w, int band, uint64_t entry) noexcept nogil:
             return 0
         rc = read_id(&v, &id)
         if rc == 0:
-            rc = read_record(w.record_cursor, id, &key, &value)
+            rc = read_record(&w.rec, id, &key, &value)
         if rc == 0:
             signature = value_signature(<uint8_t*>value.mv_data, value.mv_size,
                                         &signature_bytes)

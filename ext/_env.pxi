@@ -62,6 +62,7 @@ cdef class Env:
     cdef MDB_dbi meta, records
     cdef MDB_dbi docs                # the documents of format 6 and earlier (copy_into reads them)
     cdef readonly bint old_documents  # the file keeps its documents as format 6 or 7 did
+    cdef readonly bint record_blocks  # its records are in blocks (else one an id: format 8 to 10)
     cdef bint keyed_by_key           # of format 7: records, and a key map by key (not read)
     cdef MDB_dbi index[INDEX_SLOTS]  # the fingerprint index's slots (_slotted.pxi)
     cdef readonly int index_slots    # how many the database has (1: made before they were)
@@ -201,8 +202,10 @@ cdef class Env:
         if rc == 0 and self.old_documents and not self.keyed_by_key:
             rc = g_dbi_open(txn, DOCS_NAME, 0, &self.docs)
         elif rc == 0:
-            rc = g_dbi_open(txn, RECORDS_NAME, 0 if self.old_documents else create_flag,
-                            &self.records)
+            self.record_blocks = not self.old_documents and not sub_database_exists(
+                txn, RECORDS_NAME)
+            rc = g_dbi_open(txn, BLOCKS_NAME if self.record_blocks else RECORDS_NAME,
+                            create_flag if self.record_blocks else 0, &self.records)
         while rc == 0 and not self.old_documents and self.key_slots < KEY_SLOTS:
             rc = g_dbi_open(txn, key_name(self.key_slots), MDB_DUPSORT | create_flag,
                             &self.keys[self.key_slots])

@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, embedsignature=True
 """The native LMDB backend's kernels, on the LMDB C API.
 
-One environment: ``meta``, ``records`` (document id -> key and value,
+One environment: ``meta``, ``blocks`` (the documents' records, key and
+value under an id, in compressed blocks of consecutive ids:
 ``_documents.pxi``), the key map (the key's 64-bit hash -> id) and the
 fingerprint index (fingerprint -> id), each sorted duplicates of 8-byte
 big-endian integers kept in slots
@@ -37,6 +38,7 @@ from simhashdb.storage.lmdb import format as lmdb_format
 include "_format.pxi"  # the file format's constants (simhashdb/storage/lmdb/format.py)
 
 cdef bytes META_NAME = lmdb_format.META.name(), RECORDS_NAME = lmdb_format.RECORDS.name()
+cdef bytes BLOCKS_NAME = lmdb_format.RECORD_BLOCKS.name()
 cdef bytes DOCS_NAME = lmdb_format.OLD_DOCS.name(), OLD_KEYS_NAME = lmdb_format.OLD_KEYS.name()
 cdef bytes RUN_DIRECTORY_NAME = lmdb_format.RUN_DIRECTORY.name()
 cdef bytes RECENT_NAME = lmdb_format.RECENT_WRITES.name()

@@ -474,7 +474,7 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
     rc = hit_ids(w, hits, &found)
     for i in range(found.size // 2 if rc == 0 else 0):
         if i == 0 or found.data[2 * i] != found.data[2 * i - 2]:  # a record not read yet
-            rc = read_indexed(w.record_cursor, found.data[2 * i],
+            rc = read_indexed(&w.rec, found.data[2 * i],
                               hits.data[found.data[2 * i + 1]].fp, &k, &value)
             while rc == 0 and out.used + k.mv_size > out.room:  # doubled until the key fits
                 if make_room(<void**>&out.bytes, &out.room, out.room, 1):

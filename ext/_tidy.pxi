@@ -176,12 +176,11 @@ cdef int end_rewrite(Work* w, const char* name, const char* counter, uint64_t st
 cdef int sparse_due(Work* w, bint* due) noexcept nogil:
     """Whether the documents removed since rewrite_sparse (meta ``removed``)
     are over 1/RUN_RATIO of the documents."""
-    cdef uint64_t removed
-    cdef MDB_stat records
+    cdef uint64_t removed, records = 0
     cdef int rc = read_counter(w, REMOVED, &removed)
     if rc == 0:
-        rc = g_stat(w.txn, w.records, &records)
-    due[0] = rc == 0 and removed * RUN_RATIO > records.ms_entries
+        rc = count_records(w, &records)
+    due[0] = rc == 0 and removed * RUN_RATIO > records
     return rc
 
 

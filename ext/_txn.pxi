@@ -57,21 +57,21 @@ cdef class Txn:
     cdef Work work(self):
         cdef Work w
         w.txn = self.txn
-        w.meta, w.records = self.env.meta, self.env.records
+        w.meta = self.env.meta
+        memset(&w.rec, 0, sizeof(Records))
+        w.rec.dbi, w.rec.blocks, w.rec.ratio = self.env.records, self.env.record_blocks, 1.0
         memset(&w.index, 0, sizeof(Slotted))
         memset(&w.keys, 0, sizeof(Slotted))
         w.index.dbis, w.index.slots, w.index.put_slot = self.env.index, self.env.index_slots, \
             self.index_put_slot
         w.keys.dbis, w.keys.slots, w.keys.put_slot = self.env.keys, self.env.key_slots, \
             self.key_put_slot
-        w.scratch, w.scratch_room = NULL, 0
         w.run_dir, w.run_slots = self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
         w.recent_dbi, w.recent, w.fresh = self.env.recent, NULL, NULL
         w.recent_limit = self.env.recent_limit
         w.band_changes = NULL
         w.layout = &self.env.layout
-        w.record_cursor = NULL
         w.merge_limit, w.merged, w.untidy, w.settle = self.env.batch_merge, 0, False, 0
         w.dirs, w.runs_written, w.index_committed = NULL, self.runs_written, False
         w.snapshot, w.view = not self.write, NULL
@@ -157,7 +157,7 @@ cdef class Txn:
                 if rc == 0:
                     rc = sort_records(found.data, found.size // 2, 2)
             for i in range(found.size // 2 if rc == 0 else 0):
-                rc = read_hashed(job.w.record_cursor, found.data[2 * i],
+                rc = read_hashed(&job.w.rec, found.data[2 * i],
                                  &job.docs[found.data[2 * i + 1]], &value, NULL)
                 if rc == 1:
                     values[job.docs[found.data[2 * i + 1]].seq] = self._copy(&value)
@@ -221,7 +221,7 @@ cdef class Txn:
                     rc = sort_records(found.data, n, 3)
             chunk = [None] * n
             for i in range(n if rc == 0 else 0):
-                rc = read_record(job.w.record_cursor, found.data[3 * i], &key, &value)
+                rc = read_record(&job.w.rec, found.data[3 * i], &key, &value)
                 if rc:
                     rc = CORRUPTED if rc == MDB_NOTFOUND else rc
                     break
@@ -265,71 +265,43 @@ cdef class Txn:
         raw = self.get(DISTINCT, True)
         return int.from_bytes(raw, "big") if raw else 0
 
-    def entries(self, bytes which):
-        """Entries of the sub-database ``which`` (named as in format.py):
-        records, or the index (its first slot's name: all its slots)."""
-        self.check_records() if which == RECORDS_NAME else self.check()
-        cdef MDB_stat stat
-        cdef int slot, rc = 0
-        cdef size_t total = 0
-        cdef bint index = which == INDEX_NAME
-        if not index:
-            rc = g_stat(self.txn, self.env.records, &stat)
-            total = stat.ms_entries
-        for slot in range(self.env.index_slots if index else 0):
-            if rc == 0:
-                rc = g_stat(self.txn, self.env.index[slot], &stat)
-                total += stat.ms_entries
-        if rc:
-            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
-        return total
+    def count(self):
+        """The documents stored."""
+        cdef Job job = self.job()
+        cdef uint64_t n = 0
+        cdef int rc = count_records(&job.w, &n)
+        self.done(rc, "read")
+        return n
 
-    def items(self, bytes which, bytes after=None, Py_ssize_t limit=4096):
-        """Up to ``limit`` (key, value) items of the records or the index (as
-        ``entries`` names them) in order, starting after the item (key)
-        ``after`` (from the first: None). Items out of order are a damaged
+    def index_items(self, bytes after=None, Py_ssize_t limit=4096):
+        """Up to ``limit`` (fingerprint, id) entries of the index, 8 bytes
+        big-endian each, in order, starting after the entry ``after`` (both,
+        joined; from the first: None). Entries out of order are a damaged
         file (a walk in chunks would go round them for ever)."""
         self.check()
-        cdef MDB_cursor* cursor = NULL
         cdef MDB_val k, v, after_k, after_v, last_k, last_v
         cdef bint have_last = after is not None
         cdef Work w = self.work()
-        cdef bint index = which == INDEX_NAME
-        cdef int rc = 0 if index else g_cursor_open(self.txn, self.env.records, &cursor)
-        if rc:
-            raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
+        cdef int rc = 0
         out = []
         try:
             if after is None:
-                rc = slotted_get(&w, &w.index, &k, &v, MDB_FIRST) if index else \
-                    g_cursor_get(cursor, &k, &v, MDB_FIRST)
-            elif index:  # the first entry past (fingerprint, key)
+                rc = slotted_get(&w, &w.index, &k, &v, MDB_FIRST)
+            else:  # the first entry past (fingerprint, key)
                 after_k.mv_size, after_k.mv_data = 8, <char*>after
                 after_v.mv_size, after_v.mv_data = len(after) - 8, <char*>after + 8
                 k, v, last_k, last_v = after_k, after_v, after_k, after_v
                 rc = index_seek(&w, &k, &v)
                 if rc == 0 and cmp_entry(&k, &v, &after_k, &after_v) == 0:
                     rc = slotted_get(&w, &w.index, &k, &v, MDB_NEXT)
-            else:
-                k.mv_size, k.mv_data = len(after), <char*>after
-                last_k = k
-                rc = g_cursor_get(cursor, &k, &v, MDB_SET_RANGE)
-                if rc == 0 and cmp_bytes(<uint8_t*>k.mv_data, k.mv_size, <uint8_t*>after,
-                                         len(after)) == 0:
-                    rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
             while rc == 0 and len(out) < limit:
-                if have_last and (cmp_entry(&k, &v, &last_k, &last_v) <= 0 if index else
-                                  cmp_bytes(<uint8_t*>k.mv_data, k.mv_size,
-                                            <uint8_t*>last_k.mv_data, last_k.mv_size) <= 0):
+                if have_last and cmp_entry(&k, &v, &last_k, &last_v) <= 0:
                     rc = CORRUPTED
                     break
                 last_k, last_v, have_last = k, v, True
                 out.append((self._copy(&k), self._copy(&v)))
-                rc = slotted_get(&w, &w.index, &k, &v, MDB_NEXT) if index else \
-                    g_cursor_get(cursor, &k, &v, MDB_NEXT)
+                rc = slotted_get(&w, &w.index, &k, &v, MDB_NEXT)
         finally:
-            if cursor != NULL:
-                mdb_cursor_close(cursor)
             slotted_close(&w.index)
         if rc and rc != MDB_NOTFOUND:
             raise self.env.fail(rc, "cannot read %s" % self.env.path.decode())
@@ -365,7 +337,7 @@ cdef class Txn:
         cdef int rc = open_records(&job.w)
         out = []
         for id in ids if rc == 0 else ():
-            rc = read_record(job.w.record_cursor, id, &key, &value)
+            rc = read_record(&job.w.rec, id, &key, &value)
             if rc:
                 rc = CORRUPTED if rc == MDB_NOTFOUND else rc  # the index names no record
                 break
@@ -527,7 +499,7 @@ cdef class Txn:
                     break
                 rc = read_id(&v, &id)
                 if rc == 0:
-                    rc = read_indexed(job.w.record_cursor, id, fp, &key, &value)
+                    rc = read_indexed(&job.w.rec, id, fp, &key, &value)
                 if rc:
                     break
                 found.append((self._copy(&key), fp))
@@ -701,13 +673,14 @@ cdef class Txn:
                     rc = copy_old_documents(self.txn, self.env.records if self.env.keyed_by_key
                                             else self.env.docs, self.env.keyed_by_key, &w)
                 if rc == 0 and not old:
-                    rc = copy_dbi(self.txn, self.env.records, target.txn, target.env.records, False)
+                    rc = open_records(&source)
+                if rc == 0 and not old:
+                    rc = copy_records(&source.rec, &w, NULL, 0)
                 if rc == 0 and not old:
                     rc = slotted_copy(&source, &source.keys, target.txn, target.env.keys[0])
                 if rc == 0 and not old:
                     rc = slotted_copy(&source, &source.index, target.txn, target.env.index[0])
-                slotted_close(&source.keys)
-                slotted_close(&source.index)
+                close_cursors(&source)
             if rc:
                 raise self.env.fail(rc, "cannot compact %s" % self.env.path.decode())
             with nogil:
@@ -799,6 +772,8 @@ cdef int copy_old_documents(MDB_txn* source, MDB_dbi dbi, bint records, Work* w)
         rc = append_entry(index, &k, &v, last, &have_last)
         if rc:
             break
+    if rc == 0:
+        rc = flush_records(w)
     if rc == 0:
         rc = write_counter(w, NEXT_ID, n)
     close_two(reader, keys)

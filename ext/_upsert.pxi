@@ -278,6 +278,8 @@ cdef int upsert(Work* w, Doc* docs, size_t n, U64s* touched) noexcept nogil:
                 ids[fresh] = id
             fresh += 1
         i += 1
+    if rc == 0:
+        rc = flush_records(w)
     if sorting:
         pthread_join(sorter, NULL)
         rc = rc if rc else entries.rc
@@ -431,6 +433,32 @@ cdef int without_entries(Work* w, MDB_txn* last, Slotted* m, uint64_t* pairs,
     return rc
 
 
+cdef int records_without(Work* w, MDB_txn* last, const uint64_t* gone, size_t found,
+                         const MDB_val* keys) noexcept nogil:
+    """Write the records again from ``last`` without the ``found`` ids of the
+    triples ``gone`` (ascending; ``keys``: those ids as stored keys)."""
+    cdef Records source
+    cdef uint64_t* ids
+    cdef size_t i
+    cdef int rc
+    if not w.rec.blocks:
+        return copy_skipping(last, w.txn, w.rec.dbi, keys, NULL, found)
+    records_close(&w.rec)  # (its cursor and the block it read: the records are emptied)
+    ids = <uint64_t*>malloc((found + 1) * sizeof(uint64_t))
+    memset(&source, 0, sizeof(Records))
+    source.dbi, source.blocks, source.ratio = w.rec.dbi, True, 1.0
+    rc = NO_MEMORY if ids == NULL else g_drop(w.txn, w.rec.dbi, 0)
+    for i in range(found if rc == 0 else 0):
+        ids[i] = gone[3 * i]
+    if rc == 0:
+        rc = g_cursor_open(last, source.dbi, &source.cursor)
+    if rc == 0:
+        rc = copy_records(&source, w, ids, found)
+    records_close(&source)
+    free(ids)
+    return rc
+
+
 cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
                        size_t found) noexcept nogil:
     """Write the records, the key map's and the index's slots again without
@@ -452,7 +480,7 @@ cdef int write_without(Work* w, MDB_txn* last, const Doc* docs, uint64_t* gone,
         keys[i].mv_size, keys[i].mv_data = ID_BYTES, id_bytes + ID_BYTES * i
         pairs[2 * i], pairs[2 * i + 1] = docs[gone[3 * i + 2]].hash, gone[3 * i]
     if rc == 0:
-        rc = copy_skipping(last, w.txn, w.records, keys, NULL, found)
+        rc = records_without(w, last, gone, found, keys)
     if rc == 0:
         rc = without_entries(w, last, &w.keys, pairs, found)
     for i in range(found if rc == 0 else 0):
@@ -488,7 +516,7 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
     whole (meta ``removed``) over 1/RUN_RATIO of them (so each removal costs
     about RUN_RATIO entries written)."""
     cdef MDB_val k, v, old
-    cdef MDB_stat records_stat
+    cdef uint64_t records = 0
     cdef MDB_txn* last = NULL
     cdef uint8_t hash[8]
     cdef uint8_t id_bytes[ID_BYTES]
@@ -501,10 +529,10 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
     if may_rewrite and n:
         rc = read_counter(w, REMOVED, &removed)
         if rc == 0:
-            rc = g_stat(w.txn, w.records, &records_stat)
-        if rc == 0 and (removed + n) * RUN_RATIO > records_stat.ms_entries:
+            rc = count_records(w, &records)
+        if rc == 0 and (removed + n) * RUN_RATIO > records:
             rc = count_stored(w, docs, n, &stored)  # (absent keys count for nothing)
-        if rc == 0 and (removed + stored) * RUN_RATIO > records_stat.ms_entries and g_txn_begin(
+        if rc == 0 and (removed + stored) * RUN_RATIO > records and g_txn_begin(
                 mdb_txn_env(w.txn), NULL, MDB_RDONLY, &last):
             last = NULL  # no reader slot for the snapshot: in place
         if last != NULL and mdb_txn_id(last) + 1 != mdb_txn_id(w.txn):
@@ -526,9 +554,8 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         elif rc == 0:
             rc = unlink(w, old_fp, id, touched)
             write_be(id_bytes, id, ID_BYTES)
-            k.mv_size, k.mv_data = ID_BYTES, id_bytes
             if rc == 0:
-                rc = g_del(w.txn, w.records, &k, NULL)
+                rc = delete_record(w, id)
             write_be(hash, docs[i].hash, 8)
             k.mv_size, k.mv_data, v.mv_size, v.mv_data = 8, hash, ID_BYTES, id_bytes
             if rc == 0:
@@ -540,6 +567,8 @@ cdef int remove(Work* w, Doc* docs, size_t n, U64s* touched, size_t* count,
         rc = write_without(w, last, docs, gone, count[0])
     elif rc == 0 and count[0]:
         rc = add_to_counter(w, REMOVED, count[0])
+    if rc == 0:  # (the records removed in place, taken out of their blocks)
+        rc = flush_records(w)
     if last != NULL:
         mdb_txn_abort(last)
     free(gone)

@@ -64,9 +64,39 @@ cdef struct Slotted:        # sorted duplicates kept in slots (_slotted.pxi): th
     SlotCursors ix          # its cursors in this call
 
 
+cdef struct RecordBlock:          # a block of records, decoded (_documents.pxi), or being made
+    U64s ids                # its records' ids, ascending
+    U64s ends               # where each record ends in body (the first begins at 0)
+    uint8_t* body
+    size_t size, room       # body bytes used, allocated
+    uint64_t key            # its key
+    bint held               # it is the stored block under key, as stored
+    size_t stored           # the bytes it is stored in (once held)
+
+
+cdef struct Records:        # the documents as one call reads and writes them (_documents.pxi)
+    MDB_cursor* cursor
+    MDB_dbi dbi
+    bint blocks             # in blocks (else a record an id: a file of format 8 to 10)
+    RecordBlock read              # the block last read
+    RecordBlock tail              # records appended, to store (tail_store)
+    bint tail_replaces      # tail.key is a stored block's, whose records the tail took in
+    RecordBlock edit              # a block being written again (block_rewrite)
+    U64s gone               # ids removed, to take out of their blocks (remove_gone)
+    uint8_t* packed         # a block's stored bytes, read or made
+    size_t packed_room
+    uint8_t* scratch        # a block's body, or a record, being made
+    size_t scratch_room
+    double ratio            # body bytes a stored byte, of the last block stored
+    size_t walk             # the next record of read a walk gives (record_next)
+    size_t walked           # the items a walk read
+    uint64_t walk_last      # the id a walk gave last (once walked)
+
+
 cdef struct Work:
     MDB_txn* txn
-    MDB_dbi meta, records
+    MDB_dbi meta
+    Records rec             # the documents
     Slotted index           # fingerprint -> document id
     Slotted keys            # the key's hash -> document id
     MDB_dbi run_dir         # every run set's directory of runs (directory_number, u16 BE)
@@ -78,9 +108,6 @@ cdef struct Work:
     Recent* fresh           # the run entries this call adds, for recent or runs (store_fresh)
     uint64_t recent_limit   # the most values recent may hold
     Layout* layout
-    MDB_cursor* record_cursor
-    uint8_t* scratch        # a record being written (put_record)
-    size_t scratch_room
     U64s* band_changes      # per band: (entry, 1 if added else 0) of the batch's text documents
     bint index_was_empty    # the fingerprint index was empty when the batch began
     bint unlinked           # the batch took documents out of the index
@@ -155,12 +182,9 @@ cdef void close_two(MDB_cursor* a, MDB_cursor* b) noexcept nogil:
 
 cdef void close_cursors(Work* w) noexcept nogil:
     cdef Py_ssize_t t
-    if w.record_cursor != NULL:
-        mdb_cursor_close(w.record_cursor)
+    records_close(&w.rec)
     slotted_close(&w.index)
     slotted_close(&w.keys)
-    free(w.scratch)
-    w.scratch, w.scratch_room = NULL, 0
     if w.view != NULL:
         view_release(w.dirs, w.view)
     elif w.table_runs != NULL:

@@ -454,7 +454,7 @@ class DB:
 
         :raises DatabaseBusyError: another process or handle has it open.
         """
-        self._storage.compact()
+        self._format = params.compact(self._storage, self._format)
 
     # Reads
 

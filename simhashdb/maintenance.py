@@ -14,19 +14,20 @@ from .storage.registry import open_storage
 def upgrade(path: Union[str, os.PathLike], *, backend: Any = None,
             progress: Optional[Callable[[int, int], None]] = None) -> None:
     """Convert a database made by an earlier simhashdb to this version's
-    format, which it then opens writable. An LMDB database of simhashdb 0.8
-    or earlier (format 7 and before) is copied into this format, its tables
-    and bands built again, and the copy put in its place once whole: a crash
-    leaves the old database or the converted one. It needs the database to
-    itself and free disk space for the copy. A database of this format is
-    left as it is.
+    format, which it then opens writable. An LMDB database of simhashdb 0.15
+    or earlier (format 10 and before) is copied into this format (its
+    documents put in compressed blocks; those of 0.8 and earlier given ids),
+    its tables and bands built again, and the copy put in its place once
+    whole: a crash leaves the old database or the converted one. It needs the
+    database to itself and free disk space for the copy. A database of this
+    format is left as it is.
 
     :param progress: called with (1, 1) once the database is converted.
     :raises DatabaseBusyError: another process or handle has it open.
     """
     storage = open_storage(path, create=False, backend=backend)
     try:
-        if storage.old_documents:
+        if storage.old_documents or storage.old_records:
             params.convert_documents(storage)
     finally:
         storage.close()

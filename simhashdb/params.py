@@ -21,7 +21,9 @@ from .layout import DEFAULT_EXPECTED_SIZE, Layout
 # 9: the LMDB run entries of small writes kept together in `recent` (format 8 reads as it is);
 # 10: the texts keep signatures of 8-bit bins (``signature_bits``); a database of 16-bit
 #     bins (made before it) reads as it is and stays at 9, which earlier versions write
-FORMAT_VERSION = 10
+# 11: the LMDB documents in compressed blocks of records; a database of records one an id
+#     (made before it) reads and writes as it is and stays at 9 or 10 until `upgrade`
+FORMAT_VERSION = 11
 SIGNATURE_BITS = 8  # a new database's signature bins
 EARLIER_SIGNATURE_BITS = 16  # those of a database made before format 10
 DEFAULT_DISTANCE = 3
@@ -97,10 +99,15 @@ def _checked(raw, path):
     return params
 
 
-def written_format(params):
-    """The format a database of ``params`` is kept in: this one, or 9 for one
-    whose signatures have 16-bit bins (nothing else of 10 is new)."""
-    return FORMAT_VERSION if params["signature_bits"] == SIGNATURE_BITS else 9
+def written_format(signature_bits, record_blocks):
+    """The format a database is kept in: this one where its documents are in
+    blocks of records (``record_blocks``: LMDB's, since format 11), else 10,
+    or 9 where its signatures have ``signature_bits`` 16 (nothing else of 10
+    is new): a Redis database, or an LMDB one made before format 11 until
+    ``upgrade``, so that the versions that made them still open them."""
+    if record_blocks:
+        return FORMAT_VERSION
+    return 10 if signature_bits == SIGNATURE_BITS else 9
 
 
 def store(storage, **changes):
@@ -133,7 +140,8 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
             raise DatabaseError("%s is not a simhashdb database" % storage.path)
         k, layout = new_layout(distance, blocks, expected_size, table_distance)
         storage.open_tables(layout)
-        new = msgpack.packb({"format": FORMAT_VERSION, "distance": k,
+        new = msgpack.packb({"format": written_format(SIGNATURE_BITS, storage.record_blocks),
+                             "distance": k,
                              "table_distance": layout.distance, "blocks": layout.blocks,
                              "widths": layout.widths, "recipe": recipe,
                              "signature_bits": SIGNATURE_BITS})
@@ -165,7 +173,7 @@ def open_params(storage, distance, blocks, expected_size, recipe, table_distance
                 % (storage.path, "with %r" % stored if stored else "by an unnamed "
                    "recipe", recipe))
         stored = recipe
-    if params["format"] < written_format(params):
+    if params["format"] < written_format(params["signature_bits"], storage.record_blocks):
         _upgrade(storage, params)
     elif not storage.readonly:
         storage.format_stored()
@@ -204,7 +212,7 @@ def _upgrade(storage, params):
     """Store this format in the parameters of a database of an earlier one
     whose form this version reads as it is (a writable open)."""
     if not storage.readonly:
-        params["format"] = written_format(params)
+        params["format"] = written_format(params["signature_bits"], storage.record_blocks)
         store(storage, format=params["format"])
         storage.format_stored()
 
@@ -242,11 +250,23 @@ def convert_documents(storage):
     _copy_into(storage, params, layout)
 
 
+def compact(storage, format):
+    """Compact the database of ``storage`` (of ``format``); returns its format
+    then: an LMDB one whose documents are a record an id is copied into
+    blocks, as ``upgrade`` copies it, and takes this format."""
+    if not storage.old_records:
+        storage.compact()
+        return format
+    convert_documents(storage)
+    return FORMAT_VERSION
+
+
 def _copy_into(storage, params, layout):
     """Copy the database of ``storage`` (stored ``params``) into this format
     with its tables in ``layout``, put in its place once whole."""
     storage.relayout(layout, msgpack.packb(dict(
-        params, format=written_format(params), table_distance=layout.distance,
+        params, format=written_format(params["signature_bits"], True),  # (a copy: in blocks)
+        table_distance=layout.distance,
         blocks=layout.blocks, widths=layout.widths)))
 
 

@@ -266,16 +266,82 @@ def store_format(env, txn, version):
                 db=meta)
 
 
+def raw_records(env, txn):
+    """{id (8 bytes): record} of an LMDB database's documents, from its blocks
+    or (format 10 and before) its records."""
+    if txn.get(lmdb_format.RECORDS.name()) is not None:
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
+        return dict(txn.cursor(records).iternext())
+    blocks = env.open_db(lmdb_format.RECORD_BLOCKS.name(), txn=txn, create=False)
+    held = {}
+    for key, raw in txn.cursor(blocks).iternext():
+        for doc, record in lmdb_format.unpack_block(int.from_bytes(key, "big"), raw):
+            held[doc.to_bytes(8, "big")] = record
+    return held
+
+
+def raw_record(env, txn, doc):
+    """The record (bytes as stored) of document id ``doc`` (8 bytes) of an
+    LMDB database, or None: from the block that would hold it, or (format 10
+    and before) under its id."""
+    if txn.get(lmdb_format.RECORDS.name()) is not None:
+        return txn.get(doc, db=env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False))
+    cursor = txn.cursor(env.open_db(lmdb_format.RECORD_BLOCKS.name(), txn=txn, create=False))
+    if not cursor.set_range(doc):
+        if not cursor.last():
+            return None
+    elif cursor.key() != doc and not cursor.prev():
+        return None
+    key = int.from_bytes(cursor.key(), "big")
+    return dict(lmdb_format.unpack_block(key, cursor.value())).get(int.from_bytes(doc, "big"))
+
+
+def put_raw_record(env, txn, doc, record):
+    """Store ``record`` (bytes as stored) as the record of document id ``doc``
+    (8 bytes) of an LMDB database: in the block that holds it, or (format 10
+    and before) under its id."""
+    if txn.get(lmdb_format.RECORDS.name()) is not None:
+        txn.put(doc, record, db=env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False))
+        return
+    blocks = env.open_db(lmdb_format.RECORD_BLOCKS.name(), txn=txn, create=False)
+    for key, raw in txn.cursor(blocks).iternext():
+        held = dict(lmdb_format.unpack_block(int.from_bytes(key, "big"), raw))
+        if int.from_bytes(doc, "big") in held:
+            held[int.from_bytes(doc, "big")] = record
+            txn.put(key, lmdb_format.pack_block(int.from_bytes(key, "big"), sorted(held.items())),
+                    db=blocks)
+            return
+    raise KeyError(doc)
+
+
+def records_as_in_format_10(path):
+    """Rewrite the closed database at ``path``'s documents as format 10 and
+    earlier kept them, a record an id in ``records`` (no blocks); format 10
+    stored (9 where its signatures have 16-bit bins)."""
+    import lmdb
+    import msgpack
+
+    env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
+    with env.begin(write=True) as txn:
+        held = raw_records(env, txn)
+        txn.drop(env.open_db(lmdb_format.RECORD_BLOCKS.name(), txn=txn), delete=True)
+        records = env.open_db(lmdb_format.RECORDS.name(), txn=txn)
+        txn.cursor(records).putmulti(sorted(held.items()), append=True)
+        raw = txn.get(lmdb_format.PARAMS, db=env.open_db(lmdb_format.META.name(), txn=txn))
+        if raw is not None:
+            store_format(env, txn, 10 if msgpack.unpackb(raw).get("signature_bits") == 8 else 9)
+    env.close()
+
+
 def stored_id(env, txn, key):
     """The document id (8 bytes) of encoded ``key`` in an LMDB database: the
     one under its hash in the key map (in whichever of its slots) whose record
     holds it; or None."""
-    records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
     for name in lmdb_format.KEYS.names():
         cursor = txn.cursor(env.open_db(name, txn=txn, dupsort=True))
         if cursor.set_key(lmdb_format.key_hash(key)):
             for id_bytes in cursor.iternext_dup():
-                record = txn.get(id_bytes, db=records)
+                record = raw_record(env, txn, id_bytes)
                 if record[:lmdb_format.KEY_LENGTH_BYTES + len(key)] == \
                         len(key).to_bytes(lmdb_format.KEY_LENGTH_BYTES, "big") + key:
                     return id_bytes
@@ -298,6 +364,7 @@ def documents_as_in_format_6(path, format=6):
     keys, no records, key map or next id; ``format`` stored."""
     import lmdb
 
+    records_as_in_format_10(path)
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
@@ -325,6 +392,7 @@ def documents_as_in_format_7(path):
     format 7 stored."""
     import lmdb
 
+    records_as_in_format_10(path)
     env = lmdb.open(path, max_dbs=4096, map_size=1 << 34)
     with env.begin(write=True) as txn:
         records = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)

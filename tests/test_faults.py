@@ -17,7 +17,7 @@ import time
 
 import msgpack
 import pytest
-from conftest import BACKENDS, as_tuples, brute_force, storage_of, stored_id
+from conftest import BACKENDS, as_tuples, brute_force, put_raw_record, raw_records, storage_of, stored_id
 
 from simhashdb import DB, DatabaseError, SimhashDBError
 from simhashdb.storage.lmdb import format as lmdb_format
@@ -471,9 +471,8 @@ def test_a_damaged_document_record_is_a_database_error_everywhere(tmp_path, back
     with env.begin(write=True) as txn:
         key = msgpack.packb(7)
         id_ = stored_id(env, txn, key)
-        docs = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
-        record, value = txn.get(id_, db=docs), DAMAGED_VALUES[damage]
-        txn.put(id_, record[:-3] if value is None else record[:2 + len(key)] + value, db=docs)
+        record, value = raw_records(env, txn)[id_], DAMAGED_VALUES[damage]
+        put_raw_record(env, txn, id_, record[:-3] if value is None else record[:2 + len(key)] + value)
     env.close()
     with DB(path) as db:
         problems = db.check()

@@ -140,7 +140,7 @@ def test_a_database_of_format_5_is_upgraded_to_tables_built_for_its_distance(tmp
     simhashdb.upgrade(path)
     with DB(path) as db:
         assert (db.distance, db.table_distance, db.tables) == (2, 2, 6)
-        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION == 10
+        assert db.stats()["format"] == simhashdb.db.FORMAT_VERSION == 11
         assert [m.key for m in db.query(5)] == [1, 2]
 
 

@@ -47,7 +47,7 @@ def test_a_failed_open_leaves_no_file_of_the_database_open_or_mapped(tmp_path, b
     path = str(tmp_path / "db")
     with DB(path) as db:
         db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(100))
-    drop_sub_databases(path, lmdb_format.RECORDS.name(), lmdb_format.RUN_DIRECTORY.name())
+    drop_sub_databases(path, lmdb_format.RECORD_BLOCKS.name(), lmdb_format.RUN_DIRECTORY.name())
     kept = []  # as a crawler retrying its open may keep them, with their tracebacks
     for _ in range(3):
         with pytest.raises(DatabaseError, match="not a simhashdb database") as refused:

@@ -15,7 +15,7 @@ import lmdb
 import msgpack
 import pytest
 from conftest import (as_tuples, brute_force, documents_as_in_format_6, documents_as_in_format_7,
-                      native_built, storage_of, store_values)
+                      native_built, put_raw_record, raw_records, storage_of, store_values)
 from test_durability import run_and_kill
 from test_pylmdb_recent import raw_recent
 
@@ -55,6 +55,8 @@ def read_file(path):
             held = {name: list(txn.cursor(env.open_db(name, txn=txn, create=False,
                                                       dupsort=name in dupsort)).iternext())
                     for name in families if name in names}
+            if lmdb_format.RECORD_BLOCKS.name() in names:  # the records, out of their blocks
+                held[RECORDS] = sorted(raw_records(env, txn).items())
             meta = env.open_db(lmdb_format.META.name(), txn=txn, create=False)
             next_id = txn.get(lmdb_format.NEXT_ID, db=meta)
     finally:
@@ -194,7 +196,7 @@ def test_a_record_whose_key_runs_past_its_end_is_a_database_error(tmp_path):
     doc = fifty_documents(path)
     env = lmdb.open(path, max_dbs=4096, lock=False)
     with env.begin(write=True) as txn:
-        txn.put(doc, b"\x01\x00" + msgpack.packb(7), db=env.open_db(RECORDS, txn=txn))
+        put_raw_record(env, txn, doc, b"\x01\x00" + msgpack.packb(7))
     env.close()
     with DB(path, backend=BACKEND) as db:
         for call in (lambda: db.get(7), lambda: list(db), lambda: db.insert(7, 1),

@@ -11,7 +11,7 @@ from array import array
 import lmdb
 import msgpack
 import pytest
-from conftest import brute_force, native_built, storage_of, stored_id
+from conftest import brute_force, native_built, raw_records, storage_of, stored_id
 
 import simhashdb
 from simhashdb import DB, _ext
@@ -21,7 +21,7 @@ from simhashdb.storage.lmdb import format as lmdb_format
 from simhashdb.storage.lmdb.format import INDEX_SLOTS, RUN_RATIO, RUN_SLOTS, max_dbs
 
 index_name, slot_name = lmdb_format.INDEX.name, lmdb_format.TABLE_RUNS.name
-RECORDS = lmdb_format.RECORDS.name()
+RECORDS, BLOCKS = lmdb_format.RECORDS.name(), lmdb_format.RECORD_BLOCKS.name()
 
 MAX = 2**64 - 1
 LAYOUT = Layout(5, 3)
@@ -193,8 +193,7 @@ def read_index(path):
     env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            records = txn.cursor(env.open_db(RECORDS, txn=txn, create=False)).iternext()
-            key_of = {doc: record_parts(raw)[0] for doc, raw in records}
+            key_of = {doc: record_parts(raw)[0] for doc, raw in raw_records(env, txn).items()}
             slots = []
             for slot in range(INDEX_SLOTS):
                 try:
@@ -363,9 +362,15 @@ def record_parts(raw):
 
 def read_documents(path):
     """The documents as the file's records hold them, (key, value) in id
-    order, and the records' leaf pages."""
-    entries, leaves = read_sub_database(path, RECORDS)
-    return [record_parts(raw) for _, raw in entries], leaves
+    order, and the pages of their blocks."""
+    env = lmdb.open(path, max_dbs=max_dbs(LAYOUT.tables), readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            stat = txn.stat(env.open_db(BLOCKS, txn=txn, create=False))
+            held = sorted(raw_records(env, txn).items())
+    finally:
+        env.close()
+    return [record_parts(raw) for _, raw in held], stat["leaf_pages"] + stat["overflow_pages"]
 
 
 def read_removed(path):
@@ -565,7 +570,7 @@ def test_a_walk_cut_short_by_damage_is_refused_not_copied(tmp_path, backend):
     docs = {i: rng.getrandbits(64) for i in range(6000)}
     with DB(path, distance=3, blocks=5) as db:
         db.insert_many(docs.items())
-    root = sub_database_root(path, RECORDS)
+    root = sub_database_root(path, BLOCKS)
     with open(os.path.join(path, "data.mdb"), "r+b") as f:
         f.seek(root * 4096)
         page = bytearray(f.read(4096))

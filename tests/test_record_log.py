@@ -12,7 +12,8 @@ import time
 
 import lmdb
 import pytest
-from conftest import STORAGE_LAYOUT, documents_as_in_format_6, documents_as_in_format_7
+from conftest import (STORAGE_LAYOUT, documents_as_in_format_6, documents_as_in_format_7,
+                      put_raw_record, raw_records)
 
 from simhashdb import DB, DatabaseError, records
 from simhashdb.db import FORMAT_VERSION
@@ -24,6 +25,7 @@ pytest.importorskip("simhashdb._lmdb")
 pytestmark = pytest.mark.lmdb_only
 ID = format.ID_BYTES
 RECORDS, OLD_DOCS, META = format.RECORDS.name(), format.OLD_DOCS.name(), format.META.name()
+BLOCKS = format.RECORD_BLOCKS.name()
 
 
 def open_native(path, readonly=False):
@@ -47,6 +49,8 @@ def file_state(path):
                 db = env.open_db(name, txn=txn, create=False,
                                  dupsort=name in format.INDEX.names() + format.KEYS.names())
                 state[name] = list(txn.cursor(db))
+            if BLOCKS in state:  # the records, out of their blocks
+                state[RECORDS] = sorted(raw_records(env, txn).items())
             return state
     finally:
         env.close()
@@ -162,8 +166,8 @@ def damaged(path, damage):
 def test_a_record_whose_key_runs_past_it_is_damage(tmp_path):
     """A record's key length past its end raises DatabaseError on every read
     of it, never a fault or garbage."""
-    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: txn.put(
-        b_id, b"\x01\xff" + b"b", db=env.open_db(RECORDS, txn=txn)))
+    storage = damaged(str(tmp_path / "db"), lambda env, txn, b_id: put_raw_record(
+        env, txn, b_id, b"\x01\xff" + b"b"))
     with storage.read() as view:
         assert view.get(records.encode_key("a")) is not None
         for read in (lambda: view.get(records.encode_key("b")), lambda: list(view.documents()),

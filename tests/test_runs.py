@@ -480,8 +480,8 @@ def documents_leaf_pages(path):
     env = lmdb.open(path, max_dbs=4096, readonly=True, lock=False)
     try:
         with env.begin() as txn:
-            docs = env.open_db(lmdb_format.RECORDS.name(), txn=txn, create=False)
-            return txn.stat(docs)["leaf_pages"]
+            docs = env.open_db(lmdb_format.RECORD_BLOCKS.name(), txn=txn, create=False)
+            return txn.stat(docs)["leaf_pages"] + txn.stat(docs)["overflow_pages"]
     finally:
         env.close()
 

@@ -189,6 +189,15 @@ class Storage(ABC):
     """Whether the backend keeps the documents in the form of an earlier
     format, which only :meth:`relayout`'s copy reads (:func:`simhashdb.upgrade`)."""
 
+    record_blocks = False
+    """Whether the backend keeps the documents in blocks of records (LMDB's,
+    since format 11)."""
+
+    old_records = False
+    """Whether the backend keeps the documents a record an id, as LMDB files of
+    format 8 to 10 did: read and written as they are, put in blocks by
+    :meth:`relayout`'s copy (:func:`simhashdb.upgrade`)."""
+
     def format_stored(self):
         """Called on a writable storage once its parameters give this version's
         format, which earlier versions refuse to open: a backend may now add

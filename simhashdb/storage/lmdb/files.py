@@ -463,6 +463,17 @@ class LmdbHandle(Storage):
         storage's ``old_documents``)."""
         return self._open().old_documents
 
+    @property
+    def record_blocks(self):
+        """Whether the file keeps its documents in blocks (its storage's ``record_blocks``)."""
+        return self._open().record_blocks
+
+    @property
+    def old_records(self):
+        """Whether the file keeps its documents a record an id (its storage's
+        ``old_records``)."""
+        return self._open().old_records
+
     def info(self):
         return self._open().info()
 

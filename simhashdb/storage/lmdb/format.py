@@ -12,13 +12,24 @@ A database's sub-databases (:data:`SUB_DATABASES`):
   written whole), ``run ids`` (the highest run id a rewrite
   dropped) and, while the tables are being written again, ``rewrite`` (the
   next table, and the stale count the rewrite began with);
-- ``records``: the documents, a record each under its document id (8 bytes
-  big-endian, :data:`ID_BYTES`): the encoded key's length (2 bytes
-  big-endian, :data:`KEY_LENGTH_BYTES`), the encoded key, then the document
-  value (:mod:`simhashdb.records`). A batch's new keys take the next ids
-  (meta's ``next id``) in key order (:func:`key_order`) and are appended; a
-  key written again keeps its id and its record is replaced where it is; an
-  id is never given twice;
+- ``blocks``: the documents, as records in blocks of consecutive ids. A
+  record is the encoded key's length (2 bytes big-endian,
+  :data:`KEY_LENGTH_BYTES`), the encoded key, then the document value
+  (:mod:`simhashdb.records`). A block is keyed by the lowest id it was
+  written with (8 bytes big-endian, :data:`ID_BYTES`), and its ids lie below
+  the next block's key; its value is a zstd frame (its size and a checksum in
+  the frame) of the block's body (:func:`block_body`): the count of records,
+  each id as its difference from the one before (the first from the key),
+  each record's size (all unsigned LEB128), then the records. A batch's new
+  keys take the next ids (meta's ``next id``) in key order
+  (:func:`key_order`) and are appended as blocks of at most
+  :data:`RECORD_BLOCK_BYTES` stored (the last block, while under :data:`TAKEN_IN`,
+  taken into the first of them); a key written again keeps its id and its
+  record is replaced in its block, a removed one taken out of it (a block
+  that outgrows RECORD_BLOCK_BYTES is split in two); an id is never given twice.
+  A file of format 8 to 10 has ``records`` instead (:data:`RECORDS`): a
+  record each under its id, read and written as it is until ``upgrade``
+  copies it into blocks;
 - the key map (sorted duplicates: the encoded key's hash, 8 bytes big-endian
   (:func:`key_hash`) -> the document id, 8 bytes big-endian; one entry per
   document), kept in :data:`KEY_SLOTS` slots as the index is: ``hashes``, then
@@ -103,6 +114,8 @@ A new kind of sub-database is one more :class:`SubDatabase` in
 
 from typing import NamedTuple
 
+import zstandard
+
 from ... import _text
 from .. import BANDS
 
@@ -143,9 +156,18 @@ INDEX_SLOTS = 8  # the fingerprint index's slots (RUNS.md, "The index as runs")
 KEY_SLOTS = INDEX_SLOTS  # the key map's slots, kept as the index's
 ID_BYTES = 8  # a document id, big-endian: a record's key, a value of the key map and of the index
 KEY_LENGTH_BYTES = 2  # a record's first bytes: its encoded key's length, big-endian
+# the most bytes a block of records takes stored: two fill a 4 KiB page (LMDB gives a value of
+# over 2,022 bytes pages of its own); a lone record over it makes a block of its own
+RECORD_BLOCK_BYTES = 2022
+RECORD_BLOCK_LEVEL = 3  # the blocks' zstd level
+# a block's body is at most MAX_BODY, and at most MOST_EXPANDED times its stored bytes (past
+# any zstd frame's expansion): a larger size in its frame is damage, refused before room is made
+MAX_BODY, MOST_EXPANDED = 1 << 32, 1 << 16
+TAKEN_IN = RECORD_BLOCK_BYTES * 7 // 8  # a last block under this takes a write's new records in
 
 META = SubDatabase(b"meta")
-RECORDS = SubDatabase(b"records")
+RECORD_BLOCKS = SubDatabase(b"blocks")
+RECORDS = SubDatabase(b"records")  # the documents of format 7 to 10: a record an id
 KEYS = SubDatabase(b"hashes:%02d", KEY_SLOTS, dupsort=True, first=b"hashes")
 INDEX = SubDatabase(b"index:%02d", INDEX_SLOTS, dupsort=True, first=b"fingerprints")
 OLD_DOCS = SubDatabase(b"docs")
@@ -157,7 +179,7 @@ BAND_RUNS = SubDatabase(b"band:%02d:%02d", RUN_SLOTS, per_band=True)
 OLD_TABLE = SubDatabase(b"table:%03d", per_table=True, dupsort=True, dupfixed=True)
 OLD_BAND = SubDatabase(b"band:%02d", BANDS, dupsort=True, dupfixed=True)
 
-SUB_DATABASES = (META, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS, RECENT_WRITES)
+SUB_DATABASES = (META, RECORD_BLOCKS, RECORDS, KEYS, INDEX, RUN_DIRECTORY, TABLE_RUNS, BAND_RUNS, RECENT_WRITES)
 SPARE_DBS = 1  # room for one more: the documents of format 6 being copied
 
 # meta's keys
@@ -180,7 +202,7 @@ RECENT_GROUP_BYTES = 6  # a recent group's head: its key 2, its count 4
 
 # the integer constants ext/_format.pxi declares for the native engine
 NATIVE_CONSTANTS = ("RUN_SLOTS", "RUN_RATIO", "BAND_RATIO", "BAND_RATIO_SPREAD", "INDEX_SLOTS", "KEY_SLOTS", "ID_BYTES",
-                    "KEY_LENGTH_BYTES", "TABLE_KEY_BYTES",
+                    "KEY_LENGTH_BYTES", "RECORD_BLOCK_BYTES", "RECORD_BLOCK_LEVEL", "TABLE_KEY_BYTES",
                     "BAND_DIRECTORY", "RUN_RECORD_BYTES", "RUN_KEY_BYTES", "CHECKSUM_BIT",
                     "RECENT_LIMIT", "RECENT_FINGERPRINTS", "RECENT_GROUP_BYTES")
 
@@ -287,3 +309,80 @@ def recent_groups(raw):
             return None
         groups[key], last = values, key
     return groups
+
+
+def _leb128(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def block_body(key, records):
+    """The body of a block keyed ``key`` holding ``records`` [(id, record)],
+    ids ascending from ``key`` on."""
+    head, last = [_leb128(len(records))], key
+    for doc, _ in records:
+        head.append(_leb128(doc - last))
+        last = doc
+    head += [_leb128(len(record)) for _, record in records]
+    return b"".join(head) + b"".join(record for _, record in records)
+
+
+def block_records(key, body):
+    """[(id, record)] of the body of a block keyed ``key``; None where it is
+    not one (a number past 64 bits or running past it, ids not ascending,
+    sizes running past it or bytes left over)."""
+    numbers, at = [], 0
+    try:
+        count = None
+        while count is None or len(numbers) < 2 * count:
+            n = shift = 0
+            while True:
+                byte = body[at]
+                at += 1
+                n |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80 or shift > 63:
+                    break
+            if byte >= 0x80 or n >> 64:
+                return None
+            if count is None:
+                if not 0 < n <= len(body):
+                    return None
+                count = n
+            else:
+                numbers.append(n)
+    except IndexError:
+        return None
+    records, doc = [], key
+    for i, (step, size) in enumerate(zip(numbers[:count], numbers[count:])):
+        if i and not step:
+            return None
+        doc += step
+        records.append((doc, body[at:at + size]))
+        at += size
+    return records if at == len(body) and doc < 1 << 64 else None
+
+
+_compressor = zstandard.ZstdCompressor(level=RECORD_BLOCK_LEVEL, write_checksum=True)
+
+
+def pack_block(key, records):
+    """A block as stored (a zstd frame of its body)."""
+    return _compressor.compress(block_body(key, records))
+
+
+def unpack_block(key, raw):
+    """[(id, record)] of a stored block keyed ``key``; None where it is damaged."""
+    try:
+        if not 0 < zstandard.frame_content_size(raw) <= min(MAX_BODY,
+                                                            MOST_EXPANDED * (len(raw) + 1)):
+            return None
+        reader = zstandard.ZstdDecompressor().decompressobj()
+        body = reader.decompress(raw)
+    except zstandard.ZstdError:
+        return None
+    return block_records(key, body) if reader.eof and not reader.unused_data else None

@@ -14,11 +14,9 @@ from ... import _ext, _lmdb
 from ...errors import DatabaseError, MapFullError, MapResizedError
 from .. import Txn, View
 from .files import LmdbStorage
-from . import format
 from .format import INDEX_SLOTS, PARAMS
 
 ITEMS_PER_READ = 4096
-RECORDS, INDEX = format.RECORDS.name(), format.INDEX.name(0)  # what Txn.entries counts
 PARALLEL_PROBES = 4096  # a query_many this large is split over the cores
 THREADS = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
               else os.cpu_count() or 1, 8)  # the cores this process may run on
@@ -156,6 +154,18 @@ class NativeStorage(LmdbStorage):
         self._check_usable()
         return self._env.old_documents
 
+    @property
+    def record_blocks(self):
+        """Whether the file keeps its documents in blocks (format 11)."""
+        self._check_usable()
+        return self._env.record_blocks
+
+    @property
+    def old_records(self):
+        """Whether the file keeps its documents a record an id (format 8 to 10)."""
+        self._check_usable()
+        return not self._env.old_documents and not self._env.record_blocks
+
     def statistics(self):
         """``threaded_merges``: merges cut among the worker threads;
         ``fed_merges``: merges of the fingerprint index whose sources a
@@ -286,7 +296,7 @@ class NativeView(View):
         return self._txn.get(PARAMS, True)
 
     def count(self):
-        return self._txn.entries(RECORDS)
+        return self._txn.count()
 
     def distinct(self):
         return self._txn.distinct()
@@ -302,7 +312,7 @@ class NativeView(View):
 
     def _index_entries(self):
         """The index's (fingerprint, id) entries in order, as bytes."""
-        return _paged(lambda after, limit: self._txn.items(INDEX, after, limit), None,
+        return _paged(self._txn.index_items, None,
                       lambda fp_bytes, id_bytes: fp_bytes + id_bytes)
 
     def keys_of(self, fingerprint):

@@ -56,6 +56,7 @@ from .pyruns import (
     OLD_DOCS,
     OLD_KEYS,
     RECENT_WRITES,
+    RECORD_BLOCKS,
     RECORDS,
     RUNS,
     Slots,
@@ -73,7 +74,8 @@ from .pyruns import (
     slot_name,
     write_run,
 )
-from .pyview import PyView
+from .pyrecords import Records
+from .pyview import CHUNK, PyView
 from .pytxn import PyTxn
 
 # what marks a file of an earlier format, and what its copy reads the documents from
@@ -132,12 +134,16 @@ class PyLmdbStorage(LmdbStorage):
             reader = txn or stack.enter_context(self._env.begin())
             self._old_source = next((source for marker, source in OLD_SOURCES
                                      if reader.get(marker) is not None), None)
+            one_an_id = reader.get(RECORDS) is not None  # (a file of format 7 to 10)
         self.old_documents = self._old_source is not None
         self._keys = Slots(format.KEYS)
+        self.record_blocks = not self.old_documents and not one_an_id
+        self.old_records = one_an_id and not self.old_documents
         if self.old_documents:
             self._dbs[self._old_source] = self._open_db(self._old_source, txn=txn, create=False)
-        else:
-            self._dbs[RECORDS] = self._open_db(RECORDS, txn=txn)
+        else:  # (the records' handle, in blocks or one an id)
+            self._dbs[RECORDS] = self._open_db(RECORD_BLOCKS if self.record_blocks else RECORDS,
+                                               txn=txn, create=self.record_blocks)
             self._open_slots(self._keys, create=True, txn=txn)
 
     def _open_recent(self, txn=None):
@@ -364,7 +370,7 @@ class PyLmdbStorage(LmdbStorage):
                 meta = opened(META)
                 self._walked(source, [META], fill_empty(
                     written.cursor(meta), source.cursor(self._dbs[META]).iternext(), False))
-                records = opened(RECORDS)
+                records = Records(written, opened(RECORD_BLOCKS), True, copy)
                 keys, index = ([opened(name, dupsort=True) for name in family.names()]
                                for family in (format.KEYS, format.INDEX))
                 if self.old_documents:
@@ -372,10 +378,11 @@ class PyLmdbStorage(LmdbStorage):
                     written.put(NEXT_ID, count_bytes(converted), db=meta)
                 else:
                     self._copy_documents(source, written, records, keys[0], index[0])
+                records.flush()
                 fps = distinct_fingerprints(written.cursor(index[0]).iternext())
                 written.put(DISTINCT, count_bytes(len(fps)), db=meta)  # (0.3's files have none)
                 held = [set() for _ in range(BANDS)]  # the bands from the records
-                for doc, raw in written.cursor(records).iternext():
+                for doc, raw in records.items():
                     _, value = record_parts(raw, self.path, doc)
                     for entries, entry in zip(held, band_entries(value, value_fingerprint(value))):
                         entries.add(entry)
@@ -405,8 +412,11 @@ class PyLmdbStorage(LmdbStorage):
     def _copy_documents(self, source, written, records, keys, index):
         """Copy the records, the key map's slots into ``keys`` and the index's
         into ``index`` (the copy's first slots), each in order."""
-        self._walked(source, [RECORDS], fill_empty(
-            written.cursor(records), source.cursor(self._dbs[RECORDS]).iternext(), False))
+        read = Records(source, self._dbs[RECORDS], self.record_blocks, self.path)
+        items = read.items()
+        for chunk in iter(lambda: list(itertools.islice(items, CHUNK)), []):
+            records.append(chunk)
+        self._walked(source, [RECORDS], read.walked)
         self._walked(source, self._keys.names, fill_empty(
             written.cursor(keys), slot_items(source, self, self._keys), True))
         self._walked(source, self._index.names, fill_empty(
@@ -435,7 +445,10 @@ class PyLmdbStorage(LmdbStorage):
                 entries.append(_ext.pack_key(value_fingerprint(value)) + id_bytes(number))
                 yield id_bytes(number), record_bytes(key, value)
 
-        count = fill_empty(written.cursor(records), numbered(), False)
+        numbers = numbered()
+        for chunk in iter(lambda: list(itertools.islice(numbers, CHUNK)), []):
+            records.append(chunk)
+        count = len(located)
         fill_empty(written.cursor(keys), ((format.key_hash(key), id_bytes(number))
                                           for number, (key, _) in enumerate(located)), True)
         fill_empty(written.cursor(index), ((entry[:8], entry[8:]) for entry in sorted(entries)), True)

@@ -29,6 +29,7 @@ from .format import (
 )
 
 META, RECORDS, RUNS = format.META.name(), format.RECORDS.name(), format.RUN_DIRECTORY.name()
+RECORD_BLOCKS = format.RECORD_BLOCKS.name()
 RECENT_WRITES = format.RECENT_WRITES.name()
 OLD_DOCS, OLD_KEYS = format.OLD_DOCS.name(), format.OLD_KEYS.name()
 BAND_SLOTS = [name for band in range(BANDS) for name in format.BAND_RUNS.names(band)]

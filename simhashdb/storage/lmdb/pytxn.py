@@ -58,7 +58,8 @@ from .pyruns import (
     settle_due,
     write_run,
 )
-from .pyview import PyView
+from .pyrecords import Records
+from .pyview import CHUNK, PyView
 
 class PyTxn(PyView, Txn):
     """Reads and writes over the py-lmdb write transaction."""
@@ -76,7 +77,7 @@ class PyTxn(PyView, Txn):
         latest = {key: (fp, value) for key, fp, value in documents}
         touched, bands, appended, mapped = {}, {}, [], []
         storage = self._storage
-        records = self._cursor(RECORDS)
+        records = self._records_io()
         keys, index = self._cursor(storage._keys.first), self._cursor(storage._index.first)
         next_id = self._count(NEXT_ID)
         if next_id > 2**64 - 1 - len(latest):  # (ids run to 2^64: only damage comes near)
@@ -94,15 +95,14 @@ class PyTxn(PyView, Txn):
                 doc, old = stored[key]
                 old_fp = value_fingerprint(old)
                 note_bands(bands, old, old_fp, False)
-                records.put(doc, record_bytes(key, value))
+                records.replace(doc, record_bytes(key, value))
                 if old_fp == fp:
                     continue
                 self._unlink(old_fp, doc, touched)
             self._touch(fp, touched)
             index.put(_ext.pack_key(fp), doc)
         if appended:
-            if records.putmulti(appended, append=True)[1] != len(appended):  # ids behind theirs
-                raise damaged_error(storage.path, "meta's %r" % NEXT_ID.decode())
+            records.append(appended)
             self._set_count(NEXT_ID, next_id)
             # in full pages where the new hashes sort after the slot's (a first batch), each
             # once (py-lmdb before 3.0 refuses a duplicate appended)
@@ -110,6 +110,7 @@ class PyTxn(PyView, Txn):
                 older[0] < newer[0] for older, newer in zip(mapped, mapped[1:]))
             if keys.putmulti(mapped, dupdata=True, append=after)[1] != len(mapped):
                 raise damaged_error(storage.path, "the key map")
+        records.flush()
         self._update(touched, bands)
 
     def insert_if_new(self, documents, distance):
@@ -153,7 +154,7 @@ class PyTxn(PyView, Txn):
                 note_bands(bands, old, fp, False)
                 gone.append((hash_, doc, fp))
                 if last is None:
-                    self._txn.delete(doc, db=self._storage._dbs[RECORDS])
+                    self._records_io().delete(doc)
                     self._delete_entry(self._storage._keys, hash_, doc)
                     self._unlink(fp, doc, touched)
                 else:
@@ -162,6 +163,7 @@ class PyTxn(PyView, Txn):
                 self._write_whole(last, gone)
             elif gone:
                 self._set_count(REMOVED, self._count(REMOVED) + len(gone))
+                self._records_io().flush()
         self._update(touched, bands)
         return len(gone)
 
@@ -174,6 +176,24 @@ class PyTxn(PyView, Txn):
         kept = ((k, v) for (k, v), _ in zip(last.cursor(db).iternext(), walked) if keep(k, v))
         fill_empty(self._txn.cursor(db), kept, dupsort)
         self._storage._walked(last, [name], next(walked))
+
+    def _records_without(self, last, docs):
+        """Empty the records and append, in blocks, those of snapshot ``last``
+        but the ids ``docs``."""
+        storage = self._storage
+        self._txn.drop(storage._dbs[RECORDS], delete=False)
+        self._held_records = None
+        source = Records(last, storage._dbs[RECORDS], True, storage.path)
+        records, kept = self._records_io(), []
+        for doc, record in source.items():
+            if doc not in docs:
+                kept.append((doc, record))
+            if len(kept) >= CHUNK:
+                records.append(kept)
+                kept = []
+        storage._walked(last, [RECORDS], source.walked)
+        records.append(kept)
+        records.flush()
 
     def _snapshot(self):
         """A read transaction of the last commit, where it holds what this one
@@ -194,14 +214,17 @@ class PyTxn(PyView, Txn):
         emptied and appended in order from snapshot ``last``."""
         storage = self._storage
         docs = {doc for _, doc, _ in gone}
-        self._append(last, RECORDS, lambda k, v: k not in docs, False)
+        if storage.record_blocks:
+            self._records_without(last, docs)
+        else:
+            self._append(last, RECORDS, lambda k, v: k not in docs, False)
         for slots, entries in ((storage._keys, {(hash_, doc) for hash_, doc, _ in gone}),
                                (storage._index, {(_ext.pack_key(fp), doc) for _, doc, fp in gone})):
             for name in slots.names:
                 if last.stat(storage._dbs[name])["entries"]:
                     self._append(last, name, lambda k, v: (k, v) not in entries,
                                  slots.kind.dupsort)
-        self._cursors, self._in_use = {}, {}  # on emptied sub-databases
+        self._cursors, self._in_use, self._held_records = {}, {}, None  # on emptied sub-databases
         self._set_count(REMOVED, 0)
 
     def _update(self, touched, bands):
@@ -462,7 +485,9 @@ class PyTxn(PyView, Txn):
         """Write bands ``first`` to ``end`` again from the documents' signatures,
         each as one run (its stale entries gone): one pass over the documents."""
         entries = [set() for _ in range(first, end)]
-        for doc, raw in self._txn.cursor(self._storage._dbs[RECORDS]).iternext():
+        records = self._records_io()
+        records.flush()
+        for doc, raw in records.items():
             _, value = record_parts(raw, self._storage.path, doc)
             for held, entry in zip(entries, band_entries(value, value_fingerprint(value))[first:end]):
                 held.add(entry)

@@ -20,6 +20,7 @@ from .format import (
     checksummed,
     directory_runs,
 )
+from .pyrecords import Records
 from .pyruns import (
     EMPTY_RECENT,
     MAX_VALUE,
@@ -49,6 +50,7 @@ class PyView(View):
     def __init__(self, storage, txn):
         self._storage, self._txn = storage, txn
         self._cursors = {}
+        self._held_records = None  # the records as this transaction reads them (_records_io)
         self._in_use = {}  # cursors on each family's slots in use (_slot_cursors)
         self._recent_held = None  # what recent holds, once read (_recent)
 
@@ -68,8 +70,17 @@ class PyView(View):
     def params(self):
         return self._cursor(META).get(PARAMS)
 
+    def _records_io(self):
+        if self._held_records is None:
+            self._held_records = Records(self._txn, self._db(RECORDS), self._storage.record_blocks,
+                                         self._storage.path)
+        return self._held_records
+
     def count(self):
-        return self._txn.stat(self._db(RECORDS))["entries"]
+        if not self._storage.record_blocks:
+            return self._txn.stat(self._db(RECORDS))["entries"]
+        return sum(self._txn.stat(self._storage._dbs[name])["entries"]  # (one a document)
+                   for name in self._storage._keys.names)
 
     def distinct(self):
         return self._count(DISTINCT)
@@ -106,7 +117,7 @@ class PyView(View):
         """(key, value) of document ``doc`` (an id's bytes), which the key map
         (under ``hash_``, where given) or the index names: its record must be
         there, and hold a key of that hash."""
-        raw = self._cursor(RECORDS).get(doc)
+        raw = self._records_io().get(doc)
         parts = None if raw is None else record_parts(raw, self._storage.path, doc)
         if parts is None or hash_ is not None and format.key_hash(parts[0]) != hash_:
             raise damaged_error(self._storage.path, "the record of document id %s" % doc.hex())

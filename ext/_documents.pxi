@@ -411,10 +411,9 @@ cdef int tail_append(Records* r, uint64_t id, const uint8_t* head, size_t head_s
     return rc
 
 
-cdef int block_rewrite(Records* r, uint64_t key, size_t stored) noexcept nogil:
-    """Store ``r.edit`` over the block keyed ``key`` (``stored``: its bytes), as
-    more than one where it outgrew its room, or remove that block where
-    ``r.edit`` is empty."""
+cdef int block_rewrite(Records* r, uint64_t key) noexcept nogil:
+    """Store ``r.edit`` over the block keyed ``key``, as more than one where it
+    outgrew its room, or remove that block where ``r.edit`` is empty."""
     cdef uint8_t key_bytes[ID_BYTES]
     cdef MDB_val k
     if r.read.held and r.read.key == key:
@@ -449,7 +448,7 @@ cdef int record_replace(Records* r, uint64_t id, const uint8_t* head, size_t hea
             rc = block_push(&r.edit, id, head, head_size, value, value_size)
     if rc == 0:
         r.ratio = packing_ratio(b.size, b.stored)
-    return rc if rc else block_rewrite(r, b.key, b.stored)
+    return rc if rc else block_rewrite(r, b.key)
 
 
 cdef int remove_gone(Records* r) noexcept nogil:
@@ -476,7 +475,7 @@ cdef int remove_gone(Records* r) noexcept nogil:
             rc = CORRUPTED  # (an id removed that its block lacks)
         if rc == 0:
             r.ratio = packing_ratio(b.size, b.stored)
-            rc = block_rewrite(r, b.key, b.stored)
+            rc = block_rewrite(r, b.key)
         i = j
     r.gone.size = 0
     return CORRUPTED if rc == MDB_NOTFOUND else rc

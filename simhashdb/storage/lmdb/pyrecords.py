@@ -4,10 +4,8 @@ format 8 to 10, one an id; as the native engine does (``ext/_documents.pxi``).""
 
 from __future__ import annotations
 
-from .format import RECORD_BLOCK_BYTES, TAKEN_IN, pack_block, unpack_block
-from .pyruns import damaged_error
-
-ID_BYTES = 8
+from .format import ID_BYTES, RECORD_BLOCK_BYTES, TAKEN_IN, pack_block, unpack_block
+from .pyruns import damaged_error, id_bytes
 
 
 def _id(doc):
@@ -50,7 +48,7 @@ class Records:
         held = self._held
         if held is not None and held[0] <= doc <= held[1]:
             return held
-        cursor, wanted = self._cursor, doc.to_bytes(ID_BYTES, "big")
+        cursor, wanted = self._cursor, id_bytes(doc)
         if not cursor.set_range(wanted):
             if not cursor.last():
                 return None
@@ -80,7 +78,7 @@ class Records:
                 raise self._damaged("the block of documents at id %s" % key.hex())
             last = records[-1][0]
             for doc, record in records:
-                yield doc.to_bytes(ID_BYTES, "big"), record
+                yield id_bytes(doc), record
         self.walked = walked
 
     def append(self, items):
@@ -176,7 +174,7 @@ class Records:
     def _put(self, key, raw, append=False, overwrite=True):
         if self._held is not None and self._held[0] == key:
             self._held = None
-        if not self._cursor.put(key.to_bytes(ID_BYTES, "big"), raw, append=append,
+        if not self._cursor.put(id_bytes(key), raw, append=append,
                                 overwrite=overwrite):
             raise self._damaged("the documents' blocks (a block's key taken)")
 
@@ -212,4 +210,4 @@ class Records:
         if records:
             self._store(records, True, key, append=False)
         else:
-            self._txn.delete(key.to_bytes(ID_BYTES, "big"), db=self._db)
+            self._txn.delete(id_bytes(key), db=self._db)

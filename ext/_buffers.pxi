@@ -29,6 +29,14 @@ cdef int make_room(void** data, size_t* cap, size_t size, size_t item) noexcept 
     return 0
 
 
+cdef int room_for(uint8_t** data, size_t* room, size_t size) noexcept nogil:
+    """Grow the bytes ``data`` (doubling) to hold ``size`` of them."""
+    while room[0] < size:
+        if make_room(<void**>data, room, room[0], 1):
+            return NO_MEMORY
+    return 0
+
+
 cdef int u64_push(U64s* v, uint64_t x) noexcept nogil:
     if make_room(<void**>&v.data, &v.cap, v.size, sizeof(uint64_t)):
         return NO_MEMORY

@@ -114,14 +114,6 @@ cdef int read_id(const MDB_val* v, uint64_t* id) noexcept nogil:
 
 # Blocks of records
 
-cdef int room_for(uint8_t** data, size_t* room, size_t size) noexcept nogil:
-    """Grow ``data`` to hold ``size`` bytes."""
-    while room[0] < size:
-        if make_room(<void**>data, room, room[0], 1):
-            return NO_MEMORY
-    return 0
-
-
 cdef inline uint64_t body_bound(size_t stored) noexcept nogil:
     """The largest body a block of ``stored`` bytes may hold (a larger size in
     its frame is damage, refused before any room is made for it)."""

@@ -144,10 +144,8 @@ cdef int read_recent(Work* w, Recent* r) noexcept nogil:
         if k.mv_size != 8 or v.mv_size >> 32:
             rc = RECENT_DAMAGED
             break
-        while room < v.mv_size:
-            if make_room(<void**>&raw, &room, room, 1):
-                rc = NO_MEMORY
-                break
+        if room_for(&raw, &room, v.mv_size):
+            rc = NO_MEMORY
         if rc == 0 and g_copy(raw, v.mv_data, v.mv_size):
             rc = CORRUPTED
         if rc == 0:

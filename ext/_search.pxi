@@ -476,9 +476,8 @@ cdef int read_keys(Work* w, const Hits* hits, KeyedHits* out) noexcept nogil:
         if i == 0 or found.data[2 * i] != found.data[2 * i - 2]:  # a record not read yet
             rc = read_indexed(&w.rec, found.data[2 * i],
                               hits.data[found.data[2 * i + 1]].fp, &k, &value)
-            while rc == 0 and out.used + k.mv_size > out.room:  # doubled until the key fits
-                if make_room(<void**>&out.bytes, &out.room, out.room, 1):
-                    rc = NO_MEMORY
+            if rc == 0 and room_for(&out.bytes, &out.room, out.used + k.mv_size):
+                rc = NO_MEMORY
             if rc == 0 and g_copy(out.bytes + out.used, k.mv_data, k.mv_size):
                 rc = CORRUPTED
             if rc == 0:

@@ -70,7 +70,7 @@ if flags is None:
         % (why, INSTALL_LMDB), 78), rule]), file=sys.stderr)
 else:
     extensions.append(Extension("simhashdb._lmdb", ["ext/_lmdb.pyx"],
-                                depends=["ext/guard.h", "ext/near.h", "ext/clmdb.pxd", "ext/bits.pxd",
+                                depends=["ext/guard.h", "ext/pages.h", "ext/near.h", "ext/clmdb.pxd", "ext/bits.pxd",
                                          "ext/_format.pxi", "ext/_tables.pxi",
                                          "ext/_signature.pxi", "ext/_hash.pxi", "ext/_values.pxi", "ext/_runs.pxi",
                                          "ext/_codec.pxi"] + LMDB_PARTS,

@@ -9,12 +9,12 @@ from libc.string cimport strlen
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 from clmdb cimport (
-    g_dbi_open, g_get, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
+    g_dbi_open, g_get, g_page_map_find, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
     guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPSORT, MDB_env, mdb_env_close,
     mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert, mdb_env_set_mapsize,
-    mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
+    mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_set_userctx, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
     MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS, MDB_RDONLY, mdb_reader_check,
-    mdb_reader_list, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_renew, MDB_val,
+    mdb_reader_list, MDB_stat, page_map_free, PageMap, MDB_txn, mdb_txn_abort, mdb_txn_renew, MDB_val,
     pthread_mutex_destroy, pthread_mutex_init,
 )
 
@@ -90,6 +90,7 @@ cdef class Env:
     cdef readonly bint broken
     cdef public str damage  # why the file was found damaged before it was mapped, or None
     cdef bytes path
+    cdef PageMap pages  # where the map lies, for the checks of pages before writes (guard.h)
 
     def __cinit__(self, bytes path, bint readonly, size_t map_size, unsigned int max_readers,
                   bint nolock, bint subdir=True, Py_ssize_t max_tables=256):
@@ -108,6 +109,7 @@ cdef class Env:
         if rc:
             raise lmdb_error(rc, "cannot open the database at %s" % path.decode())
         mdb_env_set_assert(self.env, guard_assert)
+        mdb_env_set_userctx(self.env, &self.pages)
         mdb_env_set_maxdbs(self.env, lmdb_format.max_dbs(self.max_tables))
         mdb_env_set_maxreaders(self.env, max_readers)
         mdb_env_set_mapsize(self.env, map_size)
@@ -133,6 +135,7 @@ cdef class Env:
         self.drop_spares()
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
+        page_map_free(&self.pages)
         if self.dirs != NULL:  # every transaction, and so every holder, is gone
             dir_clear(self.dirs, True)
             pthread_mutex_destroy(&self.dirs.lock)
@@ -157,6 +160,11 @@ cdef class Env:
         for i in range(self.spares if ours else 0):
             mdb_txn_abort(self.spare[i])
         self.spares = 0
+
+    cdef int find_pages(self) noexcept:
+        """Find where the map lies (again: a new map size may move it), for
+        the checks of the pages a write changes (pages.h)."""
+        return g_page_map_find(self.env, &self.pages)
 
     cdef object fail(self, int rc, str what):
         if rc == GUARD_FAULT:
@@ -247,6 +255,8 @@ cdef class Env:
         if rc == MDB_NOTFOUND:
             raise DatabaseError("%s is not a simhashdb database (a sub-database is missing)"
                                 % self.path.decode())
+        if rc == 0:
+            rc = self.find_pages()
         if rc:
             raise self.fail(rc, "cannot open the database at %s" % self.path.decode())
         self.recent = recent
@@ -283,6 +293,8 @@ cdef class Env:
         self.check()
         cdef MDB_txn* txn
         cdef int rc = mdb_env_set_mapsize(self.env, size)
+        if rc == 0:
+            rc = self.find_pages()
         if rc:
             dir_clear(self.dirs, False)
             raise self.fail(rc, "cannot grow the map of %s" % self.path.decode())

@@ -47,6 +47,7 @@ cdef extern from "lmdb.h" nogil:
     int mdb_env_info(MDB_env* env, MDB_envinfo* info)
     int mdb_env_stat(MDB_env* env, MDB_stat* stat)
     int mdb_env_set_assert(MDB_env* env, MDB_assert_func* func)
+    int mdb_env_set_userctx(MDB_env* env, void* ctx)
     int mdb_env_sync(MDB_env* env, int force)
     int mdb_reader_check(MDB_env* env, int* dead)
     ctypedef int (*MDB_msg_func)(const char* msg, void* ctx)
@@ -64,6 +65,10 @@ cdef extern from "lmdb.h" nogil:
 
 cdef extern from "guard.h" nogil:
     int GUARD_FAULT
+    ctypedef struct PageMap:
+        pass
+    int g_page_map_find(MDB_env* e, PageMap* m)
+    void page_map_free(PageMap* m)
     void guard_assert(MDB_env* env, const char* msg)
     int guard_install()
     int guard_last_signal()

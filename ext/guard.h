@@ -6,11 +6,14 @@
  * jump target set for this thread (the g_* wrappers below); the handlers jump
  * back to it, so the caller gets GUARD_FAULT instead of a dead process. Faults outside
  * a guarded call go to the handler that was there before. After a fault the
- * environment is in an unknown state: the caller must never use it again. */
+ * environment is in an unknown state: the caller must never use it again.
+ * Damage that would make LMDB write outside its buffers instead of faulting
+ * is found before each put and delete (pages.h). */
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
 #include <lmdb.h>
+#include "pages.h"
 
 #define GUARD_FAULT (-30000)
 
@@ -80,24 +83,32 @@ static int guard_last_signal(void) {
         guard_target = outer_; \
     } while (0)
 
+static int g_page_map_find(MDB_env *e, PageMap *m) {
+    int rc_; GUARDED(page_map_find(e, m)); return rc_; }
+
 static int g_get(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v) {
     int rc_; GUARDED(mdb_get(t, d, k, v)); return rc_; }
 static int g_put(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v, unsigned int f) {
-    int rc_; GUARDED(mdb_put(t, d, k, v, f)); return rc_; }
+    int rc_; GUARDED(write_sound(t, d, k, v, 0)); if (rc_) return rc_;
+    GUARDED(mdb_put(t, d, k, v, f)); return rc_; }
 static int g_del(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v) {
-    int rc_; GUARDED(mdb_del(t, d, k, v)); return rc_; }
+    int rc_; GUARDED(write_sound(t, d, k, v, 1)); if (rc_) return rc_;
+    GUARDED(mdb_del(t, d, k, v)); return rc_; }
 static int g_cursor_get(MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op) {
     int rc_; GUARDED(mdb_cursor_get(c, k, v, op)); return rc_; }
 static int g_cursor_put(MDB_cursor *c, MDB_val *k, MDB_val *v, unsigned int f) {
-    int rc_; GUARDED(mdb_cursor_put(c, k, v, f)); return rc_; }
+    int rc_; GUARDED(write_sound(mdb_cursor_txn(c), mdb_cursor_dbi(c), k, v, 0)); if (rc_) return rc_;
+    GUARDED(mdb_cursor_put(c, k, v, f)); return rc_; }
 static int g_stat(MDB_txn *t, MDB_dbi d, MDB_stat *s) {
     int rc_; GUARDED(mdb_stat(t, d, s)); return rc_; }
 static int g_drop(MDB_txn *t, MDB_dbi d, int del) {
     int rc_; GUARDED(mdb_drop(t, d, del)); return rc_; }
-static int g_txn_commit(MDB_txn *t) {
-    int rc_; GUARDED(mdb_txn_commit(t)); return rc_; }
+static int g_txn_commit(MDB_txn *t) {  /* the transaction is ended, as by LMDB's */
+    int rc_; GUARDED(commit_sound(t)); if (rc_) { mdb_txn_abort(t); return rc_; }
+    GUARDED(mdb_txn_commit(t)); return rc_; }
 static int g_dbi_open(MDB_txn *t, const char *name, unsigned int f, MDB_dbi *d) {
-    int rc_; GUARDED(mdb_dbi_open(t, name, f, d)); return rc_; }
+    int rc_; GUARDED(mdb_dbi_open(t, name, f, d));
+    return rc_ ? rc_ : page_map_name(mdb_txn_env(t), *d, name); }
 static int g_cursor_open(MDB_txn *t, MDB_dbi d, MDB_cursor **c) {
     int rc_; GUARDED(mdb_cursor_open(t, d, c)); return rc_; }
 static int g_txn_begin(MDB_env *e, MDB_txn *parent, unsigned int f, MDB_txn **t) {

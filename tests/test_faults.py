@@ -344,6 +344,24 @@ def flip_bit(f, size, page, rng):
     return "bit %d of byte %d (%s) flipped" % (bit, position, kind)
 
 
+def move_bounds(f, size, page, rng):
+    """LMDB trusts the bounds of a page's free space when it changes the page:
+    move one bound of a branch or leaf page (the kind a write changes)."""
+    f.seek(0)
+    data = f.read()
+    pages = [n for n in range(2, size // page)
+             if struct.unpack_from("<QHH", data, n * page) in ((n, 0, 1), (n, 0, 2))]
+    number = rng.choice(pages)
+    at = number * page + rng.choice([12, 14])  # lower, upper
+    bound = struct.unpack_from("<H", data, at)[0]
+    moved = rng.choice([bound + 2 * rng.randrange(1, 200), bound - 2 * rng.randrange(1, 200),
+                        rng.randrange(page + 1), page + 2 * rng.randrange(1, 100)]) % 2**16
+    f.seek(at)
+    f.write(struct.pack("<H", moved))
+    return "%s bound of page %d moved from %d to %d" % (
+        "lower" if at % page == 12 else "upper", number, bound, moved)
+
+
 def overwrite_page(f, size, page, rng):
     number = rng.randrange(size // page)
     f.seek(number * page)
@@ -362,9 +380,10 @@ def test_a_truncated_data_file_is_an_error_never_a_signal(tmp_path, backend, pri
 # so damage inside the file is tested on the native backend only.
 @pytest.mark.slow
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
-@pytest.mark.parametrize("damage", [flip_bit, overwrite_page])
+@pytest.mark.parametrize("damage", [flip_bit, overwrite_page, move_bounds])
 def test_damage_inside_the_data_file_is_an_error_never_a_signal(tmp_path, pristine, damage):
-    cases = {flip_bit: 250 if CI else 120, overwrite_page: 100 if CI else 30}[damage]
+    cases = {flip_bit: 250 if CI else 120, overwrite_page: 100 if CI else 30,
+             move_bounds: 100 if CI else 40}[damage]
     assert damage_cases(pristine("lmdb"), cases, damage, tmp_path) == []
 
 
@@ -440,6 +459,52 @@ def test_leaf_pages_marked_to_be_kept_are_an_error_on_write_not_a_signal(tmp_pat
 
     status, result = run_forked(write)
     assert status == 0 and "unexpected" not in result, result
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
+def test_a_page_whose_bounds_disagree_with_its_nodes_is_an_error_on_write(tmp_path):
+    """LMDB moves a page's nodes by the bounds of its free space when it
+    changes the page: with the upper bound above the first node it wrote
+    past its copy of the page, and the process aborted later (a signal no
+    guard can catch). Every branch and leaf page, each in its own copy,
+    every sub-database (the free pages' and the names' included): a write
+    that puts, replaces and deletes is an error or goes through, never a
+    signal."""
+    path = str(tmp_path / "pristine")
+    rng = random.Random(3)
+    with DB(path, distance=3, blocks=5, backend="lmdb") as db:
+        db.insert_many(((i, rng.getrandbits(64)) for i in range(3000)), batch_size=500)
+        db.insert_many((b"same%d" % i, 12345) for i in range(300))  # duplicates in the index
+        db.delete_many(range(0, 3000, 4))
+    with open(os.path.join(path, "data.mdb"), "rb") as f:
+        data = f.read()
+    pages = [page for page in range(2, len(data) // 4096)
+             if struct.unpack_from("<QHH", data, page * 4096) in ((page, 0, 1), (page, 0, 2))]
+
+    def write(case):
+        try:
+            with DB(case, backend="lmdb") as db:
+                db.insert_many((i, i * 7919) for i in range(0, 3000, 3))
+                db.delete_many(range(1, 3000, 5))
+                db.insert_many((b"same%d" % i, 1) for i in range(0, 300, 2))
+                return {"wrote": len(db)}
+        except SimhashDBError as exc:
+            return {"error": type(exc).__name__}
+
+    outcomes = {}
+    for page in pages:
+        case = str(tmp_path / ("page%d" % page))
+        shutil.copytree(path, case)
+        with open(os.path.join(case, "data.mdb"), "r+b") as f:
+            upper = struct.unpack_from("<H", data, page * 4096 + 14)[0]
+            f.seek(page * 4096 + 14)
+            f.write(struct.pack("<H", min(upper + 64, 4096)))
+        status, result = run_forked(lambda: write(case))
+        assert status == 0 and "unexpected" not in result, (page, status, result)
+        outcomes[page] = result
+        shutil.rmtree(case)
+    assert len(pages) > 20 and "error" in str(outcomes)
 
 
 FP7 = 7 * 0x9E3779B97F4A7C15 % 2**64
@@ -1009,7 +1074,7 @@ def test_py_lmdb_trusts_its_verifier_only_on_a_file_no_commit_changed_meanwhile(
     every walk it says so and the handle still reads; a finding in a file
     that stayed still is damage, and the handle refuses to read."""
     verify = pytest.importorskip("lmdb.verify")
-    from simhashdb.storage.lmdb import pylmdb
+    from simhashdb.storage.lmdb import files, pylmdb
     path = str(tmp_path / "db")
     with DB(path, backend="py-lmdb") as db:
         db.insert_many((i, i * 7919) for i in range(100))
@@ -1018,7 +1083,7 @@ def test_py_lmdb_trusts_its_verifier_only_on_a_file_no_commit_changed_meanwhile(
     monkeypatch.setattr(pylmdb.PyLmdbStorage, "_file_state", lambda self: next(commits))
     with DB(path, backend="py-lmdb") as db:
         assert [p for p in db.check() if "changed while it was verified" in p]
-        assert len(db) == 100 and next(commits) == 2 * pylmdb.VERIFY_TRIES
+        assert len(db) == 100 and next(commits) == 2 * files.VERIFY_TRIES
         monkeypatch.setattr(pylmdb.PyLmdbStorage, "_file_state", lambda self: 7)
         assert [p for p in db.check() if p.endswith("is damaged: reachable page 19 is beyond EOF")]
         with pytest.raises(DatabaseError, match="py-lmdb could crash reading it"):

@@ -154,8 +154,8 @@ def _tree_pages(f, page_size, root, file_pages):
     """Each page of the B-tree at ``root`` that lies inside the file, as
     (number, page bytes, flags, lower, upper), branches before their children.
     Raises DamagedPageError where a page does not carry its own number, is neither a
-    branch nor a leaf, has its node bounds out of order or out of the page, or
-    the tree has more pages than the file."""
+    branch nor a leaf, has its node bounds out of order or out of the page, a
+    node outside them, or the tree has more pages than the file."""
     todo, visited = [] if root == _NO_PAGE else [root], 0
     while todo:
         number = todo.pop()
@@ -171,16 +171,18 @@ def _tree_pages(f, page_size, root, file_pages):
         if (pgno != number or not flags & (_BRANCH | _LEAF) or (lower - _PAGE.size) % 2
                 or not _PAGE.size <= lower <= upper <= page_size):
             raise DamagedPageError(number)
+        nodes = list(_nodes(page, lower, upper))
         yield number, page, flags, lower, upper
-        for _, low, high, node_flags, _ in _nodes(page, lower) if flags & _BRANCH else ():
+        for _, low, high, node_flags, _ in nodes if flags & _BRANCH else ():
             todo.append(low | high << 16 | node_flags << 32)
 
 
-def _nodes(page, lower):
-    """Each node of a page as (offset, low, high, flags, key size)."""
+def _nodes(page, lower, upper):
+    """Each node of a page as (offset, low, high, flags, key size). Raises
+    DamagedPageError where one lies below the upper bound or past the end."""
     for i in range((lower - _PAGE.size) // 2):
         at, = struct.unpack_from("<H", page, _PAGE.size + 2 * i)
-        if at + _NODE.size > len(page):
+        if at < upper or at + _NODE.size > len(page):
             raise DamagedPageError(_PAGE.unpack_from(page)[0])
         yield (at, *_NODE.unpack_from(page, at))
 
@@ -188,8 +190,8 @@ def _nodes(page, lower):
 def _sub_database_roots(f, page_size, main_root, file_pages, names):
     """(name, root page) of the sub-databases ``names`` that the main B-tree
     (at ``main_root``, found sound) lists."""
-    for _, page, flags, lower, _ in _tree_pages(f, page_size, main_root, file_pages):
-        for at, low, high, _, key_size in _nodes(page, lower) if flags & _LEAF else ():
+    for _, page, flags, lower, upper in _tree_pages(f, page_size, main_root, file_pages):
+        for at, low, high, _, key_size in _nodes(page, lower, upper) if flags & _LEAF else ():
             name = page[at + _NODE.size:at + _NODE.size + key_size]
             record = page[at + _NODE.size + key_size:at + _NODE.size + key_size + 48]
             if name in names and (low | high << 16) == 48 and len(record) == 48:
@@ -216,8 +218,9 @@ def _free_pages(f, page_size, root, file_pages):
     pages they list count as in use."""
     free = set()
     try:
-        for _, page, flags, lower, _ in _tree_pages(f, page_size, root, file_pages):
-            for at, low, high, node_flags, key_size in _nodes(page, lower) if flags & _LEAF else ():
+        for _, page, flags, lower, upper in _tree_pages(f, page_size, root, file_pages):
+            leaves = _nodes(page, lower, upper) if flags & _LEAF else ()
+            for at, low, high, node_flags, key_size in leaves:
                 size, start = low | high << 16, at + _NODE.size + key_size
                 if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
                     first, = struct.unpack_from("<Q", page, start)

@@ -24,6 +24,8 @@ from .. import BANDS, Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
 from .format import RECENT_LIMIT
 
+VERIFY_TRIES = 3  # walks of the data file check() makes while other processes commit
+
 # The map a batch may take a document: its document, index entry and copied
 # pages, and an entry a table (twice what a large batch into an empty
 # database takes: ~112 bytes a document with 10 tables)
@@ -286,7 +288,39 @@ class LmdbStorage(Storage):
                 self.path, ": " + self._dir.doubt if self._dir.doubt else ""))
 
     def check(self):
-        return [self._dir.doubt] if self._dir.doubt else []
+        """The directory's problems, and the damage py-lmdb's verifier finds in
+        the data file."""
+        problems = [self._dir.doubt] if self._dir.doubt else []
+        found = self._damage_found()
+        if found is None:
+            return problems + ["%s changed while it was verified (another process writes to "
+                               "it): check it again" % self._dir.data]
+        return problems + ["%s is damaged: %s" % (self._dir.data, why) for why in found]
+
+    def _damage_found(self):
+        """What py-lmdb's verifier (py-lmdb 3 and later) finds in the data file,
+        which it reads without LMDB, in a walk no commit came during; None
+        where a commit came during every walk (what it found may be that
+        commit's new pages: it reads the file's size before its meta pages)."""
+        try:
+            from lmdb.verify import VerifyError, verify
+        except ImportError:  # an earlier py-lmdb
+            return []
+        if self._env is None:  # closed: the check of the contents says so
+            return []
+        for _ in range(VERIFY_TRIES):
+            before = self._file_state()
+            try:
+                found = verify(self._dir.data)
+            except (VerifyError, OSError) as exc:
+                found = [str(exc)]
+            if not found or self._file_state() == before:
+                return found
+        return None
+
+    def _file_state(self):
+        """The last commit's id and the data file's size."""
+        return self._env.info()["last_txnid"], os.path.getsize(self._dir.data)
 
     def _clear_stale_readers(self, now=None):
         """Free the reader slots of dead processes (at most once a second): a

@@ -81,7 +81,6 @@ from .pytxn import PyTxn
 # what marks a file of an earlier format, and what its copy reads the documents from
 OLD_SOURCES = ((OLD_DOCS, OLD_DOCS), (OLD_KEYS, RECORDS))
 _INHERITED_ENVS = []  # a fork child's copies of its parent's environments, never closed
-VERIFY_TRIES = 3  # walks of the data file check() makes while other processes commit
 
 
 class PyLmdbStorage(LmdbStorage):
@@ -302,36 +301,15 @@ class PyLmdbStorage(LmdbStorage):
             with self._gate.exclusive("abort a write"):
                 txn.abort()
 
-    def check(self):
-        """The directory's problems, and those py-lmdb's own verifier finds in
-        the data file (py-lmdb 3 and later), read without LMDB, which would
-        abort the process on some damaged pages: once it finds any in a file
-        no commit changed while it read, this handle refuses to read it."""
-        try:
-            from lmdb.verify import VerifyError, verify
-        except ImportError:  # an earlier py-lmdb
-            return super().check()
-        if self._env is None:  # closed: the check of the contents says so
-            return super().check()
-        for _ in range(VERIFY_TRIES):
-            before = self._file_state()
-            try:
-                found = verify(self._dir.data)
-            except (VerifyError, OSError) as exc:
-                found = [str(exc)]
-            if not found or self._file_state() == before:
-                break
-        else:  # a writer committed while each walk read the file: what it found may be that
-            return super().check() + ["%s changed while it was verified (another process "
-                                      "writes to it): check it again" % self._dir.data]
+    def _damage_found(self):
+        """As the storage's; where it finds damage, this handle refuses to read
+        the file from then on: LMDB would abort the process on some damaged
+        pages, and py-lmdb has no guard."""
+        found = super()._damage_found()
         if found:
             self._unreadable = "%s%s" % ("; ".join(found[:3]), "; and %d more" % (len(found) - 3)
                                          if len(found) > 3 else "")
-        return super().check() + ["%s is damaged: %s" % (self._dir.data, why) for why in found]
-
-    def _file_state(self):
-        """The last commit's id and the data file's size."""
-        return self._env.info()["last_txnid"], os.path.getsize(self._dir.data)
+        return found
 
     def _check_usable(self):
         super()._check_usable()

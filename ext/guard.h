@@ -102,7 +102,8 @@ static int g_cursor_put(MDB_cursor *c, MDB_val *k, MDB_val *v, unsigned int f) {
 static int g_stat(MDB_txn *t, MDB_dbi d, MDB_stat *s) {
     int rc_; GUARDED(mdb_stat(t, d, s)); return rc_; }
 static int g_drop(MDB_txn *t, MDB_dbi d, int del) {
-    int rc_; GUARDED(mdb_drop(t, d, del)); return rc_; }
+    int rc_; GUARDED(drop_sound(t, d)); if (rc_) return rc_;
+    GUARDED(mdb_drop(t, d, del)); return rc_; }
 static int g_txn_commit(MDB_txn *t) {  /* the transaction is ended, as by LMDB's */
     int rc_; GUARDED(commit_sound(t)); if (rc_) { mdb_txn_abort(t); return rc_; }
     GUARDED(mdb_txn_commit(t)); return rc_; }

@@ -4,23 +4,40 @@
  * a node offset or size, makes it copy or move bytes past the buffer it
  * allocated for its copy of the page: the process's heap is corrupted and the
  * process aborts later, far from the cause, where the fault guard cannot turn
- * it into an error. So before each put or delete, the path that write takes
- * through the file's own pages (the sub-database's tree as its transaction
- * began, and the tree of the key's duplicates) is checked: each page where it
- * lies (its number), its kind, its bounds and every node in it; the overflow
- * pages of the value it replaces; for a delete, the neighbours LMDB may merge
- * the emptied page with. A page that fails is MDB_CORRUPTED before LMDB
- * touches it. Pages the transaction has copied already are LMDB's own.
+ * it into an error. A damaged page number in a branch or in the list of free
+ * pages makes it free, or hand out, a page in use, which a later write
+ * overwrites. So the file's own pages a write will change or trust are
+ * checked first, and a page that fails is MDB_CORRUPTED before LMDB touches
+ * it:
+ * - before a put or delete, the path to the key in the sub-database's tree as
+ *   its transaction began (and in the tree of the key's duplicates), the
+ *   overflow pages of the value it replaces, and for a delete each page's
+ *   neighbours, which LMDB may merge an emptied page with;
+ * - before a sub-database is emptied, its branch pages and the pages they
+ *   name (with duplicates or overflow pages, every page LMDB reads to free);
+ * - once a transaction, before its first write, LMDB's list of free pages:
+ *   every page of it, and every page number it lists;
+ * - before a commit, every page of the main tree, to which LMDB writes each
+ *   changed sub-database's record.
+ * A page checked is one that carries its own number, is of its kind, and has
+ * its bounds and every node inside it. Pages the transaction copied already
+ * are LMDB's own. Left unchecked: a page two or more places from a deleted
+ * key's page that LMDB merges with after earlier merges in the transaction,
+ * and the first transaction of a new file.
  *
  * What is read is LMDB's on-disk format (the same since 0.9.0): a page is a
  * 16-byte header (number, pad or key size, flags, lower and upper bound of
  * the free space), 2-byte node offsets, and nodes of an 8-byte header (data
  * size, or a child's page number, in two halves; flags; key size), key, data.
- * A sub-database's record (in the main database, under its name) is 48 bytes
- * with its root's page number last. Names are noted as sub-databases open. */
+ * A tree's record (in the main tree under the sub-database's name, in a meta
+ * page for the main and free-page trees) is 48 bytes: pad, flags, depth, its
+ * branch, leaf and overflow pages, entries, and its root. A list of free
+ * pages is a count and page numbers, descending. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <lmdb.h>
 
 #define PAGE_HEADER 16
@@ -35,15 +52,20 @@
 #define NODE_SUBDATA 0x02
 #define NODE_DUPDATA 0x04
 #define TREE_RECORD 48
+#define TREE_FLAGS 4
+#define TREE_BRANCHES 8
+#define TREE_LEAVES 16
+#define TREE_OVERFLOWS 24
 #define TREE_ROOT 40
+#define TREE_DUPSORT 0x04  /* MDB_DUPSORT in a tree's flags */
 #define NO_PAGE UINT64_MAX
 #define PAGE_MEMO 512
 #define TREE_LEVELS 32   /* LMDB's deepest tree (its cursors' stack) */
-#define FIRST 1
-#define LAST 2
-#define FREE_ROOT 80     /* in a meta page: the free-page tree's root, */
-#define MAIN_ROOT 128    /* the main tree's, */
+#define META_MAGIC 16    /* in a meta page: LMDB's magic number, */
+#define FREE_TREE 40     /* the free-page tree's record, */
+#define MAIN_TREE 88     /* the main tree's, */
 #define META_TXNID 144   /* the transaction that wrote it */
+#define LMDB_MAGIC 0xBEEFC0DEu
 
 typedef struct {
     const char *map;   /* where the data file is mapped (NULL: unknown, nothing is checked) */
@@ -54,7 +76,8 @@ typedef struct {
     size_t n_names;
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
-    uint64_t memo[PAGE_MEMO];  /* 1 + the numbers of pages found sound in it */
+    int free_sound;    /* its list of free pages was found sound */
+    uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 1 | branch) */
 } PageMap;
 
 static uint16_t at16(const char *p) { uint16_t x; memcpy(&x, p, 2); return x; }
@@ -78,12 +101,12 @@ static size_t node_size(const char *node, int branch) {
 static int nodes_sound(const char *page, size_t size, int branch) {
     uint16_t flags = at16(page + 10), lower = at16(page + 12), upper = at16(page + 14);
     size_t n, i, at;
-    if (lower < PAGE_HEADER || (lower & 1) || lower > upper || upper > size)
+    if (lower < PAGE_HEADER || (lower & 1))
         return 0;
     n = (lower - PAGE_HEADER) / 2;
-    if (flags & PAGE_LEAF2)  /* keys of one size, packed after the header */
+    if (flags & PAGE_LEAF2)  /* keys of one size packed after the header (no offsets) */
         return !branch && PAGE_HEADER + n * at16(page + 8) <= size;
-    if (branch && n == 0)
+    if (lower > upper || upper > size || (branch && n == 0))
         return 0;
     for (i = 0; i < n; i++) {
         at = at16(page + PAGE_HEADER + 2 * i);
@@ -97,8 +120,8 @@ static int nodes_sound(const char *page, size_t size, int branch) {
 static int page_sound(PageMap *m, uint64_t pgno, int branch) {
     const char *page;
     uint16_t flags;
-    uint64_t *memo = &m->memo[pgno % PAGE_MEMO];
-    if (*memo == pgno + 1)
+    uint64_t *memo = &m->memo[pgno % PAGE_MEMO], seen = (pgno << 1 | (branch != 0)) + 1;
+    if (*memo == seen)
         return 1;
     if (pgno < 2 || pgno >= m->pages)
         return 0;
@@ -108,7 +131,7 @@ static int page_sound(PageMap *m, uint64_t pgno, int branch) {
             || !(flags & (branch ? PAGE_BRANCH : PAGE_LEAF)) || (flags & (branch ? PAGE_LEAF : PAGE_BRANCH))
             || !nodes_sound(page, m->page_size, branch))
         return 0;
-    *memo = pgno + 1;
+    *memo = seen;
     return 1;
 }
 
@@ -116,12 +139,13 @@ static int page_sound(PageMap *m, uint64_t pgno, int branch) {
  * least as many as it takes (a value written again in place may take fewer). */
 static int overflow_sound(const PageMap *m, uint64_t pgno, size_t size) {
     const char *page;
-    uint64_t count = (PAGE_HEADER - 1 + size) / m->page_size + 1;
+    uint64_t pages, count = (PAGE_HEADER - 1 + size) / m->page_size + 1;
     if (pgno < 2 || pgno >= m->pages || count > m->pages - pgno)
         return 0;
     page = page_at(m, pgno);
+    pages = at16(page + 12) | (uint64_t)at16(page + 14) << 16;
     return at64(page) == pgno && (at16(page + 10) & ~PAGE_DIRTY) == PAGE_OVERFLOW
-           && (at16(page + 12) | (uint64_t)at16(page + 14) << 16) >= count;
+           && pages >= count && pages <= m->pages - pgno;
 }
 
 /* LMDB's default order: bytes, then length. */
@@ -175,10 +199,9 @@ static const char *leaf_node(const char *page, const MDB_val *key) {
 
 /* Whether the path to `key` in the tree at `root` is sound (and, for a
  * removal, each page's neighbours); `data`: the duplicate a put or delete of
- * a sub-database with duplicates changes, whose own tree is checked too.
- * `key` NULL: the path to the tree's FIRST or LAST leaf. */
-static int tree_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_val *data,
-                      int removal, int edge) {
+ * a sub-database with duplicates changes, whose own tree is checked too. */
+static int path_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_val *data,
+                      int removal) {
     uint64_t pgno = root;
     const char *page, *node;
     size_t i, n, size, levels = 0;
@@ -192,7 +215,7 @@ static int tree_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
             return 0;
         page = page_at(m, pgno);
         n = (at16(page + 12) - PAGE_HEADER) / 2;
-        i = key ? child_for(page, key) : edge == LAST ? n - 1 : 0;
+        i = child_for(page, key);
         pgno = child_page(node_at(page, i));
         if (pgno >= m->pages)
             return 0;
@@ -206,7 +229,7 @@ static int tree_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
     if (!page_sound(m, pgno, 0))
         return 0;
     page = page_at(m, pgno);
-    if (key == NULL || (at16(page + 10) & PAGE_LEAF2) || (node = leaf_node(page, key)) == NULL)
+    if ((at16(page + 10) & PAGE_LEAF2) || (node = leaf_node(page, key)) == NULL)
         return 1;
     flags = at16(node + 4);
     size = at16(node) | (size_t)at16(node + 2) << 16;
@@ -216,16 +239,105 @@ static int tree_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
         return 1;
     node += NODE_HEADER + at16(node + 6);
     if (flags & NODE_SUBDATA)
-        return size == TREE_RECORD && tree_sound(m, at64(node + TREE_ROOT), data, NULL, removal, 0);
+        return size == TREE_RECORD && path_sound(m, at64(node + TREE_ROOT), data, NULL, removal);
     return size >= PAGE_HEADER && nodes_sound(node, size, 0);  /* the duplicates in the node */
 }
 
-/* Start the memo for write transaction `t` (nothing where it is the memo's). */
+/* What a walk of a tree checks in its leaves. */
+#define LEAVES_UNREAD 0  /* nothing: their branches name them, LMDB frees them unread */
+#define LEAVES_PAGES 1   /* the pages */
+#define LEAVES_FREED 2   /* and what LMDB reads to free them: overflow pages, trees of duplicates */
+#define LEAVES_FREE 3    /* and the lists of the free-page tree */
+
+static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, size_t *budget);
+
+/* Whether the tree of `record` is sound, its leaves as `leaves` says: every
+ * leaf at its depth, and no more pages visited than it counts (a damaged
+ * branch could name its own ancestor). */
+static int tree_sound(PageMap *m, const char *record, int leaves) {
+    size_t budget = at64(record + TREE_BRANCHES) + at64(record + TREE_LEAVES);
+    uint64_t root = at64(record + TREE_ROOT);
+    return root == NO_PAGE || walk_sound(m, root, at16(record + 6), leaves, &budget);
+}
+
+/* Whether a list of free pages of `size` bytes at `ids` is: its count, then
+ * as many page numbers, descending, of pages the file has. */
+static int free_list_sound(const PageMap *m, const char *ids, size_t size) {
+    uint64_t n, i, id, last = UINT64_MAX;
+    if (size < 8 || (n = at64(ids)) > size / 8 - 1)
+        return 0;
+    for (i = 1; i <= n; i++, last = id)
+        if ((id = at64(ids + 8 * i)) >= last || id < 2 || id >= m->pages)
+            return 0;
+    return 1;
+}
+
+/* Whether the nodes of a sound leaf page hold what `leaves` says. */
+static int leaf_nodes_sound(PageMap *m, const char *page, int leaves) {
+    size_t i, n = (at16(page + 12) - PAGE_HEADER) / 2, size;
+    const char *node, *data;
+    uint16_t flags;
+    if (leaves < LEAVES_FREED || (at16(page + 10) & PAGE_LEAF2))
+        return 1;
+    for (i = 0; i < n; i++) {
+        node = node_at(page, i);
+        flags = at16(node + 4);
+        size = at16(node) | (size_t)at16(node + 2) << 16;
+        data = node + NODE_HEADER + at16(node + 6);
+        if (flags & NODE_BIGDATA) {
+            if (!overflow_sound(m, at64(data), size))
+                return 0;
+            data = page_at(m, at64(data)) + PAGE_HEADER;
+        } else if (leaves == LEAVES_FREED && (flags & NODE_SUBDATA)) {
+            if (size != TREE_RECORD || !tree_sound(m, data, LEAVES_UNREAD))
+                return 0;
+        }
+        if (leaves == LEAVES_FREE && (at16(node + 6) != 8 || !free_list_sound(m, data, size)))
+            return 0;
+    }
+    return 1;
+}
+
+/* walk_sound of page `pgno`, `depth` levels above the leaves and them. */
+static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, size_t *budget) {
+    const char *page;
+    size_t i, n;
+    uint64_t child;
+    if (depth == 0 || *budget == 0)
+        return 0;
+    --*budget;
+    if (depth == 1)
+        return page_sound(m, pgno, 0) && leaf_nodes_sound(m, page_at(m, pgno), leaves);
+    if (!page_sound(m, pgno, 1))
+        return 0;
+    page = page_at(m, pgno);
+    n = (at16(page + 12) - PAGE_HEADER) / 2;
+    for (i = 0; i < n; i++) {
+        child = child_page(node_at(page, i));
+        if (depth == 2 && leaves == LEAVES_UNREAD) {
+            if (child < 2 || child >= m->pages || *budget == 0)
+                return 0;
+            --*budget;
+        } else if (!walk_sound(m, child, depth - 1, leaves, budget)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The meta page LMDB takes: the one of the later transaction. */
+static const char *newer_meta(const PageMap *m) {
+    const char *other = m->map + m->page_size;
+    return at64(m->map + META_TXNID) >= at64(other + META_TXNID) ? m->map : other;
+}
+
+/* Start the memo for write transaction `t` and check its list of free pages,
+ * which LMDB reads at its first write (nothing where the memo is of `t`). */
 static int page_map_begin(PageMap *m, MDB_txn *t) {
     MDB_envinfo info;
     int rc;
     if (m->txn == t && m->txnid == mdb_txn_id(t))
-        return 0;
+        return m->free_sound ? 0 : MDB_CORRUPTED;
     if ((rc = mdb_env_info(mdb_txn_env(t), &info)) != 0)
         return rc;
     memset(m->memo, 0, sizeof m->memo);
@@ -234,7 +346,31 @@ static int page_map_begin(PageMap *m, MDB_txn *t) {
     m->pages = info.me_last_pgno + 1;
     if (m->pages > m->map_size / m->page_size)
         m->pages = m->map_size / m->page_size;
-    return 0;
+    m->free_sound = tree_sound(m, newer_meta(m) + FREE_TREE, LEAVES_FREE);
+    return m->free_sound ? 0 : MDB_CORRUPTED;
+}
+
+/* The page map of the write transaction `t`, begun (NULL: none, or `*rc`). */
+static PageMap *page_map_of(MDB_txn *t, MDB_dbi d, int *rc) {
+    PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
+    *rc = 0;
+    if (m == NULL || m->map == NULL || d >= m->n_names || m->names[d] == NULL)
+        return NULL;
+    return (*rc = page_map_begin(m, t)) != 0 ? NULL : m;
+}
+
+/* The record of sub-database `d`'s tree as the transaction began (NULL where
+ * it was made in it, or `*rc`). */
+static const char *tree_record(PageMap *m, MDB_txn *t, MDB_dbi d, int *rc) {
+    MDB_val name, record;
+    name.mv_data = m->names[d];
+    name.mv_size = strlen(m->names[d]);
+    *rc = mdb_get(t, m->main, &name, &record);
+    if (*rc == MDB_NOTFOUND)  /* made in this transaction: every page is its own */
+        *rc = 0;
+    else if (*rc == 0 && record.mv_size != TREE_RECORD)
+        *rc = MDB_CORRUPTED;
+    return *rc == 0 && record.mv_size == TREE_RECORD ? (const char *)record.mv_data : NULL;
 }
 
 /* Whether a put (`removal` 0) or delete of `key` (and `data`, for a
@@ -242,57 +378,33 @@ static int page_map_begin(PageMap *m, MDB_txn *t) {
  * MDB_CORRUPTED, or the error of reading where its tree is. */
 static int write_sound(MDB_txn *t, MDB_dbi d, const MDB_val *key, const MDB_val *data,
                        int removal) {
-    PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
-    MDB_val name, record;
     int rc;
-    if (m == NULL || m->map == NULL || d >= m->n_names || m->names[d] == NULL)
-        return 0;
-    if ((rc = page_map_begin(m, t)) != 0)
+    PageMap *m = page_map_of(t, d, &rc);
+    const char *record = m ? tree_record(m, t, d, &rc) : NULL;
+    if (record == NULL)
         return rc;
-    name.mv_data = m->names[d];
-    name.mv_size = strlen(m->names[d]);
-    rc = mdb_get(t, m->main, &name, &record);
-    if (rc == MDB_NOTFOUND)  /* made in this transaction: every page is its own */
-        return 0;
-    if (rc)
+    return path_sound(m, at64(record + TREE_ROOT), key, data, removal) ? 0 : MDB_CORRUPTED;
+}
+
+/* Whether sub-database `d` may be emptied: LMDB frees the pages its branches
+ * name, reading its leaves only where they hold duplicates or overflow pages. */
+static int drop_sound(MDB_txn *t, MDB_dbi d) {
+    int rc;
+    PageMap *m = page_map_of(t, d, &rc);
+    const char *record = m ? tree_record(m, t, d, &rc) : NULL;
+    if (record == NULL)
         return rc;
-    if (record.mv_size != TREE_RECORD)
-        return MDB_CORRUPTED;
-    return tree_sound(m, at64((const char *)record.mv_data + TREE_ROOT), key, data, removal, 0)
+    return tree_sound(m, record, (at16(record + TREE_FLAGS) & TREE_DUPSORT)
+                      || at64(record + TREE_OVERFLOWS) ? LEAVES_FREED : LEAVES_UNREAD)
            ? 0 : MDB_CORRUPTED;
 }
 
-/* Whether every page of the tree at `pgno` is sound, `levels` deep at most. */
-static int whole_tree_sound(PageMap *m, uint64_t pgno, int levels) {
-    const char *page;
-    size_t i, n;
-    int branch;
-    if (pgno == NO_PAGE)
-        return 1;
-    if (pgno >= m->pages || levels == 0)
-        return 0;
-    branch = at16(page_at(m, pgno) + 10) & PAGE_BRANCH;
-    if (!page_sound(m, pgno, branch))
-        return 0;
-    page = page_at(m, pgno);
-    n = (at16(page + 12) - PAGE_HEADER) / 2;
-    for (i = 0; branch && i < n; i++)
-        if (!whole_tree_sound(m, child_page(node_at(page, i)), levels - 1))
-            return 0;
-    return 1;
-}
-
-/* Whether the commit of write transaction `t` may go ahead: LMDB then writes
- * each changed sub-database's record into the main database (a few pages:
- * all are checked), takes the free-page records it reused from the start of
- * its free-page tree and adds one at the end (those paths are checked). The
- * two trees' roots are in the newer meta page (MDB_meta after the page
- * header: magic, version, address, map size, then the free-page and main
- * trees' records, the last page number and the transaction id). */
+/* Whether the commit of write transaction `t` may go ahead: LMDB writes each
+ * changed sub-database's record into the main tree (a few pages, all
+ * checked; its list of free pages was checked as the transaction began). */
 static int commit_sound(MDB_txn *t) {
     PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
     MDB_envinfo info;
-    const char *meta;
     int rc;
     if (m == NULL || m->map == NULL)
         return 0;
@@ -302,11 +414,7 @@ static int commit_sound(MDB_txn *t) {
         return 0;
     if ((rc = page_map_begin(m, t)) != 0)
         return rc;
-    meta = at64(m->map + META_TXNID) >= at64(m->map + m->page_size + META_TXNID)
-           ? m->map : m->map + m->page_size;
-    return tree_sound(m, at64(meta + FREE_ROOT), NULL, NULL, 1, FIRST)
-           && tree_sound(m, at64(meta + FREE_ROOT), NULL, NULL, 0, LAST)
-           && whole_tree_sound(m, at64(meta + MAIN_ROOT), TREE_LEVELS) ? 0 : MDB_CORRUPTED;
+    return tree_sound(m, newer_meta(m) + MAIN_TREE, LEAVES_PAGES) ? 0 : MDB_CORRUPTED;
 }
 
 /* Note the name of sub-database `d` (`name` NULL: the main one, not checked). */
@@ -314,9 +422,7 @@ static int page_map_name(MDB_env *env, MDB_dbi d, const char *name) {
     PageMap *m = (PageMap *)mdb_env_get_userctx(env);
     char **grown;
     size_t n;
-    if (m == NULL)
-        return 0;
-    if (name == NULL)
+    if (m == NULL || name == NULL)
         return 0;
     if (d >= m->n_names) {
         n = d + 16;
@@ -334,16 +440,21 @@ static int page_map_name(MDB_env *env, MDB_dbi d, const char *name) {
     return 0;
 }
 
-/* Find where the map of `env` lies: its main database's first key is on a
- * page whose number says how far into the map that page is. */
+/* Find where the map of `env` lies, from the first key of its main tree (the
+ * first node of a leaf): its page starts at a multiple of the OS page before
+ * it (LMDB's pages may be larger), the one whose first node offset points at
+ * the key, and its number says how far into the map that page is. Where no
+ * page is found so, nothing is checked (the pages of the main tree were
+ * checked before the file was mapped). */
 static int page_map_find(MDB_env *env, PageMap *m) {
     MDB_txn *t;
     MDB_cursor *c;
     MDB_val k, v;
     MDB_stat stat;
     MDB_envinfo info;
-    const char *page;
+    const char *key, *page;
     uint64_t pgno;
+    size_t os_page = (size_t)sysconf(_SC_PAGESIZE), j;
     int rc;
     m->map = NULL;
     m->txn = NULL;
@@ -352,17 +463,23 @@ static int page_map_find(MDB_env *env, PageMap *m) {
     m->page_size = stat.ms_psize;
     m->map_size = info.me_mapsize;
     m->pages = info.me_last_pgno + 1;
+    if (os_page == 0 || os_page > m->page_size || m->page_size % os_page)
+        return 0;
     if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &t)) != 0)
         return rc;
     if ((rc = mdb_dbi_open(t, NULL, 0, &m->main)) == 0 && (rc = mdb_cursor_open(t, m->main, &c)) == 0) {
         if ((rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
-            page = (const char *)((uintptr_t)k.mv_data & ~(uintptr_t)(m->page_size - 1));
-            pgno = at64(page);
-            m->map = page - pgno * m->page_size;
-            if (pgno < 2 || pgno >= m->pages || pgno > (uintptr_t)page / m->page_size
-                    || !page_sound(m, pgno, 0)) {
-                m->map = NULL;
-                rc = MDB_CORRUPTED;
+            key = (const char *)k.mv_data;
+            for (j = 0; j < m->page_size / os_page && m->map == NULL; j++) {
+                page = (const char *)(((uintptr_t)key & ~(uintptr_t)(os_page - 1)) - j * os_page);
+                if (page + PAGE_HEADER + 2 > key || page + at16(page + PAGE_HEADER) + NODE_HEADER != key)
+                    continue;
+                pgno = at64(page);
+                if (pgno < 2 || pgno >= m->pages || pgno > (uintptr_t)page / m->page_size)
+                    continue;
+                m->map = page - pgno * m->page_size;
+                if (!page_sound(m, pgno, 0) || *(const uint32_t *)(m->map + META_MAGIC) != LMDB_MAGIC)
+                    m->map = NULL;
             }
         }
         mdb_cursor_close(c);

@@ -507,6 +507,55 @@ def test_a_page_whose_bounds_disagree_with_its_nodes_is_an_error_on_write(tmp_pa
     assert len(pages) > 20 and "error" in str(outcomes)
 
 
+@pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
+@pytest.mark.parametrize("damage", ["a page past the file", "a count past the list",
+                                    "pages out of order"])
+def test_a_damaged_list_of_free_pages_is_an_error_on_write(tmp_path, damage):
+    """LMDB hands out the pages its free list names: one the file lacks, a
+    count larger than the list (the words after it read as pages), or a list
+    out of order would give a page out twice and a later commit overwrite
+    what another holds. A write finds it before LMDB reads it."""
+    path = str(tmp_path / "db")
+    with DB(path, distance=3, backend="lmdb") as db:
+        for start in range(0, 4000, 500):
+            db.insert_many((i, i * 0x9E3779B97F4A7C15 % 2**64) for i in range(start, start + 500))
+            db.delete_many(range(start, start + 500, 3))
+    with open(os.path.join(path, "data.mdb"), "r+b") as f:
+        data = f.read()
+        meta = max((0, 4096), key=lambda at: struct.unpack_from("<Q", data, at + 144)[0])
+        depth, root = struct.unpack_from("<H", data, meta + 46)[0], struct.unpack_from(
+            "<Q", data, meta + 80)[0]
+        assert depth == 1, "a list of free pages on one leaf"
+        leaf = root * 4096
+        lower = struct.unpack_from("<H", data, leaf + 12)[0]
+        lists = []
+        for i in range((lower - 16) // 2):
+            at = leaf + struct.unpack_from("<H", data, leaf + 16 + 2 * i)[0]
+            low, high, flags, key_size = struct.unpack_from("<HHHH", data, at)
+            ids = at + 8 + key_size
+            if not flags & 1 and struct.unpack_from("<Q", data, ids)[0] >= 2:
+                lists.append(ids)
+        assert lists, "a list of two free pages or more, in its node"
+        ids = lists[0]
+        count, first, second = struct.unpack_from("<QQQ", data, ids)
+        f.seek({"a page past the file": ids + 8, "a count past the list": ids,
+                "pages out of order": ids + 8}[damage])
+        f.write(struct.pack("<Q", {"a page past the file": len(data) // 4096 + 10,
+                                   "a count past the list": count + 1000,
+                                   "pages out of order": second}[damage]))
+
+    def write():
+        try:
+            with DB(path, backend="lmdb") as db:
+                db.insert_many((i, i * 7919) for i in range(4000, 6000))
+                return {"wrote": len(db)}
+        except SimhashDBError as exc:
+            return {"error": str(exc)}
+
+    status, result = run_forked(write)
+    assert status == 0 and "damaged" in result.get("error", ""), result
+
+
 FP7 = 7 * 0x9E3779B97F4A7C15 % 2**64
 DAMAGED_VALUES = {  # document 7's value, as damage or a foreign writer could leave it
     "cut short": None, "empty": b"", "not msgpack": b"\xc1\xc1",

@@ -108,7 +108,11 @@ static int g_txn_commit(MDB_txn *t) {  /* the transaction is ended, as by LMDB's
     int rc_; GUARDED(commit_sound(t)); if (rc_) { mdb_txn_abort(t); return rc_; }
     GUARDED(mdb_txn_commit(t)); return rc_; }
 static int g_dbi_open(MDB_txn *t, const char *name, unsigned int f, MDB_dbi *d) {
-    int rc_; GUARDED(mdb_dbi_open(t, name, f, d));
+    int rc_;
+    if (f & MDB_CREATE) {
+        GUARDED(create_sound(t, name)); if (rc_) return rc_;
+    }
+    GUARDED(mdb_dbi_open(t, name, f, d));
     return rc_ ? rc_ : page_map_name(mdb_txn_env(t), *d, name); }
 static int g_cursor_open(MDB_txn *t, MDB_dbi d, MDB_cursor **c) {
     int rc_; GUARDED(mdb_cursor_open(t, d, c)); return rc_; }

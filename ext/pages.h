@@ -58,6 +58,10 @@
 #define TREE_OVERFLOWS 24
 #define TREE_ROOT 40
 #define TREE_DUPSORT 0x04  /* MDB_DUPSORT in a tree's flags */
+#define TREE_DUPFIXED 0x10 /* MDB_DUPFIXED: duplicates of one size (its pad), on LEAF2 pages */
+#define LEAF 0             /* the kinds of page a tree holds */
+#define BRANCH 1
+#define FIXED_LEAF 2       /* a LEAF2 page of duplicates of one size, packed after the header */
 #define NO_PAGE UINT64_MAX
 #define PAGE_MEMO 512
 #define TREE_LEVELS 32   /* LMDB's deepest tree (its cursors' stack) */
@@ -77,7 +81,7 @@ typedef struct {
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
     int free_sound;    /* its list of free pages was found sound */
-    uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 1 | branch) */
+    uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 2 | kind) */
 } PageMap;
 
 static uint16_t at16(const char *p) { uint16_t x; memcpy(&x, p, 2); return x; }
@@ -97,30 +101,35 @@ static size_t node_size(const char *node, int branch) {
 }
 
 /* Whether the `size` bytes at `page` (a page, or a page of duplicates inside
- * a node) hold sound bounds and nodes. */
-static int nodes_sound(const char *page, size_t size, int branch) {
+ * a node) hold sound bounds and nodes, as a page of `kind` (of FIXED_LEAF:
+ * of keys of `pad` bytes, 0: of the page's own pad). */
+static int nodes_sound(const char *page, size_t size, int kind, size_t pad) {
     uint16_t flags = at16(page + 10), lower = at16(page + 12), upper = at16(page + 14);
     size_t n, i, at;
-    if (lower < PAGE_HEADER || (lower & 1))
+    if (lower < PAGE_HEADER || (lower & 1) || ((flags & PAGE_LEAF2) != 0) != (kind == FIXED_LEAF))
         return 0;
     n = (lower - PAGE_HEADER) / 2;
-    if (flags & PAGE_LEAF2)  /* keys of one size packed after the header (no offsets) */
-        return !branch && PAGE_HEADER + n * at16(page + 8) <= size;
-    if (lower > upper || upper > size || (branch && n == 0))
+    if (kind == FIXED_LEAF) {  /* no offsets; the free room is what the keys leave */
+        pad = pad ? pad : at16(page + 8);
+        return pad && at16(page + 8) == pad && PAGE_HEADER + n * pad <= size
+               && (uint16_t)(upper - lower) == (uint16_t)(size - PAGE_HEADER - n * pad);
+    }
+    if (lower > upper || upper > size || (kind == BRANCH && n == 0))
         return 0;
     for (i = 0; i < n; i++) {
         at = at16(page + PAGE_HEADER + 2 * i);
-        if (at < upper || at > size - NODE_HEADER || node_size(page + at, branch) > size - at)
+        if (at < upper || at > size - NODE_HEADER || node_size(page + at, kind == BRANCH) > size - at)
             return 0;
     }
     return 1;
 }
 
-/* Whether page `pgno` is a sound branch (`branch`) or leaf page. */
-static int page_sound(PageMap *m, uint64_t pgno, int branch) {
+/* Whether page `pgno` is a sound page of `kind` (and `pad`, as nodes_sound). */
+static int page_sound(PageMap *m, uint64_t pgno, int kind, size_t pad) {
     const char *page;
     uint16_t flags;
-    uint64_t *memo = &m->memo[pgno % PAGE_MEMO], seen = (pgno << 1 | (branch != 0)) + 1;
+    int branch = kind == BRANCH;
+    uint64_t *memo = &m->memo[pgno % PAGE_MEMO], seen = (pgno << 2 | kind) + 1;
     if (*memo == seen)
         return 1;
     if (pgno < 2 || pgno >= m->pages)
@@ -129,7 +138,7 @@ static int page_sound(PageMap *m, uint64_t pgno, int branch) {
     flags = at16(page + 10);
     if (at64(page) != pgno || (flags & (PAGE_OVERFLOW | PAGE_META))
             || !(flags & (branch ? PAGE_BRANCH : PAGE_LEAF)) || (flags & (branch ? PAGE_LEAF : PAGE_BRANCH))
-            || !nodes_sound(page, m->page_size, branch))
+            || !nodes_sound(page, m->page_size, kind, pad))
         return 0;
     *memo = seen;
     return 1;
@@ -197,21 +206,25 @@ static const char *leaf_node(const char *page, const MDB_val *key) {
     return NULL;
 }
 
-/* Whether the path to `key` in the tree at `root` is sound (and, for a
+/* Whether the path to `key` in the tree of `record` is sound (and, for a
  * removal, each page's neighbours); `data`: the duplicate a put or delete of
- * a sub-database with duplicates changes, whose own tree is checked too. */
-static int path_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_val *data,
-                      int removal) {
-    uint64_t pgno = root;
+ * a sub-database with duplicates changes, whose own tree is checked too;
+ * `dups`: the tree is one of duplicates. */
+static int path_sound(PageMap *m, const char *record, const MDB_val *key, const MDB_val *data,
+                      int removal, int dups) {
+    uint64_t pgno = at64(record + TREE_ROOT);
     const char *page, *node;
     size_t i, n, size, levels = 0;
     uint16_t flags;
-    if (root == NO_PAGE)
+    int fixed = (at16(record + TREE_FLAGS) & TREE_DUPFIXED) != 0;
+    size_t pad = (uint32_t)at64(record);  /* md_pad, the size of a fixed duplicate */
+    int leaf = dups && fixed ? FIXED_LEAF : LEAF;
+    if (pgno == NO_PAGE)
         return 1;
     if (pgno >= m->pages)
         return 0;
     while (at16(page_at(m, pgno) + 10) & PAGE_BRANCH) {
-        if (!page_sound(m, pgno, 1) || ++levels > TREE_LEVELS)
+        if (!page_sound(m, pgno, BRANCH, 0) || ++levels > TREE_LEVELS)
             return 0;
         page = page_at(m, pgno);
         n = (at16(page + 12) - PAGE_HEADER) / 2;
@@ -220,16 +233,16 @@ static int path_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
         if (pgno >= m->pages)
             return 0;
         if (removal) {  /* a page emptied below half is merged with one of these */
-            flags = at16(page_at(m, pgno) + 10) & PAGE_BRANCH;
-            if ((i > 0 && !page_sound(m, child_page(node_at(page, i - 1)), flags))
-                    || (i + 1 < n && !page_sound(m, child_page(node_at(page, i + 1)), flags)))
+            flags = at16(page_at(m, pgno) + 10) & PAGE_BRANCH ? BRANCH : leaf;
+            if ((i > 0 && !page_sound(m, child_page(node_at(page, i - 1)), flags, pad))
+                    || (i + 1 < n && !page_sound(m, child_page(node_at(page, i + 1)), flags, pad)))
                 return 0;
         }
     }
-    if (!page_sound(m, pgno, 0))
+    if (!page_sound(m, pgno, leaf, pad))
         return 0;
     page = page_at(m, pgno);
-    if ((at16(page + 10) & PAGE_LEAF2) || (node = leaf_node(page, key)) == NULL)
+    if (leaf == FIXED_LEAF || (node = leaf_node(page, key)) == NULL)
         return 1;
     flags = at16(node + 4);
     size = at16(node) | (size_t)at16(node + 2) << 16;
@@ -239,8 +252,9 @@ static int path_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
         return 1;
     node += NODE_HEADER + at16(node + 6);
     if (flags & NODE_SUBDATA)
-        return size == TREE_RECORD && path_sound(m, at64(node + TREE_ROOT), data, NULL, removal);
-    return size >= PAGE_HEADER && nodes_sound(node, size, 0);  /* the duplicates in the node */
+        return size == TREE_RECORD && path_sound(m, node, data, NULL, removal, 1);
+    /* the duplicates in the node */
+    return size >= PAGE_HEADER && nodes_sound(node, size, fixed ? FIXED_LEAF : LEAF, 0);
 }
 
 /* What a walk of a tree checks in its leaves. */
@@ -252,12 +266,15 @@ static int path_sound(PageMap *m, uint64_t root, const MDB_val *key, const MDB_v
 static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, size_t *budget);
 
 /* Whether the tree of `record` is sound, its leaves as `leaves` says: every
- * leaf at its depth, and no more pages visited than it counts (a damaged
- * branch could name its own ancestor). */
+ * leaf at its depth, and no more pages visited than it counts (LMDB counts
+ * exactly or more; a damaged branch could name its own ancestor). */
 static int tree_sound(PageMap *m, const char *record, int leaves) {
     size_t budget = at64(record + TREE_BRANCHES) + at64(record + TREE_LEAVES);
     uint64_t root = at64(record + TREE_ROOT);
-    return root == NO_PAGE || walk_sound(m, root, at16(record + 6), leaves, &budget);
+    if (budget > m->pages)
+        budget = m->pages;
+    return root == NO_PAGE || (at16(record + 6) <= TREE_LEVELS
+                               && walk_sound(m, root, at16(record + 6), leaves, &budget));
 }
 
 /* Whether a list of free pages of `size` bytes at `ids` is: its count, then
@@ -277,7 +294,7 @@ static int leaf_nodes_sound(PageMap *m, const char *page, int leaves) {
     size_t i, n = (at16(page + 12) - PAGE_HEADER) / 2, size;
     const char *node, *data;
     uint16_t flags;
-    if (leaves < LEAVES_FREED || (at16(page + 10) & PAGE_LEAF2))
+    if (leaves < LEAVES_FREED)
         return 1;
     for (i = 0; i < n; i++) {
         node = node_at(page, i);
@@ -306,9 +323,11 @@ static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, siz
     if (depth == 0 || *budget == 0)
         return 0;
     --*budget;
+    if (depth == 1 && leaves == LEAVES_UNREAD)  /* a root leaf, freed unread */
+        return pgno >= 2 && pgno < m->pages;
     if (depth == 1)
-        return page_sound(m, pgno, 0) && leaf_nodes_sound(m, page_at(m, pgno), leaves);
-    if (!page_sound(m, pgno, 1))
+        return page_sound(m, pgno, LEAF, 0) && leaf_nodes_sound(m, page_at(m, pgno), leaves);
+    if (!page_sound(m, pgno, BRANCH, 0))
         return 0;
     page = page_at(m, pgno);
     n = (at16(page + 12) - PAGE_HEADER) / 2;
@@ -383,7 +402,7 @@ static int write_sound(MDB_txn *t, MDB_dbi d, const MDB_val *key, const MDB_val 
     const char *record = m ? tree_record(m, t, d, &rc) : NULL;
     if (record == NULL)
         return rc;
-    return path_sound(m, at64(record + TREE_ROOT), key, data, removal) ? 0 : MDB_CORRUPTED;
+    return path_sound(m, record, key, data, removal, 0) ? 0 : MDB_CORRUPTED;
 }
 
 /* Whether sub-database `d` may be emptied: LMDB frees the pages its branches
@@ -392,11 +411,27 @@ static int drop_sound(MDB_txn *t, MDB_dbi d) {
     int rc;
     PageMap *m = page_map_of(t, d, &rc);
     const char *record = m ? tree_record(m, t, d, &rc) : NULL;
-    if (record == NULL)
+    MDB_stat now;  /* LMDB goes by the tree as it is now: it may have gained overflow pages */
+    if (record == NULL || (rc = mdb_stat(t, d, &now)) != 0)
         return rc;
-    return tree_sound(m, record, (at16(record + TREE_FLAGS) & TREE_DUPSORT)
+    return tree_sound(m, record, (at16(record + TREE_FLAGS) & TREE_DUPSORT) || now.ms_overflow_pages
                       || at64(record + TREE_OVERFLOWS) ? LEAVES_FREED : LEAVES_UNREAD)
            ? 0 : MDB_CORRUPTED;
+}
+
+/* Whether sub-database `name` may be opened with MDB_CREATE in write
+ * transaction `t` (which writes its record to the main tree where it is new). */
+static int create_sound(MDB_txn *t, const char *name) {
+    PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
+    MDB_val key;
+    int rc;
+    if (m == NULL || m->map == NULL || name == NULL)
+        return 0;
+    if ((rc = page_map_begin(m, t)) != 0)
+        return rc;
+    key.mv_data = (void *)name;
+    key.mv_size = strlen(name);
+    return path_sound(m, newer_meta(m) + MAIN_TREE, &key, NULL, 0, 0) ? 0 : MDB_CORRUPTED;
 }
 
 /* Whether the commit of write transaction `t` may go ahead: LMDB writes each
@@ -441,11 +476,12 @@ static int page_map_name(MDB_env *env, MDB_dbi d, const char *name) {
 }
 
 /* Find where the map of `env` lies, from the first key of its main tree (the
- * first node of a leaf): its page starts at a multiple of the OS page before
- * it (LMDB's pages may be larger), the one whose first node offset points at
- * the key, and its number says how far into the map that page is. Where no
- * page is found so, nothing is checked (the pages of the main tree were
- * checked before the file was mapped). */
+ * first node of a leaf): its page starts at a multiple of the smaller of the
+ * OS's and LMDB's page sizes before it (the map is aligned to the OS page),
+ * the one whose first node offset points at the key, and its number says how
+ * far into the map that page is. Where no page is found so, nothing is
+ * checked (the pages of the main tree were checked before the file was
+ * mapped). */
 static int page_map_find(MDB_env *env, PageMap *m) {
     MDB_txn *t;
     MDB_cursor *c;
@@ -454,7 +490,7 @@ static int page_map_find(MDB_env *env, PageMap *m) {
     MDB_envinfo info;
     const char *key, *page;
     uint64_t pgno;
-    size_t os_page = (size_t)sysconf(_SC_PAGESIZE), j;
+    size_t step = (size_t)sysconf(_SC_PAGESIZE), j;
     int rc;
     m->map = NULL;
     m->txn = NULL;
@@ -463,22 +499,24 @@ static int page_map_find(MDB_env *env, PageMap *m) {
     m->page_size = stat.ms_psize;
     m->map_size = info.me_mapsize;
     m->pages = info.me_last_pgno + 1;
-    if (os_page == 0 || os_page > m->page_size || m->page_size % os_page)
+    if (step == 0 || step > m->page_size)  /* the map is aligned to the smaller page */
+        step = m->page_size;
+    if (m->page_size % step)
         return 0;
     if ((rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &t)) != 0)
         return rc;
     if ((rc = mdb_dbi_open(t, NULL, 0, &m->main)) == 0 && (rc = mdb_cursor_open(t, m->main, &c)) == 0) {
         if ((rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) == 0) {
             key = (const char *)k.mv_data;
-            for (j = 0; j < m->page_size / os_page && m->map == NULL; j++) {
-                page = (const char *)(((uintptr_t)key & ~(uintptr_t)(os_page - 1)) - j * os_page);
+            for (j = 0; j < m->page_size / step && m->map == NULL; j++) {
+                page = (const char *)(((uintptr_t)key & ~(uintptr_t)(step - 1)) - j * step);
                 if (page + PAGE_HEADER + 2 > key || page + at16(page + PAGE_HEADER) + NODE_HEADER != key)
                     continue;
                 pgno = at64(page);
                 if (pgno < 2 || pgno >= m->pages || pgno > (uintptr_t)page / m->page_size)
                     continue;
                 m->map = page - pgno * m->page_size;
-                if (!page_sound(m, pgno, 0) || *(const uint32_t *)(m->map + META_MAGIC) != LMDB_MAGIC)
+                if (!page_sound(m, pgno, LEAF, 0) || *(const uint32_t *)(m->map + META_MAGIC) != LMDB_MAGIC)
                     m->map = NULL;
             }
         }

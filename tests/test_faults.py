@@ -4,6 +4,7 @@ churning writer, damaged data files, many snapshots, dropped handles, fork
 children, and SIGKILL during bulk loads and compaction."""
 
 import gc
+import itertools
 import json
 import os
 import random
@@ -465,9 +466,10 @@ def test_leaf_pages_marked_to_be_kept_are_an_error_on_write_not_a_signal(tmp_pat
 @pytest.mark.skipif("lmdb" not in BACKENDS, reason="the native backend was not built")
 def test_a_page_whose_bounds_disagree_with_its_nodes_is_an_error_on_write(tmp_path):
     """LMDB moves a page's nodes by the bounds of its free space when it
-    changes the page: with the upper bound above the first node it wrote
-    past its copy of the page, and the process aborted later (a signal no
-    guard can catch). Every branch and leaf page, each in its own copy,
+    changes the page: with the upper bound above the first node (or the page
+    flagged as one of packed keys, LEAF2) it wrote past its copy of the page,
+    and the process aborted later (a signal no guard can catch). Every
+    branch and leaf page, each damage in its own copy,
     every sub-database (the free pages' and the names' included): a write
     that puts, replaces and deletes is an error or goes through, never a
     signal."""
@@ -493,16 +495,18 @@ def test_a_page_whose_bounds_disagree_with_its_nodes_is_an_error_on_write(tmp_pa
             return {"error": type(exc).__name__}
 
     outcomes = {}
-    for page in pages:
+    for page, damage in itertools.product(pages, ("upper bound", "LEAF2 flag")):
         case = str(tmp_path / ("page%d" % page))
         shutil.copytree(path, case)
         with open(os.path.join(case, "data.mdb"), "r+b") as f:
-            upper = struct.unpack_from("<H", data, page * 4096 + 14)[0]
-            f.seek(page * 4096 + 14)
-            f.write(struct.pack("<H", min(upper + 64, 4096)))
+            at = page * 4096 + (14 if damage == "upper bound" else 10)
+            value = struct.unpack_from("<H", data, at)[0]
+            f.seek(at)
+            f.write(struct.pack("<H", min(value + 64, 4096) if damage == "upper bound"
+                                else value | 0x20))
         status, result = run_forked(lambda: write(case))
-        assert status == 0 and "unexpected" not in result, (page, status, result)
-        outcomes[page] = result
+        assert status == 0 and "unexpected" not in result, (page, damage, status, result)
+        outcomes[page, damage] = result
         shutil.rmtree(case)
     assert len(pages) > 20 and "error" in str(outcomes)
 

@@ -81,7 +81,7 @@ typedef struct {
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
     int free_sound;    /* its list of free pages was found sound */
-    uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 2 | kind) */
+    uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 18 | pad << 2 | kind) */
 } PageMap;
 
 static uint16_t at16(const char *p) { uint16_t x; memcpy(&x, p, 2); return x; }
@@ -129,7 +129,8 @@ static int page_sound(PageMap *m, uint64_t pgno, int kind, size_t pad) {
     const char *page;
     uint16_t flags;
     int branch = kind == BRANCH;
-    uint64_t *memo = &m->memo[pgno % PAGE_MEMO], seen = (pgno << 2 | kind) + 1;
+    uint64_t *memo = &m->memo[pgno % PAGE_MEMO];
+    uint64_t seen = (pgno << 18 | (uint64_t)(pad & 0xffff) << 2 | (uint64_t)kind) + 1;
     if (*memo == seen)
         return 1;
     if (pgno < 2 || pgno >= m->pages)
@@ -206,19 +207,25 @@ static const char *leaf_node(const char *page, const MDB_val *key) {
     return NULL;
 }
 
+/* The kind of leaf the tree of `record` holds: LMDB's own rule, LEAF2 pages
+ * for a tree of duplicates of one size. */
+static int leaf_kind(const char *record) {
+    return (at16(record + TREE_FLAGS) & (TREE_DUPSORT | TREE_DUPFIXED)) == TREE_DUPFIXED
+           ? FIXED_LEAF : LEAF;
+}
+
 /* Whether the path to `key` in the tree of `record` is sound (and, for a
  * removal, each page's neighbours); `data`: the duplicate a put or delete of
- * a sub-database with duplicates changes, whose own tree is checked too;
- * `dups`: the tree is one of duplicates. */
+ * a sub-database with duplicates changes, whose own tree is checked too. */
 static int path_sound(PageMap *m, const char *record, const MDB_val *key, const MDB_val *data,
-                      int removal, int dups) {
+                      int removal) {
     uint64_t pgno = at64(record + TREE_ROOT);
     const char *page, *node;
     size_t i, n, size, levels = 0;
     uint16_t flags;
     int fixed = (at16(record + TREE_FLAGS) & TREE_DUPFIXED) != 0;
     size_t pad = (uint32_t)at64(record);  /* md_pad, the size of a fixed duplicate */
-    int leaf = dups && fixed ? FIXED_LEAF : LEAF;
+    int leaf = leaf_kind(record);
     if (pgno == NO_PAGE)
         return 1;
     if (pgno >= m->pages)
@@ -252,7 +259,7 @@ static int path_sound(PageMap *m, const char *record, const MDB_val *key, const 
         return 1;
     node += NODE_HEADER + at16(node + 6);
     if (flags & NODE_SUBDATA)
-        return size == TREE_RECORD && path_sound(m, node, data, NULL, removal, 1);
+        return size == TREE_RECORD && path_sound(m, node, data, NULL, removal);
     /* the duplicates in the node */
     return size >= PAGE_HEADER && nodes_sound(node, size, fixed ? FIXED_LEAF : LEAF, 0);
 }
@@ -263,7 +270,8 @@ static int path_sound(PageMap *m, const char *record, const MDB_val *key, const 
 #define LEAVES_FREED 2   /* and what LMDB reads to free them: overflow pages, trees of duplicates */
 #define LEAVES_FREE 3    /* and the lists of the free-page tree */
 
-static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, size_t *budget);
+static int walk_sound(PageMap *m, const char *record, uint64_t pgno, unsigned depth, int leaves,
+                      size_t *budget);
 
 /* Whether the tree of `record` is sound, its leaves as `leaves` says: every
  * leaf at its depth, and no more pages visited than it counts (LMDB counts
@@ -274,7 +282,7 @@ static int tree_sound(PageMap *m, const char *record, int leaves) {
     if (budget > m->pages)
         budget = m->pages;
     return root == NO_PAGE || (at16(record + 6) <= TREE_LEVELS
-                               && walk_sound(m, root, at16(record + 6), leaves, &budget));
+                               && walk_sound(m, record, root, at16(record + 6), leaves, &budget));
 }
 
 /* Whether a list of free pages of `size` bytes at `ids` is: its count, then
@@ -315,29 +323,31 @@ static int leaf_nodes_sound(PageMap *m, const char *page, int leaves) {
     return 1;
 }
 
-/* walk_sound of page `pgno`, `depth` levels above the leaves and them. */
-static int walk_sound(PageMap *m, uint64_t pgno, unsigned depth, int leaves, size_t *budget) {
+/* walk_sound of page `pgno` of the tree of `record`, `depth` levels above
+ * the leaves and them. Where LMDB frees leaves unread, it still reads the
+ * first (the descent to it); the others are counted, by number. */
+static int walk_sound(PageMap *m, const char *record, uint64_t pgno, unsigned depth, int leaves,
+                      size_t *budget) {
     const char *page;
-    size_t i, n;
+    size_t i, n, pad = (uint32_t)at64(record);
     uint64_t child;
+    int leaf = leaf_kind(record);
     if (depth == 0 || *budget == 0)
         return 0;
     --*budget;
-    if (depth == 1 && leaves == LEAVES_UNREAD)  /* a root leaf, freed unread */
-        return pgno >= 2 && pgno < m->pages;
     if (depth == 1)
-        return page_sound(m, pgno, LEAF, 0) && leaf_nodes_sound(m, page_at(m, pgno), leaves);
+        return page_sound(m, pgno, leaf, pad) && leaf_nodes_sound(m, page_at(m, pgno), leaves);
     if (!page_sound(m, pgno, BRANCH, 0))
         return 0;
     page = page_at(m, pgno);
     n = (at16(page + 12) - PAGE_HEADER) / 2;
     for (i = 0; i < n; i++) {
         child = child_page(node_at(page, i));
-        if (depth == 2 && leaves == LEAVES_UNREAD) {
+        if (depth == 2 && leaves == LEAVES_UNREAD && i > 0) {
             if (child < 2 || child >= m->pages || *budget == 0)
                 return 0;
             --*budget;
-        } else if (!walk_sound(m, child, depth - 1, leaves, budget)) {
+        } else if (!walk_sound(m, record, child, depth - 1, leaves, budget)) {
             return 0;
         }
     }
@@ -402,7 +412,7 @@ static int write_sound(MDB_txn *t, MDB_dbi d, const MDB_val *key, const MDB_val 
     const char *record = m ? tree_record(m, t, d, &rc) : NULL;
     if (record == NULL)
         return rc;
-    return path_sound(m, record, key, data, removal, 0) ? 0 : MDB_CORRUPTED;
+    return path_sound(m, record, key, data, removal) ? 0 : MDB_CORRUPTED;
 }
 
 /* Whether sub-database `d` may be emptied: LMDB frees the pages its branches
@@ -431,7 +441,7 @@ static int create_sound(MDB_txn *t, const char *name) {
         return rc;
     key.mv_data = (void *)name;
     key.mv_size = strlen(name);
-    return path_sound(m, newer_meta(m) + MAIN_TREE, &key, NULL, 0, 0) ? 0 : MDB_CORRUPTED;
+    return path_sound(m, newer_meta(m) + MAIN_TREE, &key, NULL, 0) ? 0 : MDB_CORRUPTED;
 }
 
 /* Whether the commit of write transaction `t` may go ahead: LMDB writes each

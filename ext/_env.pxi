@@ -9,13 +9,13 @@ from libc.string cimport strlen
 from posix.types cimport pid_t
 from posix.unistd cimport getpid
 from clmdb cimport (
-    g_dbi_open, g_get, g_page_map_find, g_stat, g_txn_begin, g_txn_commit, guard_assert, GUARD_FAULT, guard_install,
-    guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPSORT, MDB_env, mdb_env_close,
-    mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert, mdb_env_set_mapsize,
-    mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_set_userctx, mdb_env_stat, MDB_envinfo, MDB_NOLOCK,
-    MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS, MDB_RDONLY, mdb_reader_check,
-    mdb_reader_list, MDB_stat, page_map_free, PageMap, MDB_txn, mdb_txn_abort, mdb_txn_renew, MDB_val,
-    pthread_mutex_destroy, pthread_mutex_init,
+    g_dbi_open, g_get, g_page_map_find, g_stat, g_txn_begin, g_txn_commit, guard_assert,
+    GUARD_FAULT, guard_install, guard_last_signal, MDB_CREATE, MDB_dbi, MDB_DUPSORT, MDB_env,
+    mdb_env_close, mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert,
+    mdb_env_set_mapsize, mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_set_userctx,
+    mdb_env_stat, MDB_envinfo, MDB_NOLOCK, MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS,
+    MDB_RDONLY, mdb_reader_check, mdb_reader_list, MDB_stat, MDB_txn, mdb_txn_abort,
+    mdb_txn_renew, MDB_val, page_map_free, PageMap, pthread_mutex_destroy, pthread_mutex_init,
 )
 
 

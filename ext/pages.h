@@ -85,6 +85,7 @@ typedef struct {
 } PageMap;
 
 static uint16_t at16(const char *p) { uint16_t x; memcpy(&x, p, 2); return x; }
+static uint32_t at32(const char *p) { uint32_t x; memcpy(&x, p, 4); return x; }
 static uint64_t at64(const char *p) { uint64_t x; memcpy(&x, p, 8); return x; }
 
 static const char *page_at(const PageMap *m, uint64_t pgno) {
@@ -224,7 +225,7 @@ static int path_sound(PageMap *m, const char *record, const MDB_val *key, const 
     size_t i, n, size, levels = 0;
     uint16_t flags;
     int fixed = (at16(record + TREE_FLAGS) & TREE_DUPFIXED) != 0;
-    size_t pad = (uint32_t)at64(record);  /* md_pad, the size of a fixed duplicate */
+    size_t pad = at32(record);  /* md_pad, the size of a fixed duplicate */
     int leaf = leaf_kind(record);
     if (pgno == NO_PAGE)
         return 1;
@@ -329,7 +330,7 @@ static int leaf_nodes_sound(PageMap *m, const char *page, int leaves) {
 static int walk_sound(PageMap *m, const char *record, uint64_t pgno, unsigned depth, int leaves,
                       size_t *budget) {
     const char *page;
-    size_t i, n, pad = (uint32_t)at64(record);
+    size_t i, n, pad = at32(record);
     uint64_t child;
     int leaf = leaf_kind(record);
     if (depth == 0 || *budget == 0)
@@ -526,7 +527,7 @@ static int page_map_find(MDB_env *env, PageMap *m) {
                 if (pgno < 2 || pgno >= m->pages || pgno > (uintptr_t)page / m->page_size)
                     continue;
                 m->map = page - pgno * m->page_size;
-                if (!page_sound(m, pgno, LEAF, 0) || *(const uint32_t *)(m->map + META_MAGIC) != LMDB_MAGIC)
+                if (!page_sound(m, pgno, LEAF, 0) || at32(m->map + META_MAGIC) != LMDB_MAGIC)
                     m->map = NULL;
             }
         }

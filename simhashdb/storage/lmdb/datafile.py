@@ -152,7 +152,8 @@ WRITTEN_EACH_BATCH = (META.name(), RUN_DIRECTORY.name())  # small B-trees a writ
 
 def _tree_pages(f, page_size, root, file_pages):
     """Each page of the B-tree at ``root`` that lies inside the file, as
-    (number, page bytes, flags, lower, upper), branches before their children.
+    (page bytes, flags, its nodes as _nodes reads them), branches before their
+    children.
     Raises DamagedPageError where a page does not carry its own number, is neither a
     branch nor a leaf, has its node bounds out of order or out of the page, a
     node outside them, or the tree has more pages than the file."""
@@ -172,7 +173,7 @@ def _tree_pages(f, page_size, root, file_pages):
                 or not _PAGE.size <= lower <= upper <= page_size):
             raise DamagedPageError(number)
         nodes = list(_nodes(page, lower, upper))
-        yield number, page, flags, lower, upper
+        yield page, flags, nodes
         for _, low, high, node_flags, _ in nodes if flags & _BRANCH else ():
             todo.append(low | high << 16 | node_flags << 32)
 
@@ -190,8 +191,8 @@ def _nodes(page, lower, upper):
 def _sub_database_roots(f, page_size, main_root, file_pages, names):
     """(name, root page) of the sub-databases ``names`` that the main B-tree
     (at ``main_root``, found sound) lists."""
-    for _, page, flags, lower, upper in _tree_pages(f, page_size, main_root, file_pages):
-        for at, low, high, _, key_size in _nodes(page, lower, upper) if flags & _LEAF else ():
+    for page, flags, nodes in _tree_pages(f, page_size, main_root, file_pages):
+        for at, low, high, _, key_size in nodes if flags & _LEAF else ():
             name = page[at + _NODE.size:at + _NODE.size + key_size]
             record = page[at + _NODE.size + key_size:at + _NODE.size + key_size + 48]
             if name in names and (low | high << 16) == 48 and len(record) == 48:
@@ -218,9 +219,8 @@ def _free_pages(f, page_size, root, file_pages):
     pages they list count as in use."""
     free = set()
     try:
-        for _, page, flags, lower, upper in _tree_pages(f, page_size, root, file_pages):
-            leaves = _nodes(page, lower, upper) if flags & _LEAF else ()
-            for at, low, high, node_flags, key_size in leaves:
+        for page, flags, nodes in _tree_pages(f, page_size, root, file_pages):
+            for at, low, high, node_flags, key_size in nodes if flags & _LEAF else ():
                 size, start = low | high << 16, at + _NODE.size + key_size
                 if node_flags & _BIG_DATA:  # the list is on overflow pages of its own
                     first, = struct.unpack_from("<Q", page, start)

@@ -383,10 +383,11 @@ class DB:
                                        % _ext.shown(texts))
         least = _threshold(threshold, short_words)
         prints = [self._text_fingerprint(text, html) for text in texts]
-        with self._storage.read() as view:
+        def read(view):
             found = rule.search(view, [fp for fp, _ in prints], [s for _, s in prints],
                                 self.distance, least)
-            names = results.names(view, found)
+            return found, results.names(view, found)
+        found, names = self._storage.read_whole(read)
         return [results.matches(hits, names) for hits in found]
 
     def _text_fingerprint(self, text, html):
@@ -491,10 +492,10 @@ class DB:
         matches = _records.matches(found, Match)
         if matches is not None:
             return matches
-        with self._storage.read() as view:  # long keys are in their documents: searched
-            found = view.search(probes, d)  # again, in the snapshot that names them
-            names = results.names(view, found)
-        found = [[hit for hit in hits if names[hit[0]] is not None] for hits in found]
+        def read(view):  # long keys are in their documents: searched again, in
+            found = view.search(probes, d)  # the state that names them
+            return found, results.names(view, found)
+        found, names = self._storage.read_whole(read)
         return [results.matches(hits, names) for hits in found]
 
     def get(self, key: Key) -> Optional[Record]:

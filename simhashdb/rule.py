@@ -140,10 +140,8 @@ def search(view, fps, signatures, distance, threshold, banded=None):
     for i, (signature, mine) in enumerate(zip(signatures, candidates)):
         hits = []
         for key, (theirs, d) in mine.items():
-            value = values[key]
-            if value is None:  # removed since found (Redis keeps no snapshot)
-                continue
-            alike = judge(d <= distance, signature, ours[i], stored_signature(value), threshold)
+            alike = judge(d <= distance, signature, ours[i], stored_signature(values[key]),
+                          threshold)
             if alike is not False:
                 hits.append((key, theirs, d, alike))
         found.append(hits)

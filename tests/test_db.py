@@ -518,6 +518,27 @@ def test_a_large_query_many_answers_from_one_snapshot(db, db_path, key_size):
     assert mixed == 0, "%d of %d calls mixed snapshots" % (mixed, calls)
 
 
+@pytest.mark.parametrize("ask", ["query_many", "query_text_many"])
+def test_hits_are_named_from_the_state_they_were_found_in(db, db_path, monkeypatch, ask):
+    """A batch landing between a query's search and the reads that name its
+    hits (long keys' documents, texts' signatures) changes neither."""
+    text = "the crawler keeps every page it has seen " * 20
+    db.insert_text("y" * 600, text)
+    fp = db["y" * 600].fingerprint
+    names, landed = simhashdb.results.names, []
+
+    def names_after_a_batch(view, found):
+        if not landed:  # another handle moves the document to another long key
+            with simhashdb.DB(db_path) as other:
+                other.insert_text("x" * 600, text)
+                other.delete("y" * 600)
+            landed.append(True)
+        return names(view, found)
+    monkeypatch.setattr(simhashdb.results, "names", names_after_a_batch)
+    found = db.query_many([fp]) if ask == "query_many" else db.query_text_many([text])
+    assert landed and [m.key for m in found[0]] in (["x" * 600], ["y" * 600])
+
+
 def test_find_all_reads_one_snapshot_and_blocks_no_writer(db):
     db.insert_many([("a", 1), ("b", 3), ("c", 7 << 40)])
     pairs = db.find_all()

@@ -207,6 +207,12 @@ class Storage(ABC):
     def read(self):
         """A context manager giving a :class:`View` of one snapshot."""
 
+    def read_whole(self, read):
+        """``read(view)`` over one state of the database: a backend without
+        snapshots runs it again while a batch lands under it."""
+        with self.read() as view:
+            return read(view)
+
     @abstractmethod
     def write(self, body, documents=0):
         """Run ``body(txn)`` in one :class:`Txn` and land it; returns its

@@ -205,6 +205,11 @@ class RedisStorage(Storage):
         self.check_usable()
         return contextlib.nullcontext(RedisView(self))
 
+    def read_whole(self, read):
+        """``read(view)`` seeing whole batches (retried while one lands)."""
+        self.check_usable()
+        return self.protocol.consistent(lambda epoch: read(RedisView(self)))
+
     def search(self, probes, distance):
         """:meth:`View.search` seeing whole batches (retried while one lands)."""
         return self.protocol.consistent(lambda epoch: self.search_committed(probes, distance))

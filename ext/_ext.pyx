@@ -382,4 +382,6 @@ def merge_unique(a, b):
 
 include "_match.pxi"
 
+include "_repeats.pxi"
+
 

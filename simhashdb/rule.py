@@ -162,32 +162,7 @@ def sharing(fps, banded, distance):
     :class:`Kept` index (most of a crawler's batch is not). Texts under a
     fingerprint block shared by more than :data:`GROUP_CHECKED` are all
     counted in unchecked."""
-    shared = [False] * len(fps)
-
-    def groups(column, rows):  # the rows of each value ``column`` holds more than once
-        repeated = {value for value, count in collections.Counter(column).items() if count > 1}
-        found = collections.defaultdict(list)
-        for row, value in zip(rows, column) if repeated else ():
-            if value in repeated:
-                found[value].append(row)
-        return found.values()
-
-    for lo, hi in _cuts(distance):
-        mask = (1 << (hi - lo)) - 1
-        for group in groups([(fp >> lo) & mask for fp in fps], range(len(fps))):
-            if len(group) > GROUP_CHECKED:  # too many pairs to check: all counted in
-                near = group
-            else:  # the fingerprints within the distance find each other by it
-                near = [row for pair in itertools.combinations(group, 2)
-                        if (fps[pair[0]] ^ fps[pair[1]]).bit_count() <= distance for row in pair]
-            for row in near:
-                shared[row] = True
-    rows = [i for i, keys in enumerate(banded) if keys]
-    for column in zip(*(banded[i] for i in rows)):  # a shared band: each finds the others
-        for group in groups(column, rows):
-            for row in group:
-                shared[row] = True
-    return shared
+    return _ext.shared_texts(fps, banded, distance, GROUP_CHECKED)
 
 
 class Kept:

@@ -6,13 +6,17 @@ band of their signatures or their fingerprints are within the database's
 distance, and their resemblance reaches the threshold; a document stored
 without text, when its fingerprint is within the distance."""
 
+import collections
 import itertools
 import json
 import pathlib
 import random
 import sysconfig
+from array import array
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import simhashdb
 from simhashdb import _ext, cli
@@ -180,18 +184,49 @@ def test_a_batch_decides_as_if_every_text_were_indexed(texts, tmp_path, monkeypa
     assert sum(1 for f in results[0][0] if f) >= 10
 
 
+def brute_force_sharing(fps, banded, distance, checked):
+    """rule.sharing by every pair."""
+    parts = min(distance + 1, 64)
+    cuts = [(64 * p // parts, 64 * (p + 1) // parts) for p in range(parts)]
+    block = [[(fp >> lo) % (1 << (hi - lo)) for lo, hi in cuts] for fp in fps]
+    crowd = [collections.Counter(b[c] for b in block) for c in range(len(cuts))]
+    shared = [False] * len(fps)
+    for i, j in itertools.combinations(range(len(fps)), 2):
+        same = [c for c in range(len(cuts)) if block[i][c] == block[j][c]]
+        near = (fps[i] ^ fps[j]).bit_count() <= distance
+        if any(crowd[c][block[i][c]] > checked or near for c in same) or \
+                any(a == b for a, b in zip(banded[i], banded[j])):
+            shared[i] = shared[j] = True
+    return shared
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3), st.booleans()), max_size=90),
+       st.integers(0, 8), st.randoms(use_true_random=False))
+def test_sharing_equals_every_pair_checked(shape, distance, rnd):
+    """Random and crowded batches: fingerprints a few bits from six bases, 0 and
+    2**64 - 1 among them, band keys of a few values, texts without bands."""
+    bases = [rnd.getrandbits(64) for _ in range(4)] + [0, 2**64 - 1]
+    fps = [bases[b] ^ sum(1 << bit for bit in rnd.sample(range(64), flips))
+           for b, flips, _ in shape]
+    banded = [array("I", [rnd.randrange(40) for _ in range(4)]) if has else array("I")
+              for _, _, has in shape]
+    checked = rnd.choice([1, 2, 64])
+    assert _ext.shared_texts(fps, banded, distance, checked) == \
+        brute_force_sharing(fps, banded, distance, checked)
+
+
 def test_sharing_marks_the_texts_another_could_find():
     fp = 0x0123456789ABCDEF
     fps = [fp, fp ^ (1 << 63), fp ^ 0xFFFFFFFFFFFFFFFF, 0x00FF00FF00FF00FF, 7, 7 ^ 0xFFFF << 48]
-    banded = [[1, 2], [3, 4], [5, 6], [7, 8], [9, 8], [10, 11]]
+    banded = [array("I", keys) for keys in ([1, 2], [3, 4], [5, 6], [7, 8], [9, 8], [10, 11])]
     # 0 and 1 are within 3 bits; 3 and 4 share band 1; 4 and 5 share three of the four
     # 16-bit blocks but differ in 16 bits; 2 shares nothing
     assert simhashdb.rule.sharing(fps, banded, 3) == [True, True, False, True, True, False]
-    assert simhashdb.rule.sharing(fps, [[]] * 6, 3) == [True, True, False, False, False, False]
-    assert simhashdb.rule.sharing(fps, [[]] * 6, 16) == [True, True, False, False, True, True]
+    assert simhashdb.rule.sharing(fps, [array("I")] * 6, 3) == [True, True, False, False, False, False]
+    assert simhashdb.rule.sharing(fps, [array("I")] * 6, 16) == [True, True, False, False, True, True]
     assert simhashdb.rule.sharing(fps[:1], banded[:1], 0) == [False]
     # 128 under one block, pairwise 4 bits or more apart: over GROUP_CHECKED, all counted in
     apart = [fp ^ (a << 56 | a << 48) for a in range(256) if a.bit_count() % 2 == 0]
     assert len(apart) > simhashdb.rule.GROUP_CHECKED
-    assert simhashdb.rule.sharing(apart, [[]] * len(apart), 3) == [True] * len(apart)
-    assert simhashdb.rule.sharing(apart[:60], [[]] * 60, 3) == [False] * 60
+    assert simhashdb.rule.sharing(apart, [array("I")] * len(apart), 3) == [True] * len(apart)
+    assert simhashdb.rule.sharing(apart[:60], [array("I")] * 60, 3) == [False] * 60

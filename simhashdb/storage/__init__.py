@@ -51,6 +51,8 @@ A new backend is a :class:`Storage` subclass in a module of its own, one
 ``tests/test_storage.py`` (the contract suite) on it.
 """
 
+import contextlib
+import gc
 import os
 from abc import ABC, abstractmethod
 from array import array
@@ -155,6 +157,20 @@ class Txn(View):
                 self.upsert([document])
             found.append(hits)
         return found
+
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Pause Python's cyclic garbage collector for a write: a batch allocates
+    many small objects, none in cycles, and the collections they would set
+    off walk the whole heap of the process again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Storage(ABC):

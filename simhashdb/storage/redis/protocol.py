@@ -6,8 +6,6 @@ batches back when they keep landing (the module docstring of
 :mod:`simhashdb.storage.redis` says why each step is there)."""
 
 import collections
-import contextlib
-import gc
 import time
 import uuid
 from array import array
@@ -16,7 +14,7 @@ import msgpack
 
 from ... import _redis
 from ...errors import DatabaseError, Superseded, Unavailable
-from .. import BANDS
+from .. import BANDS, no_cyclic_gc
 from .batch import band_entries_of
 from .scripts import ACQUIRE, BEGIN, FINISH, HWRITE, MERGE, RELEASE, RENEW
 
@@ -94,7 +92,7 @@ class Protocol:
         """Run ``body(txn)`` on ``batch(count, distinct, epoch)`` (a new txn) under the
         write lock, and land the plan of the txn whole; returns its result."""
         db = self.db
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             token = uuid.uuid4().hex.encode()
             deadline = time.monotonic() + db.retry_seconds
             try:
@@ -316,17 +314,3 @@ class Protocol:
         """How long a WAIT waits for replicas: well within the lease, which the
         next round renews."""
         return max(1, min(5000, self.lease_ms() // 4))
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc():
-    """Pause Python's cyclic garbage collector: a batch allocates millions of
-    small objects, none in cycles, and the collections it would set off walk
-    them all again and again (a third of a 1M-record bulk load)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

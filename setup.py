@@ -39,7 +39,7 @@ LMDB_PARTS = ["ext/_buffers.pxi", "ext/_dirs.pxi", "ext/_work.pxi", "ext/_search
 extensions = [Extension("simhashdb._ext", ["ext/_ext.pyx"],
                         depends=["ext/bits.pxd", "ext/_match.pxi", "ext/_tables.pxi",
                                  "ext/_memory.pxi", "ext/_signature.pxi", "ext/_hash.pxi", "ext/_codec.pxi",
-                                 "ext/_gate.pxi"],
+                                 "ext/_gate.pxi", "ext/_repeats.pxi"],
                         extra_compile_args=["-O3"]),
               Extension("simhashdb._text", ["ext/_text.pyx"],
                         depends=["ext/bits.pxd", "ext/_memory.pxi", "ext/_signature.pxi", "ext/_hash.pxi",

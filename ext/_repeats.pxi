@@ -58,8 +58,9 @@ def shared_texts(fingerprints, list banded, int distance, Py_ssize_t checked):
     within ``distance`` bits under one of the distance + 1 fingerprint blocks
     (all under a block more than ``checked`` share)."""
     cdef const uint64_t[::1] fps = as_fingerprints(fingerprints)
-    cdef size_t n = fps.shape[0], used = 0, slots = 2, i, j, parts = min(distance + 1, 64), p
-    cdef size_t width = max([len(keys) for keys in banded] or [0])
+    cdef size_t n = fps.shape[0], used = 0, slots = 2, i, j, p
+    cdef size_t parts = 0 if distance < 0 else min(distance, 63) + 1
+    cdef size_t width = max([len(row) for row in banded] or [0]), crowd = max(checked, 0)
     cdef int lo, hi
     cdef const uint32_t[::1] keys
     if <size_t>len(banded) != n:
@@ -73,12 +74,14 @@ def shared_texts(fingerprints, list banded, int distance, Py_ssize_t checked):
     r.keys = <uint64_t*>malloc(slots * sizeof(uint64_t))
     r.head = <int64_t*>malloc(slots * sizeof(int64_t))
     r.counts = <uint32_t*>malloc(slots * sizeof(uint32_t))
-    r.next = <int64_t*>malloc((n + 1) * sizeof(int64_t))
-    cdef uint64_t* values = <uint64_t*>malloc((n + 1) * (width + 1) * sizeof(uint64_t))
-    cdef size_t* rows = <size_t*>malloc((n + 1) * sizeof(size_t))
-    cdef uint8_t* shared = <uint8_t*>calloc(n + 1, 1)
+    r.next = <int64_t*>malloc(n * sizeof(int64_t))
+    cdef uint32_t* bands = <uint32_t*>malloc((n * width + 1) * sizeof(uint32_t))  # band-major
+    cdef uint64_t* values = <uint64_t*>malloc(n * sizeof(uint64_t))  # the column marked
+    cdef size_t* rows = <size_t*>malloc(n * sizeof(size_t))
+    cdef uint8_t* shared = <uint8_t*>calloc(n, 1)
     try:
-        if not (r.keys and r.head and r.counts and r.next and values and rows and shared):
+        if not (r.keys and r.head and r.counts and r.next and bands and values and rows
+                and shared):
             raise MemoryError()
         for i in range(n):
             keys = banded[i]
@@ -87,26 +90,29 @@ def shared_texts(fingerprints, list banded, int distance, Py_ssize_t checked):
             if <size_t>keys.shape[0] != width:
                 raise InvalidArgumentError("expected %d band keys or none, got %d"
                                            % (width, keys.shape[0]))
-            for j in range(width):  # band-major: a band's keys in one column
-                values[j * (n + 1) + used] = keys[j]
+            for j in range(width):
+                bands[j * n + used] = keys[j]
             rows[used] = i
             used += 1
         with nogil:
             for j in range(width if used else 0):
-                mark_repeats(&r, values + j * (n + 1), used, NULL, rows, 0, 0, shared)
+                for i in range(used):
+                    values[i] = bands[j * n + i]
+                mark_repeats(&r, values, used, NULL, rows, 0, 0, shared)
             for i in range(n):
                 rows[i] = i
             for p in range(parts):
                 lo, hi = 64 * p // parts, 64 * (p + 1) // parts
                 for i in range(n):
                     values[i] = (fps[i] >> lo) & (~0ULL >> (64 - (hi - lo)))
-                mark_repeats(&r, values, n, &fps[0], rows, distance, checked, shared)
+                mark_repeats(&r, values, n, &fps[0], rows, distance, crowd, shared)
         return [shared[i] != 0 for i in range(n)]
     finally:
         free(r.keys)
         free(r.head)
         free(r.counts)
         free(r.next)
+        free(bands)
         free(values)
         free(rows)
         free(shared)

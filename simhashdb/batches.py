@@ -13,6 +13,7 @@ from . import _ext, _records, results
 from .errors import InvalidArgumentError
 from .fingerprint import SIGNATURE_SIZES
 from .results import Match
+from .storage import no_cyclic_gc
 from .records import (
     decode,
     decode_key,
@@ -94,8 +95,10 @@ class Writer(threading.local):
         self.depth = self.documents = self.transactions = 0
 
     def write(self, body, documents):
-        """``storage.write(body, documents)``, counted."""
-        result = self.storage.write(body, documents)
+        """``storage.write(body, documents)``, counted, Python's cyclic GC
+        paused (:func:`storage.no_cyclic_gc`)."""
+        with no_cyclic_gc():
+            result = self.storage.write(body, documents)
         self.documents += documents
         self.transactions += 1
         return result

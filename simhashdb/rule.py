@@ -140,6 +140,8 @@ def search(view, fps, signatures, distance, threshold, banded=None):
     for i, (signature, mine) in enumerate(zip(signatures, candidates)):
         hits = []
         for key, (theirs, d) in mine.items():
+            if values[key] is None:  # removed meanwhile: on Redis, which keeps no
+                continue  # snapshots, this read is then done again (Storage.read_whole)
             alike = judge(d <= distance, signature, ours[i], stored_signature(values[key]),
                           threshold)
             if alike is not False:

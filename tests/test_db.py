@@ -1,3 +1,4 @@
+import gc
 import itertools
 import os
 import random
@@ -537,6 +538,33 @@ def test_hits_are_named_from_the_state_they_were_found_in(db, db_path, monkeypat
     monkeypatch.setattr(simhashdb.results, "names", names_after_a_batch)
     found = db.query_many([fp]) if ask == "query_many" else db.query_text_many([text])
     assert landed and [m.key for m in found[0]] in (["x" * 600], ["y" * 600])
+
+
+def test_a_batch_pauses_the_collector_and_leaves_it_as_it_was(db, monkeypatch):
+    """Python's cyclic GC is off while a batch's transaction runs, on again
+    after it (also after a failed one) with its young generations collected;
+    a caller's own gc.disable() is kept."""
+    inside = []
+
+    def failing(*args):
+        inside.append(gc.isenabled())
+        garbage = [[] for _ in range(50_000)]  # tracked objects the collector counts
+        for a, b in zip(garbage, garbage[1:]):
+            a.append(b)
+        raise ZeroDivisionError
+    monkeypatch.setattr(simhashdb.rule, "decide", failing)
+    with pytest.raises(ZeroDivisionError):
+        db.insert_text_if_new_many([("a", "a page of a few words")])
+    assert inside == [False] and gc.isenabled()
+    assert gc.get_count()[0] <= gc.get_threshold()[0]
+    monkeypatch.undo()
+    gc.disable()
+    try:
+        db.insert_text_if_new_many([("a", "a page of a few words")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert "a" in db
 
 
 def test_find_all_reads_one_snapshot_and_blocks_no_writer(db):

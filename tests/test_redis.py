@@ -369,6 +369,25 @@ def test_a_read_slower_than_the_writers_pace_still_finishes(redis_names):
             thread.join(30)
 
 
+def test_a_text_removed_while_a_query_reads_it_is_read_again_not_damage(redis_names):
+    """A batch landing between a text query's search and its read of the
+    hits' signatures makes the query read again (Redis keeps no snapshots),
+    never report the missing document as damage."""
+    url = redis_names.url + "/torn"
+    text = "the crawler keeps every page it has seen " * 20
+    with DB(url, distance=3, blocks=5) as reader, DB(url) as writer:
+        reader.insert_text("page", text)
+        hash_fields, removed = storage_of(reader).hash_fields, []
+
+        def removing_first(kind, names, by_fingerprint):
+            if kind == b"d" and not removed:  # the signatures' read: the page goes first
+                writer.delete("page")
+                removed.append(True)
+            return hash_fields(kind, names, by_fingerprint)
+        storage_of(reader).hash_fields = removing_first
+        assert reader.query_text_many([text]) == [[]] and removed
+
+
 BUSY_WRITER = """
 import random, sys, simhashdb
 db = simhashdb.DB(sys.argv[1])

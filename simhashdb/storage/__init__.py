@@ -163,7 +163,9 @@ class Txn(View):
 def no_cyclic_gc():
     """Pause Python's cyclic garbage collector for a write: a batch allocates
     many small objects, none in cycles, and the collections they would set
-    off walk the whole heap of the process again and again."""
+    off walk them again and again. The young generations, whose collection
+    the pause put off (the process's other threads' objects too), are
+    collected after it as the collector would have."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -171,6 +173,11 @@ def no_cyclic_gc():
     finally:
         if enabled:
             gc.enable()
+            counts, thresholds = gc.get_count(), gc.get_threshold()
+            if counts[1] > thresholds[1]:
+                gc.collect(1)
+            elif counts[0] > thresholds[0]:
+                gc.collect(0)
 
 
 class Storage(ABC):

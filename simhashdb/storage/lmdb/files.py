@@ -20,7 +20,7 @@ import weakref
 from ... import _ext
 from ...errors import (DamagedDatabaseWarning, DatabaseBusyError, DatabaseError,
                         MaintenanceWarning)
-from .. import BANDS, Storage, check_process, no_cyclic_gc
+from .. import BANDS, Storage, check_process
 from .directory import MAX_READERS, LmdbDirectory, open_paths_lock, open_storage, path_key
 from .format import RECENT_LIMIT
 
@@ -147,7 +147,7 @@ class LmdbStorage(Storage):
 
     def write(self, body, documents=0):
         self._check_writable()
-        with self._write_lock, no_cyclic_gc():
+        with self._write_lock:
             self._make_room(documents)
             result, untidy = self._transact(body)
             if untidy:

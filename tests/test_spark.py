@@ -42,8 +42,11 @@ def spark():
                    .config("spark.ui.showConsoleProgress", "false")
                    # the JIT's first tier only: these jobs are short, so the driver's
                    # optimizing compiler never paid back the core it took (the JVM
-                   # used half the CPU time, 35 s against 66 s, for 5 of the tests)
-                   .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+                   # used half the CPU time, 35 s against 66 s, for 5 of the tests);
+                   # that tier alone gets a code cache of 48 MB, which the module's
+                   # jobs once filled ("CodeCache is full"), and the JVM then died
+                   .config("spark.driver.extraJavaOptions",
+                           "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m")
                    .config("spark.sql.shuffle.partitions", "2").getOrCreate())
         session.sparkContext.setLogLevel("ERROR")
         yield session

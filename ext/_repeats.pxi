@@ -10,14 +10,6 @@ cdef struct Repeats:  # a column's values, each with the chain of its rows
     size_t mask  # slots - 1, a power of two at least twice the rows
 
 
-cdef inline uint64_t mix64(uint64_t x) noexcept nogil:
-    x ^= x >> 33
-    x *= 0xFF51AFD7ED558CCDULL
-    x ^= x >> 33
-    x *= 0xC4CEB9FE1A85EC53ULL
-    return x ^ (x >> 33)
-
-
 cdef void mark_repeats(Repeats* r, const uint64_t* values, size_t n, const uint64_t* fps,
                        const size_t* rows, int distance, size_t checked,
                        uint8_t* shared) noexcept nogil:
@@ -28,7 +20,7 @@ cdef void mark_repeats(Repeats* r, const uint64_t* values, size_t n, const uint6
     cdef int64_t a, b
     memset(r.head, 0xFF, (r.mask + 1) * sizeof(int64_t))
     for i in range(n):
-        h = mix64(values[i]) & r.mask
+        h = fmix64(values[i]) & r.mask
         while r.head[h] >= 0 and r.keys[h] != values[i]:
             h = (h + 1) & r.mask
         if r.head[h] < 0:
@@ -51,20 +43,25 @@ cdef void mark_repeats(Repeats* r, const uint64_t* values, size_t n, const uint6
             a = r.next[a]
 
 
-def shared_texts(fingerprints, list banded, int distance, Py_ssize_t checked):
+def shared_texts(fingerprints, list banded, list cuts, int distance, Py_ssize_t checked):
     """For each text of a batch (``fingerprints``, ints or a uint64 buffer;
     ``banded``, its band keys: ``array('I')`` of one length, or empty),
     whether another shares one of its band keys (in the same band) or is
-    within ``distance`` bits under one of the distance + 1 fingerprint blocks
-    (all under a block more than ``checked`` share)."""
+    within ``distance`` bits under one of the fingerprint blocks ``cuts``
+    ((low bit, high bit), at most 64; all under a block more than ``checked``
+    share)."""
     cdef const uint64_t[::1] fps = as_fingerprints(fingerprints)
-    cdef size_t n = fps.shape[0], used = 0, slots = 2, i, j, p
-    cdef size_t parts = 0 if distance < 0 else min(distance, 63) + 1
+    cdef size_t n = fps.shape[0], used = 0, slots = 2, i, j, p, parts = len(cuts)
     cdef size_t width = max([len(row) for row in banded] or [0]), crowd = max(checked, 0)
-    cdef int lo, hi
+    cdef int lo[64]
+    cdef int hi[64]
     cdef const uint32_t[::1] keys
     if <size_t>len(banded) != n:
         raise InvalidArgumentError("expected a list of band keys a fingerprint")
+    if parts > 64 or any(not 0 <= low < high <= 64 for low, high in cuts):
+        raise InvalidArgumentError("expected at most 64 blocks of bits in [0, 64)")
+    for p in range(parts):
+        lo[p], hi[p] = cuts[p]
     if n == 0:
         return []
     while slots < 2 * n:
@@ -102,9 +99,8 @@ def shared_texts(fingerprints, list banded, int distance, Py_ssize_t checked):
             for i in range(n):
                 rows[i] = i
             for p in range(parts):
-                lo, hi = 64 * p // parts, 64 * (p + 1) // parts
                 for i in range(n):
-                    values[i] = (fps[i] >> lo) & (~0ULL >> (64 - (hi - lo)))
+                    values[i] = (fps[i] >> lo[p]) & (~0ULL >> (64 - (hi[p] - lo[p])))
                 mark_repeats(&r, values, n, &fps[0], rows, distance, crowd, shared)
         return [shared[i] != 0 for i in range(n)]
     finally:

@@ -140,10 +140,10 @@ def search(view, fps, signatures, distance, threshold, banded=None):
     for i, (signature, mine) in enumerate(zip(signatures, candidates)):
         hits = []
         for key, (theirs, d) in mine.items():
-            if values[key] is None:  # removed meanwhile: on Redis, which keeps no
-                continue  # snapshots, this read is then done again (Storage.read_whole)
-            alike = judge(d <= distance, signature, ours[i], stored_signature(values[key]),
-                          threshold)
+            value = values[key]
+            if value is None:  # removed meanwhile: on Redis, which keeps no snapshots,
+                continue  # this read is then done again (Storage.read_whole)
+            alike = judge(d <= distance, signature, ours[i], stored_signature(value), threshold)
             if alike is not False:
                 hits.append((key, theirs, d, alike))
         found.append(hits)
@@ -164,7 +164,7 @@ def sharing(fps, banded, distance):
     :class:`Kept` index (most of a crawler's batch is not). Texts under a
     fingerprint block shared by more than :data:`GROUP_CHECKED` are all
     counted in unchecked."""
-    return _ext.shared_texts(fps, banded, distance, GROUP_CHECKED)
+    return _ext.shared_texts(fps, banded, _cuts(distance), distance, GROUP_CHECKED)
 
 
 class Kept:

@@ -212,7 +212,7 @@ def test_sharing_equals_every_pair_checked(shape, distance, rnd):
     banded = [array("I", [rnd.randrange(40) for _ in range(4)]) if has else array("I")
               for _, _, has in shape]
     checked = rnd.choice([1, 2, 64])
-    assert _ext.shared_texts(fps, banded, distance, checked) == \
+    assert _ext.shared_texts(fps, banded, simhashdb.rule._cuts(distance), distance, checked) == \
         brute_force_sharing(fps, banded, distance, checked)
 
 
@@ -223,8 +223,9 @@ def test_sharing_marks_the_texts_another_could_find():
     # 0 and 1 are within 3 bits; 3 and 4 share band 1; 4 and 5 share three of the four
     # 16-bit blocks but differ in 16 bits; 2 shares nothing
     assert simhashdb.rule.sharing(fps, banded, 3) == [True, True, False, True, True, False]
-    assert simhashdb.rule.sharing(fps, [array("I")] * 6, 3) == [True, True, False, False, False, False]
-    assert simhashdb.rule.sharing(fps, [array("I")] * 6, 16) == [True, True, False, False, True, True]
+    none = [array("I")] * 6
+    assert simhashdb.rule.sharing(fps, none, 3) == [True, True, False, False, False, False]
+    assert simhashdb.rule.sharing(fps, none, 16) == [True, True, False, False, True, True]
     assert simhashdb.rule.sharing(fps[:1], banded[:1], 0) == [False]
     # 128 under one block, pairwise 4 bits or more apart: over GROUP_CHECKED, all counted in
     apart = [fp ^ (a << 56 | a << 48) for a in range(256) if a.bit_count() % 2 == 0]

@@ -101,9 +101,12 @@ static int g_cursor_put(MDB_cursor *c, MDB_val *k, MDB_val *v, unsigned int f) {
     GUARDED(mdb_cursor_put(c, k, v, f)); return rc_; }
 static int g_stat(MDB_txn *t, MDB_dbi d, MDB_stat *s) {
     int rc_; GUARDED(mdb_stat(t, d, s)); return rc_; }
-static int g_drop(MDB_txn *t, MDB_dbi d, int del) {
+static int g_drop(MDB_txn *t, MDB_dbi d, int del) {  /* del: LMDB deletes its record now */
     int rc_; GUARDED(drop_sound(t, d)); if (rc_) return rc_;
-    GUARDED(mdb_drop(t, d, del)); return rc_; }
+    GUARDED(mdb_drop(t, d, del));
+    if (rc_ == 0 && del)
+        page_map_forget(mdb_txn_env(t), d);
+    return rc_; }
 static int g_txn_commit(MDB_txn *t) {  /* the transaction is ended, as by LMDB's */
     int rc_; GUARDED(commit_sound(t)); if (rc_) { mdb_txn_abort(t); return rc_; }
     GUARDED(mdb_txn_commit(t)); return rc_; }

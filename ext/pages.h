@@ -52,6 +52,8 @@
 #define NODE_SUBDATA 0x02
 #define NODE_DUPDATA 0x04
 #define TREE_RECORD 48
+#define TREE_READ 1      /* a memo of a tree's record (PageMap.read): read, */
+#define TREE_NEW 2       /* or none, the sub-database made in the transaction */
 #define TREE_FLAGS 4
 #define TREE_BRANCHES 8
 #define TREE_LEAVES 16
@@ -78,6 +80,8 @@ typedef struct {
     MDB_dbi main;
     char **names;      /* each open sub-database's name, by handle */
     size_t n_names;
+    char *records;     /* by handle, its tree's record as the transaction began, */
+    uint8_t *read;     /* once read in it: TREE_READ, or TREE_NEW where it has none */
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
     int free_sound;    /* its list of free pages was found sound */
@@ -371,6 +375,8 @@ static int page_map_begin(PageMap *m, MDB_txn *t) {
     if ((rc = mdb_env_info(mdb_txn_env(t), &info)) != 0)
         return rc;
     memset(m->memo, 0, sizeof m->memo);
+    if (m->read != NULL)
+        memset(m->read, 0, m->n_names);
     m->txn = t;
     m->txnid = mdb_txn_id(t);
     m->pages = info.me_last_pgno + 1;
@@ -390,17 +396,30 @@ static PageMap *page_map_of(MDB_txn *t, MDB_dbi d, int *rc) {
 }
 
 /* The record of sub-database `d`'s tree as the transaction began (NULL where
- * it was made in it, or `*rc`). */
+ * it was made in it, or `*rc`). LMDB writes the records into the main tree
+ * as it commits (and as a sub-database is made, which forgets the memo: see
+ * page_map_name), so each is read once a transaction, not once a put. */
 static const char *tree_record(PageMap *m, MDB_txn *t, MDB_dbi d, int *rc) {
     MDB_val name, record;
+    char *memo = m->records + (size_t)d * TREE_RECORD;
+    *rc = 0;
+    if (m->read[d])
+        return m->read[d] == TREE_READ ? memo : NULL;
     name.mv_data = m->names[d];
     name.mv_size = strlen(m->names[d]);
     *rc = mdb_get(t, m->main, &name, &record);
-    if (*rc == MDB_NOTFOUND)  /* made in this transaction: every page is its own */
+    if (*rc == MDB_NOTFOUND) {  /* made in this transaction: every page is its own */
+        m->read[d] = TREE_NEW;
         *rc = 0;
-    else if (*rc == 0 && record.mv_size != TREE_RECORD)
+        return NULL;
+    }
+    if (*rc == 0 && record.mv_size != TREE_RECORD)
         *rc = MDB_CORRUPTED;
-    return *rc == 0 && record.mv_size == TREE_RECORD ? (const char *)record.mv_data : NULL;
+    if (*rc != 0)
+        return NULL;
+    memcpy(memo, record.mv_data, TREE_RECORD);
+    m->read[d] = TREE_READ;
+    return memo;
 }
 
 /* Whether a put (`removal` 0) or delete of `key` (and `data`, for a
@@ -466,7 +485,8 @@ static int commit_sound(MDB_txn *t) {
 /* Note the name of sub-database `d` (`name` NULL: the main one, not checked). */
 static int page_map_name(MDB_env *env, MDB_dbi d, const char *name) {
     PageMap *m = (PageMap *)mdb_env_get_userctx(env);
-    char **grown;
+    char **grown, *records;
+    uint8_t *read;
     size_t n;
     if (m == NULL || name == NULL)
         return 0;
@@ -476,14 +496,29 @@ static int page_map_name(MDB_env *env, MDB_dbi d, const char *name) {
             return ENOMEM;
         memset(grown + m->n_names, 0, (n - m->n_names) * sizeof *grown);
         m->names = grown;
+        if ((records = (char *)realloc(m->records, n * TREE_RECORD)) == NULL)
+            return ENOMEM;
+        m->records = records;
+        if ((read = (uint8_t *)realloc(m->read, n)) == NULL)
+            return ENOMEM;
+        memset(read + m->n_names, 0, n - m->n_names);
+        m->read = read;
         m->n_names = n;
     }
+    m->read[d] = 0;  /* opening may have made it: its record is read again */
     if (m->names[d] == NULL || strcmp(m->names[d], name) != 0) {
         free(m->names[d]);
         if ((m->names[d] = strdup(name)) == NULL)
             return ENOMEM;
     }
     return 0;
+}
+
+/* Forget the memo of sub-database `d`'s record, which LMDB changed. */
+static void page_map_forget(MDB_env *env, MDB_dbi d) {
+    PageMap *m = (PageMap *)mdb_env_get_userctx(env);
+    if (m != NULL && d < m->n_names)
+        m->read[d] = 0;
 }
 
 /* Find where the map of `env` lies, from the first key of its main tree (the
@@ -542,6 +577,10 @@ static void page_map_free(PageMap *m) {
     for (i = 0; i < m->n_names; i++)
         free(m->names[i]);
     free(m->names);
+    free(m->records);
+    free(m->read);
     m->names = NULL;
+    m->records = NULL;
+    m->read = NULL;
     m->n_names = 0;
 }

@@ -53,7 +53,7 @@
 #define NODE_DUPDATA 0x04
 #define TREE_RECORD 48
 #define TREE_READ 1      /* a memo of a tree's record (PageMap.read): read, */
-#define TREE_NEW 2       /* or none, the sub-database made in the transaction */
+#define TREE_NONE 2      /* or none in the main tree: nothing to check */
 #define TREE_FLAGS 4
 #define TREE_BRANCHES 8
 #define TREE_LEAVES 16
@@ -81,7 +81,7 @@ typedef struct {
     char **names;      /* each open sub-database's name, by handle */
     size_t n_names;
     char *records;     /* by handle, its tree's record as the transaction began, */
-    uint8_t *read;     /* once read in it: TREE_READ, or TREE_NEW where it has none */
+    uint8_t *read;     /* once read in it: TREE_READ, or TREE_NONE */
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
     int free_sound;    /* its list of free pages was found sound */
@@ -396,9 +396,12 @@ static PageMap *page_map_of(MDB_txn *t, MDB_dbi d, int *rc) {
 }
 
 /* The record of sub-database `d`'s tree as the transaction began (NULL where
- * it was made in it, or `*rc`). LMDB writes the records into the main tree
- * as it commits (and as a sub-database is made, which forgets the memo: see
- * page_map_name), so each is read once a transaction, not once a put. */
+ * the main tree has none, or `*rc`). LMDB writes the records into the main
+ * tree as it commits (and as a sub-database is made, which forgets the memo:
+ * see page_map_name), so each is read once a transaction, not once a put. A
+ * transaction after an abort can take the aborted one's id, and so its memos:
+ * they hold, being the last commit's records (or the empty one of a
+ * sub-database the aborted one made, which checks nothing, as none does). */
 static const char *tree_record(PageMap *m, MDB_txn *t, MDB_dbi d, int *rc) {
     MDB_val name, record;
     char *memo = m->records + (size_t)d * TREE_RECORD;
@@ -408,8 +411,8 @@ static const char *tree_record(PageMap *m, MDB_txn *t, MDB_dbi d, int *rc) {
     name.mv_data = m->names[d];
     name.mv_size = strlen(m->names[d]);
     *rc = mdb_get(t, m->main, &name, &record);
-    if (*rc == MDB_NOTFOUND) {  /* made in this transaction: every page is its own */
-        m->read[d] = TREE_NEW;
+    if (*rc == MDB_NOTFOUND) {  /* no record: no pages to check */
+        m->read[d] = TREE_NONE;
         *rc = 0;
         return NULL;
     }

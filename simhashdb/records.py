@@ -26,6 +26,7 @@ import datetime
 import hashlib
 import math
 import sys
+import threading
 from array import array
 from typing import Any, NamedTuple, Optional, Union
 
@@ -56,7 +57,20 @@ class Record(NamedTuple):
     stored_at: Optional[int] = None
 
 
-def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
+_packers = threading.local()
+
+
+def _pack(obj):
+    """msgpack(obj), by this thread's Packer: making one (as msgpack.packb
+    does) costs more than packing a record."""
+    try:
+        pack = _packers.pack
+    except AttributeError:
+        pack = _packers.pack = msgpack.Packer().pack
+    return pack(obj)
+
+
+def encode_key(key, limit=MAX_KEY_BYTES):
     """``key`` as stored: msgpack(key), or its digest where that is longer
     than ``limit`` (see :func:`long_key`).
 
@@ -65,11 +79,11 @@ def encode_key(key, limit=MAX_KEY_BYTES, pack=msgpack.packb):
 
     :raises InvalidKeyError: not a str, bytes or int.
     """
-    encoded = _whole_key(key, pack, bounded=False)
+    encoded = _whole_key(key, bounded=False)
     return _digest(encoded) if len(encoded) > limit else encoded
 
 
-def _whole_key(key, pack=msgpack.packb, bounded=True):
+def _whole_key(key, bounded=True):
     """msgpack(key), checked (``bounded``: at most MAX_KEY_SIZE bytes)."""
     if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise InvalidKeyError("keys must be str, bytes or int, got %s %s%s"
@@ -77,7 +91,7 @@ def _whole_key(key, pack=msgpack.packb, bounded=True):
                                  " (int(key) makes it one)" if hasattr(key, "__index__")
                                  and not isinstance(key, bool) else ""))
     try:
-        encoded = pack(key)
+        encoded = _pack(key)
     except OverflowError:
         raise InvalidKeyError("int keys must be in [-2**63, 2**64), got %s"
                               % _ext.shown(key)) from None
@@ -113,20 +127,19 @@ def encode_documents(records, limit, now):
         if isinstance(records, list) else None
     if plain is not None:
         return plain
-    pack = msgpack.Packer().pack
     encoded = []
     for record in records:
         if not isinstance(record, (tuple, list)) or len(record) not in (2, 3, 4):
             raise InvalidArgumentError(
                 "expected a (key, fingerprint), (key, fingerprint, meta) or (key, fingerprint, "
                 "meta, stored_at) record, got %s" % _ext.shown(record))
-        whole, fp = _whole_key(record[0], pack), _ext.check_fingerprint(record[1])
+        whole, fp = _whole_key(record[0]), _ext.check_fingerprint(record[1])
         meta = record[2] if len(record) > 2 else None
         stored_at = _whole_seconds(record[3]) if len(record) > 3 and record[3] is not None \
             else now
         key = whole if len(whole) <= limit else _digest(whole)
         try:
-            value = pack([fp, meta, stored_at] + ([None, whole] if key is not whole else []))
+            value = _pack([fp, meta, stored_at] + ([None, whole] if key is not whole else []))
             msgpack.unpackb(value, raw=False, strict_map_key=False)  # it must read back
         except (TypeError, ValueError, OverflowError, RecursionError,
                 msgpack.UnpackException) as exc:
@@ -229,10 +242,10 @@ def with_signature(value, signature):
     """A document value (as :func:`encode_documents` made it) with a text's
     resemblance signature after its stored time."""
     if value[:1] == b"\x93":
-        return b"\x94" + value[1:] + msgpack.packb(signature)
+        return b"\x94" + value[1:] + _pack(signature)
     items = unpack(value)  # a long key's: the signature before the key
     items[3] = signature
-    return msgpack.packb(items)
+    return _pack(items)
 
 
 def damaged(why):
@@ -326,7 +339,7 @@ def restamped(value, now):
     head = value[1:unpacker.tell()]
     if count > 2:
         _read(unpacker.skip)
-    return bytes([0x90 | max(count, 3)]) + head + msgpack.packb(now) + value[unpacker.tell():]
+    return bytes([0x90 | max(count, 3)]) + head + _pack(now) + value[unpacker.tell():]
 
 
 def value_fingerprint(value):

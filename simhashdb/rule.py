@@ -126,7 +126,7 @@ def search(view, fps, signatures, distance, threshold, banded=None):
     near = view.search(_ext.as_fingerprints(fps), distance)
     ours = banded if banded is not None else [bands(signature) for signature in signatures]
     asking = [i for i, keys in enumerate(ours) if keys]
-    banded = dict(zip(asking, view.band_search(array("I", itertools.chain.from_iterable(
+    banded = dict(zip(asking, view.band_search(array("I", b"".join(  # (bytes: one copy)
         ours[i] for i in asking))))) if asking else {}
     candidates = []
     for i, fp in enumerate(fps):

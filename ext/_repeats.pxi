@@ -58,10 +58,13 @@ def shared_texts(fingerprints, list banded, list cuts, int distance, Py_ssize_t 
     cdef const uint32_t[::1] keys
     if <size_t>len(banded) != n:
         raise InvalidArgumentError("expected a list of band keys a fingerprint")
-    if parts > 64 or any(not 0 <= low < high <= 64 for low, high in cuts):
-        raise InvalidArgumentError("expected at most 64 blocks of bits in [0, 64)")
+    if parts > 64:
+        raise InvalidArgumentError("expected at most 64 blocks of bits, got %d" % parts)
     for p in range(parts):
         lo[p], hi[p] = cuts[p]
+        if not 0 <= lo[p] < hi[p] <= 64:
+            raise InvalidArgumentError("expected blocks of bits low..high, 0 <= low < high "
+                                       "<= 64, got %s" % shown(cuts[p]))
     if n == 0:
         return []
     while slots < 2 * n:

@@ -58,16 +58,19 @@ class Record(NamedTuple):
 
 
 _packers = threading.local()
+KEPT_PACKER_BYTES = 1 << 20  # a Packer whose buffer grew past this is let go
 
 
 def _pack(obj):
     """msgpack(obj), by this thread's Packer: making one (as msgpack.packb
-    does) costs more than packing a record."""
-    try:
-        pack = _packers.pack
-    except AttributeError:
-        pack = _packers.pack = msgpack.Packer().pack
-    return pack(obj)
+    does) costs more than packing a record. The Packer is out of reach while
+    it packs, so a call inside (a dict subclass's items()) makes its own."""
+    pack = getattr(_packers, "pack", None) or msgpack.Packer().pack
+    _packers.pack = None
+    packed = pack(obj)
+    if len(packed) <= KEPT_PACKER_BYTES:
+        _packers.pack = pack
+    return packed
 
 
 def encode_key(key, limit=MAX_KEY_BYTES):

@@ -673,6 +673,24 @@ def test_every_document_value_simhashdb_writes_reads_back(fp, meta, stored_at, s
             assert (record.key, record.fingerprint) == (key, fp)
 
 
+def test_records_pack_as_msgpack_does_after_errors_nested_packs_and_huge_records():
+    """encode_documents packs with one Packer a thread: what it packs after a
+    failed record, inside a dict subclass that packs while it is packed, and
+    after a record too large to keep its buffer is what msgpack.packb packs."""
+    from simhashdb.records import KEPT_PACKER_BYTES, encode_documents
+
+    class Packing(dict):
+        def items(self):
+            encode_documents([("inner", 5, {"x": 1})], 511, 0)
+            return super().items()
+
+    with pytest.raises(simhashdb.InvalidMetadataError):
+        encode_documents([("k", 1, {"bad": {1, 2}})], 511, 0)
+    for meta in (Packing(a=1), "x" * (KEPT_PACKER_BYTES + 1), {"small": 1}):
+        [(key, fp, value)] = encode_documents([("k", 1, meta, 7)], 511, 0)
+        assert (key, value) == (msgpack.packb("k"), msgpack.packb([1, meta, 7]))
+
+
 @pytest.mark.parametrize("record", [("k", 1, {"m": 1}), (True, 1), ("\ud800", 1), ("k", 2**64),
                                     ("k", True), ["k", 1], (2**64, 1)])
 def test_records_that_are_not_plain_take_the_general_path(record):

@@ -216,6 +216,12 @@ def test_sharing_equals_every_pair_checked(shape, distance, rnd):
         brute_force_sharing(fps, banded, distance, checked)
 
 
+@pytest.mark.parametrize("cuts", [[(0.2, 0.7)], [(0, 65)], [(5, 5)], [(-1, 3)], [(0, 64)] * 65])
+def test_sharing_refuses_blocks_outside_the_64_bits(cuts):
+    with pytest.raises(simhashdb.InvalidArgumentError, match="blocks of bits"):
+        _ext.shared_texts([1, 2], [array("I")] * 2, cuts, 1, 64)
+
+
 def test_sharing_marks_the_texts_another_could_find():
     fp = 0x0123456789ABCDEF
     fps = [fp, fp ^ (1 << 63), fp ^ 0xFFFFFFFFFFFFFFFF, 0x00FF00FF00FF00FF, 7, 7 ^ 0xFFFF << 48]

@@ -14,7 +14,7 @@ from clmdb cimport (
     mdb_env_close, mdb_env_create, mdb_env_info, mdb_env_open, mdb_env_set_assert,
     mdb_env_set_mapsize, mdb_env_set_maxdbs, mdb_env_set_maxreaders, mdb_env_set_userctx,
     mdb_env_stat, MDB_envinfo, MDB_NOLOCK, MDB_NORDAHEAD, MDB_NOSUBDIR, MDB_NOTFOUND, MDB_NOTLS,
-    MDB_RDONLY, mdb_reader_check, mdb_reader_list, MDB_stat, MDB_txn, mdb_txn_abort,
+    MDB_RDONLY, mdb_reader_check, mdb_reader_list, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_id,
     mdb_txn_renew, MDB_val, page_map_free, PageMap, pthread_mutex_destroy, pthread_mutex_init,
 )
 
@@ -84,6 +84,9 @@ cdef class Env:
     cdef readonly uint64_t fed_merges  # index merges whose sources a thread read
     cdef Layout layout
     cdef DirCache* dirs  # the runs' block directories, for searches
+    cdef SlotFilters slot_filters[2]  # the index's slots' filters, the key map's (_slotted.pxi)
+    cdef uint64_t filters_txn  # the file's last transaction as this process's last write left it
+    cdef uint64_t filters_owner  # the write transaction begun last (Txn.ticket)
     cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
     cdef int spares
     cdef pid_t pid       # the process that opened it (a fork child must not end its readers)
@@ -136,6 +139,7 @@ cdef class Env:
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)
         page_map_free(&self.pages)
+        self.drop_filters()
         if self.dirs != NULL:  # every transaction, and so every holder, is gone
             dir_clear(self.dirs, True)
             pthread_mutex_destroy(&self.dirs.lock)
@@ -161,6 +165,22 @@ cdef class Env:
             mdb_txn_abort(self.spare[i])
         self.spares = 0
 
+    cdef void drop_filters(self) noexcept:
+        slot_filters_drop(&self.slot_filters[0], 0xFFFFFFFF)
+        slot_filters_drop(&self.slot_filters[1], 0xFFFFFFFF)
+
+    cdef void filters_end(self, uint64_t ticket, bint committed, uint64_t txnid) noexcept:
+        """Write transaction ``ticket`` ended: committed, the file's last
+        transaction now ``txnid`` (its own, or where it changed nothing the
+        one before it), or not. (Where another has begun since, as a thread
+        may once LMDB's lock is free, that one found the filters in doubt.)"""
+        if ticket != self.filters_owner:
+            return
+        slot_filters_end(&self.slot_filters[0], committed)
+        slot_filters_end(&self.slot_filters[1], committed)
+        if committed:
+            self.filters_txn = txnid
+
     cdef int find_pages(self) noexcept:
         """Find where the map lies (again: a new map size may move it), for
         the checks of the pages a write changes (pages.h)."""
@@ -182,6 +202,7 @@ cdef class Env:
         self.check()
         if self.dirs != NULL:
             dir_clear(self.dirs, False)  # a view holds the tables of the layout before
+        self.drop_filters()
         cdef Py_ssize_t t, tables = prefixes.shape[0]
         cdef MDB_txn* txn
         cdef MDB_dbi main
@@ -326,6 +347,7 @@ cdef class Env:
         """A transaction: a snapshot, or the one write transaction."""
         self.check()
         cdef Txn txn = Txn.__new__(Txn)
+        cdef bint others_wrote
         cdef int rc
         if not write and self.spares:  # renewing one keeps its reader slot: no lock, no malloc
             self.spares -= 1
@@ -342,6 +364,13 @@ cdef class Env:
         txn.env = self
         txn.write = write
         txn.index_put_slot = txn.key_put_slot = -1
+        if write:  # after another writer's commit, the slots' filters may not hold
+            self.pages.written = 0  # (an aborted transaction's id is given again)
+            self.filters_owner += 1
+            txn.ticket = self.filters_owner
+            others_wrote = mdb_txn_id(txn.txn) != self.filters_txn + 1
+            slot_filters_begin(&self.slot_filters[0], others_wrote)
+            slot_filters_begin(&self.slot_filters[1], others_wrote)
         if 0 < self.index_slots < INDEX_SLOTS and sub_database_exists(
                 txn.txn, index_name(self.index_slots)):
             txn.abort()  # the slots another process added must be read too
@@ -361,6 +390,12 @@ cdef class Env:
     def directories_built(self):
         """The block directories searches have built since it was opened."""
         return self.dirs.built if self.dirs != NULL else 0
+
+    @property
+    def slot_filter_entries(self):
+        """The entries of the index's and the key map's slots that write
+        transactions read to build their filters."""
+        return self.slot_filters[0].read + self.slot_filters[1].read
 
     @property
     def ranges_skipped(self):
@@ -384,6 +419,7 @@ cdef class Env:
 
     def close(self):
         dir_clear(self.dirs, False)
+        self.drop_filters()
         self.drop_spares()
         if self.env != NULL and not self.broken:
             mdb_env_close(self.env)

@@ -10,9 +10,9 @@
 # Included by _lmdb.pyx after Work (which holds both as Slotted).
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy, memset
-from bits cimport write_be
+from bits cimport read_be, write_be
 from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_del, g_drop, g_stat, g_txn_begin,
     GUARD_FAULT, MDB_APPEND, MDB_APPENDDUP, MDB_cursor, mdb_cursor_close, MDB_cursor_op, MDB_dbi,
@@ -24,6 +24,150 @@ from clmdb cimport (
     pthread_mutex_destroy, pthread_mutex_init, pthread_mutex_lock, pthread_mutex_t,
     pthread_mutex_unlock, pthread_t,
 )
+
+# A slot's filter: a Bloom filter of its keys (SLOT_FILTER_BITS a key, three
+# bits of one 64-bit word), so that a lookup skips the slots that cannot hold
+# its key (a crawler's new keys are in none, a stored one is in one) rather than
+# descend each slot's B-tree. A slot gets one once the lookups there without
+# it would have paid for reading the slot whole (SLOT_FILTER_RENT), and the
+# Env keeps it while the slot only loses entries; only write transactions use
+# them (a reader's snapshot may be older than a filter). A slot the transaction may add to (its own slot, a
+# merge's sources and destination, one it writes again) is unsure: it gets no
+# filter until the commit after, which drops its old one. A filter built from
+# what a transaction left is dropped if it aborts; one whose slot holds more
+# entries than it was built from is not trusted; and where another writer
+# committed since (the next write transaction does not follow the Env's last),
+# every filter is dropped (slot_filters_begin).
+
+cdef enum:
+    SLOT_FILTER_BITS = 12       # bits a key: about 1 key in 60 not in a slot passes its filter
+    SLOT_FILTER_RENT = 32       # a slot gets a filter once lookups there reach its entries / this
+
+
+cdef inline uint64_t slot_bits(uint64_t h) noexcept nogil:
+    return (1ULL << (h & 63)) | (1ULL << ((h >> 6) & 63)) | (1ULL << ((h >> 12) & 63))
+
+
+cdef inline uint64_t* slot_word(const SlotFilter* f, uint64_t h) noexcept nogil:
+    return f.words + (((h >> 32) * f.count) >> 32)
+
+
+cdef void slot_filter_drop(SlotFilter* f) noexcept nogil:
+    free(f.words)
+    f.words, f.count, f.entries, f.sought = NULL, 0, 0, 0
+
+
+cdef void slot_filters_drop(SlotFilters* fs, uint32_t slots) noexcept nogil:
+    """Drop the filters of ``slots`` (a bit a slot)."""
+    cdef int s
+    for s in range(INDEX_SLOTS):
+        if (slots >> s) & 1:
+            slot_filter_drop(&fs.slot[s])
+
+
+cdef void slot_filters_begin(SlotFilters* fs, bint others_wrote) noexcept nogil:
+    """A write transaction begins (``others_wrote``: after another writer's
+    commit)."""
+    if others_wrote:
+        slot_filters_drop(fs, 0xFFFFFFFF)
+    fs.unsure, fs.fresh = 0, 0
+
+
+cdef void slot_filters_end(SlotFilters* fs, bint committed) noexcept nogil:
+    """The write transaction committed, or aborted."""
+    slot_filters_drop(fs, fs.unsure if committed else fs.fresh)
+    fs.unsure, fs.fresh = 0, 0
+
+
+cdef inline void slot_unsure(Slotted* m, int s) noexcept nogil:
+    """The transaction may add entries to slot ``s``."""
+    if m.filters != NULL:
+        m.filters.unsure |= 1U << s
+
+
+cdef int slot_filter_build(Work* w, Slotted* m, int s, SlotFilter* f) noexcept nogil:
+    """Build ``f`` from the keys of slot ``s``: 0, or NO_MEMORY or the error
+    of reading the slot (none built)."""
+    cdef MDB_cursor* cursor = NULL
+    cdef MDB_stat stat
+    cdef MDB_val k, v
+    cdef uint64_t h
+    cdef int rc = g_stat(w.txn, m.dbis[s], &stat)
+    if rc:
+        return rc
+    f.count = min(max(<uint64_t>1, (stat.ms_entries * SLOT_FILTER_BITS + 63) // 64),
+                  <uint64_t>0xFFFFFFFF)
+    f.words = <uint64_t*>calloc(f.count, sizeof(uint64_t))
+    rc = NO_MEMORY if f.words == NULL else g_cursor_open(w.txn, m.dbis[s], &cursor)
+    if rc == 0:
+        rc = g_cursor_get(cursor, &k, &v, MDB_FIRST)
+    while rc == 0:
+        if k.mv_size != 8:
+            rc = CORRUPTED
+            break
+        h = fmix64(read_be(<const uint8_t*>k.mv_data, 8))
+        slot_word(f, h)[0] |= slot_bits(h)
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_NODUP)
+    if cursor != NULL:
+        mdb_cursor_close(cursor)
+    if rc != MDB_NOTFOUND:
+        slot_filter_drop(f)
+        return rc
+    f.entries = stat.ms_entries
+    m.filters.fresh |= 1U << s
+    m.filters.read += stat.ms_entries
+    return 0
+
+
+cdef int slot_filter(Work* w, Slotted* m, int s, uint64_t entries, uint64_t lookups,
+                     SlotFilter** out) noexcept nogil:
+    """The filter of slot ``s`` (which holds ``entries``) that ``lookups``
+    lookups may trust (``out``; NULL: none), built once the lookups there
+    without one pay for it; 0 or an LMDB error."""
+    cdef SlotFilters* fs = m.filters
+    cdef SlotFilter* f
+    cdef int rc
+    out[0] = NULL
+    if fs == NULL or entries == 0 or s == m.put_slot or (fs.unsure >> s) & 1:
+        return 0
+    f = &fs.slot[s]
+    if f.words != NULL and entries > f.entries:  # added to by a write it was not told of
+        fs.unsure |= 1U << s
+        return 0
+    if f.words == NULL:
+        f.sought += lookups
+        if f.sought * SLOT_FILTER_RENT < entries:
+            return 0
+        rc = slot_filter_build(w, m, s, f)
+        if rc == GUARD_FAULT:
+            return rc
+        if rc:  # no memory, or damage the lookups meet where they reach it: none (not again)
+            fs.unsure |= 1U << s
+            return 0
+    out[0] = f
+    return 0
+
+
+cdef inline bint slot_lacks(const SlotFilter* f, const MDB_val* k) noexcept nogil:
+    """Whether filter ``f`` (or NULL) rules out key ``k``."""
+    if f == NULL or k.mv_size != 8:
+        return False
+    cdef uint64_t h = fmix64(read_be(<const uint8_t*>k.mv_data, 8))
+    cdef uint64_t bits = slot_bits(h)
+    return (slot_word(f, h)[0] & bits) != bits
+
+
+cdef inline int cursor_lacks(Work* w, Slotted* m, int i, const MDB_val* k,
+                             bint* lacks) noexcept nogil:
+    """Whether the slot of sub-cursor ``i`` cannot hold key ``k``
+    (``lacks``): 0, or an LMDB error."""
+    cdef SlotFilter* f = NULL
+    cdef int rc = 0
+    if m.filters != NULL and k.mv_size == 8:
+        rc = slot_filter(w, m, m.ix.slot[i], m.ix.entries[i], 1, &f)
+    lacks[0] = slot_lacks(f, k)
+    return rc
+
 
 cdef int slotted_open(Work* w, Slotted* m) noexcept nogil:
     """Open a cursor on each slot in use and on the transaction's own, once
@@ -39,7 +183,7 @@ cdef int slotted_open(Work* w, Slotted* m) noexcept nogil:
         if rc == 0 and (stat.ms_entries or s == m.put_slot):
             rc = g_cursor_open(w.txn, m.dbis[s], &ix.cursor[ix.n])
             if rc == 0:
-                ix.slot[ix.n], ix.on[ix.n] = s, False
+                ix.slot[ix.n], ix.on[ix.n], ix.entries[ix.n] = s, False, stat.ms_entries
                 ix.n += 1
         if rc:
             return rc
@@ -87,13 +231,25 @@ cdef int slotted_get(Work* w, Slotted* m, MDB_val* k, MDB_val* v,
     cdef SlotCursors* ix = &m.ix
     cdef MDB_val kk, vv
     cdef uint8_t at_key[8]
+    cdef bint lacks = False
     cdef int i, rc = slotted_open(w, m)
     if rc:
         return rc
     if ix.n == 1:
+        if op == MDB_SET:
+            rc = cursor_lacks(w, m, 0, k, &lacks)
+            if rc or lacks:
+                return rc if rc else MDB_NOTFOUND
         return g_cursor_get(ix.cursor[0], k, v, op)
     if op == MDB_FIRST or op == MDB_SET or op == MDB_SET_RANGE:
         for i in range(ix.n):
+            if op == MDB_SET:
+                rc = cursor_lacks(w, m, i, k, &lacks)
+                if rc:
+                    return rc
+                if lacks:
+                    ix.on[i] = False
+                    continue
             kk, vv = k[0], v[0]
             rc = g_cursor_get(ix.cursor[i], &kk, &vv, op)
             ix.on[i] = rc == 0
@@ -150,12 +306,18 @@ cdef int slotted_find(Work* w, Slotted* m, const MDB_val* key, MDB_val* v) noexc
     none, or an LMDB error."""
     cdef SlotCursors* ix = &m.ix
     cdef MDB_val k
+    cdef bint lacks = False
     cdef int i, rc = slotted_open(w, m)
     if rc:
         return rc
     ix.at = -1  # the lookups move the sub-cursors
     for i in range(ix.n):
         ix.on[i] = False
+        rc = cursor_lacks(w, m, i, key, &lacks)
+        if rc:
+            return rc
+        if lacks:
+            continue
         k = key[0]
         rc = g_cursor_get(ix.cursor[i], &k, v, MDB_SET)
         if rc == 0:
@@ -184,10 +346,16 @@ cdef int slotted_empty(Work* w, Slotted* m) noexcept nogil:
 cdef int slotted_delete(Work* w, Slotted* m, MDB_val* k, MDB_val* v) noexcept nogil:
     """Delete the entry (key, value) from the slot that holds it (if any)."""
     cdef MDB_val kk, vv
+    cdef bint lacks = False
     cdef int i, rc = slotted_open(w, m)
     m.ix.at = -1
     for i in range(m.ix.n if rc == 0 else 0):
         m.ix.on[i] = False
+        rc = cursor_lacks(w, m, i, k, &lacks)
+        if rc:
+            return rc
+        if lacks:
+            continue
         kk, vv = k[0], v[0]
         rc = g_del(w.txn, m.dbis[m.ix.slot[i]], &kk, &vv)
         if rc != MDB_NOTFOUND:
@@ -232,6 +400,8 @@ cdef int slotted_merge_in_place(Work* w, Slotted* m, int a, int b, uint64_t entr
     slotted_close(m)  # the emptied slot leaves its cursor nowhere
     if m.put_slot == a or m.put_slot == b:
         m.put_slot = -1
+    slot_unsure(m, a)
+    slot_unsure(m, b)
     rc = g_cursor_open(w.txn, m.dbis[a], &src)
     if rc == 0:
         rc = g_cursor_open(w.txn, m.dbis[b], &dst)
@@ -467,8 +637,10 @@ cdef int slotted_merge(Work* w, Slotted* m, const int* slots, int n, int d, uint
     cdef bint have_last = False, fed = False
     cdef int i, at, rc
     slotted_close(m)  # emptied slots leave their cursors nowhere
+    slot_unsure(m, d)
     for i in range(n):
         dbis[i] = m.dbis[slots[i]]
+        slot_unsure(m, slots[i])
         if m.put_slot == slots[i]:
             m.put_slot = -1
     rc = g_cursor_open(w.txn, m.dbis[d], &dst)
@@ -589,6 +761,7 @@ cdef int slotted_put_cursor(Work* w, Slotted* m, MDB_cursor** put) noexcept nogi
             rc = slotted_merges(w, m, 0, False)
     slotted_close(m)  # opened again with the slot among the ones it reads
     if rc == 0:
+        slot_unsure(m, m.put_slot)
         rc = slotted_open(w, m)
     if rc == 0:
         rc = g_cursor_open(w.txn, m.dbis[m.put_slot], &m.ix.put)

@@ -10,7 +10,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from bits cimport read_be, write_be
 from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_dbi_open, g_drop, g_get, g_put, g_stat,
-    g_txn_commit, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor, mdb_cursor_close, MDB_dbi,
+    g_txn_commit, g_txn_written, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor, mdb_cursor_close, MDB_dbi,
     MDB_DUPFIXED, MDB_DUPSORT, MDB_FIRST, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_DUP, MDB_NEXT_NODUP,
     MDB_NOTFOUND, MDB_SET, MDB_SET_RANGE, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_id,
     mdb_txn_reset, MDB_val,
@@ -34,10 +34,13 @@ cdef class Txn:
     cdef int index_put_slot    # the index slot this transaction puts into (-1: none yet)
     cdef int key_put_slot      # the key map's slot it puts into (-1: none yet)
     cdef bint changed          # a batch call has changed its documents or index
+    cdef uint64_t ticket       # a write transaction's place among the Env's (Env.filters_end)
 
     def __dealloc__(self):
         if self.txn != NULL and not self.env.broken:
             mdb_txn_abort(self.txn)
+        if self.txn != NULL and self.write:
+            self.env.filters_end(self.ticket, False, 0)
 
     cdef int check(self) except -1:
         if self.txn == NULL:
@@ -66,6 +69,8 @@ cdef class Txn:
             self.index_put_slot
         w.keys.dbis, w.keys.slots, w.keys.put_slot = self.env.keys, self.env.key_slots, \
             self.key_put_slot
+        if self.write:
+            w.index.filters, w.keys.filters = &self.env.slot_filters[0], &self.env.slot_filters[1]
         w.run_dir, w.run_slots = self.env.run_dir, self.env.run_slots
         w.table_runs, w.pending = NULL, NULL
         w.recent_dbi, w.recent, w.fresh = self.env.recent, NULL, NULL
@@ -96,14 +101,20 @@ cdef class Txn:
                 self.env.spares += 1
             else:
                 mdb_txn_abort(self.txn)
+            if self.write:
+                self.env.filters_end(self.ticket, False, 0)
         self.txn = NULL
 
     def commit(self):
         self.check()
         cdef int rc
+        cdef uint64_t txnid = mdb_txn_id(self.txn)
+        cdef bint written = self.write and g_txn_written(self.txn)
         with nogil:
             rc = g_txn_commit(self.txn)
         self.txn = NULL
+        if self.write:
+            self.env.filters_end(self.ticket, rc == 0, txnid if written else txnid - 1)
         if rc:
             raise self.env.fail(rc, "cannot commit to %s" % self.env.path.decode())
 
@@ -666,6 +677,8 @@ cdef class Txn:
         cdef Work source = self.work()
         cdef Work w = target.work()
         cdef bint old = self.env.old_documents
+        slot_unsure(&w.keys, 0)  # (what it copies goes there)
+        slot_unsure(&w.index, 0)
         try:
             with nogil:
                 rc = copy_dbi(self.txn, self.env.meta, target.txn, target.env.meta, False)

@@ -56,6 +56,7 @@ cdef extern from *:
 cdef struct Lookups:
     MDB_env* env
     MDB_dbi dbis[INDEX_SLOTS]   # the slots with entries, but the batch's own
+    SlotFilter* filters[INDEX_SLOTS]  # each one's filter, or NULL
     int slots
     const uint64_t* order       # the batch's index entries (fingerprint, id), sorted
     size_t n
@@ -84,6 +85,8 @@ cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
                 write_be(key_bytes, l.order[2 * i], 8)
                 for s in range(l.slots):
                     k.mv_size, k.mv_data = 8, key_bytes
+                    if slot_lacks(l.filters[s], &k):
+                        continue
                     rc = g_cursor_get(cursors[s], &k, &v, MDB_SET)
                     if rc != MDB_NOTFOUND:
                         l.had[i] = rc == 0
@@ -112,7 +115,9 @@ cdef int lookups_begin(Work* w, const uint64_t* order, size_t n, bint shared, Lo
         rc = slotted_sizes(w, &w.index, entries, &used)
     for s in range(w.index.slots if rc == 0 and not w.index_was_empty else 0):
         if entries[s] and s != w.index.put_slot:
-            l.dbis[l.slots] = w.index.dbis[s]
+            l.dbis[l.slots], l.filters[l.slots] = w.index.dbis[s], NULL
+            if rc == 0:
+                rc = slot_filter(w, &w.index, s, entries[s], n, &l.filters[l.slots])
             l.slots += 1
     started[0] = rc == 0 and shared and l.slots > 0 and n >= THREAD_SHARE and \
         w.merge_threads > 1 and pthread_create(thread, NULL, look_up_thread, l) == 0
@@ -427,6 +432,7 @@ cdef int without_entries(Work* w, MDB_txn* last, Slotted* m, uint64_t* pairs,
         rc = slotted_sizes(w, m, entries, &used)
     for s in range(m.slots):
         if rc == 0 and entries[s]:
+            slot_unsure(m, s)
             rc = copy_skipping(last, w.txn, m.dbis[s], keys, keys + n, n)
     free(raw)
     free(keys)

@@ -53,8 +53,23 @@ cdef struct SlotCursors:
     int slot[INDEX_SLOTS]
     MDB_cursor* cursor[INDEX_SLOTS]
     bint on[INDEX_SLOTS]             # positioned on an entry (merged reads)
+    uint64_t entries[INDEX_SLOTS]    # each one's slot's entries
     int at                           # the sub-cursor of the merged position (-1: none)
     MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
+
+
+cdef struct SlotFilter:     # a Bloom filter of the keys of a slot (_slotted.pxi), or none (words NULL)
+    uint64_t* words
+    uint64_t count          # its words
+    uint64_t entries        # the slot's entries when it was built
+    uint64_t sought         # lookups made in the slot without one (since it last changed)
+
+
+cdef struct SlotFilters:    # an Env's filters of one slotted structure, used by its write transactions
+    SlotFilter slot[INDEX_SLOTS]
+    uint32_t unsure         # slots the write transaction may have added to: no filter used or built
+    uint32_t fresh          # slots whose filter it built (from what it left: dropped if it aborts)
+    uint64_t read           # the entries read for them since the Env was opened
 
 
 cdef struct Slotted:        # sorted duplicates kept in slots (_slotted.pxi): the index, the key map
@@ -62,6 +77,7 @@ cdef struct Slotted:        # sorted duplicates kept in slots (_slotted.pxi): th
     int slots               # how many the database has (the index: 1 where an older one is read)
     int put_slot            # the slot the transaction puts new entries into (-1: none yet)
     SlotCursors ix          # its cursors in this call
+    SlotFilters* filters    # its slots' filters (NULL: none, a read transaction)
 
 
 cdef struct RecordBlock:          # a block of records, decoded (_documents.pxi), or being made

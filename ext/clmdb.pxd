@@ -66,7 +66,7 @@ cdef extern from "lmdb.h" nogil:
 cdef extern from "guard.h" nogil:
     int GUARD_FAULT
     ctypedef struct PageMap:
-        pass
+        size_t written  # the last write transaction a put, delete or drop succeeded in
     int g_page_map_find(MDB_env* e, PageMap* m)
     void page_map_free(PageMap* m)
     void guard_assert(MDB_env* env, const char* msg)
@@ -74,6 +74,7 @@ cdef extern from "guard.h" nogil:
     int guard_last_signal()
     int g_get(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v)
     int g_put(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v, unsigned int f)
+    int g_txn_written(MDB_txn* t)
     int g_del(MDB_txn* t, MDB_dbi d, MDB_val* k, MDB_val* v)
     int g_cursor_get(MDB_cursor* c, MDB_val* k, MDB_val* v, MDB_cursor_op op)
     int g_cursor_put(MDB_cursor* c, MDB_val* k, MDB_val* v, unsigned int f)

@@ -86,19 +86,35 @@ static int guard_last_signal(void) {
 static int g_page_map_find(MDB_env *e, PageMap *m) {
     int rc_; GUARDED(page_map_find(e, m)); return rc_; }
 
+/* Note that write transaction `t` changed the file (rc 0): its commit writes
+ * (LMDB commits a transaction that changed nothing without writing, and the
+ * next one takes its id). */
+static int note_written(MDB_txn *t, int rc) {
+    PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
+    if (rc == 0 && m != NULL)
+        m->written = mdb_txn_id(t);
+    return rc;
+}
+
+/* Whether write transaction `t` changed the file (note_written). */
+static int g_txn_written(MDB_txn *t) {
+    PageMap *m = (PageMap *)mdb_env_get_userctx(mdb_txn_env(t));
+    return m != NULL && m->written == mdb_txn_id(t);
+}
+
 static int g_get(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v) {
     int rc_; GUARDED(mdb_get(t, d, k, v)); return rc_; }
 static int g_put(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v, unsigned int f) {
     int rc_; GUARDED(write_sound(t, d, k, v, 0)); if (rc_) return rc_;
-    GUARDED(mdb_put(t, d, k, v, f)); return rc_; }
+    GUARDED(mdb_put(t, d, k, v, f)); return note_written(t, rc_); }
 static int g_del(MDB_txn *t, MDB_dbi d, MDB_val *k, MDB_val *v) {
     int rc_; GUARDED(write_sound(t, d, k, v, 1)); if (rc_) return rc_;
-    GUARDED(mdb_del(t, d, k, v)); return rc_; }
+    GUARDED(mdb_del(t, d, k, v)); return note_written(t, rc_); }
 static int g_cursor_get(MDB_cursor *c, MDB_val *k, MDB_val *v, MDB_cursor_op op) {
     int rc_; GUARDED(mdb_cursor_get(c, k, v, op)); return rc_; }
 static int g_cursor_put(MDB_cursor *c, MDB_val *k, MDB_val *v, unsigned int f) {
     int rc_; GUARDED(write_sound(mdb_cursor_txn(c), mdb_cursor_dbi(c), k, v, 0)); if (rc_) return rc_;
-    GUARDED(mdb_cursor_put(c, k, v, f)); return rc_; }
+    GUARDED(mdb_cursor_put(c, k, v, f)); return note_written(mdb_cursor_txn(c), rc_); }
 static int g_stat(MDB_txn *t, MDB_dbi d, MDB_stat *s) {
     int rc_; GUARDED(mdb_stat(t, d, s)); return rc_; }
 static int g_drop(MDB_txn *t, MDB_dbi d, int del) {  /* del: LMDB deletes its record now */
@@ -106,7 +122,7 @@ static int g_drop(MDB_txn *t, MDB_dbi d, int del) {  /* del: LMDB deletes its re
     GUARDED(mdb_drop(t, d, del));
     if (rc_ == 0 && del)
         page_map_forget(mdb_txn_env(t), d);
-    return rc_; }
+    return note_written(t, rc_); }
 static int g_txn_commit(MDB_txn *t) {  /* the transaction is ended, as by LMDB's */
     int rc_; GUARDED(commit_sound(t)); if (rc_) { mdb_txn_abort(t); return rc_; }
     GUARDED(mdb_txn_commit(t)); return rc_; }

@@ -85,6 +85,7 @@ typedef struct {
     MDB_txn *txn;      /* the write transaction the memo is of */
     size_t txnid;
     int free_sound;    /* its list of free pages was found sound */
+    size_t written;    /* the last write transaction a put, delete or drop succeeded in */
     uint64_t memo[PAGE_MEMO];  /* pages found sound in it: 1 + (number << 18 | pad << 2 | kind) */
 } PageMap;
 

@@ -499,7 +499,8 @@ def test_statistics_are_the_native_engines_counts_and_none_elsewhere(tmp_path, b
         counts = storage_of(db).statistics()
         assert counts == ({} if backend == "py-lmdb" else
                           {"threaded_merges": 0, "fed_merges": 0, "shared_lookups": 0,
-                           "directories_built": 0, "filter_bytes": 0, "ranges_skipped": 0})
+                           "directories_built": 0, "filter_bytes": 0, "ranges_skipped": 0,
+                           "slot_filter_entries": 0})
         assert not set(counts) & set(db.stats())
 
 

@@ -173,11 +173,12 @@ class NativeStorage(LmdbStorage):
         thread shared; ``directories_built``: block directories of runs that
         searches built; ``filter_bytes``: the memory their prefix filters
         take now; ``ranges_skipped``: the ranges searches skipped, ruled out
-        by a filter."""
+        by a filter; ``slot_filter_entries``: the entries of the index's and
+        the key map's slots that writes read to build their filters."""
         self._check_usable()
         return {name: getattr(self._env, name) for name in
                 ("threaded_merges", "fed_merges", "shared_lookups", "directories_built",
-                 "filter_bytes", "ranges_skipped")}
+                 "filter_bytes", "ranges_skipped", "slot_filter_entries")}
 
     def _set_mapsize(self, map_size):
         self._env.set_mapsize(map_size)

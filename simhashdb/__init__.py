@@ -7,7 +7,7 @@ methods of :class:`DB`; halo hashes in :mod:`simhashdb.halohash`, n-grams in
 :mod:`simhashdb.chunking`.
 """
 
-__version__ = "0.16.1"
+__version__ = "0.16.2"
 
 from ._ext import (
     check_fingerprint,

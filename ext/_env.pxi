@@ -87,6 +87,7 @@ cdef class Env:
     cdef SlotFilters slot_filters[2]  # the index's slots' filters, the key map's (_slotted.pxi)
     cdef uint64_t filters_txn  # the file's last transaction as this process's last write left it
     cdef uint64_t filters_owner  # the write transaction begun last (Txn.ticket)
+    cdef bint filters_pending  # it has not ended (filters_end)
     cdef MDB_txn* spare[SPARE_READS]  # read transactions reset by Txn.abort, for begin to renew
     cdef int spares
     cdef pid_t pid       # the process that opened it (a fork child must not end its readers)
@@ -176,6 +177,7 @@ cdef class Env:
         may once LMDB's lock is free, that one found the filters in doubt.)"""
         if ticket != self.filters_owner:
             return
+        self.filters_pending = False
         slot_filters_end(&self.slot_filters[0], committed)
         slot_filters_end(&self.slot_filters[1], committed)
         if committed:
@@ -366,9 +368,12 @@ cdef class Env:
         txn.index_put_slot = txn.key_put_slot = -1
         if write:  # after another writer's commit, the slots' filters may not hold
             self.pages.written = 0  # (an aborted transaction's id is given again)
+            # (or where the one before has not ended: a thread's commit that
+            # failed after LMDB let go of its lock)
+            others_wrote = self.filters_pending or mdb_txn_id(txn.txn) != self.filters_txn + 1
             self.filters_owner += 1
+            self.filters_pending = True
             txn.ticket = self.filters_owner
-            others_wrote = mdb_txn_id(txn.txn) != self.filters_txn + 1
             slot_filters_begin(&self.slot_filters[0], others_wrote)
             slot_filters_begin(&self.slot_filters[1], others_wrote)
         if 0 < self.index_slots < INDEX_SLOTS and sub_database_exists(

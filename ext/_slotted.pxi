@@ -87,11 +87,12 @@ cdef inline void slot_unsure(Slotted* m, int s) noexcept nogil:
 
 cdef int slot_filter_build(Work* w, Slotted* m, int s, SlotFilter* f) noexcept nogil:
     """Build ``f`` from the keys of slot ``s``: 0, or NO_MEMORY or the error
-    of reading the slot (none built)."""
+    of reading the slot (none built; CORRUPTED where the walk met fewer
+    entries than LMDB counts, as past a damaged branch page)."""
     cdef MDB_cursor* cursor = NULL
     cdef MDB_stat stat
     cdef MDB_val k, v
-    cdef uint64_t h
+    cdef uint64_t h, key, last = 0, walked = 0
     cdef int rc = g_stat(w.txn, m.dbis[s], &stat)
     if rc:
         return rc
@@ -105,11 +106,16 @@ cdef int slot_filter_build(Work* w, Slotted* m, int s, SlotFilter* f) noexcept n
         if k.mv_size != 8:
             rc = CORRUPTED
             break
-        h = fmix64(read_be(<const uint8_t*>k.mv_data, 8))
-        slot_word(f, h)[0] |= slot_bits(h)
-        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT_NODUP)
+        key = read_be(<const uint8_t*>k.mv_data, 8)
+        if walked == 0 or key != last:
+            h = fmix64(key)
+            slot_word(f, h)[0] |= slot_bits(h)
+        last, walked = key, walked + 1
+        rc = g_cursor_get(cursor, &k, &v, MDB_NEXT)
     if cursor != NULL:
         mdb_cursor_close(cursor)
+    if rc == MDB_NOTFOUND and walked != stat.ms_entries:
+        rc = CORRUPTED
     if rc != MDB_NOTFOUND:
         slot_filter_drop(f)
         return rc
@@ -358,6 +364,8 @@ cdef int slotted_delete(Work* w, Slotted* m, MDB_val* k, MDB_val* v) noexcept no
             continue
         kk, vv = k[0], v[0]
         rc = g_del(w.txn, m.dbis[m.ix.slot[i]], &kk, &vv)
+        if rc == 0:
+            m.ix.entries[i] -= 1
         if rc != MDB_NOTFOUND:
             return rc
         rc = 0

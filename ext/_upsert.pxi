@@ -85,6 +85,8 @@ cdef int look_up(Lookups* l, MDB_txn* txn) noexcept nogil:
                 write_be(key_bytes, l.order[2 * i], 8)
                 for s in range(l.slots):
                     k.mv_size, k.mv_data = 8, key_bytes
+                    # (a filter built after unlink's deletions may rule out a
+                    # fingerprint the last commit holds: touch noted it first)
                     if slot_lacks(l.filters[s], &k):
                         continue
                     rc = g_cursor_get(cursors[s], &k, &v, MDB_SET)

@@ -81,6 +81,9 @@ def test_lookups_through_slot_filters_miss_nothing(tmp_path):
                 raise ZeroDivisionError
             with pytest.raises(ZeroDivisionError):
                 storage_of(db).write(body)
+            back = [k for k in live if encode_key(k) in set(removed)]
+            decisions = db.insert_if_new_many([(k, live[k]) for k in back], distance=0)
+            assert [d.status for d in decisions] == ["unchanged"] * len(back) and len(back) == 50
         if turn % 9 == 8:
             check(db, live, gone)
     check(db, live, gone)
@@ -141,6 +144,7 @@ def test_a_few_writes_read_no_large_slot_for_its_filter(tmp_path):
     with DB(path, backend="lmdb", distance=3) as db:
         db.insert_many([("a%d" % i, rng.getrandbits(64)) for i in range(40_000)])
         db.compact()  # one slot each, of 40,000
+    assert key_slots(path) == [40_000] + [0] * 7
     with DB(path, backend="lmdb") as db:
         for i in range(20):
             db.insert("b%d" % i, rng.getrandbits(64))
@@ -149,3 +153,36 @@ def test_a_few_writes_read_no_large_slot_for_its_filter(tmp_path):
             db.insert_many([("c%d_%d" % (turn, i), rng.getrandbits(64)) for i in range(1000)])
         assert storage_of(db).statistics()["slot_filter_entries"] > 80_000
         assert len(db) == 43_020
+
+
+def test_filters_outlive_a_write_that_changed_nothing_and_not_another_process(tmp_path):
+    """The filters stay across this process's writes, also one that changed
+    nothing (LMDB gives its transaction id to the next one), and are dropped
+    after another process commits: the 40,000-entry slots are read again
+    only then."""
+    path = str(tmp_path / "db")
+    rng = random.Random(4)
+    stored = [("a%d" % i, rng.getrandbits(64)) for i in range(40_000)]
+    with DB(path, backend="lmdb", distance=3) as db:
+        db.insert_many(stored)
+        db.compact()
+    assert key_slots(path) == [40_000] + [0] * 7
+    db = DB(path, backend="lmdb")
+
+    def batch(turn):
+        db.insert_many([("c%d_%d" % (turn, i), rng.getrandbits(64)) for i in range(1000)])
+        return storage_of(db).statistics()["slot_filter_entries"]
+
+    read = [batch(turn) for turn in range(3)][-1]
+    assert read > 80_000  # both 40,000-entry slots
+    decisions = db.insert_if_new_many(stored[:5], distance=0)  # a write that changes nothing
+    assert [d.status for d in decisions] == ["unchanged"] * 5
+    # two batches: more lookups than a slot of 40,000 takes to get a filter
+    assert max(batch(3), batch(4)) - read < 40_000
+    read = storage_of(db).statistics()["slot_filter_entries"]
+    subprocess.run([sys.executable, "-c", "import sys\nfrom simhashdb import DB\n"
+                    "with DB(sys.argv[1], backend='lmdb') as db:\n    db.insert('b', 5)\n", path],
+                   check=True)
+    assert max(batch(5), batch(6)) - read > 80_000
+    assert len(db) == 47_001
+    db.close()

@@ -31,9 +31,10 @@ from clmdb cimport (
 # descend each slot's B-tree. A slot gets one once the lookups there without
 # it would have paid for reading the slot whole (SLOT_FILTER_RENT), and the
 # Env keeps it while the slot only loses entries; only write transactions use
-# them (a reader's snapshot may be older than a filter). A slot the transaction may add to (its own slot, a
-# merge's sources and destination, one it writes again) is unsure: it gets no
-# filter until the commit after, which drops its old one. A filter built from
+# them (a reader's snapshot may be older than a filter). A slot the
+# transaction may add to (its own slot, a merge's sources and destination, one
+# it writes again) is unsure: it gets no filter until the commit after, which
+# drops its old one. A filter built from
 # what a transaction left is dropped if it aborts; one whose slot holds more
 # entries than it was built from is not trusted; and where another writer
 # committed since (the next write transaction does not follow the Env's last),

@@ -10,7 +10,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from bits cimport read_be, write_be
 from clmdb cimport (
     g_copy, g_cursor_get, g_cursor_open, g_cursor_put, g_dbi_open, g_drop, g_get, g_put, g_stat,
-    g_txn_commit, g_txn_written, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor, mdb_cursor_close, MDB_dbi,
+    g_txn_commit, g_txn_written, MDB_APPEND, MDB_APPENDDUP, MDB_CREATE, MDB_cursor,
+    mdb_cursor_close, MDB_dbi,
     MDB_DUPFIXED, MDB_DUPSORT, MDB_FIRST, MDB_KEYEXIST, MDB_NEXT, MDB_NEXT_DUP, MDB_NEXT_NODUP,
     MDB_NOTFOUND, MDB_SET, MDB_SET_RANGE, MDB_stat, MDB_txn, mdb_txn_abort, mdb_txn_id,
     mdb_txn_reset, MDB_val,

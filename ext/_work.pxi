@@ -58,14 +58,14 @@ cdef struct SlotCursors:
     MDB_cursor* put                  # on the transaction's own slot (upsert's puts)
 
 
-cdef struct SlotFilter:     # a Bloom filter of the keys of a slot (_slotted.pxi), or none (words NULL)
+cdef struct SlotFilter:     # a Bloom filter of a slot's keys (_slotted.pxi), or none (words NULL)
     uint64_t* words
     uint64_t count          # its words
     uint64_t entries        # the slot's entries when it was built
     uint64_t sought         # lookups made in the slot without one (since it last changed)
 
 
-cdef struct SlotFilters:    # an Env's filters of one slotted structure, used by its write transactions
+cdef struct SlotFilters:    # an Env's filters of a slotted structure's slots, for write transactions
     SlotFilter slot[INDEX_SLOTS]
     uint32_t unsure         # slots the write transaction may have added to: no filter used or built
     uint32_t fresh          # slots whose filter it built (from what it left: dropped if it aborts)
